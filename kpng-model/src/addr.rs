@@ -1,0 +1,180 @@
+//! IP families, canonical address text, and [`IpSet`] helpers.
+
+use std::net::IpAddr;
+
+use crate::v1::IpSet;
+use crate::{Error, Result};
+
+/// An IP family. Each family is programmed on its own: a Service with no
+/// address in a family has no rules in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+pub enum IpFamily {
+    /// IPv4.
+    V4,
+    /// IPv6.
+    V6,
+}
+
+impl IpFamily {
+    /// Both families, IPv4 first.
+    pub const BOTH: [IpFamily; 2] = [IpFamily::V4, IpFamily::V6];
+
+    /// The family of an address.
+    pub fn of(addr: &IpAddr) -> Self {
+        match addr {
+            IpAddr::V4(_) => IpFamily::V4,
+            IpAddr::V6(_) => IpFamily::V6,
+        }
+    }
+}
+
+/// Parses one address and returns it in canonical text form, naming `field`
+/// in the error.
+pub fn canonical_ip(field: &str, text: &str) -> Result<IpAddr> {
+    text.trim().parse::<IpAddr>().map_err(|_| Error::InvalidAddress {
+        field: field.to_owned(),
+        value: text.to_owned(),
+    })
+}
+
+/// Parses a CIDR prefix (`10.0.0.0/8`, `fd00::/64`), or a bare address taken
+/// as a host prefix, and returns its network address and length. Host bits
+/// are cleared, as Go's `net.ParseCIDR` does.
+pub fn canonical_cidr(field: &str, text: &str) -> Result<(IpAddr, u8)> {
+    let bad = || Error::InvalidAddress {
+        field: field.to_owned(),
+        value: text.to_owned(),
+    };
+    let text = text.trim();
+    let (addr, len) = match text.split_once('/') {
+        Some((addr, len)) => (addr, Some(len)),
+        None => (text, None),
+    };
+    let addr: IpAddr = addr.parse().map_err(|_| bad())?;
+    let max = match addr {
+        IpAddr::V4(_) => 32,
+        IpAddr::V6(_) => 128,
+    };
+    let len = match len {
+        Some(len) => len.parse::<u8>().map_err(|_| bad())?,
+        None => max,
+    };
+    if len > max {
+        return Err(bad());
+    }
+    let network = match addr {
+        IpAddr::V4(a) => {
+            let mask = u32::MAX.checked_shl(u32::from(32 - len)).unwrap_or(0);
+            IpAddr::V4((u32::from(a) & mask).into())
+        }
+        IpAddr::V6(a) => {
+            let mask = u128::MAX.checked_shl(u32::from(128 - len)).unwrap_or(0);
+            IpAddr::V6((u128::from(a) & mask).into())
+        }
+    };
+    Ok((network, len))
+}
+
+impl IpSet {
+    /// Builds a set from addresses: split by family, sorted, de-duplicated,
+    /// in canonical text form.
+    pub fn from_addrs(addrs: impl IntoIterator<Item = IpAddr>) -> Self {
+        let mut all: Vec<IpAddr> = addrs.into_iter().collect();
+        all.sort();
+        all.dedup();
+        let mut set = IpSet::default();
+        for addr in all {
+            match addr {
+                IpAddr::V4(_) => set.v4.push(addr.to_string()),
+                IpAddr::V6(_) => set.v6.push(addr.to_string()),
+            }
+        }
+        set
+    }
+
+    /// Parses addresses given as text, naming `field` in the error.
+    pub fn parse_addrs<'a>(field: &str, texts: impl IntoIterator<Item = &'a str>) -> Result<Self> {
+        let addrs = texts
+            .into_iter()
+            .map(|t| canonical_ip(field, t))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self::from_addrs(addrs))
+    }
+
+    /// Parses CIDR prefixes given as text, naming `field` in the error.
+    pub fn parse_cidrs<'a>(field: &str, texts: impl IntoIterator<Item = &'a str>) -> Result<Self> {
+        let mut all = texts
+            .into_iter()
+            .map(|t| canonical_cidr(field, t))
+            .collect::<Result<Vec<_>>>()?;
+        all.sort();
+        all.dedup();
+        let mut set = IpSet::default();
+        for (addr, len) in all {
+            let text = format!("{addr}/{len}");
+            match addr {
+                IpAddr::V4(_) => set.v4.push(text),
+                IpAddr::V6(_) => set.v6.push(text),
+            }
+        }
+        Ok(set)
+    }
+
+    /// The entries of one family.
+    pub fn family(&self, family: IpFamily) -> &[String] {
+        match family {
+            IpFamily::V4 => &self.v4,
+            IpFamily::V6 => &self.v6,
+        }
+    }
+
+    /// The addresses of one family, parsed. Entries that are not plain
+    /// addresses (prefixes) are skipped.
+    pub fn addrs(&self, family: IpFamily) -> impl Iterator<Item = IpAddr> + '_ {
+        self.family(family).iter().filter_map(|t| t.parse().ok())
+    }
+
+    /// Whether both families are empty.
+    pub fn is_empty(&self) -> bool {
+        self.v4.is_empty() && self.v6.is_empty()
+    }
+}
+
+/// The entries of one family in an optional set (prost models message
+/// fields as `Option`).
+pub fn family_of(set: &Option<IpSet>, family: IpFamily) -> &[String] {
+    set.as_ref().map_or(&[], |s| s.family(family))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ip_sets_are_canonical() {
+        let set = IpSet::parse_addrs("clusterIPs", ["fd00:0::1", "10.0.0.2", "10.0.0.1", "10.0.0.2"])
+            .expect("valid");
+        assert_eq!(set.v4, ["10.0.0.1", "10.0.0.2"]);
+        assert_eq!(set.v6, ["fd00::1"]);
+    }
+
+    #[test]
+    fn cidrs_clear_host_bits() {
+        let set = IpSet::parse_cidrs("ranges", ["10.1.2.3/8", "fd00::1/64", "192.168.0.1"])
+            .expect("valid");
+        assert_eq!(set.v4, ["10.0.0.0/8", "192.168.0.1/32"]);
+        assert_eq!(set.v6, ["fd00::/64"]);
+        assert_eq!(canonical_cidr("r", "0.0.0.0/0").expect("valid").1, 0);
+    }
+
+    #[test]
+    fn bad_input_names_field_and_value() {
+        let err = IpSet::parse_addrs("spec.clusterIPs", ["10.0.0.300"]).expect_err("invalid");
+        assert_eq!(
+            err.to_string(),
+            "invalid address \"10.0.0.300\" in spec.clusterIPs"
+        );
+        assert!(canonical_cidr("r", "10.0.0.0/33").is_err());
+        assert!(canonical_cidr("r", "10.0.0.0/x").is_err());
+    }
+}

@@ -1,0 +1,210 @@
+//! The node view: the ENLS projected onto one node.
+//!
+//! The view is computed by `kpng-diff`, which applies kube-proxy's endpoint
+//! selection rules (readiness, terminating fallback, topology hints, traffic
+//! policies) once, so no backend re-implements them. Backends consume either
+//! a whole [`NodeView`] or a stream of [`ViewOp`]s.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use imbl::OrdMap;
+
+use crate::addr::IpFamily;
+use crate::v1::{Endpoint, Node, Protocol, Service, TrafficPolicy};
+use crate::{Error, Result, ServiceName};
+
+/// One endpoint address as this node uses it.
+///
+/// Only endpoints in at least one of the two sets appear in a view:
+/// `cluster` (the cluster-policy endpoints) or `local` (the local-policy
+/// endpoints). An endpoint with both an IPv4 and an IPv6 address appears once
+/// per family, since each family is selected on its own.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct EndpointView {
+    /// The address in this family.
+    pub ip: IpAddr,
+    /// The endpoint, with its ports and conditions.
+    pub endpoint: Arc<Endpoint>,
+    /// The endpoint runs on this node.
+    pub is_local: bool,
+    /// It is a cluster-policy endpoint: ready (topology-filtered), or
+    /// serving-and-terminating when no endpoint is ready.
+    pub cluster: bool,
+    /// It is a local-policy endpoint: ready on this node, or
+    /// serving-and-terminating on this node when none is ready here.
+    pub local: bool,
+}
+
+impl EndpointView {
+    /// The address family.
+    pub fn family(&self) -> IpFamily {
+        IpFamily::of(&self.ip)
+    }
+
+    /// The endpoint's port for a Service port, matched by port name and
+    /// protocol (EndpointSlice ports carry the Service port's name).
+    pub fn port(&self, name: &str, protocol: Protocol) -> Option<u16> {
+        self.endpoint
+            .ports
+            .iter()
+            .find(|p| p.name == name && p.protocol == protocol as i32)
+            .and_then(|p| u16::try_from(p.port).ok())
+    }
+}
+
+/// One Service as this node must program it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct ServiceView {
+    /// The Service.
+    pub service: Arc<Service>,
+    /// The endpoints this node may use, sorted by address.
+    pub endpoints: Vec<EndpointView>,
+}
+
+impl ServiceView {
+    /// A view with no endpoints yet.
+    pub fn new(service: Arc<Service>) -> Self {
+        Self {
+            service,
+            endpoints: Vec::new(),
+        }
+    }
+
+    /// The Service's name.
+    pub fn name(&self) -> ServiceName {
+        self.service.service_name()
+    }
+
+    /// Whether the Service has any usable endpoint in `family`, on any node.
+    ///
+    /// When this is false, every address of the Service in this family must
+    /// REJECT. When it is true but a Local policy finds no local endpoint,
+    /// traffic is DROPped instead: the two cases differ.
+    pub fn has_endpoints(&self, family: IpFamily) -> bool {
+        self.cluster_endpoints(family).next().is_some()
+    }
+
+    /// The cluster-policy endpoints of `family`.
+    pub fn cluster_endpoints(&self, family: IpFamily) -> impl Iterator<Item = &EndpointView> {
+        self.endpoints
+            .iter()
+            .filter(move |e| e.cluster && e.family() == family)
+    }
+
+    /// The local-policy endpoints of `family`.
+    pub fn local_endpoints(&self, family: IpFamily) -> impl Iterator<Item = &EndpointView> {
+        self.endpoints
+            .iter()
+            .filter(move |e| e.local && e.family() == family)
+    }
+
+    /// The endpoints ClusterIP traffic goes to: local-policy ones when
+    /// `internalTrafficPolicy: Local`, cluster-policy ones otherwise.
+    pub fn internal_endpoints(&self, family: IpFamily) -> impl Iterator<Item = &EndpointView> {
+        let local = self.service.internal_traffic_policy == TrafficPolicy::Local as i32;
+        self.endpoints
+            .iter()
+            .filter(move |e| e.family() == family && if local { e.local } else { e.cluster })
+    }
+
+    /// The endpoints external traffic (NodePorts, externalIPs, LB IPs) from
+    /// outside the cluster goes to: local-policy ones when
+    /// `externalTrafficPolicy: Local`, cluster-policy ones otherwise.
+    pub fn external_endpoints(&self, family: IpFamily) -> impl Iterator<Item = &EndpointView> {
+        let local = self.service.external_traffic_policy == TrafficPolicy::Local as i32;
+        self.endpoints
+            .iter()
+            .filter(move |e| e.family() == family && if local { e.local } else { e.cluster })
+    }
+
+    fn endpoint_index(&self, ip: &IpAddr) -> std::result::Result<usize, usize> {
+        self.endpoints.binary_search_by(|e| e.ip.cmp(ip))
+    }
+}
+
+/// The whole state one node must program, at one revision.
+///
+/// Cloning is O(1): services are held in a persistent map.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct NodeView {
+    /// The revision of the ENLS this view was computed from.
+    pub revision: u64,
+    /// This node, when the ENLS knows it (its zone drives topology hints,
+    /// its addresses the default NodePort addresses).
+    pub node: Option<Arc<Node>>,
+    /// The Services, by name.
+    pub services: OrdMap<ServiceName, Arc<ServiceView>>,
+}
+
+/// One change to a [`NodeView`].
+///
+/// A diff is a sequence of ops in this order: node ops first, then per
+/// Service (in name order) either one `DeleteService`, or an optional
+/// `SetService` followed by its `DeleteEndpoint`s and `SetEndpoint`s.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum ViewOp {
+    /// This node's object was created or changed.
+    SetNode(Arc<Node>),
+    /// This node's object went away.
+    DeleteNode,
+    /// A Service was created or its definition changed. A new Service starts
+    /// with no endpoints; its endpoints follow as `SetEndpoint`.
+    SetService(Arc<Service>),
+    /// A Service left the view, with all its endpoints.
+    DeleteService(ServiceName),
+    /// An endpoint of a Service entered the view or changed (its sets, its
+    /// ports or its conditions).
+    SetEndpoint(ServiceName, EndpointView),
+    /// An endpoint address left a Service's view.
+    DeleteEndpoint(ServiceName, IpAddr),
+}
+
+impl NodeView {
+    /// Applies one op.
+    ///
+    /// # Errors
+    /// [`Error::UnknownService`] when an endpoint op names a Service that is
+    /// not in the view: the ops were applied out of order or to the wrong
+    /// view.
+    pub fn apply(&mut self, op: &ViewOp) -> Result<()> {
+        match op {
+            ViewOp::SetNode(node) => self.node = Some(node.clone()),
+            ViewOp::DeleteNode => self.node = None,
+            ViewOp::SetService(service) => {
+                let name = service.service_name();
+                match self.services.get_mut(&name) {
+                    Some(view) => Arc::make_mut(view).service = service.clone(),
+                    None => {
+                        self.services
+                            .insert(name, Arc::new(ServiceView::new(service.clone())));
+                    }
+                }
+            }
+            ViewOp::DeleteService(name) => {
+                self.services.remove(name);
+            }
+            ViewOp::SetEndpoint(name, endpoint) => {
+                let view = self.service_mut(name)?;
+                match view.endpoint_index(&endpoint.ip) {
+                    Ok(i) => view.endpoints[i] = endpoint.clone(),
+                    Err(i) => view.endpoints.insert(i, endpoint.clone()),
+                }
+            }
+            ViewOp::DeleteEndpoint(name, ip) => {
+                let view = self.service_mut(name)?;
+                if let Ok(i) = view.endpoint_index(ip) {
+                    view.endpoints.remove(i);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn service_mut(&mut self, name: &ServiceName) -> Result<&mut ServiceView> {
+        self.services
+            .get_mut(name)
+            .map(Arc::make_mut)
+            .ok_or_else(|| Error::UnknownService(name.to_string()))
+    }
+}
