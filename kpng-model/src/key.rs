@@ -48,7 +48,6 @@ impl serde::Serialize for ServiceName {
 /// The kind of an ENLS entry. Each kind has its own "synced" flag in the
 /// store, set when its source finished its initial list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
-#[non_exhaustive]
 pub enum Kind {
     /// Nodes (topology labels and addresses).
     Node,

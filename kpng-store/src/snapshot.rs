@@ -1,0 +1,232 @@
+//! Immutable snapshots and the cloneable reader.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use imbl::{OrdMap, Vector};
+use kpng_model::v1::{Endpoint, Node, Service};
+use kpng_model::{Key, Kind, ServiceName, Value};
+use tokio::sync::watch;
+
+use crate::store::Stats;
+use crate::{Error, Result};
+
+/// Which kinds have finished their initial list.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct SyncedKinds(u8);
+
+impl SyncedKinds {
+    fn bit(kind: Kind) -> u8 {
+        match kind {
+            Kind::Node => 1,
+            Kind::Service => 2,
+            Kind::Endpoint => 4,
+        }
+    }
+
+    /// Whether `kind` is synced.
+    pub fn contains(self, kind: Kind) -> bool {
+        self.0 & Self::bit(kind) != 0
+    }
+
+    /// Whether every kind in `kinds` is synced.
+    pub fn contains_all(self, kinds: &[Kind]) -> bool {
+        kinds.iter().all(|k| self.contains(*k))
+    }
+
+    pub(crate) fn insert(&mut self, kind: Kind) -> bool {
+        let before = self.0;
+        self.0 |= Self::bit(kind);
+        before != self.0
+    }
+}
+
+impl fmt::Debug for SyncedKinds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set()
+            .entries(Kind::ALL.iter().filter(|k| self.contains(**k)))
+            .finish()
+    }
+}
+
+/// The keys one revision changed. Entry `i` of a snapshot's log holds the
+/// keys of revision `revision - log.len() + 1 + i`.
+pub(crate) type ChangeLog = Vector<Arc<[Key]>>;
+
+/// An immutable view of the store at one revision.
+///
+/// Cloning is O(1); a snapshot never changes, whatever the writer does later.
+#[derive(Clone)]
+pub struct Snapshot {
+    pub(crate) store_id: u64,
+    pub(crate) revision: u64,
+    pub(crate) map: OrdMap<Key, Value>,
+    pub(crate) synced: SyncedKinds,
+    pub(crate) log: ChangeLog,
+}
+
+impl Snapshot {
+    /// The revision: 0 for an empty store, then +1 per transaction that
+    /// changed something.
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// The whole map, in key order.
+    pub fn map(&self) -> &OrdMap<Key, Value> {
+        &self.map
+    }
+
+    /// The number of entries.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether the store holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// The value under a key.
+    pub fn get(&self, key: &Key) -> Option<&Value> {
+        self.map.get(key)
+    }
+
+    /// Which kinds have finished their initial list.
+    pub fn synced(&self) -> SyncedKinds {
+        self.synced
+    }
+
+    /// Whether `kind` finished its initial list.
+    pub fn is_synced(&self, kind: Kind) -> bool {
+        self.synced.contains(kind)
+    }
+
+    /// A Service by name.
+    pub fn service(&self, name: &ServiceName) -> Option<&Arc<Service>> {
+        match self.map.get(&Key::Service(name.clone())) {
+            Some(Value::Service(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// A node by name.
+    pub fn node(&self, name: &str) -> Option<&Arc<Node>> {
+        match self.map.get(&Key::Node(name.into())) {
+            Some(Value::Node(n)) => Some(n),
+            _ => None,
+        }
+    }
+
+    /// Every Service, in name order.
+    pub fn services(&self) -> impl Iterator<Item = (&ServiceName, &Arc<Service>)> {
+        let start = Key::Service(ServiceName::new("", ""));
+        self.map
+            .range((Bound::Included(start), Bound::Unbounded))
+            .map_while(|(k, v)| match (k, v) {
+                (Key::Service(name), Value::Service(s)) => Some((name, s)),
+                _ => None,
+            })
+    }
+
+    /// The endpoints of one Service, by id (their primary address), in id
+    /// order. O(log n + endpoints of that Service).
+    pub fn endpoints(&self, service: &ServiceName) -> impl Iterator<Item = (&Arc<str>, &Arc<Endpoint>)> {
+        let start = Key::Endpoint(service.clone(), Arc::from(""));
+        self.map
+            .range((Bound::Included(start), Bound::Unbounded))
+            .map_while(move |(k, v)| match (k, v) {
+                (Key::Endpoint(owner, id), Value::Endpoint(e)) if owner == service => Some((id, e)),
+                _ => None,
+            })
+    }
+
+    /// The keys changed between `older` and this snapshot, when the change
+    /// log still covers that span: every key written with a different value
+    /// in some revision after `older`. `None` when `older` comes from another
+    /// store, is newer than this snapshot, or has left the bounded log;
+    /// callers then compare the maps structurally.
+    pub fn changed_since(&self, older: &Snapshot) -> Option<BTreeSet<Key>> {
+        if older.store_id != self.store_id || older.revision > self.revision {
+            return None;
+        }
+        let span = usize::try_from(self.revision - older.revision).ok()?;
+        if span > self.log.len() {
+            return None;
+        }
+        let mut keys = BTreeSet::new();
+        for entry in self.log.skip(self.log.len() - span).iter() {
+            keys.extend(entry.iter().cloned());
+        }
+        Some(keys)
+    }
+}
+
+impl fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Snapshot")
+            .field("revision", &self.revision)
+            .field("entries", &self.map.len())
+            .field("synced", &self.synced)
+            .finish()
+    }
+}
+
+/// A cloneable reader of a [`Store`](crate::Store).
+#[derive(Clone)]
+pub struct Reader {
+    pub(crate) rx: watch::Receiver<Snapshot>,
+    pub(crate) stats: Arc<crate::store::SharedStats>,
+}
+
+impl Reader {
+    /// The latest snapshot. O(1).
+    pub fn snapshot(&self) -> Snapshot {
+        self.rx.borrow().clone()
+    }
+
+    /// The writer's counters.
+    pub fn stats(&self) -> Stats {
+        self.stats.load()
+    }
+
+    /// Waits until the store has a revision newer than `revision`, and
+    /// returns that snapshot. Intermediate revisions may be skipped: a slow
+    /// reader sees only the latest, and diffs across the gap.
+    ///
+    /// # Errors
+    /// [`Error::Closed`] when the writer is dropped first.
+    pub async fn newer_than(&mut self, revision: u64) -> Result<Snapshot> {
+        self.wait(|s| s.revision > revision).await
+    }
+
+    /// Waits until every kind in `kinds` has finished its initial list, and
+    /// returns that snapshot.
+    ///
+    /// # Errors
+    /// [`Error::Closed`] when the writer is dropped first.
+    pub async fn synced(&mut self, kinds: &[Kind]) -> Result<Snapshot> {
+        self.wait(|s| s.synced.contains_all(kinds)).await
+    }
+
+    /// Waits until `ready` holds for the latest snapshot.
+    ///
+    /// # Errors
+    /// [`Error::Closed`] when the writer is dropped first.
+    pub async fn wait(&mut self, mut ready: impl FnMut(&Snapshot) -> bool) -> Result<Snapshot> {
+        let snapshot = self
+            .rx
+            .wait_for(|s| ready(s))
+            .await
+            .map_err(|_| Error::Closed)?;
+        Ok(snapshot.clone())
+    }
+}
+
+impl fmt::Debug for Reader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reader").field("latest", &*self.rx.borrow()).finish()
+    }
+}

@@ -1,0 +1,354 @@
+//! The exclusive writer and its transactions.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use imbl::OrdMap;
+use kpng_model::v1::{Endpoint, Node, Service};
+use kpng_model::{Key, Kind, ServiceName, Value};
+use tokio::sync::watch;
+
+use crate::snapshot::{ChangeLog, Reader, Snapshot, SyncedKinds};
+use crate::{Error, Result};
+
+/// Settings of a [`Store`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct StoreConfig {
+    /// How many recent revisions the change log keeps.
+    pub log_revisions: usize,
+    /// How many keys, summed over its revisions, the change log keeps. A
+    /// revision that alone exceeds it (a large relist) empties the log.
+    pub log_keys: usize,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            log_revisions: 1024,
+            log_keys: 65_536,
+        }
+    }
+}
+
+/// The writer's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Sets and deletes written, no-ops included.
+    pub writes: u64,
+    /// Writes that changed nothing: a set of an equal value, or a delete of
+    /// an absent key.
+    pub noop_writes: u64,
+    /// Committed transactions, with or without changes.
+    pub transactions: u64,
+    /// Revisions made (transactions that changed something).
+    pub revisions: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct SharedStats {
+    writes: AtomicU64,
+    noop_writes: AtomicU64,
+    transactions: AtomicU64,
+    revisions: AtomicU64,
+}
+
+impl SharedStats {
+    pub(crate) fn load(&self) -> Stats {
+        Stats {
+            writes: self.writes.load(Ordering::Relaxed),
+            noop_writes: self.noop_writes.load(Ordering::Relaxed),
+            transactions: self.transactions.load(Ordering::Relaxed),
+            revisions: self.revisions.load(Ordering::Relaxed),
+        }
+    }
+}
+
+static NEXT_STORE_ID: AtomicU64 = AtomicU64::new(1);
+
+/// The exclusive writer of the ENLS store.
+///
+/// Writes go through a [`Txn`] from [`Store::begin`]; readers come from
+/// [`Store::reader`]. Dropping the store closes its readers' waits.
+pub struct Store {
+    config: StoreConfig,
+    id: u64,
+    revision: u64,
+    map: OrdMap<Key, Value>,
+    synced: SyncedKinds,
+    log: ChangeLog,
+    log_keys: usize,
+    tx: watch::Sender<Snapshot>,
+    stats: Arc<SharedStats>,
+}
+
+impl Default for Store {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Store {
+    /// An empty store at revision 0, with the default settings.
+    pub fn new() -> Self {
+        Self::with_config(StoreConfig::default())
+    }
+
+    /// An empty store at revision 0.
+    pub fn with_config(config: StoreConfig) -> Self {
+        let id = NEXT_STORE_ID.fetch_add(1, Ordering::Relaxed);
+        let snapshot = Snapshot {
+            store_id: id,
+            revision: 0,
+            map: OrdMap::new(),
+            synced: SyncedKinds::default(),
+            log: ChangeLog::new(),
+        };
+        let (tx, _) = watch::channel(snapshot);
+        Self {
+            config,
+            id,
+            revision: 0,
+            map: OrdMap::new(),
+            synced: SyncedKinds::default(),
+            log: ChangeLog::new(),
+            log_keys: 0,
+            tx,
+            stats: Arc::default(),
+        }
+    }
+
+    /// A new reader. Readers are cheap and cloneable.
+    pub fn reader(&self) -> Reader {
+        Reader {
+            rx: self.tx.subscribe(),
+            stats: self.stats.clone(),
+        }
+    }
+
+    /// The current snapshot. O(1).
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            store_id: self.id,
+            revision: self.revision,
+            map: self.map.clone(),
+            synced: self.synced,
+            log: self.log.clone(),
+        }
+    }
+
+    /// The current revision.
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> Stats {
+        self.stats.load()
+    }
+
+    /// Starts a transaction. Its writes are visible to readers only after
+    /// [`Txn::commit`]; dropping it uncommitted rolls them back.
+    pub fn begin(&mut self) -> Txn<'_> {
+        let base = self.map.clone();
+        Txn {
+            store: self,
+            base,
+            touched: Vec::new(),
+            writes: 0,
+            noops: 0,
+            committed: false,
+        }
+    }
+
+    /// Marks `kind` as having finished its initial list, and tells readers.
+    /// Setting a flag does not make a revision: the ENLS did not change.
+    pub fn mark_synced(&mut self, kind: Kind) {
+        if self.synced.insert(kind) {
+            tracing::debug!(?kind, revision = self.revision, "kind synced");
+            self.publish();
+        }
+    }
+
+    /// Which kinds are synced.
+    pub fn synced(&self) -> SyncedKinds {
+        self.synced
+    }
+
+    fn publish(&self) {
+        self.tx.send_replace(self.snapshot());
+    }
+
+    fn push_log(&mut self, keys: Arc<[Key]>) {
+        self.log_keys += keys.len();
+        self.log.push_back(keys);
+        while self.log.len() > self.config.log_revisions || self.log_keys > self.config.log_keys {
+            match self.log.pop_front() {
+                Some(old) => self.log_keys -= old.len(),
+                None => break,
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("revision", &self.revision)
+            .field("entries", &self.map.len())
+            .field("synced", &self.synced)
+            .finish()
+    }
+}
+
+/// The outcome of [`Txn::commit`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Commit {
+    /// The new revision, or `None` when nothing changed.
+    pub revision: Option<u64>,
+    /// Keys whose value changed.
+    pub changed: usize,
+    /// Writes that changed nothing.
+    pub noop_writes: u64,
+}
+
+/// A batch of writes, applied as one revision.
+///
+/// Each write is checked against the stored value at once: a no-op costs a
+/// lookup and a comparison, and touches nothing. A key written twice in one
+/// transaction counts as changed only if its final value differs from the
+/// value before the transaction.
+#[must_use = "a transaction does nothing until committed"]
+pub struct Txn<'a> {
+    store: &'a mut Store,
+    base: OrdMap<Key, Value>,
+    touched: Vec<Key>,
+    writes: u64,
+    noops: u64,
+    committed: bool,
+}
+
+impl Txn<'_> {
+    /// Sets `key` to `value`. Returns whether the stored value changed.
+    ///
+    /// # Errors
+    /// [`Error::KindMismatch`] when the value's kind is not the key's.
+    pub fn set(&mut self, key: Key, value: Value) -> Result<bool> {
+        if key.kind() != value.kind() {
+            return Err(Error::KindMismatch {
+                value: value.kind(),
+                key,
+            });
+        }
+        Ok(self.write(key, value))
+    }
+
+    /// Sets a Service, keyed by its namespace and name.
+    pub fn set_service(&mut self, service: Service) -> bool {
+        let key = Key::Service(service.service_name());
+        self.write(key, Value::Service(Arc::new(service)))
+    }
+
+    /// Sets an endpoint of `service`, under `id` (its primary address in
+    /// canonical text form).
+    pub fn set_endpoint(&mut self, service: ServiceName, id: Arc<str>, endpoint: Endpoint) -> bool {
+        self.write(Key::Endpoint(service, id), Value::Endpoint(Arc::new(endpoint)))
+    }
+
+    /// Sets a node, keyed by its name.
+    pub fn set_node(&mut self, node: Node) -> bool {
+        let key = Key::Node(node.name.as_str().into());
+        self.write(key, Value::Node(Arc::new(node)))
+    }
+
+    fn write(&mut self, key: Key, value: Value) -> bool {
+        self.writes += 1;
+        if self.store.map.get(&key) == Some(&value) {
+            self.noops += 1;
+            return false;
+        }
+        self.touched.push(key.clone());
+        self.store.map.insert(key, value);
+        true
+    }
+
+    /// Deletes `key`. Returns whether it was present.
+    pub fn delete(&mut self, key: &Key) -> bool {
+        self.writes += 1;
+        if self.store.map.remove(key).is_some() {
+            self.touched.push(key.clone());
+            true
+        } else {
+            self.noops += 1;
+            false
+        }
+    }
+
+    /// Deletes every entry of `kind` for which `keep` returns false, and
+    /// returns how many went. A source uses this after a relist, to drop
+    /// what vanished while it was away.
+    pub fn retain(&mut self, kind: Kind, mut keep: impl FnMut(&Key, &Value) -> bool) -> usize {
+        let doomed: Vec<Key> = self
+            .store
+            .map
+            .iter()
+            .filter(|(k, v)| k.kind() == kind && !keep(k, v))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in &doomed {
+            self.delete(key);
+        }
+        doomed.len()
+    }
+
+    /// The value `key` holds in this transaction so far.
+    pub fn get(&self, key: &Key) -> Option<&Value> {
+        self.store.map.get(key)
+    }
+
+    /// Commits: if any value changed, makes a new revision, records the
+    /// changed keys in the change log and publishes the snapshot.
+    pub fn commit(mut self) -> Commit {
+        self.committed = true;
+        let mut touched = std::mem::take(&mut self.touched);
+        if touched.len() > 1 {
+            let unique: BTreeSet<Key> = touched.drain(..).collect();
+            touched = unique.into_iter().collect();
+        }
+        // A key set and set back within the transaction is no change.
+        touched.retain(|k| self.base.get(k) != self.store.map.get(k));
+
+        let stats = &self.store.stats;
+        stats.writes.fetch_add(self.writes, Ordering::Relaxed);
+        stats.noop_writes.fetch_add(self.noops, Ordering::Relaxed);
+        stats.transactions.fetch_add(1, Ordering::Relaxed);
+        let changed = touched.len();
+        let revision = if touched.is_empty() {
+            None
+        } else {
+            stats.revisions.fetch_add(1, Ordering::Relaxed);
+            let store = &mut *self.store;
+            store.revision += 1;
+            store.push_log(touched.into());
+            store.publish();
+            tracing::trace!(revision = store.revision, changed, "committed");
+            Some(store.revision)
+        };
+        Commit {
+            revision,
+            changed,
+            noop_writes: self.noops,
+        }
+    }
+}
+
+impl Drop for Txn<'_> {
+    fn drop(&mut self) {
+        if !self.committed {
+            self.store.map = std::mem::take(&mut self.base);
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! Behaviour of the writer, readers and transactions.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kpng_model::v1::{Endpoint, Node, Service};
+use kpng_model::{Key, Kind, ServiceName, Value};
+use kpng_store::{Error, Store, StoreConfig};
+
+fn service(ns: &str, name: &str) -> Service {
+    Service {
+        namespace: ns.into(),
+        name: name.into(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn uncommitted_transaction_rolls_back() {
+    let mut store = Store::new();
+    let mut txn = store.begin();
+    assert!(txn.set_service(service("a", "b")));
+    drop(txn);
+    assert!(store.snapshot().is_empty());
+    assert_eq!(store.revision(), 0);
+}
+
+#[test]
+fn set_then_restore_in_one_transaction_is_no_revision() {
+    let mut store = Store::new();
+    let mut txn = store.begin();
+    txn.set_service(service("a", "b"));
+    txn.commit();
+    let mut txn = store.begin();
+    let mut changed = service("a", "b");
+    changed.health_check_node_port = 30000;
+    txn.set_service(changed);
+    txn.set_service(service("a", "b"));
+    let commit = txn.commit();
+    assert_eq!(commit.revision, None);
+    assert_eq!(commit.changed, 0);
+    assert_eq!(store.revision(), 1);
+}
+
+#[test]
+fn kind_mismatch_is_an_error() {
+    let mut store = Store::new();
+    let mut txn = store.begin();
+    let err = txn
+        .set(
+            Key::Node("n1".into()),
+            Value::Service(Arc::new(service("a", "b"))),
+        )
+        .expect_err("mismatch");
+    assert!(matches!(err, Error::KindMismatch { .. }));
+    assert_eq!(err.to_string(), "cannot store a Service value under key node/n1");
+}
+
+#[test]
+fn endpoints_range_over_one_service_only() {
+    let mut store = Store::new();
+    let mut txn = store.begin();
+    for (ns, name) in [("a", "x"), ("a", "y"), ("b", "x")] {
+        txn.set_service(service(ns, name));
+        for ip in ["10.0.0.1", "10.0.0.2"] {
+            txn.set_endpoint(ServiceName::new(ns, name), ip.into(), Endpoint::default());
+        }
+    }
+    txn.set_node(Node {
+        name: "n1".into(),
+        ..Default::default()
+    });
+    txn.commit();
+    let snap = store.snapshot();
+    let ids: Vec<_> = snap
+        .endpoints(&ServiceName::new("a", "y"))
+        .map(|(id, _)| id.to_string())
+        .collect();
+    assert_eq!(ids, ["10.0.0.1", "10.0.0.2"]);
+    assert_eq!(snap.endpoints(&ServiceName::new("a", "z")).count(), 0);
+    let names: Vec<_> = snap.services().map(|(n, _)| n.to_string()).collect();
+    assert_eq!(names, ["a/x", "a/y", "b/x"]);
+    assert!(snap.node("n1").is_some());
+}
+
+#[test]
+fn retain_deletes_what_a_relist_did_not_see() {
+    let mut store = Store::new();
+    let mut txn = store.begin();
+    txn.set_service(service("a", "x"));
+    txn.set_service(service("a", "y"));
+    txn.commit();
+    let mut txn = store.begin();
+    let gone = txn.retain(Kind::Service, |k, _| k == &Key::Service(ServiceName::new("a", "x")));
+    assert_eq!(gone, 1);
+    assert_eq!(txn.commit().revision, Some(2));
+    assert_eq!(store.snapshot().len(), 1);
+}
+
+#[test]
+fn change_log_is_bounded() {
+    let mut config = StoreConfig::default();
+    config.log_revisions = 2;
+    let mut store = Store::with_config(config);
+    let first = store.snapshot();
+    for i in 0..3u32 {
+        let mut txn = store.begin();
+        let mut s = service("a", "x");
+        s.health_check_node_port = i + 1;
+        txn.set_service(s);
+        txn.commit();
+    }
+    let last = store.snapshot();
+    assert!(last.changed_since(&first).is_none(), "revision 0 left the log");
+    let mut other = Store::new();
+    assert!(last.changed_since(&other.snapshot()).is_none(), "another store");
+    let mut txn = other.begin();
+    txn.set_service(service("a", "x"));
+    txn.commit();
+}
+
+#[tokio::test]
+async fn readers_wait_for_newer_revisions_and_sync() {
+    let mut store = Store::new();
+    let mut reader = store.reader();
+    let waiter = tokio::spawn({
+        let mut reader = reader.clone();
+        async move { reader.newer_than(0).await.map(|s| s.revision()) }
+    });
+    let synced = tokio::spawn({
+        let mut reader = reader.clone();
+        async move {
+            reader
+                .synced(&[Kind::Service, Kind::Endpoint])
+                .await
+                .map(|s| s.revision())
+        }
+    });
+    tokio::task::yield_now().await;
+    let mut txn = store.begin();
+    txn.set_service(service("a", "x"));
+    txn.commit();
+    let rev = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("woken")
+        .expect("joined")
+        .expect("open");
+    assert_eq!(rev, 1);
+    store.mark_synced(Kind::Service);
+    assert!(!synced.is_finished());
+    store.mark_synced(Kind::Endpoint);
+    let rev = tokio::time::timeout(Duration::from_secs(5), synced)
+        .await
+        .expect("woken")
+        .expect("joined")
+        .expect("open");
+    assert_eq!(rev, 1, "sync flags make no revision");
+    drop(store);
+    assert!(matches!(reader.newer_than(1).await, Err(Error::Closed)));
+}
