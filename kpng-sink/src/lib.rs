@@ -1,1 +1,451 @@
-//! x
+//! The traits a kpng-rs backend implements.
+//!
+//! This crate is the stable point that data-plane vendors build on. It
+//! depends only on `kpng-model` and changes rarely. A backend implements one
+//! of two styles:
+//!
+//! - [`FullStateSink`]: the backend receives the whole [`NodeView`] at each
+//!   sync, and makes the data plane match it. Simplest to write; right for a
+//!   backend whose own apply step diffs (or is cheap).
+//! - [`IncrementalSink`]: the backend receives set/delete callbacks per node,
+//!   Service and endpoint, then a [`sync`](IncrementalSink::sync) marker
+//!   that ends a revision. Right for a backend that rewrites only what
+//!   changed.
+//!
+//! Adapters connect them: [`FullState`] drives a full-state sink from
+//! incremental ops, and a `Vec` of incremental sinks fans out to each.
+//!
+//! The node view that both styles see already applies kube-proxy's endpoint
+//! selection rules (computed by `kpng-diff`): a backend never re-implements
+//! readiness, terminating fallback, topology hints or traffic policies.
+//!
+//! # The contract
+//!
+//! A driver (such as `kpng_diff::NodeProjector::sync_into`) calls an
+//! incremental sink in *rounds*. Each round is a sequence of callbacks
+//! followed by exactly one `sync(revision)`:
+//!
+//! 1. The first round of a sink's life, and the first round after any
+//!    `sync` that returned an error, starts with [`reset`](IncrementalSink::reset)
+//!    and then sends the complete view as sets. The sink must make its data
+//!    plane match exactly that state at the next `sync`, removing anything
+//!    it programmed before that the new state does not hold (a full resync).
+//! 2. Other rounds send only what changed since the previous successful
+//!    round.
+//! 3. `sync` is where the sink applies the round, ideally atomically. If it
+//!    fails, the data plane should keep its previous state; the driver will
+//!    retry with a full round.
+//!
+//! Within a round, ops come in the order of [`ViewOp`]: node first, then per
+//! Service either a deletion, or the Service's definition (when it changed)
+//! followed by its endpoint deletions and sets. `delete_service` implies the
+//! deletion of all that Service's endpoints.
+//!
+//! # Example
+//!
+//! A full-state backend that counts what it would program, driven through
+//! the [`FullState`] adapter:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use kpng_model::v1::Service;
+//! use kpng_model::view::{NodeView, ViewOp};
+//! use kpng_sink::{FullState, FullStateSink, IncrementalSink, SinkError};
+//!
+//! #[derive(Default)]
+//! struct Counter { services: usize }
+//!
+//! impl FullStateSink for Counter {
+//!     fn sync(&mut self, view: &NodeView) -> Result<(), SinkError> {
+//!         self.services = view.services.len();
+//!         Ok(())
+//!     }
+//! }
+//!
+//! let mut sink = FullState::new(Counter::default());
+//! sink.reset();
+//! let web = Service { namespace: "default".into(), name: "web".into(), ..Default::default() };
+//! sink.apply(&ViewOp::SetService(Arc::new(web)))?;
+//! sink.sync(1)?;
+//! assert_eq!(sink.inner().services, 1);
+//! # Ok::<(), SinkError>(())
+//! ```
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use kpng_model::ServiceName;
+use kpng_model::v1::{Node, Service};
+use kpng_model::view::{EndpointView, NodeView, ViewOp};
+
+/// A boxed error from a backend.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Errors of a sink.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SinkError {
+    /// The backend failed to apply a round. The driver retries with a full
+    /// round.
+    #[error("{sink}: {source}")]
+    Backend {
+        /// Which sink failed.
+        sink: String,
+        /// Why.
+        #[source]
+        source: BoxError,
+    },
+    /// An op did not fit the view it was applied to (out of order).
+    #[error(transparent)]
+    View(#[from] kpng_model::Error),
+}
+
+impl SinkError {
+    /// Wraps a backend's error, naming the sink.
+    pub fn backend(sink: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        SinkError::Backend {
+            sink: sink.into(),
+            source: source.into(),
+        }
+    }
+}
+
+/// A backend that receives the whole node view at each sync.
+pub trait FullStateSink {
+    /// Makes the data plane match `view` exactly. Called once per round with
+    /// the view at the round's revision. On error the data plane should keep
+    /// its previous state; the call is retried later with a newer view.
+    ///
+    /// # Errors
+    /// Whatever the backend reports, as [`SinkError::Backend`].
+    fn sync(&mut self, view: &NodeView) -> Result<(), SinkError>;
+}
+
+/// A backend that receives changes: set/delete callbacks, then a sync
+/// marker. See the crate docs for the contract of a round.
+///
+/// The callbacks are infallible: a sink buffers them and applies the round
+/// in [`sync`](IncrementalSink::sync). Every callback but `sync` defaults to
+/// doing nothing, so a sink implements only what it uses.
+pub trait IncrementalSink {
+    /// Forget everything: the round that follows carries the complete state.
+    /// Called before the first round and after a failed `sync`.
+    fn reset(&mut self) {}
+
+    /// This node's object was created or changed (zone, addresses).
+    fn set_node(&mut self, _node: &Arc<Node>) {}
+
+    /// This node's object went away.
+    fn delete_node(&mut self) {}
+
+    /// A Service was created, or its definition changed. A new Service has
+    /// no endpoints until `set_endpoint` adds them.
+    fn set_service(&mut self, _service: &Arc<Service>) {}
+
+    /// A Service went away, with all its endpoints.
+    fn delete_service(&mut self, _name: &ServiceName) {}
+
+    /// An endpoint address of a Service was added or changed.
+    fn set_endpoint(&mut self, _service: &ServiceName, _endpoint: &EndpointView) {}
+
+    /// An endpoint address of a Service went away.
+    fn delete_endpoint(&mut self, _service: &ServiceName, _ip: IpAddr) {}
+
+    /// Ends the round for `revision`: apply everything since the previous
+    /// sync (or since `reset`), ideally as one atomic transaction.
+    ///
+    /// # Errors
+    /// Whatever the backend reports. The driver then resets the sink and
+    /// retries with a full round.
+    fn sync(&mut self, revision: u64) -> Result<(), SinkError>;
+
+    /// Dispatches one [`ViewOp`] to the matching callback.
+    ///
+    /// # Errors
+    /// Only adapters that keep a view fail here, on an op that does not fit
+    /// it ([`SinkError::View`]).
+    fn apply(&mut self, op: &ViewOp) -> Result<(), SinkError> {
+        match op {
+            ViewOp::SetNode(node) => self.set_node(node),
+            ViewOp::DeleteNode => self.delete_node(),
+            ViewOp::SetService(service) => self.set_service(service),
+            ViewOp::DeleteService(name) => self.delete_service(name),
+            ViewOp::SetEndpoint(name, endpoint) => self.set_endpoint(name, endpoint),
+            ViewOp::DeleteEndpoint(name, ip) => self.delete_endpoint(name, *ip),
+        }
+        Ok(())
+    }
+}
+
+/// Drives a [`FullStateSink`] from incremental ops: it keeps the node view,
+/// applies each op to it, and hands the whole view to the inner sink at each
+/// sync. The view is a persistent map, so keeping it costs no copy.
+#[derive(Debug, Default)]
+pub struct FullState<S> {
+    view: NodeView,
+    inner: S,
+    /// The first op of this round that did not fit the view; reported by
+    /// `sync`, since callbacks cannot fail.
+    misfit: Option<kpng_model::Error>,
+}
+
+impl<S> FullState<S> {
+    /// Wraps a full-state sink.
+    pub fn new(inner: S) -> Self {
+        Self {
+            view: NodeView::default(),
+            inner,
+            misfit: None,
+        }
+    }
+
+    /// The wrapped sink.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    /// The wrapped sink, mutably.
+    pub fn inner_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The view as of the ops applied so far.
+    pub fn view(&self) -> &NodeView {
+        &self.view
+    }
+}
+
+impl<S> FullState<S> {
+    fn absorb(&mut self, op: &ViewOp) {
+        if let Err(e) = self.view.apply(op) {
+            self.misfit.get_or_insert(e);
+        }
+    }
+}
+
+impl<S: FullStateSink> IncrementalSink for FullState<S> {
+    fn reset(&mut self) {
+        self.view = NodeView::default();
+        self.misfit = None;
+    }
+    fn set_node(&mut self, node: &Arc<Node>) {
+        self.absorb(&ViewOp::SetNode(node.clone()));
+    }
+    fn delete_node(&mut self) {
+        self.absorb(&ViewOp::DeleteNode);
+    }
+    fn set_service(&mut self, service: &Arc<Service>) {
+        self.absorb(&ViewOp::SetService(service.clone()));
+    }
+    fn delete_service(&mut self, name: &ServiceName) {
+        self.absorb(&ViewOp::DeleteService(name.clone()));
+    }
+    fn set_endpoint(&mut self, service: &ServiceName, endpoint: &EndpointView) {
+        self.absorb(&ViewOp::SetEndpoint(service.clone(), endpoint.clone()));
+    }
+    fn delete_endpoint(&mut self, service: &ServiceName, ip: IpAddr) {
+        self.absorb(&ViewOp::DeleteEndpoint(service.clone(), ip));
+    }
+
+    fn apply(&mut self, op: &ViewOp) -> Result<(), SinkError> {
+        Ok(self.view.apply(op)?)
+    }
+
+    /// Hands the whole view to the inner sink. Fails without calling it when
+    /// an op of this round did not fit the view.
+    fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
+        if let Some(e) = self.misfit.take() {
+            return Err(e.into());
+        }
+        self.view.revision = revision;
+        self.inner.sync(&self.view)
+    }
+}
+
+/// Implements every method of [`IncrementalSink`] by forwarding to the sink
+/// the expression `$inner` names, so callbacks called directly are not lost
+/// in a default.
+macro_rules! forward_incremental_sink {
+    ($self:ident => $inner:expr) => {
+        fn reset(&mut $self) {
+            $inner.reset()
+        }
+        fn set_node(&mut $self, node: &Arc<Node>) {
+            $inner.set_node(node)
+        }
+        fn delete_node(&mut $self) {
+            $inner.delete_node()
+        }
+        fn set_service(&mut $self, service: &Arc<Service>) {
+            $inner.set_service(service)
+        }
+        fn delete_service(&mut $self, name: &ServiceName) {
+            $inner.delete_service(name)
+        }
+        fn set_endpoint(&mut $self, service: &ServiceName, endpoint: &EndpointView) {
+            $inner.set_endpoint(service, endpoint)
+        }
+        fn delete_endpoint(&mut $self, service: &ServiceName, ip: IpAddr) {
+            $inner.delete_endpoint(service, ip)
+        }
+        fn sync(&mut $self, revision: u64) -> Result<(), SinkError> {
+            $inner.sync(revision)
+        }
+        fn apply(&mut $self, op: &ViewOp) -> Result<(), SinkError> {
+            $inner.apply(op)
+        }
+    };
+}
+
+/// Forwards to the boxed sink, so `Box<dyn IncrementalSink>` is a sink.
+impl<S: IncrementalSink + ?Sized> IncrementalSink for Box<S> {
+    forward_incremental_sink!(self => (**self));
+}
+
+/// Forwards to the borrowed sink.
+impl<S: IncrementalSink + ?Sized> IncrementalSink for &mut S {
+    forward_incremental_sink!(self => (**self));
+}
+
+/// Fans out: every op goes to every sink, in order.
+///
+/// `sync` syncs every sink, even after one fails, and returns the first
+/// error. The driver then resets all of them, so a sink that succeeded
+/// receives a full round too: correct, if not minimal.
+impl<S: IncrementalSink> IncrementalSink for Vec<S> {
+    fn reset(&mut self) {
+        self.iter_mut().for_each(IncrementalSink::reset);
+    }
+    fn set_node(&mut self, node: &Arc<Node>) {
+        self.iter_mut().for_each(|s| s.set_node(node));
+    }
+    fn delete_node(&mut self) {
+        self.iter_mut().for_each(IncrementalSink::delete_node);
+    }
+    fn set_service(&mut self, service: &Arc<Service>) {
+        self.iter_mut().for_each(|s| s.set_service(service));
+    }
+    fn delete_service(&mut self, name: &ServiceName) {
+        self.iter_mut().for_each(|s| s.delete_service(name));
+    }
+    fn set_endpoint(&mut self, service: &ServiceName, endpoint: &EndpointView) {
+        self.iter_mut().for_each(|s| s.set_endpoint(service, endpoint));
+    }
+    fn delete_endpoint(&mut self, service: &ServiceName, ip: IpAddr) {
+        self.iter_mut().for_each(|s| s.delete_endpoint(service, ip));
+    }
+    fn apply(&mut self, op: &ViewOp) -> Result<(), SinkError> {
+        self.iter_mut().try_for_each(|s| s.apply(op))
+    }
+    fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
+        let mut first = None;
+        for sink in self.iter_mut() {
+            if let Err(e) = sink.sync(revision) {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Log {
+        calls: Vec<String>,
+        fail: bool,
+    }
+
+    impl IncrementalSink for Log {
+        fn reset(&mut self) {
+            self.calls.push("reset".into());
+        }
+        fn set_service(&mut self, service: &Arc<Service>) {
+            self.calls.push(format!("set {}", service.name));
+        }
+        fn delete_service(&mut self, name: &ServiceName) {
+            self.calls.push(format!("delete {name}"));
+        }
+        fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
+            self.calls.push(format!("sync {revision}"));
+            if self.fail {
+                return Err(SinkError::backend("log", "boom"));
+            }
+            Ok(())
+        }
+    }
+
+    fn svc(name: &str) -> Arc<Service> {
+        Arc::new(Service {
+            namespace: "ns".into(),
+            name: name.into(),
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn apply_dispatches_to_callbacks() {
+        let mut log = Log::default();
+        log.apply(&ViewOp::SetService(svc("a"))).expect("ok");
+        log.apply(&ViewOp::DeleteService(ServiceName::new("ns", "a")))
+            .expect("ok");
+        // Callbacks the sink does not implement do nothing.
+        log.apply(&ViewOp::DeleteNode).expect("ok");
+        assert_eq!(log.calls, ["set a", "delete ns/a"]);
+    }
+
+    #[test]
+    fn fanout_syncs_all_and_reports_the_first_error() {
+        let mut sinks = vec![
+            Log {
+                fail: true,
+                ..Default::default()
+            },
+            Log::default(),
+        ];
+        sinks.apply(&ViewOp::SetService(svc("a"))).expect("ok");
+        let err = sinks.sync(3).expect_err("first fails");
+        assert_eq!(err.to_string(), "log: boom");
+        assert_eq!(sinks[1].calls, ["set a", "sync 3"]);
+    }
+
+    #[test]
+    fn full_state_adapter_rejects_out_of_order_ops() {
+        struct Nop;
+        impl FullStateSink for Nop {
+            fn sync(&mut self, _: &NodeView) -> Result<(), SinkError> {
+                Ok(())
+            }
+        }
+        let mut sink = FullState::new(Nop);
+        let err = sink
+            .apply(&ViewOp::DeleteEndpoint(
+                ServiceName::new("ns", "a"),
+                "10.0.0.1".parse().expect("ip"),
+            ))
+            .expect_err("no such service");
+        assert_eq!(err.to_string(), "node view has no service ns/a");
+        // Called as a callback, the misfit surfaces at sync.
+        sink.delete_endpoint(&ServiceName::new("ns", "a"), "10.0.0.1".parse().expect("ip"));
+        let err = sink.sync(1).expect_err("misfit reported");
+        assert!(matches!(err, SinkError::View(_)));
+        sink.set_service(&svc("a"));
+        sink.sync(2).expect("clean round");
+        assert_eq!(sink.view().services.len(), 1);
+    }
+
+    #[test]
+    fn boxed_and_borrowed_sinks_forward() {
+        let mut log = Log::default();
+        {
+            let mut boxed: Box<dyn IncrementalSink + '_> = Box::new(&mut log);
+            boxed.reset();
+            boxed.apply(&ViewOp::SetService(svc("b"))).expect("ok");
+            boxed.set_service(&svc("c"));
+            boxed.sync(1).expect("ok");
+        }
+        assert_eq!(log.calls, ["reset", "set b", "set c", "sync 1"]);
+    }
+}
