@@ -1,1 +1,144 @@
-//! x
+//! The diff engine of kpng-rs, and the node view.
+//!
+//! Two things live here:
+//!
+//! - **The global diff.** [`diff`] returns the minimal ordered [`Op`]s
+//!   (sets and deletes) that turn one store snapshot into another. When the
+//!   store's change log covers the span it costs O(changed keys); otherwise
+//!   it walks the two persistent maps, skipping the subtrees they share.
+//!   [`apply`] replays ops onto a map (a replica, an API client).
+//! - **The node view.** [`NodeProjector`] projects the ENLS onto one node
+//!   with kube-proxy's endpoint selection rules, keeps that view up to date
+//!   revision after revision in O(changed Services), and yields
+//!   [`ViewOp`](kpng_model::view::ViewOp)s or drives a sink through
+//!   [`NodeProjector::sync_into`]. No backend ever re-implements the rules.
+//!
+//! # The node view rules
+//!
+//! Per Service and per IP family (each family is selected on its own):
+//!
+//! - **Cluster-policy endpoints** are the ready ones, filtered by topology
+//!   hints. Hints apply only when every ready endpoint has a hint and one
+//!   matches this node: node hints (PreferSameNode) by node name first, then
+//!   zone hints by this node's zone. When no endpoint is ready, the
+//!   endpoints that are serving and terminating are used, ignoring hints.
+//! - **Local-policy endpoints** are the ready endpoints on this node; when
+//!   there are none, this node's serving and terminating endpoints.
+//! - Endpoints that are not serving are never used.
+//! - A Service with no usable endpoint anywhere has no cluster-policy
+//!   endpoint ([`ServiceView::has_endpoints`](kpng_model::view::ServiceView::has_endpoints)
+//!   is false: backends REJECT); one whose endpoints are all elsewhere has
+//!   cluster-policy endpoints but no local-policy one (backends DROP Local
+//!   traffic).
+//!
+//! # Example
+//!
+//! ```
+//! use kpng_diff::{NodeProjector, diff};
+//! use kpng_model::v1::{Endpoint, IpSet, Service};
+//! use kpng_model::{IpFamily, ServiceName};
+//! use kpng_store::Store;
+//!
+//! let mut store = Store::new();
+//! let web = ServiceName::new("default", "web");
+//! let endpoint = |node: &str| Endpoint {
+//!     addresses: Some(IpSet::parse_addrs("ep", ["10.1.0.7"]).unwrap()),
+//!     node_name: node.into(),
+//!     ready: true,
+//!     serving: true,
+//!     ..Default::default()
+//! };
+//! let mut txn = store.begin();
+//! txn.set_service(Service { namespace: "default".into(), name: "web".into(), ..Default::default() });
+//! txn.set_endpoint(web.clone(), "10.1.0.7".into(), endpoint("node-b"));
+//! txn.commit();
+//! let before = store.snapshot();
+//!
+//! let mut projector = NodeProjector::new("node-a");
+//! let ops = projector.update(&before);
+//! assert_eq!(ops.len(), 2); // SetService, SetEndpoint
+//! let view = &projector.view().services[&web];
+//! assert!(view.has_endpoints(IpFamily::V4));
+//! assert_eq!(view.local_endpoints(IpFamily::V4).count(), 0);
+//!
+//! // The endpoint moves to this node: one store change, one view change.
+//! let mut txn = store.begin();
+//! txn.set_endpoint(web.clone(), "10.1.0.7".into(), endpoint("node-a"));
+//! txn.commit();
+//! let after = store.snapshot();
+//! assert_eq!(diff(&before, &after).len(), 1);
+//! assert_eq!(projector.update(&after).len(), 1);
+//! ```
+
+mod node;
+mod select;
+
+use imbl::OrdMap;
+use imbl::ordmap::DiffItem;
+use kpng_model::{Key, Value};
+use kpng_store::Snapshot;
+
+pub use node::{NodeProjector, SyncReport, diff_views, node_view};
+
+/// One operation of a global diff.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// The key now holds this value (created or changed).
+    Set(Key, Value),
+    /// The key went away.
+    Delete(Key),
+}
+
+impl Op {
+    /// The key this op is about.
+    pub fn key(&self) -> &Key {
+        match self {
+            Op::Set(k, _) | Op::Delete(k) => k,
+        }
+    }
+}
+
+/// The minimal ops, in key order, that turn snapshot `a` into snapshot `b`.
+///
+/// Minimal: one op per key whose value differs, none for keys written with
+/// an equal value. When `b`'s change log covers the span from `a` (same
+/// store, `a` not older than the log) the cost is O(changed keys); otherwise
+/// the maps are walked, skipping their shared subtrees.
+pub fn diff(a: &Snapshot, b: &Snapshot) -> Vec<Op> {
+    match b.changed_since(a) {
+        Some(keys) => keys
+            .into_iter()
+            .filter_map(|key| match (a.get(&key), b.get(&key)) {
+                (old, Some(new)) if old != Some(new) => Some(Op::Set(key, new.clone())),
+                (Some(_), None) => Some(Op::Delete(key)),
+                _ => None,
+            })
+            .collect(),
+        None => diff_maps(a.map(), b.map()),
+    }
+}
+
+/// The minimal ops, in key order, that turn map `a` into map `b`, by a
+/// structural walk that skips shared subtrees.
+pub fn diff_maps(a: &OrdMap<Key, Value>, b: &OrdMap<Key, Value>) -> Vec<Op> {
+    a.diff(b)
+        .map(|item| match item {
+            DiffItem::Add(k, v) | DiffItem::Update { new: (k, v), .. } => Op::Set(k.clone(), v.clone()),
+            DiffItem::Remove(k, _) => Op::Delete(k.clone()),
+        })
+        .collect()
+}
+
+/// Applies ops to a map, in order.
+pub fn apply<'a>(map: &mut OrdMap<Key, Value>, ops: impl IntoIterator<Item = &'a Op>) {
+    for op in ops {
+        match op {
+            Op::Set(k, v) => {
+                map.insert(k.clone(), v.clone());
+            }
+            Op::Delete(k) => {
+                map.remove(k);
+            }
+        }
+    }
+}

@@ -1,1 +1,261 @@
-//! x
+//! Test support for kpng-rs crates and for backends built on them.
+//!
+//! - [`Cluster`] builds deterministic synthetic cluster states of any size
+//!   (Services, endpoints spread over nodes and zones), for tests and
+//!   benchmarks.
+//! - [`RecordingSink`] is an [`IncrementalSink`] that records every call and
+//!   can be told to fail, for testing drivers.
+//!
+//! # Example
+//!
+//! ```
+//! use kpng_testkit::{Cluster, ClusterShape};
+//!
+//! let cluster = Cluster::synthetic(ClusterShape { services: 10, endpoints_per_service: 3, ..Default::default() });
+//! assert_eq!(cluster.services.len(), 10);
+//! assert_eq!(cluster.endpoints.len(), 30);
+//! ```
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+
+use kpng_model::ServiceName;
+use kpng_model::v1::{Endpoint, EndpointPort, IpSet, Node, Protocol, Service, ServicePort, ServiceType};
+use kpng_model::view::{EndpointView, ViewOp};
+use kpng_sink::{IncrementalSink, SinkError};
+
+/// The size of a synthetic cluster.
+#[derive(Clone, Copy, Debug)]
+pub struct ClusterShape {
+    /// Number of Services.
+    pub services: usize,
+    /// Endpoints per Service.
+    pub endpoints_per_service: usize,
+    /// Number of nodes; endpoints are spread over them round-robin.
+    pub nodes: usize,
+    /// Number of zones; nodes are spread over them round-robin.
+    pub zones: usize,
+}
+
+impl Default for ClusterShape {
+    fn default() -> Self {
+        Self {
+            services: 100,
+            endpoints_per_service: 10,
+            nodes: 10,
+            zones: 3,
+        }
+    }
+}
+
+/// A synthetic cluster state, as ENLS values.
+#[derive(Clone, Debug, Default)]
+pub struct Cluster {
+    /// The Services.
+    pub services: Vec<Service>,
+    /// The endpoints: owner, id (address) and value.
+    pub endpoints: Vec<(ServiceName, Arc<str>, Endpoint)>,
+    /// The nodes, named `node-0`, `node-1`, …
+    pub nodes: Vec<Node>,
+}
+
+/// The IPv4 address number `n` above `base`.
+fn v4(base: Ipv4Addr, n: usize) -> IpAddr {
+    let n = u32::try_from(n).unwrap_or(u32::MAX);
+    IpAddr::V4(Ipv4Addr::from(u32::from(base).wrapping_add(n)))
+}
+
+impl Cluster {
+    /// Builds a cluster of the given shape. Deterministic: the same shape
+    /// gives equal values. Services alternate between ClusterIP, NodePort
+    /// and LoadBalancer; every Service has an `http` TCP port, every third a
+    /// `dns` UDP port too.
+    pub fn synthetic(shape: ClusterShape) -> Self {
+        let nodes = (0..shape.nodes.max(1))
+            .map(|i| Node {
+                name: format!("node-{i}"),
+                zone: format!("zone-{}", i % shape.zones.max(1)),
+                region: "region-0".into(),
+                addresses: Some(IpSet::from_addrs([v4(Ipv4Addr::new(192, 168, 0, 0), i + 1)])),
+            })
+            .collect::<Vec<_>>();
+        let mut cluster = Cluster {
+            nodes,
+            ..Default::default()
+        };
+        for s in 0..shape.services {
+            let service = Self::service(s);
+            let name = service.service_name();
+            for e in 0..shape.endpoints_per_service {
+                let n = s * shape.endpoints_per_service + e;
+                let node = &cluster.nodes[n % cluster.nodes.len()];
+                let ip = v4(Ipv4Addr::new(10, 128, 0, 0), n + 1);
+                let endpoint = Self::endpoint(ip, node, &service);
+                cluster.endpoints.push((name.clone(), ip.to_string().into(), endpoint));
+            }
+            cluster.services.push(service);
+        }
+        cluster
+    }
+
+    /// Synthetic Service number `i`.
+    pub fn service(i: usize) -> Service {
+        let mut ports = vec![ServicePort {
+            name: "http".into(),
+            protocol: Protocol::Tcp as i32,
+            port: 80,
+            target_port: Some(kpng_model::v1::service_port::TargetPort::TargetPortName(
+                "web".into(),
+            )),
+            ..Default::default()
+        }];
+        if i % 3 == 0 {
+            ports.push(ServicePort {
+                name: "dns".into(),
+                protocol: Protocol::Udp as i32,
+                port: 53,
+                target_port: Some(kpng_model::v1::service_port::TargetPort::TargetPortNumber(5353)),
+                ..Default::default()
+            });
+        }
+        let r#type = match i % 3 {
+            0 => ServiceType::ClusterIp,
+            1 => ServiceType::NodePort,
+            _ => ServiceType::LoadBalancer,
+        };
+        if r#type != ServiceType::ClusterIp {
+            for (k, p) in ports.iter_mut().enumerate() {
+                p.node_port = 30000 + u32::try_from((i * 2 + k) % 2768).unwrap_or(0);
+            }
+        }
+        Service {
+            namespace: format!("ns-{}", i % 50),
+            name: format!("svc-{i}"),
+            r#type: r#type as i32,
+            cluster_ips: Some(IpSet::from_addrs([v4(Ipv4Addr::new(10, 96, 0, 0), i + 1)])),
+            load_balancer_ips: (r#type == ServiceType::LoadBalancer)
+                .then(|| IpSet::from_addrs([v4(Ipv4Addr::new(172, 30, 0, 0), i + 1)])),
+            ports,
+            ..Default::default()
+        }
+    }
+
+    /// A ready endpoint at `ip` on `node`, serving every port of `service`.
+    pub fn endpoint(ip: IpAddr, node: &Node, service: &Service) -> Endpoint {
+        Endpoint {
+            addresses: Some(IpSet::from_addrs([ip])),
+            node_name: node.name.clone(),
+            zone: node.zone.clone(),
+            ready: true,
+            serving: true,
+            terminating: false,
+            ports: service
+                .ports
+                .iter()
+                .map(|p| EndpointPort {
+                    name: p.name.clone(),
+                    protocol: p.protocol,
+                    port: p.port + 8000,
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+}
+
+/// One call a [`RecordingSink`] received.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Call {
+    /// `reset()`.
+    Reset,
+    /// Any set or delete, as the equivalent op.
+    Op(ViewOp),
+    /// `sync(revision)`.
+    Sync(u64),
+}
+
+/// An [`IncrementalSink`] that records its calls.
+#[derive(Clone, Debug, Default)]
+pub struct RecordingSink {
+    /// Every call so far, in order.
+    pub calls: Vec<Call>,
+    /// How many of the next `sync` calls fail.
+    pub fail_syncs: usize,
+}
+
+impl RecordingSink {
+    /// Takes every call recorded so far, leaving the record empty.
+    pub fn take(&mut self) -> Vec<Call> {
+        std::mem::take(&mut self.calls)
+    }
+
+    fn record(&mut self, op: ViewOp) {
+        self.calls.push(Call::Op(op));
+    }
+}
+
+impl IncrementalSink for RecordingSink {
+    fn reset(&mut self) {
+        self.calls.push(Call::Reset);
+    }
+    fn set_node(&mut self, node: &Arc<Node>) {
+        self.record(ViewOp::SetNode(node.clone()));
+    }
+    fn delete_node(&mut self) {
+        self.record(ViewOp::DeleteNode);
+    }
+    fn set_service(&mut self, service: &Arc<Service>) {
+        self.record(ViewOp::SetService(service.clone()));
+    }
+    fn delete_service(&mut self, name: &ServiceName) {
+        self.record(ViewOp::DeleteService(name.clone()));
+    }
+    fn set_endpoint(&mut self, service: &ServiceName, endpoint: &EndpointView) {
+        self.record(ViewOp::SetEndpoint(service.clone(), endpoint.clone()));
+    }
+    fn delete_endpoint(&mut self, service: &ServiceName, ip: IpAddr) {
+        self.record(ViewOp::DeleteEndpoint(service.clone(), ip));
+    }
+    fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
+        self.calls.push(Call::Sync(revision));
+        if self.fail_syncs > 0 {
+            self.fail_syncs -= 1;
+            return Err(SinkError::backend("recording", "told to fail"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn synthetic_is_deterministic_and_shaped() {
+        let shape = ClusterShape {
+            services: 7,
+            endpoints_per_service: 2,
+            nodes: 3,
+            zones: 2,
+        };
+        let a = Cluster::synthetic(shape);
+        let b = Cluster::synthetic(shape);
+        assert_eq!(a.services, b.services);
+        assert_eq!(a.endpoints.len(), 14);
+        assert_eq!(a.nodes.len(), 3);
+        assert_eq!(a.nodes[2].zone, "zone-0");
+        let ids: std::collections::BTreeSet<_> = a.endpoints.iter().map(|e| e.1.clone()).collect();
+        assert_eq!(ids.len(), 14, "endpoint addresses are unique");
+    }
+
+    #[test]
+    fn recording_sink_fails_when_told() {
+        let mut sink = RecordingSink {
+            fail_syncs: 1,
+            ..Default::default()
+        };
+        assert!(sink.sync(1).is_err());
+        assert!(sink.sync(2).is_ok());
+        assert_eq!(sink.take(), [Call::Sync(1), Call::Sync(2)]);
+    }
+}

@@ -1,0 +1,243 @@
+//! The node view: projection, diff and the incremental projector.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use imbl::ordmap::DiffItem;
+use kpng_model::view::{NodeView, ServiceView, ViewOp};
+use kpng_model::{Key, ServiceName};
+use kpng_sink::{IncrementalSink, SinkError};
+use kpng_store::Snapshot;
+
+use crate::select::{NodeContext, project_service};
+
+/// Computes the whole node view of `node_name` at `snapshot`. O(store).
+pub fn node_view(snapshot: &Snapshot, node_name: &str) -> NodeView {
+    let mut projector = NodeProjector::new(node_name);
+    projector.update(snapshot);
+    projector.view
+}
+
+/// The ops that turn node view `a` into node view `b`, in [`ViewOp`] order.
+///
+/// Services whose view is shared between `a` and `b` are skipped without
+/// being compared, so diffing two views computed by one projector costs
+/// O(changed Services).
+pub fn diff_views(a: &NodeView, b: &NodeView) -> Vec<ViewOp> {
+    let mut ops = Vec::new();
+    node_ops(a, b.node.as_ref(), &mut ops);
+    for item in a.services.diff(&b.services) {
+        match item {
+            DiffItem::Add(_, new) => service_ops(None, Some(new), &mut ops),
+            DiffItem::Update { old, new } => service_ops(Some(old.1), Some(new.1), &mut ops),
+            DiffItem::Remove(name, _) => ops.push(ViewOp::DeleteService(name.clone())),
+        }
+    }
+    ops
+}
+
+fn node_ops(a: &NodeView, node: Option<&Arc<kpng_model::v1::Node>>, ops: &mut Vec<ViewOp>) {
+    match (a.node.as_ref(), node) {
+        (old, Some(new)) if old != Some(new) => ops.push(ViewOp::SetNode(new.clone())),
+        (Some(_), None) => ops.push(ViewOp::DeleteNode),
+        _ => {}
+    }
+}
+
+/// Appends the ops that turn one Service's view `old` into `new`.
+fn service_ops(old: Option<&Arc<ServiceView>>, new: Option<&Arc<ServiceView>>, ops: &mut Vec<ViewOp>) {
+    let (old, new) = match (old, new) {
+        (None, None) => return,
+        (Some(old), None) => {
+            ops.push(ViewOp::DeleteService(old.name()));
+            return;
+        }
+        (old, Some(new)) => (old, new),
+    };
+    if old.is_some_and(|o| Arc::ptr_eq(o, new)) {
+        return;
+    }
+    let name = new.name();
+    let old_endpoints = old.map_or(&[][..], |o| &o.endpoints[..]);
+    if old.is_none_or(|o| o.service != new.service) {
+        ops.push(ViewOp::SetService(new.service.clone()));
+    }
+    // Both lists are sorted by address: merge them.
+    let mut sets = Vec::new();
+    let (mut i, mut j) = (0, 0);
+    while i < old_endpoints.len() || j < new.endpoints.len() {
+        match (old_endpoints.get(i), new.endpoints.get(j)) {
+            (Some(o), Some(n)) if o.ip == n.ip => {
+                if o != n {
+                    sets.push(ViewOp::SetEndpoint(name.clone(), n.clone()));
+                }
+                i += 1;
+                j += 1;
+            }
+            (Some(o), n) if n.is_none_or(|n| o.ip < n.ip) => {
+                ops.push(ViewOp::DeleteEndpoint(name.clone(), o.ip));
+                i += 1;
+            }
+            (_, Some(n)) => {
+                sets.push(ViewOp::SetEndpoint(name.clone(), n.clone()));
+                j += 1;
+            }
+            (Some(_), None) | (None, None) => break,
+        }
+    }
+    ops.extend(sets);
+}
+
+/// Which Services a revision may have changed for this node.
+enum Affected {
+    All,
+    Some(BTreeSet<ServiceName>),
+}
+
+/// Keeps one node's view up to date, revision after revision, and yields
+/// what changed.
+///
+/// It uses the store's change log to recompute only the Services whose
+/// entries changed, so an update costs O(changed Services × their
+/// endpoints), whatever the store's size. A change to this node's object
+/// (its zone drives topology hints) recomputes every Service, as kube-proxy
+/// does a full sync on a node-label change. A change to an endpoint that
+/// does not alter this node's view yields no op.
+#[derive(Debug)]
+pub struct NodeProjector {
+    node_name: Arc<str>,
+    view: NodeView,
+    last: Option<Snapshot>,
+    needs_full: bool,
+}
+
+/// What [`NodeProjector::sync_into`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SyncReport {
+    /// The revision synced.
+    pub revision: u64,
+    /// Ops sent to the sink.
+    pub ops: usize,
+    /// Whether this was a full round (after `reset`).
+    pub full: bool,
+}
+
+impl NodeProjector {
+    /// A projector for the node named `node_name`, with an empty view.
+    pub fn new(node_name: impl Into<Arc<str>>) -> Self {
+        Self {
+            node_name: node_name.into(),
+            view: NodeView::default(),
+            last: None,
+            needs_full: true,
+        }
+    }
+
+    /// The node this projector is for.
+    pub fn node_name(&self) -> &str {
+        &self.node_name
+    }
+
+    /// The current view.
+    pub fn view(&self) -> &NodeView {
+        &self.view
+    }
+
+    /// Brings the view to `snapshot` and returns the ops from the previous
+    /// view to the new one. The first call returns the whole view as sets.
+    pub fn update(&mut self, snapshot: &Snapshot) -> Vec<ViewOp> {
+        let affected = match &self.last {
+            None => Affected::All,
+            Some(last) => match snapshot.changed_since(last) {
+                Some(keys) if !keys.contains(&Key::Node(self.node_name.clone())) => {
+                    Affected::Some(keys.iter().filter_map(Key::service).cloned().collect())
+                }
+                _ => Affected::All,
+            },
+        };
+
+        let mut ops = Vec::new();
+        let node = snapshot.node(&self.node_name).cloned();
+        node_ops(&self.view, node.as_ref(), &mut ops);
+        let zone = node.as_ref().map_or("", |n| n.zone.as_str());
+        let context = NodeContext {
+            name: &self.node_name,
+            zone,
+        };
+
+        let names: BTreeSet<ServiceName> = match affected {
+            Affected::Some(names) => names,
+            Affected::All => self
+                .view
+                .services
+                .keys()
+                .chain(snapshot.services().map(|(n, _)| n))
+                .cloned()
+                .collect(),
+        };
+        let mut services = self.view.services.clone();
+        for name in names {
+            let new = project_service(snapshot, &name, context).map(Arc::new);
+            let old = services.get(&name);
+            if old.map(|o| &**o) == new.as_deref() {
+                continue;
+            }
+            service_ops(old, new.as_ref(), &mut ops);
+            match new {
+                Some(new) => services.insert(name, new),
+                None => services.remove(&name),
+            };
+        }
+        self.view = NodeView {
+            revision: snapshot.revision(),
+            node,
+            services,
+        };
+        self.last = Some(snapshot.clone());
+        ops
+    }
+
+    /// Brings the view to `snapshot` and drives `sink` through one round.
+    ///
+    /// The first round, and the first round after a failed sync, is full:
+    /// the sink is reset and receives the whole view. Other rounds carry
+    /// only the changes. Nothing is sent (and `Ok(None)` returned) when the
+    /// view did not change since the last successful round.
+    ///
+    /// # Errors
+    /// The sink's error. The next call then makes a full round.
+    pub fn sync_into<S: IncrementalSink + ?Sized>(
+        &mut self,
+        snapshot: &Snapshot,
+        sink: &mut S,
+    ) -> Result<Option<SyncReport>, SinkError> {
+        let delta = self.update(snapshot);
+        let full = self.needs_full;
+        let ops = if full {
+            sink.reset();
+            diff_views(&NodeView::default(), &self.view)
+        } else if delta.is_empty() {
+            return Ok(None);
+        } else {
+            delta
+        };
+        for op in &ops {
+            sink.apply(op)?;
+        }
+        self.needs_full = true;
+        sink.sync(self.view.revision)?;
+        self.needs_full = false;
+        tracing::debug!(revision = self.view.revision, ops = ops.len(), full, "synced sink");
+        Ok(Some(SyncReport {
+            revision: self.view.revision,
+            ops: ops.len(),
+            full,
+        }))
+    }
+
+    /// Forces the next [`sync_into`](Self::sync_into) to make a full round.
+    pub fn force_full(&mut self) {
+        self.needs_full = true;
+    }
+}

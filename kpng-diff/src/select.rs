@@ -1,0 +1,159 @@
+//! kube-proxy's endpoint selection, applied to one Service for one node.
+//!
+//! The rules follow kube-proxy (`pkg/proxy/topology.go`,
+//! `CategorizeEndpoints`); each is cited where it is implemented.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use kpng_model::v1::Endpoint;
+use kpng_model::view::{EndpointView, ServiceView};
+use kpng_model::{IpFamily, ServiceName};
+use kpng_store::Snapshot;
+
+/// What the selection needs to know about the node it runs for.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct NodeContext<'a> {
+    /// This node's name: endpoints with this `nodeName` are local, and node
+    /// hints name it.
+    pub(crate) name: &'a str,
+    /// This node's `topology.kubernetes.io/zone`, or empty when unknown.
+    pub(crate) zone: &'a str,
+}
+
+struct Candidate<'a> {
+    ip: IpAddr,
+    endpoint: &'a Arc<Endpoint>,
+    is_local: bool,
+}
+
+impl Candidate<'_> {
+    /// Ready, and serving: "endpoints that are not serving are never used"
+    /// holds even for an inconsistent slice claiming ready but not serving.
+    fn ready(&self) -> bool {
+        self.endpoint.ready && self.endpoint.serving
+    }
+
+    /// The fallback class: serving and terminating (KEP-1669).
+    fn serving_terminating(&self) -> bool {
+        self.endpoint.serving && self.endpoint.terminating
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Topology {
+    None,
+    Zone,
+    Node,
+}
+
+/// Decides whether topology hints apply (kube-proxy `canUseTopology`):
+/// only ready endpoints are considered; node hints (PreferSameNode) win
+/// when every ready endpoint has node hints and one names this node; else
+/// zone hints apply when every ready endpoint has zone hints and one names
+/// this node's zone; else there is no filtering.
+fn topology(candidates: &[Candidate<'_>], node: NodeContext<'_>) -> Topology {
+    let mut all_node_hints = true;
+    let mut node_match = false;
+    let mut all_zone_hints = true;
+    let mut zone_match = false;
+    let mut any_ready = false;
+    for c in candidates.iter().filter(|c| c.ready()) {
+        any_ready = true;
+        let ep = c.endpoint;
+        if ep.hint_nodes.is_empty() {
+            all_node_hints = false;
+        } else if ep.hint_nodes.iter().any(|n| n == node.name) {
+            node_match = true;
+        }
+        if ep.hint_zones.is_empty() {
+            all_zone_hints = false;
+        } else if !node.zone.is_empty() && ep.hint_zones.iter().any(|z| z == node.zone) {
+            zone_match = true;
+        }
+    }
+    if any_ready && all_node_hints && node_match {
+        Topology::Node
+    } else if any_ready && all_zone_hints && zone_match {
+        Topology::Zone
+    } else {
+        Topology::None
+    }
+}
+
+fn hinted_here(c: &Candidate<'_>, mode: Topology, node: NodeContext<'_>) -> bool {
+    match mode {
+        Topology::None => true,
+        Topology::Zone => c.endpoint.hint_zones.iter().any(|z| z == node.zone),
+        Topology::Node => c.endpoint.hint_nodes.iter().any(|n| n == node.name),
+    }
+}
+
+/// Selects the endpoints of one family and appends the used ones to `out`.
+fn select_family(candidates: &[Candidate<'_>], node: NodeContext<'_>, out: &mut Vec<EndpointView>) {
+    // Cluster policy: ready endpoints, topology-filtered; when none is ready
+    // anywhere, every serving-and-terminating endpoint, ignoring topology.
+    let mode = topology(candidates, node);
+    let mut cluster: Vec<bool> = candidates
+        .iter()
+        .map(|c| c.ready() && hinted_here(c, mode, node))
+        .collect();
+    if !cluster.contains(&true) {
+        cluster = candidates.iter().map(Candidate::serving_terminating).collect();
+    }
+
+    // Local policy: ready endpoints on this node; when none is, the
+    // serving-and-terminating endpoints on this node.
+    let local_ready = candidates.iter().any(|c| c.is_local && c.ready());
+    let local = candidates.iter().map(|c| {
+        c.is_local
+            && if local_ready {
+                c.ready()
+            } else {
+                c.serving_terminating()
+            }
+    });
+
+    for ((c, cluster), local) in candidates.iter().zip(cluster).zip(local) {
+        if cluster || local {
+            out.push(EndpointView {
+                ip: c.ip,
+                endpoint: c.endpoint.clone(),
+                is_local: c.is_local,
+                cluster,
+                local,
+            });
+        }
+    }
+}
+
+/// Projects one Service of `snapshot` onto the node: `None` when the
+/// snapshot has no such Service.
+pub(crate) fn project_service(
+    snapshot: &Snapshot,
+    name: &ServiceName,
+    node: NodeContext<'_>,
+) -> Option<ServiceView> {
+    let service = snapshot.service(name)?;
+    let mut view = ServiceView::new(service.clone());
+    let mut candidates = Vec::new();
+    for family in IpFamily::BOTH {
+        candidates.clear();
+        for (_, endpoint) in snapshot.endpoints(name) {
+            // Only the first address of an endpoint is used, per family.
+            let Some(ip) = endpoint.addresses.as_ref().and_then(|a| a.addrs(family).next()) else {
+                continue;
+            };
+            candidates.push(Candidate {
+                ip,
+                endpoint,
+                is_local: !node.name.is_empty() && endpoint.node_name == node.name,
+            });
+        }
+        select_family(&candidates, node, &mut view.endpoints);
+    }
+    view.endpoints.sort_by(|a, b| a.ip.cmp(&b.ip));
+    // Endpoints are de-duplicated by address; keep the first copy.
+    view.endpoints.dedup_by(|a, b| a.ip == b.ip);
+    Some(view)
+}

@@ -1,0 +1,272 @@
+//! Property tests of the diff engine and the node projector.
+
+use std::sync::Arc;
+
+use kpng_diff::{NodeProjector, Op, apply, diff, diff_maps, diff_views, node_view};
+use kpng_model::v1::{Endpoint, IpSet, Node, Service, TrafficPolicy};
+use kpng_model::view::NodeView;
+use kpng_model::{Key, ServiceName, Value};
+use kpng_sink::{FullState, FullStateSink, SinkError};
+use kpng_store::{Snapshot, Store, StoreConfig};
+use kpng_testkit::RecordingSink;
+use proptest::prelude::*;
+
+const NODE: &str = "node-a";
+
+#[derive(Clone, Debug)]
+enum Write {
+    Set(Key, Value),
+    Delete(Key),
+}
+
+fn service_name() -> impl Strategy<Value = ServiceName> {
+    (0..2u8, 0..3u8).prop_map(|(ns, n)| ServiceName::new(format!("ns{ns}"), format!("s{n}")))
+}
+
+fn node_name() -> impl Strategy<Value = &'static str> {
+    prop_oneof![Just(NODE), Just("node-b"), Just("")]
+}
+
+fn zones() -> impl Strategy<Value = Vec<String>> {
+    prop_oneof![
+        Just(vec![]),
+        Just(vec!["zone-1".to_string()]),
+        Just(vec!["zone-2".to_string()]),
+    ]
+}
+
+fn write() -> impl Strategy<Value = Write> {
+    let service = (service_name(), any::<bool>(), 0..2u32).prop_map(|(name, local, port)| {
+        let svc = Service {
+            namespace: name.namespace.to_string(),
+            name: name.name.to_string(),
+            internal_traffic_policy: if local { TrafficPolicy::Local as i32 } else { 0 },
+            health_check_node_port: port,
+            ..Default::default()
+        };
+        Write::Set(Key::Service(name), Value::Service(Arc::new(svc)))
+    });
+    let endpoint = (
+        service_name(),
+        0..4u8,
+        any::<bool>(),
+        node_name(),
+        any::<(bool, bool, bool)>(),
+        zones(),
+    )
+        .prop_map(|(name, id, v6, node, (ready, serving, terminating), hint_zones)| {
+            let ip = if v6 { format!("fd00::{id}") } else { format!("10.0.0.{id}") };
+            let ep = Endpoint {
+                addresses: Some(IpSet::parse_addrs("ip", [ip.as_str()]).expect("ip")),
+                node_name: node.into(),
+                ready,
+                serving,
+                terminating,
+                hint_zones,
+                ..Default::default()
+            };
+            Write::Set(Key::Endpoint(name, ip.into()), Value::Endpoint(Arc::new(ep)))
+        });
+    let node = (node_name(), prop_oneof![Just("zone-1"), Just("zone-2")]).prop_map(|(name, zone)| {
+        let node = Node { name: name.into(), zone: zone.into(), ..Default::default() };
+        Write::Set(Key::Node(name.into()), Value::Node(Arc::new(node)))
+    });
+    prop_oneof![
+        2 => service,
+        5 => endpoint,
+        1 => node,
+        1 => service_name().prop_map(|n| Write::Delete(Key::Service(n))),
+        2 => (service_name(), 0..4u8).prop_map(|(n, id)| Write::Delete(Key::Endpoint(n, format!("10.0.0.{id}").into()))),
+        1 => Just(Write::Delete(Key::Node(NODE.into()))),
+    ]
+}
+
+/// Runs the transactions and returns the snapshot after each (revision 0
+/// first). A small change log makes some spans fall back to the walk.
+fn history(txns: Vec<Vec<Write>>, log_revisions: usize) -> Vec<Snapshot> {
+    let mut config = StoreConfig::default();
+    config.log_revisions = log_revisions;
+    let mut store = Store::with_config(config);
+    let mut snaps = vec![store.snapshot()];
+    for writes in txns {
+        let mut txn = store.begin();
+        for w in writes {
+            match w {
+                Write::Set(k, v) => {
+                    txn.set(k, v).expect("kinds match");
+                }
+                Write::Delete(k) => {
+                    txn.delete(&k);
+                }
+            }
+        }
+        txn.commit();
+        snaps.push(store.snapshot());
+    }
+    snaps
+}
+
+fn txns() -> impl Strategy<Value = Vec<Vec<Write>>> {
+    prop::collection::vec(prop::collection::vec(write(), 0..6), 1..16)
+}
+
+proptest! {
+    #[test]
+    fn apply_diff_a_b_to_a_gives_b(txns in txns(), log in 1..6usize) {
+        let snaps = history(txns, log);
+        for a in &snaps {
+            prop_assert!(diff(a, a).is_empty(), "diff(A, A) is empty");
+            for b in &snaps {
+                let ops = diff(a, b);
+                let mut map = a.map().clone();
+                apply(&mut map, &ops);
+                prop_assert_eq!(&map, b.map());
+                // Minimal: the same ops as the structural walk, which emits
+                // one op per differing key, in key order.
+                prop_assert_eq!(&ops, &diff_maps(a.map(), b.map()));
+                let keys: Vec<&Key> = ops.iter().map(Op::key).collect();
+                prop_assert!(keys.windows(2).all(|w| w[0] < w[1]), "ordered, one op per key");
+            }
+        }
+    }
+
+    #[test]
+    fn projector_matches_a_fresh_projection(txns in txns(), log in 1..6usize) {
+        let snaps = history(txns, log);
+        let mut projector = NodeProjector::new(NODE);
+        let mut previous = NodeView::default();
+        for snap in &snaps {
+            let ops = projector.update(snap);
+            let fresh = node_view(snap, NODE);
+            prop_assert_eq!(projector.view(), &fresh);
+            // The ops turn the previous view into the new one ...
+            let mut applied = previous.clone();
+            for op in &ops {
+                applied.apply(op).expect("ops fit the view");
+            }
+            applied.revision = fresh.revision;
+            prop_assert_eq!(&applied, &fresh);
+            // ... and are exactly what diffing the two views gives.
+            prop_assert_eq!(&ops, &diff_views(&previous, &fresh));
+            if previous.services == fresh.services && previous.node == fresh.node {
+                prop_assert!(ops.is_empty(), "no op when the view did not change");
+            }
+            previous = fresh;
+        }
+    }
+
+    #[test]
+    fn sync_into_keeps_a_full_state_sink_exact(txns in txns(), fail_at in 0..16usize) {
+        #[derive(Default)]
+        struct Last { view: NodeView, fail: bool }
+        impl FullStateSink for Last {
+            fn sync(&mut self, view: &NodeView) -> Result<(), SinkError> {
+                if std::mem::take(&mut self.fail) {
+                    return Err(SinkError::backend("last", "injected"));
+                }
+                self.view = view.clone();
+                Ok(())
+            }
+        }
+        let snaps = history(txns, 1024);
+        let mut projector = NodeProjector::new(NODE);
+        let mut sink = FullState::new(Last::default());
+        for (i, snap) in snaps.iter().enumerate() {
+            // The failure fires at the first round from `fail_at` on (a
+            // revision that changes nothing for this node makes no round).
+            if i == fail_at {
+                sink.inner_mut().fail = true;
+            }
+            if projector.sync_into(snap, &mut sink).is_err() {
+                prop_assert!(i >= fail_at);
+                continue;
+            }
+            let mut expected = node_view(snap, NODE);
+            expected.revision = sink.inner().view.revision;
+            prop_assert_eq!(&sink.inner().view, &expected);
+        }
+    }
+}
+
+#[test]
+fn first_round_and_round_after_failure_are_full() {
+    let mut store = Store::new();
+    let name = ServiceName::new("ns", "web");
+    let mut txn = store.begin();
+    txn.set_service(Service { namespace: "ns".into(), name: "web".into(), ..Default::default() });
+    txn.commit();
+    let mut projector = NodeProjector::new(NODE);
+    let mut sink = RecordingSink::default();
+
+    let report = projector.sync_into(&store.snapshot(), &mut sink).expect("ok").expect("round");
+    assert!(report.full);
+    assert_eq!(sink.calls.first(), Some(&kpng_testkit::Call::Reset));
+
+    // Nothing changed: no round at all.
+    assert_eq!(projector.sync_into(&store.snapshot(), &mut sink).expect("ok"), None);
+
+    // A change, and the sink fails: the next round is full again.
+    let mut txn = store.begin();
+    txn.set_endpoint(
+        name.clone(),
+        "10.0.0.1".into(),
+        Endpoint {
+            addresses: Some(IpSet::parse_addrs("ip", ["10.0.0.1"]).expect("ip")),
+            ready: true,
+            serving: true,
+            ..Default::default()
+        },
+    );
+    txn.commit();
+    sink.fail_syncs = 1;
+    sink.take();
+    assert!(projector.sync_into(&store.snapshot(), &mut sink).is_err());
+    assert_eq!(sink.calls.len(), 2, "one endpoint set, one sync: {:?}", sink.calls);
+    sink.take();
+    let report = projector.sync_into(&store.snapshot(), &mut sink).expect("ok").expect("round");
+    assert!(report.full);
+    assert_eq!(report.ops, 2, "SetService and SetEndpoint");
+    assert_eq!(sink.calls.first(), Some(&kpng_testkit::Call::Reset));
+}
+
+#[test]
+fn another_nodes_change_that_does_not_alter_this_view_yields_nothing() {
+    let mut store = Store::new();
+    let name = ServiceName::new("ns", "web");
+    let endpoint = |ip: &str, node: &str, zone: &str, ready: bool| Endpoint {
+        addresses: Some(IpSet::parse_addrs("ip", [ip]).expect("ip")),
+        node_name: node.into(),
+        ready,
+        serving: ready,
+        hint_zones: vec![zone.into()],
+        ..Default::default()
+    };
+    let mut txn = store.begin();
+    txn.set_node(Node { name: NODE.into(), zone: "zone-1".into(), ..Default::default() });
+    txn.set_service(Service { namespace: "ns".into(), name: "web".into(), ..Default::default() });
+    txn.set_endpoint(name.clone(), "10.0.0.1".into(), endpoint("10.0.0.1", NODE, "zone-1", true));
+    txn.set_endpoint(name.clone(), "10.0.0.2".into(), endpoint("10.0.0.2", "node-b", "zone-2", true));
+    txn.commit();
+    let mut projector = NodeProjector::new(NODE);
+    projector.update(&store.snapshot());
+    let before = projector.view().clone();
+    assert_eq!(before.services[&name].endpoints.len(), 1, "zone hints keep only zone-1");
+
+    // The zone-2 endpoint on another node goes not-ready: the store changes
+    // (a new revision), this node's view does not.
+    let mut txn = store.begin();
+    txn.set_endpoint(name.clone(), "10.0.0.2".into(), endpoint("10.0.0.2", "node-b", "zone-2", false));
+    assert!(txn.commit().revision.is_some());
+    assert!(projector.update(&store.snapshot()).is_empty());
+    assert_eq!(projector.view().services, before.services);
+
+    // This node's zone changes: every Service is recomputed, and the view
+    // changes (hints no longer match, so no filtering).
+    let mut txn = store.begin();
+    txn.set_node(Node { name: NODE.into(), zone: "zone-3".into(), ..Default::default() });
+    txn.set_endpoint(name.clone(), "10.0.0.2".into(), endpoint("10.0.0.2", "node-b", "zone-2", true));
+    txn.commit();
+    let ops = projector.update(&store.snapshot());
+    assert!(matches!(ops[0], kpng_model::view::ViewOp::SetNode(_)));
+    assert_eq!(projector.view().services[&name].endpoints.len(), 2);
+}
