@@ -5,8 +5,9 @@
 //! - **The global diff.** [`diff`] returns the minimal ordered [`Op`]s
 //!   (sets and deletes) that turn one store snapshot into another. When the
 //!   store's change log covers the span it costs O(changed keys); otherwise
-//!   it walks the two persistent maps, skipping the subtrees they share.
-//!   [`apply`] replays ops onto a map (a replica, an API client).
+//!   it walks the two persistent states, skipping what they share.
+//!   [`apply`] replays ops into a store transaction (a replica, an API
+//!   client).
 //! - **The node view.** [`NodeProjector`] projects the ENLS onto one node
 //!   with kube-proxy's endpoint selection rules, keeps that view up to date
 //!   revision after revision in O(changed Services), and yields
@@ -42,7 +43,7 @@
 //! let mut store = Store::new();
 //! let web = ServiceName::new("default", "web");
 //! let endpoint = |node: &str| Endpoint {
-//!     addresses: Some(IpSet::parse_addrs("ep", ["10.1.0.7"]).unwrap()),
+//!     addresses: IpSet::parse_addrs("ep", ["10.1.0.7"]).ok(),
 //!     node_name: node.into(),
 //!     ready: true,
 //!     serving: true,
@@ -50,7 +51,7 @@
 //! };
 //! let mut txn = store.begin();
 //! txn.set_service(Service { namespace: "default".into(), name: "web".into(), ..Default::default() });
-//! txn.set_endpoint(web.clone(), "10.1.0.7".into(), endpoint("node-b"));
+//! txn.set_endpoint(web.clone(), "10.1.0.7".parse()?, endpoint("node-b"));
 //! txn.commit();
 //! let before = store.snapshot();
 //!
@@ -63,20 +64,19 @@
 //!
 //! // The endpoint moves to this node: one store change, one view change.
 //! let mut txn = store.begin();
-//! txn.set_endpoint(web.clone(), "10.1.0.7".into(), endpoint("node-a"));
+//! txn.set_endpoint(web.clone(), "10.1.0.7".parse()?, endpoint("node-a"));
 //! txn.commit();
 //! let after = store.snapshot();
 //! assert_eq!(diff(&before, &after).len(), 1);
 //! assert_eq!(projector.update(&after).len(), 1);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 mod node;
 mod select;
 
-use imbl::OrdMap;
-use imbl::ordmap::DiffItem;
 use kpng_model::{Key, Value};
-use kpng_store::Snapshot;
+use kpng_store::{Snapshot, Txn};
 
 pub use node::{NodeProjector, SyncReport, diff_views, node_view};
 
@@ -102,43 +102,39 @@ impl Op {
 ///
 /// Minimal: one op per key whose value differs, none for keys written with
 /// an equal value. When `b`'s change log covers the span from `a` (same
-/// store, `a` not older than the log) the cost is O(changed keys); otherwise
-/// the maps are walked, skipping their shared subtrees.
+/// store, `a` not older than the log) the cost is O(changed keys);
+/// otherwise both states are walked, skipping what they share (see
+/// [`Snapshot::keys_to_compare`]).
 pub fn diff(a: &Snapshot, b: &Snapshot) -> Vec<Op> {
-    match b.changed_since(a) {
-        Some(keys) => keys
-            .into_iter()
-            .filter_map(|key| match (a.get(&key), b.get(&key)) {
-                (old, Some(new)) if old != Some(new) => Some(Op::Set(key, new.clone())),
-                (Some(_), None) => Some(Op::Delete(key)),
-                _ => None,
-            })
-            .collect(),
-        None => diff_maps(a.map(), b.map()),
-    }
-}
-
-/// The minimal ops, in key order, that turn map `a` into map `b`, by a
-/// structural walk that skips shared subtrees.
-pub fn diff_maps(a: &OrdMap<Key, Value>, b: &OrdMap<Key, Value>) -> Vec<Op> {
-    a.diff(b)
-        .map(|item| match item {
-            DiffItem::Add(k, v) | DiffItem::Update { new: (k, v), .. } => Op::Set(k.clone(), v.clone()),
-            DiffItem::Remove(k, _) => Op::Delete(k.clone()),
+    b.keys_to_compare(a)
+        .into_iter()
+        .filter_map(|key| match (a.get(&key), b.get(&key)) {
+            (old, Some(new)) if old.as_ref() != Some(&new) => Some(Op::Set(key, new)),
+            (Some(_), None) => Some(Op::Delete(key)),
+            _ => None,
         })
         .collect()
 }
 
-/// Applies ops to a map, in order.
-pub fn apply<'a>(map: &mut OrdMap<Key, Value>, ops: impl IntoIterator<Item = &'a Op>) {
+/// Applies ops, in order, to a store transaction: how a replica (an API
+/// client following a global watch) mirrors another store.
+///
+/// # Errors
+/// [`kpng_store::Error::KindMismatch`] when a set pairs a key with a value
+/// of another kind; the ops before it stay applied in the transaction.
+pub fn apply<'a>(
+    txn: &mut Txn<'_>,
+    ops: impl IntoIterator<Item = &'a Op>,
+) -> Result<(), kpng_store::Error> {
     for op in ops {
         match op {
             Op::Set(k, v) => {
-                map.insert(k.clone(), v.clone());
+                txn.set(k.clone(), v.clone())?;
             }
             Op::Delete(k) => {
-                map.remove(k);
+                txn.delete(k);
             }
         }
     }
+    Ok(())
 }

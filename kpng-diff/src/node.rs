@@ -45,7 +45,11 @@ fn node_ops(a: &NodeView, node: Option<&Arc<kpng_model::v1::Node>>, ops: &mut Ve
 }
 
 /// Appends the ops that turn one Service's view `old` into `new`.
-fn service_ops(old: Option<&Arc<ServiceView>>, new: Option<&Arc<ServiceView>>, ops: &mut Vec<ViewOp>) {
+fn service_ops(
+    old: Option<&Arc<ServiceView>>,
+    new: Option<&Arc<ServiceView>>,
+    ops: &mut Vec<ViewOp>,
+) {
     let (old, new) = match (old, new) {
         (None, None) => return,
         (Some(old), None) => {
@@ -172,11 +176,12 @@ impl NodeProjector {
                 .view
                 .services
                 .keys()
-                .chain(snapshot.services().map(|(n, _)| n))
+                .chain(snapshot.service_names())
                 .cloned()
                 .collect(),
         };
-        let mut services = self.view.services.clone();
+        // Owned uniquely, the map is updated in place, not path-copied.
+        let mut services = std::mem::take(&mut self.view.services);
         for name in names {
             let new = project_service(snapshot, &name, context).map(Arc::new);
             let old = services.get(&name);
@@ -228,7 +233,12 @@ impl NodeProjector {
         self.needs_full = true;
         sink.sync(self.view.revision)?;
         self.needs_full = false;
-        tracing::debug!(revision = self.view.revision, ops = ops.len(), full, "synced sink");
+        tracing::debug!(
+            revision = self.view.revision,
+            ops = ops.len(),
+            full,
+            "synced sink"
+        );
         Ok(Some(SyncReport {
             revision: self.view.revision,
             ops: ops.len(),

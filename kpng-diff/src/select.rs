@@ -99,7 +99,10 @@ fn select_family(candidates: &[Candidate<'_>], node: NodeContext<'_>, out: &mut 
         .map(|c| c.ready() && hinted_here(c, mode, node))
         .collect();
     if !cluster.contains(&true) {
-        cluster = candidates.iter().map(Candidate::serving_terminating).collect();
+        cluster = candidates
+            .iter()
+            .map(Candidate::serving_terminating)
+            .collect();
     }
 
     // Local policy: ready endpoints on this node; when none is, the
@@ -141,7 +144,11 @@ pub(crate) fn project_service(
         candidates.clear();
         for (_, endpoint) in snapshot.endpoints(name) {
             // Only the first address of an endpoint is used, per family.
-            let Some(ip) = endpoint.addresses.as_ref().and_then(|a| a.addrs(family).next()) else {
+            let Some(ip) = endpoint
+                .addresses
+                .as_ref()
+                .and_then(|a| a.addrs(family).next())
+            else {
                 continue;
             };
             candidates.push(Candidate {
@@ -152,7 +159,7 @@ pub(crate) fn project_service(
         }
         select_family(&candidates, node, &mut view.endpoints);
     }
-    view.endpoints.sort_by(|a, b| a.ip.cmp(&b.ip));
+    view.endpoints.sort_by_key(|e| e.ip);
     // Endpoints are de-duplicated by address; keep the first copy.
     view.endpoints.dedup_by(|a, b| a.ip == b.ip);
     Some(view)

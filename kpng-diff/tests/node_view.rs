@@ -30,7 +30,12 @@ const NOT_SERVING: (bool, bool, bool) = (false, false, true);
 const NOT_READY: (bool, bool, bool) = (false, false, false);
 
 fn ep(ip: &'static str, node: &'static str, cond: (bool, bool, bool)) -> Ep {
-    Ep { ip, node, cond, ..Default::default() }
+    Ep {
+        ip,
+        node,
+        cond,
+        ..Default::default()
+    }
 }
 
 struct Case {
@@ -50,13 +55,17 @@ fn project(zone: Option<&str>, endpoints: &[Ep], service: Service) -> ServiceVie
     let mut txn = store.begin();
     txn.set_service(service);
     if let Some(zone) = zone {
-        txn.set_node(Node { name: NODE.into(), zone: zone.into(), ..Default::default() });
+        txn.set_node(Node {
+            name: NODE.into(),
+            zone: zone.into(),
+            ..Default::default()
+        });
     }
     for e in endpoints {
         let (ready, serving, terminating) = e.cond;
         txn.set_endpoint(
             name.clone(),
-            e.ip.into(),
+            e.ip.parse().expect("ip"),
             Endpoint {
                 addresses: Some(IpSet::parse_addrs("test", [e.ip]).expect("ip")),
                 node_name: e.node.into(),
@@ -75,7 +84,11 @@ fn project(zone: Option<&str>, endpoints: &[Ep], service: Service) -> ServiceVie
 }
 
 fn svc() -> Service {
-    Service { namespace: "ns".into(), name: "svc".into(), ..Default::default() }
+    Service {
+        namespace: "ns".into(),
+        name: "svc".into(),
+        ..Default::default()
+    }
 }
 
 fn ips<'a>(it: impl Iterator<Item = &'a kpng_model::view::EndpointView>) -> Vec<IpAddr> {
@@ -105,7 +118,11 @@ fn endpoint_selection_table() {
             name: "not-ready endpoints are excluded while some are ready",
             rule: "semantics 6: cluster-policy endpoints are the ready ones",
             zone: None,
-            endpoints: vec![ep("10.0.0.1", "node-b", READY), ep("10.0.0.2", "node-b", NOT_READY), ep("10.0.0.3", "node-b", TERMINATING)],
+            endpoints: vec![
+                ep("10.0.0.1", "node-b", READY),
+                ep("10.0.0.2", "node-b", NOT_READY),
+                ep("10.0.0.3", "node-b", TERMINATING),
+            ],
             family: IpFamily::V4,
             cluster: &["10.0.0.1"],
             local: &[],
@@ -115,7 +132,11 @@ fn endpoint_selection_table() {
             name: "no ready endpoint: fall back to serving and terminating ones",
             rule: "semantics 6 / KEP-1669: with 0 ready endpoints, use serving+terminating",
             zone: None,
-            endpoints: vec![ep("10.0.0.1", "node-b", TERMINATING), ep("10.0.0.2", "node-b", NOT_SERVING), ep("10.0.0.3", "node-b", NOT_READY)],
+            endpoints: vec![
+                ep("10.0.0.1", "node-b", TERMINATING),
+                ep("10.0.0.2", "node-b", NOT_SERVING),
+                ep("10.0.0.3", "node-b", NOT_READY),
+            ],
             family: IpFamily::V4,
             cluster: &["10.0.0.1"],
             local: &[],
@@ -125,7 +146,10 @@ fn endpoint_selection_table() {
             name: "endpoints that are not serving are never used",
             rule: "semantics 9: not serving means never used; no usable endpoint means REJECT (semantics 14)",
             zone: None,
-            endpoints: vec![ep("10.0.0.1", NODE, NOT_SERVING), ep("10.0.0.2", "node-b", NOT_READY)],
+            endpoints: vec![
+                ep("10.0.0.1", NODE, NOT_SERVING),
+                ep("10.0.0.2", "node-b", NOT_READY),
+            ],
             family: IpFamily::V4,
             cluster: &[],
             local: &[],
@@ -145,7 +169,10 @@ fn endpoint_selection_table() {
             name: "no local ready endpoint: local falls back to local serving+terminating",
             rule: "semantics 8: local = local ready, else local serving+terminating",
             zone: None,
-            endpoints: vec![ep("10.0.0.1", NODE, TERMINATING), ep("10.0.0.2", "node-b", READY)],
+            endpoints: vec![
+                ep("10.0.0.1", NODE, TERMINATING),
+                ep("10.0.0.2", "node-b", READY),
+            ],
             family: IpFamily::V4,
             cluster: &["10.0.0.2"],
             local: &["10.0.0.1"],
@@ -155,7 +182,10 @@ fn endpoint_selection_table() {
             name: "a local ready endpoint hides local terminating ones",
             rule: "semantics 8: the fallback applies only when no local endpoint is ready",
             zone: None,
-            endpoints: vec![ep("10.0.0.1", NODE, TERMINATING), ep("10.0.0.2", NODE, READY)],
+            endpoints: vec![
+                ep("10.0.0.1", NODE, TERMINATING),
+                ep("10.0.0.2", NODE, READY),
+            ],
             family: IpFamily::V4,
             cluster: &["10.0.0.2"],
             local: &["10.0.0.2"],
@@ -196,8 +226,14 @@ fn endpoint_selection_table() {
             rule: "semantics 7 / KEP-2433: all ready endpoints hinted and one matches this zone",
             zone: Some("zone-1"),
             endpoints: vec![
-                Ep { zones: z1, ..ep("10.0.0.1", "node-b", READY) },
-                Ep { zones: z2, ..ep("10.0.0.2", "node-c", READY) },
+                Ep {
+                    zones: z1,
+                    ..ep("10.0.0.1", "node-b", READY)
+                },
+                Ep {
+                    zones: z2,
+                    ..ep("10.0.0.2", "node-c", READY)
+                },
             ],
             family: IpFamily::V4,
             cluster: &["10.0.0.1"],
@@ -209,7 +245,10 @@ fn endpoint_selection_table() {
             rule: "semantics 7: hints apply only when every ready endpoint has one",
             zone: Some("zone-1"),
             endpoints: vec![
-                Ep { zones: z1, ..ep("10.0.0.1", "node-b", READY) },
+                Ep {
+                    zones: z1,
+                    ..ep("10.0.0.1", "node-b", READY)
+                },
                 ep("10.0.0.2", "node-c", READY),
             ],
             family: IpFamily::V4,
@@ -222,8 +261,14 @@ fn endpoint_selection_table() {
             rule: "semantics 7: hints apply only when one matches this node's zone",
             zone: Some("zone-3"),
             endpoints: vec![
-                Ep { zones: z1, ..ep("10.0.0.1", "node-b", READY) },
-                Ep { zones: z2, ..ep("10.0.0.2", "node-c", READY) },
+                Ep {
+                    zones: z1,
+                    ..ep("10.0.0.1", "node-b", READY)
+                },
+                Ep {
+                    zones: z2,
+                    ..ep("10.0.0.2", "node-c", READY)
+                },
             ],
             family: IpFamily::V4,
             cluster: &["10.0.0.1", "10.0.0.2"],
@@ -235,8 +280,14 @@ fn endpoint_selection_table() {
             rule: "semantics 7: the zone is this node's topology.kubernetes.io/zone; none, no match",
             zone: None,
             endpoints: vec![
-                Ep { zones: z1, ..ep("10.0.0.1", "node-b", READY) },
-                Ep { zones: z2, ..ep("10.0.0.2", "node-c", READY) },
+                Ep {
+                    zones: z1,
+                    ..ep("10.0.0.1", "node-b", READY)
+                },
+                Ep {
+                    zones: z2,
+                    ..ep("10.0.0.2", "node-c", READY)
+                },
             ],
             family: IpFamily::V4,
             cluster: &["10.0.0.1", "10.0.0.2"],
@@ -248,8 +299,14 @@ fn endpoint_selection_table() {
             rule: "semantics 7: the topology filter considers only ready endpoints",
             zone: Some("zone-1"),
             endpoints: vec![
-                Ep { zones: z1, ..ep("10.0.0.1", "node-b", READY) },
-                Ep { zones: z2, ..ep("10.0.0.2", "node-c", READY) },
+                Ep {
+                    zones: z1,
+                    ..ep("10.0.0.1", "node-b", READY)
+                },
+                Ep {
+                    zones: z2,
+                    ..ep("10.0.0.2", "node-c", READY)
+                },
                 ep("10.0.0.3", "node-c", NOT_READY),
             ],
             family: IpFamily::V4,
@@ -262,8 +319,16 @@ fn endpoint_selection_table() {
             rule: "semantics 7 / KEP-3015 PreferSameNode: node hints first",
             zone: Some("zone-1"),
             endpoints: vec![
-                Ep { zones: z1, nodes: &[NODE], ..ep("10.0.0.1", NODE, READY) },
-                Ep { zones: z1, nodes: &["node-b"], ..ep("10.0.0.2", "node-b", READY) },
+                Ep {
+                    zones: z1,
+                    nodes: &[NODE],
+                    ..ep("10.0.0.1", NODE, READY)
+                },
+                Ep {
+                    zones: z1,
+                    nodes: &["node-b"],
+                    ..ep("10.0.0.2", "node-b", READY)
+                },
             ],
             family: IpFamily::V4,
             cluster: &["10.0.0.1"],
@@ -275,8 +340,16 @@ fn endpoint_selection_table() {
             rule: "semantics 7: otherwise, zone hints when all carry them and one matches",
             zone: Some("zone-1"),
             endpoints: vec![
-                Ep { zones: z1, nodes: &["node-b"], ..ep("10.0.0.1", "node-b", READY) },
-                Ep { zones: z2, nodes: &["node-c"], ..ep("10.0.0.2", "node-c", READY) },
+                Ep {
+                    zones: z1,
+                    nodes: &["node-b"],
+                    ..ep("10.0.0.1", "node-b", READY)
+                },
+                Ep {
+                    zones: z2,
+                    nodes: &["node-c"],
+                    ..ep("10.0.0.2", "node-c", READY)
+                },
             ],
             family: IpFamily::V4,
             cluster: &["10.0.0.1"],
@@ -288,8 +361,14 @@ fn endpoint_selection_table() {
             rule: "semantics 6: the fallback takes all serving+terminating endpoints, ignoring topology",
             zone: Some("zone-1"),
             endpoints: vec![
-                Ep { zones: z1, ..ep("10.0.0.1", "node-b", TERMINATING) },
-                Ep { zones: z2, ..ep("10.0.0.2", "node-c", TERMINATING) },
+                Ep {
+                    zones: z1,
+                    ..ep("10.0.0.1", "node-b", TERMINATING)
+                },
+                Ep {
+                    zones: z2,
+                    ..ep("10.0.0.2", "node-c", TERMINATING)
+                },
             ],
             family: IpFamily::V4,
             cluster: &["10.0.0.1", "10.0.0.2"],
@@ -301,8 +380,14 @@ fn endpoint_selection_table() {
             rule: "semantics 8: local-policy endpoints are all local ready endpoints",
             zone: Some("zone-1"),
             endpoints: vec![
-                Ep { zones: z2, ..ep("10.0.0.1", NODE, READY) },
-                Ep { zones: z1, ..ep("10.0.0.2", "node-b", READY) },
+                Ep {
+                    zones: z2,
+                    ..ep("10.0.0.1", NODE, READY)
+                },
+                Ep {
+                    zones: z1,
+                    ..ep("10.0.0.2", "node-b", READY)
+                },
             ],
             family: IpFamily::V4,
             cluster: &["10.0.0.2"],
@@ -338,9 +423,21 @@ fn endpoint_selection_table() {
     for case in cases {
         let view = project(case.zone, &case.endpoints, svc());
         let ctx = format!("case {:?} ({})", case.name, case.rule);
-        assert_eq!(ips(view.cluster_endpoints(case.family)), parse(case.cluster), "cluster set, {ctx}");
-        assert_eq!(ips(view.local_endpoints(case.family)), parse(case.local), "local set, {ctx}");
-        assert_eq!(view.has_endpoints(case.family), case.has_endpoints, "has_endpoints, {ctx}");
+        assert_eq!(
+            ips(view.cluster_endpoints(case.family)),
+            parse(case.cluster),
+            "cluster set, {ctx}"
+        );
+        assert_eq!(
+            ips(view.local_endpoints(case.family)),
+            parse(case.local),
+            "local set, {ctx}"
+        );
+        assert_eq!(
+            view.has_endpoints(case.family),
+            case.has_endpoints,
+            "has_endpoints, {ctx}"
+        );
         // Endpoints in neither set are not in the view at all.
         assert!(view.endpoints.iter().all(|e| e.cluster || e.local), "{ctx}");
     }
@@ -354,8 +451,14 @@ fn internal_traffic_policy_local_uses_local_endpoints_for_cluster_ip() {
     let mut service = svc();
     service.internal_traffic_policy = TrafficPolicy::Local as i32;
     let view = project(None, &endpoints, service);
-    assert_eq!(ips(view.internal_endpoints(IpFamily::V4)), parse(&["10.0.0.1"]));
-    assert_eq!(ips(view.external_endpoints(IpFamily::V4)), parse(&["10.0.0.1", "10.0.0.2"]));
+    assert_eq!(
+        ips(view.internal_endpoints(IpFamily::V4)),
+        parse(&["10.0.0.1"])
+    );
+    assert_eq!(
+        ips(view.external_endpoints(IpFamily::V4)),
+        parse(&["10.0.0.1", "10.0.0.2"])
+    );
 }
 
 #[test]
@@ -367,6 +470,12 @@ fn external_traffic_policy_local_uses_local_endpoints_for_external_traffic() {
     let mut service = svc();
     service.external_traffic_policy = TrafficPolicy::Local as i32;
     let view = project(None, &endpoints, service);
-    assert_eq!(ips(view.external_endpoints(IpFamily::V4)), parse(&["10.0.0.1"]));
-    assert_eq!(ips(view.internal_endpoints(IpFamily::V4)), parse(&["10.0.0.1", "10.0.0.2"]));
+    assert_eq!(
+        ips(view.external_endpoints(IpFamily::V4)),
+        parse(&["10.0.0.1"])
+    );
+    assert_eq!(
+        ips(view.internal_endpoints(IpFamily::V4)),
+        parse(&["10.0.0.1", "10.0.0.2"])
+    );
 }

@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use kpng_diff::{NodeProjector, Op, apply, diff, diff_maps, diff_views, node_view};
+use std::collections::BTreeMap;
+
+use kpng_diff::{NodeProjector, Op, apply, diff, diff_views, node_view};
 use kpng_model::v1::{Endpoint, IpSet, Node, Service, TrafficPolicy};
 use kpng_model::view::NodeView;
 use kpng_model::{Key, ServiceName, Value};
@@ -38,9 +40,13 @@ fn zones() -> impl Strategy<Value = Vec<String>> {
 fn write() -> impl Strategy<Value = Write> {
     let service = (service_name(), any::<bool>(), 0..2u32).prop_map(|(name, local, port)| {
         let svc = Service {
-            namespace: name.namespace.to_string(),
-            name: name.name.to_string(),
-            internal_traffic_policy: if local { TrafficPolicy::Local as i32 } else { 0 },
+            namespace: name.namespace().to_string(),
+            name: name.name().to_string(),
+            internal_traffic_policy: if local {
+                TrafficPolicy::Local as i32
+            } else {
+                0
+            },
             health_check_node_port: port,
             ..Default::default()
         };
@@ -54,31 +60,49 @@ fn write() -> impl Strategy<Value = Write> {
         any::<(bool, bool, bool)>(),
         zones(),
     )
-        .prop_map(|(name, id, v6, node, (ready, serving, terminating), hint_zones)| {
-            let ip = if v6 { format!("fd00::{id}") } else { format!("10.0.0.{id}") };
-            let ep = Endpoint {
-                addresses: Some(IpSet::parse_addrs("ip", [ip.as_str()]).expect("ip")),
-                node_name: node.into(),
-                ready,
-                serving,
-                terminating,
-                hint_zones,
+        .prop_map(
+            |(name, id, v6, node, (ready, serving, terminating), hint_zones)| {
+                let ip = if v6 {
+                    format!("fd00::{id}")
+                } else {
+                    format!("10.0.0.{id}")
+                };
+                let ep = Endpoint {
+                    addresses: Some(IpSet::parse_addrs("ip", [ip.as_str()]).expect("ip")),
+                    node_name: node.into(),
+                    ready,
+                    serving,
+                    terminating,
+                    hint_zones,
+                    ..Default::default()
+                };
+                Write::Set(
+                    Key::Endpoint(name, ip.parse().expect("ip")),
+                    Value::Endpoint(Arc::new(ep)),
+                )
+            },
+        );
+    let node =
+        (node_name(), prop_oneof![Just("zone-1"), Just("zone-2")]).prop_map(|(name, zone)| {
+            let node = Node {
+                name: name.into(),
+                zone: zone.into(),
                 ..Default::default()
             };
-            Write::Set(Key::Endpoint(name, ip.into()), Value::Endpoint(Arc::new(ep)))
+            Write::Set(Key::Node(name.into()), Value::Node(Arc::new(node)))
         });
-    let node = (node_name(), prop_oneof![Just("zone-1"), Just("zone-2")]).prop_map(|(name, zone)| {
-        let node = Node { name: name.into(), zone: zone.into(), ..Default::default() };
-        Write::Set(Key::Node(name.into()), Value::Node(Arc::new(node)))
-    });
     prop_oneof![
         2 => service,
         5 => endpoint,
         1 => node,
         1 => service_name().prop_map(|n| Write::Delete(Key::Service(n))),
-        2 => (service_name(), 0..4u8).prop_map(|(n, id)| Write::Delete(Key::Endpoint(n, format!("10.0.0.{id}").into()))),
+        2 => (service_name(), 0..4u8).prop_map(|(n, id)| Write::Delete(Key::Endpoint(n, [10, 0, 0, id].into()))),
         1 => Just(Write::Delete(Key::Node(NODE.into()))),
     ]
+}
+
+fn contents(snapshot: &Snapshot) -> BTreeMap<Key, Value> {
+    snapshot.iter().collect()
 }
 
 /// Runs the transactions and returns the snapshot after each (revision 0
@@ -113,19 +137,30 @@ fn txns() -> impl Strategy<Value = Vec<Vec<Write>>> {
 proptest! {
     #[test]
     fn apply_diff_a_b_to_a_gives_b(txns in txns(), log in 1..6usize) {
-        let snaps = history(txns, log);
-        for a in &snaps {
+        // The same history twice: with a short change log (most spans fall
+        // back to the structural walk) and with a long one (never).
+        let short = history(txns.clone(), log);
+        let long = history(txns, 1024);
+        for (i, a) in short.iter().enumerate() {
             prop_assert!(diff(a, a).is_empty(), "diff(A, A) is empty");
-            for b in &snaps {
+            for (j, b) in short.iter().enumerate() {
                 let ops = diff(a, b);
-                let mut map = a.map().clone();
-                apply(&mut map, &ops);
-                prop_assert_eq!(&map, b.map());
-                // Minimal: the same ops as the structural walk, which emits
-                // one op per differing key, in key order.
-                prop_assert_eq!(&ops, &diff_maps(a.map(), b.map()));
+                // Replay A into a replica, apply the diff: it holds B.
+                let mut replica = Store::new();
+                let mut txn = replica.begin();
+                for (k, v) in a.iter() {
+                    txn.set(k, v).expect("kinds match");
+                }
+                apply(&mut txn, &ops).expect("kinds match");
+                txn.commit();
+                prop_assert_eq!(contents(&replica.snapshot()), contents(b));
+                // Minimal: exactly one op per key whose value differs, in
+                // key order; the log and the walk agree.
+                let (ca, cb) = (contents(a), contents(b));
+                let differing = ca.keys().chain(cb.keys()).filter(|k| ca.get(k) != cb.get(k)).collect::<std::collections::BTreeSet<_>>();
                 let keys: Vec<&Key> = ops.iter().map(Op::key).collect();
-                prop_assert!(keys.windows(2).all(|w| w[0] < w[1]), "ordered, one op per key");
+                prop_assert_eq!(keys, differing.into_iter().collect::<Vec<_>>());
+                prop_assert_eq!(&ops, &diff(&long[i], &long[j]));
             }
         }
     }
@@ -193,23 +228,35 @@ fn first_round_and_round_after_failure_are_full() {
     let mut store = Store::new();
     let name = ServiceName::new("ns", "web");
     let mut txn = store.begin();
-    txn.set_service(Service { namespace: "ns".into(), name: "web".into(), ..Default::default() });
+    txn.set_service(Service {
+        namespace: "ns".into(),
+        name: "web".into(),
+        ..Default::default()
+    });
     txn.commit();
     let mut projector = NodeProjector::new(NODE);
     let mut sink = RecordingSink::default();
 
-    let report = projector.sync_into(&store.snapshot(), &mut sink).expect("ok").expect("round");
+    let report = projector
+        .sync_into(&store.snapshot(), &mut sink)
+        .expect("ok")
+        .expect("round");
     assert!(report.full);
     assert_eq!(sink.calls.first(), Some(&kpng_testkit::Call::Reset));
 
     // Nothing changed: no round at all.
-    assert_eq!(projector.sync_into(&store.snapshot(), &mut sink).expect("ok"), None);
+    assert_eq!(
+        projector
+            .sync_into(&store.snapshot(), &mut sink)
+            .expect("ok"),
+        None
+    );
 
     // A change, and the sink fails: the next round is full again.
     let mut txn = store.begin();
     txn.set_endpoint(
         name.clone(),
-        "10.0.0.1".into(),
+        "10.0.0.1".parse().expect("ip"),
         Endpoint {
             addresses: Some(IpSet::parse_addrs("ip", ["10.0.0.1"]).expect("ip")),
             ready: true,
@@ -221,9 +268,17 @@ fn first_round_and_round_after_failure_are_full() {
     sink.fail_syncs = 1;
     sink.take();
     assert!(projector.sync_into(&store.snapshot(), &mut sink).is_err());
-    assert_eq!(sink.calls.len(), 2, "one endpoint set, one sync: {:?}", sink.calls);
+    assert_eq!(
+        sink.calls.len(),
+        2,
+        "one endpoint set, one sync: {:?}",
+        sink.calls
+    );
     sink.take();
-    let report = projector.sync_into(&store.snapshot(), &mut sink).expect("ok").expect("round");
+    let report = projector
+        .sync_into(&store.snapshot(), &mut sink)
+        .expect("ok")
+        .expect("round");
     assert!(report.full);
     assert_eq!(report.ops, 2, "SetService and SetEndpoint");
     assert_eq!(sink.calls.first(), Some(&kpng_testkit::Call::Reset));
@@ -242,20 +297,44 @@ fn another_nodes_change_that_does_not_alter_this_view_yields_nothing() {
         ..Default::default()
     };
     let mut txn = store.begin();
-    txn.set_node(Node { name: NODE.into(), zone: "zone-1".into(), ..Default::default() });
-    txn.set_service(Service { namespace: "ns".into(), name: "web".into(), ..Default::default() });
-    txn.set_endpoint(name.clone(), "10.0.0.1".into(), endpoint("10.0.0.1", NODE, "zone-1", true));
-    txn.set_endpoint(name.clone(), "10.0.0.2".into(), endpoint("10.0.0.2", "node-b", "zone-2", true));
+    txn.set_node(Node {
+        name: NODE.into(),
+        zone: "zone-1".into(),
+        ..Default::default()
+    });
+    txn.set_service(Service {
+        namespace: "ns".into(),
+        name: "web".into(),
+        ..Default::default()
+    });
+    txn.set_endpoint(
+        name.clone(),
+        "10.0.0.1".parse().expect("ip"),
+        endpoint("10.0.0.1", NODE, "zone-1", true),
+    );
+    txn.set_endpoint(
+        name.clone(),
+        "10.0.0.2".parse().expect("ip"),
+        endpoint("10.0.0.2", "node-b", "zone-2", true),
+    );
     txn.commit();
     let mut projector = NodeProjector::new(NODE);
     projector.update(&store.snapshot());
     let before = projector.view().clone();
-    assert_eq!(before.services[&name].endpoints.len(), 1, "zone hints keep only zone-1");
+    assert_eq!(
+        before.services[&name].endpoints.len(),
+        1,
+        "zone hints keep only zone-1"
+    );
 
     // The zone-2 endpoint on another node goes not-ready: the store changes
     // (a new revision), this node's view does not.
     let mut txn = store.begin();
-    txn.set_endpoint(name.clone(), "10.0.0.2".into(), endpoint("10.0.0.2", "node-b", "zone-2", false));
+    txn.set_endpoint(
+        name.clone(),
+        "10.0.0.2".parse().expect("ip"),
+        endpoint("10.0.0.2", "node-b", "zone-2", false),
+    );
     assert!(txn.commit().revision.is_some());
     assert!(projector.update(&store.snapshot()).is_empty());
     assert_eq!(projector.view().services, before.services);
@@ -263,8 +342,16 @@ fn another_nodes_change_that_does_not_alter_this_view_yields_nothing() {
     // This node's zone changes: every Service is recomputed, and the view
     // changes (hints no longer match, so no filtering).
     let mut txn = store.begin();
-    txn.set_node(Node { name: NODE.into(), zone: "zone-3".into(), ..Default::default() });
-    txn.set_endpoint(name.clone(), "10.0.0.2".into(), endpoint("10.0.0.2", "node-b", "zone-2", true));
+    txn.set_node(Node {
+        name: NODE.into(),
+        zone: "zone-3".into(),
+        ..Default::default()
+    });
+    txn.set_endpoint(
+        name.clone(),
+        "10.0.0.2".parse().expect("ip"),
+        endpoint("10.0.0.2", "node-b", "zone-2", true),
+    );
     txn.commit();
     let ops = projector.update(&store.snapshot());
     assert!(matches!(ops[0], kpng_model::view::ViewOp::SetNode(_)));

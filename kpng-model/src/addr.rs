@@ -31,10 +31,12 @@ impl IpFamily {
 /// Parses one address and returns it in canonical text form, naming `field`
 /// in the error.
 pub fn canonical_ip(field: &str, text: &str) -> Result<IpAddr> {
-    text.trim().parse::<IpAddr>().map_err(|_| Error::InvalidAddress {
-        field: field.to_owned(),
-        value: text.to_owned(),
-    })
+    text.trim()
+        .parse::<IpAddr>()
+        .map_err(|_| Error::InvalidAddress {
+            field: field.to_owned(),
+            value: text.to_owned(),
+        })
 }
 
 /// Parses a CIDR prefix (`10.0.0.0/8`, `fd00::/64`), or a bare address taken
@@ -152,8 +154,11 @@ mod tests {
 
     #[test]
     fn ip_sets_are_canonical() {
-        let set = IpSet::parse_addrs("clusterIPs", ["fd00:0::1", "10.0.0.2", "10.0.0.1", "10.0.0.2"])
-            .expect("valid");
+        let set = IpSet::parse_addrs(
+            "clusterIPs",
+            ["fd00:0::1", "10.0.0.2", "10.0.0.1", "10.0.0.2"],
+        )
+        .expect("valid");
         assert_eq!(set.v4, ["10.0.0.1", "10.0.0.2"]);
         assert_eq!(set.v6, ["fd00::1"]);
     }

@@ -1,35 +1,103 @@
 //! Typed keys of the ENLS map and the values they hold.
 
+use std::cmp::Ordering;
 use std::fmt;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::v1::{Endpoint, Node, Service};
 
 /// The identity of a Service: its namespace and name.
 ///
-/// Both parts are reference-counted, so cloning a name (which the persistent
-/// store does when it copies a tree node) never allocates.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// Both parts share one reference-counted allocation, so cloning a name
+/// (which the persistent store does when it copies a tree node) never
+/// allocates, and comparing two names reads one string each. A name also
+/// carries a 64-bit fingerprint of its text (FNV-1a, the same on every
+/// machine and run). Names hash by it, so hash maps keyed by names need
+/// no hashing of their own, and order by it first, so comparisons read the
+/// strings only on a fingerprint match. Names therefore sort in a fixed,
+/// deterministic order that is not alphabetical.
+#[derive(Clone)]
 pub struct ServiceName {
-    /// The namespace.
-    pub namespace: Arc<str>,
-    /// The name.
-    pub name: Arc<str>,
+    fingerprint: u64,
+    /// `namespace/name`; a namespace never contains a `/`.
+    text: Arc<str>,
+    /// Where the namespace ends in `text`.
+    split: u32,
 }
 
 impl ServiceName {
     /// Builds a name from its two parts.
-    pub fn new(namespace: impl Into<Arc<str>>, name: impl Into<Arc<str>>) -> Self {
+    pub fn new(namespace: impl AsRef<str>, name: impl AsRef<str>) -> Self {
+        let (namespace, name) = (namespace.as_ref(), name.as_ref());
         Self {
-            namespace: namespace.into(),
-            name: name.into(),
+            fingerprint: fingerprint(namespace, name),
+            text: format!("{namespace}/{name}").into(),
+            split: u32::try_from(namespace.len()).unwrap_or(u32::MAX),
         }
+    }
+
+    /// The namespace.
+    pub fn namespace(&self) -> &str {
+        self.text.get(..self.split as usize).unwrap_or_default()
+    }
+
+    /// The name.
+    pub fn name(&self) -> &str {
+        self.text.get(self.split as usize + 1..).unwrap_or_default()
+    }
+
+    /// The fingerprint names order by first.
+    pub fn fingerprint(&self) -> u64 {
+        self.fingerprint
+    }
+}
+
+/// FNV-1a over `namespace`, a `/` separator and `name`.
+fn fingerprint(namespace: &str, name: &str) -> u64 {
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in namespace.bytes().chain([b'/']).chain(name.bytes()) {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(PRIME);
+    }
+    hash
+}
+
+impl PartialEq for ServiceName {
+    fn eq(&self, other: &Self) -> bool {
+        self.fingerprint == other.fingerprint
+            && self.split == other.split
+            && (Arc::ptr_eq(&self.text, &other.text) || self.text == other.text)
+    }
+}
+
+impl Eq for ServiceName {}
+
+impl Ord for ServiceName {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.fingerprint
+            .cmp(&other.fingerprint)
+            .then_with(|| self.namespace().cmp(other.namespace()))
+            .then_with(|| self.name().cmp(other.name()))
+    }
+}
+
+impl PartialOrd for ServiceName {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl std::hash::Hash for ServiceName {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.fingerprint.hash(state);
     }
 }
 
 impl fmt::Display for ServiceName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
+        f.write_str(&self.text)
     }
 }
 
@@ -64,17 +132,17 @@ impl Kind {
 
 /// The key of one ENLS entry.
 ///
-/// Keys order by kind first, then by name. All endpoints of one Service are
-/// therefore contiguous, which lets a reader range over them.
+/// Keys order by kind (nodes, Services, endpoints), then by name (see
+/// [`ServiceName`] for its order), then by address.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Key {
     /// A node, by name.
     Node(Arc<str>),
     /// A Service.
     Service(ServiceName),
-    /// An endpoint of a Service, identified by its primary address in
-    /// canonical text form (endpoints are de-duplicated by address).
-    Endpoint(ServiceName, Arc<str>),
+    /// An endpoint of a Service, identified by its primary address
+    /// (endpoints are de-duplicated by address).
+    Endpoint(ServiceName, IpAddr),
 }
 
 impl Key {

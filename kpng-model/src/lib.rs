@@ -126,7 +126,10 @@ mod tests {
 
     #[test]
     fn conditions_resolve_like_kube_proxy() {
-        assert_eq!(Endpoint::resolve_conditions(None, None, None), (true, true, false));
+        assert_eq!(
+            Endpoint::resolve_conditions(None, None, None),
+            (true, true, false)
+        );
         assert_eq!(
             Endpoint::resolve_conditions(Some(false), Some(true), Some(true)),
             (false, true, true)

@@ -329,7 +329,8 @@ impl<S: IncrementalSink> IncrementalSink for Vec<S> {
         self.iter_mut().for_each(|s| s.delete_service(name));
     }
     fn set_endpoint(&mut self, service: &ServiceName, endpoint: &EndpointView) {
-        self.iter_mut().for_each(|s| s.set_endpoint(service, endpoint));
+        self.iter_mut()
+            .for_each(|s| s.set_endpoint(service, endpoint));
     }
     fn delete_endpoint(&mut self, service: &ServiceName, ip: IpAddr) {
         self.iter_mut().for_each(|s| s.delete_endpoint(service, ip));
@@ -428,7 +429,10 @@ mod tests {
             .expect_err("no such service");
         assert_eq!(err.to_string(), "node view has no service ns/a");
         // Called as a callback, the misfit surfaces at sync.
-        sink.delete_endpoint(&ServiceName::new("ns", "a"), "10.0.0.1".parse().expect("ip"));
+        sink.delete_endpoint(
+            &ServiceName::new("ns", "a"),
+            "10.0.0.1".parse().expect("ip"),
+        );
         let err = sink.sync(1).expect_err("misfit reported");
         assert!(matches!(err, SinkError::View(_)));
         sink.set_service(&svc("a"));

@@ -1,8 +1,11 @@
 //! The revisioned ENLS store of kpng-rs.
 //!
 //! A [`Store`] maps typed [`Key`]s (nodes, Services, endpoints) to model
-//! [`Value`]s on a persistent B-tree ([`imbl::OrdMap`]), so a snapshot is an
-//! O(1) clone that shares structure with the live map.
+//! [`Value`]s on persistent maps ([`imbl`]), so a snapshot is an O(1) clone
+//! that shares structure with the live state. Services are indexed by a
+//! hash map keyed by their name's fingerprint (a point lookup reads a few
+//! nodes); each Service's endpoints sit in a small ordered map of their
+//! own, listed in address order.
 //!
 //! - **One writer.** The [`Store`] is the exclusive writer. It applies a
 //!   batch of sets and deletes as one [`Txn`]. A write whose value equals the
@@ -49,6 +52,7 @@
 //! ```
 
 mod snapshot;
+mod state;
 mod store;
 
 pub use kpng_model::{Key, Kind, ServiceName, Value};

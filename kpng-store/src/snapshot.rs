@@ -2,14 +2,16 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::ops::Bound;
+use std::net::IpAddr;
 use std::sync::Arc;
 
-use imbl::{OrdMap, Vector};
+use imbl::Vector;
+use imbl::ordmap::DiffItem;
 use kpng_model::v1::{Endpoint, Node, Service};
 use kpng_model::{Key, Kind, ServiceName, Value};
 use tokio::sync::watch;
 
+use crate::state::{Entry, State, entry_keys};
 use crate::store::Stats;
 use crate::{Error, Result};
 
@@ -62,7 +64,7 @@ pub(crate) type ChangeLog = Vector<Arc<[Key]>>;
 pub struct Snapshot {
     pub(crate) store_id: u64,
     pub(crate) revision: u64,
-    pub(crate) map: OrdMap<Key, Value>,
+    pub(crate) state: State,
     pub(crate) synced: SyncedKinds,
     pub(crate) log: ChangeLog,
 }
@@ -74,24 +76,32 @@ impl Snapshot {
         self.revision
     }
 
-    /// The whole map, in key order.
-    pub fn map(&self) -> &OrdMap<Key, Value> {
-        &self.map
+    /// Every entry: nodes in name order, then per Service (in the store's
+    /// fixed order, the same on every run) the Service and its endpoints in
+    /// address order. O(1) per entry.
+    pub fn iter(&self) -> impl Iterator<Item = (Key, Value)> + '_ {
+        self.state.iter()
     }
 
     /// The number of entries.
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.state.len
     }
 
     /// Whether the store holds nothing.
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.state.len == 0
     }
 
-    /// The value under a key.
-    pub fn get(&self, key: &Key) -> Option<&Value> {
-        self.map.get(key)
+    /// The value under a key (a cheap `Arc` clone).
+    pub fn get(&self, key: &Key) -> Option<Value> {
+        self.state.get(key)
+    }
+
+    /// Whether `key` holds a value equal to `value`. Compares content
+    /// digests: the stored value is not read.
+    pub fn holds(&self, key: &Key, value: &Value) -> bool {
+        self.state.holds(key, value)
     }
 
     /// Which kinds have finished their initial list.
@@ -106,41 +116,45 @@ impl Snapshot {
 
     /// A Service by name.
     pub fn service(&self, name: &ServiceName) -> Option<&Arc<Service>> {
-        match self.map.get(&Key::Service(name.clone())) {
-            Some(Value::Service(s)) => Some(s),
-            _ => None,
-        }
+        Some(&self.state.services.get(name)?.service.as_ref()?.value)
     }
 
     /// A node by name.
     pub fn node(&self, name: &str) -> Option<&Arc<Node>> {
-        match self.map.get(&Key::Node(name.into())) {
-            Some(Value::Node(n)) => Some(n),
-            _ => None,
-        }
+        Some(&self.state.nodes.get(name)?.value)
     }
 
-    /// Every Service, in name order.
+    /// Every node, in name order.
+    pub fn nodes(&self) -> impl Iterator<Item = &Arc<Node>> {
+        self.state.nodes.values().map(|n| &n.value)
+    }
+
+    /// Every Service, in the store's fixed order (the same on every run,
+    /// not alphabetical).
     pub fn services(&self) -> impl Iterator<Item = (&ServiceName, &Arc<Service>)> {
-        let start = Key::Service(ServiceName::new("", ""));
-        self.map
-            .range((Bound::Included(start), Bound::Unbounded))
-            .map_while(|(k, v)| match (k, v) {
-                (Key::Service(name), Value::Service(s)) => Some((name, s)),
-                _ => None,
-            })
+        self.state
+            .services
+            .iter()
+            .filter_map(|(name, e)| Some((name, &e.service.as_ref()?.value)))
     }
 
-    /// The endpoints of one Service, by id (their primary address), in id
-    /// order. O(log n + endpoints of that Service).
-    pub fn endpoints(&self, service: &ServiceName) -> impl Iterator<Item = (&Arc<str>, &Arc<Endpoint>)> {
-        let start = Key::Endpoint(service.clone(), Arc::from(""));
-        self.map
-            .range((Bound::Included(start), Bound::Unbounded))
-            .map_while(move |(k, v)| match (k, v) {
-                (Key::Endpoint(owner, id), Value::Endpoint(e)) if owner == service => Some((id, e)),
-                _ => None,
-            })
+    /// The names of every Service that has a Service object or endpoints
+    /// (endpoints may arrive before their Service).
+    pub fn service_names(&self) -> impl Iterator<Item = &ServiceName> {
+        self.state.services.keys()
+    }
+
+    /// The endpoints of one Service, by primary address, in address order
+    /// (IPv4 first). O(1) to start, O(1) per endpoint.
+    pub fn endpoints(
+        &self,
+        service: &ServiceName,
+    ) -> impl Iterator<Item = (&IpAddr, &Arc<Endpoint>)> {
+        self.state
+            .services
+            .get(service)
+            .into_iter()
+            .flat_map(|e| e.endpoints.iter().map(|(ip, e)| (ip, &e.value)))
     }
 
     /// The keys changed between `older` and this snapshot, when the change
@@ -162,13 +176,45 @@ impl Snapshot {
         }
         Some(keys)
     }
+
+    /// The keys whose value may differ between `other` and this snapshot:
+    /// from the change log when it covers the span (see
+    /// [`changed_since`](Self::changed_since)), otherwise from a walk of
+    /// both states that skips what they share and compares the rest. Every
+    /// key that differs is included; a key from the log may turn out equal
+    /// (written and then written back), so callers compare values.
+    pub fn keys_to_compare(&self, other: &Snapshot) -> BTreeSet<Key> {
+        if let Some(keys) = self.changed_since(other) {
+            return keys;
+        }
+        let (a, b) = (&other.state, &self.state);
+        let mut keys = BTreeSet::new();
+        for item in a.nodes.diff(&b.nodes) {
+            let name = match item {
+                DiffItem::Add(k, _) | DiffItem::Remove(k, _) => k,
+                DiffItem::Update { new: (k, _), .. } => k,
+            };
+            keys.insert(Key::Node(name.clone()));
+        }
+        let empty = Entry::default();
+        for (name, new) in b.services.iter() {
+            let old = a.services.get(name).unwrap_or(&empty);
+            entry_keys(name, old, new, &mut keys);
+        }
+        for (name, old) in a.services.iter() {
+            if !b.services.contains_key(name) {
+                entry_keys(name, old, &empty, &mut keys);
+            }
+        }
+        keys
+    }
 }
 
 impl fmt::Debug for Snapshot {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Snapshot")
             .field("revision", &self.revision)
-            .field("entries", &self.map.len())
+            .field("entries", &self.state.len)
             .field("synced", &self.synced)
             .finish()
     }
@@ -227,6 +273,8 @@ impl Reader {
 
 impl fmt::Debug for Reader {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Reader").field("latest", &*self.rx.borrow()).finish()
+        f.debug_struct("Reader")
+            .field("latest", &*self.rx.borrow())
+            .finish()
     }
 }

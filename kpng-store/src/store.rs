@@ -1,15 +1,16 @@
 //! The exclusive writer and its transactions.
 
 use std::collections::BTreeSet;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use imbl::OrdMap;
 use kpng_model::v1::{Endpoint, Node, Service};
 use kpng_model::{Key, Kind, ServiceName, Value};
 use tokio::sync::watch;
 
 use crate::snapshot::{ChangeLog, Reader, Snapshot, SyncedKinds};
+use crate::state::State;
 use crate::{Error, Result};
 
 /// Settings of a [`Store`].
@@ -76,7 +77,7 @@ pub struct Store {
     config: StoreConfig,
     id: u64,
     revision: u64,
-    map: OrdMap<Key, Value>,
+    state: State,
     synced: SyncedKinds,
     log: ChangeLog,
     log_keys: usize,
@@ -102,7 +103,7 @@ impl Store {
         let snapshot = Snapshot {
             store_id: id,
             revision: 0,
-            map: OrdMap::new(),
+            state: State::default(),
             synced: SyncedKinds::default(),
             log: ChangeLog::new(),
         };
@@ -111,7 +112,7 @@ impl Store {
             config,
             id,
             revision: 0,
-            map: OrdMap::new(),
+            state: State::default(),
             synced: SyncedKinds::default(),
             log: ChangeLog::new(),
             log_keys: 0,
@@ -133,7 +134,7 @@ impl Store {
         Snapshot {
             store_id: self.id,
             revision: self.revision,
-            map: self.map.clone(),
+            state: self.state.clone(),
             synced: self.synced,
             log: self.log.clone(),
         }
@@ -152,7 +153,7 @@ impl Store {
     /// Starts a transaction. Its writes are visible to readers only after
     /// [`Txn::commit`]; dropping it uncommitted rolls them back.
     pub fn begin(&mut self) -> Txn<'_> {
-        let base = self.map.clone();
+        let base = self.state.clone();
         Txn {
             store: self,
             base,
@@ -197,7 +198,7 @@ impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store")
             .field("revision", &self.revision)
-            .field("entries", &self.map.len())
+            .field("entries", &self.state.len)
             .field("synced", &self.synced)
             .finish()
     }
@@ -224,7 +225,7 @@ pub struct Commit {
 #[must_use = "a transaction does nothing until committed"]
 pub struct Txn<'a> {
     store: &'a mut Store,
-    base: OrdMap<Key, Value>,
+    base: State,
     touched: Vec<Key>,
     writes: u64,
     noops: u64,
@@ -252,10 +253,12 @@ impl Txn<'_> {
         self.write(key, Value::Service(Arc::new(service)))
     }
 
-    /// Sets an endpoint of `service`, under `id` (its primary address in
-    /// canonical text form).
-    pub fn set_endpoint(&mut self, service: ServiceName, id: Arc<str>, endpoint: Endpoint) -> bool {
-        self.write(Key::Endpoint(service, id), Value::Endpoint(Arc::new(endpoint)))
+    /// Sets an endpoint of `service`, under its primary address `ip`.
+    pub fn set_endpoint(&mut self, service: ServiceName, ip: IpAddr, endpoint: Endpoint) -> bool {
+        self.write(
+            Key::Endpoint(service, ip),
+            Value::Endpoint(Arc::new(endpoint)),
+        )
     }
 
     /// Sets a node, keyed by its name.
@@ -266,19 +269,20 @@ impl Txn<'_> {
 
     fn write(&mut self, key: Key, value: Value) -> bool {
         self.writes += 1;
-        if self.store.map.get(&key) == Some(&value) {
+        let touched = key.clone();
+        if self.store.state.write(key, value) {
+            self.touched.push(touched);
+            true
+        } else {
             self.noops += 1;
-            return false;
+            false
         }
-        self.touched.push(key.clone());
-        self.store.map.insert(key, value);
-        true
     }
 
     /// Deletes `key`. Returns whether it was present.
     pub fn delete(&mut self, key: &Key) -> bool {
         self.writes += 1;
-        if self.store.map.remove(key).is_some() {
+        if self.store.state.remove(key) {
             self.touched.push(key.clone());
             true
         } else {
@@ -293,10 +297,10 @@ impl Txn<'_> {
     pub fn retain(&mut self, kind: Kind, mut keep: impl FnMut(&Key, &Value) -> bool) -> usize {
         let doomed: Vec<Key> = self
             .store
-            .map
+            .state
             .iter()
             .filter(|(k, v)| k.kind() == kind && !keep(k, v))
-            .map(|(k, _)| k.clone())
+            .map(|(k, _)| k)
             .collect();
         for key in &doomed {
             self.delete(key);
@@ -305,8 +309,8 @@ impl Txn<'_> {
     }
 
     /// The value `key` holds in this transaction so far.
-    pub fn get(&self, key: &Key) -> Option<&Value> {
-        self.store.map.get(key)
+    pub fn get(&self, key: &Key) -> Option<Value> {
+        self.store.state.get(key)
     }
 
     /// Commits: if any value changed, makes a new revision, records the
@@ -319,7 +323,7 @@ impl Txn<'_> {
             touched = unique.into_iter().collect();
         }
         // A key set and set back within the transaction is no change.
-        touched.retain(|k| self.base.get(k) != self.store.map.get(k));
+        touched.retain(|k| self.base.digest(k) != self.store.state.digest(k));
 
         let stats = &self.store.stats;
         stats.writes.fetch_add(self.writes, Ordering::Relaxed);
@@ -348,7 +352,7 @@ impl Txn<'_> {
 impl Drop for Txn<'_> {
     fn drop(&mut self) {
         if !self.committed {
-            self.store.map = std::mem::take(&mut self.base);
+            self.store.state = std::mem::take(&mut self.base);
         }
     }
 }

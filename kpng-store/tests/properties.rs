@@ -21,8 +21,8 @@ fn service_name() -> impl Strategy<Value = ServiceName> {
 fn op() -> impl Strategy<Value = Op> {
     let service = (service_name(), 0..3u32).prop_map(|(name, port)| {
         let svc = Service {
-            namespace: name.namespace.to_string(),
-            name: name.name.to_string(),
+            namespace: name.namespace().to_string(),
+            name: name.name().to_string(),
             ports: vec![ServicePort {
                 port,
                 ..Default::default()
@@ -37,7 +37,7 @@ fn op() -> impl Strategy<Value = Op> {
             ..Default::default()
         };
         (
-            Key::Endpoint(name, format!("10.0.0.{id}").into()),
+            Key::Endpoint(name, [10, 0, 0, id].into()),
             Value::Endpoint(Arc::new(ep)),
         )
     });
@@ -45,12 +45,14 @@ fn op() -> impl Strategy<Value = Op> {
         3 => prop_oneof![service, endpoint].prop_map(|(k, v)| Op::Set(k, v)),
         1 => service_name().prop_map(|n| Op::Delete(Key::Service(n))),
         1 => (service_name(), 0..4u8)
-            .prop_map(|(n, id)| Op::Delete(Key::Endpoint(n, format!("10.0.0.{id}").into()))),
+            .prop_map(|(n, id)| Op::Delete(Key::Endpoint(n, [10, 0, 0, id].into()))),
     ]
 }
 
-fn contents(map: &imbl::OrdMap<Key, Value>) -> BTreeMap<Key, Value> {
-    map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+fn contents(snapshot: &kpng_store::Snapshot) -> BTreeMap<Key, Value> {
+    let map: BTreeMap<Key, Value> = snapshot.iter().collect();
+    assert_eq!(map.len(), snapshot.len(), "iter yields each entry once");
+    map
 }
 
 proptest! {
@@ -91,26 +93,26 @@ proptest! {
             }
             let snapshot = reader.snapshot();
             prop_assert_eq!(snapshot.revision(), store.revision());
-            prop_assert_eq!(&contents(snapshot.map()), &model);
+            prop_assert_eq!(&contents(&snapshot), &model);
 
             // The change log names exactly the keys whose value differs.
             let (old, old_model) = history.last().expect("non-empty");
             let mut expected: BTreeSet<Key> = before.keys().chain(model.keys()).cloned().collect();
             expected.retain(|k| before.get(k) != model.get(k));
             prop_assert_eq!(snapshot.changed_since(old), Some(expected));
-            prop_assert_eq!(&contents(old.map()), old_model);
+            prop_assert_eq!(&contents(old), old_model);
 
             history.push((snapshot, model.clone()));
         }
 
         // Snapshots are immutable: every one still holds what it held.
         for (snapshot, model) in &history {
-            prop_assert_eq!(&contents(snapshot.map()), model);
+            prop_assert_eq!(&contents(snapshot), model);
         }
         // The log covers any span back to revision 0 here.
         let first = &history[0].0;
         let last = &history[history.len() - 1].0;
-        let all: BTreeSet<Key> = last.map().keys().cloned().collect();
+        let all: BTreeSet<Key> = last.iter().map(|(k, _)| k).collect();
         let changed = last.changed_since(first).expect("in log");
         prop_assert!(all.is_subset(&changed));
     }

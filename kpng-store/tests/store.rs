@@ -53,7 +53,10 @@ fn kind_mismatch_is_an_error() {
         )
         .expect_err("mismatch");
     assert!(matches!(err, Error::KindMismatch { .. }));
-    assert_eq!(err.to_string(), "cannot store a Service value under key node/n1");
+    assert_eq!(
+        err.to_string(),
+        "cannot store a Service value under key node/n1"
+    );
 }
 
 #[test]
@@ -63,7 +66,11 @@ fn endpoints_range_over_one_service_only() {
     for (ns, name) in [("a", "x"), ("a", "y"), ("b", "x")] {
         txn.set_service(service(ns, name));
         for ip in ["10.0.0.1", "10.0.0.2"] {
-            txn.set_endpoint(ServiceName::new(ns, name), ip.into(), Endpoint::default());
+            txn.set_endpoint(
+                ServiceName::new(ns, name),
+                ip.parse().expect("ip"),
+                Endpoint::default(),
+            );
         }
     }
     txn.set_node(Node {
@@ -78,8 +85,30 @@ fn endpoints_range_over_one_service_only() {
         .collect();
     assert_eq!(ids, ["10.0.0.1", "10.0.0.2"]);
     assert_eq!(snap.endpoints(&ServiceName::new("a", "z")).count(), 0);
-    let names: Vec<_> = snap.services().map(|(n, _)| n.to_string()).collect();
+    // Services come in the store's fixed order, each once.
+    let mut names: Vec<_> = snap.services().map(|(n, _)| n.to_string()).collect();
+    names.sort();
     assert_eq!(names, ["a/x", "a/y", "b/x"]);
+    // An endpoint may come before its Service: it is listed, the Service
+    // is not.
+    let mut txn = store.begin();
+    let early = ServiceName::new("c", "early");
+    txn.set_endpoint(
+        early.clone(),
+        "10.0.0.9".parse().expect("ip"),
+        Endpoint::default(),
+    );
+    txn.commit();
+    let snap = store.snapshot();
+    assert_eq!(snap.endpoints(&early).count(), 1);
+    assert!(snap.service(&early).is_none());
+    assert_eq!(snap.services().count(), 3);
+    assert_eq!(snap.service_names().count(), 4);
+    // Deleting the last endpoint of a Service-less entry removes it.
+    let mut txn = store.begin();
+    txn.delete(&Key::Endpoint(early, "10.0.0.9".parse().expect("ip")));
+    txn.commit();
+    assert_eq!(store.snapshot().service_names().count(), 3);
     assert!(snap.node("n1").is_some());
 }
 
@@ -91,7 +120,9 @@ fn retain_deletes_what_a_relist_did_not_see() {
     txn.set_service(service("a", "y"));
     txn.commit();
     let mut txn = store.begin();
-    let gone = txn.retain(Kind::Service, |k, _| k == &Key::Service(ServiceName::new("a", "x")));
+    let gone = txn.retain(Kind::Service, |k, _| {
+        k == &Key::Service(ServiceName::new("a", "x"))
+    });
     assert_eq!(gone, 1);
     assert_eq!(txn.commit().revision, Some(2));
     assert_eq!(store.snapshot().len(), 1);
@@ -111,9 +142,15 @@ fn change_log_is_bounded() {
         txn.commit();
     }
     let last = store.snapshot();
-    assert!(last.changed_since(&first).is_none(), "revision 0 left the log");
+    assert!(
+        last.changed_since(&first).is_none(),
+        "revision 0 left the log"
+    );
     let mut other = Store::new();
-    assert!(last.changed_since(&other.snapshot()).is_none(), "another store");
+    assert!(
+        last.changed_since(&other.snapshot()).is_none(),
+        "another store"
+    );
     let mut txn = other.begin();
     txn.set_service(service("a", "x"));
     txn.commit();

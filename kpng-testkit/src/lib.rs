@@ -11,7 +11,7 @@
 //! ```
 //! use kpng_testkit::{Cluster, ClusterShape};
 //!
-//! let cluster = Cluster::synthetic(ClusterShape { services: 10, endpoints_per_service: 3, ..Default::default() });
+//! let cluster = Cluster::synthetic(ClusterShape { services: 10, endpoints: 30, ..Default::default() });
 //! assert_eq!(cluster.services.len(), 10);
 //! assert_eq!(cluster.endpoints.len(), 30);
 //! ```
@@ -20,7 +20,9 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 use kpng_model::ServiceName;
-use kpng_model::v1::{Endpoint, EndpointPort, IpSet, Node, Protocol, Service, ServicePort, ServiceType};
+use kpng_model::v1::{
+    Endpoint, EndpointPort, IpSet, Node, Protocol, Service, ServicePort, ServiceType,
+};
 use kpng_model::view::{EndpointView, ViewOp};
 use kpng_sink::{IncrementalSink, SinkError};
 
@@ -29,8 +31,9 @@ use kpng_sink::{IncrementalSink, SinkError};
 pub struct ClusterShape {
     /// Number of Services.
     pub services: usize,
-    /// Endpoints per Service.
-    pub endpoints_per_service: usize,
+    /// Endpoints in all, spread over the Services round-robin (so with
+    /// 1,000 Services and 1,500 endpoints, half the Services have two).
+    pub endpoints: usize,
     /// Number of nodes; endpoints are spread over them round-robin.
     pub nodes: usize,
     /// Number of zones; nodes are spread over them round-robin.
@@ -41,7 +44,7 @@ impl Default for ClusterShape {
     fn default() -> Self {
         Self {
             services: 100,
-            endpoints_per_service: 10,
+            endpoints: 1000,
             nodes: 10,
             zones: 3,
         }
@@ -53,8 +56,8 @@ impl Default for ClusterShape {
 pub struct Cluster {
     /// The Services.
     pub services: Vec<Service>,
-    /// The endpoints: owner, id (address) and value.
-    pub endpoints: Vec<(ServiceName, Arc<str>, Endpoint)>,
+    /// The endpoints: owner, primary address and value.
+    pub endpoints: Vec<(ServiceName, IpAddr, Endpoint)>,
     /// The nodes, named `node-0`, `node-1`, …
     pub nodes: Vec<Node>,
 }
@@ -76,24 +79,26 @@ impl Cluster {
                 name: format!("node-{i}"),
                 zone: format!("zone-{}", i % shape.zones.max(1)),
                 region: "region-0".into(),
-                addresses: Some(IpSet::from_addrs([v4(Ipv4Addr::new(192, 168, 0, 0), i + 1)])),
+                addresses: Some(IpSet::from_addrs([v4(
+                    Ipv4Addr::new(192, 168, 0, 0),
+                    i + 1,
+                )])),
             })
             .collect::<Vec<_>>();
         let mut cluster = Cluster {
             nodes,
             ..Default::default()
         };
-        for s in 0..shape.services {
-            let service = Self::service(s);
-            let name = service.service_name();
-            for e in 0..shape.endpoints_per_service {
-                let n = s * shape.endpoints_per_service + e;
+        cluster.services = (0..shape.services).map(Self::service).collect();
+        let names: Vec<ServiceName> = cluster.services.iter().map(Service::service_name).collect();
+        if !names.is_empty() {
+            for n in 0..shape.endpoints {
+                let s = n % names.len();
                 let node = &cluster.nodes[n % cluster.nodes.len()];
                 let ip = v4(Ipv4Addr::new(10, 128, 0, 0), n + 1);
-                let endpoint = Self::endpoint(ip, node, &service);
-                cluster.endpoints.push((name.clone(), ip.to_string().into(), endpoint));
+                let endpoint = Self::endpoint(ip, node, &cluster.services[s]);
+                cluster.endpoints.push((names[s].clone(), ip, endpoint));
             }
-            cluster.services.push(service);
         }
         cluster
     }
@@ -109,12 +114,14 @@ impl Cluster {
             )),
             ..Default::default()
         }];
-        if i % 3 == 0 {
+        if i.is_multiple_of(3) {
             ports.push(ServicePort {
                 name: "dns".into(),
                 protocol: Protocol::Udp as i32,
                 port: 53,
-                target_port: Some(kpng_model::v1::service_port::TargetPort::TargetPortNumber(5353)),
+                target_port: Some(kpng_model::v1::service_port::TargetPort::TargetPortNumber(
+                    5353,
+                )),
                 ..Default::default()
             });
         }
@@ -234,7 +241,7 @@ mod tests {
     fn synthetic_is_deterministic_and_shaped() {
         let shape = ClusterShape {
             services: 7,
-            endpoints_per_service: 2,
+            endpoints: 14,
             nodes: 3,
             zones: 2,
         };
@@ -244,7 +251,7 @@ mod tests {
         assert_eq!(a.endpoints.len(), 14);
         assert_eq!(a.nodes.len(), 3);
         assert_eq!(a.nodes[2].zone, "zone-0");
-        let ids: std::collections::BTreeSet<_> = a.endpoints.iter().map(|e| e.1.clone()).collect();
+        let ids: std::collections::BTreeSet<_> = a.endpoints.iter().map(|e| e.1).collect();
         assert_eq!(ids.len(), 14, "endpoint addresses are unique");
     }
 
