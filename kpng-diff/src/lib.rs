@@ -138,3 +138,8 @@ pub fn apply<'a>(
     }
     Ok(())
 }
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

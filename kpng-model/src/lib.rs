@@ -183,3 +183,8 @@ mod tests {
         assert_eq!(json["targetPortName"], "web");
     }
 }
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -21,6 +21,7 @@ use crate::{Error, Result, ServiceName};
 /// endpoints). An endpoint with both an IPv4 and an IPv6 address appears once
 /// per family, since each family is selected on its own.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct EndpointView {
     /// The address in this family.
     pub ip: IpAddr,
@@ -55,6 +56,7 @@ impl EndpointView {
 
 /// One Service as this node must program it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ServiceView {
     /// The Service.
     pub service: Arc<Service>,
@@ -127,6 +129,7 @@ impl ServiceView {
 ///
 /// Cloning is O(1): services are held in a persistent map.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct NodeView {
     /// The revision of the ENLS this view was computed from.
     pub revision: u64,

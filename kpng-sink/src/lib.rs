@@ -453,3 +453,8 @@ mod tests {
         assert_eq!(log.calls, ["reset", "set b", "set c", "sync 1"]);
     }
 }
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

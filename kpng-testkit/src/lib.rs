@@ -266,3 +266,8 @@ mod tests {
         assert_eq!(sink.take(), [Call::Sync(1), Call::Sync(2)]);
     }
 }
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
