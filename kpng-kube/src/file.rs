@@ -1,0 +1,256 @@
+//! The file source: Kubernetes manifests as users already have them.
+//!
+//! Accepted: the output of `kubectl get services,endpointslices,nodes -A -o
+//! yaml` (a `kind: List`), multi-document YAML, or JSON (one object or a
+//! `List`). Objects of other kinds are skipped. Every object goes through
+//! the same translation as the API source.
+//!
+//! A file is checked whole before anything is applied: an error names the
+//! file, the document (and `List` item), the object and the field, and
+//! leaves the store as it was.
+
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::discovery::v1 as discovery;
+use serde_json::Value as Json;
+
+use crate::translate::{self, TranslateConfig};
+use crate::{Error, Ingest, Result};
+
+/// A Kubernetes object the proxy reads.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum Object {
+    /// A Service.
+    Service(Box<core::Service>),
+    /// An EndpointSlice.
+    EndpointSlice(Box<discovery::EndpointSlice>),
+    /// A Node.
+    Node(Box<core::Node>),
+}
+
+/// The sample cluster bundled with the crate: several namespaces, every
+/// Service type, multi-port and named ports, dual stack, terminating
+/// endpoints and topology hints. Node names are `node-a`, `node-b` and
+/// `node-c`.
+pub const SAMPLE_CLUSTER: &str = include_str!("../samples/cluster.yaml");
+
+/// The name [`SAMPLE_CLUSTER`] is reported under.
+pub const SAMPLE_CLUSTER_NAME: &str = "<bundled sample cluster>";
+
+fn manifest_error(
+    path: &str,
+    document: usize,
+    item: Option<usize>,
+    message: impl Into<String>,
+) -> Error {
+    let document = match item {
+        Some(item) => format!("{document} (List item {item})"),
+        None => document.to_string(),
+    };
+    Error::Manifest {
+        path: path.to_owned(),
+        document,
+        message: message.into(),
+    }
+}
+
+fn object_label(doc: &Json) -> String {
+    let kind = doc.get("kind").and_then(Json::as_str).unwrap_or("object");
+    let meta = doc.get("metadata");
+    let name = meta
+        .and_then(|m| m.get("name"))
+        .and_then(Json::as_str)
+        .unwrap_or("");
+    match meta.and_then(|m| m.get("namespace")).and_then(Json::as_str) {
+        Some(ns) => format!("{kind} {ns}/{name}"),
+        None => format!("{kind} {name}"),
+    }
+}
+
+fn typed<T: serde::de::DeserializeOwned>(doc: Json) -> std::result::Result<T, String> {
+    serde_path_to_error::deserialize(doc).map_err(|e| {
+        let path = e.path().to_string();
+        format!("{path}: {}", e.into_inner())
+    })
+}
+
+/// Checks one object: decodes it and runs the translation, so that a file
+/// with a bad object is rejected whole.
+fn object(doc: Json, config: &TranslateConfig) -> std::result::Result<Option<Object>, String> {
+    let label = object_label(&doc);
+    let kind = doc
+        .get("kind")
+        .and_then(Json::as_str)
+        .unwrap_or("")
+        .to_owned();
+    let fail = |e: String| format!("{label}: {e}");
+    let object = match kind.as_str() {
+        "Service" => {
+            let svc: core::Service = typed(doc).map_err(fail)?;
+            translate::service(&svc, config).map_err(|e| e.to_string())?;
+            Object::Service(Box::new(svc))
+        }
+        "EndpointSlice" => {
+            let slice: discovery::EndpointSlice = typed(doc).map_err(fail)?;
+            translate::endpoint_slice(&slice).map_err(|e| e.to_string())?;
+            Object::EndpointSlice(Box::new(slice))
+        }
+        "Node" => {
+            let node: core::Node = typed(doc).map_err(fail)?;
+            translate::node(&node).map_err(|e| e.to_string())?;
+            Object::Node(Box::new(node))
+        }
+        "" => return Err(format!("{label}: no kind")),
+        other => {
+            tracing::debug!(
+                kind = other,
+                "skipping object of a kind the proxy does not read"
+            );
+            return Ok(None);
+        }
+    };
+    Ok(Some(object))
+}
+
+/// Parses manifests from text; `path` names them in errors.
+///
+/// # Errors
+/// [`Error::Manifest`] for the first document that does not parse, decode
+/// or translate.
+pub fn parse_str(path: &str, text: &str) -> Result<Vec<Object>> {
+    parse_str_with(path, text, &TranslateConfig::default())
+}
+
+/// Parses manifests from text with translation settings.
+///
+/// # Errors
+/// [`Error::Manifest`] for the first document that does not parse, decode
+/// or translate.
+pub fn parse_str_with(path: &str, text: &str, config: &TranslateConfig) -> Result<Vec<Object>> {
+    let trimmed = text.trim_start();
+    let documents: Vec<Json> = if trimmed.starts_with('{') || trimmed.starts_with('[') {
+        let doc: Json = serde_json::from_str(text)
+            .map_err(|e| manifest_error(path, 0, None, format!("invalid JSON: {e}")))?;
+        match doc {
+            Json::Array(items) => items,
+            doc => vec![doc],
+        }
+    } else {
+        serde_saphyr::from_multiple(text)
+            .map_err(|e| manifest_error(path, 0, None, format!("invalid YAML: {e}")))?
+    };
+    let mut objects = Vec::new();
+    for (index, doc) in documents.into_iter().enumerate() {
+        if doc.is_null() {
+            continue; // an empty document
+        }
+        if !doc.is_object() {
+            return Err(manifest_error(path, index, None, "not an object"));
+        }
+        if doc.get("kind").and_then(Json::as_str) == Some("List") {
+            let items = match doc.get("items") {
+                Some(Json::Array(items)) => items.clone(),
+                Some(Json::Null) | None => Vec::new(),
+                Some(_) => {
+                    return Err(manifest_error(path, index, None, "List: items: not a list"));
+                }
+            };
+            for (item, doc) in items.into_iter().enumerate() {
+                if let Some(o) =
+                    object(doc, config).map_err(|m| manifest_error(path, index, Some(item), m))?
+                {
+                    objects.push(o);
+                }
+            }
+        } else if let Some(o) =
+            object(doc, config).map_err(|m| manifest_error(path, index, None, m))?
+        {
+            objects.push(o);
+        }
+    }
+    Ok(objects)
+}
+
+/// Reads and parses a manifest file.
+///
+/// # Errors
+/// [`Error::Read`] when the file cannot be read; [`Error::Manifest`] as in
+/// [`parse_str`].
+pub async fn read(path: &Path, config: &TranslateConfig) -> Result<Vec<Object>> {
+    let name = path.display().to_string();
+    let text = tokio::fs::read_to_string(path)
+        .await
+        .map_err(|source| Error::Read {
+            path: name.clone(),
+            source,
+        })?;
+    parse_str_with(&name, &text, config)
+}
+
+impl Ingest {
+    /// Replaces the whole state with `objects` (a file's contents), as a
+    /// relist of every kind does, and marks every kind synced. Returns the
+    /// last new revision, if any.
+    pub fn load(&mut self, objects: &[Object]) -> Option<u64> {
+        let services = objects.iter().filter_map(|o| match o {
+            Object::Service(s) => Some(&**s),
+            _ => None,
+        });
+        let slices = objects.iter().filter_map(|o| match o {
+            Object::EndpointSlice(s) => Some(&**s),
+            _ => None,
+        });
+        let nodes = objects.iter().filter_map(|o| match o {
+            Object::Node(n) => Some(&**n),
+            _ => None,
+        });
+        let a = self.relist_nodes(nodes);
+        let b = self.relist_services(services);
+        let c = self.relist_slices(slices);
+        c.or(b).or(a)
+    }
+}
+
+/// Loads a manifest file into `ingest`, then (with `poll` set) re-reads it
+/// whenever its modification time changes, applying only what changed. A
+/// read or parse error is logged and the previous state kept; the first
+/// load's error is returned.
+///
+/// # Errors
+/// The first load's [`Error`].
+pub async fn run(
+    path: &Path,
+    ingest: &mut Ingest,
+    config: &TranslateConfig,
+    poll: Option<Duration>,
+) -> Result<()> {
+    let mut seen = modified(path).await;
+    ingest.load(&read(path, config).await?);
+    let Some(period) = poll else {
+        return Ok(());
+    };
+    loop {
+        tokio::time::sleep(period).await;
+        let now = modified(path).await;
+        if now == seen {
+            continue;
+        }
+        seen = now;
+        match read(path, config).await {
+            Ok(objects) => {
+                let revision = ingest.load(&objects);
+                tracing::info!(path = %path.display(), ?revision, "manifest reloaded");
+            }
+            Err(error) => {
+                tracing::warn!(%error, "manifest not reloaded; keeping the previous state")
+            }
+        }
+    }
+}
+
+async fn modified(path: &Path) -> Option<SystemTime> {
+    tokio::fs::metadata(path).await.ok()?.modified().ok()
+}

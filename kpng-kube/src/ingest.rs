@@ -1,0 +1,506 @@
+//! The ingest state machine: Kubernetes objects in, store transactions out.
+//!
+//! It keeps no Kubernetes object. Each object is translated at once; the
+//! only index kept is what each EndpointSlice contributed (its Service and
+//! its endpoints, sharing their allocations with the store), so that a
+//! slice that changes or goes away can be merged out again.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::discovery::v1 as discovery;
+use kpng_model::v1::Endpoint;
+use kpng_model::{Key, Kind, ServiceName, Value};
+use kpng_store::{Reader, Store, Txn};
+
+use crate::translate::{self, SliceContribution, TranslateConfig, TranslateError};
+
+/// Settings of [`Ingest`].
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct IngestConfig {
+    /// Translation settings (the proxy name).
+    pub translate: TranslateConfig,
+    /// This node's name, when the ingest runs for one node: when two slices
+    /// of a Service list the same address, the copy on this node wins.
+    pub node_name: Option<String>,
+}
+
+impl IngestConfig {
+    /// Settings for a proxy on `node_name`.
+    pub fn for_node(node_name: impl Into<String>) -> Self {
+        Self {
+            node_name: Some(node_name.into()),
+            ..Self::default()
+        }
+    }
+
+    /// Sets the proxy name (`service.kubernetes.io/service-proxy-name`).
+    pub fn with_proxy_name(mut self, name: impl Into<String>) -> Self {
+        self.translate.proxy_name = Some(name.into());
+        self
+    }
+}
+
+/// Counters of an [`Ingest`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct IngestStats {
+    /// Objects received: applies, deletes and relisted objects.
+    pub events: u64,
+    /// Events that made a new revision.
+    pub revisions: u64,
+    /// Objects that failed to translate (logged and skipped).
+    pub errors: u64,
+}
+
+/// The identity of an EndpointSlice: namespace and name.
+type SliceKey = (Arc<str>, Arc<str>);
+
+fn slice_key(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> SliceKey {
+    (
+        meta.namespace.as_deref().unwrap_or_default().into(),
+        meta.name.as_deref().unwrap_or_default().into(),
+    )
+}
+
+fn service_key(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Key {
+    Key::Service(ServiceName::new(
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default(),
+    ))
+}
+
+/// Relist buffers: what a relist has delivered so far, per kind.
+#[derive(Default)]
+struct Relists {
+    services: Option<Vec<(Key, Option<kpng_model::v1::Service>)>>,
+    slices: Option<HashMap<SliceKey, SliceContribution>>,
+    nodes: Option<Vec<kpng_model::v1::Node>>,
+}
+
+/// Fills a [`Store`] from Kubernetes objects, with kube-proxy's translation
+/// rules. A new revision is made only when the ENLS really changes.
+///
+/// The methods take objects one at a time (as watch events bring them), or
+/// as a whole list (`relist_*`), which replaces that kind's contents in one
+/// transaction: what vanished is deleted, what did not change makes no
+/// revision.
+pub struct Ingest {
+    store: Store,
+    config: IngestConfig,
+    slices: HashMap<SliceKey, SliceContribution>,
+    by_service: HashMap<ServiceName, BTreeSet<SliceKey>>,
+    relists: Relists,
+    stats: IngestStats,
+}
+
+impl std::fmt::Debug for Ingest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ingest")
+            .field("store", &self.store)
+            .field("slices", &self.slices.len())
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+impl Ingest {
+    /// Ingest into `store`.
+    pub fn new(store: Store, config: IngestConfig) -> Self {
+        Self {
+            store,
+            config,
+            slices: HashMap::new(),
+            by_service: HashMap::new(),
+            relists: Relists::default(),
+            stats: IngestStats::default(),
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The store, mutably (to mark extra kinds synced, for example).
+    pub fn store_mut(&mut self) -> &mut Store {
+        &mut self.store
+    }
+
+    /// A reader of the store.
+    pub fn reader(&self) -> Reader {
+        self.store.reader()
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> IngestStats {
+        self.stats
+    }
+
+    fn count(&mut self, events: u64, revision: Option<u64>) -> Option<u64> {
+        self.stats.events += events;
+        if revision.is_some() {
+            self.stats.revisions += 1;
+        }
+        revision
+    }
+
+    fn translate_error(&mut self, err: &TranslateError) {
+        self.stats.errors += 1;
+        tracing::warn!(error = %err, "skipping object that does not translate");
+    }
+
+    // ---- Services ----
+
+    fn translate_service(
+        &mut self,
+        svc: &core::Service,
+    ) -> Result<Option<kpng_model::v1::Service>, ()> {
+        translate::service(svc, &self.config.translate).map_err(|e| self.translate_error(&e))
+    }
+
+    /// A Service was created or changed. Returns the new revision, if any.
+    pub fn apply_service(&mut self, svc: &core::Service) -> Option<u64> {
+        let revision = match self.translate_service(svc) {
+            Ok(translated) => {
+                let key = service_key(&svc.metadata);
+                let mut txn = self.store.begin();
+                write_service(&mut txn, key, translated);
+                txn.commit().revision
+            }
+            Err(()) => None,
+        };
+        self.count(1, revision)
+    }
+
+    /// A Service was deleted.
+    pub fn delete_service(&mut self, svc: &core::Service) -> Option<u64> {
+        let mut txn = self.store.begin();
+        txn.delete(&service_key(&svc.metadata));
+        let revision = txn.commit().revision;
+        self.count(1, revision)
+    }
+
+    /// A relist of Services starts: objects now go to a buffer until
+    /// [`finish_service_relist`](Self::finish_service_relist).
+    pub fn begin_service_relist(&mut self) {
+        self.relists.services = Some(Vec::new());
+    }
+
+    /// One object of the relist in progress (or, outside a relist, an
+    /// apply).
+    pub fn relisted_service(&mut self, svc: &core::Service) {
+        if self.relists.services.is_none() {
+            self.apply_service(svc);
+            return;
+        }
+        self.stats.events += 1;
+        let Ok(translated) = self.translate_service(svc) else {
+            return;
+        };
+        if let Some(buffer) = self.relists.services.as_mut() {
+            buffer.push((service_key(&svc.metadata), translated));
+        }
+    }
+
+    /// The relist is complete: swap the Services' contents in one
+    /// transaction and mark Services synced.
+    pub fn finish_service_relist(&mut self) -> Option<u64> {
+        let listed = self.relists.services.take().unwrap_or_default();
+        let mut txn = self.store.begin();
+        let mut keep = BTreeSet::new();
+        for (key, translated) in listed {
+            if translated.is_some() {
+                keep.insert(key.clone());
+            }
+            write_service(&mut txn, key, translated);
+        }
+        txn.retain(Kind::Service, |k, _| keep.contains(k));
+        let revision = txn.commit().revision;
+        self.store.mark_synced(Kind::Service);
+        self.count(0, revision)
+    }
+
+    /// Replaces every Service with `list`, as a relist does.
+    pub fn relist_services<'a>(
+        &mut self,
+        list: impl IntoIterator<Item = &'a core::Service>,
+    ) -> Option<u64> {
+        self.begin_service_relist();
+        list.into_iter().for_each(|s| self.relisted_service(s));
+        self.finish_service_relist()
+    }
+
+    // ---- EndpointSlices ----
+
+    fn translate_slice(
+        &mut self,
+        slice: &discovery::EndpointSlice,
+    ) -> Result<Option<SliceContribution>, ()> {
+        translate::endpoint_slice(slice).map_err(|e| self.translate_error(&e))
+    }
+
+    /// An EndpointSlice was created or changed.
+    pub fn apply_slice(&mut self, slice: &discovery::EndpointSlice) -> Option<u64> {
+        let revision = match self.translate_slice(slice) {
+            Ok(contribution) => self.replace_slice(slice_key(&slice.metadata), contribution),
+            Err(()) => None,
+        };
+        self.count(1, revision)
+    }
+
+    /// An EndpointSlice was deleted.
+    pub fn delete_slice(&mut self, slice: &discovery::EndpointSlice) -> Option<u64> {
+        let revision = self.replace_slice(slice_key(&slice.metadata), None);
+        self.count(1, revision)
+    }
+
+    /// A relist of EndpointSlices starts.
+    pub fn begin_slice_relist(&mut self) {
+        self.relists.slices = Some(HashMap::new());
+    }
+
+    /// One object of the relist in progress (or, outside a relist, an
+    /// apply).
+    pub fn relisted_slice(&mut self, slice: &discovery::EndpointSlice) {
+        if self.relists.slices.is_none() {
+            self.apply_slice(slice);
+            return;
+        }
+        self.stats.events += 1;
+        let Ok(Some(contribution)) = self.translate_slice(slice) else {
+            return;
+        };
+        if let Some(buffer) = self.relists.slices.as_mut() {
+            buffer.insert(slice_key(&slice.metadata), contribution);
+        }
+    }
+
+    /// The relist is complete: swap the endpoints in one transaction and
+    /// mark endpoints synced.
+    pub fn finish_slice_relist(&mut self) -> Option<u64> {
+        let listed = self.relists.slices.take().unwrap_or_default();
+        let mut affected: BTreeSet<ServiceName> = self.by_service.keys().cloned().collect();
+        self.slices = listed;
+        self.by_service.clear();
+        for (key, contribution) in &self.slices {
+            affected.insert(contribution.service.clone());
+            self.by_service
+                .entry(contribution.service.clone())
+                .or_default()
+                .insert(key.clone());
+        }
+        let revision = self.write_endpoints(affected);
+        self.store.mark_synced(Kind::Endpoint);
+        self.count(0, revision)
+    }
+
+    /// Replaces every EndpointSlice with `list`, as a relist does.
+    pub fn relist_slices<'a>(
+        &mut self,
+        list: impl IntoIterator<Item = &'a discovery::EndpointSlice>,
+    ) -> Option<u64> {
+        self.begin_slice_relist();
+        list.into_iter().for_each(|s| self.relisted_slice(s));
+        self.finish_slice_relist()
+    }
+
+    fn replace_slice(
+        &mut self,
+        key: SliceKey,
+        contribution: Option<SliceContribution>,
+    ) -> Option<u64> {
+        let mut affected = BTreeSet::new();
+        if let Some(old) = self.slices.remove(&key) {
+            if let Some(keys) = self.by_service.get_mut(&old.service) {
+                keys.remove(&key);
+                if keys.is_empty() {
+                    self.by_service.remove(&old.service);
+                }
+            }
+            affected.insert(old.service);
+        }
+        if let Some(new) = contribution {
+            affected.insert(new.service.clone());
+            self.by_service
+                .entry(new.service.clone())
+                .or_default()
+                .insert(key.clone());
+            self.slices.insert(key, new);
+        }
+        self.write_endpoints(affected)
+    }
+
+    /// Merges the slices of each Service and writes the result, deleting
+    /// the endpoints no slice holds any more, in one transaction.
+    fn write_endpoints(&mut self, services: BTreeSet<ServiceName>) -> Option<u64> {
+        let before = self.store.snapshot();
+        let merged: Vec<_> = services
+            .into_iter()
+            .map(|service| {
+                let endpoints = self.merge(&service);
+                (service, endpoints)
+            })
+            .collect();
+        let mut txn = self.store.begin();
+        for (service, endpoints) in merged {
+            for (ip, _) in before.endpoints(&service) {
+                if !endpoints.contains_key(ip) {
+                    txn.delete(&Key::Endpoint(service.clone(), *ip));
+                }
+            }
+            for (ip, endpoint) in endpoints {
+                // Kinds match by construction.
+                let _ = txn.set(
+                    Key::Endpoint(service.clone(), ip),
+                    Value::Endpoint(endpoint),
+                );
+            }
+        }
+        txn.commit().revision
+    }
+
+    /// The endpoints of a Service across its slices, de-duplicated by
+    /// address: the copy on this node wins, then the first slice by name;
+    /// ports of the copies are merged.
+    fn merge(&self, service: &ServiceName) -> BTreeMap<IpAddr, Arc<Endpoint>> {
+        let mut merged: BTreeMap<IpAddr, Arc<Endpoint>> = BTreeMap::new();
+        let local = |e: &Endpoint| {
+            self.config
+                .node_name
+                .as_deref()
+                .is_some_and(|n| n == e.node_name)
+        };
+        for key in self.by_service.get(service).into_iter().flatten() {
+            let Some(contribution) = self.slices.get(key) else {
+                continue;
+            };
+            for (ip, endpoint) in &contribution.endpoints {
+                match merged.get_mut(ip) {
+                    None => {
+                        merged.insert(*ip, endpoint.clone());
+                    }
+                    Some(kept) => {
+                        let (mut winner, other) = if local(endpoint) && !local(kept) {
+                            (endpoint.clone(), kept.clone())
+                        } else {
+                            (kept.clone(), endpoint.clone())
+                        };
+                        let missing: Vec<_> = other
+                            .ports
+                            .iter()
+                            .filter(|p| {
+                                !winner
+                                    .ports
+                                    .iter()
+                                    .any(|w| w.name == p.name && w.protocol == p.protocol)
+                            })
+                            .cloned()
+                            .collect();
+                        if !missing.is_empty() {
+                            let ports = &mut Arc::make_mut(&mut winner).ports;
+                            ports.extend(missing);
+                            ports.sort_by(|a, b| (&a.name, a.protocol).cmp(&(&b.name, b.protocol)));
+                        }
+                        *kept = winner;
+                    }
+                }
+            }
+        }
+        merged
+    }
+
+    // ---- Nodes ----
+
+    /// A Node was created or changed.
+    pub fn apply_node(&mut self, node: &core::Node) -> Option<u64> {
+        let revision = match translate::node(node) {
+            Ok(translated) => {
+                let mut txn = self.store.begin();
+                txn.set_node(translated);
+                txn.commit().revision
+            }
+            Err(e) => {
+                self.translate_error(&e);
+                None
+            }
+        };
+        self.count(1, revision)
+    }
+
+    /// A Node was deleted.
+    pub fn delete_node(&mut self, node: &core::Node) -> Option<u64> {
+        let mut txn = self.store.begin();
+        txn.delete(&Key::Node(
+            node.metadata.name.as_deref().unwrap_or_default().into(),
+        ));
+        let revision = txn.commit().revision;
+        self.count(1, revision)
+    }
+
+    /// A relist of Nodes starts.
+    pub fn begin_node_relist(&mut self) {
+        self.relists.nodes = Some(Vec::new());
+    }
+
+    /// One object of the relist in progress (or, outside a relist, an
+    /// apply).
+    pub fn relisted_node(&mut self, node: &core::Node) {
+        if self.relists.nodes.is_none() {
+            self.apply_node(node);
+            return;
+        }
+        self.stats.events += 1;
+        match translate::node(node) {
+            Ok(translated) => {
+                if let Some(buffer) = self.relists.nodes.as_mut() {
+                    buffer.push(translated);
+                }
+            }
+            Err(e) => self.translate_error(&e),
+        }
+    }
+
+    /// The relist is complete: swap the Nodes in one transaction and mark
+    /// Nodes synced.
+    pub fn finish_node_relist(&mut self) -> Option<u64> {
+        let listed = self.relists.nodes.take().unwrap_or_default();
+        let keep: BTreeSet<Key> = listed
+            .iter()
+            .map(|n| Key::Node(n.name.as_str().into()))
+            .collect();
+        let mut txn = self.store.begin();
+        for node in listed {
+            txn.set_node(node);
+        }
+        txn.retain(Kind::Node, |k, _| keep.contains(k));
+        let revision = txn.commit().revision;
+        self.store.mark_synced(Kind::Node);
+        self.count(0, revision)
+    }
+
+    /// Replaces every Node with `list`, as a relist does.
+    pub fn relist_nodes<'a>(
+        &mut self,
+        list: impl IntoIterator<Item = &'a core::Node>,
+    ) -> Option<u64> {
+        self.begin_node_relist();
+        list.into_iter().for_each(|n| self.relisted_node(n));
+        self.finish_node_relist()
+    }
+}
+
+fn write_service(txn: &mut Txn<'_>, key: Key, translated: Option<kpng_model::v1::Service>) {
+    match translated {
+        Some(service) => {
+            txn.set_service(service);
+        }
+        // Headless, ExternalName or another proxy's: it holds no state.
+        None => {
+            txn.delete(&key);
+        }
+    }
+}

@@ -1,0 +1,73 @@
+//! Ingest for kpng-rs: Kubernetes Services, EndpointSlices and Nodes into
+//! the ENLS store.
+//!
+//! - [`translate`]: kube-proxy's rules, as pure functions from
+//!   `k8s-openapi` objects to ENLS values.
+//! - [`Ingest`]: the state machine that writes translated objects to a
+//!   [`kpng_store::Store`], merging EndpointSlices per Service, and swapping
+//!   a kind's contents atomically on a relist. It keeps no Kubernetes
+//!   object, only what each slice contributed.
+//! - [`watch::run`]: the API source, on kube-runtime's `watcher`.
+//! - [`file`]: the file source, for manifests as users already have them.
+//!
+//! # Example
+//!
+//! ```
+//! use kpng_kube::{Ingest, IngestConfig};
+//! use kpng_store::Store;
+//!
+//! let mut ingest = Ingest::new(Store::new(), IngestConfig::for_node("node-a"));
+//! let objects = kpng_kube::file::parse_str("inline.yaml", r#"
+//! apiVersion: v1
+//! kind: Service
+//! metadata: {namespace: default, name: web}
+//! spec:
+//!   clusterIP: 10.96.0.10
+//!   ports: [{name: http, port: 80, targetPort: 8080}]
+//! "#)?;
+//! ingest.load(&objects);
+//! let snapshot = ingest.reader().snapshot();
+//! assert_eq!(snapshot.services().count(), 1);
+//! # Ok::<(), kpng_kube::Error>(())
+//! ```
+
+pub mod file;
+mod ingest;
+pub mod translate;
+pub mod watch;
+
+pub use ingest::{Ingest, IngestConfig, IngestStats};
+
+/// Errors of the ingest crate.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A manifest file could not be read.
+    #[error("{path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A manifest document did not parse or translate.
+    #[error("{path}: document {document}: {message}")]
+    Manifest {
+        /// The file.
+        path: String,
+        /// The document's index in the file (0-based), with the item's
+        /// index when the document is a `List`.
+        document: String,
+        /// What is wrong, naming the object and field where known.
+        message: String,
+    },
+}
+
+/// The result type of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

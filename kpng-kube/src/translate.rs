@@ -1,0 +1,398 @@
+//! Translation of Kubernetes objects into ENLS values, with kube-proxy's
+//! rules. Pure functions: the API source and the file source share them.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::discovery::v1 as discovery;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kpng_model::ServiceName;
+use kpng_model::addr::canonical_ip;
+use kpng_model::v1::{
+    ClientIpAffinity, Endpoint, EndpointPort, IpSet, Node, Protocol, Service, ServicePort,
+    ServiceType, TrafficPolicy, service_port::TargetPort,
+};
+
+/// The label that ties an EndpointSlice to its Service.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+/// The label that hands a Service to a non-default proxy.
+pub const SERVICE_PROXY_NAME_LABEL: &str = "service.kubernetes.io/service-proxy-name";
+/// The zone label of nodes.
+pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+/// The region label of nodes.
+pub const REGION_LABEL: &str = "topology.kubernetes.io/region";
+/// kube-proxy's default ClientIP affinity timeout, in seconds.
+pub const DEFAULT_AFFINITY_TIMEOUT: u32 = 10_800;
+
+/// A field of an object that could not be translated.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{object}: {field}: {message}")]
+pub struct TranslateError {
+    /// The object, as `Kind namespace/name`.
+    pub object: String,
+    /// The field path, e.g. `spec.clusterIPs[1]`.
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// Settings that change what translation produces.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct TranslateConfig {
+    /// This proxy's name: Services labelled
+    /// `service.kubernetes.io/service-proxy-name` are skipped unless the
+    /// label equals it.
+    pub proxy_name: Option<String>,
+}
+
+fn object_name(
+    kind: &str,
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> String {
+    match &meta.namespace {
+        Some(ns) => format!("{kind} {ns}/{}", meta.name.as_deref().unwrap_or("")),
+        None => format!("{kind} {}", meta.name.as_deref().unwrap_or("")),
+    }
+}
+
+struct Ctx {
+    object: String,
+}
+
+impl Ctx {
+    fn err(&self, field: impl Into<String>, message: impl Into<String>) -> TranslateError {
+        TranslateError {
+            object: self.object.clone(),
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    fn ips<'a>(
+        &self,
+        field: &str,
+        texts: impl IntoIterator<Item = &'a String>,
+    ) -> Result<IpSet, TranslateError> {
+        let mut addrs = Vec::new();
+        for (i, text) in texts.into_iter().enumerate() {
+            let ip = canonical_ip(field, text).map_err(|_| {
+                self.err(
+                    format!("{field}[{i}]"),
+                    format!("invalid IP address {text:?}"),
+                )
+            })?;
+            addrs.push(ip);
+        }
+        Ok(IpSet::from_addrs(addrs))
+    }
+
+    fn port(&self, field: &str, value: i32) -> Result<u32, TranslateError> {
+        u32::try_from(value)
+            .ok()
+            .filter(|p| *p <= 65_535)
+            .ok_or_else(|| self.err(field, format!("port {value} out of range")))
+    }
+}
+
+fn protocol(ctx: &Ctx, field: &str, value: Option<&str>) -> Result<Protocol, TranslateError> {
+    match value.unwrap_or("TCP") {
+        "TCP" => Ok(Protocol::Tcp),
+        "UDP" => Ok(Protocol::Udp),
+        "SCTP" => Ok(Protocol::Sctp),
+        other => Err(ctx.err(field, format!("unknown protocol {other:?}"))),
+    }
+}
+
+fn policy(value: Option<&str>) -> TrafficPolicy {
+    match value {
+        Some("Local") => TrafficPolicy::Local,
+        _ => TrafficPolicy::Cluster,
+    }
+}
+
+/// Translates a Service. `Ok(None)` when it produces no proxy state:
+/// headless (clusterIP `None` or empty), `type: ExternalName`, or handed to
+/// another proxy by the `service-proxy-name` label.
+///
+/// # Errors
+/// A field that cannot be read (an invalid IP, CIDR, port or protocol),
+/// named in the error.
+pub fn service(
+    svc: &core::Service,
+    config: &TranslateConfig,
+) -> Result<Option<Service>, TranslateError> {
+    let ctx = Ctx {
+        object: object_name("Service", &svc.metadata),
+    };
+    if let Some(proxy) = svc
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(SERVICE_PROXY_NAME_LABEL))
+        && config.proxy_name.as_deref() != Some(proxy.as_str())
+    {
+        return Ok(None);
+    }
+    let Some(spec) = &svc.spec else {
+        return Ok(None);
+    };
+    let r#type = match spec.type_.as_deref().unwrap_or("ClusterIP") {
+        "ClusterIP" => ServiceType::ClusterIp,
+        "NodePort" => ServiceType::NodePort,
+        "LoadBalancer" => ServiceType::LoadBalancer,
+        "ExternalName" => return Ok(None),
+        other => return Err(ctx.err("spec.type", format!("unknown type {other:?}"))),
+    };
+    let cluster_ips: Vec<&String> = match (&spec.cluster_ips, &spec.cluster_ip) {
+        (Some(ips), _) if !ips.is_empty() => ips.iter().collect(),
+        (_, Some(ip)) => vec![ip],
+        _ => Vec::new(),
+    };
+    if cluster_ips.is_empty()
+        || cluster_ips
+            .iter()
+            .any(|ip| ip.as_str() == "None" || ip.is_empty())
+    {
+        return Ok(None);
+    }
+    let cluster_ips = ctx.ips("spec.clusterIPs", cluster_ips)?;
+    let external_ips = ctx.ips("spec.externalIPs", spec.external_ips.iter().flatten())?;
+
+    let mut vips = Vec::new();
+    let mut proxied = Vec::new();
+    let ingress = svc
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref());
+    for (i, ing) in ingress.into_iter().flatten().enumerate() {
+        let Some(ip) = ing.ip.as_deref().filter(|ip| !ip.is_empty()) else {
+            continue;
+        };
+        let field = format!("status.loadBalancer.ingress[{i}].ip");
+        let addr = canonical_ip(&field, ip)
+            .map_err(|_| ctx.err(field, format!("invalid IP address {ip:?}")))?;
+        match ing.ip_mode.as_deref() {
+            Some("Proxy") => proxied.push(addr),
+            _ => vips.push(addr),
+        }
+    }
+
+    let mut ports = Vec::new();
+    for (i, p) in spec.ports.iter().flatten().enumerate() {
+        let field = |f: &str| format!("spec.ports[{i}].{f}");
+        ports.push(ServicePort {
+            name: p.name.clone().unwrap_or_default(),
+            protocol: protocol(&ctx, &field("protocol"), p.protocol.as_deref())? as i32,
+            port: ctx.port(&field("port"), p.port)?,
+            node_port: match p.node_port {
+                Some(n) => ctx.port(&field("nodePort"), n)?,
+                None => 0,
+            },
+            target_port: match &p.target_port {
+                Some(IntOrString::Int(n)) => Some(TargetPort::TargetPortNumber(
+                    ctx.port(&field("targetPort"), *n)?,
+                )),
+                Some(IntOrString::String(name)) => Some(TargetPort::TargetPortName(name.clone())),
+                None => Some(TargetPort::TargetPortNumber(
+                    ctx.port(&field("port"), p.port)?,
+                )),
+            },
+        });
+    }
+    ports.sort_by(|a, b| (&a.name, a.protocol, a.port).cmp(&(&b.name, b.protocol, b.port)));
+
+    let client_ip_affinity = (spec.session_affinity.as_deref() == Some("ClientIP")).then(|| {
+        let timeout = spec
+            .session_affinity_config
+            .as_ref()
+            .and_then(|c| c.client_ip.as_ref())
+            .and_then(|c| c.timeout_seconds)
+            .and_then(|t| u32::try_from(t).ok())
+            .filter(|t| *t > 0)
+            .unwrap_or(DEFAULT_AFFINITY_TIMEOUT);
+        ClientIpAffinity {
+            timeout_seconds: timeout,
+        }
+    });
+
+    let source_ranges = spec.load_balancer_source_ranges.iter().flatten();
+    let mut ranges = Vec::new();
+    for (i, text) in source_ranges.enumerate() {
+        let field = format!("spec.loadBalancerSourceRanges[{i}]");
+        ranges.push(
+            kpng_model::addr::canonical_cidr(&field, text)
+                .map_err(|_| ctx.err(field, format!("invalid CIDR {text:?}")))?,
+        );
+    }
+
+    Ok(Some(Service {
+        namespace: svc.metadata.namespace.clone().unwrap_or_default(),
+        name: svc.metadata.name.clone().unwrap_or_default(),
+        r#type: r#type as i32,
+        cluster_ips: Some(cluster_ips),
+        external_ips: (!external_ips.is_empty()).then_some(external_ips),
+        load_balancer_ips: (!vips.is_empty()).then(|| IpSet::from_addrs(vips)),
+        load_balancer_proxy_ips: (!proxied.is_empty()).then(|| IpSet::from_addrs(proxied)),
+        ports,
+        client_ip_affinity,
+        external_traffic_policy: policy(spec.external_traffic_policy.as_deref()) as i32,
+        internal_traffic_policy: policy(spec.internal_traffic_policy.as_deref()) as i32,
+        health_check_node_port: match spec.health_check_node_port {
+            Some(p) => ctx.port("spec.healthCheckNodePort", p)?,
+            None => 0,
+        },
+        load_balancer_source_ranges: (!ranges.is_empty()).then(|| cidr_set(ranges)),
+        traffic_distribution: spec.traffic_distribution.clone().unwrap_or_default(),
+    }))
+}
+
+fn cidr_set(mut ranges: Vec<(IpAddr, u8)>) -> IpSet {
+    ranges.sort();
+    ranges.dedup();
+    let mut set = IpSet::default();
+    for (addr, len) in ranges {
+        let text = format!("{addr}/{len}");
+        match addr {
+            IpAddr::V4(_) => set.v4.push(text),
+            IpAddr::V6(_) => set.v6.push(text),
+        }
+    }
+    set
+}
+
+/// What one EndpointSlice contributes to its Service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SliceContribution {
+    /// The Service the slice belongs to.
+    pub service: ServiceName,
+    /// Its endpoints, by address, in address order.
+    pub endpoints: Vec<(IpAddr, Arc<Endpoint>)>,
+}
+
+/// Translates an EndpointSlice. `Ok(None)` when kube-proxy ignores it: no
+/// `kubernetes.io/service-name` label, or `addressType: FQDN`.
+///
+/// Only the first address of each endpoint is used; slice ports without a
+/// name or a port are ignored; unset `ready`/`serving` mean true and unset
+/// `terminating` false.
+///
+/// # Errors
+/// A field that cannot be read, named in the error.
+pub fn endpoint_slice(
+    slice: &discovery::EndpointSlice,
+) -> Result<Option<SliceContribution>, TranslateError> {
+    let ctx = Ctx {
+        object: object_name("EndpointSlice", &slice.metadata),
+    };
+    let Some(service) = slice
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(SERVICE_NAME_LABEL))
+    else {
+        return Ok(None);
+    };
+    if slice.address_type == "FQDN" {
+        return Ok(None);
+    }
+    let namespace = slice.metadata.namespace.as_deref().unwrap_or_default();
+    let service = ServiceName::new(namespace, service.as_str());
+
+    let mut ports = Vec::new();
+    for (i, p) in slice.ports.iter().flatten().enumerate() {
+        let (Some(name), Some(port)) = (&p.name, p.port) else {
+            continue;
+        };
+        ports.push(EndpointPort {
+            name: name.clone(),
+            protocol: protocol(&ctx, &format!("ports[{i}].protocol"), p.protocol.as_deref())?
+                as i32,
+            port: ctx.port(&format!("ports[{i}].port"), port)?,
+        });
+    }
+    ports.sort_by(|a, b| (&a.name, a.protocol).cmp(&(&b.name, b.protocol)));
+
+    let mut endpoints = BTreeMap::new();
+    for (i, ep) in slice.endpoints.iter().enumerate() {
+        let Some(first) = ep.addresses.first() else {
+            continue;
+        };
+        let field = format!("endpoints[{i}].addresses[0]");
+        let ip = canonical_ip(&field, first)
+            .map_err(|_| ctx.err(field, format!("invalid IP address {first:?}")))?;
+        let conditions = ep.conditions.as_ref();
+        let (ready, serving, terminating) = Endpoint::resolve_conditions(
+            conditions.and_then(|c| c.ready),
+            conditions.and_then(|c| c.serving),
+            conditions.and_then(|c| c.terminating),
+        );
+        let hints = ep.hints.as_ref();
+        let mut hint_zones: Vec<String> = hints
+            .and_then(|h| h.for_zones.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|z| z.name.clone())
+            .collect();
+        hint_zones.sort();
+        hint_zones.dedup();
+        let mut hint_nodes: Vec<String> = hints
+            .and_then(|h| h.for_nodes.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|n| n.name.clone())
+            .collect();
+        hint_nodes.sort();
+        hint_nodes.dedup();
+        let endpoint = Endpoint {
+            addresses: Some(IpSet::from_addrs([ip])),
+            node_name: ep.node_name.clone().unwrap_or_default(),
+            zone: ep.zone.clone().unwrap_or_default(),
+            hint_zones,
+            hint_nodes,
+            ready,
+            serving,
+            terminating,
+            ports: ports.clone(),
+        };
+        // Within one slice, the first copy of an address wins.
+        endpoints.entry(ip).or_insert_with(|| Arc::new(endpoint));
+    }
+    Ok(Some(SliceContribution {
+        service,
+        endpoints: endpoints.into_iter().collect(),
+    }))
+}
+
+/// Translates a Node: its name, zone and region labels, and its InternalIP
+/// addresses (its primary addresses, where NodePorts listen by default;
+/// ExternalIPs are usually NAT addresses that the host does not hold).
+///
+/// # Errors
+/// An address that is not an IP, named in the error.
+pub fn node(node: &core::Node) -> Result<Node, TranslateError> {
+    let ctx = Ctx {
+        object: object_name("Node", &node.metadata),
+    };
+    let labels = node.metadata.labels.as_ref();
+    let label = |key: &str| labels.and_then(|l| l.get(key)).cloned().unwrap_or_default();
+    let mut addrs = Vec::new();
+    let listed = node.status.as_ref().and_then(|s| s.addresses.as_ref());
+    for (i, a) in listed.into_iter().flatten().enumerate() {
+        if a.type_ == "InternalIP" {
+            let field = format!("status.addresses[{i}].address");
+            let ip = canonical_ip(&field, &a.address)
+                .map_err(|_| ctx.err(field, format!("invalid IP address {:?}", a.address)))?;
+            addrs.push(ip);
+        }
+    }
+    Ok(Node {
+        name: node.metadata.name.clone().unwrap_or_default(),
+        zone: label(ZONE_LABEL),
+        region: label(REGION_LABEL),
+        addresses: (!addrs.is_empty()).then(|| IpSet::from_addrs(addrs)),
+    })
+}

@@ -1,0 +1,135 @@
+//! The API source: kube-runtime watchers for Services, EndpointSlices and
+//! Nodes, feeding an [`Ingest`].
+
+use futures::stream::{BoxStream, StreamExt};
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::discovery::v1 as discovery;
+use kube::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event, watcher};
+
+use crate::Ingest;
+
+/// Which Nodes to watch.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub enum NodeScope {
+    /// Only the named node (a node-local proxy: kube-proxy does the same,
+    /// so other nodes' status heartbeats never reach it).
+    Only(String),
+    /// Every node (a server that serves many nodes).
+    #[default]
+    All,
+}
+
+/// Settings of the API source.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct WatchConfig {
+    /// Which Nodes to watch.
+    pub nodes: NodeScope,
+    /// Use streaming lists (`sendInitialEvents`). Needs the server's
+    /// WatchList feature, with no fallback: opt in only where it is on.
+    pub streaming_lists: bool,
+}
+
+enum Update {
+    Service(Event<core::Service>),
+    Slice(Event<discovery::EndpointSlice>),
+    Node(Event<core::Node>),
+    Error(&'static str, watcher::Error),
+}
+
+fn watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    kind: &'static str,
+    wrap: fn(Event<K>) -> Update,
+) -> BoxStream<'static, Update>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    watcher(api, config)
+        .default_backoff()
+        .map(move |item| match item {
+            Ok(event) => wrap(event),
+            Err(e) => Update::Error(kind, e),
+        })
+        .boxed()
+}
+
+/// Watches the API through `client` and feeds `ingest` until the task is
+/// dropped.
+///
+/// Each kind is watched with kube-runtime's `watcher` and its default
+/// backoff. Every (re)list, after a reconnect or a `410 Gone`, is applied
+/// as one transaction when it completes; each kind is marked synced after
+/// its first complete list. Errors are logged and retried: they never end
+/// the watch.
+pub async fn run(client: kube::Client, ingest: &mut Ingest, config: WatchConfig) {
+    let mut base = watcher::Config::default();
+    if config.streaming_lists {
+        base = base.streaming_lists();
+    }
+    let nodes_config = match &config.nodes {
+        NodeScope::Only(name) => base.clone().fields(&format!("metadata.name={name}")),
+        NodeScope::All => base.clone(),
+    };
+    let streams = vec![
+        watch(
+            Api::<core::Service>::all(client.clone()),
+            base.clone(),
+            "Service",
+            Update::Service,
+        ),
+        watch(
+            Api::<discovery::EndpointSlice>::all(client.clone()),
+            base.clone(),
+            "EndpointSlice",
+            Update::Slice,
+        ),
+        watch(
+            Api::<core::Node>::all(client),
+            nodes_config,
+            "Node",
+            Update::Node,
+        ),
+    ];
+    let mut updates = futures::stream::select_all(streams);
+    while let Some(update) = updates.next().await {
+        handle(ingest, update);
+    }
+}
+
+fn handle(ingest: &mut Ingest, update: Update) {
+    match update {
+        Update::Service(event) => match event {
+            Event::Init => ingest.begin_service_relist(),
+            Event::InitApply(o) => ingest.relisted_service(&o),
+            Event::InitDone => log_relist("Service", ingest.finish_service_relist()),
+            Event::Apply(o) => drop(ingest.apply_service(&o)),
+            Event::Delete(o) => drop(ingest.delete_service(&o)),
+        },
+        Update::Slice(event) => match event {
+            Event::Init => ingest.begin_slice_relist(),
+            Event::InitApply(o) => ingest.relisted_slice(&o),
+            Event::InitDone => log_relist("EndpointSlice", ingest.finish_slice_relist()),
+            Event::Apply(o) => drop(ingest.apply_slice(&o)),
+            Event::Delete(o) => drop(ingest.delete_slice(&o)),
+        },
+        Update::Node(event) => match event {
+            Event::Init => ingest.begin_node_relist(),
+            Event::InitApply(o) => ingest.relisted_node(&o),
+            Event::InitDone => log_relist("Node", ingest.finish_node_relist()),
+            Event::Apply(o) => drop(ingest.apply_node(&o)),
+            Event::Delete(o) => drop(ingest.delete_node(&o)),
+        },
+        Update::Error(kind, error) => {
+            tracing::warn!(kind, %error, "watch error; retrying with backoff");
+        }
+    }
+}
+
+fn log_relist(kind: &str, revision: Option<u64>) {
+    tracing::info!(kind, ?revision, "list complete");
+}
