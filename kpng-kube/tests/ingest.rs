@@ -55,24 +55,33 @@ fn metadata_only_changes_make_no_revision() {
     // New resourceVersion, labels, annotations and managedFields: no-op.
     let mut changed = web("2");
     changed["metadata"]["labels"] = json!({"app": "web"});
-    changed["metadata"]["annotations"] = json!({"control-plane.alpha.kubernetes.io/leader": "{\"holderIdentity\":\"x\"}"});
+    changed["metadata"]["annotations"] =
+        json!({"control-plane.alpha.kubernetes.io/leader": "{\"holderIdentity\":\"x\"}"});
     changed["metadata"]["managedFields"] = json!([{"manager": "kubectl", "operation": "Update"}]);
     assert_eq!(ingest.apply_service(&svc(changed)), None);
 
     let eps = json!([{"addresses": ["10.1.0.1"], "nodeName": "node-a",
                       "targetRef": {"kind": "Pod", "name": "web-1", "resourceVersion": "5"}}]);
-    assert_eq!(ingest.apply_slice(&slice(web_slice("web-1", "1", eps, 8080))), Some(2));
+    assert_eq!(
+        ingest.apply_slice(&slice(web_slice("web-1", "1", eps, 8080))),
+        Some(2)
+    );
     // targetRef details and resourceVersion change: no-op.
     let eps = json!([{"addresses": ["10.1.0.1"], "nodeName": "node-a",
                       "targetRef": {"kind": "Pod", "name": "web-1", "resourceVersion": "9", "uid": "u"}}]);
-    assert_eq!(ingest.apply_slice(&slice(web_slice("web-1", "2", eps, 8080))), None);
+    assert_eq!(
+        ingest.apply_slice(&slice(web_slice("web-1", "2", eps, 8080))),
+        None
+    );
 
     // A node status heartbeat: no-op.
-    let n = |hb: &str| node(json!({
-        "metadata": {"name": "node-a", "labels": {"topology.kubernetes.io/zone": "z1"}},
-        "status": {"addresses": [{"type": "InternalIP", "address": "192.168.0.1"}],
-                   "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": hb}]}
-    }));
+    let n = |hb: &str| {
+        node(json!({
+            "metadata": {"name": "node-a", "labels": {"topology.kubernetes.io/zone": "z1"}},
+            "status": {"addresses": [{"type": "InternalIP", "address": "192.168.0.1"}],
+                       "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": hb}]}
+        }))
+    };
     assert_eq!(ingest.apply_node(&n("2026-11-22T00:00:00Z")), Some(3));
     assert_eq!(ingest.apply_node(&n("2026-11-22T00:00:10Z")), None);
 
@@ -90,7 +99,11 @@ fn readiness_change_is_a_revision_and_reaches_the_node_view() {
     let name = ServiceName::new("ns", "web");
     let view = node_view(&ingest.reader().snapshot(), "node-a");
     assert!(view.services[&name].has_endpoints(IpFamily::V4));
-    assert!(ingest.apply_slice(&slice(web_slice("web-1", "2", eps(false), 8080))).is_some());
+    assert!(
+        ingest
+            .apply_slice(&slice(web_slice("web-1", "2", eps(false), 8080)))
+            .is_some()
+    );
     let view = node_view(&ingest.reader().snapshot(), "node-a");
     assert!(!view.services[&name].has_endpoints(IpFamily::V4));
 }
@@ -102,18 +115,31 @@ fn endpoints_are_deduplicated_across_slices_preferring_the_local_copy() {
     // The same address in two slices: the copy on node-a (this node) wins,
     // whatever the slice order; named ports resolved per slice are merged.
     let remote = json!([{"addresses": ["10.1.0.1"], "nodeName": "node-b"}]);
-    let local = json!([{"addresses": ["10.1.0.1"], "nodeName": "node-a"}, {"addresses": ["10.1.0.2"]}]);
+    let local =
+        json!([{"addresses": ["10.1.0.1"], "nodeName": "node-a"}, {"addresses": ["10.1.0.2"]}]);
     ingest.apply_slice(&slice(web_slice("a-slice", "1", remote, 8080)));
     ingest.apply_slice(&slice(web_slice("b-slice", "1", local, 8080)));
     let snap = ingest.reader().snapshot();
     let name = ServiceName::new("ns", "web");
-    let eps: Vec<_> = snap.endpoints(&name).map(|(ip, e)| (*ip, e.node_name.clone())).collect();
-    assert_eq!(eps, [(ip("10.1.0.1"), "node-a".to_string()), (ip("10.1.0.2"), String::new())]);
+    let eps: Vec<_> = snap
+        .endpoints(&name)
+        .map(|(ip, e)| (*ip, e.node_name.clone()))
+        .collect();
+    assert_eq!(
+        eps,
+        [
+            (ip("10.1.0.1"), "node-a".to_string()),
+            (ip("10.1.0.2"), String::new())
+        ]
+    );
 
     // Deleting the local slice: the remote copy takes over, 10.1.0.2 goes.
     ingest.delete_slice(&slice(web_slice("b-slice", "2", json!([]), 8080)));
     let snap = ingest.reader().snapshot();
-    let eps: Vec<_> = snap.endpoints(&name).map(|(ip, e)| (*ip, e.node_name.clone())).collect();
+    let eps: Vec<_> = snap
+        .endpoints(&name)
+        .map(|(ip, e)| (*ip, e.node_name.clone()))
+        .collect();
     assert_eq!(eps, [(ip("10.1.0.1"), "node-b".to_string())]);
 }
 
@@ -130,7 +156,12 @@ fn slices_that_kube_proxy_ignores_are_ignored() {
     assert_eq!(ingest.apply_slice(&slice(fqdn)), None);
     // Ports without a name or a port are dropped; only the first address
     // of an endpoint is used; unset conditions resolve as kube-proxy does.
-    let mut s = web_slice("z", "1", json!([{"addresses": ["10.1.0.1", "10.1.0.99"]}]), 80);
+    let mut s = web_slice(
+        "z",
+        "1",
+        json!([{"addresses": ["10.1.0.1", "10.1.0.99"]}]),
+        80,
+    );
     s["ports"] = json!([{"port": 80}, {"name": "noport"}, {"name": "http", "port": 8080}]);
     assert!(ingest.apply_slice(&slice(s)).is_some());
     let snap = ingest.reader().snapshot();
@@ -140,13 +171,20 @@ fn slices_that_kube_proxy_ignores_are_ignored() {
     assert_eq!(*addr, ip("10.1.0.1"));
     assert_eq!((ep.ready, ep.serving, ep.terminating), (true, true, false));
     assert_eq!(ep.ports.len(), 1);
-    assert_eq!((ep.ports[0].name.as_str(), ep.ports[0].port), ("http", 8080));
+    assert_eq!(
+        (ep.ports[0].name.as_str(), ep.ports[0].port),
+        ("http", 8080)
+    );
 }
 
 #[test]
 fn services_that_produce_no_state_are_skipped_or_removed() {
-    let mut ingest = Ingest::new(Store::new(), IngestConfig::for_node("n").with_proxy_name("kpng"));
-    let headless = json!({"metadata": {"namespace": "ns", "name": "h"}, "spec": {"clusterIP": "None"}});
+    let mut ingest = Ingest::new(
+        Store::new(),
+        IngestConfig::for_node("n").with_proxy_name("kpng"),
+    );
+    let headless =
+        json!({"metadata": {"namespace": "ns", "name": "h"}, "spec": {"clusterIP": "None"}});
     let external = json!({"metadata": {"namespace": "ns", "name": "e"}, "spec": {"type": "ExternalName", "externalName": "x.example"}});
     let mine = json!({"metadata": {"namespace": "ns", "name": "m", "labels": {"service.kubernetes.io/service-proxy-name": "kpng"}},
                       "spec": {"clusterIP": "10.96.0.7"}});
@@ -154,11 +192,16 @@ fn services_that_produce_no_state_are_skipped_or_removed() {
                        "spec": {"clusterIP": "10.96.0.8"}});
     assert_eq!(ingest.apply_service(&svc(headless)), None);
     assert_eq!(ingest.apply_service(&svc(external)), None);
-    assert_eq!(ingest.apply_service(&svc(mine)), Some(1), "labelled with our proxy name");
+    assert_eq!(
+        ingest.apply_service(&svc(mine)),
+        Some(1),
+        "labelled with our proxy name"
+    );
     assert_eq!(ingest.apply_service(&svc(other)), None);
     // A Service that becomes headless leaves the store.
     assert!(ingest.apply_service(&svc(web("1"))).is_some());
-    let became = json!({"metadata": {"namespace": "ns", "name": "web"}, "spec": {"clusterIP": "None"}});
+    let became =
+        json!({"metadata": {"namespace": "ns", "name": "web"}, "spec": {"clusterIP": "None"}});
     assert!(ingest.apply_service(&svc(became)).is_some());
     assert_eq!(ingest.reader().snapshot().services().count(), 1);
 }
@@ -181,13 +224,26 @@ fn relists_swap_contents_and_unchanged_ones_make_no_revision() {
     assert_eq!(ingest.relist_services([&a]), Some(2));
     assert_eq!(ingest.reader().snapshot().services().count(), 1);
 
-    let s1 = slice(web_slice("s1", "1", json!([{"addresses": ["10.1.0.1"]}]), 80));
-    let s2 = slice(web_slice("s2", "1", json!([{"addresses": ["10.1.0.2"]}]), 80));
+    let s1 = slice(web_slice(
+        "s1",
+        "1",
+        json!([{"addresses": ["10.1.0.1"]}]),
+        80,
+    ));
+    let s2 = slice(web_slice(
+        "s2",
+        "1",
+        json!([{"addresses": ["10.1.0.2"]}]),
+        80,
+    ));
     assert_eq!(ingest.relist_slices([&s1, &s2]), Some(3));
     assert_eq!(ingest.relist_slices([&s1, &s2]), None);
     assert_eq!(ingest.relist_slices([&s2]), Some(4));
     let snap = ingest.reader().snapshot();
-    let eps: Vec<_> = snap.endpoints(&ServiceName::new("ns", "web")).map(|(ip, _)| *ip).collect();
+    let eps: Vec<_> = snap
+        .endpoints(&ServiceName::new("ns", "web"))
+        .map(|(ip, _)| *ip)
+        .collect();
     assert_eq!(eps, [ip("10.1.0.2")]);
     assert!(snap.is_synced(Kind::Endpoint));
 }
@@ -195,7 +251,8 @@ fn relists_swap_contents_and_unchanged_ones_make_no_revision() {
 #[test]
 fn bundled_sample_translates_every_feature() {
     let mut ingest = ingest();
-    let objects = file::parse_str(file::SAMPLE_CLUSTER_NAME, file::SAMPLE_CLUSTER).expect("sample parses");
+    let objects =
+        file::parse_str(file::SAMPLE_CLUSTER_NAME, file::SAMPLE_CLUSTER).expect("sample parses");
     assert!(ingest.load(&objects).is_some());
     let snap = ingest.reader().snapshot();
     let mut names: Vec<String> = snap.services().map(|(n, _)| n.to_string()).collect();
@@ -203,7 +260,15 @@ fn bundled_sample_translates_every_feature() {
     // Headless db, ExternalName legacy and mesh-only are skipped.
     assert_eq!(
         names,
-        ["batch/queue", "default/kubernetes", "kube-system/kube-dns", "shop/cart", "shop/checkout", "web/api", "web/frontend"]
+        [
+            "batch/queue",
+            "default/kubernetes",
+            "kube-system/kube-dns",
+            "shop/cart",
+            "shop/checkout",
+            "web/api",
+            "web/frontend"
+        ]
     );
     assert_eq!(snap.nodes().count(), 3);
     assert!(Kind::ALL.iter().all(|k| snap.is_synced(*k)));
@@ -212,37 +277,75 @@ fn bundled_sample_translates_every_feature() {
     assert_eq!(api.r#type, ServiceType::LoadBalancer as i32);
     assert_eq!(api.external_traffic_policy, TrafficPolicy::Local as i32);
     assert_eq!(api.health_check_node_port, 32000);
-    assert_eq!(api.client_ip_affinity.as_ref().map(|a| a.timeout_seconds), Some(600));
-    assert_eq!(api.load_balancer_ips.as_ref().map(|s| s.v4.clone()), Some(vec!["198.51.100.10".into()]));
-    assert_eq!(api.load_balancer_proxy_ips.as_ref().map(|s| s.v4.clone()), Some(vec!["198.51.100.11".into()]));
     assert_eq!(
-        api.load_balancer_source_ranges.as_ref().map(|s| s.v4.clone()),
+        api.client_ip_affinity.as_ref().map(|a| a.timeout_seconds),
+        Some(600)
+    );
+    assert_eq!(
+        api.load_balancer_ips.as_ref().map(|s| s.v4.clone()),
+        Some(vec!["198.51.100.10".into()])
+    );
+    assert_eq!(
+        api.load_balancer_proxy_ips.as_ref().map(|s| s.v4.clone()),
+        Some(vec!["198.51.100.11".into()])
+    );
+    assert_eq!(
+        api.load_balancer_source_ranges
+            .as_ref()
+            .map(|s| s.v4.clone()),
         Some(vec!["198.51.100.128/25".into(), "203.0.113.0/24".into()])
     );
-    assert_eq!(api.external_ips.as_ref().map(|s| s.v4.clone()), Some(vec!["192.0.2.50".into()]));
+    assert_eq!(
+        api.external_ips.as_ref().map(|s| s.v4.clone()),
+        Some(vec!["192.0.2.50".into()])
+    );
 
     let frontend = ServiceName::new("web", "frontend");
     let svc = snap.service(&frontend).expect("frontend");
-    assert_eq!(svc.cluster_ips.as_ref().map(|s| s.v6.clone()), Some(vec!["fd00:10:96::20".into()]));
+    assert_eq!(
+        svc.cluster_ips.as_ref().map(|s| s.v6.clone()),
+        Some(vec!["fd00:10:96::20".into()])
+    );
     // Named target port resolved per endpoint: the canary slice's 8081.
-    let ports: Vec<_> = snap.endpoints(&frontend).map(|(ip, e)| (ip.to_string(), e.ports[0].port)).collect();
+    let ports: Vec<_> = snap
+        .endpoints(&frontend)
+        .map(|(ip, e)| (ip.to_string(), e.ports[0].port))
+        .collect();
     assert!(ports.contains(&("10.244.1.21".into(), 8081)));
     assert!(ports.contains(&("10.244.1.20".into(), 8080)));
     assert!(ports.contains(&("fd00:10:244:1::20".into(), 8080)));
 
-    let dns = snap.service(&ServiceName::new("kube-system", "kube-dns")).expect("dns");
-    assert_eq!(dns.ports.iter().filter(|p| p.protocol == Protocol::Udp as i32).count(), 1);
+    let dns = snap
+        .service(&ServiceName::new("kube-system", "kube-dns"))
+        .expect("dns");
+    assert_eq!(
+        dns.ports
+            .iter()
+            .filter(|p| p.protocol == Protocol::Udp as i32)
+            .count(),
+        1
+    );
 
     // The node view: zone hints on node-c (zone-b) keep only the zone-b
     // endpoint; the all-terminating queue falls back to its serving one;
     // checkout has no endpoint at all.
     let view = node_view(&snap, "node-c");
     let fe = &view.services[&frontend];
-    let v4: Vec<_> = fe.cluster_endpoints(IpFamily::V4).map(|e| e.ip.to_string()).collect();
+    let v4: Vec<_> = fe
+        .cluster_endpoints(IpFamily::V4)
+        .map(|e| e.ip.to_string())
+        .collect();
     assert_eq!(v4, ["10.244.3.20"]);
-    assert_eq!(fe.cluster_endpoints(IpFamily::V6).count(), 2, "no hints in the IPv6 slice");
+    assert_eq!(
+        fe.cluster_endpoints(IpFamily::V6).count(),
+        2,
+        "no hints in the IPv6 slice"
+    );
     let queue = &view.services[&ServiceName::new("batch", "queue")];
-    let q: Vec<_> = queue.cluster_endpoints(IpFamily::V4).map(|e| e.ip.to_string()).collect();
+    let q: Vec<_> = queue
+        .cluster_endpoints(IpFamily::V4)
+        .map(|e| e.ip.to_string())
+        .collect();
     assert_eq!(q, ["10.244.1.60"]);
     assert!(!view.services[&ServiceName::new("shop", "checkout")].has_endpoints(IpFamily::V4));
 
@@ -276,13 +379,24 @@ spec:
         {"kind": "Service", "metadata": {"namespace": "ns", "name": "s"}, "spec": {"ports": [{"port": "eighty"}]}}]}"#;
     let err = file::parse_str("state.json", bad_type).expect_err("bad port type");
     let msg = err.to_string();
-    assert!(msg.starts_with("state.json: document 0 (List item 1): Service ns/s: spec.ports[0].port: "), "{msg}");
+    assert!(
+        msg.starts_with("state.json: document 0 (List item 1): Service ns/s: spec.ports[0].port: "),
+        "{msg}"
+    );
 
     let err = file::parse_str("x.yaml", "kind: [unclosed").expect_err("bad YAML");
-    assert!(err.to_string().starts_with("x.yaml: document 0: invalid YAML"), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("x.yaml: document 0: invalid YAML"),
+        "{err}"
+    );
 
     // Nothing from a failing file reaches the store.
     let mut ingest = ingest();
-    assert!(file::parse_str("cluster.yaml", bad_ip).map(|o| ingest.load(&o)).is_err());
+    assert!(
+        file::parse_str("cluster.yaml", bad_ip)
+            .map(|o| ingest.load(&o))
+            .is_err()
+    );
     assert_eq!(ingest.reader().snapshot().revision(), 0);
 }
