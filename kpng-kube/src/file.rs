@@ -192,25 +192,20 @@ pub async fn read(path: &Path, config: &TranslateConfig) -> Result<Vec<Object>> 
 
 impl Ingest {
     /// Replaces the whole state with `objects` (a file's contents), as a
-    /// relist of every kind does, and marks every kind synced. Returns the
-    /// last new revision, if any.
+    /// relist of every kind does, in one transaction, and marks every kind
+    /// synced. Returns the new revision, if anything changed.
     pub fn load(&mut self, objects: &[Object]) -> Option<u64> {
-        let services = objects.iter().filter_map(|o| match o {
-            Object::Service(s) => Some(&**s),
-            _ => None,
-        });
-        let slices = objects.iter().filter_map(|o| match o {
-            Object::EndpointSlice(s) => Some(&**s),
-            _ => None,
-        });
-        let nodes = objects.iter().filter_map(|o| match o {
-            Object::Node(n) => Some(&**n),
-            _ => None,
-        });
-        let a = self.relist_nodes(nodes);
-        let b = self.relist_services(services);
-        let c = self.relist_slices(slices);
-        c.or(b).or(a)
+        self.begin_node_relist();
+        self.begin_service_relist();
+        self.begin_slice_relist();
+        for object in objects {
+            match object {
+                Object::Service(s) => self.relisted_service(s),
+                Object::EndpointSlice(s) => self.relisted_slice(s),
+                Object::Node(n) => self.relisted_node(n),
+            }
+        }
+        self.finish_relists()
     }
 }
 

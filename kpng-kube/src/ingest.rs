@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::discovery::v1 as discovery;
 use kpng_model::v1::Endpoint;
 use kpng_model::{Key, Kind, ServiceName, Value};
-use kpng_store::{Reader, Store, Txn};
+use kpng_store::{Reader, Snapshot, Store, Txn};
 
 use crate::translate::{self, SliceContribution, TranslateConfig, TranslateError};
 
@@ -91,17 +91,25 @@ struct Relists {
 pub struct Ingest {
     store: Store,
     config: IngestConfig,
-    slices: HashMap<SliceKey, SliceContribution>,
-    by_service: HashMap<ServiceName, BTreeSet<SliceKey>>,
+    index: SliceIndex,
     relists: Relists,
     stats: IngestStats,
+}
+
+/// What each EndpointSlice contributed, and the slices of each Service.
+#[derive(Default)]
+struct SliceIndex {
+    slices: HashMap<SliceKey, SliceContribution>,
+    by_service: HashMap<ServiceName, BTreeSet<SliceKey>>,
+    /// This node: its copy of an address listed twice wins.
+    node_name: Option<String>,
 }
 
 impl std::fmt::Debug for Ingest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Ingest")
             .field("store", &self.store)
-            .field("slices", &self.slices.len())
+            .field("slices", &self.index.slices.len())
             .field("stats", &self.stats)
             .finish()
     }
@@ -110,11 +118,14 @@ impl std::fmt::Debug for Ingest {
 impl Ingest {
     /// Ingest into `store`.
     pub fn new(store: Store, config: IngestConfig) -> Self {
+        let node_name = config.node_name.clone();
         Self {
             store,
             config,
-            slices: HashMap::new(),
-            by_service: HashMap::new(),
+            index: SliceIndex {
+                node_name,
+                ..SliceIndex::default()
+            },
             relists: Relists::default(),
             stats: IngestStats::default(),
         }
@@ -211,14 +222,7 @@ impl Ingest {
     pub fn finish_service_relist(&mut self) -> Option<u64> {
         let listed = self.relists.services.take().unwrap_or_default();
         let mut txn = self.store.begin();
-        let mut keep = BTreeSet::new();
-        for (key, translated) in listed {
-            if translated.is_some() {
-                keep.insert(key.clone());
-            }
-            write_service(&mut txn, key, translated);
-        }
-        txn.retain(Kind::Service, |k, _| keep.contains(k));
+        swap_services(&mut txn, listed);
         let revision = txn.commit().revision;
         self.store.mark_synced(Kind::Service);
         self.count(0, revision)
@@ -283,17 +287,10 @@ impl Ingest {
     /// mark endpoints synced.
     pub fn finish_slice_relist(&mut self) -> Option<u64> {
         let listed = self.relists.slices.take().unwrap_or_default();
-        let mut affected: BTreeSet<ServiceName> = self.by_service.keys().cloned().collect();
-        self.slices = listed;
-        self.by_service.clear();
-        for (key, contribution) in &self.slices {
-            affected.insert(contribution.service.clone());
-            self.by_service
-                .entry(contribution.service.clone())
-                .or_default()
-                .insert(key.clone());
-        }
-        let revision = self.write_endpoints(affected);
+        let before = self.store.snapshot();
+        let mut txn = self.store.begin();
+        self.index.swap(&mut txn, &before, listed);
+        let revision = txn.commit().revision;
         self.store.mark_synced(Kind::Endpoint);
         self.count(0, revision)
     }
@@ -313,104 +310,39 @@ impl Ingest {
         key: SliceKey,
         contribution: Option<SliceContribution>,
     ) -> Option<u64> {
-        let mut affected = BTreeSet::new();
-        if let Some(old) = self.slices.remove(&key) {
-            if let Some(keys) = self.by_service.get_mut(&old.service) {
-                keys.remove(&key);
-                if keys.is_empty() {
-                    self.by_service.remove(&old.service);
-                }
-            }
-            affected.insert(old.service);
-        }
-        if let Some(new) = contribution {
-            affected.insert(new.service.clone());
-            self.by_service
-                .entry(new.service.clone())
-                .or_default()
-                .insert(key.clone());
-            self.slices.insert(key, new);
-        }
-        self.write_endpoints(affected)
-    }
-
-    /// Merges the slices of each Service and writes the result, deleting
-    /// the endpoints no slice holds any more, in one transaction.
-    fn write_endpoints(&mut self, services: BTreeSet<ServiceName>) -> Option<u64> {
         let before = self.store.snapshot();
-        let merged: Vec<_> = services
-            .into_iter()
-            .map(|service| {
-                let endpoints = self.merge(&service);
-                (service, endpoints)
-            })
-            .collect();
         let mut txn = self.store.begin();
-        for (service, endpoints) in merged {
-            for (ip, _) in before.endpoints(&service) {
-                if !endpoints.contains_key(ip) {
-                    txn.delete(&Key::Endpoint(service.clone(), *ip));
-                }
-            }
-            for (ip, endpoint) in endpoints {
-                // Kinds match by construction.
-                let _ = txn.set(
-                    Key::Endpoint(service.clone(), ip),
-                    Value::Endpoint(endpoint),
-                );
-            }
-        }
+        self.index.replace(&mut txn, &before, key, contribution);
         txn.commit().revision
     }
 
-    /// The endpoints of a Service across its slices, de-duplicated by
-    /// address: the copy on this node wins, then the first slice by name;
-    /// ports of the copies are merged.
-    fn merge(&self, service: &ServiceName) -> BTreeMap<IpAddr, Arc<Endpoint>> {
-        let mut merged: BTreeMap<IpAddr, Arc<Endpoint>> = BTreeMap::new();
-        let local = |e: &Endpoint| {
-            self.config
-                .node_name
-                .as_deref()
-                .is_some_and(|n| n == e.node_name)
-        };
-        for key in self.by_service.get(service).into_iter().flatten() {
-            let Some(contribution) = self.slices.get(key) else {
-                continue;
-            };
-            for (ip, endpoint) in &contribution.endpoints {
-                match merged.get_mut(ip) {
-                    None => {
-                        merged.insert(*ip, endpoint.clone());
-                    }
-                    Some(kept) => {
-                        let (mut winner, other) = if local(endpoint) && !local(kept) {
-                            (endpoint.clone(), kept.clone())
-                        } else {
-                            (kept.clone(), endpoint.clone())
-                        };
-                        let missing: Vec<_> = other
-                            .ports
-                            .iter()
-                            .filter(|p| {
-                                !winner
-                                    .ports
-                                    .iter()
-                                    .any(|w| w.name == p.name && w.protocol == p.protocol)
-                            })
-                            .cloned()
-                            .collect();
-                        if !missing.is_empty() {
-                            let ports = &mut Arc::make_mut(&mut winner).ports;
-                            ports.extend(missing);
-                            ports.sort_by(|a, b| (&a.name, a.protocol).cmp(&(&b.name, b.protocol)));
-                        }
-                        *kept = winner;
-                    }
-                }
-            }
+    /// Completes every relist in progress in one transaction, so readers
+    /// never see one kind relisted and another not yet (a file reload uses
+    /// this). Marks the relisted kinds synced.
+    pub fn finish_relists(&mut self) -> Option<u64> {
+        let services = self.relists.services.take();
+        let slices = self.relists.slices.take();
+        let nodes = self.relists.nodes.take();
+        let before = self.store.snapshot();
+        let mut txn = self.store.begin();
+        let mut synced = Vec::new();
+        if let Some(nodes) = nodes {
+            swap_nodes(&mut txn, nodes);
+            synced.push(Kind::Node);
         }
-        merged
+        if let Some(services) = services {
+            swap_services(&mut txn, services);
+            synced.push(Kind::Service);
+        }
+        if let Some(slices) = slices {
+            self.index.swap(&mut txn, &before, slices);
+            synced.push(Kind::Endpoint);
+        }
+        let revision = txn.commit().revision;
+        for kind in synced {
+            self.store.mark_synced(kind);
+        }
+        self.count(0, revision)
     }
 
     // ---- Nodes ----
@@ -468,15 +400,8 @@ impl Ingest {
     /// Nodes synced.
     pub fn finish_node_relist(&mut self) -> Option<u64> {
         let listed = self.relists.nodes.take().unwrap_or_default();
-        let keep: BTreeSet<Key> = listed
-            .iter()
-            .map(|n| Key::Node(n.name.as_str().into()))
-            .collect();
         let mut txn = self.store.begin();
-        for node in listed {
-            txn.set_node(node);
-        }
-        txn.retain(Kind::Node, |k, _| keep.contains(k));
+        swap_nodes(&mut txn, listed);
         let revision = txn.commit().revision;
         self.store.mark_synced(Kind::Node);
         self.count(0, revision)
@@ -491,6 +416,147 @@ impl Ingest {
         list.into_iter().for_each(|n| self.relisted_node(n));
         self.finish_node_relist()
     }
+}
+
+impl SliceIndex {
+    /// Replaces one slice's contribution (`None`: the slice is gone or
+    /// ignored now) and rewrites the Services it touches, in `txn`.
+    fn replace(
+        &mut self,
+        txn: &mut Txn<'_>,
+        before: &Snapshot,
+        key: SliceKey,
+        contribution: Option<SliceContribution>,
+    ) {
+        let mut affected = BTreeSet::new();
+        if let Some(old) = self.slices.remove(&key) {
+            if let Some(keys) = self.by_service.get_mut(&old.service) {
+                keys.remove(&key);
+                if keys.is_empty() {
+                    self.by_service.remove(&old.service);
+                }
+            }
+            affected.insert(old.service);
+        }
+        if let Some(new) = contribution {
+            affected.insert(new.service.clone());
+            self.by_service
+                .entry(new.service.clone())
+                .or_default()
+                .insert(key.clone());
+            self.slices.insert(key, new);
+        }
+        self.write(txn, before, affected);
+    }
+
+    /// Replaces every slice with `listed` (a relist), in `txn`.
+    fn swap(
+        &mut self,
+        txn: &mut Txn<'_>,
+        before: &Snapshot,
+        listed: HashMap<SliceKey, SliceContribution>,
+    ) {
+        let mut affected: BTreeSet<ServiceName> = self.by_service.keys().cloned().collect();
+        self.slices = listed;
+        self.by_service.clear();
+        for (key, contribution) in &self.slices {
+            affected.insert(contribution.service.clone());
+            self.by_service
+                .entry(contribution.service.clone())
+                .or_default()
+                .insert(key.clone());
+        }
+        self.write(txn, before, affected);
+    }
+
+    /// Writes the merged endpoints of each Service, deleting those no slice
+    /// holds any more (`before` is the state the transaction started from).
+    fn write(&self, txn: &mut Txn<'_>, before: &Snapshot, services: BTreeSet<ServiceName>) {
+        for service in services {
+            let endpoints = self.merge(&service);
+            for (ip, _) in before.endpoints(&service) {
+                if !endpoints.contains_key(ip) {
+                    txn.delete(&Key::Endpoint(service.clone(), *ip));
+                }
+            }
+            for (ip, endpoint) in endpoints {
+                // Kinds match by construction.
+                let _ = txn.set(
+                    Key::Endpoint(service.clone(), ip),
+                    Value::Endpoint(endpoint),
+                );
+            }
+        }
+    }
+
+    /// The endpoints of a Service across its slices, de-duplicated by
+    /// address: the copy on this node wins, then the first slice by name;
+    /// ports of the copies are merged.
+    fn merge(&self, service: &ServiceName) -> BTreeMap<IpAddr, Arc<Endpoint>> {
+        let mut merged: BTreeMap<IpAddr, Arc<Endpoint>> = BTreeMap::new();
+        let local = |e: &Endpoint| self.node_name.as_deref().is_some_and(|n| n == e.node_name);
+        for key in self.by_service.get(service).into_iter().flatten() {
+            let Some(contribution) = self.slices.get(key) else {
+                continue;
+            };
+            for (ip, endpoint) in &contribution.endpoints {
+                match merged.get_mut(ip) {
+                    None => {
+                        merged.insert(*ip, endpoint.clone());
+                    }
+                    Some(kept) => {
+                        let (mut winner, other) = if local(endpoint) && !local(kept) {
+                            (endpoint.clone(), kept.clone())
+                        } else {
+                            (kept.clone(), endpoint.clone())
+                        };
+                        let missing: Vec<_> = other
+                            .ports
+                            .iter()
+                            .filter(|p| {
+                                !winner
+                                    .ports
+                                    .iter()
+                                    .any(|w| w.name == p.name && w.protocol == p.protocol)
+                            })
+                            .cloned()
+                            .collect();
+                        if !missing.is_empty() {
+                            let ports = &mut Arc::make_mut(&mut winner).ports;
+                            ports.extend(missing);
+                            ports.sort_by(|a, b| (&a.name, a.protocol).cmp(&(&b.name, b.protocol)));
+                        }
+                        *kept = winner;
+                    }
+                }
+            }
+        }
+        merged
+    }
+}
+
+/// Replaces every Service with `listed`, in `txn`.
+fn swap_services(txn: &mut Txn<'_>, listed: Vec<(Key, Option<kpng_model::v1::Service>)>) {
+    let mut keep = BTreeSet::new();
+    for (key, translated) in listed {
+        if translated.is_some() {
+            keep.insert(key.clone());
+        }
+        write_service(txn, key, translated);
+    }
+    txn.retain(Kind::Service, |k, _| keep.contains(k));
+}
+
+/// Replaces every Node with `listed`, in `txn`.
+fn swap_nodes(txn: &mut Txn<'_>, listed: Vec<kpng_model::v1::Node>) {
+    let keep: BTreeSet<Key> = listed
+        .iter()
+        .map(|n| Key::Node(n.name.as_str().into()))
+        .collect();
+    for node in listed {
+        txn.set_node(node);
+    }
+    txn.retain(Kind::Node, |k, _| keep.contains(k));
 }
 
 fn write_service(txn: &mut Txn<'_>, key: Key, translated: Option<kpng_model::v1::Service>) {

@@ -253,7 +253,11 @@ fn bundled_sample_translates_every_feature() {
     let mut ingest = ingest();
     let objects =
         file::parse_str(file::SAMPLE_CLUSTER_NAME, file::SAMPLE_CLUSTER).expect("sample parses");
-    assert!(ingest.load(&objects).is_some());
+    assert_eq!(
+        ingest.load(&objects),
+        Some(1),
+        "a whole file is one revision"
+    );
     let snap = ingest.reader().snapshot();
     let mut names: Vec<String> = snap.services().map(|(n, _)| n.to_string()).collect();
     names.sort();
@@ -399,4 +403,85 @@ spec:
             .is_err()
     );
     assert_eq!(ingest.reader().snapshot().revision(), 0);
+}
+
+#[tokio::test]
+async fn watched_file_is_reread_and_diffed_and_a_broken_one_is_not_applied() {
+    let dir = std::env::temp_dir().join(format!("kpng-kube-watch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("cluster.yaml");
+    let manifest = |port: u16| {
+        format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{namespace: ns, name: web}}\nspec: {{clusterIP: 10.96.0.5, ports: [{{port: {port}}}]}}\n"
+        )
+    };
+    std::fs::write(&path, manifest(80)).expect("write");
+    let mut ingest = ingest();
+    let mut reader = ingest.reader();
+    let watched = path.clone();
+    let task = tokio::spawn(async move {
+        let poll = Some(std::time::Duration::from_millis(20));
+        file::run(&watched, &mut ingest, &Default::default(), poll).await
+    });
+    let wait = |reader: &mut kpng_store::Reader, rev: u64| {
+        let mut reader = reader.clone();
+        async move {
+            tokio::time::timeout(
+                std::time::Duration::from_secs(10),
+                reader.wait(|s| s.revision() >= rev),
+            )
+            .await
+            .expect("in time")
+            .expect("open")
+        }
+    };
+    wait(&mut reader, 1).await;
+
+    // Modification times can be coarse: step them explicitly.
+    let touch = |text: String, secs: u64| {
+        std::fs::write(&path, text).expect("write");
+        let when = std::time::SystemTime::UNIX_EPOCH
+            + std::time::Duration::from_secs(1_700_000_000 + secs);
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .expect("open")
+            .set_modified(when)
+            .expect("mtime");
+    };
+    touch(manifest(8080), 1);
+    let snap = wait(&mut reader, 2).await;
+    assert_eq!(
+        snap.service(&ServiceName::new("ns", "web"))
+            .expect("web")
+            .ports[0]
+            .port,
+        8080
+    );
+
+    // A broken file is logged and not applied; the previous state stays.
+    touch(
+        "kind: Service\nmetadata: {namespace: ns, name: web}\nspec: {clusterIP: 10.96.0.999}\n"
+            .into(),
+        2,
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(reader.snapshot().revision(), 2);
+
+    // Rewriting the same content (new mtime) is diffed to nothing.
+    touch(manifest(8080), 3);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(reader.snapshot().revision(), 2);
+
+    touch(manifest(9090), 4);
+    let snap = wait(&mut reader, 3).await;
+    assert_eq!(
+        snap.service(&ServiceName::new("ns", "web"))
+            .expect("web")
+            .ports[0]
+            .port,
+        9090
+    );
+    task.abort();
+    let _ = std::fs::remove_dir_all(&dir);
 }
