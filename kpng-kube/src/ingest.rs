@@ -100,7 +100,8 @@ pub struct Ingest {
 #[derive(Default)]
 struct SliceIndex {
     slices: HashMap<SliceKey, SliceContribution>,
-    by_service: HashMap<ServiceName, BTreeSet<SliceKey>>,
+    /// The slices of each Service (usually one: a Vec, not a set).
+    by_service: HashMap<ServiceName, Vec<SliceKey>>,
     /// This node: its copy of an address listed twice wins.
     node_name: Option<String>,
 }
@@ -431,7 +432,7 @@ impl SliceIndex {
         let mut affected = BTreeSet::new();
         if let Some(old) = self.slices.remove(&key) {
             if let Some(keys) = self.by_service.get_mut(&old.service) {
-                keys.remove(&key);
+                keys.retain(|k| *k != key);
                 if keys.is_empty() {
                     self.by_service.remove(&old.service);
                 }
@@ -440,10 +441,7 @@ impl SliceIndex {
         }
         if let Some(new) = contribution {
             affected.insert(new.service.clone());
-            self.by_service
-                .entry(new.service.clone())
-                .or_default()
-                .insert(key.clone());
+            self.link(&new.service, &key);
             self.slices.insert(key, new);
         }
         self.write(txn, before, affected);
@@ -459,14 +457,25 @@ impl SliceIndex {
         let mut affected: BTreeSet<ServiceName> = self.by_service.keys().cloned().collect();
         self.slices = listed;
         self.by_service.clear();
-        for (key, contribution) in &self.slices {
-            affected.insert(contribution.service.clone());
-            self.by_service
-                .entry(contribution.service.clone())
-                .or_default()
-                .insert(key.clone());
+        let links: Vec<(ServiceName, SliceKey)> = self
+            .slices
+            .iter()
+            .map(|(key, c)| (c.service.clone(), key.clone()))
+            .collect();
+        for (service, key) in links {
+            self.link(&service, &key);
+            affected.insert(service);
         }
         self.write(txn, before, affected);
+    }
+
+    /// Records that slice `key` belongs to `service`, keeping each Service's
+    /// slices sorted by name (the merge order).
+    fn link(&mut self, service: &ServiceName, key: &SliceKey) {
+        let keys = self.by_service.entry(service.clone()).or_default();
+        if let Err(i) = keys.binary_search(key) {
+            keys.insert(i, key.clone());
+        }
     }
 
     /// Writes the merged endpoints of each Service, deleting those no slice
@@ -475,7 +484,7 @@ impl SliceIndex {
         for service in services {
             let endpoints = self.merge(&service);
             for (ip, _) in before.endpoints(&service) {
-                if !endpoints.contains_key(ip) {
+                if endpoints.binary_search_by_key(ip, |(a, _)| *a).is_err() {
                     txn.delete(&Key::Endpoint(service.clone(), *ip));
                 }
             }
@@ -492,7 +501,17 @@ impl SliceIndex {
     /// The endpoints of a Service across its slices, de-duplicated by
     /// address: the copy on this node wins, then the first slice by name;
     /// ports of the copies are merged.
-    fn merge(&self, service: &ServiceName) -> BTreeMap<IpAddr, Arc<Endpoint>> {
+    /// Sorted by address.
+    fn merge(&self, service: &ServiceName) -> Vec<(IpAddr, Arc<Endpoint>)> {
+        let keys = self.by_service.get(service).map_or(&[][..], Vec::as_slice);
+        if let [only] = keys {
+            // One slice (the common case): already sorted and de-duplicated.
+            return self
+                .slices
+                .get(only)
+                .map(|c| c.endpoints.clone())
+                .unwrap_or_default();
+        }
         let mut merged: BTreeMap<IpAddr, Arc<Endpoint>> = BTreeMap::new();
         let local = |e: &Endpoint| self.node_name.as_deref().is_some_and(|n| n == e.node_name);
         for key in self.by_service.get(service).into_iter().flatten() {
@@ -531,7 +550,7 @@ impl SliceIndex {
                 }
             }
         }
-        merged
+        merged.into_iter().collect()
     }
 }
 
@@ -544,7 +563,7 @@ fn swap_services(txn: &mut Txn<'_>, listed: Vec<(Key, Option<kpng_model::v1::Ser
         }
         write_service(txn, key, translated);
     }
-    txn.retain(Kind::Service, |k, _| keep.contains(k));
+    txn.retain(Kind::Service, |k| keep.contains(k));
 }
 
 /// Replaces every Node with `listed`, in `txn`.
@@ -556,7 +575,7 @@ fn swap_nodes(txn: &mut Txn<'_>, listed: Vec<kpng_model::v1::Node>) {
     for node in listed {
         txn.set_node(node);
     }
-    txn.retain(Kind::Node, |k, _| keep.contains(k));
+    txn.retain(Kind::Node, |k| keep.contains(k));
 }
 
 fn write_service(txn: &mut Txn<'_>, key: Key, translated: Option<kpng_model::v1::Service>) {

@@ -1,7 +1,6 @@
 //! Translation of Kubernetes objects into ENLS values, with kube-proxy's
 //! rules. Pure functions: the API source and the file source share them.
 
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -316,7 +315,7 @@ pub fn endpoint_slice(
     }
     ports.sort_by(|a, b| (&a.name, a.protocol).cmp(&(&b.name, b.protocol)));
 
-    let mut endpoints = BTreeMap::new();
+    let mut endpoints = Vec::with_capacity(slice.endpoints.len());
     for (i, ep) in slice.endpoints.iter().enumerate() {
         let Some(first) = ep.addresses.first() else {
             continue;
@@ -348,7 +347,7 @@ pub fn endpoint_slice(
         hint_nodes.sort();
         hint_nodes.dedup();
         let endpoint = Endpoint {
-            addresses: Some(IpSet::from_addrs([ip])),
+            addresses: Some(IpSet::single(ip)),
             node_name: ep.node_name.clone().unwrap_or_default(),
             zone: ep.zone.clone().unwrap_or_default(),
             hint_zones,
@@ -358,13 +357,13 @@ pub fn endpoint_slice(
             terminating,
             ports: ports.clone(),
         };
-        // Within one slice, the first copy of an address wins.
-        endpoints.entry(ip).or_insert_with(|| Arc::new(endpoint));
+        endpoints.push((ip, Arc::new(endpoint)));
     }
-    Ok(Some(SliceContribution {
-        service,
-        endpoints: endpoints.into_iter().collect(),
-    }))
+    // Sorted by address; within one slice, the first copy of an address
+    // wins (the sort is stable).
+    endpoints.sort_by_key(|(ip, _)| *ip);
+    endpoints.dedup_by_key(|(ip, _)| *ip);
+    Ok(Some(SliceContribution { service, endpoints }))
 }
 
 /// Translates a Node: its name, zone and region labels, and its InternalIP

@@ -94,6 +94,21 @@ impl IpSet {
         set
     }
 
+    /// A set of one address.
+    pub fn single(addr: IpAddr) -> Self {
+        let text = vec![addr.to_string()];
+        match addr {
+            IpAddr::V4(_) => IpSet {
+                v4: text,
+                v6: Vec::new(),
+            },
+            IpAddr::V6(_) => IpSet {
+                v4: Vec::new(),
+                v6: text,
+            },
+        }
+    }
+
     /// Parses addresses given as text, naming `field` in the error.
     pub fn parse_addrs<'a>(field: &str, texts: impl IntoIterator<Item = &'a str>) -> Result<Self> {
         let addrs = texts

@@ -20,7 +20,7 @@ use std::sync::{Arc, OnceLock};
 use imbl::shared_ptr::DefaultSharedPtr;
 use imbl::{GenericHashMap, OrdMap};
 use kpng_model::v1::{Endpoint, Node, Service};
-use kpng_model::{Key, ServiceName, Value};
+use kpng_model::{Key, Kind, ServiceName, Value};
 use siphasher::sip128::{Hasher128, SipHasher13};
 
 /// A hasher that passes a [`ServiceName`]'s fingerprint through: the
@@ -241,6 +241,24 @@ impl State {
             self.len -= 1;
         }
         removed
+    }
+
+    /// The keys of one kind, without touching values.
+    pub(crate) fn keys(&self, kind: Kind) -> Box<dyn Iterator<Item = Key> + '_> {
+        match kind {
+            Kind::Node => Box::new(self.nodes.keys().map(|n| Key::Node(n.clone()))),
+            Kind::Service => Box::new(
+                self.services
+                    .iter()
+                    .filter(|(_, e)| e.service.is_some())
+                    .map(|(name, _)| Key::Service(name.clone())),
+            ),
+            Kind::Endpoint => Box::new(self.services.iter().flat_map(|(name, e)| {
+                e.endpoints
+                    .iter()
+                    .map(move |(ip, _)| Key::Endpoint(name.clone(), *ip))
+            })),
+        }
     }
 
     /// Every entry, as keys and values: nodes in name order, then per

@@ -1,6 +1,5 @@
 //! The exclusive writer and its transactions.
 
-use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -291,17 +290,11 @@ impl Txn<'_> {
         }
     }
 
-    /// Deletes every entry of `kind` for which `keep` returns false, and
-    /// returns how many went. A source uses this after a relist, to drop
-    /// what vanished while it was away.
-    pub fn retain(&mut self, kind: Kind, mut keep: impl FnMut(&Key, &Value) -> bool) -> usize {
-        let doomed: Vec<Key> = self
-            .store
-            .state
-            .iter()
-            .filter(|(k, v)| k.kind() == kind && !keep(k, v))
-            .map(|(k, _)| k)
-            .collect();
+    /// Deletes every entry of `kind` whose key `keep` rejects, and returns
+    /// how many went. A source uses this after a relist, to drop what
+    /// vanished while it was away. O(entries of that kind).
+    pub fn retain(&mut self, kind: Kind, mut keep: impl FnMut(&Key) -> bool) -> usize {
+        let doomed: Vec<Key> = self.store.state.keys(kind).filter(|k| !keep(k)).collect();
         for key in &doomed {
             self.delete(key);
         }
@@ -318,12 +311,24 @@ impl Txn<'_> {
     pub fn commit(mut self) -> Commit {
         self.committed = true;
         let mut touched = std::mem::take(&mut self.touched);
-        if touched.len() > 1 {
-            let unique: BTreeSet<Key> = touched.drain(..).collect();
-            touched = unique.into_iter().collect();
+        // Each touch changed the value it found. A key touched once thus
+        // differs from its value before the transaction; only a key touched
+        // several times may have been set back, so only those are compared.
+        touched.sort_unstable();
+        let mut changed_keys = Vec::with_capacity(touched.len());
+        let mut i = 0;
+        while i < touched.len() {
+            let mut j = i + 1;
+            while j < touched.len() && touched[j] == touched[i] {
+                j += 1;
+            }
+            let key = &touched[i];
+            if j - i == 1 || self.base.digest(key) != self.store.state.digest(key) {
+                changed_keys.push(key.clone());
+            }
+            i = j;
         }
-        // A key set and set back within the transaction is no change.
-        touched.retain(|k| self.base.digest(k) != self.store.state.digest(k));
+        let touched = changed_keys;
 
         let stats = &self.store.stats;
         stats.writes.fetch_add(self.writes, Ordering::Relaxed);

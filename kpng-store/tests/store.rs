@@ -120,7 +120,7 @@ fn retain_deletes_what_a_relist_did_not_see() {
     txn.set_service(service("a", "y"));
     txn.commit();
     let mut txn = store.begin();
-    let gone = txn.retain(Kind::Service, |k, _| {
+    let gone = txn.retain(Kind::Service, |k| {
         k == &Key::Service(ServiceName::new("a", "x"))
     });
     assert_eq!(gone, 1);
