@@ -5,6 +5,7 @@
 //! its endpoints, sharing their allocations with the store), so that a
 //! slice that changes or goes away can be merged out again.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::discovery::v1 as discovery;
 use kpng_model::v1::Endpoint;
-use kpng_model::{Key, Kind, ServiceName, Value};
+use kpng_model::{Key, Kind, ServiceName};
 use kpng_store::{Reader, Snapshot, Store, Txn};
 
 use crate::translate::{self, SliceContribution, TranslateConfig, TranslateError};
@@ -57,13 +58,16 @@ pub struct IngestStats {
 }
 
 /// The identity of an EndpointSlice: namespace and name.
-type SliceKey = (Arc<str>, Arc<str>);
+/// The identity of an EndpointSlice: `namespace/name`, in one allocation.
+type SliceKey = Arc<str>;
 
 fn slice_key(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> SliceKey {
-    (
-        meta.namespace.as_deref().unwrap_or_default().into(),
-        meta.name.as_deref().unwrap_or_default().into(),
+    format!(
+        "{}/{}",
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default()
     )
+    .into()
 }
 
 fn service_key(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Key {
@@ -466,6 +470,9 @@ impl SliceIndex {
             self.link(&service, &key);
             affected.insert(service);
         }
+        // A relist buffer grew one insert at a time: give back the slack.
+        self.slices.shrink_to_fit();
+        self.by_service.shrink_to_fit();
         self.write(txn, before, affected);
     }
 
@@ -488,13 +495,7 @@ impl SliceIndex {
                     txn.delete(&Key::Endpoint(service.clone(), *ip));
                 }
             }
-            for (ip, endpoint) in endpoints {
-                // Kinds match by construction.
-                let _ = txn.set(
-                    Key::Endpoint(service.clone(), ip),
-                    Value::Endpoint(endpoint),
-                );
-            }
+            txn.set_endpoints(&service, &endpoints);
         }
     }
 
@@ -502,15 +503,14 @@ impl SliceIndex {
     /// address: the copy on this node wins, then the first slice by name;
     /// ports of the copies are merged.
     /// Sorted by address.
-    fn merge(&self, service: &ServiceName) -> Vec<(IpAddr, Arc<Endpoint>)> {
+    fn merge(&self, service: &ServiceName) -> Cow<'_, [(IpAddr, Arc<Endpoint>)]> {
         let keys = self.by_service.get(service).map_or(&[][..], Vec::as_slice);
         if let [only] = keys {
             // One slice (the common case): already sorted and de-duplicated.
-            return self
-                .slices
-                .get(only)
-                .map(|c| c.endpoints.clone())
-                .unwrap_or_default();
+            return match self.slices.get(only) {
+                Some(c) => Cow::Borrowed(&c.endpoints),
+                None => Cow::Owned(Vec::new()),
+            };
         }
         let mut merged: BTreeMap<IpAddr, Arc<Endpoint>> = BTreeMap::new();
         let local = |e: &Endpoint| self.node_name.as_deref().is_some_and(|n| n == e.node_name);
@@ -550,7 +550,7 @@ impl SliceIndex {
                 }
             }
         }
-        merged.into_iter().collect()
+        Cow::Owned(merged.into_iter().collect())
     }
 }
 

@@ -213,6 +213,38 @@ impl State {
         true
     }
 
+    /// Writes endpoints of one Service (sorted by address) with one lookup
+    /// of its entry; returns the addresses whose value changed.
+    pub(crate) fn write_endpoints(&mut self, name: &ServiceName, endpoints: &[(IpAddr, Arc<Endpoint>)]) -> Vec<IpAddr> {
+        let mut changed = Vec::new();
+        if endpoints.is_empty() {
+            return changed;
+        }
+        let entry = self.services.entry(name.clone()).or_default();
+        if entry.endpoints.is_empty() {
+            Arc::make_mut(&mut entry.endpoints).reserve_exact(endpoints.len());
+        }
+        let mut added = 0;
+        for (ip, endpoint) in endpoints {
+            let digest = Digest::of(&**endpoint);
+            let stored = Stored {
+                digest,
+                value: endpoint.clone(),
+            };
+            match entry.find(ip) {
+                Ok(i) if entry.endpoints[i].1.digest == digest => continue,
+                Ok(i) => Arc::make_mut(&mut entry.endpoints)[i].1 = stored,
+                Err(i) => {
+                    Arc::make_mut(&mut entry.endpoints).insert(i, (*ip, stored));
+                    added += 1;
+                }
+            }
+            changed.push(*ip);
+        }
+        self.len += added;
+        changed
+    }
+
     /// Removes `key`; returns whether it was present.
     pub(crate) fn remove(&mut self, key: &Key) -> bool {
         let removed = match key {

@@ -181,7 +181,15 @@ impl Store {
         self.tx.send_replace(self.snapshot());
     }
 
-    fn push_log(&mut self, keys: Arc<[Key]>) {
+    fn push_log(&mut self, keys: Vec<Key>) {
+        if keys.len() > self.config.log_keys {
+            // Too large to keep (a big relist): spans across it fall back to
+            // the structural walk. Skip building the entry.
+            self.log.clear();
+            self.log_keys = 0;
+            return;
+        }
+        let keys: Arc<[Key]> = keys.into();
         self.log_keys += keys.len();
         self.log.push_back(keys);
         while self.log.len() > self.config.log_revisions || self.log_keys > self.config.log_keys {
@@ -260,6 +268,19 @@ impl Txn<'_> {
         )
     }
 
+    /// Sets endpoints of `service`, given sorted by address: the same as
+    /// one [`set`](Self::set) each, with one lookup of the Service for all.
+    /// Returns how many changed.
+    pub fn set_endpoints(&mut self, service: &ServiceName, endpoints: &[(IpAddr, Arc<Endpoint>)]) -> usize {
+        self.writes += endpoints.len() as u64;
+        let changed = self.store.state.write_endpoints(service, endpoints);
+        let count = changed.len();
+        self.noops += (endpoints.len() - count) as u64;
+        self.touched
+            .extend(changed.into_iter().map(|ip| Key::Endpoint(service.clone(), ip)));
+        count
+    }
+
     /// Sets a node, keyed by its name.
     pub fn set_node(&mut self, node: Node) -> bool {
         let key = Key::Node(node.name.as_str().into());
@@ -315,8 +336,7 @@ impl Txn<'_> {
         // differs from its value before the transaction; only a key touched
         // several times may have been set back, so only those are compared.
         touched.sort_unstable();
-        let mut changed_keys = Vec::with_capacity(touched.len());
-        let mut i = 0;
+        let (mut kept, mut i) = (0, 0);
         while i < touched.len() {
             let mut j = i + 1;
             while j < touched.len() && touched[j] == touched[i] {
@@ -324,11 +344,12 @@ impl Txn<'_> {
             }
             let key = &touched[i];
             if j - i == 1 || self.base.digest(key) != self.store.state.digest(key) {
-                changed_keys.push(key.clone());
+                touched.swap(kept, i);
+                kept += 1;
             }
             i = j;
         }
-        let touched = changed_keys;
+        touched.truncate(kept);
 
         let stats = &self.store.stats;
         stats.writes.fetch_add(self.writes, Ordering::Relaxed);
@@ -341,7 +362,7 @@ impl Txn<'_> {
             stats.revisions.fetch_add(1, Ordering::Relaxed);
             let store = &mut *self.store;
             store.revision += 1;
-            store.push_log(touched.into());
+            store.push_log(touched);
             store.publish();
             tracing::trace!(revision = store.revision, changed, "committed");
             Some(store.revision)
