@@ -1,91 +1,80 @@
-//! The core pipeline on a bundled synthetic cluster: load it into the
-//! store, project it onto one node, change one endpoint, and print what
-//! the node sees change.
+//! The core pipeline on a cluster state from a manifest file (by default
+//! the bundled sample cluster): ingest it, project it onto one node, print
+//! that node's view, and show that re-reading unchanged input makes no
+//! revision.
 //!
 //! ```text
-//! cargo run -p kpng-examples --example node-view [-- --services N --endpoints M --node NAME]
+//! cargo run -p kpng-examples --example node-view [-- --input cluster.yaml] [--node node-a] [--yaml]
 //! ```
 
 use std::error::Error;
 
-use kpng_diff::{NodeProjector, diff};
+use kpng_diff::NodeProjector;
+use kpng_kube::{Ingest, IngestConfig, file};
 use kpng_model::IpFamily;
 use kpng_store::Store;
-use kpng_testkit::{Cluster, ClusterShape};
 
 fn main() -> Result<(), Box<dyn Error>> {
-    let mut shape = ClusterShape {
-        services: 5,
-        endpoints: 12,
-        nodes: 3,
-        zones: 2,
-    };
-    let mut node = "node-0".to_string();
+    let (mut input, mut node, mut yaml) = (None, "node-a".to_string(), false);
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
-        let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
         match flag.as_str() {
-            "--services" => shape.services = value.parse()?,
-            "--endpoints" => shape.endpoints = value.parse()?,
-            "--node" => node = value,
+            "--input" => input = Some(args.next().ok_or("--input needs a file")?),
+            "--node" => node = args.next().ok_or("--node needs a name")?,
+            "--yaml" => yaml = true,
             other => return Err(format!("unknown flag {other}").into()),
         }
     }
+    let objects = match &input {
+        Some(path) => file::parse_str(
+            path,
+            &std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?,
+        )?,
+        None => file::parse_str(file::SAMPLE_CLUSTER_NAME, file::SAMPLE_CLUSTER)?,
+    };
 
-    // Ingest: one transaction, one revision.
-    let cluster = Cluster::synthetic(shape);
-    let mut store = Store::new();
-    let mut txn = store.begin();
-    for node in &cluster.nodes {
-        txn.set_node(node.clone());
-    }
-    for service in &cluster.services {
-        txn.set_service(service.clone());
-    }
-    for (name, ip, endpoint) in &cluster.endpoints {
-        txn.set_endpoint(name.clone(), *ip, endpoint.clone());
-    }
-    let commit = txn.commit();
+    let mut ingest = Ingest::new(Store::new(), IngestConfig::for_node(node.as_str()));
+    let revision = ingest.load(&objects);
+    let snapshot = ingest.reader().snapshot();
     println!(
-        "# loaded {} entries at revision {:?}",
-        store.snapshot().len(),
-        commit.revision
+        "# {} objects -> {} ENLS entries at revision {revision:?}",
+        objects.len(),
+        snapshot.len()
     );
 
-    // The node view, as YAML.
     let mut projector = NodeProjector::new(node.as_str());
-    projector.update(&store.snapshot());
-    println!("# node view of {node}:");
+    projector.update(&snapshot);
+    println!("# the view of {node}: endpoints per family (cluster policy / local policy)");
     for (name, view) in &projector.view().services {
-        let cluster_eps = view.cluster_endpoints(IpFamily::V4).count();
-        let local_eps = view.local_endpoints(IpFamily::V4).count();
-        println!("{name}: {cluster_eps} cluster-policy endpoint(s), {local_eps} local");
+        let count = |f, local: bool| {
+            if local {
+                view.local_endpoints(f).count()
+            } else {
+                view.cluster_endpoints(f).count()
+            }
+        };
+        let v4 = (count(IpFamily::V4, false), count(IpFamily::V4, true));
+        let v6 = (count(IpFamily::V6, false), count(IpFamily::V6, true));
+        let verdict = if view.has_endpoints(IpFamily::V4) || view.has_endpoints(IpFamily::V6) {
+            ""
+        } else {
+            "  (no endpoint: REJECT)"
+        };
+        println!(
+            "{name:<28} v4 {}/{}  v6 {}/{}{verdict}",
+            v4.0, v4.1, v6.0, v6.1
+        );
     }
-    if let Some((name, view)) = projector.view().services.iter().next() {
-        println!("# {name} in full:\n{}", serde_saphyr::to_string(&**view)?);
+    if yaml {
+        println!("{}", serde_saphyr::to_string(projector.view())?);
     }
 
-    // One endpoint goes not-ready: one store op, and this node's view ops.
-    let before = store.snapshot();
-    let (name, ip, mut endpoint) = cluster.endpoints.first().cloned().ok_or("no endpoints")?;
-    endpoint.ready = false;
-    let mut txn = store.begin();
-    txn.set_endpoint(name, ip, endpoint);
-    txn.commit();
-    let after = store.snapshot();
+    // The same input again: every write is a no-op, no revision is made.
+    let again = ingest.load(&objects);
+    let stats = ingest.store().stats();
     println!(
-        "# store diff {} -> {}: {:?}",
-        before.revision(),
-        after.revision(),
-        diff(&before, &after)
-            .iter()
-            .map(|op| op.key().to_string())
-            .collect::<Vec<_>>()
+        "# reloaded: revision {again:?}; {} writes so far, {} of them no-ops",
+        stats.writes, stats.noop_writes
     );
-    let ops = projector.update(&after);
-    println!("# {node} view ops: {}", ops.len());
-    for op in &ops {
-        println!("{}", serde_saphyr::to_string(op)?);
-    }
     Ok(())
 }

@@ -16,8 +16,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Instant;
 
-use k8s_openapi::api::core::v1::{Node, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kpng_kube::objects::{EndpointSlice, Node, Service};
 use kpng_kube::{Ingest, IngestConfig};
 use kpng_store::Store;
 use serde_json::{Value, json};
@@ -501,7 +500,14 @@ fn main() {
         let initial_cpu = cpu_ns() - cpu0;
         let initial_wall = wall0.elapsed();
         let heap_bytes = LIVE.load(Ordering::Relaxed) - heap_before;
-        runs.push((initial_cpu, initial_wall, init_decode, init_translate, init_finish, heap_bytes));
+        runs.push((
+            initial_cpu,
+            initial_wall,
+            init_decode,
+            init_translate,
+            init_finish,
+            heap_bytes,
+        ));
         if runs.len() == 1 && args.repeat > 1 {
             // Split the heap: dropping the ingest while holding a snapshot
             // frees exactly what the ingest keeps beside the store (its
@@ -519,7 +525,8 @@ fn main() {
     // The first run also pays for fresh pages from the kernel.
     let first_run_cpu = runs[0].0;
     runs.sort_by_key(|r| r.0);
-    let (initial_cpu, initial_wall, init_decode, init_translate, init_finish, heap_bytes) = runs[runs.len() / 2];
+    let (initial_cpu, initial_wall, init_decode, init_translate, init_finish, heap_bytes) =
+        runs[runs.len() / 2];
     let initial_revs = ingest.store().revision();
     let initial_events = initial.len() as u64;
     let mib = |b: isize| b as f64 / (1024.0 * 1024.0);

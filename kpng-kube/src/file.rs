@@ -12,10 +12,9 @@
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use k8s_openapi::api::core::v1 as core;
-use k8s_openapi::api::discovery::v1 as discovery;
 use serde_json::Value as Json;
 
+use crate::objects;
 use crate::translate::{self, TranslateConfig};
 use crate::{Error, Ingest, Result};
 
@@ -24,11 +23,11 @@ use crate::{Error, Ingest, Result};
 #[non_exhaustive]
 pub enum Object {
     /// A Service.
-    Service(Box<core::Service>),
+    Service(Box<objects::Service>),
     /// An EndpointSlice.
-    EndpointSlice(Box<discovery::EndpointSlice>),
+    EndpointSlice(Box<objects::EndpointSlice>),
     /// A Node.
-    Node(Box<core::Node>),
+    Node(Box<objects::Node>),
 }
 
 /// The sample cluster bundled with the crate: several namespaces, every
@@ -89,17 +88,17 @@ fn object(doc: Json, config: &TranslateConfig) -> std::result::Result<Option<Obj
     let fail = |e: String| format!("{label}: {e}");
     let object = match kind.as_str() {
         "Service" => {
-            let svc: core::Service = typed(doc).map_err(fail)?;
+            let svc: objects::Service = typed(doc).map_err(fail)?;
             translate::service(&svc, config).map_err(|e| e.to_string())?;
             Object::Service(Box::new(svc))
         }
         "EndpointSlice" => {
-            let slice: discovery::EndpointSlice = typed(doc).map_err(fail)?;
+            let slice: objects::EndpointSlice = typed(doc).map_err(fail)?;
             translate::endpoint_slice(&slice).map_err(|e| e.to_string())?;
             Object::EndpointSlice(Box::new(slice))
         }
         "Node" => {
-            let node: core::Node = typed(doc).map_err(fail)?;
+            let node: objects::Node = typed(doc).map_err(fail)?;
             translate::node(&node).map_err(|e| e.to_string())?;
             Object::Node(Box::new(node))
         }

@@ -10,12 +10,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1 as core;
-use k8s_openapi::api::discovery::v1 as discovery;
 use kpng_model::v1::Endpoint;
 use kpng_model::{Key, Kind, ServiceName};
 use kpng_store::{Reader, Snapshot, Store, Txn};
 
+use crate::objects;
 use crate::translate::{self, SliceContribution, TranslateConfig, TranslateError};
 
 /// Settings of [`Ingest`].
@@ -173,13 +172,13 @@ impl Ingest {
 
     fn translate_service(
         &mut self,
-        svc: &core::Service,
+        svc: &objects::Service,
     ) -> Result<Option<kpng_model::v1::Service>, ()> {
         translate::service(svc, &self.config.translate).map_err(|e| self.translate_error(&e))
     }
 
     /// A Service was created or changed. Returns the new revision, if any.
-    pub fn apply_service(&mut self, svc: &core::Service) -> Option<u64> {
+    pub fn apply_service(&mut self, svc: &objects::Service) -> Option<u64> {
         let revision = match self.translate_service(svc) {
             Ok(translated) => {
                 let key = service_key(&svc.metadata);
@@ -193,7 +192,7 @@ impl Ingest {
     }
 
     /// A Service was deleted.
-    pub fn delete_service(&mut self, svc: &core::Service) -> Option<u64> {
+    pub fn delete_service(&mut self, svc: &objects::Service) -> Option<u64> {
         let mut txn = self.store.begin();
         txn.delete(&service_key(&svc.metadata));
         let revision = txn.commit().revision;
@@ -208,7 +207,7 @@ impl Ingest {
 
     /// One object of the relist in progress (or, outside a relist, an
     /// apply).
-    pub fn relisted_service(&mut self, svc: &core::Service) {
+    pub fn relisted_service(&mut self, svc: &objects::Service) {
         if self.relists.services.is_none() {
             self.apply_service(svc);
             return;
@@ -236,7 +235,7 @@ impl Ingest {
     /// Replaces every Service with `list`, as a relist does.
     pub fn relist_services<'a>(
         &mut self,
-        list: impl IntoIterator<Item = &'a core::Service>,
+        list: impl IntoIterator<Item = &'a objects::Service>,
     ) -> Option<u64> {
         self.begin_service_relist();
         list.into_iter().for_each(|s| self.relisted_service(s));
@@ -247,13 +246,13 @@ impl Ingest {
 
     fn translate_slice(
         &mut self,
-        slice: &discovery::EndpointSlice,
+        slice: &objects::EndpointSlice,
     ) -> Result<Option<SliceContribution>, ()> {
         translate::endpoint_slice(slice).map_err(|e| self.translate_error(&e))
     }
 
     /// An EndpointSlice was created or changed.
-    pub fn apply_slice(&mut self, slice: &discovery::EndpointSlice) -> Option<u64> {
+    pub fn apply_slice(&mut self, slice: &objects::EndpointSlice) -> Option<u64> {
         let revision = match self.translate_slice(slice) {
             Ok(contribution) => self.replace_slice(slice_key(&slice.metadata), contribution),
             Err(()) => None,
@@ -262,7 +261,7 @@ impl Ingest {
     }
 
     /// An EndpointSlice was deleted.
-    pub fn delete_slice(&mut self, slice: &discovery::EndpointSlice) -> Option<u64> {
+    pub fn delete_slice(&mut self, slice: &objects::EndpointSlice) -> Option<u64> {
         let revision = self.replace_slice(slice_key(&slice.metadata), None);
         self.count(1, revision)
     }
@@ -274,7 +273,7 @@ impl Ingest {
 
     /// One object of the relist in progress (or, outside a relist, an
     /// apply).
-    pub fn relisted_slice(&mut self, slice: &discovery::EndpointSlice) {
+    pub fn relisted_slice(&mut self, slice: &objects::EndpointSlice) {
         if self.relists.slices.is_none() {
             self.apply_slice(slice);
             return;
@@ -303,7 +302,7 @@ impl Ingest {
     /// Replaces every EndpointSlice with `list`, as a relist does.
     pub fn relist_slices<'a>(
         &mut self,
-        list: impl IntoIterator<Item = &'a discovery::EndpointSlice>,
+        list: impl IntoIterator<Item = &'a objects::EndpointSlice>,
     ) -> Option<u64> {
         self.begin_slice_relist();
         list.into_iter().for_each(|s| self.relisted_slice(s));
@@ -353,7 +352,7 @@ impl Ingest {
     // ---- Nodes ----
 
     /// A Node was created or changed.
-    pub fn apply_node(&mut self, node: &core::Node) -> Option<u64> {
+    pub fn apply_node(&mut self, node: &objects::Node) -> Option<u64> {
         let revision = match translate::node(node) {
             Ok(translated) => {
                 let mut txn = self.store.begin();
@@ -369,7 +368,7 @@ impl Ingest {
     }
 
     /// A Node was deleted.
-    pub fn delete_node(&mut self, node: &core::Node) -> Option<u64> {
+    pub fn delete_node(&mut self, node: &objects::Node) -> Option<u64> {
         let mut txn = self.store.begin();
         txn.delete(&Key::Node(
             node.metadata.name.as_deref().unwrap_or_default().into(),
@@ -385,7 +384,7 @@ impl Ingest {
 
     /// One object of the relist in progress (or, outside a relist, an
     /// apply).
-    pub fn relisted_node(&mut self, node: &core::Node) {
+    pub fn relisted_node(&mut self, node: &objects::Node) {
         if self.relists.nodes.is_none() {
             self.apply_node(node);
             return;
@@ -415,7 +414,7 @@ impl Ingest {
     /// Replaces every Node with `list`, as a relist does.
     pub fn relist_nodes<'a>(
         &mut self,
-        list: impl IntoIterator<Item = &'a core::Node>,
+        list: impl IntoIterator<Item = &'a objects::Node>,
     ) -> Option<u64> {
         self.begin_node_relist();
         list.into_iter().for_each(|n| self.relisted_node(n));

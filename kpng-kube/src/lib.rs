@@ -33,6 +33,7 @@
 
 pub mod file;
 mod ingest;
+pub mod objects;
 pub mod translate;
 pub mod watch;
 

@@ -4,8 +4,6 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1 as core;
-use k8s_openapi::api::discovery::v1 as discovery;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kpng_model::ServiceName;
 use kpng_model::addr::canonical_ip;
@@ -13,6 +11,8 @@ use kpng_model::v1::{
     ClientIpAffinity, Endpoint, EndpointPort, IpSet, Node, Protocol, Service, ServicePort,
     ServiceType, TrafficPolicy, service_port::TargetPort,
 };
+
+use crate::objects;
 
 /// The label that ties an EndpointSlice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -120,7 +120,7 @@ fn policy(value: Option<&str>) -> TrafficPolicy {
 /// A field that cannot be read (an invalid IP, CIDR, port or protocol),
 /// named in the error.
 pub fn service(
-    svc: &core::Service,
+    svc: &objects::Service,
     config: &TranslateConfig,
 ) -> Result<Option<Service>, TranslateError> {
     let ctx = Ctx {
@@ -282,7 +282,7 @@ pub struct SliceContribution {
 /// # Errors
 /// A field that cannot be read, named in the error.
 pub fn endpoint_slice(
-    slice: &discovery::EndpointSlice,
+    slice: &objects::EndpointSlice,
 ) -> Result<Option<SliceContribution>, TranslateError> {
     let ctx = Ctx {
         object: object_name("EndpointSlice", &slice.metadata),
@@ -372,7 +372,7 @@ pub fn endpoint_slice(
 ///
 /// # Errors
 /// An address that is not an IP, named in the error.
-pub fn node(node: &core::Node) -> Result<Node, TranslateError> {
+pub fn node(node: &objects::Node) -> Result<Node, TranslateError> {
     let ctx = Ctx {
         object: object_name("Node", &node.metadata),
     };

@@ -2,13 +2,12 @@
 //! Nodes, feeding an [`Ingest`].
 
 use futures::stream::{BoxStream, StreamExt};
-use k8s_openapi::api::core::v1 as core;
-use k8s_openapi::api::discovery::v1 as discovery;
 use kube::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event, watcher};
 
 use crate::Ingest;
+use crate::objects;
 
 /// Which Nodes to watch.
 #[derive(Clone, Debug, Default)]
@@ -37,9 +36,9 @@ pub struct WatchConfig {
 // an allocation per event for no saving.
 #[allow(clippy::large_enum_variant)]
 enum Update {
-    Service(Event<core::Service>),
-    Slice(Event<discovery::EndpointSlice>),
-    Node(Event<core::Node>),
+    Service(Event<objects::Service>),
+    Slice(Event<objects::EndpointSlice>),
+    Node(Event<objects::Node>),
     Error(&'static str, watcher::Error),
 }
 
@@ -80,19 +79,19 @@ pub async fn run(client: kube::Client, ingest: &mut Ingest, config: WatchConfig)
     };
     let streams = vec![
         watch(
-            Api::<core::Service>::all(client.clone()),
+            Api::<objects::Service>::all(client.clone()),
             base.clone(),
             "Service",
             Update::Service,
         ),
         watch(
-            Api::<discovery::EndpointSlice>::all(client.clone()),
+            Api::<objects::EndpointSlice>::all(client.clone()),
             base.clone(),
             "EndpointSlice",
             Update::Slice,
         ),
         watch(
-            Api::<core::Node>::all(client),
+            Api::<objects::Node>::all(client),
             nodes_config,
             "Node",
             Update::Node,

@@ -215,7 +215,11 @@ impl State {
 
     /// Writes endpoints of one Service (sorted by address) with one lookup
     /// of its entry; returns the addresses whose value changed.
-    pub(crate) fn write_endpoints(&mut self, name: &ServiceName, endpoints: &[(IpAddr, Arc<Endpoint>)]) -> Vec<IpAddr> {
+    pub(crate) fn write_endpoints(
+        &mut self,
+        name: &ServiceName,
+        endpoints: &[(IpAddr, Arc<Endpoint>)],
+    ) -> Vec<IpAddr> {
         let mut changed = Vec::new();
         if endpoints.is_empty() {
             return changed;

@@ -271,13 +271,20 @@ impl Txn<'_> {
     /// Sets endpoints of `service`, given sorted by address: the same as
     /// one [`set`](Self::set) each, with one lookup of the Service for all.
     /// Returns how many changed.
-    pub fn set_endpoints(&mut self, service: &ServiceName, endpoints: &[(IpAddr, Arc<Endpoint>)]) -> usize {
+    pub fn set_endpoints(
+        &mut self,
+        service: &ServiceName,
+        endpoints: &[(IpAddr, Arc<Endpoint>)],
+    ) -> usize {
         self.writes += endpoints.len() as u64;
         let changed = self.store.state.write_endpoints(service, endpoints);
         let count = changed.len();
         self.noops += (endpoints.len() - count) as u64;
-        self.touched
-            .extend(changed.into_iter().map(|ip| Key::Endpoint(service.clone(), ip)));
+        self.touched.extend(
+            changed
+                .into_iter()
+                .map(|ip| Key::Endpoint(service.clone(), ip)),
+        );
         count
     }
 
