@@ -4,45 +4,21 @@
 //! Run with `cargo bench -p kpng-diff --bench core`. It prints a table and a
 //! final one-line JSON summary. Timings are medians over many repetitions,
 //! compared across sizes in one run; nothing here asserts on time.
-#![allow(unsafe_code, missing_docs, clippy::unwrap_used)]
+#![allow(missing_docs, clippy::unwrap_used)]
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
-use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Instant;
 
 use kpng_diff::{NodeProjector, diff};
 use kpng_store::Store;
-use kpng_testkit::{Cluster, ClusterShape};
+use kpng_testkit::{Cluster, ClusterShape, CountingAllocator};
 
 /// Counts live heap bytes.
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(
-            new_size as isize - layout.size() as isize,
-            Ordering::Relaxed,
-        );
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static ALLOC: Counting = Counting;
+static ALLOC: CountingAllocator = CountingAllocator;
 
 fn live() -> isize {
-    LIVE.load(Ordering::Relaxed)
+    CountingAllocator::live_bytes()
 }
 
 fn shape(services: usize, endpoints: usize) -> ClusterShape {

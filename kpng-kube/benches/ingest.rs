@@ -12,38 +12,16 @@
 //! KPNG measurements, then a one-line JSON summary.
 #![allow(unsafe_code, missing_docs, clippy::unwrap_used)]
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Instant;
 
 use kpng_kube::objects::{EndpointSlice, Node, Service};
 use kpng_kube::{Ingest, IngestConfig};
 use kpng_store::Store;
+use kpng_testkit::CountingAllocator;
 use serde_json::{Value, json};
 
-struct Counting;
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(
-            new_size as isize - layout.size() as isize,
-            Ordering::Relaxed,
-        );
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static ALLOC: Counting = Counting;
+static ALLOC: CountingAllocator = CountingAllocator;
 
 /// CPU time of this process (the replay is single-threaded), in ns.
 fn cpu_ns() -> u64 {
@@ -461,7 +439,7 @@ fn main() {
     let mut index_heap = 0isize;
     for _ in 0..args.repeat {
         drop(kept.take());
-        let heap_before = LIVE.load(Ordering::Relaxed);
+        let heap_before = CountingAllocator::live_bytes();
         let mut ingest = Ingest::new(Store::new(), IngestConfig::for_node("node-0"));
 
         // Initial sync: a list of each kind, as the watchers' first InitDone.
@@ -499,7 +477,7 @@ fn main() {
         }
         let initial_cpu = cpu_ns() - cpu0;
         let initial_wall = wall0.elapsed();
-        let heap_bytes = LIVE.load(Ordering::Relaxed) - heap_before;
+        let heap_bytes = CountingAllocator::live_bytes() - heap_before;
         runs.push((
             initial_cpu,
             initial_wall,
@@ -513,9 +491,9 @@ fn main() {
             // frees exactly what the ingest keeps beside the store (its
             // slice index); the rest is the store's.
             let snapshot = ingest.reader().snapshot();
-            let live = LIVE.load(Ordering::Relaxed);
+            let live = CountingAllocator::live_bytes();
             drop(ingest);
-            index_heap = live - LIVE.load(Ordering::Relaxed);
+            index_heap = live - CountingAllocator::live_bytes();
             drop(snapshot);
             continue;
         }
@@ -574,7 +552,7 @@ fn main() {
                 done,
                 revs,
                 (cpu_ns() - cpu0) as f64 / 1e6,
-                mib(LIVE.load(Ordering::Relaxed) - heap_before),
+                mib(CountingAllocator::live_bytes() - heap_before),
                 revs as f64 / done as f64
             );
             minute += 1;

@@ -8,7 +8,7 @@
 //!   a kind's contents atomically on a relist. It keeps no Kubernetes
 //!   object, only what each slice contributed.
 //! - [`watch::run`]: the API source, on kube-runtime's `watcher`.
-//! - [`file`]: the file source, for manifests as users already have them.
+//! - [`file`](mod@file): the file source, for manifests as users already have them.
 //!
 //! # Example
 //!

@@ -244,23 +244,16 @@ pub fn service(
             Some(p) => ctx.port("spec.healthCheckNodePort", p)?,
             None => 0,
         },
-        load_balancer_source_ranges: (!ranges.is_empty()).then(|| cidr_set(ranges)),
+        load_balancer_source_ranges: (!ranges.is_empty()).then(|| IpSet::from_cidrs(ranges)),
         traffic_distribution: spec.traffic_distribution.clone().unwrap_or_default(),
     }))
 }
 
-fn cidr_set(mut ranges: Vec<(IpAddr, u8)>) -> IpSet {
-    ranges.sort();
-    ranges.dedup();
-    let mut set = IpSet::default();
-    for (addr, len) in ranges {
-        let text = format!("{addr}/{len}");
-        match addr {
-            IpAddr::V4(_) => set.v4.push(text),
-            IpAddr::V6(_) => set.v6.push(text),
-        }
-    }
-    set
+fn sorted_names<'a>(names: impl Iterator<Item = &'a String>) -> Vec<String> {
+    let mut names: Vec<String> = names.cloned().collect();
+    names.sort();
+    names.dedup();
+    names
 }
 
 /// What one EndpointSlice contributes to its Service.
@@ -330,22 +323,20 @@ pub fn endpoint_slice(
             conditions.and_then(|c| c.terminating),
         );
         let hints = ep.hints.as_ref();
-        let mut hint_zones: Vec<String> = hints
-            .and_then(|h| h.for_zones.as_ref())
-            .into_iter()
-            .flatten()
-            .map(|z| z.name.clone())
-            .collect();
-        hint_zones.sort();
-        hint_zones.dedup();
-        let mut hint_nodes: Vec<String> = hints
-            .and_then(|h| h.for_nodes.as_ref())
-            .into_iter()
-            .flatten()
-            .map(|n| n.name.clone())
-            .collect();
-        hint_nodes.sort();
-        hint_nodes.dedup();
+        let hint_zones = sorted_names(
+            hints
+                .and_then(|h| h.for_zones.as_ref())
+                .into_iter()
+                .flatten()
+                .map(|z| &z.name),
+        );
+        let hint_nodes = sorted_names(
+            hints
+                .and_then(|h| h.for_nodes.as_ref())
+                .into_iter()
+                .flatten()
+                .map(|n| &n.name),
+        );
         let endpoint = Endpoint {
             addresses: Some(IpSet::single(ip)),
             node_name: ep.node_name.clone().unwrap_or_default(),

@@ -120,21 +120,28 @@ impl IpSet {
 
     /// Parses CIDR prefixes given as text, naming `field` in the error.
     pub fn parse_cidrs<'a>(field: &str, texts: impl IntoIterator<Item = &'a str>) -> Result<Self> {
-        let mut all = texts
+        let all = texts
             .into_iter()
             .map(|t| canonical_cidr(field, t))
             .collect::<Result<Vec<_>>>()?;
-        all.sort();
-        all.dedup();
+        Ok(Self::from_cidrs(all))
+    }
+
+    /// Builds a set from prefixes (network address and length, as
+    /// [`canonical_cidr`] returns them): split by family, sorted,
+    /// de-duplicated, as `address/length` text.
+    pub fn from_cidrs(mut prefixes: Vec<(IpAddr, u8)>) -> Self {
+        prefixes.sort();
+        prefixes.dedup();
         let mut set = IpSet::default();
-        for (addr, len) in all {
+        for (addr, len) in prefixes {
             let text = format!("{addr}/{len}");
             match addr {
                 IpAddr::V4(_) => set.v4.push(text),
                 IpAddr::V6(_) => set.v6.push(text),
             }
         }
-        Ok(set)
+        set
     }
 
     /// The entries of one family.

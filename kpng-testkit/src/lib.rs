@@ -5,6 +5,7 @@
 //!   benchmarks.
 //! - [`RecordingSink`] is an [`IncrementalSink`] that records every call and
 //!   can be told to fail, for testing drivers.
+//! - [`CountingAllocator`] counts live heap bytes, for memory benchmarks.
 //!
 //! # Example
 //!
@@ -15,6 +16,10 @@
 //! assert_eq!(cluster.services.len(), 10);
 //! assert_eq!(cluster.endpoints.len(), 30);
 //! ```
+
+mod counting;
+
+pub use counting::CountingAllocator;
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;

@@ -1,0 +1,54 @@
+//! A global allocator that counts live heap bytes, for memory benchmarks.
+#![allow(unsafe_code)]
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicIsize, Ordering};
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+/// Wraps the system allocator and counts the bytes currently allocated.
+/// Install it in a benchmark binary:
+///
+/// ```ignore
+/// #[global_allocator]
+/// static ALLOC: kpng_testkit::CountingAllocator = kpng_testkit::CountingAllocator;
+/// ```
+///
+/// Then [`CountingAllocator::live_bytes`] before and after building a
+/// structure gives the heap it holds. Sizes are the requested ones, without
+/// the allocator's own overhead.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct CountingAllocator;
+
+impl CountingAllocator {
+    /// Bytes allocated and not yet freed, by the whole process.
+    pub fn live_bytes() -> isize {
+        LIVE.load(Ordering::Relaxed)
+    }
+}
+
+fn delta(bytes: usize) -> isize {
+    isize::try_from(bytes).unwrap_or(isize::MAX)
+}
+
+// SAFETY: every call is forwarded unchanged to the system allocator; the
+// counter has no effect on the memory handed out.
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(delta(layout.size()), Ordering::Relaxed);
+        // SAFETY: the caller's contract for `alloc` is passed on.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(delta(layout.size()), Ordering::Relaxed);
+        // SAFETY: `ptr` was allocated by `System` with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(delta(new_size) - delta(layout.size()), Ordering::Relaxed);
+        // SAFETY: the caller's contract for `realloc` is passed on.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
