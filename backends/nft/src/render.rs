@@ -1,0 +1,429 @@
+//! Rendering: the node view as nftables objects, per IP family.
+//!
+//! The ruleset is shaped to nft's cost model (see docs/architecture.md):
+//! a few large maps and many tiny chains, no per-endpoint chain and no
+//! anonymous map except for ClientIP affinity. Dispatch is one verdict-map
+//! lookup (`service-ips`, `service-nodeports`); endpoint choice is one
+//! shared rule per endpoint count that looks up the target in a single big
+//! map keyed by (address, protocol, port, random index).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use kpng_model::addr::family_of;
+use kpng_model::v1::{Protocol, Service, ServicePort, ServiceType, TrafficPolicy};
+use kpng_model::view::ServiceView;
+use kpng_model::{IpFamily, ServiceName};
+
+use crate::Config;
+
+/// Verdict map: (address, protocol, port) to the Service chain.
+pub(crate) const SERVICE_IPS: &str = "service-ips";
+/// Verdict map: (protocol, node port) to the NodePort chain.
+pub(crate) const SERVICE_NODEPORTS: &str = "service-nodeports";
+/// Verdict map: Services with no endpoint at all, to the reject chain.
+pub(crate) const NO_ENDPOINT_SERVICES: &str = "no-endpoint-services";
+/// Verdict map: node ports with no endpoint at all, to the reject chain.
+pub(crate) const NO_ENDPOINT_NODEPORTS: &str = "no-endpoint-nodeports";
+/// Verdict map: load-balancer IPs with source ranges, to their firewall.
+pub(crate) const FIREWALL_IPS: &str = "firewall-ips";
+/// Set: live ClusterIPs (other ports on them are rejected).
+pub(crate) const CLUSTER_IPS: &str = "cluster-ips";
+/// Set: (endpoint, endpoint) pairs of this node's endpoints, for hairpin.
+pub(crate) const HAIRPIN: &str = "hairpin";
+/// Set: addresses NodePorts listen on.
+pub(crate) const NODEPORT_IPS: &str = "nodeport-ips";
+/// Set: the pod CIDRs (`--cluster-cidr`).
+pub(crate) const CLUSTER_CIDRS: &str = "cluster-cidrs";
+/// Set: the Service CIDRs (`--service-cidr`).
+pub(crate) const SERVICE_CIDRS: &str = "service-cidrs";
+
+/// Which endpoint set, for which kind of destination.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum Pick {
+    /// Keyed by destination address: ClusterIPs, externalIPs, LB IPs.
+    Vip { local: bool },
+    /// Keyed by node port.
+    NodePort { local: bool },
+}
+
+impl Pick {
+    /// The big map holding the targets.
+    pub(crate) fn map(self) -> &'static str {
+        match self {
+            Pick::Vip { local: false } => "vip-cluster",
+            Pick::Vip { local: true } => "vip-local",
+            Pick::NodePort { local: false } => "np-cluster",
+            Pick::NodePort { local: true } => "np-local",
+        }
+    }
+
+    pub(crate) const ALL: [Pick; 4] = [
+        Pick::Vip { local: false },
+        Pick::Vip { local: true },
+        Pick::NodePort { local: false },
+        Pick::NodePort { local: true },
+    ];
+
+    /// The shared chain that picks one of `n` targets.
+    pub(crate) fn chain(self, n: usize) -> String {
+        format!("pick-{}-{n}", self.map())
+    }
+}
+
+/// Words that differ between the `ip` and `ip6` families.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Fam(pub(crate) IpFamily);
+
+impl Fam {
+    pub(crate) fn table(self) -> &'static str {
+        match self.0 {
+            IpFamily::V4 => "ip",
+            IpFamily::V6 => "ip6",
+        }
+    }
+    pub(crate) fn addr_type(self) -> &'static str {
+        match self.0 {
+            IpFamily::V4 => "ipv4_addr",
+            IpFamily::V6 => "ipv6_addr",
+        }
+    }
+    /// `ip` or `ip6`, the payload protocol keyword.
+    pub(crate) fn proto(self) -> &'static str {
+        self.table()
+    }
+    /// An address and port as a NAT target.
+    pub(crate) fn target(self, ip: IpAddr, port: u16) -> String {
+        match ip {
+            IpAddr::V6(v6) => format!("[{v6}]:{port}"),
+            IpAddr::V4(v4) => format!("{v4}:{port}"),
+        }
+    }
+}
+
+/// The nft objects one Service contributes to one family.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Render {
+    /// Chains, by name, with their rules.
+    pub(crate) chains: BTreeMap<String, Vec<String>>,
+    /// Elements, per map or set.
+    pub(crate) elements: BTreeMap<&'static str, BTreeSet<String>>,
+    /// Dynamic sets (affinity), by name, with their declaration.
+    pub(crate) sets: BTreeMap<String, String>,
+    /// The shared pick chains this Service jumps to.
+    pub(crate) picks: BTreeSet<(Pick, usize)>,
+}
+
+impl Render {
+    fn element(&mut self, map: &'static str, element: String) {
+        self.elements.entry(map).or_default().insert(element);
+    }
+}
+
+fn proto_name(p: &ServicePort) -> Option<&'static str> {
+    match Protocol::try_from(p.protocol).ok()? {
+        Protocol::Tcp | Protocol::Unspecified => Some("tcp"),
+        Protocol::Udp => Some("udp"),
+        Protocol::Sctp => Some("sctp"),
+    }
+}
+
+/// A stable, short, nft-safe id for one Service port: FNV-1a over the
+/// Service name, port name and protocol, in base 32. Chain names never carry
+/// user text.
+pub(crate) fn port_id(name: &ServiceName, port: &ServicePort) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let text = format!("{name}/{}/{}", port.name, port.protocol);
+    for byte in text.bytes() {
+        hash = (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    const ALPHABET: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz234567";
+    (0..13)
+        .map(|i| ALPHABET[((hash >> (i * 5)) & 31) as usize] as char)
+        .collect()
+}
+
+fn sanitize_ip(ip: IpAddr) -> String {
+    ip.to_string().replace(['.', ':'], "-")
+}
+
+/// The endpoint targets (address, port) for one Service port.
+fn targets<'a>(
+    endpoints: impl Iterator<Item = &'a kpng_model::view::EndpointView>,
+    port: &ServicePort,
+) -> Vec<(IpAddr, u16)> {
+    endpoints
+        .filter_map(|e| {
+            Some((
+                e.ip,
+                e.port(
+                    &port.name,
+                    Protocol::try_from(port.protocol).unwrap_or(Protocol::Tcp),
+                )?,
+            ))
+        })
+        .collect()
+}
+
+struct PortCtx<'a> {
+    fam: Fam,
+    config: &'a Config,
+    id: String,
+    proto: &'static str,
+    port: u16,
+    affinity: Option<u32>,
+    cluster: Vec<(IpAddr, u16)>,
+    local: Vec<(IpAddr, u16)>,
+}
+
+impl PortCtx<'_> {
+    fn mark(&self) -> String {
+        format!(
+            "meta mark set meta mark or {:#x}",
+            self.config.masquerade_mark()
+        )
+    }
+
+    /// The verdict that picks an endpoint of `set` for `kind`, or `drop`
+    /// when the set is empty (endpoints exist, none usable here).
+    fn select(&self, render: &mut Render, local: bool, node_port: bool) -> String {
+        let set = if local { &self.local } else { &self.cluster };
+        if set.is_empty() {
+            return "drop".into();
+        }
+        if let Some(timeout) = self.affinity {
+            return format!("goto {}", self.affinity_chain(render, local, timeout));
+        }
+        let pick = if node_port {
+            Pick::NodePort { local }
+        } else {
+            Pick::Vip { local }
+        };
+        render.picks.insert((pick, set.len()));
+        format!("goto {}", pick.chain(set.len()))
+    }
+
+    /// ClientIP affinity: one timeout set and one chain per endpoint, one
+    /// chain per endpoint set that sends known clients back to their
+    /// endpoint and spreads the others.
+    fn affinity_chain(&self, render: &mut Render, local: bool, timeout: u32) -> String {
+        let set = if local { &self.local } else { &self.cluster };
+        let (fam, proto) = (self.fam, self.fam.proto());
+        let name = format!(
+            "aff-{}-{}",
+            self.id,
+            if local { "local" } else { "cluster" }
+        );
+        let mut rules = Vec::new();
+        let mut spread = Vec::new();
+        for (i, (ip, port)) in set.iter().enumerate() {
+            let tag = sanitize_ip(*ip);
+            let clients = format!("afc-{}-{tag}", self.id);
+            let chain = format!("afe-{}-{tag}", self.id);
+            let dnat = format!(
+                "meta l4proto {} dnat {} to {}",
+                self.proto,
+                fam.table(),
+                fam.target(*ip, *port)
+            );
+            rules.push(format!("{proto} saddr @{clients} {dnat}"));
+            spread.push(format!("{i} : goto {chain}"));
+            render.sets.insert(
+                clients.clone(),
+                format!(
+                    "type {}; flags dynamic,timeout; timeout {timeout}s;",
+                    fam.addr_type()
+                ),
+            );
+            render.chains.insert(
+                chain,
+                vec![format!("update @{clients} {{ {proto} saddr }}"), dnat],
+            );
+        }
+        rules.push(format!(
+            "numgen random mod {} vmap {{ {} }}",
+            set.len(),
+            spread.join(", ")
+        ));
+        render.chains.insert(name.clone(), rules);
+        name
+    }
+
+    fn vip_elements(&self, render: &mut Render, vip: &str, local: bool) {
+        let set = if local { &self.local } else { &self.cluster };
+        let map = Pick::Vip { local }.map();
+        for (i, (ip, port)) in set.iter().enumerate() {
+            render.element(
+                map,
+                format!(
+                    "{vip} . {} . {} . {i} : {ip} . {port}",
+                    self.proto, self.port
+                ),
+            );
+        }
+    }
+
+    fn np_elements(&self, render: &mut Render, node_port: u16, local: bool) {
+        let set = if local { &self.local } else { &self.cluster };
+        let map = Pick::NodePort { local }.map();
+        for (i, (ip, port)) in set.iter().enumerate() {
+            render.element(
+                map,
+                format!("{} . {node_port} . {i} : {ip} . {port}", self.proto),
+            );
+        }
+    }
+
+    /// Rules of a chain for external traffic (externalIPs, LB IPs or the
+    /// node port), and which endpoint sets it uses.
+    fn external_rules(&self, render: &mut Render, etp_local: bool, node_port: bool) -> Vec<String> {
+        if !etp_local {
+            // Cluster policy: always masqueraded.
+            return vec![self.mark(), self.select(render, false, node_port)];
+        }
+        let saddr = format!("{} saddr", self.fam.proto());
+        let cluster = self.select(render, false, node_port);
+        let mut rules = Vec::new();
+        if !self.config.cluster_cidrs(self.fam.0).is_empty() {
+            // Pods short-circuit to every endpoint, unmasqueraded.
+            rules.push(format!("{saddr} @{CLUSTER_CIDRS} {cluster}"));
+        }
+        // The node itself: masqueraded, to every endpoint.
+        rules.push(format!("fib saddr type local {} {cluster}", self.mark()));
+        // Everyone else: local endpoints only, client address kept.
+        rules.push(self.select(render, true, node_port));
+        rules
+    }
+}
+
+/// Renders one Service for one family.
+pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &Config) -> Render {
+    let mut render = Render::default();
+    let fam = Fam(family);
+    let svc: &Service = &view.service;
+    let name = svc.service_name();
+    let cluster_ips = family_of(&svc.cluster_ips, family);
+    let mut external: Vec<&String> = family_of(&svc.external_ips, family).iter().collect();
+    let lb_ips = family_of(&svc.load_balancer_ips, family);
+    external.extend(lb_ips.iter());
+    let ranges = family_of(&svc.load_balancer_source_ranges, family);
+    let node_ports = matches!(
+        ServiceType::try_from(svc.r#type),
+        Ok(ServiceType::NodePort | ServiceType::LoadBalancer)
+    );
+    let itp_local = svc.internal_traffic_policy == TrafficPolicy::Local as i32;
+    let etp_local = svc.external_traffic_policy == TrafficPolicy::Local as i32;
+    let affinity = svc
+        .client_ip_affinity
+        .as_ref()
+        .map(|a| a.timeout_seconds.max(1));
+
+    for ip in cluster_ips {
+        render.element(CLUSTER_IPS, ip.clone());
+    }
+    // This node's endpoints may reach themselves through the Service
+    // (hairpin): such flows are masqueraded.
+    for ip in view
+        .endpoints
+        .iter()
+        .filter(|e| e.is_local && e.family() == family)
+        .map(|e| e.ip)
+    {
+        render.element(HAIRPIN, format!("{ip} . {ip}"));
+    }
+    for port in &svc.ports {
+        let (Some(proto), Ok(number)) = (proto_name(port), u16::try_from(port.port)) else {
+            continue;
+        };
+        let ctx = PortCtx {
+            fam,
+            config,
+            id: port_id(&name, port),
+            proto,
+            port: number,
+            affinity,
+            cluster: targets(view.cluster_endpoints(family), port),
+            local: targets(view.local_endpoints(family), port),
+        };
+        let node_port = u16::try_from(port.node_port)
+            .ok()
+            .filter(|p| node_ports && *p != 0);
+        let key = |vip: &str| format!("{vip} . {proto} . {number}");
+
+        // Source ranges apply to LB IPs only, whatever the endpoints.
+        if !ranges.is_empty() && !lb_ips.is_empty() {
+            let fw = format!("fw-{}", ctx.id);
+            render.chains.insert(
+                fw.clone(),
+                vec![
+                    format!("{} saddr {{ {} }} return", fam.proto(), ranges.join(", ")),
+                    "drop".into(),
+                ],
+            );
+            for lb in lb_ips {
+                render.element(FIREWALL_IPS, format!("{} : jump {fw}", key(lb)));
+            }
+        }
+
+        if ctx.cluster.is_empty() {
+            // No usable endpoint anywhere: every address rejects.
+            for vip in cluster_ips.iter().chain(external.iter().copied()) {
+                render.element(
+                    NO_ENDPOINT_SERVICES,
+                    format!("{} : goto reject-chain", key(vip)),
+                );
+            }
+            if let Some(np) = node_port {
+                render.element(
+                    NO_ENDPOINT_NODEPORTS,
+                    format!("{proto} . {np} : goto reject-chain"),
+                );
+            }
+            continue;
+        }
+
+        if !cluster_ips.is_empty() {
+            let chain = format!("svc-{}", ctx.id);
+            let mut rules = Vec::new();
+            if config.masquerade_all {
+                rules.push(ctx.mark());
+            } else if !config.cluster_cidrs(family).is_empty() {
+                // Traffic from outside the pod network is masqueraded.
+                rules.push(format!(
+                    "{} saddr != @{CLUSTER_CIDRS} {}",
+                    fam.proto(),
+                    ctx.mark()
+                ));
+            }
+            rules.push(ctx.select(&mut render, itp_local, false));
+            render.chains.insert(chain.clone(), rules);
+            for ip in cluster_ips {
+                render.element(SERVICE_IPS, format!("{} : goto {chain}", key(ip)));
+                ctx.vip_elements(&mut render, ip, itp_local);
+            }
+        }
+        if !external.is_empty() {
+            let chain = format!("ext-{}", ctx.id);
+            let rules = ctx.external_rules(&mut render, etp_local, false);
+            render.chains.insert(chain.clone(), rules);
+            for ip in &external {
+                render.element(SERVICE_IPS, format!("{} : goto {chain}", key(ip)));
+                ctx.vip_elements(&mut render, ip, false);
+                if etp_local {
+                    ctx.vip_elements(&mut render, ip, true);
+                }
+            }
+        }
+        if let Some(np) = node_port {
+            let chain = format!("np-{}", ctx.id);
+            let rules = ctx.external_rules(&mut render, etp_local, true);
+            render.chains.insert(chain.clone(), rules);
+            render.element(SERVICE_NODEPORTS, format!("{proto} . {np} : goto {chain}"));
+            ctx.np_elements(&mut render, np, false);
+            if etp_local {
+                ctx.np_elements(&mut render, np, true);
+            }
+        }
+    }
+    render
+}

@@ -1,0 +1,403 @@
+//! Desired and applied nft objects, and the scripts between them.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+use crate::render::{
+    CLUSTER_CIDRS, CLUSTER_IPS, FIREWALL_IPS, Fam, HAIRPIN, NO_ENDPOINT_NODEPORTS,
+    NO_ENDPOINT_SERVICES, NODEPORT_IPS, Pick, Render, SERVICE_CIDRS, SERVICE_IPS,
+    SERVICE_NODEPORTS,
+};
+
+/// The objects of one family's table, with reference counts on elements
+/// (several Services may contribute the same hairpin pair).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Objects {
+    pub(crate) chains: BTreeMap<String, Vec<String>>,
+    pub(crate) elements: BTreeMap<&'static str, BTreeMap<String, u32>>,
+    pub(crate) sets: BTreeMap<String, String>,
+    pub(crate) picks: BTreeSet<(Pick, usize)>,
+}
+
+/// What changed in [`Objects`] since the last sync: the names to compare
+/// with what was applied.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Touched {
+    chains: BTreeSet<String>,
+    elements: BTreeMap<&'static str, BTreeSet<String>>,
+    sets: BTreeSet<String>,
+}
+
+impl Objects {
+    /// Removes a render's contributions, recording what it touched.
+    pub(crate) fn remove(&mut self, render: &Render, touched: &mut Touched) {
+        for name in render.chains.keys() {
+            self.chains.remove(name);
+            touched.chains.insert(name.clone());
+        }
+        for name in render.sets.keys() {
+            self.sets.remove(name);
+            touched.sets.insert(name.clone());
+        }
+        for (map, elements) in &render.elements {
+            let counts = self.elements.entry(map).or_default();
+            for e in elements {
+                if let Some(n) = counts.get_mut(e) {
+                    *n -= 1;
+                    if *n == 0 {
+                        counts.remove(e);
+                    }
+                }
+                touched.elements.entry(map).or_default().insert(e.clone());
+            }
+        }
+    }
+
+    /// Adds a render's contributions, recording what it touched.
+    pub(crate) fn add(&mut self, render: &Render, touched: &mut Touched) {
+        for (name, rules) in &render.chains {
+            self.chains.insert(name.clone(), rules.clone());
+            touched.chains.insert(name.clone());
+        }
+        for (name, decl) in &render.sets {
+            self.sets.insert(name.clone(), decl.clone());
+            touched.sets.insert(name.clone());
+        }
+        for (map, elements) in &render.elements {
+            let counts = self.elements.entry(map).or_default();
+            for e in elements {
+                *counts.entry(e.clone()).or_default() += 1;
+                touched.elements.entry(map).or_default().insert(e.clone());
+            }
+        }
+        // Pick chains are shared and cheap: once made they stay until the
+        // next full sync.
+        self.picks.extend(render.picks.iter().copied());
+    }
+}
+
+/// What the kernel holds, as far as we know: the last applied objects.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Applied {
+    pub(crate) chains: BTreeMap<String, Vec<String>>,
+    pub(crate) elements: BTreeMap<&'static str, BTreeSet<String>>,
+    pub(crate) sets: BTreeMap<String, String>,
+    pub(crate) picks: BTreeSet<(Pick, usize)>,
+}
+
+impl Applied {
+    pub(crate) fn from_objects(objects: &Objects) -> Self {
+        Self {
+            chains: objects.chains.clone(),
+            elements: objects
+                .elements
+                .iter()
+                .map(|(m, e)| (*m, e.keys().cloned().collect()))
+                .collect(),
+            sets: objects.sets.clone(),
+            picks: objects.picks.clone(),
+        }
+    }
+
+    /// Brings the touched names in line with `desired` (after a successful
+    /// incremental transaction).
+    pub(crate) fn update(&mut self, desired: &Objects, touched: &Touched) {
+        for name in &touched.chains {
+            match desired.chains.get(name) {
+                Some(rules) => self.chains.insert(name.clone(), rules.clone()),
+                None => self.chains.remove(name),
+            };
+        }
+        for name in &touched.sets {
+            match desired.sets.get(name) {
+                Some(decl) => self.sets.insert(name.clone(), decl.clone()),
+                None => self.sets.remove(name),
+            };
+        }
+        for (map, elements) in &touched.elements {
+            let applied = self.elements.entry(map).or_default();
+            let wanted = desired.elements.get(map);
+            for e in elements {
+                if wanted.is_some_and(|w| w.contains_key(e)) {
+                    applied.insert(e.clone());
+                } else {
+                    applied.remove(e);
+                }
+            }
+        }
+        self.picks.extend(desired.picks.iter().copied());
+    }
+}
+
+/// The table-level settings a script needs.
+pub(crate) struct Table<'a> {
+    pub(crate) fam: Fam,
+    pub(crate) name: &'a str,
+    pub(crate) mark: u32,
+}
+
+impl Table<'_> {
+    fn prefix(&self) -> String {
+        format!("{} {}", self.fam.table(), self.name)
+    }
+
+    fn map_decl(&self, name: &str) -> String {
+        let (fam, addr) = (self.fam.proto(), self.fam.addr_type());
+        match name {
+            SERVICE_IPS | NO_ENDPOINT_SERVICES | FIREWALL_IPS => {
+                format!("map {name} {{ type {addr} . inet_proto . inet_service : verdict; }}")
+            }
+            SERVICE_NODEPORTS | NO_ENDPOINT_NODEPORTS => {
+                format!("map {name} {{ type inet_proto . inet_service : verdict; }}")
+            }
+            CLUSTER_IPS => format!("set {name} {{ type {addr}; }}"),
+            HAIRPIN => format!("set {name} {{ type {addr} . {addr}; }}"),
+            NODEPORT_IPS | CLUSTER_CIDRS | SERVICE_CIDRS => {
+                format!("set {name} {{ type {addr}; flags interval; auto-merge; }}")
+            }
+            "vip-cluster" | "vip-local" => format!(
+                "map {name} {{ typeof {fam} daddr . meta l4proto . th dport . numgen random mod 2 : {fam} daddr . th dport; }}"
+            ),
+            _ => format!(
+                "map {name} {{ typeof meta l4proto . th dport . numgen random mod 2 : {fam} daddr . th dport; }}"
+            ),
+        }
+    }
+
+    /// Every map and set of the table.
+    fn maps() -> Vec<&'static str> {
+        let mut maps = vec![
+            SERVICE_IPS,
+            SERVICE_NODEPORTS,
+            NO_ENDPOINT_SERVICES,
+            NO_ENDPOINT_NODEPORTS,
+            FIREWALL_IPS,
+            CLUSTER_IPS,
+            HAIRPIN,
+            NODEPORT_IPS,
+            CLUSTER_CIDRS,
+            SERVICE_CIDRS,
+        ];
+        maps.extend(Pick::ALL.iter().map(|p| p.map()));
+        maps
+    }
+
+    /// The base chains, with their hooks and their fixed rules.
+    fn base_chains(&self) -> Vec<(&'static str, &'static str, Vec<String>)> {
+        let p = self.fam.proto();
+        let m = self.mark;
+        vec![
+            (
+                "nat-prerouting",
+                "type nat hook prerouting priority dstnat; policy accept;",
+                vec!["jump services".into()],
+            ),
+            (
+                "nat-output",
+                "type nat hook output priority -100; policy accept;",
+                vec!["jump services".into()],
+            ),
+            (
+                "nat-postrouting",
+                "type nat hook postrouting priority srcnat; policy accept;",
+                vec![
+                    format!(
+                        "ct status dnat {p} saddr . {p} daddr @{HAIRPIN} meta mark set meta mark or {m:#x}"
+                    ),
+                    format!("meta mark & {m:#x} == 0 return"),
+                    format!("meta mark set meta mark xor {m:#x}"),
+                    "masquerade fully-random".into(),
+                ],
+            ),
+            (
+                "filter-prerouting",
+                "type filter hook prerouting priority -110; policy accept;",
+                vec![format!(
+                    "ct state new {p} daddr . meta l4proto . th dport vmap @{FIREWALL_IPS}"
+                )],
+            ),
+            (
+                "filter-input",
+                "type filter hook input priority -10; policy accept;",
+                vec!["ct state new jump service-filter".into()],
+            ),
+            (
+                "filter-forward",
+                "type filter hook forward priority -10; policy accept;",
+                vec!["ct state new jump service-filter".into()],
+            ),
+            (
+                "filter-output",
+                "type filter hook output priority -10; policy accept;",
+                vec!["ct state new jump service-filter".into()],
+            ),
+            (
+                "services",
+                "",
+                vec![
+                    format!("{p} daddr . meta l4proto . th dport vmap @{SERVICE_IPS}"),
+                    format!(
+                        "fib daddr type local {p} daddr @{NODEPORT_IPS} meta l4proto . th dport vmap @{SERVICE_NODEPORTS}"
+                    ),
+                ],
+            ),
+            (
+                "service-filter",
+                "",
+                vec![
+                    format!("{p} daddr . meta l4proto . th dport vmap @{NO_ENDPOINT_SERVICES}"),
+                    format!(
+                        "fib daddr type local {p} daddr @{NODEPORT_IPS} meta l4proto . th dport vmap @{NO_ENDPOINT_NODEPORTS}"
+                    ),
+                    format!("{p} daddr @{CLUSTER_IPS} reject"),
+                    format!("{p} daddr @{SERVICE_CIDRS} drop"),
+                ],
+            ),
+            ("reject-chain", "", vec!["reject".into()]),
+        ]
+    }
+
+    fn pick_rule(&self, pick: Pick, n: usize) -> String {
+        let (t, p) = (self.fam.table(), self.fam.proto());
+        match pick {
+            Pick::Vip { .. } => format!(
+                "dnat {t} to {p} daddr . meta l4proto . th dport . numgen random mod {n} map @{}",
+                pick.map()
+            ),
+            Pick::NodePort { .. } => format!(
+                "dnat {t} to meta l4proto . th dport . numgen random mod {n} map @{}",
+                pick.map()
+            ),
+        }
+    }
+
+    fn elements(&self, out: &mut String, verb: &str, map: &str, elements: &[&String]) {
+        for chunk in elements.chunks(1024) {
+            let list: Vec<&str> = chunk.iter().map(|e| e.as_str()).collect();
+            let _ = writeln!(
+                out,
+                "{verb} element {} {map} {{ {} }}",
+                self.prefix(),
+                list.join(", ")
+            );
+        }
+    }
+
+    fn rules(&self, out: &mut String, chain: &str, rules: &[String]) {
+        for rule in rules {
+            let _ = writeln!(out, "add rule {} {chain} {rule}", self.prefix());
+        }
+    }
+
+    /// A script that replaces the whole table with `objects`, atomically.
+    pub(crate) fn full(&self, objects: &Objects) -> String {
+        let prefix = self.prefix();
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "add table {prefix}\ndelete table {prefix}\nadd table {prefix}"
+        );
+        for map in Self::maps() {
+            let decl = self.map_decl(map);
+            let (kind, rest) = decl.split_once(' ').unwrap_or(("set", &decl));
+            let _ = writeln!(out, "add {kind} {prefix} {rest}");
+        }
+        let bases = self.base_chains();
+        for (name, hook, _) in &bases {
+            let _ = writeln!(out, "add chain {prefix} {name} {{ {hook} }}");
+        }
+        for (pick, n) in &objects.picks {
+            let _ = writeln!(out, "add chain {prefix} {}", pick.chain(*n));
+        }
+        for name in objects.chains.keys() {
+            let _ = writeln!(out, "add chain {prefix} {name}");
+        }
+        for (name, decl) in &objects.sets {
+            let _ = writeln!(out, "add set {prefix} {name} {{ {decl} }}");
+        }
+        for (map, elements) in &objects.elements {
+            let list: Vec<&String> = elements.keys().collect();
+            self.elements(&mut out, "add", map, &list);
+        }
+        for (name, _, rules) in &bases {
+            self.rules(&mut out, name, rules);
+        }
+        for (pick, n) in &objects.picks {
+            self.rules(&mut out, &pick.chain(*n), &[self.pick_rule(*pick, *n)]);
+        }
+        for (name, rules) in &objects.chains {
+            self.rules(&mut out, name, rules);
+        }
+        out
+    }
+
+    /// A script that turns `applied` into `desired` for the touched names
+    /// only: new and changed chains are (re)filled, elements added and
+    /// deleted, stale chains and sets deleted after nothing points at them.
+    pub(crate) fn incremental(
+        &self,
+        applied: &Applied,
+        desired: &Objects,
+        touched: &Touched,
+    ) -> String {
+        let prefix = self.prefix();
+        let mut out = String::new();
+        for (pick, n) in desired.picks.difference(&applied.picks) {
+            let chain = pick.chain(*n);
+            let _ = writeln!(out, "add chain {prefix} {chain}");
+            self.rules(&mut out, &chain, &[self.pick_rule(*pick, *n)]);
+        }
+        for name in &touched.sets {
+            if let (Some(decl), None) = (desired.sets.get(name), applied.sets.get(name)) {
+                let _ = writeln!(out, "add set {prefix} {name} {{ {decl} }}");
+            }
+        }
+        let mut stale_chains = Vec::new();
+        for name in &touched.chains {
+            match (applied.chains.get(name), desired.chains.get(name)) {
+                (old, Some(new)) if old != Some(new) => {
+                    if old.is_some() {
+                        let _ = writeln!(out, "flush chain {prefix} {name}");
+                    } else {
+                        let _ = writeln!(out, "add chain {prefix} {name}");
+                    }
+                }
+                (Some(_), None) => stale_chains.push(name),
+                _ => {}
+            }
+        }
+        // Fill after every chain exists: rules may point at each other.
+        for name in &touched.chains {
+            if let (old, Some(new)) = (applied.chains.get(name), desired.chains.get(name))
+                && old != Some(new)
+            {
+                self.rules(&mut out, name, new);
+            }
+        }
+        for (map, elements) in &touched.elements {
+            let applied_map = applied.elements.get(map);
+            let wanted = desired.elements.get(map);
+            let (mut add, mut del) = (Vec::new(), Vec::new());
+            for e in elements {
+                let has = applied_map.is_some_and(|a| a.contains(e));
+                let want = wanted.is_some_and(|w| w.contains_key(e));
+                match (has, want) {
+                    (true, false) => del.push(e),
+                    (false, true) => add.push(e),
+                    _ => {}
+                }
+            }
+            self.elements(&mut out, "delete", map, &del);
+            self.elements(&mut out, "add", map, &add);
+        }
+        for name in stale_chains {
+            let _ = writeln!(out, "delete chain {prefix} {name}");
+        }
+        for name in &touched.sets {
+            if !desired.sets.contains_key(name) && applied.sets.contains_key(name) {
+                let _ = writeln!(out, "delete set {prefix} {name}");
+            }
+        }
+        out
+    }
+}
