@@ -194,7 +194,7 @@ struct FamilyState {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SyncStats {
-    /// Whether it replaced the tables.
+    /// Whether it replaced a table (both, or one family's).
     pub full: bool,
     /// Lines (nft commands) in its script.
     pub commands: usize,
@@ -357,8 +357,11 @@ impl NftBackend {
         names.len()
     }
 
-    fn script(&self) -> String {
+    /// The script of this sync, and per family whether it replaces the
+    /// whole table.
+    fn script(&self) -> (String, [bool; 2]) {
         let mut out = String::new();
+        let mut full = [true; 2];
         for (i, family) in IpFamily::BOTH.into_iter().enumerate() {
             let state = &self.families[i];
             let table = Table {
@@ -366,14 +369,21 @@ impl NftBackend {
                 name: &self.config.table,
                 mark: self.config.masquerade_mark(),
             };
-            match &state.applied {
+            let incremental = match &state.applied {
                 Some(applied) if !self.full => {
-                    out.push_str(&table.incremental(applied, &state.desired, &state.touched))
+                    table.incremental(applied, &state.desired, &state.touched)
                 }
-                _ => out.push_str(&table.full(&state.desired)),
+                _ => None,
+            };
+            match incremental {
+                Some(script) => {
+                    full[i] = false;
+                    out.push_str(&script);
+                }
+                None => out.push_str(&table.full(&state.desired)),
             }
         }
-        out
+        (out, full)
     }
 
     /// Runs one transaction.
@@ -449,9 +459,9 @@ impl IncrementalSink for NftBackend {
             return Err(e.into());
         }
         let start = Instant::now();
-        let full = self.full;
         let services = self.refresh();
-        let script = self.script();
+        let (script, full_families) = self.script();
+        let full = full_families.contains(&true);
         let result = match self.mode {
             Mode::DryRun => Ok(()),
             Mode::Apply if script.is_empty() => Ok(()),
@@ -466,7 +476,7 @@ impl IncrementalSink for NftBackend {
         self.last_script = script;
         match result {
             Ok(()) => {
-                for state in &mut self.families {
+                for (state, full) in self.families.iter_mut().zip(full_families) {
                     match state.applied.as_mut() {
                         Some(applied) if !full => applied.update(&state.desired, &state.touched),
                         _ => state.applied = Some(Applied::from_objects(&state.desired)),

@@ -76,13 +76,22 @@ impl Objects {
     }
 }
 
+/// How many pick chains (per kind, for 1..=N endpoints) a full sync makes:
+/// at least 64, and a power of two above the largest endpoint count in use.
+/// A later need beyond it triggers a full sync that doubles it.
+pub(crate) fn pick_capacity(picks: &BTreeSet<(Pick, usize)>) -> usize {
+    let most = picks.iter().map(|(_, n)| *n).max().unwrap_or(0);
+    most.max(64).next_power_of_two()
+}
+
 /// What the kernel holds, as far as we know: the last applied objects.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Applied {
     pub(crate) chains: BTreeMap<String, Vec<String>>,
     pub(crate) elements: BTreeMap<&'static str, BTreeSet<String>>,
     pub(crate) sets: BTreeMap<String, String>,
-    pub(crate) picks: BTreeSet<(Pick, usize)>,
+    /// Pick chains exist for 1..=this many endpoints, of every kind.
+    pub(crate) pick_capacity: usize,
 }
 
 impl Applied {
@@ -95,7 +104,7 @@ impl Applied {
                 .map(|(m, e)| (*m, e.keys().cloned().collect()))
                 .collect(),
             sets: objects.sets.clone(),
-            picks: objects.picks.clone(),
+            pick_capacity: pick_capacity(&objects.picks),
         }
     }
 
@@ -125,7 +134,6 @@ impl Applied {
                 }
             }
         }
-        self.picks.extend(desired.picks.iter().copied());
     }
 }
 
@@ -141,6 +149,11 @@ impl Table<'_> {
         format!("{} {}", self.fam.table(), self.name)
     }
 
+    /// The pick maps are declared by `typeof`, since one key part is a
+    /// `numgen` value. nft 1.0.6 cannot re-read such a declaration from the
+    /// kernel ("conflicting protocols specified"), so a later transaction
+    /// cannot add a rule that uses the map: the pick chains are all made in
+    /// the full transaction that makes the map (see [`pick_capacity`]).
     fn map_decl(&self, name: &str) -> String {
         let (fam, addr) = (self.fam.proto(), self.fam.addr_type());
         match name {
@@ -306,8 +319,11 @@ impl Table<'_> {
         for (name, hook, _) in &bases {
             let _ = writeln!(out, "add chain {prefix} {name} {{ {hook} }}");
         }
-        for (pick, n) in &objects.picks {
-            let _ = writeln!(out, "add chain {prefix} {}", pick.chain(*n));
+        let capacity = pick_capacity(&objects.picks);
+        for pick in Pick::ALL {
+            for n in 1..=capacity {
+                let _ = writeln!(out, "add chain {prefix} {}", pick.chain(n));
+            }
         }
         for name in objects.chains.keys() {
             let _ = writeln!(out, "add chain {prefix} {name}");
@@ -322,8 +338,10 @@ impl Table<'_> {
         for (name, _, rules) in &bases {
             self.rules(&mut out, name, rules);
         }
-        for (pick, n) in &objects.picks {
-            self.rules(&mut out, &pick.chain(*n), &[self.pick_rule(*pick, *n)]);
+        for pick in Pick::ALL {
+            for n in 1..=capacity {
+                self.rules(&mut out, &pick.chain(n), &[self.pick_rule(pick, n)]);
+            }
         }
         for (name, rules) in &objects.chains {
             self.rules(&mut out, name, rules);
@@ -334,19 +352,23 @@ impl Table<'_> {
     /// A script that turns `applied` into `desired` for the touched names
     /// only: new and changed chains are (re)filled, elements added and
     /// deleted, stale chains and sets deleted after nothing points at them.
+    /// `None` when a pick chain beyond the applied capacity is needed: only
+    /// a full sync can make it.
     pub(crate) fn incremental(
         &self,
         applied: &Applied,
         desired: &Objects,
         touched: &Touched,
-    ) -> String {
+    ) -> Option<String> {
+        if desired
+            .picks
+            .iter()
+            .any(|(_, n)| *n > applied.pick_capacity)
+        {
+            return None;
+        }
         let prefix = self.prefix();
         let mut out = String::new();
-        for (pick, n) in desired.picks.difference(&applied.picks) {
-            let chain = pick.chain(*n);
-            let _ = writeln!(out, "add chain {prefix} {chain}");
-            self.rules(&mut out, &chain, &[self.pick_rule(*pick, *n)]);
-        }
         for name in &touched.sets {
             if let (Some(decl), None) = (desired.sets.get(name), applied.sets.get(name)) {
                 let _ = writeln!(out, "add set {prefix} {name} {{ {decl} }}");
@@ -398,6 +420,6 @@ impl Table<'_> {
                 let _ = writeln!(out, "delete set {prefix} {name}");
             }
         }
-        out
+        Some(out)
     }
 }

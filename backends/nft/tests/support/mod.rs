@@ -1,0 +1,429 @@
+//! A lab of network namespaces for real-packet tests: a node namespace that
+//! runs the backend's rules and routes, endpoint namespaces with small
+//! servers, and client namespaces. Everything is created by the test, named
+//! uniquely, and deleted on drop (also when the test fails).
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use kpng_backend_nft::{Config, NftBackend};
+use kpng_diff::NodeProjector;
+use kpng_kube::{Ingest, IngestConfig, file};
+use kpng_store::Store;
+
+static NEXT: AtomicUsize = AtomicUsize::new(0);
+
+/// The node the proxy runs for, in manifests.
+pub const NODE: &str = "node-a";
+
+const SERVER: &str = r#"
+import socket, sys, threading
+me = sys.argv[1]
+def who(addr):
+    a = addr[0]
+    return a[7:] if a.startswith("::ffff:") else a
+def tcp(port):
+    s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("::", port)); s.listen(256)
+    while True:
+        c, a = s.accept()
+        try: c.sendall(("%s %s\n" % (me, who(a))).encode())
+        finally: c.close()
+def udp(port):
+    s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    s.bind(("::", port))
+    while True:
+        d, a = s.recvfrom(2048)
+        s.sendto(("%s %s\n" % (me, who(a))).encode(), a)
+for p in (8080, 8081, 9000):
+    threading.Thread(target=tcp, args=(p,), daemon=True).start()
+for p in (5353, 8125):
+    threading.Thread(target=udp, args=(p,), daemon=True).start()
+print("ready", flush=True)
+threading.Event().wait()
+"#;
+
+const CLIENT: &str = r#"
+import socket, sys, time
+proto, host, port, count = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+for _ in range(count):
+    t = time.monotonic()
+    try:
+        if proto == "tcp":
+            s = socket.socket(fam, socket.SOCK_STREAM); s.settimeout(2)
+            s.connect((host, port)); out = s.recv(200).decode().strip()
+        else:
+            s = socket.socket(fam, socket.SOCK_DGRAM); s.settimeout(2)
+            s.sendto(b"hi", (host, port)); out = s.recv(200).decode().strip()
+        s.close()
+    except ConnectionRefusedError:
+        out = "REFUSED %.2f" % (time.monotonic() - t)
+    except (socket.timeout, TimeoutError):
+        out = "TIMEOUT"
+    except OSError as e:
+        out = "ERROR %s" % e
+    print(out, flush=True)
+"#;
+
+/// Why the lab cannot run here, if it cannot.
+pub fn unavailable() -> Option<String> {
+    let uid = Command::new("id").arg("-u").output().ok()?;
+    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+        return Some("not root: network namespaces need root".into());
+    }
+    for tool in ["ip", "nft", "python3"] {
+        let found = Command::new("sh")
+            .args([
+                "-c",
+                &format!("command -v {tool} || test -x /usr/sbin/{tool}"),
+            ])
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !found {
+            return Some(format!("{tool} not found"));
+        }
+    }
+    None
+}
+
+/// Skips the calling test, with a clear message, when the lab cannot run.
+#[macro_export]
+macro_rules! require_lab {
+    () => {
+        if let Some(why) = support::unavailable() {
+            eprintln!("SKIPPED: {why}");
+            return;
+        }
+    };
+}
+
+fn run(args: &[&str]) {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .expect("spawn");
+    assert!(
+        out.status.success(),
+        "{args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// One lab. Dropping it kills its servers and deletes its namespaces.
+pub struct Lab {
+    pub prefix: String,
+    namespaces: Vec<String>,
+    servers: Vec<Child>,
+    links: usize,
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if std::env::var_os("KPNG_KEEP_LAB").is_some() {
+            eprintln!("KPNG_KEEP_LAB: kept namespaces {}-*", self.prefix);
+            return;
+        }
+        for child in &mut self.servers {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        for ns in &self.namespaces {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+impl Lab {
+    /// A lab with a node namespace (`node`) that forwards.
+    pub fn new() -> Self {
+        let prefix = format!(
+            "kpt{}x{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut lab = Lab {
+            prefix,
+            namespaces: Vec::new(),
+            servers: Vec::new(),
+            links: 0,
+        };
+        lab.namespace("node");
+        for s in ["net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"] {
+            run(&["ip", "netns", "exec", &lab.ns("node"), "sysctl", "-qw", s]);
+        }
+        lab
+    }
+
+    /// The full name of a namespace of this lab.
+    pub fn ns(&self, name: &str) -> String {
+        format!("{}-{name}", self.prefix)
+    }
+
+    fn namespace(&mut self, name: &str) -> String {
+        let ns = self.ns(name);
+        run(&["ip", "netns", "add", &ns]);
+        self.namespaces.push(ns.clone());
+        run(&["ip", "-n", &ns, "link", "set", "lo", "up"]);
+        ns
+    }
+
+    /// A host namespace `name`, linked to the node by a veth pair, holding
+    /// `addrs` (one per family at most). The node routes those addresses to
+    /// it; it routes everything through the node. `node_addrs` are extra
+    /// addresses the node holds on its side of the link (its node IPs).
+    pub fn host(&mut self, name: &str, addrs: &[&str], node_addrs: &[&str]) {
+        let ns = self.namespace(name);
+        let node = self.ns("node");
+        self.links += 1;
+        let (a, b) = (format!("k{}", self.links), "eth0");
+        run(&[
+            "ip", "link", "add", &a, "netns", &node, "type", "veth", "peer", "name", b, "netns",
+            &ns,
+        ]);
+        run(&["ip", "-n", &node, "link", "set", &a, "up"]);
+        run(&["ip", "-n", &ns, "link", "set", b, "up"]);
+        let gw4 = format!("169.254.{}.1", self.links);
+        let gw6 = format!("fe80::{}:1", self.links);
+        run(&[
+            "ip",
+            "-n",
+            &node,
+            "addr",
+            "add",
+            &format!("{gw4}/32"),
+            "dev",
+            &a,
+        ]);
+        run(&[
+            "ip",
+            "-n",
+            &node,
+            "-6",
+            "addr",
+            "add",
+            &format!("{gw6}/64"),
+            "dev",
+            &a,
+            "nodad",
+        ]);
+        for addr in node_addrs {
+            let len = if addr.contains(':') { 128 } else { 32 };
+            run(&[
+                "ip",
+                "-n",
+                &node,
+                "addr",
+                "add",
+                &format!("{addr}/{len}"),
+                "dev",
+                &a,
+                "nodad",
+            ]);
+        }
+        for addr in addrs {
+            let v6 = addr.contains(':');
+            let len = if v6 { 128 } else { 32 };
+            let family = if v6 { "-6" } else { "-4" };
+            run(&[
+                "ip",
+                "-n",
+                &ns,
+                family,
+                "addr",
+                "add",
+                &format!("{addr}/{len}"),
+                "dev",
+                b,
+                "nodad",
+            ]);
+            run(&[
+                "ip",
+                "-n",
+                &node,
+                family,
+                "route",
+                "add",
+                &format!("{addr}/{len}"),
+                "dev",
+                &a,
+            ]);
+            let gw = if v6 { &gw6 } else { &gw4 };
+            if v6 {
+                run(&[
+                    "ip", "-n", &ns, "-6", "route", "add", "default", "via", gw, "dev", b,
+                ]);
+            } else {
+                run(&["ip", "-n", &ns, "route", "add", gw, "dev", b]);
+                run(&[
+                    "ip", "-n", &ns, "route", "add", "default", "via", gw, "dev", b,
+                ]);
+            }
+        }
+    }
+
+    /// An upstream host holding every address the node does not route:
+    /// the node's default route points at it, and it accepts every
+    /// destination as its own, refusing connections (nothing listens).
+    pub fn upstream(&mut self) {
+        self.host("up", &[], &[]);
+        let (node, up) = (self.ns("node"), self.ns("up"));
+        let link = format!("k{}", self.links);
+        run(&["ip", "-n", &node, "route", "add", "default", "dev", &link]);
+        run(&[
+            "ip",
+            "-n",
+            &up,
+            "route",
+            "add",
+            "169.254.0.0/16",
+            "dev",
+            "eth0",
+        ]);
+        run(&["ip", "-n", &up, "route", "add", "default", "dev", "eth0"]);
+        run(&[
+            "ip",
+            "-n",
+            &up,
+            "route",
+            "add",
+            "local",
+            "0.0.0.0/0",
+            "dev",
+            "lo",
+            "table",
+            "local",
+        ]);
+    }
+
+    /// Starts the echo servers (TCP 8080, 8081, 9000; UDP 5353, 8125) in
+    /// host `name`, answering with `me` and the peer address they saw.
+    pub fn serve(&mut self, name: &str, me: &str) {
+        let mut child = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.ns(name),
+                "python3",
+                "-u",
+                "-c",
+                SERVER,
+                me,
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("server");
+        let mut line = String::new();
+        if let Some(out) = child.stdout.take() {
+            use std::io::BufRead;
+            let _ = std::io::BufReader::new(out).read_line(&mut line);
+        }
+        assert_eq!(line.trim(), "ready", "server in {name} did not start");
+        self.servers.push(child);
+    }
+
+    /// `count` connections (or datagrams) from host `from`; one line each:
+    /// `<endpoint> <peer seen>`, `REFUSED <seconds>`, `TIMEOUT` or `ERROR`.
+    pub fn connect(
+        &self,
+        from: &str,
+        proto: &str,
+        host: &str,
+        port: u16,
+        count: usize,
+    ) -> Vec<String> {
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.ns(from),
+                "python3",
+                "-c",
+                CLIENT,
+                proto,
+                host,
+                &port.to_string(),
+                &count.to_string(),
+            ])
+            .output()
+            .expect("client");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// One connection; its line.
+    pub fn once(&self, from: &str, proto: &str, host: &str, port: u16) -> String {
+        self.connect(from, proto, host, port, 1)
+            .pop()
+            .unwrap_or_default()
+    }
+
+    /// nft in the node namespace.
+    pub fn nft_command(&self) -> Vec<String> {
+        ["ip", "netns", "exec", &self.ns("node"), "nft"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    }
+
+    /// `nft list table ip kpng` in the node namespace.
+    pub fn ruleset(&self) -> String {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.ns("node"), "nft", "list", "ruleset"])
+            .output()
+            .expect("nft list");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+/// The proxy under test: manifests in, nft rules out, in the lab's node.
+pub struct Proxy {
+    pub ingest: Ingest,
+    pub projector: NodeProjector,
+    pub backend: NftBackend,
+}
+
+impl Proxy {
+    pub fn new(lab: &Lab, mut config: Config) -> Self {
+        config.nft_command = lab.nft_command();
+        Proxy {
+            ingest: Ingest::new(Store::new(), IngestConfig::for_node(NODE)),
+            projector: NodeProjector::new(NODE),
+            backend: NftBackend::new(config),
+        }
+    }
+
+    /// Loads a manifest (the whole state) and syncs the backend.
+    pub fn load(&mut self, yaml: &str) -> Result<(), kpng_sink::SinkError> {
+        let objects = file::parse_str("test.yaml", yaml).expect("valid manifest");
+        self.ingest.load(&objects);
+        let snapshot = self.ingest.reader().snapshot();
+        self.projector
+            .sync_into(&snapshot, &mut self.backend)
+            .map(|_| ())
+    }
+}
+
+/// Waits a little for conntrack and routes to settle.
+pub fn settle() {
+    std::thread::sleep(Duration::from_millis(50));
+}
+
+/// The endpoint part of each reply line.
+pub fn endpoints(lines: &[String]) -> std::collections::BTreeSet<String> {
+    lines
+        .iter()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+        .filter(|e| !["REFUSED", "TIMEOUT", "ERROR"].contains(&e.as_str()))
+        .collect()
+}
