@@ -13,6 +13,10 @@
 //!   revision after revision in O(changed Services), and yields
 //!   [`ViewOp`](kpng_model::view::ViewOp)s or drives a sink through
 //!   [`NodeProjector::sync_into`]. No backend ever re-implements the rules.
+//! - **The driver.** [`drive`] keeps a sink in line with a store: it waits
+//!   for the initial lists, rate-limits syncs with [`SyncLimiter`] (bursts
+//!   of revisions collapse into one transaction), and retries failures with
+//!   backoff and a full round.
 //!
 //! # The node view rules
 //!
@@ -72,12 +76,14 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod drive;
 mod node;
 mod select;
 
 use kpng_model::{Key, Value};
 use kpng_store::{Snapshot, Txn};
 
+pub use drive::{DriveConfig, SyncLimiter, drive};
 pub use node::{NodeProjector, SyncReport, diff_views, node_view};
 
 /// One operation of a global diff.
