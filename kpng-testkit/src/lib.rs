@@ -108,7 +108,9 @@ impl Cluster {
         cluster
     }
 
-    /// Synthetic Service number `i`.
+    /// Synthetic Service number `i`. Services alternate between ClusterIP,
+    /// NodePort and LoadBalancer up to number 900, with unique node ports;
+    /// later ones are ClusterIP.
     pub fn service(i: usize) -> Service {
         let mut ports = vec![ServicePort {
             name: "http".into(),
@@ -130,14 +132,18 @@ impl Cluster {
                 ..Default::default()
             });
         }
+        // Node ports are unique cluster-wide and the default range holds
+        // 2,768: only the first 900 Services (at most 1,200 ports) may be
+        // NodePort or LoadBalancer; the rest are ClusterIP.
         let r#type = match i % 3 {
+            _ if i >= 900 => ServiceType::ClusterIp,
             0 => ServiceType::ClusterIp,
             1 => ServiceType::NodePort,
             _ => ServiceType::LoadBalancer,
         };
         if r#type != ServiceType::ClusterIp {
             for (k, p) in ports.iter_mut().enumerate() {
-                p.node_port = 30000 + u32::try_from((i * 2 + k) % 2768).unwrap_or(0);
+                p.node_port = 30000 + u32::try_from(i * 2 + k).unwrap_or(0);
             }
         }
         Service {

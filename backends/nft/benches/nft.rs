@@ -1,0 +1,151 @@
+//! The nftables backend's figures, measured in network namespaces this
+//! benchmark creates (run as root):
+//!
+//! - full-sync time at 1k and 10k Services × 10 endpoints;
+//! - time and nft commands for one Service change at 10k;
+//! - new-connection rate through a ClusterIP with 10 vs 10k Services.
+//!
+//! ```text
+//! cargo bench -p kpng-backend-nft --bench nft
+//! ```
+#![allow(missing_docs, clippy::unwrap_used)]
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::time::Instant;
+
+use kpng_backend_nft::{Config, NftBackend};
+use kpng_diff::NodeProjector;
+use kpng_model::v1::{Endpoint, EndpointPort, IpSet, Service, ServicePort};
+use kpng_store::Store;
+use kpng_testkit::{Cluster, ClusterShape};
+use support::{Lab, settle};
+
+fn load(store: &mut Store, cluster: &Cluster) {
+    let mut txn = store.begin();
+    for n in &cluster.nodes {
+        txn.set_node(n.clone());
+    }
+    for s in &cluster.services {
+        txn.set_service(s.clone());
+    }
+    for (name, ip, e) in &cluster.endpoints {
+        txn.set_endpoint(name.clone(), *ip, e.clone());
+    }
+    txn.commit();
+}
+
+fn config(lab: &Lab) -> Config {
+    let mut config = Config::default();
+    config.cluster_cidrs = Config::parse_cidrs("c", "10.244.0.0/16").unwrap();
+    config.service_cidrs = Config::parse_cidrs("s", "10.96.0.0/12").unwrap();
+    config.nft_command = lab.nft_command();
+    config
+}
+
+/// A real Service whose endpoint is the lab's e1 (10.244.1.10:8080).
+fn real_service(store: &mut Store) {
+    let svc = Service {
+        namespace: "bench".into(),
+        name: "real".into(),
+        cluster_ips: Some(IpSet::parse_addrs("c", ["10.100.0.1"]).unwrap()),
+        ports: vec![ServicePort { name: "http".into(), protocol: 1, port: 80, ..Default::default() }],
+        ..Default::default()
+    };
+    let name = svc.service_name();
+    let ep = Endpoint {
+        addresses: Some(IpSet::parse_addrs("e", ["10.244.1.10"]).unwrap()),
+        node_name: "node-0".into(),
+        ready: true,
+        serving: true,
+        ports: vec![EndpointPort { name: "http".into(), protocol: 1, port: 8080 }],
+        ..Default::default()
+    };
+    let mut txn = store.begin();
+    txn.set_service(svc);
+    txn.set_endpoint(name, "10.244.1.10".parse().unwrap(), ep);
+    txn.commit();
+}
+
+/// New connections per second from the pod client to the real Service.
+fn connection_rate(lab: &Lab, count: usize) -> f64 {
+    let start = Instant::now();
+    let lines = lab.connect("podc", "tcp", "10.100.0.1", 80, count);
+    let secs = start.elapsed().as_secs_f64();
+    let ok = lines.iter().filter(|l| l.starts_with("10.244.1.10")).count();
+    assert_eq!(ok, count, "every connection answered: {:?}", &lines[..lines.len().min(3)]);
+    count as f64 / secs
+}
+
+fn full_sync(lab: &Lab, services: usize) -> (f64, usize, Store, NodeProjector, NftBackend) {
+    let cluster = Cluster::synthetic(ClusterShape { services, endpoints: services * 10, nodes: 100, zones: 3 });
+    let mut store = Store::new();
+    load(&mut store, &cluster);
+    real_service(&mut store);
+    let mut projector = NodeProjector::new("node-0");
+    let mut backend = NftBackend::new(config(lab));
+    let start = Instant::now();
+    projector.sync_into(&store.snapshot(), &mut backend).unwrap();
+    let ms = start.elapsed().as_secs_f64() * 1e3;
+    let commands = backend.last_sync().commands;
+    (ms, commands, store, projector, backend)
+}
+
+fn main() {
+    if let Some(why) = support::unavailable() {
+        println!("SKIPPED: {why}");
+        return;
+    }
+    let mut lab = Lab::new();
+    lab.host("podc", &["10.244.1.99"], &[]);
+    lab.host("e1", &["10.244.1.10"], &[]);
+    lab.serve("e1", "10.244.1.10");
+
+    // The data plane with 10 Services programmed.
+    let (small_ms, small_commands, ..) = full_sync(&lab, 10);
+    settle();
+    let _ = connection_rate(&lab, 200);
+    let rate_10 = connection_rate(&lab, 2000);
+
+    let (ms_1k, commands_1k, ..) = full_sync(&lab, 1_000);
+    let (ms_10k, commands_10k, mut store, mut projector, mut backend) = full_sync(&lab, 10_000);
+    settle();
+    let _ = connection_rate(&lab, 200);
+    let rate_10k = connection_rate(&lab, 2000);
+
+    // One change at 10k: an endpoint goes not-ready, then ready again.
+    let cluster = Cluster::synthetic(ClusterShape { services: 10_000, endpoints: 100_000, nodes: 100, zones: 3 });
+    let mut change_ms = Vec::new();
+    let mut change_commands = Vec::new();
+    for i in 0..20 {
+        let (name, ip, mut ep) = cluster.endpoints[(i / 2) * 4999 % cluster.endpoints.len()].clone();
+        ep.ready = i % 2 == 1;
+        ep.serving = ep.ready;
+        let mut txn = store.begin();
+        txn.set_endpoint(name, ip, ep);
+        txn.commit();
+        let start = Instant::now();
+        projector.sync_into(&store.snapshot(), &mut backend).unwrap();
+        change_ms.push(start.elapsed().as_secs_f64() * 1e3);
+        change_commands.push(backend.last_sync().commands);
+        assert!(!backend.last_sync().full, "incremental");
+    }
+    change_ms.sort_by(f64::total_cmp);
+    change_commands.sort_unstable();
+    let change_median = change_ms[change_ms.len() / 2];
+    let commands_median = change_commands[change_commands.len() / 2];
+
+    println!("kpng nftables backend (goals and kube-proxy references in brackets)");
+    println!("full sync,  10 services x 10 endpoints: {small_ms:>9.1} ms  ({small_commands} nft commands)");
+    println!("full sync,  1k services x 10 endpoints: {ms_1k:>9.1} ms  ({commands_1k} nft commands)");
+    println!("full sync, 10k services x 10 endpoints: {ms_10k:>9.1} ms  ({commands_10k} nft commands)  [<= 2000 ms; kube-proxy nft: ~9 min at 10k x 2]");
+    println!("one endpoint change at 10k, median of 20: {change_median:>7.2} ms  ({commands_median} nft commands)  [<= 10 ms, O(1); kube-proxy: 141 ms]");
+    println!("new connections/s through a ClusterIP, 10 services:  {rate_10:>7.0}");
+    println!("new connections/s through a ClusterIP, 10k services: {rate_10k:>7.0}");
+    println!("ratio 10k / 10: {:.3}  [>= 0.9]", rate_10k / rate_10);
+    println!(
+        "{{\"full_sync_ms_1k\":{ms_1k:.1},\"full_sync_ms_10k\":{ms_10k:.1},\"change_ms_10k\":{change_median:.2},\"change_commands_10k\":{commands_median},\"conn_rate_10\":{rate_10:.0},\"conn_rate_10k\":{rate_10k:.0},\"conn_rate_ratio\":{:.3}}}",
+        rate_10k / rate_10
+    );
+}
