@@ -50,7 +50,12 @@ fn real_service(store: &mut Store) {
         namespace: "bench".into(),
         name: "real".into(),
         cluster_ips: Some(IpSet::parse_addrs("c", ["10.100.0.1"]).unwrap()),
-        ports: vec![ServicePort { name: "http".into(), protocol: 1, port: 80, ..Default::default() }],
+        ports: vec![ServicePort {
+            name: "http".into(),
+            protocol: 1,
+            port: 80,
+            ..Default::default()
+        }],
         ..Default::default()
     };
     let name = svc.service_name();
@@ -59,7 +64,11 @@ fn real_service(store: &mut Store) {
         node_name: "node-0".into(),
         ready: true,
         serving: true,
-        ports: vec![EndpointPort { name: "http".into(), protocol: 1, port: 8080 }],
+        ports: vec![EndpointPort {
+            name: "http".into(),
+            protocol: 1,
+            port: 8080,
+        }],
         ..Default::default()
     };
     let mut txn = store.begin();
@@ -73,20 +82,35 @@ fn connection_rate(lab: &Lab, count: usize) -> f64 {
     let start = Instant::now();
     let lines = lab.connect("podc", "tcp", "10.100.0.1", 80, count);
     let secs = start.elapsed().as_secs_f64();
-    let ok = lines.iter().filter(|l| l.starts_with("10.244.1.10")).count();
-    assert_eq!(ok, count, "every connection answered: {:?}", &lines[..lines.len().min(3)]);
+    let ok = lines
+        .iter()
+        .filter(|l| l.starts_with("10.244.1.10"))
+        .count();
+    assert_eq!(
+        ok,
+        count,
+        "every connection answered: {:?}",
+        &lines[..lines.len().min(3)]
+    );
     count as f64 / secs
 }
 
 fn full_sync(lab: &Lab, services: usize) -> (f64, usize, Store, NodeProjector, NftBackend) {
-    let cluster = Cluster::synthetic(ClusterShape { services, endpoints: services * 10, nodes: 100, zones: 3 });
+    let cluster = Cluster::synthetic(ClusterShape {
+        services,
+        endpoints: services * 10,
+        nodes: 100,
+        zones: 3,
+    });
     let mut store = Store::new();
     load(&mut store, &cluster);
     real_service(&mut store);
     let mut projector = NodeProjector::new("node-0");
     let mut backend = NftBackend::new(config(lab));
     let start = Instant::now();
-    projector.sync_into(&store.snapshot(), &mut backend).unwrap();
+    projector
+        .sync_into(&store.snapshot(), &mut backend)
+        .unwrap();
     let ms = start.elapsed().as_secs_f64() * 1e3;
     let commands = backend.last_sync().commands;
     (ms, commands, store, projector, backend)
@@ -115,18 +139,26 @@ fn main() {
     let rate_10k = connection_rate(&lab, 2000);
 
     // One change at 10k: an endpoint goes not-ready, then ready again.
-    let cluster = Cluster::synthetic(ClusterShape { services: 10_000, endpoints: 100_000, nodes: 100, zones: 3 });
+    let cluster = Cluster::synthetic(ClusterShape {
+        services: 10_000,
+        endpoints: 100_000,
+        nodes: 100,
+        zones: 3,
+    });
     let mut change_ms = Vec::new();
     let mut change_commands = Vec::new();
     for i in 0..20 {
-        let (name, ip, mut ep) = cluster.endpoints[(i / 2) * 4999 % cluster.endpoints.len()].clone();
+        let (name, ip, mut ep) =
+            cluster.endpoints[(i / 2) * 4999 % cluster.endpoints.len()].clone();
         ep.ready = i % 2 == 1;
         ep.serving = ep.ready;
         let mut txn = store.begin();
         txn.set_endpoint(name, ip, ep);
         txn.commit();
         let start = Instant::now();
-        projector.sync_into(&store.snapshot(), &mut backend).unwrap();
+        projector
+            .sync_into(&store.snapshot(), &mut backend)
+            .unwrap();
         change_ms.push(start.elapsed().as_secs_f64() * 1e3);
         change_commands.push(backend.last_sync().commands);
         assert!(!backend.last_sync().full, "incremental");
@@ -137,10 +169,18 @@ fn main() {
     let commands_median = change_commands[change_commands.len() / 2];
 
     println!("kpng nftables backend (goals and kube-proxy references in brackets)");
-    println!("full sync,  10 services x 10 endpoints: {small_ms:>9.1} ms  ({small_commands} nft commands)");
-    println!("full sync,  1k services x 10 endpoints: {ms_1k:>9.1} ms  ({commands_1k} nft commands)");
-    println!("full sync, 10k services x 10 endpoints: {ms_10k:>9.1} ms  ({commands_10k} nft commands)  [<= 2000 ms; kube-proxy nft: ~9 min at 10k x 2]");
-    println!("one endpoint change at 10k, median of 20: {change_median:>7.2} ms  ({commands_median} nft commands)  [<= 10 ms, O(1); kube-proxy: 141 ms]");
+    println!(
+        "full sync,  10 services x 10 endpoints: {small_ms:>9.1} ms  ({small_commands} nft commands)"
+    );
+    println!(
+        "full sync,  1k services x 10 endpoints: {ms_1k:>9.1} ms  ({commands_1k} nft commands)"
+    );
+    println!(
+        "full sync, 10k services x 10 endpoints: {ms_10k:>9.1} ms  ({commands_10k} nft commands)  [<= 2000 ms; kube-proxy nft: ~9 min at 10k x 2]"
+    );
+    println!(
+        "one endpoint change at 10k, median of 20: {change_median:>7.2} ms  ({commands_median} nft commands)  [<= 10 ms, O(1); kube-proxy: 141 ms]"
+    );
     println!("new connections/s through a ClusterIP, 10 services:  {rate_10:>7.0}");
     println!("new connections/s through a ClusterIP, 10k services: {rate_10k:>7.0}");
     println!("ratio 10k / 10: {:.3}  [>= 0.9]", rate_10k / rate_10);

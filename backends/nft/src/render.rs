@@ -177,6 +177,24 @@ struct PortCtx<'a> {
 }
 
 impl PortCtx<'_> {
+    /// The chain a Service port's traffic of one `kind` (`svc`, `ext`,
+    /// `np`) goes to. Its rules depend only on the policy and the endpoint
+    /// counts, so Service ports alike share one chain (`svc-c3`,
+    /// `ext-l5-1`…) and the table holds a few hundred chains, not one per
+    /// Service. With ClientIP affinity the rules name endpoints: the chain
+    /// is the port's own.
+    fn chain_name(&self, kind: &str, local: bool) -> String {
+        if self.affinity.is_some() {
+            return format!("{kind}-{}", self.id);
+        }
+        match (kind, local) {
+            ("svc", true) => format!("svc-l{}", self.local.len()),
+            ("svc", false) => format!("svc-c{}", self.cluster.len()),
+            (_, false) => format!("{kind}-c{}", self.cluster.len()),
+            (_, true) => format!("{kind}-l{}-{}", self.cluster.len(), self.local.len()),
+        }
+    }
+
     fn mark(&self) -> String {
         format!(
             "meta mark set meta mark or {:#x}",
@@ -383,7 +401,7 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &Config) -> 
         }
 
         if !cluster_ips.is_empty() {
-            let chain = format!("svc-{}", ctx.id);
+            let chain = ctx.chain_name("svc", itp_local);
             let mut rules = Vec::new();
             if config.masquerade_all {
                 rules.push(ctx.mark());
@@ -403,7 +421,7 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &Config) -> 
             }
         }
         if !external.is_empty() {
-            let chain = format!("ext-{}", ctx.id);
+            let chain = ctx.chain_name("ext", etp_local);
             let rules = ctx.external_rules(&mut render, etp_local, false);
             render.chains.insert(chain.clone(), rules);
             for ip in &external {
@@ -415,7 +433,7 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &Config) -> 
             }
         }
         if let Some(np) = node_port {
-            let chain = format!("np-{}", ctx.id);
+            let chain = ctx.chain_name("np", etp_local);
             let rules = ctx.external_rules(&mut render, etp_local, true);
             render.chains.insert(chain.clone(), rules);
             render.element(SERVICE_NODEPORTS, format!("{proto} . {np} : goto {chain}"));

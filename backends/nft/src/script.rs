@@ -9,11 +9,12 @@ use crate::render::{
     SERVICE_NODEPORTS,
 };
 
-/// The objects of one family's table, with reference counts on elements
-/// (several Services may contribute the same hairpin pair).
+/// The objects of one family's table, with reference counts on chains and
+/// elements: Service ports alike share a chain, and several Services may
+/// contribute the same hairpin pair.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Objects {
-    pub(crate) chains: BTreeMap<String, Vec<String>>,
+    pub(crate) chains: BTreeMap<String, (Vec<String>, u32)>,
     pub(crate) elements: BTreeMap<&'static str, BTreeMap<String, u32>>,
     pub(crate) sets: BTreeMap<String, String>,
     pub(crate) picks: BTreeSet<(Pick, usize)>,
@@ -32,7 +33,12 @@ impl Objects {
     /// Removes a render's contributions, recording what it touched.
     pub(crate) fn remove(&mut self, render: &Render, touched: &mut Touched) {
         for name in render.chains.keys() {
-            self.chains.remove(name);
+            if let Some((_, n)) = self.chains.get_mut(name) {
+                *n -= 1;
+                if *n == 0 {
+                    self.chains.remove(name);
+                }
+            }
             touched.chains.insert(name.clone());
         }
         for name in render.sets.keys() {
@@ -56,7 +62,13 @@ impl Objects {
     /// Adds a render's contributions, recording what it touched.
     pub(crate) fn add(&mut self, render: &Render, touched: &mut Touched) {
         for (name, rules) in &render.chains {
-            self.chains.insert(name.clone(), rules.clone());
+            let entry = self
+                .chains
+                .entry(name.clone())
+                .or_insert_with(|| (Vec::new(), 0));
+            // A shared chain's rules are the same for every user.
+            entry.0.clone_from(rules);
+            entry.1 += 1;
             touched.chains.insert(name.clone());
         }
         for (name, decl) in &render.sets {
@@ -97,7 +109,11 @@ pub(crate) struct Applied {
 impl Applied {
     pub(crate) fn from_objects(objects: &Objects) -> Self {
         Self {
-            chains: objects.chains.clone(),
+            chains: objects
+                .chains
+                .iter()
+                .map(|(n, (r, _))| (n.clone(), r.clone()))
+                .collect(),
             elements: objects
                 .elements
                 .iter()
@@ -113,7 +129,7 @@ impl Applied {
     pub(crate) fn update(&mut self, desired: &Objects, touched: &Touched) {
         for name in &touched.chains {
             match desired.chains.get(name) {
-                Some(rules) => self.chains.insert(name.clone(), rules.clone()),
+                Some((rules, _)) => self.chains.insert(name.clone(), rules.clone()),
                 None => self.chains.remove(name),
             };
         }
@@ -331,10 +347,9 @@ impl Table<'_> {
         for (name, decl) in &objects.sets {
             let _ = writeln!(out, "add set {prefix} {name} {{ {decl} }}");
         }
-        for (map, elements) in &objects.elements {
-            let list: Vec<&String> = elements.keys().collect();
-            self.elements(&mut out, "add", map, &list);
-        }
+        // Rules before elements: nft checks every rule that uses a map
+        // against the elements already in it, so rules that come after
+        // 100k elements cost minutes, rules before them nothing.
         for (name, _, rules) in &bases {
             self.rules(&mut out, name, rules);
         }
@@ -343,8 +358,12 @@ impl Table<'_> {
                 self.rules(&mut out, &pick.chain(n), &[self.pick_rule(pick, n)]);
             }
         }
-        for (name, rules) in &objects.chains {
+        for (name, (rules, _)) in &objects.chains {
             self.rules(&mut out, name, rules);
+        }
+        for (map, elements) in &objects.elements {
+            let list: Vec<&String> = elements.keys().collect();
+            self.elements(&mut out, "add", map, &list);
         }
         out
     }
@@ -376,7 +395,10 @@ impl Table<'_> {
         }
         let mut stale_chains = Vec::new();
         for name in &touched.chains {
-            match (applied.chains.get(name), desired.chains.get(name)) {
+            match (
+                applied.chains.get(name),
+                desired.chains.get(name).map(|(r, _)| r),
+            ) {
                 (old, Some(new)) if old != Some(new) => {
                     if old.is_some() {
                         let _ = writeln!(out, "flush chain {prefix} {name}");
@@ -390,7 +412,7 @@ impl Table<'_> {
         }
         // Fill after every chain exists: rules may point at each other.
         for name in &touched.chains {
-            if let (old, Some(new)) = (applied.chains.get(name), desired.chains.get(name))
+            if let (old, Some((new, _))) = (applied.chains.get(name), desired.chains.get(name))
                 && old != Some(new)
             {
                 self.rules(&mut out, name, new);
