@@ -349,3 +349,75 @@ fn updates_move_services_and_a_failed_transaction_keeps_the_old_rules() {
         "stale Service removed"
     );
 }
+
+#[test]
+fn dual_stack_families_are_programmed_each_on_their_own() {
+    require_lab!();
+    let mut lab = Lab::new();
+    lab.upstream();
+    lab.host("podc", &[POD_CLIENT, "fd00:244:1::99"], &[]);
+    lab.host("e1", &[E1, "fd00:244:1::10"], &[]);
+    lab.host("e2", &["fd00:244:2::10"], &[]);
+    lab.serve("e1", "e1");
+    lab.serve("e2", "e2");
+    let mut config = config();
+    config
+        .cluster_cidrs
+        .extend(Config::parse_cidrs("--cluster-cidr", "fd00:244::/32").expect("cidr"));
+    config
+        .service_cidrs
+        .extend(Config::parse_cidrs("--service-cidr", "fd00:96::/112").expect("cidr"));
+    let mut proxy = Proxy::new(&lab, config);
+    let v6_slice = r#"
+- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata: {namespace: t, name: ds-v6, labels: {kubernetes.io/service-name: ds}}
+  addressType: IPv6
+  endpoints: [{addresses: ["fd00:244:1::10"], nodeName: node-a}, {addresses: ["fd00:244:2::10"], nodeName: node-b}]
+  ports: [{name: http, port: 8080, protocol: TCP}]
+"#;
+    proxy
+        .load(&manifest(&[
+            service(
+                "ds",
+                r#"{clusterIP: 10.96.0.50, clusterIPs: [10.96.0.50, "fd00:96::50"], ports: [{name: http, port: 80, targetPort: 8080}]}"#,
+                "[{addresses: [10.244.1.10], nodeName: node-a}]",
+            ),
+            v6_slice.to_string(),
+            service(
+                "v4only",
+                "{clusterIP: 10.96.0.51, ports: [{name: http, port: 80, targetPort: 8080}]}",
+                "[{addresses: [10.244.1.10], nodeName: node-a}]",
+            ),
+        ]))
+        .expect("sync");
+    settle();
+
+    // IPv4 goes to the IPv4 endpoint only; IPv6 to both IPv6 endpoints.
+    let v4 = lab.connect("podc", "tcp", "10.96.0.50", 80, 10);
+    assert!(
+        v4.iter().all(|l| l == &format!("e1 {POD_CLIENT}")),
+        "{v4:?}"
+    );
+    let v6 = lab.connect("podc", "tcp", "fd00:96::50", 80, 30);
+    assert_eq!(
+        endpoints(&v6),
+        ["e1", "e2"].map(String::from).into(),
+        "{v6:?}"
+    );
+    assert!(
+        v6.iter().all(|l| l.ends_with("fd00:244:1::99")),
+        "pod address kept: {v6:?}"
+    );
+    // The IPv6 table holds only IPv6 addresses, and the IPv4-only Service
+    // has no IPv6 rules.
+    let ruleset = lab.ruleset();
+    let v6_table = ruleset.split("table ip6 kpng").nth(1).unwrap_or_default();
+    assert!(
+        !v6_table.contains("10.96.0.5"),
+        "no IPv4 address in the IPv6 table"
+    );
+    assert!(v6_table.contains("fd00:96::50"));
+    // An unallocated IPv6 Service address is dropped, like an IPv4 one.
+    assert_eq!(lab.once("podc", "tcp", "fd00:96::99", 80), "TIMEOUT");
+}

@@ -276,31 +276,31 @@ impl Lab {
         self.host("up", &[], &[]);
         let (node, up) = (self.ns("node"), self.ns("up"));
         let link = format!("k{}", self.links);
-        run(&["ip", "-n", &node, "route", "add", "default", "dev", &link]);
-        run(&[
-            "ip",
-            "-n",
-            &up,
-            "route",
-            "add",
-            "169.254.0.0/16",
-            "dev",
-            "eth0",
-        ]);
-        run(&["ip", "-n", &up, "route", "add", "default", "dev", "eth0"]);
-        run(&[
-            "ip",
-            "-n",
-            &up,
-            "route",
-            "add",
-            "local",
-            "0.0.0.0/0",
-            "dev",
-            "lo",
-            "table",
-            "local",
-        ]);
+        for cmd in [
+            vec!["-n", &node, "route", "add", "default", "dev", &link],
+            vec!["-n", &node, "-6", "route", "add", "default", "dev", &link],
+            vec!["-n", &up, "route", "add", "default", "dev", "eth0"],
+            vec!["-n", &up, "-6", "route", "add", "default", "dev", "eth0"],
+            vec![
+                "-n",
+                &up,
+                "route",
+                "add",
+                "local",
+                "0.0.0.0/0",
+                "dev",
+                "lo",
+                "table",
+                "local",
+            ],
+            vec![
+                "-n", &up, "-6", "route", "add", "local", "::/0", "dev", "lo", "table", "local",
+            ],
+        ] {
+            let mut args = vec!["ip"];
+            args.extend(cmd);
+            run(&args);
+        }
     }
 
     /// Starts the echo servers (TCP 8080, 8081, 9000; UDP 5353, 8125) in
