@@ -89,11 +89,11 @@ impl Objects {
 }
 
 /// How many pick chains (per kind, for 1..=N endpoints) a full sync makes:
-/// at least 64, and a power of two above the largest endpoint count in use.
+/// at least 16, and a power of two above the largest endpoint count in use.
 /// A later need beyond it triggers a full sync that doubles it.
 pub(crate) fn pick_capacity(picks: &BTreeSet<(Pick, usize)>) -> usize {
     let most = picks.iter().map(|(_, n)| *n).max().unwrap_or(0);
-    most.max(64).next_power_of_two()
+    most.max(16).next_power_of_two()
 }
 
 /// What the kernel holds, as far as we know: the last applied objects.
