@@ -202,6 +202,8 @@ pub struct SyncStats {
     pub services: usize,
     /// Time to render and run the transaction.
     pub micros: u128,
+    /// Of which running `nft`.
+    pub nft_micros: u128,
 }
 
 /// The nftables backend. See the crate docs.
@@ -312,7 +314,7 @@ impl NftBackend {
             ),
         ] {
             for e in list {
-                render.elements.entry(set).or_default().insert(e);
+                render.elements.entry(set).or_default().insert(e.into());
             }
         }
         render
@@ -336,18 +338,19 @@ impl NftBackend {
                     ..FamilyState::default()
                 };
             }
+            let mut touched = if full { None } else { Some(&mut state.touched) };
             if let Some(globals) = globals {
                 let old = std::mem::replace(&mut state.globals, globals);
-                state.desired.remove(&old, &mut state.touched);
-                state.desired.add(&state.globals, &mut state.touched);
+                state.desired.remove(&old, touched.as_deref_mut());
+                state.desired.add(&state.globals, touched.as_deref_mut());
             }
             for name in &names {
                 if let Some(old) = state.renders.remove(name) {
-                    state.desired.remove(&old, &mut state.touched);
+                    state.desired.remove(&old, touched.as_deref_mut());
                 }
                 if let Some(view) = self.view.services.get(name) {
                     let new = render::service(view, family, &self.config);
-                    state.desired.add(&new, &mut state.touched);
+                    state.desired.add(&new, touched.as_deref_mut());
                     state.renders.insert(name.clone(), new);
                 }
             }
@@ -462,16 +465,19 @@ impl IncrementalSink for NftBackend {
         let services = self.refresh();
         let (script, full_families) = self.script();
         let full = full_families.contains(&true);
+        let nft_start = Instant::now();
         let result = match self.mode {
             Mode::DryRun => Ok(()),
             Mode::Apply if script.is_empty() => Ok(()),
             Mode::Apply => self.run(&script),
         };
+        let nft_micros = nft_start.elapsed().as_micros();
         self.last = SyncStats {
             full,
             commands: script.lines().count(),
             services,
             micros: start.elapsed().as_micros(),
+            nft_micros,
         };
         self.last_script = script;
         match result {

@@ -101,13 +101,17 @@ impl Fam {
     }
 }
 
+/// One map or set element, as nft text.
+pub(crate) type Elem = std::sync::Arc<str>;
+
 /// The nft objects one Service contributes to one family.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Render {
     /// Chains, by name, with their rules.
     pub(crate) chains: BTreeMap<String, Vec<String>>,
-    /// Elements, per map or set.
-    pub(crate) elements: BTreeMap<&'static str, BTreeSet<String>>,
+    /// Elements, per map or set. Shared strings: the desired and applied
+    /// records hold the same allocations.
+    pub(crate) elements: BTreeMap<&'static str, BTreeSet<Elem>>,
     /// Dynamic sets (affinity), by name, with their declaration.
     pub(crate) sets: BTreeMap<String, String>,
     /// The shared pick chains this Service jumps to.
@@ -116,7 +120,7 @@ pub(crate) struct Render {
 
 impl Render {
     fn element(&mut self, map: &'static str, element: String) {
-        self.elements.entry(map).or_default().insert(element);
+        self.elements.entry(map).or_default().insert(element.into());
     }
 }
 

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use crate::render::{
-    CLUSTER_CIDRS, CLUSTER_IPS, FIREWALL_IPS, Fam, HAIRPIN, NO_ENDPOINT_NODEPORTS,
+    CLUSTER_CIDRS, CLUSTER_IPS, Elem, FIREWALL_IPS, Fam, HAIRPIN, NO_ENDPOINT_NODEPORTS,
     NO_ENDPOINT_SERVICES, NODEPORT_IPS, Pick, Render, SERVICE_CIDRS, SERVICE_IPS,
     SERVICE_NODEPORTS,
 };
@@ -15,7 +15,7 @@ use crate::render::{
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Objects {
     pub(crate) chains: BTreeMap<String, (Vec<String>, u32)>,
-    pub(crate) elements: BTreeMap<&'static str, BTreeMap<String, u32>>,
+    pub(crate) elements: BTreeMap<&'static str, BTreeMap<Elem, u32>>,
     pub(crate) sets: BTreeMap<String, String>,
     pub(crate) picks: BTreeSet<(Pick, usize)>,
 }
@@ -25,13 +25,14 @@ pub(crate) struct Objects {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Touched {
     chains: BTreeSet<String>,
-    elements: BTreeMap<&'static str, BTreeSet<String>>,
+    elements: BTreeMap<&'static str, BTreeSet<Elem>>,
     sets: BTreeSet<String>,
 }
 
 impl Objects {
-    /// Removes a render's contributions, recording what it touched.
-    pub(crate) fn remove(&mut self, render: &Render, touched: &mut Touched) {
+    /// Removes a render's contributions, recording what it touched (not
+    /// needed for a full sync, which replaces everything).
+    pub(crate) fn remove(&mut self, render: &Render, mut touched: Option<&mut Touched>) {
         for name in render.chains.keys() {
             if let Some((_, n)) = self.chains.get_mut(name) {
                 *n -= 1;
@@ -39,11 +40,15 @@ impl Objects {
                     self.chains.remove(name);
                 }
             }
-            touched.chains.insert(name.clone());
+            if let Some(t) = touched.as_deref_mut() {
+                t.chains.insert(name.clone());
+            }
         }
         for name in render.sets.keys() {
             self.sets.remove(name);
-            touched.sets.insert(name.clone());
+            if let Some(t) = touched.as_deref_mut() {
+                t.sets.insert(name.clone());
+            }
         }
         for (map, elements) in &render.elements {
             let counts = self.elements.entry(map).or_default();
@@ -54,13 +59,15 @@ impl Objects {
                         counts.remove(e);
                     }
                 }
-                touched.elements.entry(map).or_default().insert(e.clone());
+                if let Some(t) = touched.as_deref_mut() {
+                    t.elements.entry(map).or_default().insert(e.clone());
+                }
             }
         }
     }
 
     /// Adds a render's contributions, recording what it touched.
-    pub(crate) fn add(&mut self, render: &Render, touched: &mut Touched) {
+    pub(crate) fn add(&mut self, render: &Render, mut touched: Option<&mut Touched>) {
         for (name, rules) in &render.chains {
             let entry = self
                 .chains
@@ -69,17 +76,23 @@ impl Objects {
             // A shared chain's rules are the same for every user.
             entry.0.clone_from(rules);
             entry.1 += 1;
-            touched.chains.insert(name.clone());
+            if let Some(t) = touched.as_deref_mut() {
+                t.chains.insert(name.clone());
+            }
         }
         for (name, decl) in &render.sets {
             self.sets.insert(name.clone(), decl.clone());
-            touched.sets.insert(name.clone());
+            if let Some(t) = touched.as_deref_mut() {
+                t.sets.insert(name.clone());
+            }
         }
         for (map, elements) in &render.elements {
             let counts = self.elements.entry(map).or_default();
             for e in elements {
                 *counts.entry(e.clone()).or_default() += 1;
-                touched.elements.entry(map).or_default().insert(e.clone());
+                if let Some(t) = touched.as_deref_mut() {
+                    t.elements.entry(map).or_default().insert(e.clone());
+                }
             }
         }
         // Pick chains are shared and cheap: once made they stay until the
@@ -100,7 +113,7 @@ pub(crate) fn pick_capacity(picks: &BTreeSet<(Pick, usize)>) -> usize {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Applied {
     pub(crate) chains: BTreeMap<String, Vec<String>>,
-    pub(crate) elements: BTreeMap<&'static str, BTreeSet<String>>,
+    pub(crate) elements: BTreeMap<&'static str, BTreeSet<Elem>>,
     pub(crate) sets: BTreeMap<String, String>,
     /// Pick chains exist for 1..=this many endpoints, of every kind.
     pub(crate) pick_capacity: usize,
@@ -300,9 +313,9 @@ impl Table<'_> {
         }
     }
 
-    fn elements(&self, out: &mut String, verb: &str, map: &str, elements: &[&String]) {
+    fn elements(&self, out: &mut String, verb: &str, map: &str, elements: &[&Elem]) {
         for chunk in elements.chunks(1024) {
-            let list: Vec<&str> = chunk.iter().map(|e| e.as_str()).collect();
+            let list: Vec<&str> = chunk.iter().map(|e| &***e).collect();
             let _ = writeln!(
                 out,
                 "{verb} element {} {map} {{ {} }}",
@@ -362,7 +375,7 @@ impl Table<'_> {
             self.rules(&mut out, name, rules);
         }
         for (map, elements) in &objects.elements {
-            let list: Vec<&String> = elements.keys().collect();
+            let list: Vec<&Elem> = elements.keys().collect();
             self.elements(&mut out, "add", map, &list);
         }
         out
