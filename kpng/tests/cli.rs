@@ -1,0 +1,95 @@
+//! The `kpng` command as a user runs it.
+
+use std::process::Command;
+
+fn kpng(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_kpng"))
+        .args(args)
+        .env("RUST_LOG", "error")
+        .output()
+        .expect("run kpng");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn dry_run_on_the_bundled_sample_prints_the_ruleset_and_changes_nothing() {
+    let (code, stdout, stderr) = kpng(&[
+        "file",
+        "to-nft",
+        "--dry-run",
+        "--cluster-cidr",
+        "10.244.0.0/16",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.starts_with("add table ip kpng\ndelete table ip kpng\n"),
+        "{stdout}"
+    );
+    // The sample's Services, as node-a sees them: kube-dns dispatched, the
+    // endpoint-less checkout rejected, the Proxy-mode LB IP absent.
+    assert!(
+        stdout.contains("10.96.0.10 . udp . 53 : goto svc-c2"),
+        "kube-dns UDP on node-a"
+    );
+    assert!(stdout.contains("10.96.20.20 . tcp . 443 : goto reject-chain"));
+    assert!(
+        !stdout.contains("198.51.100.11"),
+        "ipMode Proxy is not programmed"
+    );
+    assert!(stdout.contains("add table ip6 kpng"));
+}
+
+#[test]
+fn errors_are_one_clear_line() {
+    let (code, stdout, stderr) = kpng(&[
+        "file",
+        "--input",
+        "/nonexistent/cluster.yaml",
+        "to-nft",
+        "--dry-run",
+    ]);
+    assert_ne!(code, 0);
+    assert!(stdout.is_empty());
+    assert_eq!(
+        stderr.trim(),
+        "error: /nonexistent/cluster.yaml: No such file or directory (os error 2)"
+    );
+
+    let (code, _, stderr) = kpng(&[
+        "file",
+        "to-nft",
+        "--dry-run",
+        "--service-cidr",
+        "10.96.0.0/99",
+    ]);
+    assert_ne!(code, 0);
+    assert_eq!(
+        stderr.trim(),
+        "error: invalid --service-cidr: \"10.96.0.0/99\""
+    );
+
+    let dir = std::env::temp_dir().join(format!("kpng-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let bad = dir.join("bad.yaml");
+    std::fs::write(&bad, "kind: Service\nmetadata: {namespace: a, name: b}\nspec: {clusterIP: 10.96.0.1, ports: [{port: 99999}]}\n").expect("write");
+    let (code, _, stderr) = kpng(&[
+        "file",
+        "--input",
+        bad.to_str().expect("utf-8"),
+        "to-nft",
+        "--dry-run",
+    ]);
+    assert_ne!(code, 0);
+    assert!(
+        stderr
+            .trim()
+            .ends_with("document 0: Service a/b: spec.ports[0].port: port 99999 out of range"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
