@@ -101,6 +101,50 @@ impl Objects {
     }
 }
 
+/// The key of an element: the part before ` : ` in a map, all of it in a
+/// set.
+fn key_of(element: &str) -> &str {
+    element.split_once(" : ").map_or(element, |(key, _)| key)
+}
+
+/// The element that holds `key` among sorted elements: the first one with
+/// that key. Two Services may claim one key (the same externalIP and port,
+/// say); nft would refuse the whole transaction, so one wins, the same one
+/// every time, and the node keeps working.
+fn holder<'a, V>(elements: &'a BTreeMap<Elem, V>, key: &str) -> Option<&'a Elem> {
+    elements
+        .range::<str, _>((std::ops::Bound::Included(key), std::ops::Bound::Unbounded))
+        .next()
+        .map(|(e, _)| e)
+        .filter(|e| key_of(e) == key)
+}
+
+fn applied_holder<'a>(elements: &'a BTreeSet<Elem>, key: &str) -> Option<&'a Elem> {
+    elements
+        .range::<str, _>((std::ops::Bound::Included(key), std::ops::Bound::Unbounded))
+        .next()
+        .filter(|e| key_of(e) == key)
+}
+
+/// One element per key, in order; claims beyond the first are logged.
+fn holders<'a, V>(map: &str, elements: &'a BTreeMap<Elem, V>) -> Vec<&'a Elem> {
+    let mut out: Vec<&Elem> = Vec::with_capacity(elements.len());
+    for e in elements.keys() {
+        match out.last() {
+            Some(last) if key_of(last) == key_of(e) => {
+                tracing::warn!(map, kept = %last, dropped = %e, "two Services claim one key; keeping the first");
+            }
+            _ => out.push(e),
+        }
+    }
+    out
+}
+
+/// The distinct keys of touched elements.
+fn touched_keys(elements: &BTreeSet<Elem>) -> BTreeSet<&str> {
+    elements.iter().map(|e| key_of(e)).collect()
+}
+
 /// How many pick chains (per kind, for 1..=N endpoints) a full sync makes:
 /// at least 16, and a power of two above the largest endpoint count in use.
 /// A later need beyond it triggers a full sync that doubles it.
@@ -130,7 +174,7 @@ impl Applied {
             elements: objects
                 .elements
                 .iter()
-                .map(|(m, e)| (*m, e.keys().cloned().collect()))
+                .map(|(m, e)| (*m, holders(m, e).into_iter().cloned().collect()))
                 .collect(),
             sets: objects.sets.clone(),
             pick_capacity: pick_capacity(&objects.picks),
@@ -155,11 +199,12 @@ impl Applied {
         for (map, elements) in &touched.elements {
             let applied = self.elements.entry(map).or_default();
             let wanted = desired.elements.get(map);
-            for e in elements {
-                if wanted.is_some_and(|w| w.contains_key(e)) {
-                    applied.insert(e.clone());
-                } else {
-                    applied.remove(e);
+            for key in touched_keys(elements) {
+                if let Some(have) = applied_holder(applied, key).cloned() {
+                    applied.remove(&have);
+                }
+                if let Some(want) = wanted.and_then(|w| holder(w, key)) {
+                    applied.insert(want.clone());
                 }
             }
         }
@@ -375,8 +420,7 @@ impl Table<'_> {
             self.rules(&mut out, name, rules);
         }
         for (map, elements) in &objects.elements {
-            let list: Vec<&Elem> = elements.keys().collect();
-            self.elements(&mut out, "add", map, &list);
+            self.elements(&mut out, "add", map, &holders(map, elements));
         }
         out
     }
@@ -435,13 +479,12 @@ impl Table<'_> {
             let applied_map = applied.elements.get(map);
             let wanted = desired.elements.get(map);
             let (mut add, mut del) = (Vec::new(), Vec::new());
-            for e in elements {
-                let has = applied_map.is_some_and(|a| a.contains(e));
-                let want = wanted.is_some_and(|w| w.contains_key(e));
-                match (has, want) {
-                    (true, false) => del.push(e),
-                    (false, true) => add.push(e),
-                    _ => {}
+            for key in touched_keys(elements) {
+                let have = applied_map.and_then(|a| applied_holder(a, key));
+                let want = wanted.and_then(|w| holder(w, key));
+                if have != want {
+                    del.extend(have);
+                    add.extend(want);
                 }
             }
             self.elements(&mut out, "delete", map, &del);

@@ -348,6 +348,45 @@ fn updates_move_services_and_a_failed_transaction_keeps_the_old_rules() {
         !lab.ruleset().contains("10.96.0.40 . tcp . 80"),
         "stale Service removed"
     );
+
+    // Two Services claiming one externalIP and port (the API allows it):
+    // one wins, the transaction goes through, and when the winner goes the
+    // other takes over.
+    let claim = |name: &str, ip: &str, eps: &str| {
+        service(
+            name,
+            &format!("{{clusterIP: {ip}, externalIPs: [192.0.2.60], {port}}}"),
+            eps,
+        )
+    };
+    let a = claim(
+        "a",
+        "10.96.0.42",
+        "[{addresses: [10.244.1.10], nodeName: node-a}]",
+    );
+    let b = claim(
+        "b",
+        "10.96.0.43",
+        "[{addresses: [10.244.3.10], nodeName: node-c}]",
+    );
+    proxy
+        .load(&manifest(&[a.clone(), b.clone()]))
+        .expect("conflict tolerated");
+    settle();
+    let first = lab.once("ext", "tcp", "192.0.2.60", 80);
+    assert!(first.starts_with(E1) || first.starts_with(E3), "{first}");
+    // Remove the winner: keep only the other claimant.
+    let (loser, other) = if first.starts_with(E1) {
+        (b, E3)
+    } else {
+        (a, E1)
+    };
+    proxy
+        .load(&manifest(&[loser]))
+        .expect("incremental takeover");
+    assert!(!proxy.backend.last_sync().full);
+    settle();
+    assert!(lab.once("ext", "tcp", "192.0.2.60", 80).starts_with(other));
 }
 
 #[test]
