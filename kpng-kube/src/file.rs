@@ -56,49 +56,94 @@ fn manifest_error(
     }
 }
 
-fn object_label(doc: &Json) -> String {
-    let kind = doc.get("kind").and_then(Json::as_str).unwrap_or("object");
-    let meta = doc.get("metadata");
-    let name = meta
-        .and_then(|m| m.get("name"))
-        .and_then(Json::as_str)
-        .unwrap_or("");
-    match meta.and_then(|m| m.get("namespace")).and_then(Json::as_str) {
+/// One object of a manifest, before it is decoded: a parsed YAML value,
+/// or the raw text of a JSON object (decoded straight into the lean types,
+/// so a large JSON file never becomes a tree of values).
+trait Doc: Sized {
+    /// The object's `kind`, and a label naming it in errors.
+    fn head(&self) -> (String, String);
+    /// Decodes it, naming the field path on error.
+    fn decode<T: serde::de::DeserializeOwned>(self) -> std::result::Result<T, String>;
+}
+
+fn label(kind: Option<&str>, namespace: Option<&str>, name: Option<&str>) -> String {
+    let (kind, name) = (kind.unwrap_or("object"), name.unwrap_or(""));
+    match namespace {
         Some(ns) => format!("{kind} {ns}/{name}"),
         None => format!("{kind} {name}"),
     }
 }
 
-fn typed<T: serde::de::DeserializeOwned>(doc: Json) -> std::result::Result<T, String> {
-    serde_path_to_error::deserialize(doc).map_err(|e| {
-        let path = e.path().to_string();
-        format!("{path}: {}", e.into_inner())
-    })
+fn path_error<E: std::fmt::Display>(e: serde_path_to_error::Error<E>) -> String {
+    let path = e.path().to_string();
+    format!("{path}: {}", e.into_inner())
+}
+
+impl Doc for Json {
+    fn head(&self) -> (String, String) {
+        let kind = self.get("kind").and_then(Json::as_str);
+        let meta = self.get("metadata");
+        let field = |f: &str| meta.and_then(|m| m.get(f)).and_then(Json::as_str);
+        (
+            kind.unwrap_or("").to_owned(),
+            label(kind, field("namespace"), field("name")),
+        )
+    }
+
+    fn decode<T: serde::de::DeserializeOwned>(self) -> std::result::Result<T, String> {
+        serde_path_to_error::deserialize(self).map_err(path_error)
+    }
+}
+
+impl Doc for &serde_json::value::RawValue {
+    fn head(&self) -> (String, String) {
+        #[derive(serde::Deserialize)]
+        struct Meta {
+            name: Option<String>,
+            namespace: Option<String>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Head {
+            kind: Option<String>,
+            metadata: Option<Meta>,
+        }
+        let head: Option<Head> = serde_json::from_str(self.get()).ok();
+        let kind = head.as_ref().and_then(|h| h.kind.as_deref());
+        let meta = head.as_ref().and_then(|h| h.metadata.as_ref());
+        (
+            kind.unwrap_or("").to_owned(),
+            label(
+                kind,
+                meta.and_then(|m| m.namespace.as_deref()),
+                meta.and_then(|m| m.name.as_deref()),
+            ),
+        )
+    }
+
+    fn decode<T: serde::de::DeserializeOwned>(self) -> std::result::Result<T, String> {
+        let mut deserializer = serde_json::Deserializer::from_str(self.get());
+        serde_path_to_error::deserialize(&mut deserializer).map_err(path_error)
+    }
 }
 
 /// Checks one object: decodes it and runs the translation, so that a file
 /// with a bad object is rejected whole.
-fn object(doc: Json, config: &TranslateConfig) -> std::result::Result<Option<Object>, String> {
-    let label = object_label(&doc);
-    let kind = doc
-        .get("kind")
-        .and_then(Json::as_str)
-        .unwrap_or("")
-        .to_owned();
+fn object(doc: impl Doc, config: &TranslateConfig) -> std::result::Result<Option<Object>, String> {
+    let (kind, label) = doc.head();
     let fail = |e: String| format!("{label}: {e}");
     let object = match kind.as_str() {
         "Service" => {
-            let svc: objects::Service = typed(doc).map_err(fail)?;
+            let svc: objects::Service = doc.decode().map_err(fail)?;
             translate::service(&svc, config).map_err(|e| e.to_string())?;
             Object::Service(Box::new(svc))
         }
         "EndpointSlice" => {
-            let slice: objects::EndpointSlice = typed(doc).map_err(fail)?;
+            let slice: objects::EndpointSlice = doc.decode().map_err(fail)?;
             translate::endpoint_slice(&slice).map_err(|e| e.to_string())?;
             Object::EndpointSlice(Box::new(slice))
         }
         "Node" => {
-            let node: objects::Node = typed(doc).map_err(fail)?;
+            let node: objects::Node = doc.decode().map_err(fail)?;
             translate::node(&node).map_err(|e| e.to_string())?;
             Object::Node(Box::new(node))
         }
@@ -112,6 +157,47 @@ fn object(doc: Json, config: &TranslateConfig) -> std::result::Result<Option<Obj
         }
     };
     Ok(Some(object))
+}
+
+/// Decodes the documents of a JSON manifest (an object, a `List`, or an
+/// array of objects) without building a tree of values.
+fn parse_json(path: &str, text: &str, config: &TranslateConfig) -> Result<Vec<Object>> {
+    use serde_json::value::RawValue;
+    #[derive(serde::Deserialize)]
+    struct ListHead<'a> {
+        kind: Option<String>,
+        #[serde(borrow, default)]
+        items: Option<Vec<&'a RawValue>>,
+    }
+    let invalid =
+        |e: serde_json::Error| manifest_error(path, 0, None, format!("invalid JSON: {e}"));
+    let mut objects = Vec::new();
+    let mut push = |found: std::result::Result<Option<Object>, String>, document, item| match found
+    {
+        Ok(Some(o)) => {
+            objects.push(o);
+            Ok(())
+        }
+        Ok(None) => Ok(()),
+        Err(m) => Err(manifest_error(path, document, item, m)),
+    };
+    if text.trim_start().starts_with('[') {
+        let documents: Vec<&RawValue> = serde_json::from_str(text).map_err(invalid)?;
+        for (index, doc) in documents.into_iter().enumerate() {
+            push(object(doc, config), index, None)?;
+        }
+    } else {
+        let head: ListHead<'_> = serde_json::from_str(text).map_err(invalid)?;
+        if head.kind.as_deref() == Some("List") {
+            for (item, doc) in head.items.unwrap_or_default().into_iter().enumerate() {
+                push(object(doc, config), 0, Some(item))?;
+            }
+        } else {
+            let doc: &RawValue = serde_json::from_str(text).map_err(invalid)?;
+            push(object(doc, config), 0, None)?;
+        }
+    }
+    Ok(objects)
 }
 
 /// Parses manifests from text; `path` names them in errors.
@@ -130,17 +216,11 @@ pub fn parse_str(path: &str, text: &str) -> Result<Vec<Object>> {
 /// or translate.
 pub fn parse_str_with(path: &str, text: &str, config: &TranslateConfig) -> Result<Vec<Object>> {
     let trimmed = text.trim_start();
-    let documents: Vec<Json> = if trimmed.starts_with('{') || trimmed.starts_with('[') {
-        let doc: Json = serde_json::from_str(text)
-            .map_err(|e| manifest_error(path, 0, None, format!("invalid JSON: {e}")))?;
-        match doc {
-            Json::Array(items) => items,
-            doc => vec![doc],
-        }
-    } else {
-        serde_saphyr::from_multiple(text)
-            .map_err(|e| manifest_error(path, 0, None, format!("invalid YAML: {e}")))?
-    };
+    if trimmed.starts_with('{') || trimmed.starts_with('[') {
+        return parse_json(path, text, config);
+    }
+    let documents: Vec<Json> = serde_saphyr::from_multiple(text)
+        .map_err(|e| manifest_error(path, 0, None, format!("invalid YAML: {e}")))?;
     let mut objects = Vec::new();
     for (index, doc) in documents.into_iter().enumerate() {
         if doc.is_null() {
