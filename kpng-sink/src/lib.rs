@@ -177,6 +177,72 @@ pub trait IncrementalSink {
     }
 }
 
+/// Implements the set/delete callbacks of [`IncrementalSink`] by turning
+/// each into its [`ViewOp`] and passing it to `self.$method(&op)`. For a
+/// sink that keeps its own [`NodeView`] and handles ops in one place:
+///
+/// ```
+/// use kpng_model::view::{NodeView, ViewOp};
+/// use kpng_sink::{IncrementalSink, SinkError, callbacks_as_ops};
+///
+/// #[derive(Default)]
+/// struct Mirror { view: NodeView }
+///
+/// impl Mirror {
+///     fn absorb(&mut self, op: &ViewOp) {
+///         let _ = self.view.apply(op);
+///     }
+/// }
+///
+/// impl IncrementalSink for Mirror {
+///     callbacks_as_ops!(absorb);
+///     fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
+///         self.view.revision = revision;
+///         Ok(())
+///     }
+/// }
+/// ```
+#[macro_export]
+macro_rules! callbacks_as_ops {
+    ($method:ident) => {
+        fn set_node(&mut self, node: &::std::sync::Arc<$crate::__model::v1::Node>) {
+            self.$method(&$crate::__model::view::ViewOp::SetNode(node.clone()));
+        }
+        fn delete_node(&mut self) {
+            self.$method(&$crate::__model::view::ViewOp::DeleteNode);
+        }
+        fn set_service(&mut self, service: &::std::sync::Arc<$crate::__model::v1::Service>) {
+            self.$method(&$crate::__model::view::ViewOp::SetService(service.clone()));
+        }
+        fn delete_service(&mut self, name: &$crate::__model::ServiceName) {
+            self.$method(&$crate::__model::view::ViewOp::DeleteService(name.clone()));
+        }
+        fn set_endpoint(
+            &mut self,
+            service: &$crate::__model::ServiceName,
+            endpoint: &$crate::__model::view::EndpointView,
+        ) {
+            self.$method(&$crate::__model::view::ViewOp::SetEndpoint(
+                service.clone(),
+                endpoint.clone(),
+            ));
+        }
+        fn delete_endpoint(
+            &mut self,
+            service: &$crate::__model::ServiceName,
+            ip: ::std::net::IpAddr,
+        ) {
+            self.$method(&$crate::__model::view::ViewOp::DeleteEndpoint(
+                service.clone(),
+                ip,
+            ));
+        }
+    };
+}
+
+#[doc(hidden)]
+pub use kpng_model as __model;
+
 /// Drives a [`FullStateSink`] from incremental ops: it keeps the node view,
 /// applies each op to it, and hands the whole view to the inner sink at each
 /// sync. The view is a persistent map, so keeping it costs no copy.
@@ -228,24 +294,7 @@ impl<S: FullStateSink> IncrementalSink for FullState<S> {
         self.view = NodeView::default();
         self.misfit = None;
     }
-    fn set_node(&mut self, node: &Arc<Node>) {
-        self.absorb(&ViewOp::SetNode(node.clone()));
-    }
-    fn delete_node(&mut self) {
-        self.absorb(&ViewOp::DeleteNode);
-    }
-    fn set_service(&mut self, service: &Arc<Service>) {
-        self.absorb(&ViewOp::SetService(service.clone()));
-    }
-    fn delete_service(&mut self, name: &ServiceName) {
-        self.absorb(&ViewOp::DeleteService(name.clone()));
-    }
-    fn set_endpoint(&mut self, service: &ServiceName, endpoint: &EndpointView) {
-        self.absorb(&ViewOp::SetEndpoint(service.clone(), endpoint.clone()));
-    }
-    fn delete_endpoint(&mut self, service: &ServiceName, ip: IpAddr) {
-        self.absorb(&ViewOp::DeleteEndpoint(service.clone(), ip));
-    }
+    callbacks_as_ops!(absorb);
 
     fn apply(&mut self, op: &ViewOp) -> Result<(), SinkError> {
         Ok(self.view.apply(op)?)

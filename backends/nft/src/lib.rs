@@ -58,12 +58,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write as _;
 use std::net::IpAddr;
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::Instant;
 
 use kpng_model::addr::canonical_cidr;
-use kpng_model::v1::{Node, Service};
-use kpng_model::view::{EndpointView, NodeView, ViewOp};
+use kpng_model::view::{NodeView, ViewOp};
 use kpng_model::{IpFamily, ServiceName};
 use kpng_sink::{IncrementalSink, SinkError};
 
@@ -430,24 +428,7 @@ impl IncrementalSink for NftBackend {
         self.full = true;
         self.misfit = None;
     }
-    fn set_node(&mut self, node: &Arc<Node>) {
-        self.absorb(&ViewOp::SetNode(node.clone()));
-    }
-    fn delete_node(&mut self) {
-        self.absorb(&ViewOp::DeleteNode);
-    }
-    fn set_service(&mut self, service: &Arc<Service>) {
-        self.absorb(&ViewOp::SetService(service.clone()));
-    }
-    fn delete_service(&mut self, name: &ServiceName) {
-        self.absorb(&ViewOp::DeleteService(name.clone()));
-    }
-    fn set_endpoint(&mut self, service: &ServiceName, endpoint: &EndpointView) {
-        self.absorb(&ViewOp::SetEndpoint(service.clone(), endpoint.clone()));
-    }
-    fn delete_endpoint(&mut self, service: &ServiceName, ip: IpAddr) {
-        self.absorb(&ViewOp::DeleteEndpoint(service.clone(), ip));
-    }
+    kpng_sink::callbacks_as_ops!(absorb);
     fn apply(&mut self, op: &ViewOp) -> Result<(), SinkError> {
         self.absorb(op);
         Ok(())
