@@ -241,6 +241,8 @@ async fn run(cli: Cli) -> Result<(), Error> {
                 None => file::parse_str(file::SAMPLE_CLUSTER_NAME, file::SAMPLE_CLUSTER)?,
             };
             ingest.load(&objects);
+            // The objects are translated: free them before syncing.
+            drop(objects);
             let reader = ingest.reader();
             let once = nft.once || !args.watch;
             let mut sink = Report(backend(nft)?, nft.dry_run);
