@@ -6,6 +6,8 @@
 //! - [`RecordingSink`] is an [`IncrementalSink`] that records every call and
 //!   can be told to fail, for testing drivers.
 //! - [`CountingAllocator`] counts live heap bytes, for memory benchmarks.
+//! - `apiserver` (feature `apiserver`): a test apiserver that speaks the
+//!   Kubernetes list/watch protocol on a loopback port, from a script.
 //!
 //! # Example
 //!
@@ -17,6 +19,8 @@
 //! assert_eq!(cluster.endpoints.len(), 30);
 //! ```
 
+#[cfg(feature = "apiserver")]
+pub mod apiserver;
 mod counting;
 
 pub use counting::CountingAllocator;

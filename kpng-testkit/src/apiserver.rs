@@ -1,0 +1,217 @@
+//! A small apiserver for tests: it speaks the Kubernetes list/watch
+//! protocol over HTTP/1.1 on a loopback port, from a script of replies, so
+//! the real kube client and kube-runtime watchers can be tested at the wire.
+//!
+//! Lists answer in one page; watches stream newline-delimited events
+//! (ADDED, MODIFIED, DELETED, BOOKMARK, ERROR such as `410 Gone`), then
+//! stay open, or drop the connection mid-line.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// A resource the server serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Resource {
+    /// `/api/v1/services`
+    Services,
+    /// `/apis/discovery.k8s.io/v1/endpointslices`
+    EndpointSlices,
+    /// `/api/v1/nodes`
+    Nodes,
+}
+
+impl Resource {
+    fn path(self) -> &'static str {
+        RESOURCES[self as usize].0
+    }
+}
+
+impl Script {
+    /// Queues the next reply for lists (`watch: false`) or watches of a
+    /// resource.
+    pub fn push(&mut self, resource: Resource, watch: bool, reply: Reply) {
+        self.replies
+            .entry((resource.path(), watch))
+            .or_default()
+            .push_back(reply);
+    }
+}
+
+/// One scripted response.
+#[derive(Clone, Debug)]
+pub enum Reply {
+    /// A list: its resourceVersion and items (kind and apiVersion are
+    /// added).
+    List(String, Vec<Value>),
+    /// A watch stream: these events (objects get kind and apiVersion),
+    /// then the connection stays open.
+    Watch(Vec<Value>),
+    /// A watch stream: these events, then half a line, then the
+    /// connection drops.
+    WatchThenDrop(Vec<Value>),
+}
+
+/// Replies per resource, served in order.
+#[derive(Debug, Default)]
+pub struct Script {
+    /// Per (resource, is_watch): replies in order. When a queue is empty, a
+    /// list answers empty and a watch holds open with no event.
+    replies: HashMap<(&'static str, bool), VecDeque<Reply>>,
+    /// Every request's path and query, in order.
+    requests: Vec<String>,
+}
+
+/// A running test apiserver.
+#[derive(Debug)]
+pub struct ApiServer {
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+    script: Arc<Mutex<Script>>,
+}
+
+const RESOURCES: [(&str, &str, &str); 3] = [
+    ("/api/v1/services", "v1", "Service"),
+    (
+        "/apis/discovery.k8s.io/v1/endpointslices",
+        "discovery.k8s.io/v1",
+        "EndpointSlice",
+    ),
+    ("/api/v1/nodes", "v1", "Node"),
+];
+
+impl ApiServer {
+    /// Starts serving `script` on a loopback port, on the current tokio
+    /// runtime.
+    ///
+    /// # Panics
+    /// When no loopback port can be bound.
+    pub async fn start(script: Script) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind loopback");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let script = Arc::new(Mutex::new(script));
+        let shared = script.clone();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                tokio::spawn(serve(socket, shared.clone()));
+            }
+        });
+        Self { url, script }
+    }
+
+    /// Every request so far: path and query.
+    pub fn requests(&self) -> Vec<String> {
+        self.script
+            .lock()
+            .map(|s| s.requests.clone())
+            .unwrap_or_default()
+    }
+
+    /// A kubeconfig file's text that points a client at this server.
+    pub fn kubeconfig(&self) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters: [{{name: fake, cluster: {{server: \"{}\"}}}}]\ncontexts: [{{name: fake, context: {{cluster: fake, user: fake}}}}]\ncurrent-context: fake\nusers: [{{name: fake, user: {{}}}}]\n",
+            self.url
+        )
+    }
+}
+
+async fn serve(mut socket: TcpStream, script: Arc<Mutex<Script>>) {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match socket.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+    }
+    let head = String::from_utf8_lossy(&head).to_string();
+    let target = head.split_whitespace().nth(1).unwrap_or("/").to_string();
+    let (path, query) = target.split_once('?').unwrap_or((&target, ""));
+    let watch = query.split('&').any(|kv| kv == "watch=true");
+    let Some((resource, api_version, kind)) = RESOURCES.iter().find(|(p, ..)| *p == path).copied()
+    else {
+        let _ = socket
+            .write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            .await;
+        return;
+    };
+    let reply = {
+        let Ok(mut script) = script.lock() else {
+            return;
+        };
+        script.requests.push(target.clone());
+        script
+            .replies
+            .get_mut(&(resource, watch))
+            .and_then(VecDeque::pop_front)
+    };
+    let header = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n";
+    let with_type = |mut o: Value| {
+        o["apiVersion"] = json!(api_version);
+        o["kind"] = json!(kind);
+        o
+    };
+    match reply.unwrap_or(if watch {
+        Reply::Watch(vec![])
+    } else {
+        Reply::List("1".into(), vec![])
+    }) {
+        Reply::List(rv, items) => {
+            let body = json!({
+                "apiVersion": api_version,
+                "kind": format!("{kind}List"),
+                "metadata": {"resourceVersion": rv},
+                "items": items.into_iter().map(with_type).collect::<Vec<_>>(),
+            })
+            .to_string();
+            let response = format!("{header}Content-Length: {}\r\n\r\n{body}", body.len());
+            let _ = socket.write_all(response.as_bytes()).await;
+        }
+        Reply::Watch(events) => watch_stream(socket, header, events, false, with_type).await,
+        Reply::WatchThenDrop(events) => watch_stream(socket, header, events, true, with_type).await,
+    }
+}
+
+async fn watch_stream(
+    mut socket: TcpStream,
+    header: &str,
+    events: Vec<Value>,
+    drop_after: bool,
+    with_type: impl Fn(Value) -> Value,
+) {
+    {
+        {
+            if socket
+                .write_all(format!("{header}\r\n").as_bytes())
+                .await
+                .is_err()
+            {
+                return;
+            }
+            for mut event in events {
+                if event["type"] != "ERROR" && event["type"] != "BOOKMARK" {
+                    event["object"] = with_type(event["object"].take());
+                }
+                let line = format!("{event}\n");
+                if socket.write_all(line.as_bytes()).await.is_err() {
+                    return;
+                }
+            }
+            if drop_after {
+                let _ = socket
+                    .write_all(b"{\"type\":\"ADDED\",\"object\":{\"metad")
+                    .await;
+                return;
+            }
+            // Hold the watch open, as a quiet apiserver does.
+            tokio::time::sleep(Duration::from_secs(600)).await;
+        }
+    }
+}
