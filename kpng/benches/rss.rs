@@ -1,0 +1,96 @@
+//! Peak RSS and time of the `kpng` command syncing 10k Services × 10
+//! endpoints from the API: a test apiserver on loopback serves the lists,
+//! and `kpng kube … to-nft --once --dry-run` runs as a child process.
+//!
+//! ```text
+//! cargo bench -p kpng --bench rss [-- --services N]
+//! ```
+#![allow(unsafe_code, missing_docs, clippy::unwrap_used)]
+
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use kpng_testkit::apiserver::{ApiServer, Reply, Resource, Script};
+use serde_json::json;
+
+fn main() {
+    let services: usize = std::env::args()
+        .skip_while(|a| a != "--services")
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(10_000);
+    let mut script = Script::default();
+    let mut svcs = Vec::new();
+    let mut slices = Vec::new();
+    for i in 0..services {
+        let (ns, name) = (format!("ns-{}", i % 50), format!("svc-{i}"));
+        let ip = format!("10.96.{}.{}", (i + 1) / 256, (i + 1) % 256);
+        svcs.push(json!({"metadata": {"namespace": ns, "name": name, "resourceVersion": "1"},
+            "spec": {"clusterIP": ip, "clusterIPs": [ip], "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}}));
+        let eps: Vec<_> = (0..10)
+            .map(|j| {
+                let n = i * 10 + j + 1;
+                json!({"addresses": [format!("10.{}.{}.{}", 128 + n / 65536, (n / 256) % 256, n % 256)],
+                       "conditions": {"ready": true}, "nodeName": format!("node-{}", n % 100)})
+            })
+            .collect();
+        slices.push(json!({"metadata": {"namespace": ns, "name": format!("{name}-x"), "resourceVersion": "1",
+                "labels": {"kubernetes.io/service-name": name}},
+            "addressType": "IPv4", "endpoints": eps, "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]}));
+    }
+    script.push(Resource::Services, false, Reply::List("1".into(), svcs));
+    script.push(
+        Resource::EndpointSlices,
+        false,
+        Reply::List("1".into(), slices),
+    );
+    script.push(
+        Resource::Nodes,
+        false,
+        Reply::List("1".into(), vec![json!({"metadata": {"name": "node-0"}, "status": {"addresses": [{"type": "InternalIP", "address": "192.168.0.1"}]}})]),
+    );
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = runtime.block_on(ApiServer::start(script));
+    let dir = std::env::temp_dir().join(format!("kpng-rss-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(&kubeconfig, server.kubeconfig()).unwrap();
+
+    let start = Instant::now();
+    let child = Command::new(env!("CARGO_BIN_EXE_kpng"))
+        .args([
+            "kube",
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--node",
+            "node-0",
+            "to-nft",
+            "--once",
+            "--dry-run",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is valid; wait4 fills it for our child.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `status` and `usage` are valid for writes; `pid` is our child.
+    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    let secs = start.elapsed().as_secs_f64();
+    assert_eq!(waited, pid);
+    assert_eq!(status, 0, "kpng exited with status {status}");
+    let rss_mib = usage.ru_maxrss as f64 / 1024.0;
+    println!(
+        "kpng kube ... to-nft --once --dry-run, {services} services x 10 endpoints from a test apiserver"
+    );
+    println!("peak RSS: {rss_mib:.1} MiB  [<= 64 MiB; kube-proxy: 260 MiB at 10k x 2]");
+    println!(
+        "time to the first sync: {secs:.2} s (lists served in one page; decode, ingest, projection, rendering)"
+    );
+    println!("{{\"services\":{services},\"peak_rss_mib\":{rss_mib:.1},\"seconds\":{secs:.2}}}");
+    let _ = std::fs::remove_dir_all(&dir);
+    drop(child);
+}
