@@ -48,6 +48,10 @@ pub enum Reply {
     /// A list: its resourceVersion and items (kind and apiVersion are
     /// added).
     List(String, Vec<Value>),
+    /// One page of a list being paged through: resourceVersion, items,
+    /// whether more follow. Made by the server from a `List` reply.
+    #[doc(hidden)]
+    Page(String, Vec<Value>, bool),
     /// A watch stream: these events (objects get kind and apiVersion),
     /// then the connection stays open.
     Watch(Vec<Value>),
@@ -64,6 +68,9 @@ pub struct Script {
     replies: HashMap<(&'static str, bool), VecDeque<Reply>>,
     /// Every request's path and query, in order.
     requests: Vec<String>,
+    /// A list being paged through (`limit`/`continue`), per resource: its
+    /// resourceVersion and the items not yet served.
+    paging: HashMap<&'static str, (String, VecDeque<Value>)>,
 }
 
 /// A running test apiserver.
@@ -142,15 +149,49 @@ async fn serve(mut socket: TcpStream, script: Arc<Mutex<Script>>) {
             .await;
         return;
     };
+    let param = |name: &str| {
+        query
+            .split('&')
+            .find_map(|kv| kv.strip_prefix(name).and_then(|v| v.strip_prefix('=')))
+    };
+    let limit = param("limit")
+        .and_then(|l| l.parse::<usize>().ok())
+        .filter(|l| *l > 0);
+    let resume = param("continue").is_some_and(|c| !c.is_empty());
     let reply = {
         let Ok(mut script) = script.lock() else {
             return;
         };
         script.requests.push(target.clone());
-        script
-            .replies
-            .get_mut(&(resource, watch))
-            .and_then(VecDeque::pop_front)
+        if watch {
+            script
+                .replies
+                .get_mut(&(resource, true))
+                .and_then(VecDeque::pop_front)
+        } else {
+            // Lists are paged as the apiserver does: `limit` items a page,
+            // with a `continue` token while more remain.
+            if !resume {
+                let next = script
+                    .replies
+                    .get_mut(&(resource, false))
+                    .and_then(VecDeque::pop_front);
+                let (rv, items) = match next {
+                    Some(Reply::List(rv, items)) => (rv, items),
+                    _ => ("1".into(), Vec::new()),
+                };
+                script.paging.insert(resource, (rv, items.into()));
+            }
+            let page = script.paging.get_mut(resource).map(|(rv, rest)| {
+                let n = limit.unwrap_or(rest.len()).min(rest.len());
+                (
+                    rv.clone(),
+                    rest.drain(..n).collect::<Vec<_>>(),
+                    !rest.is_empty(),
+                )
+            });
+            page.map(|(rv, items, more)| Reply::Page(rv, items, more))
+        }
     };
     let header = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n";
     let with_type = |mut o: Value| {
@@ -163,11 +204,22 @@ async fn serve(mut socket: TcpStream, script: Arc<Mutex<Script>>) {
     } else {
         Reply::List("1".into(), vec![])
     }) {
-        Reply::List(rv, items) => {
+        Reply::List(rv, items) | Reply::Page(rv, items, false) => {
             let body = json!({
                 "apiVersion": api_version,
                 "kind": format!("{kind}List"),
                 "metadata": {"resourceVersion": rv},
+                "items": items.into_iter().map(with_type).collect::<Vec<_>>(),
+            })
+            .to_string();
+            let response = format!("{header}Content-Length: {}\r\n\r\n{body}", body.len());
+            let _ = socket.write_all(response.as_bytes()).await;
+        }
+        Reply::Page(rv, items, true) => {
+            let body = json!({
+                "apiVersion": api_version,
+                "kind": format!("{kind}List"),
+                "metadata": {"resourceVersion": rv, "continue": "more"},
                 "items": items.into_iter().map(with_type).collect::<Vec<_>>(),
             })
             .to_string();
