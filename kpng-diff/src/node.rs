@@ -219,29 +219,42 @@ impl NodeProjector {
     ) -> Result<Option<SyncReport>, SinkError> {
         let delta = self.update(snapshot);
         let full = self.needs_full;
-        let ops = if full {
+        let mut count = 0;
+        if full {
+            // The whole view as sets, streamed: no list of ops is built.
             sink.reset();
-            diff_views(&NodeView::default(), &self.view)
+            self.needs_full = true;
+            if let Some(node) = &self.view.node {
+                sink.apply(&ViewOp::SetNode(node.clone()))?;
+                count += 1;
+            }
+            for (name, view) in &self.view.services {
+                sink.apply(&ViewOp::SetService(view.service.clone()))?;
+                for endpoint in &view.endpoints {
+                    sink.apply(&ViewOp::SetEndpoint(name.clone(), endpoint.clone()))?;
+                }
+                count += 1 + view.endpoints.len();
+            }
         } else if delta.is_empty() {
             return Ok(None);
         } else {
-            delta
-        };
-        for op in &ops {
-            sink.apply(op)?;
+            self.needs_full = true;
+            for op in &delta {
+                sink.apply(op)?;
+            }
+            count = delta.len();
         }
-        self.needs_full = true;
         sink.sync(self.view.revision)?;
         self.needs_full = false;
         tracing::debug!(
             revision = self.view.revision,
-            ops = ops.len(),
+            ops = count,
             full,
             "synced sink"
         );
         Ok(Some(SyncReport {
             revision: self.view.revision,
-            ops: ops.len(),
+            ops: count,
             full,
         }))
     }
