@@ -460,3 +460,44 @@ fn dual_stack_families_are_programmed_each_on_their_own() {
     // An unallocated IPv6 Service address is dropped, like an IPv4 one.
     assert_eq!(lab.once("podc", "tcp", "fd00:96::99", 80), "TIMEOUT");
 }
+
+#[test]
+fn nodeports_listen_only_on_the_nodeport_addresses_never_on_loopback() {
+    require_lab!();
+    let mut lab = Lab::new();
+    lab.upstream();
+    // The node holds two addresses on the external link.
+    lab.host("ext", &[EXT_IN], &[NODE_IP, "192.168.50.2"]);
+    lab.host("e1", &[E1], &[]);
+    lab.serve("e1", E1);
+    let mut config = config();
+    config.nodeport_addresses =
+        Some(Config::parse_cidrs("--nodeport-addresses", "192.168.50.1/32").expect("cidr"));
+    let mut proxy = Proxy::new(&lab, config);
+    proxy
+        .load(&manifest(&[service(
+            "np",
+            "{type: NodePort, clusterIP: 10.96.0.60, ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30090}]}",
+            "[{addresses: [10.244.1.10], nodeName: node-a}]",
+        )]))
+        .expect("sync");
+    settle();
+    assert!(
+        lab.once("ext", "tcp", NODE_IP, 30090).starts_with(E1),
+        "on the configured address"
+    );
+    assert!(
+        lab.once("ext", "tcp", "192.168.50.2", 30090)
+            .starts_with("REFUSED"),
+        "not on the other one"
+    );
+    // Never on loopback, even from the node itself.
+    assert!(
+        lab.once("node", "tcp", "127.0.0.1", 30090)
+            .starts_with("REFUSED")
+    );
+    assert!(
+        lab.once("node", "tcp", NODE_IP, 30090).starts_with(E1),
+        "the node reaches its own NodePort"
+    );
+}
