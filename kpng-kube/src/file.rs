@@ -301,11 +301,24 @@ pub async fn run(
     config: &TranslateConfig,
     poll: Option<Duration>,
 ) -> Result<()> {
-    let mut seen = modified(path).await;
+    let seen = modified(path).await;
     ingest.load(&read(path, config).await?);
-    let Some(period) = poll else {
-        return Ok(());
-    };
+    if let Some(period) = poll {
+        watch_changes(path, ingest, config, period, seen).await;
+    }
+    Ok(())
+}
+
+/// Polls `path` every `period` and reloads it into `ingest` when its
+/// modification time differs from `seen` (the time of the last load).
+/// Errors are logged and the previous state kept. Never returns.
+pub async fn watch_changes(
+    path: &Path,
+    ingest: &mut Ingest,
+    config: &TranslateConfig,
+    period: Duration,
+    mut seen: Option<SystemTime>,
+) {
     loop {
         tokio::time::sleep(period).await;
         let now = modified(path).await;
@@ -325,6 +338,7 @@ pub async fn run(
     }
 }
 
-async fn modified(path: &Path) -> Option<SystemTime> {
+/// The modification time of `path`, if it can be read.
+pub async fn modified(path: &Path) -> Option<SystemTime> {
     tokio::fs::metadata(path).await.ok()?.modified().ok()
 }

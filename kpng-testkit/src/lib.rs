@@ -79,9 +79,7 @@ fn v4(base: Ipv4Addr, n: usize) -> IpAddr {
 
 impl Cluster {
     /// Builds a cluster of the given shape. Deterministic: the same shape
-    /// gives equal values. Services alternate between ClusterIP, NodePort
-    /// and LoadBalancer; every Service has an `http` TCP port, every third a
-    /// `dns` UDP port too.
+    /// gives equal values. Services are made by [`Cluster::service`].
     pub fn synthetic(shape: ClusterShape) -> Self {
         let nodes = (0..shape.nodes.max(1))
             .map(|i| Node {
@@ -114,7 +112,8 @@ impl Cluster {
 
     /// Synthetic Service number `i`. Services alternate between ClusterIP,
     /// NodePort and LoadBalancer up to number 900, with unique node ports;
-    /// later ones are ClusterIP.
+    /// later ones are ClusterIP. Every Service has an `http` TCP port, every
+    /// third a `dns` UDP port too.
     pub fn service(i: usize) -> Service {
         let mut ports = vec![ServicePort {
             name: "http".into(),

@@ -236,6 +236,10 @@ async fn run(cli: Cli) -> Result<(), Error> {
                 config = config.with_proxy_name(name);
             }
             let mut ingest = Ingest::new(Store::new(), config.clone());
+            let since = match &args.input {
+                Some(path) => file::modified(path).await,
+                None => None,
+            };
             let objects = match &args.input {
                 Some(path) => file::read(path, &config.translate).await?,
                 None => file::parse_str(file::SAMPLE_CLUSTER_NAME, file::SAMPLE_CLUSTER)?,
@@ -245,29 +249,23 @@ async fn run(cli: Cli) -> Result<(), Error> {
             drop(objects);
             let reader = ingest.reader();
             let once = nft.once || !args.watch;
+            // Readers see no new revision once the writer is gone: keep it,
+            // or hand it to the file watcher.
+            let _writer = match (&args.input, args.watch) {
+                (Some(path), true) => {
+                    let path = path.clone();
+                    let translate = config.translate.clone();
+                    let period = Duration::from_secs(1);
+                    tokio::spawn(async move {
+                        file::watch_changes(&path, &mut ingest, &translate, period, since).await;
+                    });
+                    None
+                }
+                _ => Some(ingest),
+            };
             let mut sink = Report(backend(nft)?, nft.dry_run);
             let mut projector = NodeProjector::new(node.as_str());
-            let drive_config = drive_config(nft, once);
-            if let (Some(path), true) = (&args.input, args.watch) {
-                let path = path.clone();
-                let translate = config.translate.clone();
-                tokio::spawn(async move {
-                    // The first load already happened: the watch loop
-                    // reloads only on change.
-                    if let Err(e) =
-                        file::run(&path, &mut ingest, &translate, Some(Duration::from_secs(1)))
-                            .await
-                    {
-                        tracing::error!(error = %one_line(&e), "file source stopped");
-                    }
-                });
-            } else {
-                // Keep the writer alive until the sync is done.
-                let result = drive(reader, &mut projector, &mut sink, &drive_config).await;
-                drop(ingest);
-                return Ok(result?);
-            }
-            Ok(drive(reader, &mut projector, &mut sink, &drive_config).await?)
+            Ok(drive(reader, &mut projector, &mut sink, &drive_config(nft, once)).await?)
         }
         Source::Kube(args) => {
             let Sink::ToNft(nft) = &args.sink;
