@@ -51,12 +51,14 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod netlink;
 mod render;
 mod script;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write as _;
 use std::net::IpAddr;
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
@@ -65,6 +67,7 @@ use kpng_model::view::{NodeView, ViewOp};
 use kpng_model::{IpFamily, ServiceName};
 use kpng_sink::{IncrementalSink, SinkError};
 
+use netlink::Batch;
 use render::{CLUSTER_CIDRS, Fam, NODEPORT_IPS, Render, SERVICE_CIDRS};
 use script::{Applied, Objects, Table, Touched};
 
@@ -88,6 +91,13 @@ pub enum Error {
         status: String,
         /// What it printed.
         stderr: String,
+    },
+    /// The kernel refused a netlink transaction, or it could not be sent;
+    /// nothing of it was applied.
+    #[error("nf_tables netlink transaction failed: {message}")]
+    Netlink {
+        /// What failed, and the kernel's error.
+        message: String,
     },
     /// A setting is invalid.
     #[error("invalid {field}: {value:?}")]
@@ -119,6 +129,17 @@ pub struct Config {
     /// The command that runs nft, with its arguments (default `["nft"]`);
     /// `-f -` is added.
     pub nft_command: Vec<String>,
+    /// Send element-only updates (most endpoint changes) as one nf_tables
+    /// netlink batch instead of running `nft` (default `true`). nft 1.0.6
+    /// reads the whole ruleset back before such a change, which costs
+    /// ~17 ms at 100k endpoints; the batch costs well under a millisecond.
+    /// Full syncs and changes of chains or sets always go through `nft`.
+    pub netlink: bool,
+    /// The network namespace the netlink path programs, as a path
+    /// (`/run/netns/NAME`); `None`: the process's own. When `nft_command`
+    /// is not the default `nft`, the netlink path is used only if this is
+    /// set, since the backend cannot know where that command runs.
+    pub netns: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -131,6 +152,8 @@ impl Default for Config {
             masquerade_all: false,
             masquerade_bit: 14,
             nft_command: vec!["nft".into()],
+            netlink: true,
+            netns: None,
         }
     }
 }
@@ -152,6 +175,22 @@ impl Config {
                 })
             })
             .collect()
+    }
+
+    /// Runs nft in the network namespace `name` (`ip netns exec NAME nft`)
+    /// and points the netlink path at it too.
+    pub fn in_netns(mut self, name: &str) -> Self {
+        self.nft_command = ["ip", "netns", "exec", name, "nft"]
+            .map(String::from)
+            .to_vec();
+        self.netns = Some(PathBuf::from("/run/netns").join(name));
+        self
+    }
+
+    /// Whether element-only updates may go through netlink: it is on, and
+    /// the namespace nft programs is known.
+    fn netlink_usable(&self) -> bool {
+        self.netlink && (self.netns.is_some() || self.nft_command == ["nft"])
     }
 
     pub(crate) fn masquerade_mark(&self) -> u32 {
@@ -200,8 +239,11 @@ pub struct SyncStats {
     pub services: usize,
     /// Time to render and run the transaction.
     pub micros: u128,
-    /// Of which running `nft`.
+    /// Of which running `nft` (or the netlink transaction).
     pub nft_micros: u128,
+    /// Whether it went as a netlink batch (elements only), not through
+    /// `nft`.
+    pub netlink: bool,
 }
 
 /// The nftables backend. See the crate docs.
@@ -216,6 +258,8 @@ pub struct NftBackend {
     families: [FamilyState; 2],
     last_script: String,
     last: SyncStats,
+    /// The netlink socket of element-only updates, opened on first use.
+    socket: Option<netlink::Socket>,
 }
 
 impl std::fmt::Debug for NftBackend {
@@ -241,6 +285,7 @@ impl NftBackend {
             misfit: None,
             families: Default::default(),
             last_script: String::new(),
+            socket: None,
             last: SyncStats::default(),
         }
     }
@@ -358,17 +403,19 @@ impl NftBackend {
         names.len()
     }
 
-    /// The script of this sync, and per family whether it replaces the
-    /// whole table.
-    fn script(&self) -> (String, [bool; 2]) {
+    /// The script of this sync, per family whether it replaces the whole
+    /// table, and the same change as a netlink batch when it changes
+    /// elements only.
+    fn script(&self) -> (String, [bool; 2], Option<Batch>) {
         let mut out = String::new();
         let mut full = [true; 2];
+        let mut batch = (self.mode == Mode::Apply && self.config.netlink_usable()).then(Batch::new);
         for (i, family) in IpFamily::BOTH.into_iter().enumerate() {
             let state = &self.families[i];
             let table = Table {
                 fam: Fam(family),
                 name: &self.config.table,
-                mark: self.config.masquerade_mark(),
+                config: &self.config,
             };
             let incremental = match &state.applied {
                 Some(applied) if !self.full => {
@@ -377,14 +424,44 @@ impl NftBackend {
                 _ => None,
             };
             match incremental {
-                Some(script) => {
+                Some(delta) => {
                     full[i] = false;
-                    out.push_str(&script);
+                    out.push_str(&delta.script);
+                    if delta.structural {
+                        batch = None;
+                    }
+                    for (map, verb, list) in &delta.elements {
+                        let Some(b) = batch.as_mut() else { break };
+                        let list: Vec<&render::Elem> = list.iter().collect();
+                        if let Err(e) = b.elements(family, &self.config.table, map, *verb, &list) {
+                            tracing::warn!(error = %e, "element not encodable for netlink; using nft");
+                            batch = None;
+                        }
+                    }
                 }
-                None => out.push_str(&table.full(&state.desired)),
+                None => {
+                    batch = None;
+                    out.push_str(&table.full(&state.desired));
+                }
             }
         }
-        (out, full)
+        let batch = batch.filter(|b| !b.is_empty() && b.len() <= netlink::MAX_BATCH);
+        (out, full, batch)
+    }
+
+    /// Runs one netlink transaction on the kept socket; a failure drops
+    /// the socket, so the next one starts clean.
+    fn send(&mut self, batch: Batch) -> Result<(), Error> {
+        let failed = |e: netlink::NetlinkError| Error::Netlink {
+            message: e.to_string(),
+        };
+        let mut socket = match self.socket.take() {
+            Some(socket) => socket,
+            None => netlink::Socket::open(self.config.netns.as_deref()).map_err(failed)?,
+        };
+        socket.send(batch).map_err(failed)?;
+        self.socket = Some(socket);
+        Ok(())
     }
 
     /// Runs one transaction.
@@ -444,13 +521,15 @@ impl IncrementalSink for NftBackend {
         }
         let start = Instant::now();
         let services = self.refresh();
-        let (script, full_families) = self.script();
+        let (script, full_families, batch) = self.script();
         let full = full_families.contains(&true);
         let nft_start = Instant::now();
-        let result = match self.mode {
-            Mode::DryRun => Ok(()),
-            Mode::Apply if script.is_empty() => Ok(()),
-            Mode::Apply => self.run(&script),
+        let netlink = batch.is_some();
+        let result = match (self.mode, batch) {
+            (Mode::DryRun, _) => Ok(()),
+            (Mode::Apply, Some(batch)) => self.send(batch),
+            (Mode::Apply, None) if script.is_empty() => Ok(()),
+            (Mode::Apply, None) => self.run(&script),
         };
         let nft_micros = nft_start.elapsed().as_micros();
         self.last = SyncStats {
@@ -459,6 +538,7 @@ impl IncrementalSink for NftBackend {
             services,
             micros: start.elapsed().as_micros(),
             nft_micros,
+            netlink,
         };
         self.last_script = script;
         match result {

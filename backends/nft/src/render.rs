@@ -116,6 +116,8 @@ pub(crate) struct Render {
     pub(crate) sets: BTreeMap<String, String>,
     /// The shared pick chains this Service jumps to.
     pub(crate) picks: BTreeSet<(Pick, usize)>,
+    /// The shared policy chains its ports go to.
+    pub(crate) shared: BTreeSet<Shared>,
 }
 
 impl Render {
@@ -180,49 +182,172 @@ struct PortCtx<'a> {
     local: Vec<(IpAddr, u16)>,
 }
 
-impl PortCtx<'_> {
-    /// The chain a Service port's traffic of one `kind` (`svc`, `ext`,
-    /// `np`) goes to. Its rules depend only on the policy and the endpoint
-    /// counts, so Service ports alike share one chain (`svc-c3`,
-    /// `ext-l5-1`…) and the table holds a few hundred chains, not one per
-    /// Service. With ClientIP affinity the rules name endpoints: the chain
-    /// is the port's own.
-    fn chain_name(&self, kind: &str, local: bool) -> String {
-        if self.affinity.is_some() {
-            return format!("{kind}-{}", self.id);
-        }
-        match (kind, local) {
-            ("svc", true) => format!("svc-l{}", self.local.len()),
-            ("svc", false) => format!("svc-c{}", self.cluster.len()),
-            (_, false) => format!("{kind}-c{}", self.cluster.len()),
-            (_, true) => format!("{kind}-l{}-{}", self.cluster.len(), self.local.len()),
+/// Which traffic a chain serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum Kind {
+    /// ClusterIPs.
+    Svc,
+    /// externalIPs and LB IPs.
+    Ext,
+    /// Node ports.
+    Np,
+}
+
+impl Kind {
+    fn word(self) -> &'static str {
+        match self {
+            Kind::Svc => "svc",
+            Kind::Ext => "ext",
+            Kind::Np => "np",
         }
     }
 
-    fn mark(&self) -> String {
-        format!(
-            "meta mark set meta mark or {:#x}",
-            self.config.masquerade_mark()
-        )
+    fn pick(self, local: bool) -> Pick {
+        match self {
+            Kind::Svc | Kind::Ext => Pick::Vip { local },
+            Kind::Np => Pick::NodePort { local },
+        }
     }
+}
 
-    /// The verdict that picks an endpoint of `set` for `kind`, or `drop`
-    /// when the set is empty (endpoints exist, none usable here).
-    fn select(&self, render: &mut Render, local: bool, node_port: bool) -> String {
-        let set = if local { &self.local } else { &self.cluster };
-        if set.is_empty() {
-            return "drop".into();
-        }
-        if let Some(timeout) = self.affinity {
-            return format!("goto {}", self.affinity_chain(render, local, timeout));
-        }
-        let pick = if node_port {
-            Pick::NodePort { local }
-        } else {
-            Pick::Vip { local }
+/// A chain shared by every Service port with the same kind, policy and
+/// endpoint counts: its rules depend on nothing else, so the table holds a
+/// few hundred such chains, not one per Service. All of them, up to the
+/// pick capacity, are made by a full sync and kept: an endpoint that comes
+/// or goes then changes map elements only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct Shared {
+    kind: Kind,
+    /// Whether the policy is Local.
+    local: bool,
+    /// Cluster-wide endpoints (0 when the chain does not use them).
+    cluster: usize,
+    /// Local endpoints (0 when the chain does not use them).
+    local_n: usize,
+}
+
+impl Shared {
+    fn new(kind: Kind, local: bool, cluster: usize, local_n: usize) -> Self {
+        let (cluster, local_n) = match (kind, local) {
+            (Kind::Svc, true) => (0, local_n),
+            (_, false) => (cluster, 0),
+            (_, true) => (cluster, local_n),
         };
-        render.picks.insert((pick, set.len()));
-        format!("goto {}", pick.chain(set.len()))
+        Self {
+            kind,
+            local,
+            cluster,
+            local_n,
+        }
+    }
+
+    /// Every shared chain with at most `capacity` endpoints.
+    pub(crate) fn all(capacity: usize) -> impl Iterator<Item = Shared> {
+        [Kind::Svc, Kind::Ext, Kind::Np]
+            .into_iter()
+            .flat_map(move |kind| {
+                let cluster = (1..=capacity).map(move |c| Shared::new(kind, false, c, 0));
+                let local = (1..=capacity)
+                    .flat_map(move |c| (0..=capacity).map(move |l| Shared::new(kind, true, c, l)));
+                cluster.chain(local)
+            })
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+    }
+
+    pub(crate) fn name(self) -> String {
+        let kind = self.kind.word();
+        match (self.kind, self.local) {
+            (Kind::Svc, true) => format!("svc-l{}", self.local_n),
+            (_, false) => format!("{kind}-c{}", self.cluster),
+            (_, true) => format!("{kind}-l{}-{}", self.cluster, self.local_n),
+        }
+    }
+
+    pub(crate) fn rules(self, fam: Fam, config: &Config) -> Vec<String> {
+        policy_rules(fam, config, self.kind, self.local, |local| {
+            let n = if local { self.local_n } else { self.cluster };
+            if n == 0 {
+                "drop".into()
+            } else {
+                format!("goto {}", self.kind.pick(local).chain(n))
+            }
+        })
+    }
+}
+
+fn mark(config: &Config) -> String {
+    format!("meta mark set meta mark or {:#x}", config.masquerade_mark())
+}
+
+/// The rules of a chain for traffic of `kind` under a `local` (or Cluster)
+/// policy; `select(local)` is the verdict that picks an endpoint of the
+/// local (or cluster-wide) set.
+fn policy_rules(
+    fam: Fam,
+    config: &Config,
+    kind: Kind,
+    local: bool,
+    mut select: impl FnMut(bool) -> String,
+) -> Vec<String> {
+    let saddr = format!("{} saddr", fam.proto());
+    let mut rules = Vec::new();
+    if kind == Kind::Svc {
+        if config.masquerade_all {
+            rules.push(mark(config));
+        } else if !config.cluster_cidrs(fam.0).is_empty() {
+            // Traffic from outside the pod network is masqueraded.
+            rules.push(format!("{saddr} != @{CLUSTER_CIDRS} {}", mark(config)));
+        }
+        rules.push(select(local));
+        return rules;
+    }
+    if !local {
+        // External traffic under the Cluster policy: always masqueraded.
+        return vec![mark(config), select(false)];
+    }
+    let cluster = select(false);
+    if !config.cluster_cidrs(fam.0).is_empty() {
+        // Pods short-circuit to every endpoint, unmasqueraded.
+        rules.push(format!("{saddr} @{CLUSTER_CIDRS} {cluster}"));
+    }
+    // The node itself: masqueraded, to every endpoint.
+    rules.push(format!("fib saddr type local {} {cluster}", mark(config)));
+    // Everyone else: local endpoints only, client address kept.
+    rules.push(select(true));
+    rules
+}
+
+impl PortCtx<'_> {
+    /// The chain that traffic of `kind` to this port goes to: a shared one
+    /// (`svc-c3`, `ext-l5-1`…), or with ClientIP affinity, whose rules name
+    /// endpoints, the port's own.
+    fn chain(&self, render: &mut Render, kind: Kind, local: bool) -> String {
+        if let Some(timeout) = self.affinity {
+            let name = format!("{}-{}", kind.word(), self.id);
+            let rules = policy_rules(self.fam, self.config, kind, local, |set_local| {
+                let set = if set_local {
+                    &self.local
+                } else {
+                    &self.cluster
+                };
+                if set.is_empty() {
+                    "drop".into()
+                } else {
+                    format!("goto {}", self.affinity_chain(render, set_local, timeout))
+                }
+            });
+            render.chains.insert(name.clone(), rules);
+            return name;
+        }
+        let shared = Shared::new(kind, local, self.cluster.len(), self.local.len());
+        for (set_local, n) in [(false, shared.cluster), (true, shared.local_n)] {
+            if n > 0 {
+                render.picks.insert((kind.pick(set_local), n));
+            }
+        }
+        render.shared.insert(shared);
+        shared.name()
     }
 
     /// ClientIP affinity: one timeout set and one chain per endpoint, one
@@ -294,27 +419,6 @@ impl PortCtx<'_> {
                 format!("{} . {node_port} . {i} : {ip} . {port}", self.proto),
             );
         }
-    }
-
-    /// Rules of a chain for external traffic (externalIPs, LB IPs or the
-    /// node port), and which endpoint sets it uses.
-    fn external_rules(&self, render: &mut Render, etp_local: bool, node_port: bool) -> Vec<String> {
-        if !etp_local {
-            // Cluster policy: always masqueraded.
-            return vec![self.mark(), self.select(render, false, node_port)];
-        }
-        let saddr = format!("{} saddr", self.fam.proto());
-        let cluster = self.select(render, false, node_port);
-        let mut rules = Vec::new();
-        if !self.config.cluster_cidrs(self.fam.0).is_empty() {
-            // Pods short-circuit to every endpoint, unmasqueraded.
-            rules.push(format!("{saddr} @{CLUSTER_CIDRS} {cluster}"));
-        }
-        // The node itself: masqueraded, to every endpoint.
-        rules.push(format!("fib saddr type local {} {cluster}", self.mark()));
-        // Everyone else: local endpoints only, client address kept.
-        rules.push(self.select(render, true, node_port));
-        rules
     }
 }
 
@@ -405,29 +509,14 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &Config) -> 
         }
 
         if !cluster_ips.is_empty() {
-            let chain = ctx.chain_name("svc", itp_local);
-            let mut rules = Vec::new();
-            if config.masquerade_all {
-                rules.push(ctx.mark());
-            } else if !config.cluster_cidrs(family).is_empty() {
-                // Traffic from outside the pod network is masqueraded.
-                rules.push(format!(
-                    "{} saddr != @{CLUSTER_CIDRS} {}",
-                    fam.proto(),
-                    ctx.mark()
-                ));
-            }
-            rules.push(ctx.select(&mut render, itp_local, false));
-            render.chains.insert(chain.clone(), rules);
+            let chain = ctx.chain(&mut render, Kind::Svc, itp_local);
             for ip in cluster_ips {
                 render.element(SERVICE_IPS, format!("{} : goto {chain}", key(ip)));
                 ctx.vip_elements(&mut render, ip, itp_local);
             }
         }
         if !external.is_empty() {
-            let chain = ctx.chain_name("ext", etp_local);
-            let rules = ctx.external_rules(&mut render, etp_local, false);
-            render.chains.insert(chain.clone(), rules);
+            let chain = ctx.chain(&mut render, Kind::Ext, etp_local);
             for ip in &external {
                 render.element(SERVICE_IPS, format!("{} : goto {chain}", key(ip)));
                 ctx.vip_elements(&mut render, ip, false);
@@ -437,9 +526,7 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &Config) -> 
             }
         }
         if let Some(np) = node_port {
-            let chain = ctx.chain_name("np", etp_local);
-            let rules = ctx.external_rules(&mut render, etp_local, true);
-            render.chains.insert(chain.clone(), rules);
+            let chain = ctx.chain(&mut render, Kind::Np, etp_local);
             render.element(SERVICE_NODEPORTS, format!("{proto} . {np} : goto {chain}"));
             ctx.np_elements(&mut render, np, false);
             if etp_local {

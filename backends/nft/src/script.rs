@@ -3,10 +3,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
+use crate::netlink::{self, Verb};
+
 use crate::render::{
     CLUSTER_CIDRS, CLUSTER_IPS, Elem, FIREWALL_IPS, Fam, HAIRPIN, NO_ENDPOINT_NODEPORTS,
     NO_ENDPOINT_SERVICES, NODEPORT_IPS, Pick, Render, SERVICE_CIDRS, SERVICE_IPS,
-    SERVICE_NODEPORTS,
+    SERVICE_NODEPORTS, Shared,
 };
 
 /// The objects of one family's table, with reference counts on chains and
@@ -18,6 +20,7 @@ pub(crate) struct Objects {
     pub(crate) elements: BTreeMap<&'static str, BTreeMap<Elem, u32>>,
     pub(crate) sets: BTreeMap<String, String>,
     pub(crate) picks: BTreeSet<(Pick, usize)>,
+    pub(crate) shared: BTreeSet<Shared>,
 }
 
 /// What changed in [`Objects`] since the last sync: the names to compare
@@ -98,6 +101,7 @@ impl Objects {
         // Pick chains are shared and cheap: once made they stay until the
         // next full sync.
         self.picks.extend(render.picks.iter().copied());
+        self.shared.extend(render.shared.iter().copied());
     }
 }
 
@@ -211,11 +215,23 @@ impl Applied {
     }
 }
 
+/// An incremental change of one family's table.
+#[derive(Debug, Default)]
+pub(crate) struct Delta {
+    /// The whole change as an nft script.
+    pub(crate) script: String,
+    /// Its element changes, in order.
+    pub(crate) elements: Vec<(&'static str, Verb, Vec<Elem>)>,
+    /// Whether it changes more than elements the netlink path can write
+    /// (chains, sets, interval sets): then only `nft` can apply it.
+    pub(crate) structural: bool,
+}
+
 /// The table-level settings a script needs.
 pub(crate) struct Table<'a> {
     pub(crate) fam: Fam,
     pub(crate) name: &'a str,
-    pub(crate) mark: u32,
+    pub(crate) config: &'a crate::Config,
 }
 
 impl Table<'_> {
@@ -272,7 +288,7 @@ impl Table<'_> {
     /// The base chains, with their hooks and their fixed rules.
     fn base_chains(&self) -> Vec<(&'static str, &'static str, Vec<String>)> {
         let p = self.fam.proto();
-        let m = self.mark;
+        let m = self.config.masquerade_mark();
         vec![
             (
                 "nat-prerouting",
@@ -399,7 +415,12 @@ impl Table<'_> {
                 let _ = writeln!(out, "add chain {prefix} {}", pick.chain(n));
             }
         }
-        for name in objects.chains.keys() {
+        // Every shared policy chain, used or not: see [`Shared`].
+        let shared: Vec<(String, Vec<String>)> = Shared::all(capacity)
+            .map(|s| (s.name(), s.rules(self.fam, self.config)))
+            .collect();
+        let names = shared.iter().map(|(n, _)| n).chain(objects.chains.keys());
+        for name in names {
             let _ = writeln!(out, "add chain {prefix} {name}");
         }
         for (name, decl) in &objects.sets {
@@ -415,6 +436,9 @@ impl Table<'_> {
             for n in 1..=capacity {
                 self.rules(&mut out, &pick.chain(n), &[self.pick_rule(pick, n)]);
             }
+        }
+        for (name, rules) in &shared {
+            self.rules(&mut out, name, rules);
         }
         for (name, (rules, _)) in &objects.chains {
             self.rules(&mut out, name, rules);
@@ -435,7 +459,7 @@ impl Table<'_> {
         applied: &Applied,
         desired: &Objects,
         touched: &Touched,
-    ) -> Option<String> {
+    ) -> Option<Delta> {
         if desired
             .picks
             .iter()
@@ -445,6 +469,7 @@ impl Table<'_> {
         }
         let prefix = self.prefix();
         let mut out = String::new();
+        let mut changes: Vec<(&'static str, Verb, Vec<Elem>)> = Vec::new();
         for name in &touched.sets {
             if let (Some(decl), None) = (desired.sets.get(name), applied.sets.get(name)) {
                 let _ = writeln!(out, "add set {prefix} {name} {{ {decl} }}");
@@ -487,17 +512,43 @@ impl Table<'_> {
                     add.extend(want);
                 }
             }
-            self.elements(&mut out, "delete", map, &del);
-            self.elements(&mut out, "add", map, &add);
+            // Elements are written last in the script, so the script
+            // without them is what the netlink path leaves to nft.
+            for (verb, list) in [(Verb::Delete, del), (Verb::Add, add)] {
+                if !list.is_empty() {
+                    changes.push((map, verb, list.into_iter().cloned().collect()));
+                }
+            }
         }
-        for name in stale_chains {
-            let _ = writeln!(out, "delete chain {prefix} {name}");
+        let structural_len = out.len();
+        for (map, verb, list) in &changes {
+            let list: Vec<&Elem> = list.iter().collect();
+            let word = match verb {
+                Verb::Delete => "delete",
+                Verb::Add => "add",
+            };
+            self.elements(&mut out, word, map, &list);
+        }
+        let mut structural = structural_len > 0;
+        let after_elements = out.len();
+        // Stale chains may point at each other (an affinity chain's vmap
+        // names its endpoint chains): empty them all, then delete them.
+        for verb in ["flush", "delete"] {
+            for name in &stale_chains {
+                let _ = writeln!(out, "{verb} chain {prefix} {name}");
+            }
         }
         for name in &touched.sets {
             if !desired.sets.contains_key(name) && applied.sets.contains_key(name) {
                 let _ = writeln!(out, "delete set {prefix} {name}");
             }
         }
-        Some(out)
+        structural |= out.len() > after_elements;
+        structural |= changes.iter().any(|(map, _, _)| !netlink::supports(map));
+        Some(Delta {
+            script: out,
+            elements: changes,
+            structural,
+        })
     }
 }

@@ -306,7 +306,9 @@ fn updates_move_services_and_a_failed_transaction_keeps_the_old_rules() {
 
     // Break the kernel's copy behind the backend's back, then make an
     // update that must delete that element: nft refuses the transaction,
-    // and nothing of it is applied (the new Service is not added).
+    // and nothing of it is applied (the new Service is not added). The
+    // newcomer has ClientIP affinity, whose own chains only nft can make
+    // (element-only changes go through netlink: tested below).
     let node = lab.ns("node");
     let status = std::process::Command::new("ip")
         .args([
@@ -324,7 +326,11 @@ fn updates_move_services_and_a_failed_transaction_keeps_the_old_rules() {
         .status()
         .expect("nft");
     assert!(status.success());
-    let newcomer = service("new", &format!("{{clusterIP: 10.96.0.41, {port}}}"), ALL3);
+    let newcomer = service(
+        "new",
+        &format!("{{clusterIP: 10.96.0.41, sessionAffinity: ClientIP, {port}}}"),
+        ALL3,
+    );
     let err = proxy
         .load(&manifest(std::slice::from_ref(&newcomer)))
         .expect_err("nft refuses");
@@ -336,13 +342,13 @@ fn updates_move_services_and_a_failed_transaction_keeps_the_old_rules() {
     // Still an unallocated Service address to the kernel: dropped.
     assert_eq!(lab.once("podc", "tcp", "10.96.0.41", 80), "TIMEOUT");
 
-    // The next sync is a full one and converges.
+    // The next sync is a full one and converges (one endpoint: affinity).
     proxy.load(&manifest(&[newcomer])).expect("full resync");
     assert!(proxy.backend.last_sync().full);
     settle();
     assert_eq!(
         endpoints(&lab.connect("podc", "tcp", "10.96.0.41", 80, 30)).len(),
-        3
+        1
     );
     assert!(
         !lab.ruleset().contains("10.96.0.40 . tcp . 80"),
@@ -390,6 +396,91 @@ fn updates_move_services_and_a_failed_transaction_keeps_the_old_rules() {
 }
 
 #[test]
+fn endpoint_moves_go_as_one_netlink_batch_and_a_refused_batch_keeps_the_old_rules() {
+    require_lab!();
+    let lab = lab();
+    let mut proxy = Proxy::new(&lab, config());
+    let spec = "{type: NodePort, clusterIP: 10.96.0.60, externalIPs: [192.0.2.61], ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30060}]}";
+    let web = |eps: &str| service("web", spec, eps);
+    let e1_e2 = "[{addresses: [10.244.1.10], nodeName: node-a}, {addresses: [10.244.2.10], nodeName: node-b}]";
+    let e1_e3 = "[{addresses: [10.244.1.10], nodeName: node-a}, {addresses: [10.244.3.10], nodeName: node-c}]";
+    proxy.load(&manifest(&[web(e1_e2)])).expect("sync");
+    assert!(proxy.backend.last_sync().full);
+
+    // e2 is replaced by e3: same endpoint count, so only map elements
+    // change, and they go as one netlink batch, no nft process.
+    proxy.load(&manifest(&[web(e1_e3)])).expect("sync");
+    let stats = proxy.backend.last_sync().clone();
+    assert!(!stats.full && stats.netlink, "{stats:?}");
+    // nft reads back what the batch wrote as the script says it.
+    let ruleset = lab.ruleset();
+    for element in [
+        "10.96.0.60 . tcp . 80 . 1 : 10.244.3.10 . 8080",
+        "192.0.2.61 . tcp . 80 . 1 : 10.244.3.10 . 8080",
+        "tcp . 30060 . 1 : 10.244.3.10 . 8080",
+    ] {
+        assert!(ruleset.contains(element), "{element} in\n{ruleset}");
+    }
+    assert!(!ruleset.contains("10.244.2.10 . 8080"), "e2 gone");
+    settle();
+    for (client, addr, port) in [
+        ("podc", "10.96.0.60", 80),
+        ("ext", "192.0.2.61", 80),
+        ("ext", NODE_IP, 30060),
+    ] {
+        let lines = lab.connect(client, "tcp", addr, port, 30);
+        assert_eq!(
+            endpoints(&lines),
+            [E1, E3].map(String::from).into(),
+            "{addr}:{port} {lines:?}"
+        );
+    }
+
+    // Delete one of its elements behind the backend's back; the batch that
+    // must delete it again is refused by the kernel as a whole: the other
+    // maps keep e3 too.
+    let status = std::process::Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &lab.ns("node"),
+            "nft",
+            "delete",
+            "element",
+            "ip",
+            "kpng",
+            "np-cluster",
+            "{ tcp . 30060 . 1 }",
+        ])
+        .status()
+        .expect("nft");
+    assert!(status.success());
+    let err = proxy
+        .load(&manifest(&[web(e1_e2)]))
+        .expect_err("kernel refuses");
+    assert!(err.to_string().contains("netlink"), "{err}");
+    assert!(proxy.backend.last_sync().netlink);
+    let ruleset = lab.ruleset();
+    assert!(
+        ruleset.contains("10.96.0.60 . tcp . 80 . 1 : 10.244.3.10 . 8080"),
+        "nothing of the refused batch applied:\n{ruleset}"
+    );
+    assert!(!ruleset.contains("10.244.2.10 . 8080"));
+
+    // The next sync is a full one, through nft, and converges.
+    proxy.load(&manifest(&[web(e1_e2)])).expect("full resync");
+    let stats = proxy.backend.last_sync().clone();
+    assert!(stats.full && !stats.netlink, "{stats:?}");
+    settle();
+    let lines = lab.connect("podc", "tcp", "10.96.0.60", 80, 30);
+    assert_eq!(
+        endpoints(&lines),
+        [E1, E2].map(String::from).into(),
+        "{lines:?}"
+    );
+}
+
+#[test]
 fn dual_stack_families_are_programmed_each_on_their_own() {
     require_lab!();
     let mut lab = Lab::new();
@@ -397,8 +488,10 @@ fn dual_stack_families_are_programmed_each_on_their_own() {
     lab.host("podc", &[POD_CLIENT, "fd00:244:1::99"], &[]);
     lab.host("e1", &[E1, "fd00:244:1::10"], &[]);
     lab.host("e2", &["fd00:244:2::10"], &[]);
+    lab.host("e3", &["fd00:244:3::10"], &[]);
     lab.serve("e1", "e1");
     lab.serve("e2", "e2");
+    lab.serve("e3", "e3");
     let mut config = config();
     config
         .cluster_cidrs
@@ -407,29 +500,34 @@ fn dual_stack_families_are_programmed_each_on_their_own() {
         .service_cidrs
         .extend(Config::parse_cidrs("--service-cidr", "fd00:96::/112").expect("cidr"));
     let mut proxy = Proxy::new(&lab, config);
-    let v6_slice = r#"
+    let v6_slice = |other: &str| {
+        format!(
+            r#"
 - apiVersion: discovery.k8s.io/v1
   kind: EndpointSlice
-  metadata: {namespace: t, name: ds-v6, labels: {kubernetes.io/service-name: ds}}
+  metadata: {{namespace: t, name: ds-v6, labels: {{kubernetes.io/service-name: ds}}}}
   addressType: IPv6
-  endpoints: [{addresses: ["fd00:244:1::10"], nodeName: node-a}, {addresses: ["fd00:244:2::10"], nodeName: node-b}]
-  ports: [{name: http, port: 8080, protocol: TCP}]
-"#;
-    proxy
-        .load(&manifest(&[
+  endpoints: [{{addresses: ["fd00:244:1::10"], nodeName: node-a}}, {{addresses: ["{other}"], nodeName: node-b}}]
+  ports: [{{name: http, port: 8080, protocol: TCP}}]
+"#
+        )
+    };
+    let state = |other: &str| {
+        manifest(&[
             service(
                 "ds",
                 r#"{clusterIP: 10.96.0.50, clusterIPs: [10.96.0.50, "fd00:96::50"], ports: [{name: http, port: 80, targetPort: 8080}]}"#,
                 "[{addresses: [10.244.1.10], nodeName: node-a}]",
             ),
-            v6_slice.to_string(),
+            v6_slice(other),
             service(
                 "v4only",
                 "{clusterIP: 10.96.0.51, ports: [{name: http, port: 80, targetPort: 8080}]}",
                 "[{addresses: [10.244.1.10], nodeName: node-a}]",
             ),
-        ]))
-        .expect("sync");
+        ])
+    };
+    proxy.load(&state("fd00:244:2::10")).expect("sync");
     settle();
 
     // IPv4 goes to the IPv4 endpoint only; IPv6 to both IPv6 endpoints.
@@ -459,6 +557,25 @@ fn dual_stack_families_are_programmed_each_on_their_own() {
     assert!(v6_table.contains("fd00:96::50"));
     // An unallocated IPv6 Service address is dropped, like an IPv4 one.
     assert_eq!(lab.once("podc", "tcp", "fd00:96::99", 80), "TIMEOUT");
+
+    // An IPv6 endpoint moves (e2 to e3): one netlink batch of IPv6
+    // elements.
+    proxy.load(&state("fd00:244:3::10")).expect("sync");
+    let stats = proxy.backend.last_sync().clone();
+    assert!(!stats.full && stats.netlink, "{stats:?}");
+    assert!(
+        lab.ruleset()
+            .contains("fd00:96::50 . tcp . 80 . 1 : fd00:244:3::10 . 8080"),
+        "{}",
+        lab.ruleset()
+    );
+    settle();
+    let v6 = lab.connect("podc", "tcp", "fd00:96::50", 80, 30);
+    assert_eq!(
+        endpoints(&v6),
+        ["e1", "e3"].map(String::from).into(),
+        "{v6:?}"
+    );
 }
 
 #[test]

@@ -368,12 +368,10 @@ impl Lab {
             .unwrap_or_default()
     }
 
-    /// nft in the node namespace.
-    pub fn nft_command(&self) -> Vec<String> {
-        ["ip", "netns", "exec", &self.ns("node"), "nft"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect()
+    /// A backend configuration that programs the node namespace, through
+    /// `nft` and netlink alike.
+    pub fn target(&self, config: Config) -> Config {
+        config.in_netns(&self.ns("node"))
     }
 
     /// `nft list table ip kpng` in the node namespace.
@@ -394,8 +392,8 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    pub fn new(lab: &Lab, mut config: Config) -> Self {
-        config.nft_command = lab.nft_command();
+    pub fn new(lab: &Lab, config: Config) -> Self {
+        let config = lab.target(config);
         Proxy {
             ingest: Ingest::new(Store::new(), IngestConfig::for_node(NODE)),
             projector: NodeProjector::new(NODE),
