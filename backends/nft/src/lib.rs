@@ -20,9 +20,12 @@
 //!   the pod-CIDR detector, hairpin, dual stack, TCP, UDP and SCTP.
 //! - **Updates**: the first sync, and any after a failure, replaces the
 //!   tables in one transaction. Others rewrite only the changed Services'
-//!   chains and map elements, in one `nft -f -` transaction. A failed
-//!   transaction changes nothing in the kernel; the error carries nft's
-//!   message.
+//!   chains and map elements. A change of map elements only (most endpoint
+//!   changes) goes as one nf_tables netlink batch, with no `nft` process
+//!   (under a millisecond at 10k Services × 10 endpoints; see
+//!   [`Config::netlink`]); anything else is one `nft -f -` transaction.
+//!   Either is atomic: a failed transaction changes nothing in the kernel,
+//!   and the error carries nft's message or the kernel's errno.
 //!
 //! # Example
 //!
