@@ -151,6 +151,15 @@ impl NodeProjector {
     /// Brings the view to `snapshot` and returns the ops from the previous
     /// view to the new one. The first call returns the whole view as sets.
     pub fn update(&mut self, snapshot: &Snapshot) -> Vec<ViewOp> {
+        let mut ops = Vec::new();
+        self.advance(snapshot, Some(&mut ops));
+        ops
+    }
+
+    /// Brings the view to `snapshot`, appending the ops to `ops` when
+    /// given (a full round sends the whole view instead: at 10k × 10 the
+    /// list would be 110k ops built for nothing).
+    fn advance(&mut self, snapshot: &Snapshot, mut ops: Option<&mut Vec<ViewOp>>) {
         let affected = match &self.last {
             None => Affected::All,
             Some(last) => match snapshot.changed_since(last) {
@@ -161,9 +170,10 @@ impl NodeProjector {
             },
         };
 
-        let mut ops = Vec::new();
         let node = snapshot.node(&self.node_name).cloned();
-        node_ops(&self.view, node.as_ref(), &mut ops);
+        if let Some(ops) = ops.as_deref_mut() {
+            node_ops(&self.view, node.as_ref(), ops);
+        }
         let zone = node.as_ref().map_or("", |n| n.zone.as_str());
         let context = NodeContext {
             name: &self.node_name,
@@ -188,7 +198,9 @@ impl NodeProjector {
             if old.map(|o| &**o) == new.as_deref() {
                 continue;
             }
-            service_ops(old, new.as_ref(), &mut ops);
+            if let Some(ops) = ops.as_deref_mut() {
+                service_ops(old, new.as_ref(), ops);
+            }
             match new {
                 Some(new) => services.insert(name, new),
                 None => services.remove(&name),
@@ -200,7 +212,6 @@ impl NodeProjector {
             services,
         };
         self.last = Some(snapshot.clone());
-        ops
     }
 
     /// Brings the view to `snapshot` and drives `sink` through one round.
@@ -217,8 +228,9 @@ impl NodeProjector {
         snapshot: &Snapshot,
         sink: &mut S,
     ) -> Result<Option<SyncReport>, SinkError> {
-        let delta = self.update(snapshot);
         let full = self.needs_full;
+        let mut delta = Vec::new();
+        self.advance(snapshot, (!full).then_some(&mut delta));
         let mut count = 0;
         if full {
             // The whole view as sets, streamed: no list of ops is built.

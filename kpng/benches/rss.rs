@@ -7,6 +7,7 @@
 //! ```
 #![allow(unsafe_code, missing_docs, clippy::unwrap_used)]
 
+use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
@@ -14,11 +15,22 @@ use kpng_testkit::apiserver::{ApiServer, Reply, Resource, Script};
 use serde_json::json;
 
 fn main() {
-    let services: usize = std::env::args()
-        .skip_while(|a| a != "--services")
-        .nth(1)
+    let args: Vec<String> = std::env::args().collect();
+    let arg = |name: &str| args.iter().skip_while(|a| *a != name).nth(1).cloned();
+    let services: usize = arg("--services")
         .and_then(|n| n.parse().ok())
         .unwrap_or(10_000);
+    match arg("--serve") {
+        Some(kubeconfig) => serve(services, &kubeconfig),
+        None => measure(services),
+    }
+}
+
+/// The test apiserver, in a process of its own: a child's peak RSS as
+/// `wait4` reports it includes the RSS of the process it was spawned from
+/// (the kernel folds the old address space's high-water mark in at exec),
+/// so the parent must stay small, not hold 10k × 10 objects.
+fn serve(services: usize, kubeconfig: &str) {
     let mut script = Script::default();
     let mut svcs = Vec::new();
     let mut slices = Vec::new();
@@ -52,10 +64,31 @@ fn main() {
 
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let server = runtime.block_on(ApiServer::start(script));
+    std::fs::write(kubeconfig, server.kubeconfig()).unwrap();
+    println!("ready");
+    // Serve until the parent closes our stdin, then report the list calls.
+    let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+    let pages = server
+        .requests()
+        .iter()
+        .filter(|r| !r.contains("watch=true"))
+        .count();
+    println!("{pages}");
+}
+
+fn measure(services: usize) {
     let dir = std::env::temp_dir().join(format!("kpng-rss-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(&kubeconfig, server.kubeconfig()).unwrap();
+    let mut server = Command::new(std::env::current_exe().unwrap())
+        .args(["--services", &services.to_string(), "--serve"])
+        .arg(&kubeconfig)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "ready");
 
     let start = Instant::now();
     let child = Command::new(env!("CARGO_BIN_EXE_kpng"))
@@ -87,11 +120,9 @@ fn main() {
         "kpng kube ... to-nft --once --dry-run, {services} services x 10 endpoints from a test apiserver"
     );
     println!("peak RSS: {rss_mib:.1} MiB  [<= 64 MiB; kube-proxy: 260 MiB at 10k x 2]");
-    let pages = server
-        .requests()
-        .iter()
-        .filter(|r| !r.contains("watch=true"))
-        .count();
+    drop(server.stdin.take());
+    let pages = lines.next().unwrap().unwrap();
+    server.wait().unwrap();
     println!(
         "time to the first sync: {secs:.2} s ({pages} list requests, paged by the client's limit; decode, ingest, projection, rendering)"
     );

@@ -58,7 +58,7 @@ mod netlink;
 mod render;
 mod script;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::io::Write as _;
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -223,7 +223,6 @@ enum Mode {
 /// what the kernel holds.
 #[derive(Default)]
 struct FamilyState {
-    renders: BTreeMap<ServiceName, Render>,
     globals: Render,
     desired: Objects,
     applied: Option<Applied>,
@@ -254,6 +253,8 @@ pub struct NftBackend {
     config: Config,
     mode: Mode,
     view: NodeView,
+    /// The view as of the last render: what the desired objects hold.
+    rendered: NodeView,
     dirty: BTreeSet<ServiceName>,
     node_dirty: bool,
     full: bool,
@@ -282,6 +283,7 @@ impl NftBackend {
             config,
             mode: Mode::Apply,
             view: NodeView::default(),
+            rendered: NodeView::default(),
             dirty: BTreeSet::new(),
             node_dirty: true,
             full: true,
@@ -391,18 +393,24 @@ impl NftBackend {
                 state.desired.add(&state.globals, touched.as_deref_mut());
             }
             for name in &names {
-                if let Some(old) = state.renders.remove(name) {
+                // What a Service contributed is rendered again from the
+                // view it was rendered from (rendering is a pure function of
+                // the view and the settings), rather than kept: at 10k
+                // Services that saves a copy of every chain and element.
+                if let Some(old) = self.rendered.services.get(name).filter(|_| !full) {
+                    let old = render::service(old, family, &self.config);
                     state.desired.remove(&old, touched.as_deref_mut());
                 }
                 if let Some(view) = self.view.services.get(name) {
                     let new = render::service(view, family, &self.config);
                     state.desired.add(&new, touched.as_deref_mut());
-                    state.renders.insert(name.clone(), new);
                 }
             }
         }
         self.dirty.clear();
         self.node_dirty = false;
+        // An O(1) copy: the views share their Services.
+        self.rendered = self.view.clone();
         names.len()
     }
 
@@ -444,7 +452,7 @@ impl NftBackend {
                 }
                 None => {
                     batch = None;
-                    out.push_str(&table.full(&state.desired));
+                    table.full(&state.desired, &mut out);
                 }
             }
         }

@@ -392,10 +392,11 @@ impl Table<'_> {
         }
     }
 
-    /// A script that replaces the whole table with `objects`, atomically.
-    pub(crate) fn full(&self, objects: &Objects) -> String {
+    /// Appends to `out` the script that replaces the whole table with
+    /// `objects`, atomically (written in place: at 10k Services the script
+    /// is ~10 MB).
+    pub(crate) fn full(&self, objects: &Objects, out: &mut String) {
         let prefix = self.prefix();
-        let mut out = String::new();
         let _ = writeln!(
             out,
             "add table {prefix}\ndelete table {prefix}\nadd table {prefix}"
@@ -430,23 +431,22 @@ impl Table<'_> {
         // against the elements already in it, so rules that come after
         // 100k elements cost minutes, rules before them nothing.
         for (name, _, rules) in &bases {
-            self.rules(&mut out, name, rules);
+            self.rules(out, name, rules);
         }
         for pick in Pick::ALL {
             for n in 1..=capacity {
-                self.rules(&mut out, &pick.chain(n), &[self.pick_rule(pick, n)]);
+                self.rules(out, &pick.chain(n), &[self.pick_rule(pick, n)]);
             }
         }
         for (name, rules) in &shared {
-            self.rules(&mut out, name, rules);
+            self.rules(out, name, rules);
         }
         for (name, (rules, _)) in &objects.chains {
-            self.rules(&mut out, name, rules);
+            self.rules(out, name, rules);
         }
         for (map, elements) in &objects.elements {
-            self.elements(&mut out, "add", map, &holders(map, elements));
+            self.elements(out, "add", map, &holders(map, elements));
         }
-        out
     }
 
     /// A script that turns `applied` into `desired` for the touched names
