@@ -39,6 +39,19 @@ pub fn canonical_ip(field: &str, text: &str) -> Result<IpAddr> {
         })
 }
 
+/// Parses a comma-separated CIDR list as kube-proxy's flags take it
+/// (`10.244.0.0/16,fd00::/64`); blanks are skipped.
+///
+/// # Errors
+/// [`Error::InvalidAddress`] naming `field` and the bad entry.
+pub fn parse_cidr_list(field: &str, text: &str) -> Result<Vec<(IpAddr, u8)>> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(|t| canonical_cidr(field, t))
+        .collect()
+}
+
 /// Parses a CIDR prefix (`10.0.0.0/8`, `fd00::/64`), or a bare address taken
 /// as a host prefix, and returns its network address and length. Host bits
 /// are cleared, as Go's `net.ParseCIDR` does.

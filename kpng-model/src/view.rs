@@ -54,6 +54,30 @@ impl EndpointView {
     }
 }
 
+/// The targets (address, port) of `endpoints` for one Service port, in
+/// order; endpoints without that port are left out.
+pub fn port_targets<'a>(
+    endpoints: impl Iterator<Item = &'a EndpointView>,
+    port: &crate::v1::ServicePort,
+) -> Vec<(IpAddr, u16)> {
+    let protocol = Protocol::try_from(port.protocol).unwrap_or(Protocol::Tcp);
+    endpoints
+        .filter_map(|e| Some((e.ip, e.port(&port.name, protocol)?)))
+        .collect()
+}
+
+impl crate::v1::ServicePort {
+    /// The protocol as iptables and nft spell it (`tcp`, `udp`, `sctp`);
+    /// unspecified is TCP, as in Kubernetes. `None` for an unknown value.
+    pub fn protocol_name(&self) -> Option<&'static str> {
+        match Protocol::try_from(self.protocol).ok()? {
+            Protocol::Tcp | Protocol::Unspecified => Some("tcp"),
+            Protocol::Udp => Some("udp"),
+            Protocol::Sctp => Some("sctp"),
+        }
+    }
+}
+
 /// One Service as this node must program it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -65,7 +65,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use kpng_model::addr::canonical_cidr;
+use kpng_model::addr::parse_cidr_list;
 use kpng_model::view::{NodeView, ViewOp};
 use kpng_model::{IpFamily, ServiceName};
 use kpng_sink::{IncrementalSink, SinkError};
@@ -168,16 +168,13 @@ impl Config {
     /// # Errors
     /// [`Error::Config`] naming the flag and the bad value.
     pub fn parse_cidrs(field: &'static str, text: &str) -> Result<Vec<(IpAddr, u8)>, Error> {
-        text.split(',')
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-            .map(|t| {
-                canonical_cidr(field, t).map_err(|_| Error::Config {
-                    field,
-                    value: t.to_owned(),
-                })
-            })
-            .collect()
+        parse_cidr_list(field, text).map_err(|e| Error::Config {
+            field,
+            value: match e {
+                kpng_model::Error::InvalidAddress { value, .. } => value,
+                other => other.to_string(),
+            },
+        })
     }
 
     /// Runs nft in the network namespace `name` (`ip netns exec NAME nft`)

@@ -11,8 +11,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use kpng_model::addr::family_of;
-use kpng_model::v1::{Protocol, Service, ServicePort, ServiceType, TrafficPolicy};
-use kpng_model::view::ServiceView;
+use kpng_model::v1::{Service, ServicePort, ServiceType, TrafficPolicy};
+use kpng_model::view::{ServiceView, port_targets};
 use kpng_model::{IpFamily, ServiceName};
 
 use crate::Config;
@@ -126,14 +126,6 @@ impl Render {
     }
 }
 
-fn proto_name(p: &ServicePort) -> Option<&'static str> {
-    match Protocol::try_from(p.protocol).ok()? {
-        Protocol::Tcp | Protocol::Unspecified => Some("tcp"),
-        Protocol::Udp => Some("udp"),
-        Protocol::Sctp => Some("sctp"),
-    }
-}
-
 /// A stable, short, nft-safe id for one Service port: FNV-1a over the
 /// Service name, port name and protocol, in base 32. Chain names never carry
 /// user text.
@@ -151,24 +143,6 @@ pub(crate) fn port_id(name: &ServiceName, port: &ServicePort) -> String {
 
 fn sanitize_ip(ip: IpAddr) -> String {
     ip.to_string().replace(['.', ':'], "-")
-}
-
-/// The endpoint targets (address, port) for one Service port.
-fn targets<'a>(
-    endpoints: impl Iterator<Item = &'a kpng_model::view::EndpointView>,
-    port: &ServicePort,
-) -> Vec<(IpAddr, u16)> {
-    endpoints
-        .filter_map(|e| {
-            Some((
-                e.ip,
-                e.port(
-                    &port.name,
-                    Protocol::try_from(port.protocol).unwrap_or(Protocol::Tcp),
-                )?,
-            ))
-        })
-        .collect()
 }
 
 struct PortCtx<'a> {
@@ -458,7 +432,7 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &Config) -> 
         render.element(HAIRPIN, format!("{ip} . {ip}"));
     }
     for port in &svc.ports {
-        let (Some(proto), Ok(number)) = (proto_name(port), u16::try_from(port.port)) else {
+        let (Some(proto), Ok(number)) = (port.protocol_name(), u16::try_from(port.port)) else {
             continue;
         };
         let ctx = PortCtx {
@@ -468,8 +442,8 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &Config) -> 
             proto,
             port: number,
             affinity,
-            cluster: targets(view.cluster_endpoints(family), port),
-            local: targets(view.local_endpoints(family), port),
+            cluster: port_targets(view.cluster_endpoints(family), port),
+            local: port_targets(view.local_endpoints(family), port),
         };
         let node_port = u16::try_from(port.node_port)
             .ok()

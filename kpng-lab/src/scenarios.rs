@@ -1,35 +1,33 @@
-//! Real packets through the nftables backend, in network namespaces the
-//! tests create: a node that routes and runs the rules, endpoint pods with
-//! echo servers (they answer with their own address and the peer address
-//! they saw), a pod client and external clients. Run as root; otherwise
-//! each test prints SKIPPED and passes.
+//! The scenarios every backend must pass, with real packets.
+//!
+//! Each function builds its own [`Lab`] (a node, three endpoint pods: e1
+//! on this node, e2 and e3 elsewhere; a pod client on this node; two
+//! external clients; an upstream router that answers for every other
+//! address, so that a DROP shows as a timeout and a missing DROP as a
+//! refusal), loads manifests through the real ingest and node view, and
+//! checks what the packets do. Each test file calls them for its backend;
+//! a scenario prints SKIPPED and returns when the lab cannot run here.
 
-mod support;
+use crate::{Lab, LabBackend, Proxy, Settings, endpoints, settle};
 
-use kpng_backend_nft::Config;
-use support::{Lab, Proxy, endpoints, settle};
+/// Endpoint pod e1, on this node.
+pub const E1: &str = "10.244.1.10";
+/// Endpoint pod e2, on node-b.
+pub const E2: &str = "10.244.2.10";
+/// Endpoint pod e3, on node-c.
+pub const E3: &str = "10.244.3.10";
+/// A pod on this node that acts as a client.
+pub const POD_CLIENT: &str = "10.244.1.99";
+/// The node's IP on the external link.
+pub const NODE_IP: &str = "192.168.50.1";
+/// An external client inside the LB source ranges.
+pub const EXT_IN: &str = "203.0.113.10";
+/// An external client outside them.
+pub const EXT_OUT: &str = "198.51.100.77";
 
-const E1: &str = "10.244.1.10";
-const E2: &str = "10.244.2.10";
-const E3: &str = "10.244.3.10";
-const POD_CLIENT: &str = "10.244.1.99";
-const NODE_IP: &str = "192.168.50.1";
-const EXT_IN: &str = "203.0.113.10";
-const EXT_OUT: &str = "198.51.100.77";
-
-fn config() -> Config {
-    let mut config = Config::default();
-    config.cluster_cidrs = Config::parse_cidrs("--cluster-cidr", "10.244.0.0/16").expect("cidr");
-    config.service_cidrs = Config::parse_cidrs("--service-cidr", "10.96.0.0/16").expect("cidr");
-    config
-}
-
-/// The node, three endpoint pods (e1 on this node, e2 and e3 elsewhere),
-/// a pod client on this node, two external clients, and an upstream
-/// router that answers for every other address (so that a packet the
-/// rules let through is refused there, not lost: DROP is then visible as
-/// a timeout, and a missing DROP as a refusal).
-fn lab() -> Lab {
+/// The usual lab: the node, three endpoint pods, a pod client, two
+/// external clients and the upstream router.
+pub fn lab() -> Lab {
     let mut lab = Lab::new();
     lab.upstream();
     lab.host("ext", &[EXT_IN], &[NODE_IP]);
@@ -50,11 +48,12 @@ const NODES: &str = r#"
 "#;
 
 /// A Service and its one EndpointSlice; `eps` is YAML for the endpoints.
-fn service(name: &str, spec: &str, eps: &str) -> String {
+pub fn service(name: &str, spec: &str, eps: &str) -> String {
     service_with_status(name, spec, "{}", eps)
 }
 
-fn service_with_status(name: &str, spec: &str, status: &str, eps: &str) -> String {
+/// [`service`] with a status (load-balancer ingress).
+pub fn service_with_status(name: &str, spec: &str, status: &str, eps: &str) -> String {
     format!(
         r#"
 - apiVersion: v1
@@ -72,20 +71,23 @@ fn service_with_status(name: &str, spec: &str, status: &str, eps: &str) -> Strin
     )
 }
 
-fn manifest(items: &[String]) -> String {
+/// A List of the test node and `items`.
+pub fn manifest(items: &[String]) -> String {
     format!(
         "apiVersion: v1\nkind: List\nitems:{NODES}{}",
         items.concat()
     )
 }
 
-const ALL3: &str = "[{addresses: [10.244.1.10], nodeName: node-a}, {addresses: [10.244.2.10], nodeName: node-b}, {addresses: [10.244.3.10], nodeName: node-c}]";
+/// e1, e2 and e3, ready.
+pub const ALL3: &str = "[{addresses: [10.244.1.10], nodeName: node-a}, {addresses: [10.244.2.10], nodeName: node-b}, {addresses: [10.244.3.10], nodeName: node-c}]";
 
-#[test]
-fn cluster_ip_balancing_affinity_masquerade_hairpin_and_udp() {
-    require_lab!();
+/// ClusterIP: balancing over every endpoint, ClientIP affinity, no
+/// masquerade for pods, hairpin, UDP, masquerade from outside.
+pub fn cluster_ip_balancing_affinity_masquerade_hairpin_and_udp<B: LabBackend>() {
+    crate::require_lab!(B);
     let lab = lab();
-    let mut proxy = Proxy::new(&lab, config());
+    let mut proxy = Proxy::<B>::new(&lab, &Settings::lab());
     let spec = |ip: &str, extra: &str| {
         format!(
             "{{clusterIP: {ip}, ports: [{{name: http, port: 80, targetPort: 8080}}, {{name: dns, port: 53, protocol: UDP, targetPort: 5353}}]{extra}}}"
@@ -160,11 +162,12 @@ fn cluster_ip_balancing_affinity_masquerade_hairpin_and_udp() {
     );
 }
 
-#[test]
-fn external_traffic_nodeports_external_ips_and_load_balancers() {
-    require_lab!();
+/// NodePort, externalIPs and LB IPs: eTP Cluster and Local, source
+/// ranges, ipMode Proxy, DROP with no local endpoint, pod short-circuit.
+pub fn external_traffic_nodeports_external_ips_and_load_balancers<B: LabBackend>() {
+    crate::require_lab!(B);
     let lab = lab();
-    let mut proxy = Proxy::new(&lab, config());
+    let mut proxy = Proxy::<B>::new(&lab, &Settings::lab());
     let local_two = "[{addresses: [10.244.1.10], nodeName: node-a}, {addresses: [10.244.2.10], nodeName: node-b}]";
     proxy
         .load(&manifest(&[
@@ -229,11 +232,12 @@ fn external_traffic_nodeports_external_ips_and_load_balancers() {
     assert!(lines.iter().all(|l| l.ends_with(POD_CLIENT)), "{lines:?}");
 }
 
-#[test]
-fn traffic_policies_fallback_hints_reject_and_drop() {
-    require_lab!();
+/// iTP Local, terminating fallback, zone hints, REJECT with no endpoint
+/// or an unknown port, DROP of an unallocated Service address.
+pub fn traffic_policies_fallback_hints_reject_and_drop<B: LabBackend>() {
+    crate::require_lab!(B);
     let lab = lab();
-    let mut proxy = Proxy::new(&lab, config());
+    let mut proxy = Proxy::<B>::new(&lab, &Settings::lab());
     let port = "ports: [{name: http, port: 80, targetPort: 8080}]";
     proxy
         .load(&manifest(&[
@@ -278,86 +282,88 @@ fn traffic_policies_fallback_hints_reject_and_drop() {
     assert_eq!(lab.once("podc", "tcp", "10.96.0.99", 80), "TIMEOUT");
 }
 
-#[test]
-fn updates_move_services_and_a_failed_transaction_keeps_the_old_rules() {
-    require_lab!();
+/// NodePorts only on `--nodeport-addresses`, never on loopback.
+pub fn nodeports_listen_only_on_the_nodeport_addresses_never_on_loopback<B: LabBackend>() {
+    crate::require_lab!(B);
+    let mut lab = Lab::new();
+    lab.upstream();
+    // The node holds two addresses on the external link.
+    lab.host("ext", &[EXT_IN], &[NODE_IP, "192.168.50.2"]);
+    lab.host("e1", &[E1], &[]);
+    lab.serve("e1", E1);
+    let settings = Settings {
+        nodeport_addresses: Some("192.168.50.1/32".into()),
+        ..Settings::lab()
+    };
+    let mut proxy = Proxy::<B>::new(&lab, &settings);
+    proxy
+        .load(&manifest(&[service(
+            "np",
+            "{type: NodePort, clusterIP: 10.96.0.60, ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30090}]}",
+            "[{addresses: [10.244.1.10], nodeName: node-a}]",
+        )]))
+        .expect("sync");
+    settle();
+    assert!(
+        lab.once("ext", "tcp", NODE_IP, 30090).starts_with(E1),
+        "on the configured address"
+    );
+    assert!(
+        lab.once("ext", "tcp", "192.168.50.2", 30090)
+            .starts_with("REFUSED"),
+        "not on the other one"
+    );
+    // Never on loopback, even from the node itself.
+    assert!(
+        lab.once("node", "tcp", "127.0.0.1", 30090)
+            .starts_with("REFUSED")
+    );
+    assert!(
+        lab.once("node", "tcp", NODE_IP, 30090).starts_with(E1),
+        "the node reaches its own NodePort"
+    );
+}
+
+/// Updates: a Service moves to other endpoints in an incremental sync, a
+/// removed Service's address stops answering, a new one answers; two
+/// Services claiming one externalIP and port (the API allows it): one wins,
+/// the sync goes through, and the other takes over when the winner goes.
+pub fn updates_move_services_and_claims_take_over<B: LabBackend>() {
+    crate::require_lab!(B);
     let lab = lab();
-    let mut proxy = Proxy::new(&lab, config());
+    let mut proxy = Proxy::<B>::new(&lab, &Settings::lab());
     let port = "ports: [{name: http, port: 80, targetPort: 8080}]";
     let web = |eps: &str| service("web", &format!("{{clusterIP: 10.96.0.40, {port}}}"), eps);
     proxy.load(&manifest(&[web(ALL3)])).expect("sync");
+    assert!(proxy.backend.last_full(), "the first sync is full");
     settle();
-    assert_eq!(
-        endpoints(&lab.connect("podc", "tcp", "10.96.0.40", 80, 30)).len(),
-        3
-    );
+    let lines = lab.connect("podc", "tcp", "10.96.0.40", 80, 30);
+    assert_eq!(endpoints(&lines).len(), 3, "{lines:?}");
 
-    // Move the Service to e3 only: an incremental transaction, and the old
-    // endpoints are no longer reached.
+    // Move the Service to e3 only: incremental, old endpoints unreached.
     proxy
         .load(&manifest(&[web(
             "[{addresses: [10.244.3.10], nodeName: node-c}]",
         )]))
         .expect("sync");
-    assert!(!proxy.backend.last_sync().full, "incremental");
+    assert!(!proxy.backend.last_full(), "incremental");
     settle();
     let lines = lab.connect("podc", "tcp", "10.96.0.40", 80, 20);
     assert_eq!(endpoints(&lines), [E3.to_string()].into(), "{lines:?}");
 
-    // Break the kernel's copy behind the backend's back, then make an
-    // update that must delete that element: nft refuses the transaction,
-    // and nothing of it is applied (the new Service is not added). The
-    // newcomer has ClientIP affinity, whose own chains only nft can make
-    // (element-only changes go through netlink: tested below).
-    let node = lab.ns("node");
-    let status = std::process::Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &node,
-            "nft",
-            "delete",
-            "element",
-            "ip",
-            "kpng",
-            "service-ips",
-            "{ 10.96.0.40 . tcp . 80 }",
-        ])
-        .status()
-        .expect("nft");
-    assert!(status.success());
-    let newcomer = service(
-        "new",
-        &format!("{{clusterIP: 10.96.0.41, sessionAffinity: ClientIP, {port}}}"),
-        ALL3,
+    // Replace it by another Service: the old address becomes unallocated
+    // (dropped), the new one answers.
+    let other = service(
+        "other",
+        &format!("{{clusterIP: 10.96.0.41, {port}}}"),
+        "[{addresses: [10.244.2.10], nodeName: node-b}]",
     );
-    let err = proxy
-        .load(&manifest(std::slice::from_ref(&newcomer)))
-        .expect_err("nft refuses");
-    assert!(err.to_string().contains("nft transaction failed"), "{err}");
-    assert!(
-        !lab.ruleset().contains("10.96.0.41"),
-        "nothing of the failed transaction applied"
-    );
-    // Still an unallocated Service address to the kernel: dropped.
-    assert_eq!(lab.once("podc", "tcp", "10.96.0.41", 80), "TIMEOUT");
-
-    // The next sync is a full one and converges (one endpoint: affinity).
-    proxy.load(&manifest(&[newcomer])).expect("full resync");
-    assert!(proxy.backend.last_sync().full);
+    proxy.load(&manifest(&[other])).expect("sync");
+    assert!(!proxy.backend.last_full(), "incremental");
     settle();
-    assert_eq!(
-        endpoints(&lab.connect("podc", "tcp", "10.96.0.41", 80, 30)).len(),
-        1
-    );
-    assert!(
-        !lab.ruleset().contains("10.96.0.40 . tcp . 80"),
-        "stale Service removed"
-    );
+    assert_eq!(lab.once("podc", "tcp", "10.96.0.40", 80), "TIMEOUT");
+    assert!(lab.once("podc", "tcp", "10.96.0.41", 80).starts_with(E2));
 
-    // Two Services claiming one externalIP and port (the API allows it):
-    // one wins, the transaction goes through, and when the winner goes the
-    // other takes over.
     let claim = |name: &str, ip: &str, eps: &str| {
         service(
             name,
@@ -390,99 +396,19 @@ fn updates_move_services_and_a_failed_transaction_keeps_the_old_rules() {
     proxy
         .load(&manifest(&[loser]))
         .expect("incremental takeover");
-    assert!(!proxy.backend.last_sync().full);
+    assert!(!proxy.backend.last_full());
     settle();
     assert!(lab.once("ext", "tcp", "192.0.2.60", 80).starts_with(other));
 }
 
-#[test]
-fn endpoint_moves_go_as_one_netlink_batch_and_a_refused_batch_keeps_the_old_rules() {
-    require_lab!();
-    let lab = lab();
-    let mut proxy = Proxy::new(&lab, config());
-    let spec = "{type: NodePort, clusterIP: 10.96.0.60, externalIPs: [192.0.2.61], ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30060}]}";
-    let web = |eps: &str| service("web", spec, eps);
-    let e1_e2 = "[{addresses: [10.244.1.10], nodeName: node-a}, {addresses: [10.244.2.10], nodeName: node-b}]";
-    let e1_e3 = "[{addresses: [10.244.1.10], nodeName: node-a}, {addresses: [10.244.3.10], nodeName: node-c}]";
-    proxy.load(&manifest(&[web(e1_e2)])).expect("sync");
-    assert!(proxy.backend.last_sync().full);
-
-    // e2 is replaced by e3: same endpoint count, so only map elements
-    // change, and they go as one netlink batch, no nft process.
-    proxy.load(&manifest(&[web(e1_e3)])).expect("sync");
-    let stats = proxy.backend.last_sync().clone();
-    assert!(!stats.full && stats.netlink, "{stats:?}");
-    // nft reads back what the batch wrote as the script says it.
-    let ruleset = lab.ruleset();
-    for element in [
-        "10.96.0.60 . tcp . 80 . 1 : 10.244.3.10 . 8080",
-        "192.0.2.61 . tcp . 80 . 1 : 10.244.3.10 . 8080",
-        "tcp . 30060 . 1 : 10.244.3.10 . 8080",
-    ] {
-        assert!(ruleset.contains(element), "{element} in\n{ruleset}");
-    }
-    assert!(!ruleset.contains("10.244.2.10 . 8080"), "e2 gone");
-    settle();
-    for (client, addr, port) in [
-        ("podc", "10.96.0.60", 80),
-        ("ext", "192.0.2.61", 80),
-        ("ext", NODE_IP, 30060),
-    ] {
-        let lines = lab.connect(client, "tcp", addr, port, 30);
-        assert_eq!(
-            endpoints(&lines),
-            [E1, E3].map(String::from).into(),
-            "{addr}:{port} {lines:?}"
-        );
-    }
-
-    // Delete one of its elements behind the backend's back; the batch that
-    // must delete it again is refused by the kernel as a whole: the other
-    // maps keep e3 too.
-    let status = std::process::Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &lab.ns("node"),
-            "nft",
-            "delete",
-            "element",
-            "ip",
-            "kpng",
-            "np-cluster",
-            "{ tcp . 30060 . 1 }",
-        ])
-        .status()
-        .expect("nft");
-    assert!(status.success());
-    let err = proxy
-        .load(&manifest(&[web(e1_e2)]))
-        .expect_err("kernel refuses");
-    assert!(err.to_string().contains("netlink"), "{err}");
-    assert!(proxy.backend.last_sync().netlink);
-    let ruleset = lab.ruleset();
-    assert!(
-        ruleset.contains("10.96.0.60 . tcp . 80 . 1 : 10.244.3.10 . 8080"),
-        "nothing of the refused batch applied:\n{ruleset}"
-    );
-    assert!(!ruleset.contains("10.244.2.10 . 8080"));
-
-    // The next sync is a full one, through nft, and converges.
-    proxy.load(&manifest(&[web(e1_e2)])).expect("full resync");
-    let stats = proxy.backend.last_sync().clone();
-    assert!(stats.full && !stats.netlink, "{stats:?}");
-    settle();
-    let lines = lab.connect("podc", "tcp", "10.96.0.60", 80, 30);
-    assert_eq!(
-        endpoints(&lines),
-        [E1, E2].map(String::from).into(),
-        "{lines:?}"
-    );
-}
-
-#[test]
-fn dual_stack_families_are_programmed_each_on_their_own() {
-    require_lab!();
+/// Dual stack: each family programs only its own addresses; an IPv6
+/// endpoint move is incremental. `check` is called with the lab and the
+/// backend after the first sync (`"synced"`) and after the move
+/// (`"moved"`), for backend-specific assertions.
+pub fn dual_stack_families_are_programmed_each_on_their_own<B: LabBackend>(
+    check: impl Fn(&str, &Lab, &B),
+) {
+    crate::require_lab!(B);
     let mut lab = Lab::new();
     lab.upstream();
     lab.host("podc", &[POD_CLIENT, "fd00:244:1::99"], &[]);
@@ -492,14 +418,12 @@ fn dual_stack_families_are_programmed_each_on_their_own() {
     lab.serve("e1", "e1");
     lab.serve("e2", "e2");
     lab.serve("e3", "e3");
-    let mut config = config();
-    config
-        .cluster_cidrs
-        .extend(Config::parse_cidrs("--cluster-cidr", "fd00:244::/32").expect("cidr"));
-    config
-        .service_cidrs
-        .extend(Config::parse_cidrs("--service-cidr", "fd00:96::/112").expect("cidr"));
-    let mut proxy = Proxy::new(&lab, config);
+    let settings = Settings {
+        cluster_cidr: "10.244.0.0/16,fd00:244::/32".into(),
+        service_cidr: "10.96.0.0/16,fd00:96::/112".into(),
+        ..Settings::default()
+    };
+    let mut proxy = Proxy::<B>::new(&lab, &settings);
     let v6_slice = |other: &str| {
         format!(
             r#"
@@ -546,75 +470,19 @@ fn dual_stack_families_are_programmed_each_on_their_own() {
         v6.iter().all(|l| l.ends_with("fd00:244:1::99")),
         "pod address kept: {v6:?}"
     );
-    // The IPv6 table holds only IPv6 addresses, and the IPv4-only Service
-    // has no IPv6 rules.
-    let ruleset = lab.ruleset();
-    let v6_table = ruleset.split("table ip6 kpng").nth(1).unwrap_or_default();
-    assert!(
-        !v6_table.contains("10.96.0.5"),
-        "no IPv4 address in the IPv6 table"
-    );
-    assert!(v6_table.contains("fd00:96::50"));
     // An unallocated IPv6 Service address is dropped, like an IPv4 one.
     assert_eq!(lab.once("podc", "tcp", "fd00:96::99", 80), "TIMEOUT");
+    check("synced", &lab, &proxy.backend);
 
-    // An IPv6 endpoint moves (e2 to e3): one netlink batch of IPv6
-    // elements.
+    // An IPv6 endpoint moves (e2 to e3): an incremental sync.
     proxy.load(&state("fd00:244:3::10")).expect("sync");
-    let stats = proxy.backend.last_sync().clone();
-    assert!(!stats.full && stats.netlink, "{stats:?}");
-    assert!(
-        lab.ruleset()
-            .contains("fd00:96::50 . tcp . 80 . 1 : fd00:244:3::10 . 8080"),
-        "{}",
-        lab.ruleset()
-    );
+    assert!(!proxy.backend.last_full());
+    check("moved", &lab, &proxy.backend);
     settle();
     let v6 = lab.connect("podc", "tcp", "fd00:96::50", 80, 30);
     assert_eq!(
         endpoints(&v6),
         ["e1", "e3"].map(String::from).into(),
         "{v6:?}"
-    );
-}
-
-#[test]
-fn nodeports_listen_only_on_the_nodeport_addresses_never_on_loopback() {
-    require_lab!();
-    let mut lab = Lab::new();
-    lab.upstream();
-    // The node holds two addresses on the external link.
-    lab.host("ext", &[EXT_IN], &[NODE_IP, "192.168.50.2"]);
-    lab.host("e1", &[E1], &[]);
-    lab.serve("e1", E1);
-    let mut config = config();
-    config.nodeport_addresses =
-        Some(Config::parse_cidrs("--nodeport-addresses", "192.168.50.1/32").expect("cidr"));
-    let mut proxy = Proxy::new(&lab, config);
-    proxy
-        .load(&manifest(&[service(
-            "np",
-            "{type: NodePort, clusterIP: 10.96.0.60, ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30090}]}",
-            "[{addresses: [10.244.1.10], nodeName: node-a}]",
-        )]))
-        .expect("sync");
-    settle();
-    assert!(
-        lab.once("ext", "tcp", NODE_IP, 30090).starts_with(E1),
-        "on the configured address"
-    );
-    assert!(
-        lab.once("ext", "tcp", "192.168.50.2", 30090)
-            .starts_with("REFUSED"),
-        "not on the other one"
-    );
-    // Never on loopback, even from the node itself.
-    assert!(
-        lab.once("node", "tcp", "127.0.0.1", 30090)
-            .starts_with("REFUSED")
-    );
-    assert!(
-        lab.once("node", "tcp", NODE_IP, 30090).starts_with(E1),
-        "the node reaches its own NodePort"
     );
 }

@@ -3,21 +3,11 @@
 //! servers, and client namespaces. Everything is created by the test, named
 //! uniquely, and deleted on drop (also when the test fails).
 
-#![allow(dead_code, unreachable_pub)]
-
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use kpng_backend_nft::{Config, NftBackend};
-use kpng_diff::NodeProjector;
-use kpng_kube::{Ingest, IngestConfig, file};
-use kpng_store::Store;
-
 static NEXT: AtomicUsize = AtomicUsize::new(0);
-
-/// The node the proxy runs for, in manifests.
-pub const NODE: &str = "node-a";
 
 const SERVER: &str = r#"
 import socket, sys, threading
@@ -72,13 +62,13 @@ for _ in range(count):
     print(out, flush=True)
 "#;
 
-/// Why the lab cannot run here, if it cannot.
-pub fn unavailable() -> Option<String> {
+/// Why the lab cannot run here with `tools`, if it cannot.
+pub fn unavailable(tools: &[&str]) -> Option<String> {
     let uid = Command::new("id").arg("-u").output().ok()?;
     if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
         return Some("not root: network namespaces need root".into());
     }
-    for tool in ["ip", "nft", "python3"] {
+    for tool in ["ip", "python3"].iter().chain(tools) {
         let found = Command::new("sh")
             .args([
                 "-c",
@@ -94,18 +84,8 @@ pub fn unavailable() -> Option<String> {
     None
 }
 
-/// Skips the calling test, with a clear message, when the lab cannot run.
-#[macro_export]
-macro_rules! require_lab {
-    () => {
-        if let Some(why) = support::unavailable() {
-            eprintln!("SKIPPED: {why}");
-            return;
-        }
-    };
-}
-
-fn run(args: &[&str]) {
+/// Runs a command that must succeed.
+pub fn run(args: &[&str]) {
     let out = Command::new(args[0])
         .args(&args[1..])
         .output()
@@ -119,6 +99,7 @@ fn run(args: &[&str]) {
 
 /// One lab. Dropping it kills its servers and deletes its namespaces.
 pub struct Lab {
+    /// The prefix of its namespace names (unique per process and lab).
     pub prefix: String,
     namespaces: Vec<String>,
     servers: Vec<Child>,
@@ -138,6 +119,12 @@ impl Drop for Lab {
         for ns in &self.namespaces {
             let _ = Command::new("ip").args(["netns", "del", ns]).status();
         }
+    }
+}
+
+impl Default for Lab {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -368,47 +355,14 @@ impl Lab {
             .unwrap_or_default()
     }
 
-    /// A backend configuration that programs the node namespace, through
-    /// `nft` and netlink alike.
-    pub fn target(&self, config: Config) -> Config {
-        config.in_netns(&self.ns("node"))
-    }
-
-    /// `nft list table ip kpng` in the node namespace.
-    pub fn ruleset(&self) -> String {
+    /// Runs `args` in the node namespace; its standard output.
+    pub fn in_node(&self, args: &[&str]) -> String {
         let out = Command::new("ip")
-            .args(["netns", "exec", &self.ns("node"), "nft", "list", "ruleset"])
+            .args(["netns", "exec", &self.ns("node")])
+            .args(args)
             .output()
-            .expect("nft list");
+            .expect("spawn in the node namespace");
         String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-}
-
-/// The proxy under test: manifests in, nft rules out, in the lab's node.
-pub struct Proxy {
-    pub ingest: Ingest,
-    pub projector: NodeProjector,
-    pub backend: NftBackend,
-}
-
-impl Proxy {
-    pub fn new(lab: &Lab, config: Config) -> Self {
-        let config = lab.target(config);
-        Proxy {
-            ingest: Ingest::new(Store::new(), IngestConfig::for_node(NODE)),
-            projector: NodeProjector::new(NODE),
-            backend: NftBackend::new(config),
-        }
-    }
-
-    /// Loads a manifest (the whole state) and syncs the backend.
-    pub fn load(&mut self, yaml: &str) -> Result<(), kpng_sink::SinkError> {
-        let objects = file::parse_str("test.yaml", yaml).expect("valid manifest");
-        self.ingest.load(&objects);
-        let snapshot = self.ingest.reader().snapshot();
-        self.projector
-            .sync_into(&snapshot, &mut self.backend)
-            .map(|_| ())
     }
 }
 

@@ -1,0 +1,31 @@
+//! Each backend's figures, side by side in one run (as root):
+//!
+//! ```text
+//! cargo bench -p kpng-lab --bench backends [-- nft|iptables]
+//! ```
+#![allow(missing_docs)]
+
+use kpng_backend_iptables::IptablesBackend;
+use kpng_backend_nft::NftBackend;
+
+fn main() {
+    let only: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let wanted = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
+    if wanted("nft") {
+        kpng_lab::bench::run::<NftBackend>([
+            "<= 2000 ms; kube-proxy nft: ~9 min at 10k x 2",
+            "<= 10 ms, O(1); kube-proxy: 141 ms",
+            ">= 0.9",
+        ]);
+    }
+    if wanted("iptables") {
+        kpng_lab::bench::run::<IptablesBackend>([
+            "kube-proxy iptables: minutes at 10k, with partial syncs after",
+            "kube-proxy: rewrites the dispatch chains, O(services)",
+            "O(n) per new connection: expected well under 1",
+        ]);
+    }
+}

@@ -1,0 +1,206 @@
+//! The real-packet lab of kpng-rs: every backend, one set of scenarios.
+//!
+//! A [`Lab`] is a set of network namespaces a test creates (a node that
+//! routes and runs the backend's rules, endpoint pods with echo servers,
+//! clients, an upstream router) and deletes on drop. A [`Proxy`] drives a
+//! backend from manifests through the real ingest and node view into the
+//! lab's node namespace. The [`scenarios`] are written once against
+//! [`LabBackend`] and run by `tests/nft.rs` and `tests/iptables.rs` alike;
+//! `benches/backends.rs` prints the same figures for each backend.
+//!
+//! Not published: it is the workspace's test bench, not a library.
+
+pub mod bench;
+mod lab;
+pub mod scenarios;
+
+pub use lab::{Lab, endpoints, run, settle, unavailable};
+
+use kpng_backend_iptables::IptablesBackend;
+use kpng_backend_nft::NftBackend;
+use kpng_diff::NodeProjector;
+use kpng_kube::{Ingest, IngestConfig, file};
+use kpng_sink::{IncrementalSink, SinkError};
+use kpng_store::Store;
+
+/// The node the proxy runs for, in manifests.
+pub const NODE: &str = "node-a";
+
+/// Settings every backend takes, as kube-proxy's flags spell them.
+#[derive(Clone, Debug, Default)]
+pub struct Settings {
+    /// `--cluster-cidr`, comma-separated.
+    pub cluster_cidr: String,
+    /// `--service-cidr`, comma-separated.
+    pub service_cidr: String,
+    /// `--nodeport-addresses`, comma-separated; `None`: the node's IPs.
+    pub nodeport_addresses: Option<String>,
+    /// `--masquerade-all`.
+    pub masquerade_all: bool,
+}
+
+impl Settings {
+    /// The lab's usual networks: pods in 10.244.0.0/16, Services in
+    /// 10.96.0.0/16.
+    pub fn lab() -> Self {
+        Self {
+            cluster_cidr: "10.244.0.0/16".into(),
+            service_cidr: "10.96.0.0/16".into(),
+            ..Self::default()
+        }
+    }
+}
+
+/// A backend the lab can run.
+pub trait LabBackend: IncrementalSink + Sized {
+    /// Its name in reports.
+    const NAME: &'static str;
+    /// The commands it needs (checked before a lab starts).
+    const TOOLS: &'static [&'static str];
+    /// A backend that programs the lab's node namespace.
+    fn in_lab(lab: &Lab, settings: &Settings) -> Self;
+    /// Whether the last sync replaced everything (a full sync).
+    fn last_full(&self) -> bool;
+    /// How many commands (rules, elements) the last sync wrote.
+    fn last_commands(&self) -> usize;
+    /// Anything else worth reporting about the last sync.
+    fn last_note(&self) -> String {
+        String::new()
+    }
+    /// The rules as the kernel holds them in the lab's node namespace.
+    fn dump(lab: &Lab) -> String;
+    /// Removes everything the backend programmed in the lab's node.
+    fn clear(lab: &Lab);
+}
+
+impl LabBackend for NftBackend {
+    const NAME: &'static str = "nftables";
+    const TOOLS: &'static [&'static str] = &["nft"];
+
+    fn in_lab(lab: &Lab, settings: &Settings) -> Self {
+        use kpng_backend_nft::Config;
+        let mut config = Config::default();
+        config.cluster_cidrs =
+            Config::parse_cidrs("--cluster-cidr", &settings.cluster_cidr).expect("cidr");
+        config.service_cidrs =
+            Config::parse_cidrs("--service-cidr", &settings.service_cidr).expect("cidr");
+        config.nodeport_addresses = settings.nodeport_addresses.as_ref().map(|list| {
+            Config::parse_cidrs("--nodeport-addresses", list).expect("nodeport addresses")
+        });
+        config.masquerade_all = settings.masquerade_all;
+        NftBackend::new(config.in_netns(&lab.ns("node")))
+    }
+    fn last_full(&self) -> bool {
+        self.last_sync().full
+    }
+    fn last_commands(&self) -> usize {
+        self.last_sync().commands
+    }
+    fn last_note(&self) -> String {
+        if self.last_sync().netlink {
+            "as one netlink batch".into()
+        } else {
+            String::new()
+        }
+    }
+    fn dump(lab: &Lab) -> String {
+        lab.in_node(&["nft", "list", "ruleset"])
+    }
+    fn clear(lab: &Lab) {
+        for family in ["ip", "ip6"] {
+            lab.in_node(&["nft", "delete", "table", family, "kpng"]);
+        }
+    }
+}
+
+impl LabBackend for IptablesBackend {
+    const NAME: &'static str = "iptables";
+    const TOOLS: &'static [&'static str] = &["iptables-restore", "ip6tables-restore"];
+
+    fn in_lab(lab: &Lab, settings: &Settings) -> Self {
+        use kpng_backend_iptables::Config;
+        let mut config = Config::default();
+        config.cluster_cidrs =
+            Config::parse_cidrs("--cluster-cidr", &settings.cluster_cidr).expect("cidr");
+        config.service_cidrs =
+            Config::parse_cidrs("--service-cidr", &settings.service_cidr).expect("cidr");
+        config.nodeport_addresses = settings.nodeport_addresses.as_ref().map(|list| {
+            Config::parse_cidrs("--nodeport-addresses", list).expect("nodeport addresses")
+        });
+        config.masquerade_all = settings.masquerade_all;
+        IptablesBackend::new(config.in_netns(&lab.ns("node")))
+    }
+    fn last_full(&self) -> bool {
+        self.last_sync().full
+    }
+    fn last_commands(&self) -> usize {
+        self.last_sync().rules
+    }
+    fn last_note(&self) -> String {
+        format!("{} chains rewritten", self.last_sync().chains)
+    }
+    fn dump(lab: &Lab) -> String {
+        let mut out = lab.in_node(&["iptables-save"]);
+        out.push_str(&lab.in_node(&["ip6tables-save"]));
+        out
+    }
+    fn clear(lab: &Lab) {
+        for tool in ["iptables", "ip6tables"] {
+            for table in ["nat", "filter"] {
+                lab.in_node(&[tool, "-t", table, "-F"]);
+                lab.in_node(&[tool, "-t", table, "-X"]);
+            }
+        }
+    }
+}
+
+/// Skips the calling test, with a clear message, when the lab cannot run
+/// backend `$b` here (not root, or a tool missing).
+#[macro_export]
+macro_rules! require_lab {
+    ($b:ty) => {
+        if let Some(why) = $crate::unavailable(<$b as $crate::LabBackend>::TOOLS) {
+            eprintln!("SKIPPED: {why}");
+            return;
+        }
+    };
+}
+
+/// The proxy under test: manifests in, rules out, in the lab's node.
+pub struct Proxy<B> {
+    /// The ingest, holding the store.
+    pub ingest: Ingest,
+    /// The node view.
+    pub projector: NodeProjector,
+    /// The backend.
+    pub backend: B,
+}
+
+impl<B: LabBackend> Proxy<B> {
+    /// A proxy whose backend programs `lab`'s node with `settings`.
+    pub fn new(lab: &Lab, settings: &Settings) -> Self {
+        Self::with(B::in_lab(lab, settings))
+    }
+
+    /// A proxy around a backend made by the caller.
+    pub fn with(backend: B) -> Self {
+        Proxy {
+            ingest: Ingest::new(Store::new(), IngestConfig::for_node(NODE)),
+            projector: NodeProjector::new(NODE),
+            backend,
+        }
+    }
+
+    /// Loads a manifest (the whole state) and syncs the backend.
+    ///
+    /// # Errors
+    /// The backend's.
+    pub fn load(&mut self, yaml: &str) -> Result<(), SinkError> {
+        let objects = file::parse_str("test.yaml", yaml).expect("valid manifest");
+        self.ingest.load(&objects);
+        let snapshot = self.ingest.reader().snapshot();
+        self.projector
+            .sync_into(&snapshot, &mut self.backend)
+            .map(|_| ())
+    }
+}

@@ -1,0 +1,207 @@
+//! The nftables backend in the lab: the shared scenarios, then what only
+//! nftables has (netlink element batches, nft's own error on a refused
+//! transaction). Run as root; otherwise each test prints SKIPPED and
+//! passes.
+
+use kpng_backend_nft::NftBackend;
+use kpng_lab::scenarios::{self, ALL3, E1, E2, E3, NODE_IP, lab, manifest, service};
+use kpng_lab::{LabBackend, Proxy, Settings, endpoints, require_lab, settle};
+
+#[test]
+fn cluster_ip_balancing_affinity_masquerade_hairpin_and_udp() {
+    scenarios::cluster_ip_balancing_affinity_masquerade_hairpin_and_udp::<NftBackend>();
+}
+
+#[test]
+fn external_traffic_nodeports_external_ips_and_load_balancers() {
+    scenarios::external_traffic_nodeports_external_ips_and_load_balancers::<NftBackend>();
+}
+
+#[test]
+fn traffic_policies_fallback_hints_reject_and_drop() {
+    scenarios::traffic_policies_fallback_hints_reject_and_drop::<NftBackend>();
+}
+
+#[test]
+fn nodeports_listen_only_on_the_nodeport_addresses_never_on_loopback() {
+    scenarios::nodeports_listen_only_on_the_nodeport_addresses_never_on_loopback::<NftBackend>();
+}
+
+#[test]
+fn updates_move_services_and_claims_take_over() {
+    scenarios::updates_move_services_and_claims_take_over::<NftBackend>();
+}
+
+#[test]
+fn dual_stack_families_are_programmed_each_on_their_own() {
+    scenarios::dual_stack_families_are_programmed_each_on_their_own::<NftBackend>(
+        |stage, lab, backend| {
+            let ruleset = NftBackend::dump(lab);
+            let v6_table = ruleset.split("table ip6 kpng").nth(1).unwrap_or_default();
+            match stage {
+                "synced" => {
+                    // The IPv6 table holds only IPv6 addresses.
+                    assert!(!v6_table.contains("10.96.0.5"), "{v6_table}");
+                    assert!(v6_table.contains("fd00:96::50"));
+                }
+                _ => {
+                    // The IPv6 move went as one netlink batch.
+                    assert!(backend.last_sync().netlink, "{:?}", backend.last_sync());
+                    assert!(
+                        v6_table.contains("fd00:96::50 . tcp . 80 . 1 : fd00:244:3::10 . 8080"),
+                        "{v6_table}"
+                    );
+                }
+            }
+        },
+    );
+}
+
+/// A transaction nft refuses changes nothing; the next sync is full and
+/// converges. The refused change adds a Service with ClientIP affinity,
+/// whose own chains only nft can make (element-only changes go through
+/// netlink: tested below).
+#[test]
+fn a_failed_transaction_keeps_the_old_rules() {
+    require_lab!(NftBackend);
+    let lab = lab();
+    let mut proxy = Proxy::<NftBackend>::new(&lab, &Settings::lab());
+    let port = "ports: [{name: http, port: 80, targetPort: 8080}]";
+    let web = |eps: &str| service("web", &format!("{{clusterIP: 10.96.0.40, {port}}}"), eps);
+    proxy.load(&manifest(&[web(ALL3)])).expect("sync");
+    settle();
+
+    // Break the kernel's copy behind the backend's back, then make an
+    // update that must delete that element: nft refuses the transaction,
+    // and nothing of it is applied (the new Service is not added).
+    let node = lab.ns("node");
+    let status = std::process::Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &node,
+            "nft",
+            "delete",
+            "element",
+            "ip",
+            "kpng",
+            "service-ips",
+            "{ 10.96.0.40 . tcp . 80 }",
+        ])
+        .status()
+        .expect("nft");
+    assert!(status.success());
+    let newcomer = service(
+        "new",
+        &format!("{{clusterIP: 10.96.0.41, sessionAffinity: ClientIP, {port}}}"),
+        ALL3,
+    );
+    let err = proxy
+        .load(&manifest(std::slice::from_ref(&newcomer)))
+        .expect_err("nft refuses");
+    assert!(err.to_string().contains("nft transaction failed"), "{err}");
+    assert!(
+        !NftBackend::dump(&lab).contains("10.96.0.41"),
+        "nothing of the failed transaction applied"
+    );
+    // Still an unallocated Service address to the kernel: dropped.
+    assert_eq!(lab.once("podc", "tcp", "10.96.0.41", 80), "TIMEOUT");
+
+    // The next sync is a full one and converges (one endpoint: affinity).
+    proxy.load(&manifest(&[newcomer])).expect("full resync");
+    assert!(proxy.backend.last_full());
+    settle();
+    assert_eq!(
+        endpoints(&lab.connect("podc", "tcp", "10.96.0.41", 80, 30)).len(),
+        1
+    );
+    assert!(
+        !NftBackend::dump(&lab).contains("10.96.0.40 . tcp . 80"),
+        "stale Service removed"
+    );
+}
+
+#[test]
+fn endpoint_moves_go_as_one_netlink_batch_and_a_refused_batch_keeps_the_old_rules() {
+    require_lab!(NftBackend);
+    let lab = lab();
+    let mut proxy = Proxy::<NftBackend>::new(&lab, &Settings::lab());
+    let spec = "{type: NodePort, clusterIP: 10.96.0.60, externalIPs: [192.0.2.61], ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30060}]}";
+    let web = |eps: &str| service("web", spec, eps);
+    let e1_e2 = "[{addresses: [10.244.1.10], nodeName: node-a}, {addresses: [10.244.2.10], nodeName: node-b}]";
+    let e1_e3 = "[{addresses: [10.244.1.10], nodeName: node-a}, {addresses: [10.244.3.10], nodeName: node-c}]";
+    proxy.load(&manifest(&[web(e1_e2)])).expect("sync");
+    assert!(proxy.backend.last_sync().full);
+
+    // e2 is replaced by e3: same endpoint count, so only map elements
+    // change, and they go as one netlink batch, no nft process.
+    proxy.load(&manifest(&[web(e1_e3)])).expect("sync");
+    let stats = proxy.backend.last_sync().clone();
+    assert!(!stats.full && stats.netlink, "{stats:?}");
+    // nft reads back what the batch wrote as the script says it.
+    let ruleset = NftBackend::dump(&lab);
+    for element in [
+        "10.96.0.60 . tcp . 80 . 1 : 10.244.3.10 . 8080",
+        "192.0.2.61 . tcp . 80 . 1 : 10.244.3.10 . 8080",
+        "tcp . 30060 . 1 : 10.244.3.10 . 8080",
+    ] {
+        assert!(ruleset.contains(element), "{element} in\n{ruleset}");
+    }
+    assert!(!ruleset.contains("10.244.2.10 . 8080"), "e2 gone");
+    settle();
+    for (client, addr, port) in [
+        ("podc", "10.96.0.60", 80),
+        ("ext", "192.0.2.61", 80),
+        ("ext", NODE_IP, 30060),
+    ] {
+        let lines = lab.connect(client, "tcp", addr, port, 30);
+        assert_eq!(
+            endpoints(&lines),
+            [E1, E3].map(String::from).into(),
+            "{addr}:{port} {lines:?}"
+        );
+    }
+
+    // Delete one of its elements behind the backend's back; the batch that
+    // must delete it again is refused by the kernel as a whole: the other
+    // maps keep e3 too.
+    let status = std::process::Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &lab.ns("node"),
+            "nft",
+            "delete",
+            "element",
+            "ip",
+            "kpng",
+            "np-cluster",
+            "{ tcp . 30060 . 1 }",
+        ])
+        .status()
+        .expect("nft");
+    assert!(status.success());
+    let err = proxy
+        .load(&manifest(&[web(e1_e2)]))
+        .expect_err("kernel refuses");
+    assert!(err.to_string().contains("netlink"), "{err}");
+    assert!(proxy.backend.last_sync().netlink);
+    let ruleset = NftBackend::dump(&lab);
+    assert!(
+        ruleset.contains("10.96.0.60 . tcp . 80 . 1 : 10.244.3.10 . 8080"),
+        "nothing of the refused batch applied:\n{ruleset}"
+    );
+    assert!(!ruleset.contains("10.244.2.10 . 8080"));
+
+    // The next sync is a full one, through nft, and converges.
+    proxy.load(&manifest(&[web(e1_e2)])).expect("full resync");
+    let stats = proxy.backend.last_sync().clone();
+    assert!(stats.full && !stats.netlink, "{stats:?}");
+    settle();
+    let lines = lab.connect("podc", "tcp", "10.96.0.60", 80, 30);
+    assert_eq!(
+        endpoints(&lines),
+        [E1, E2].map(String::from).into(),
+        "{lines:?}"
+    );
+}
