@@ -37,3 +37,207 @@ fn dual_stack_families_are_programmed_each_on_their_own() {
         |_, _, _| {},
     );
 }
+
+use kpng_backend_iptables::{Config, Mode};
+use kpng_lab::scenarios::{ALL3, E1, E3, lab, manifest, service};
+use kpng_lab::{LabBackend, Proxy, Settings, endpoints, require_lab, settle};
+
+fn iptables_config(lab: &kpng_lab::Lab, mode: Option<Mode>) -> Config {
+    let mut config = Config::default();
+    config.cluster_cidrs = Config::parse_cidrs("--cluster-cidr", "10.244.0.0/16").expect("cidr");
+    config.service_cidrs = Config::parse_cidrs("--service-cidr", "10.96.0.0/16").expect("cidr");
+    config.mode = mode;
+    config.in_netns(&lab.ns("node"))
+}
+
+const PORT: &str = "ports: [{name: http, port: 80, targetPort: 8080}]";
+
+fn web(ip: &str, eps: &str) -> String {
+    service("web", &format!("{{clusterIP: {ip}, {PORT}}}"), eps)
+}
+
+/// With legacy rules already on the node, the mode is detected as legacy
+/// (kube-proxy's rule), the rules land there and not in nf_tables, and
+/// packets flow.
+#[test]
+fn the_mode_in_use_is_detected_and_legacy_works() {
+    require_lab!(IptablesBackend);
+    let lab = lab();
+    lab.in_node(&[
+        "iptables-legacy",
+        "-A",
+        "INPUT",
+        "-s",
+        "192.0.2.99",
+        "-j",
+        "ACCEPT",
+    ]);
+    let mut proxy = Proxy::with(IptablesBackend::new(iptables_config(&lab, None)));
+    proxy
+        .load(&manifest(&[web("10.96.0.70", ALL3)]))
+        .expect("sync");
+    assert_eq!(proxy.backend.mode(), Some(Mode::Legacy));
+    assert!(
+        lab.in_node(&["iptables-legacy-save"])
+            .contains(":KUBE-SERVICES")
+    );
+    assert!(
+        !lab.in_node(&["iptables-nft-save"])
+            .contains("KUBE-SERVICES")
+    );
+    settle();
+    let lines = lab.connect("podc", "tcp", "10.96.0.70", 80, 30);
+    assert_eq!(endpoints(&lines).len(), 3, "{lines:?}");
+}
+
+/// A partial sync rewrites the changed Service's chains only; chains and
+/// rules of others are never touched, and stale chains of ours (left by an
+/// earlier run) are removed by the first sync.
+#[test]
+fn partial_syncs_rewrite_only_changed_chains_and_others_rules_survive() {
+    require_lab!(IptablesBackend);
+    let lab = lab();
+    // Someone else's chain and rules, and a stale chain of an earlier run.
+    for args in [
+        &["iptables", "-t", "nat", "-N", "KUBE-KUBELET-CANARY"][..],
+        &["iptables", "-N", "VENDOR-FW"],
+        &[
+            "iptables",
+            "-A",
+            "VENDOR-FW",
+            "-s",
+            "192.0.2.66",
+            "-j",
+            "DROP",
+        ],
+        &["iptables", "-A", "FORWARD", "-j", "VENDOR-FW"],
+        &["iptables", "-t", "nat", "-N", "KUBE-SVC-STALESTALESTALE0"],
+    ] {
+        lab.in_node(args);
+    }
+    let mut proxy = Proxy::<IptablesBackend>::new(&lab, &Settings::lab());
+    let other = service(
+        "other",
+        &format!("{{clusterIP: 10.96.0.71, {PORT}}}"),
+        "[{addresses: [10.244.2.10], nodeName: node-b}]",
+    );
+    proxy
+        .load(&manifest(&[web("10.96.0.70", ALL3), other.clone()]))
+        .expect("sync");
+    assert!(proxy.backend.last_sync().full);
+    let saved = IptablesBackend::dump(&lab);
+    assert!(
+        !saved.contains("KUBE-SVC-STALESTALESTALE0"),
+        "stale chain removed"
+    );
+
+    // One endpoint goes: only that Service's balancing chain and the gone
+    // endpoint's chain change; the dispatch chains stay as they were.
+    proxy
+        .load(&manifest(&[
+            web(
+                "10.96.0.70",
+                "[{addresses: [10.244.1.10], nodeName: node-a}, {addresses: [10.244.3.10], nodeName: node-c}]",
+            ),
+            other,
+        ]))
+        .expect("sync");
+    let stats = proxy.backend.last_sync().clone();
+    assert!(
+        !stats.full && stats.chains == 2,
+        "{stats:?}\n{}",
+        proxy.backend.last_script()
+    );
+    assert!(!proxy.backend.last_script().contains("KUBE-SERVICES"));
+    settle();
+    let lines = lab.connect("podc", "tcp", "10.96.0.70", 80, 30);
+    assert_eq!(
+        endpoints(&lines),
+        [E1, E3].map(String::from).into(),
+        "{lines:?}"
+    );
+
+    // Everything goes: our chains are emptied, theirs stay.
+    proxy.load(&manifest(&[])).expect("sync");
+    let saved = IptablesBackend::dump(&lab);
+    for theirs in [
+        ":KUBE-KUBELET-CANARY",
+        ":VENDOR-FW",
+        "-A VENDOR-FW -s 192.0.2.66/32 -j DROP",
+        "-A FORWARD -j VENDOR-FW",
+    ] {
+        assert!(saved.contains(theirs), "{theirs} kept:\n{saved}");
+    }
+    assert!(!saved.contains("KUBE-SVC-"), "{saved}");
+}
+
+/// A restore the kernel refuses leaves the previous rules in place, in
+/// both tables (iptables-restore commits table by table: the backend puts
+/// back what the first table applied), and the retry converges once the
+/// cause is gone.
+#[test]
+fn a_refused_restore_keeps_the_old_rules_and_the_retry_converges() {
+    require_lab!(IptablesBackend);
+    let lab = lab();
+    let mut proxy = Proxy::<IptablesBackend>::new(&lab, &Settings::lab());
+    proxy
+        .load(&manifest(&[web("10.96.0.72", ALL3)]))
+        .expect("sync");
+    // Someone jumps to our Service chain: deleting it will be refused.
+    let saved = IptablesBackend::dump(&lab);
+    let svc_chain = saved
+        .lines()
+        .find_map(|l| l.strip_prefix(":KUBE-SVC-"))
+        .and_then(|l| l.split_whitespace().next())
+        .map(|s| format!("KUBE-SVC-{s}"))
+        .expect("a KUBE-SVC chain");
+    lab.in_node(&[
+        "iptables",
+        "-t",
+        "nat",
+        "-A",
+        "OUTPUT",
+        "-d",
+        "192.0.2.77",
+        "-j",
+        &svc_chain,
+    ]);
+
+    // The Service is replaced by another (filter and nat both change).
+    let newcomer = service(
+        "new",
+        &format!("{{clusterIP: 10.96.0.73, {PORT}}}"),
+        "[{addresses: [10.244.3.10], nodeName: node-c}]",
+    );
+    let err = proxy
+        .load(&manifest(std::slice::from_ref(&newcomer)))
+        .expect_err("restore refused");
+    assert!(err.to_string().contains("iptables"), "{err}");
+    settle();
+    // The old Service still works; the new one is not there: its address
+    // is still an unallocated one, dropped (not rejected, as the filter
+    // table's half of the change would have it).
+    let lines = lab.connect("podc", "tcp", "10.96.0.72", 80, 20);
+    assert_eq!(endpoints(&lines).len(), 3, "{lines:?}");
+    assert_eq!(lab.once("podc", "tcp", "10.96.0.73", 80), "TIMEOUT");
+    assert_eq!(lab.once("podc", "tcp", "10.96.0.73", 81), "TIMEOUT");
+
+    // The cause goes; the retry is a full sync and converges.
+    lab.in_node(&[
+        "iptables",
+        "-t",
+        "nat",
+        "-D",
+        "OUTPUT",
+        "-d",
+        "192.0.2.77",
+        "-j",
+        &svc_chain,
+    ]);
+    proxy.load(&manifest(&[newcomer])).expect("retry");
+    assert!(proxy.backend.last_sync().full);
+    settle();
+    assert!(lab.once("podc", "tcp", "10.96.0.73", 80).starts_with(E3));
+    assert_eq!(lab.once("podc", "tcp", "10.96.0.72", 80), "TIMEOUT");
+    assert!(!IptablesBackend::dump(&lab).contains(&svc_chain));
+}

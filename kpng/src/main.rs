@@ -5,6 +5,7 @@
 //! ```text
 //! kpng file [--input cluster.yaml] [--node N] [--watch] to-nft [--dry-run] [--once] [backend flags]
 //! kpng kube [--kubeconfig F] --node N to-nft [backend flags]
+//! kpng kube [--kubeconfig F] --node N to-iptables [--iptables-mode auto|nft|legacy] [backend flags]
 //! ```
 //!
 //! With no `--input`, `kpng file` reads the bundled sample cluster, so
@@ -16,6 +17,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use kpng_backend_iptables::{Config as IptablesConfig, IptablesBackend, Mode as IptablesMode};
 use kpng_backend_nft::{Config as NftConfig, NftBackend};
 use kpng_diff::{DriveConfig, NodeProjector, drive};
 use kpng_kube::watch::{NodeScope, WatchConfig};
@@ -77,12 +79,34 @@ struct KubeArgs {
 #[derive(Subcommand, Debug)]
 enum Sink {
     /// Program nftables (tables `ip kpng` and `ip6 kpng`).
-    ToNft(NftArgs),
+    ToNft(BackendArgs),
+    /// Program iptables and ip6tables in kube-proxy's layout.
+    ToIptables(IptablesArgs),
+}
+
+impl Sink {
+    fn args(&self) -> &BackendArgs {
+        match self {
+            Sink::ToNft(args) => args,
+            Sink::ToIptables(args) => &args.common,
+        }
+    }
 }
 
 #[derive(Args, Debug)]
-struct NftArgs {
-    /// Print the nft script instead of applying it.
+struct IptablesArgs {
+    /// Which iptables: `nft`, `legacy`, or `auto` (the one that already
+    /// holds rules, as kube-proxy picks).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "nft", "legacy"])]
+    iptables_mode: String,
+    #[command(flatten)]
+    common: BackendArgs,
+}
+
+/// The flags every backend takes, with kube-proxy's names.
+#[derive(Args, Debug)]
+struct BackendArgs {
+    /// Print the rules instead of applying them.
     #[arg(long)]
     dry_run: bool,
     /// Exit after the first successful sync (non-zero if it failed).
@@ -137,6 +161,8 @@ enum Error {
     #[error(transparent)]
     Nft(#[from] kpng_backend_nft::Error),
     #[error(transparent)]
+    Iptables(#[from] kpng_backend_iptables::Error),
+    #[error(transparent)]
     Sync(#[from] kpng_sink::SinkError),
     #[error("kubernetes client: {0}")]
     Kube(String),
@@ -163,24 +189,57 @@ fn hostname() -> String {
         .unwrap_or_else(|_| "localhost".into())
 }
 
-fn backend(args: &NftArgs) -> Result<NftBackend, Error> {
-    let mut config = NftConfig::default();
-    config.cluster_cidrs = NftConfig::parse_cidrs("--cluster-cidr", &args.cluster_cidr)?;
-    config.service_cidrs = NftConfig::parse_cidrs("--service-cidr", &args.service_cidr)?;
-    if let Some(list) = &args.nodeport_addresses {
-        config.nodeport_addresses = Some(NftConfig::parse_cidrs("--nodeport-addresses", list)?);
-    }
-    config.masquerade_all = args.masquerade_all;
-    config.masquerade_bit = args.masquerade_bit;
-    let backend = NftBackend::new(config);
-    Ok(if args.dry_run {
-        backend.dry_run()
-    } else {
-        backend
+/// The backend the command line asks for, wrapped to report each sync.
+fn backend(sink: &Sink) -> Result<Box<dyn IncrementalSink + Send>, Error> {
+    let args = sink.args();
+    Ok(match sink {
+        Sink::ToNft(_) => {
+            let mut config = NftConfig::default();
+            config.cluster_cidrs = NftConfig::parse_cidrs("--cluster-cidr", &args.cluster_cidr)?;
+            config.service_cidrs = NftConfig::parse_cidrs("--service-cidr", &args.service_cidr)?;
+            if let Some(list) = &args.nodeport_addresses {
+                config.nodeport_addresses =
+                    Some(NftConfig::parse_cidrs("--nodeport-addresses", list)?);
+            }
+            config.masquerade_all = args.masquerade_all;
+            config.masquerade_bit = args.masquerade_bit;
+            let backend = NftBackend::new(config);
+            let backend = if args.dry_run {
+                backend.dry_run()
+            } else {
+                backend
+            };
+            Box::new(Report(backend, args.dry_run))
+        }
+        Sink::ToIptables(ipt) => {
+            let mut config = IptablesConfig::default();
+            config.cluster_cidrs =
+                IptablesConfig::parse_cidrs("--cluster-cidr", &args.cluster_cidr)?;
+            config.service_cidrs =
+                IptablesConfig::parse_cidrs("--service-cidr", &args.service_cidr)?;
+            if let Some(list) = &args.nodeport_addresses {
+                config.nodeport_addresses =
+                    Some(IptablesConfig::parse_cidrs("--nodeport-addresses", list)?);
+            }
+            config.masquerade_all = args.masquerade_all;
+            config.masquerade_bit = args.masquerade_bit;
+            config.mode = match ipt.iptables_mode.as_str() {
+                "nft" => Some(IptablesMode::Nft),
+                "legacy" => Some(IptablesMode::Legacy),
+                _ => None,
+            };
+            let backend = IptablesBackend::new(config);
+            let backend = if args.dry_run {
+                backend.dry_run()
+            } else {
+                backend
+            };
+            Box::new(Report(backend, args.dry_run))
+        }
     })
 }
 
-fn drive_config(args: &NftArgs, once: bool) -> DriveConfig {
+fn drive_config(args: &BackendArgs, once: bool) -> DriveConfig {
     let mut config = DriveConfig::default();
     config.min_sync_period = args.min_sync_period;
     config.burst = args.sync_burst;
@@ -188,10 +247,35 @@ fn drive_config(args: &NftArgs, once: bool) -> DriveConfig {
     config
 }
 
+/// What a backend tells after a sync: its script, whether it was full, and
+/// how many commands it held.
+trait Reported: IncrementalSink {
+    fn script(&self) -> &str;
+    fn summary(&self) -> (bool, usize);
+}
+
+impl Reported for NftBackend {
+    fn script(&self) -> &str {
+        self.last_script()
+    }
+    fn summary(&self) -> (bool, usize) {
+        (self.last_sync().full, self.last_sync().commands)
+    }
+}
+
+impl Reported for IptablesBackend {
+    fn script(&self) -> &str {
+        self.last_script()
+    }
+    fn summary(&self) -> (bool, usize) {
+        (self.last_sync().full, self.last_sync().rules)
+    }
+}
+
 /// Prints each applied (or dry-run) script, and a summary, after a sync.
 struct Report<S>(S, bool);
 
-impl IncrementalSink for Report<NftBackend> {
+impl<B: Reported> IncrementalSink for Report<B> {
     fn reset(&mut self) {
         self.0.reset();
     }
@@ -200,22 +284,15 @@ impl IncrementalSink for Report<NftBackend> {
     }
     fn sync(&mut self, revision: u64) -> Result<(), kpng_sink::SinkError> {
         self.0.sync(revision)?;
-        let last = self.0.last_sync();
+        let (full, commands) = self.0.summary();
         if self.1 {
             // A closed pipe (`| head`) is not worth a panic.
             let _ = std::io::Write::write_all(
                 &mut std::io::stdout().lock(),
-                self.0.last_script().as_bytes(),
+                self.0.script().as_bytes(),
             );
         }
-        tracing::info!(
-            revision,
-            full = last.full,
-            commands = last.commands,
-            services = last.services,
-            micros = last.micros as u64,
-            "synced"
-        );
+        tracing::info!(revision, full, commands, "synced");
         Ok(())
     }
 }
@@ -223,7 +300,7 @@ impl IncrementalSink for Report<NftBackend> {
 async fn run(cli: Cli) -> Result<(), Error> {
     match cli.source {
         Source::File(args) => {
-            let Sink::ToNft(nft) = &args.sink;
+            let nft = args.sink.args();
             let node = args.node.clone().unwrap_or_else(|| {
                 if args.input.is_none() {
                     "node-a".into()
@@ -263,12 +340,12 @@ async fn run(cli: Cli) -> Result<(), Error> {
                 }
                 _ => Some(ingest),
             };
-            let mut sink = Report(backend(nft)?, nft.dry_run);
+            let mut sink = backend(&args.sink)?;
             let mut projector = NodeProjector::new(node.as_str());
-            Ok(drive(reader, &mut projector, &mut sink, &drive_config(nft, once)).await?)
+            Ok(drive(reader, &mut projector, &mut *sink, &drive_config(nft, once)).await?)
         }
         Source::Kube(args) => {
-            let Sink::ToNft(nft) = &args.sink;
+            let nft = args.sink.args();
             let client = match &args.kubeconfig {
                 Some(path) => {
                     let kubeconfig = kube::config::Kubeconfig::read_from(path)
@@ -292,12 +369,12 @@ async fn run(cli: Cli) -> Result<(), Error> {
             let mut watch = WatchConfig::default();
             watch.nodes = NodeScope::Only(args.node.clone());
             tokio::spawn(async move { kpng_kube::watch::run(client, &mut ingest, watch).await });
-            let mut sink = Report(backend(nft)?, nft.dry_run);
+            let mut sink = backend(&args.sink)?;
             let mut projector = NodeProjector::new(args.node.as_str());
             Ok(drive(
                 reader,
                 &mut projector,
-                &mut sink,
+                &mut *sink,
                 &drive_config(nft, nft.once),
             )
             .await?)

@@ -44,6 +44,43 @@ fn dry_run_on_the_bundled_sample_prints_the_ruleset_and_changes_nothing() {
 }
 
 #[test]
+fn to_iptables_dry_run_prints_restore_batches_in_kube_proxy_layout() {
+    let (code, stdout, stderr) = kpng(&[
+        "file",
+        "to-iptables",
+        "--dry-run",
+        "--cluster-cidr",
+        "10.244.0.0/16",
+        "--service-cidr",
+        "10.96.0.0/16",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.starts_with("*filter\n"), "{stdout}");
+    // kube-dns is dispatched to a KUBE-SVC chain; the endpoint-less
+    // checkout port is rejected in the filter table; the Proxy-mode LB IP
+    // is absent; both families are written.
+    assert!(
+        stdout.lines().any(|l| l.starts_with(
+            "-A KUBE-SERVICES -d 10.96.0.10/32 -p udp -m udp --dport 53 -j KUBE-SVC-"
+        )),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("-A KUBE-SERVICES -d 10.96.20.20/32 -p tcp -m tcp --dport 443 -j REJECT")
+    );
+    assert!(stdout.contains("-m statistic --mode random --probability 0.5000000000 -j KUBE-SEP-"));
+    assert!(
+        !stdout.contains("198.51.100.11"),
+        "ipMode Proxy is not programmed"
+    );
+    assert_eq!(stdout.matches("*nat\n").count(), 2, "IPv4 and IPv6");
+
+    let (code, _, stderr) = kpng(&["file", "to-iptables", "--iptables-mode", "nope"]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("--iptables-mode"), "{stderr}");
+}
+
+#[test]
 fn errors_are_one_clear_line() {
     let (code, stdout, stderr) = kpng(&[
         "file",

@@ -461,8 +461,13 @@ impl IptablesBackend {
         mode
     }
 
-    /// Writes and applies one family's batch.
-    fn sync_family(&mut self, i: usize, family: IpFamily, full: bool) -> Result<String, Error> {
+    /// Writes one family's batch, with what its chains held before.
+    fn prepare(
+        &mut self,
+        i: usize,
+        family: IpFamily,
+        full: bool,
+    ) -> Result<(Batch, BTreeMap<ChainKey, Vec<String>>), Error> {
         let existing = match (full, self.run) {
             (true, Run::Apply) => {
                 let mode = self.mode_or_detect();
@@ -471,17 +476,60 @@ impl IptablesBackend {
             _ => None,
         };
         let state = &self.families[i];
-        let mut stats = (0, 0);
-        let script = batch(state, full, existing.as_ref(), &mut stats);
-        self.last.rules += stats.0;
-        self.last.chains += stats.1;
-        if self.run == Run::Apply && stats.1 > 0 {
-            let mode = self.mode_or_detect();
-            let start = Instant::now();
-            restore(&self.config, family, mode, &script)?;
-            self.last.restore_micros += start.elapsed().as_micros();
+        let batch = batch(state, full, existing.as_ref());
+        let before = match (existing, state.applied.as_ref()) {
+            (Some(saved), _) => saved.owned,
+            (None, Some(applied)) => applied.clone(),
+            (None, None) => BTreeMap::new(),
+        };
+        Ok((batch, before))
+    }
+
+    /// Applies both families' batches; on a failure, puts back what was
+    /// applied of them.
+    fn apply_all(&mut self, full: bool) -> Result<String, Error> {
+        let mut batches = Vec::new();
+        for (i, family) in IpFamily::BOTH.into_iter().enumerate() {
+            batches.push((family, self.prepare(i, family, full)?));
         }
-        Ok(script)
+        let mut script = String::new();
+        for (_, (batch, _)) in &batches {
+            script.push_str(&batch.script);
+            self.last.rules += batch.rules;
+            self.last.chains += batch.written.len() + batch.deleted.len();
+        }
+        if self.run == Run::DryRun {
+            return Ok(script);
+        }
+        let mode = self.mode_or_detect();
+        let start = Instant::now();
+        let mut failure = None;
+        for (family, (batch, _)) in &batches {
+            if batch.script.is_empty() {
+                continue;
+            }
+            if let Err(e) = restore(&self.config, *family, mode, &batch.script) {
+                failure = Some(e);
+                break;
+            }
+        }
+        self.last.restore_micros = start.elapsed().as_micros();
+        match failure {
+            None => Ok(script),
+            Some(e) => {
+                for (family, (batch, before)) in &batches {
+                    let undo = batch.rollback(before);
+                    if undo.is_empty() {
+                        continue;
+                    }
+                    if let Err(undo_error) = restore(&self.config, *family, mode, &undo) {
+                        tracing::error!(error = %undo_error, ?family, "iptables rollback failed");
+                    }
+                }
+                self.last_script = script;
+                Err(e)
+            }
+        }
     }
 }
 
@@ -491,6 +539,8 @@ impl IptablesBackend {
 struct Saved {
     chains: BTreeSet<ChainKey>,
     rules: BTreeSet<(Table, String)>,
+    /// The rules of the chains this backend owns, as restore input.
+    owned: BTreeMap<ChainKey, Vec<String>>,
 }
 
 fn saved(config: &Config, family: IpFamily, mode: Mode) -> Result<Saved, Error> {
@@ -516,8 +566,16 @@ fn saved(config: &Config, family: IpFamily, mode: Mode) -> Result<Saved, Error> 
             if let Some(chain) = line.strip_prefix(':') {
                 let name = chain.split_whitespace().next().unwrap_or_default();
                 saved.chains.insert((t, name.to_owned()));
-            } else if line.starts_with("-A ") {
+            } else if let Some(rule) = line.strip_prefix("-A ") {
                 saved.rules.insert((t, line.to_owned()));
+                let (chain, rest) = rule.split_once(' ').unwrap_or((rule, ""));
+                if render::owned(chain) {
+                    saved
+                        .owned
+                        .entry((t, chain.to_owned()))
+                        .or_default()
+                        .push(rest.to_owned());
+                }
             }
         }
     }
@@ -549,18 +607,58 @@ fn detect(config: &Config) -> Mode {
     }
 }
 
+/// One family's `iptables-restore --noflush` input, and the chains it
+/// writes and deletes.
+#[derive(Debug, Default)]
+struct Batch {
+    script: String,
+    written: Vec<ChainKey>,
+    deleted: Vec<ChainKey>,
+    rules: usize,
+}
+
+impl Batch {
+    /// The input that puts every chain this batch touches back as
+    /// `before` had it. iptables-restore commits table by table, so a
+    /// batch refused in its second table has applied its first: this
+    /// undoes it. Chains `before` did not have are left empty, never
+    /// deleted (a hook may already jump to them); the next full sync
+    /// removes them.
+    fn rollback(&self, before: &BTreeMap<ChainKey, Vec<String>>) -> String {
+        let mut out = String::new();
+        for table in Table::ALL {
+            let chains: Vec<&ChainKey> = self
+                .written
+                .iter()
+                .chain(&self.deleted)
+                .filter(|k| k.0 == table)
+                .collect();
+            if chains.is_empty() {
+                continue;
+            }
+            let _ = writeln!(out, "*{}", table.name());
+            for (_, name) in &chains {
+                let _ = writeln!(out, ":{name} - [0:0]");
+            }
+            for key in &chains {
+                for rule in before.get(*key).into_iter().flatten() {
+                    let _ = writeln!(out, "-A {} {rule}", key.1);
+                }
+            }
+            out.push_str("COMMIT\n");
+        }
+        out
+    }
+}
+
 /// One family's `iptables-restore --noflush` input: per table, the chains
 /// to (re)write are declared (which flushes them) and refilled, and stale
 /// chains are flushed then deleted; on a full sync, missing hooks are
-/// inserted. `stats` counts (rules, chains).
-fn batch(
-    state: &FamilyState,
-    full: bool,
-    existing: Option<&Saved>,
-    stats: &mut (usize, usize),
-) -> String {
+/// inserted.
+fn batch(state: &FamilyState, full: bool, existing: Option<&Saved>) -> Batch {
     let applied = state.applied.as_ref().filter(|_| !full);
-    let mut out = String::new();
+    let mut result = Batch::default();
+    let out = &mut result.script;
     for table in Table::ALL {
         // Chains to write: all (full) or the touched ones that differ.
         let write: Vec<&ChainKey> = match applied {
@@ -629,7 +727,7 @@ fn batch(
         for key in &write {
             for rule in state.desired.get(*key).into_iter().flatten() {
                 let _ = writeln!(out, "-A {} {rule}", key.1);
-                stats.0 += 1;
+                result.rules += 1;
             }
         }
         for hook in &hooks {
@@ -638,10 +736,13 @@ fn batch(
         for name in &stale {
             let _ = writeln!(out, "-X {name}");
         }
-        stats.1 += write.len() + stale.len();
         out.push_str("COMMIT\n");
+        result.written.extend(write.into_iter().cloned());
+        result
+            .deleted
+            .extend(stale.into_iter().map(|name| (table, name.clone())));
     }
-    out
+    result
 }
 
 fn restore(config: &Config, family: IpFamily, mode: Mode, script: &str) -> Result<(), Error> {
@@ -702,38 +803,29 @@ impl IncrementalSink for IptablesBackend {
             ..SyncStats::default()
         };
         self.last.services = self.refresh();
-        let mut script = String::new();
-        let mut result = Ok(());
-        for (i, family) in IpFamily::BOTH.into_iter().enumerate() {
-            match self.sync_family(i, family, full) {
-                Ok(text) => {
-                    script.push_str(&text);
-                    let state = &mut self.families[i];
-                    match state.applied.as_mut().filter(|_| !full) {
-                        Some(applied) => {
-                            for key in std::mem::take(&mut state.touched) {
-                                match state.desired.get(&key) {
-                                    Some(rules) => applied.insert(key, rules.clone()),
-                                    None => applied.remove(&key),
-                                };
-                            }
-                        }
-                        None => {
-                            state.applied = Some(state.desired.clone());
-                            state.touched.clear();
+        let result = self.apply_all(full);
+        if let Ok(script) = &result {
+            self.last_script.clone_from(script);
+            for state in &mut self.families {
+                match state.applied.as_mut().filter(|_| !full) {
+                    Some(applied) => {
+                        for key in std::mem::take(&mut state.touched) {
+                            match state.desired.get(&key) {
+                                Some(rules) => applied.insert(key, rules.clone()),
+                                None => applied.remove(&key),
+                            };
                         }
                     }
-                }
-                Err(e) => {
-                    result = Err(e);
-                    break;
+                    None => {
+                        state.applied = Some(state.desired.clone());
+                        state.touched.clear();
+                    }
                 }
             }
         }
         self.last.micros = start.elapsed().as_micros();
-        self.last_script = script;
         match result {
-            Ok(()) => {
+            Ok(_) => {
                 self.full = false;
                 tracing::debug!(
                     revision,

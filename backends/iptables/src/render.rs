@@ -58,14 +58,19 @@ pub(crate) const POSTROUTING: &str = "KUBE-POSTROUTING";
 pub(crate) const MARK_MASQ: &str = "KUBE-MARK-MASQ";
 pub(crate) const FORWARD: &str = "KUBE-FORWARD";
 pub(crate) const PROXY_FIREWALL: &str = "KUBE-PROXY-FIREWALL";
+/// The live ClusterIPs (filter): reached only by traffic to the Service
+/// CIDR that the nat table did not rewrite, so the per-address rules cost
+/// nothing to other traffic.
+pub(crate) const CLUSTER_IPS: &str = "KUBE-CLUSTER-IPS";
 
 /// The dispatch chains, shared by every Service: each Service adds rules.
-pub(crate) const DISPATCH: [(Table, &str); 5] = [
+pub(crate) const DISPATCH: [(Table, &str); 6] = [
     (Table::Nat, SERVICES),
     (Table::Nat, NODEPORTS),
     (Table::Filter, SERVICES),
     (Table::Filter, EXTERNAL_SERVICES),
     (Table::Filter, PROXY_FIREWALL),
+    (Table::Filter, CLUSTER_IPS),
 ];
 
 /// Prefixes of the per-Service chains this backend owns.
@@ -88,6 +93,7 @@ pub(crate) fn owned(name: &str) -> bool {
             MARK_MASQ,
             FORWARD,
             PROXY_FIREWALL,
+            CLUSTER_IPS,
         ]
         .contains(&name)
 }
@@ -397,11 +403,17 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &Config) -> 
         }
     }
     // Unknown ports on a live ClusterIP: whatever the nat table left with
-    // that address is refused.
+    // that address is refused. Behind the Service-CIDR jump when there is
+    // one (see `globals`).
+    let chain = if Config::cidrs_of(&config.service_cidrs, family).is_empty() {
+        SERVICES
+    } else {
+        CLUSTER_IPS
+    };
     for ip in cluster_ips {
         render.push(
             Table::Filter,
-            SERVICES,
+            chain,
             format!("-d {} -j REJECT", host(ip, family)),
         );
     }
@@ -438,6 +450,11 @@ pub(crate) fn globals(config: &Config, family: IpFamily, node_ips: &[String]) ->
         render.push(Table::Nat, SERVICES, format!("-d {ip} -j {NODEPORTS}"));
     }
     for cidr in Config::cidrs_of(&config.service_cidrs, family) {
+        render.push(
+            Table::Filter,
+            SERVICES,
+            format!("-d {cidr} -j {CLUSTER_IPS}"),
+        );
         render.push(Table::Filter, SERVICES, format!("-d {cidr} -j DROP"));
     }
     render
