@@ -146,6 +146,37 @@ pub fn apply<'a>(
 }
 
 /// The README's examples, compiled and run as doctests.
+/// One difference between two revisions of a [`kpng_store::RevMap`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MapOp<K, V> {
+    /// The key now holds this value (created or changed).
+    Set(K, V),
+    /// The key went away.
+    Delete(K),
+}
+
+/// The ops that turn map revision `a` into `b`, in key order. Parts the
+/// two revisions share are skipped without being compared, so two
+/// revisions of one map diff in O(changes × log size).
+pub fn diff_maps<K, V>(
+    a: &kpng_store::MapSnapshot<K, V>,
+    b: &kpng_store::MapSnapshot<K, V>,
+) -> Vec<MapOp<K, V>>
+where
+    K: Ord + Clone,
+    V: Clone + PartialEq,
+{
+    use imbl::ordmap::DiffItem;
+    a.entries()
+        .diff(b.entries())
+        .map(|item| match item {
+            DiffItem::Add(k, v) => MapOp::Set(k.clone(), v.clone()),
+            DiffItem::Update { new: (k, v), .. } => MapOp::Set(k.clone(), v.clone()),
+            DiffItem::Remove(k, _) => MapOp::Delete(k.clone()),
+        })
+        .collect()
+}
+
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;

@@ -15,17 +15,23 @@ fn main() {
         .collect();
     let wanted = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
     if wanted("nft") {
-        kpng_lab::bench::run::<NftBackend>([
-            "<= 2000 ms; kube-proxy nft: ~9 min at 10k x 2",
-            "<= 10 ms, O(1); kube-proxy: 141 ms",
-            ">= 0.9",
-        ]);
+        kpng_lab::bench::run::<NftBackend>(
+            [
+                "<= 2000 ms; kube-proxy nft: ~9 min at 10k x 2",
+                "<= 10 ms, O(1); kube-proxy: 141 ms",
+                ">= 0.9",
+            ],
+            true,
+        );
     }
     if wanted("iptables") {
-        kpng_lab::bench::run::<IptablesBackend>([
-            "kube-proxy iptables: minutes at 10k, with partial syncs after",
-            "kube-proxy: rewrites the dispatch chains, O(services)",
-            "O(n) per new connection: expected well under 1",
-        ]);
+        kpng_lab::bench::run::<IptablesBackend>(
+            [
+                "kube-proxy iptables: minutes at 10k, with partial syncs after",
+                "kube-proxy: rewrites the dispatch chains, O(services)",
+                "O(n) per new connection: expected well under 1",
+            ],
+            false,
+        );
     }
 }

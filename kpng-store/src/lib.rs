@@ -51,11 +51,13 @@
 //! assert!(reader.snapshot().is_synced(Kind::Service));
 //! ```
 
+pub mod map;
 mod snapshot;
 mod state;
 mod store;
 
 pub use kpng_model::{Key, Kind, ServiceName, Value};
+pub use map::{MapSnapshot, MapTxn, RevMap};
 pub use snapshot::{Reader, Snapshot, SyncedKinds};
 pub use store::{Commit, Stats, Store, StoreConfig, Txn};
 

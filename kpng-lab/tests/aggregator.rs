@@ -1,0 +1,192 @@
+//! The aggregator with real nftables in a lab: a proxy and a firewall
+//! publish side by side. Run as root; otherwise each test prints SKIPPED
+//! and passes.
+
+use kpng_aggregator::nft::{Family, Fragment, Nft, Value, chain_key};
+use kpng_aggregator::{Aggregator, Error};
+use kpng_diff::MapOp;
+use kpng_lab::scenarios::{E1, EXT_IN, EXT_OUT, NODE_IP, POD_CLIENT};
+use kpng_lab::{Lab, settle, unavailable};
+
+fn lab() -> Option<Lab> {
+    if let Some(why) = unavailable(&["nft"]) {
+        eprintln!("SKIPPED: {why}");
+        return None;
+    }
+    let mut lab = Lab::new();
+    lab.upstream();
+    lab.host("ext", &[EXT_IN], &[NODE_IP]);
+    lab.host("ext2", &[EXT_OUT], &[]);
+    lab.host("podc", &[POD_CLIENT], &[]);
+    lab.host("e1", &[E1], &[]);
+    lab.serve("e1", E1);
+    Some(lab)
+}
+
+fn aggregator(lab: &Lab) -> Aggregator<Nft> {
+    let command = ["ip", "netns", "exec", &lab.ns("node"), "nft"].map(String::from);
+    Aggregator::new(Nft::new(command.to_vec()))
+}
+
+/// A minimal proxy's fragment: each VIP DNATed to e1.
+fn proxy(vips: &[&str]) -> Fragment {
+    let rules: Vec<String> = vips
+        .iter()
+        .map(|vip| format!("ip daddr {vip} tcp dport 80 dnat to {E1}:8080"))
+        .collect();
+    let mut f = Fragment::new();
+    f.table(Family::Ip, "kpng-proxy")
+        .base_chain(
+            "pre",
+            "nat",
+            "prerouting",
+            -100,
+            rules.iter().map(String::as_str),
+        )
+        .base_chain(
+            "out",
+            "nat",
+            "output",
+            -100,
+            rules.iter().map(String::as_str),
+        );
+    f
+}
+
+/// A vendor firewall's fragment: drop forwarded traffic from `sources`.
+fn firewall(sources: &[&str]) -> Fragment {
+    let mut f = Fragment::new();
+    let mut t = f.table(Family::Inet, "vendor-fw");
+    t.set("blocked", "type ipv4_addr").base_chain(
+        "forward",
+        "filter",
+        "forward",
+        0,
+        ["ip saddr @blocked drop"],
+    );
+    for s in sources {
+        t.element("blocked", s);
+    }
+    f
+}
+
+#[test]
+fn a_proxy_and_a_firewall_coexist_and_stay_isolated() {
+    let Some(lab) = lab() else { return };
+    let mut agg = aggregator(&lab);
+    agg.publish("proxy", proxy(&["10.96.0.10"])).expect("proxy");
+    agg.publish("firewall", firewall(&[EXT_OUT]))
+        .expect("firewall");
+    let report = agg.flush();
+    assert_eq!(report.transactions, 1, "{report:?}");
+    assert!(report.refused.is_empty(), "{report:?}");
+    settle();
+    // The proxy serves; the firewall drops its one source.
+    assert_eq!(
+        lab.once("ext", "tcp", "10.96.0.10", 80),
+        format!("{E1} {EXT_IN}")
+    );
+    assert_eq!(lab.once("ext2", "tcp", "10.96.0.10", 80), "TIMEOUT");
+
+    // The proxy cannot delete the firewall's chain, nor publish into its
+    // table; the firewall's rules stay.
+    let err = agg
+        .publish_delta(
+            "proxy",
+            [MapOp::Delete(chain_key(
+                Family::Inet,
+                "vendor-fw",
+                "forward",
+            ))],
+        )
+        .expect_err("not the proxy's");
+    assert!(
+        matches!(&err, Error::Conflict { owner, .. } if owner == "firewall"),
+        "{err}"
+    );
+    let mut grab = proxy(&["10.96.0.10"]);
+    grab.table(Family::Inet, "vendor-fw")
+        .chain("forward", None, ["accept"]);
+    assert!(matches!(
+        agg.publish("proxy", grab),
+        Err(Error::Conflict { .. })
+    ));
+    assert_eq!(agg.flush().transactions, 0, "nothing changed");
+    assert_eq!(lab.once("ext2", "tcp", "10.96.0.10", 80), "TIMEOUT");
+
+    // A restarted firewall publishes its state again: no transaction, and
+    // the proxy is not disturbed. Removing the firewall touches only its
+    // table.
+    assert_eq!(
+        agg.publish("firewall", firewall(&[EXT_OUT])).expect("same"),
+        None
+    );
+    assert_eq!(agg.flush().transactions, 0);
+    agg.remove("firewall");
+    let report = agg.flush();
+    assert_eq!(report.transactions, 1);
+    let script = agg.subsystem().last_script().to_owned();
+    assert!(!script.contains("kpng-proxy"), "{script}");
+    settle();
+    assert_eq!(
+        lab.once("ext2", "tcp", "10.96.0.10", 80),
+        format!("{E1} {EXT_OUT}")
+    );
+    // Back again: one transaction, the drop returns, the proxy serves on.
+    agg.publish("firewall", firewall(&[EXT_OUT]))
+        .expect("firewall");
+    assert_eq!(agg.flush().transactions, 1);
+    settle();
+    assert_eq!(lab.once("ext2", "tcp", "10.96.0.10", 80), "TIMEOUT");
+    assert_eq!(
+        lab.once("ext", "tcp", "10.96.0.10", 80),
+        format!("{E1} {EXT_IN}")
+    );
+}
+
+#[test]
+fn a_publication_the_kernel_refuses_is_rolled_back_while_others_land() {
+    let Some(lab) = lab() else { return };
+    let mut agg = aggregator(&lab);
+    agg.publish("proxy", proxy(&["10.96.0.10"])).expect("proxy");
+    agg.publish("firewall", firewall(&[EXT_OUT]))
+        .expect("firewall");
+    agg.flush();
+
+    // Both publish; the firewall's new rule passes the aggregator's checks
+    // but not the kernel's (no such address).
+    agg.publish("proxy", proxy(&["10.96.0.10", "10.96.0.11"]))
+        .expect("proxy update");
+    let mut bad = firewall(&[EXT_OUT]);
+    bad.table(Family::Inet, "vendor-fw").base_chain(
+        "forward",
+        "filter",
+        "forward",
+        0,
+        ["ip saddr 300.1.2.3 drop"],
+    );
+    agg.publish("firewall", bad)
+        .expect("passes the aggregator's checks");
+    let report = agg.flush();
+    assert_eq!(report.applied, vec!["proxy".to_string()], "{report:?}");
+    assert_eq!(report.refused.len(), 1, "{report:?}");
+    assert_eq!(report.refused[0].0, "firewall");
+    assert!(agg.refusal("firewall").is_some());
+    // The firewall's state is rolled back to what is applied.
+    let published = agg.published("firewall").expect("firewall");
+    let forward = published
+        .get(&chain_key(Family::Inet, "vendor-fw", "forward"))
+        .expect("chain");
+    assert!(
+        matches!(forward, Value::Chain { rules, .. } if rules == &["ip saddr @blocked drop"]),
+        "{forward:?}"
+    );
+    settle();
+    // The proxy's update landed; the firewall's old rule still drops.
+    assert_eq!(
+        lab.once("ext", "tcp", "10.96.0.11", 80),
+        format!("{E1} {EXT_IN}")
+    );
+    assert_eq!(lab.once("ext2", "tcp", "10.96.0.11", 80), "TIMEOUT");
+    assert_eq!(agg.flush().transactions, 0, "nothing left to do");
+}
