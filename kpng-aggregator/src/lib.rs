@@ -433,9 +433,10 @@ impl<S: Subsystem> Aggregator<S> {
 /// Flushes `aggregator` whenever `changed` fires, at most as `limiter`
 /// allows: a burst of publications collapses into one transaction. Returns
 /// when `changed` closes. The aggregator sits behind a mutex that
-/// producers' publish calls share.
+/// producers' publish calls share (held only for a publish or a flush,
+/// never across an await).
 pub async fn run<S: Subsystem + Send>(
-    aggregator: std::sync::Arc<tokio::sync::Mutex<Aggregator<S>>>,
+    aggregator: std::sync::Arc<std::sync::Mutex<Aggregator<S>>>,
     mut changed: tokio::sync::mpsc::Receiver<()>,
     mut limiter: kpng_diff::SyncLimiter,
 ) where
@@ -446,7 +447,13 @@ pub async fn run<S: Subsystem + Send>(
         limiter.acquire().await;
         // Everything published meanwhile goes in this flush.
         while changed.try_recv().is_ok() {}
-        let report = aggregator.lock().await.flush();
+        let report = match aggregator.lock() {
+            Ok(mut aggregator) => aggregator.flush(),
+            Err(_) => {
+                tracing::error!("the aggregator's lock is poisoned; stopping");
+                return;
+            }
+        };
         for (producer, why) in &report.refused {
             tracing::warn!(%producer, %why, "publication refused by the kernel");
         }

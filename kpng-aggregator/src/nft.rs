@@ -101,8 +101,14 @@ pub struct Hook {
 /// The content of a published object.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Value {
-    /// A table.
-    Table,
+    /// A table. A new `epoch` replaces the table whole (deleted and made
+    /// again with its content, in one transaction): a producer that lost
+    /// track of the kernel (after a failure, or for what nft cannot change
+    /// in place) asks for it this way.
+    Table {
+        /// The table's generation.
+        epoch: u64,
+    },
     /// A chain: its hook if it is a base chain, and its rules in order.
     Chain {
         /// The hook of a base chain.
@@ -147,7 +153,7 @@ impl Fragment {
                 table: table.clone(),
                 object: Object::Table,
             },
-            Value::Table,
+            Value::Table { epoch: 0 },
         );
         TableBuilder {
             fragment: self,
@@ -163,6 +169,11 @@ impl From<Fragment> for imbl::OrdMap<Key, Value> {
 }
 
 impl TableBuilder<'_> {
+    /// Sets the table's epoch (see [`Value::Table`]).
+    pub fn epoch(&mut self, epoch: u64) -> &mut Self {
+        self.insert(Object::Table, Value::Table { epoch })
+    }
+
     fn insert(&mut self, object: Object, value: Value) -> &mut Self {
         self.fragment.entries.insert(
             Key {
@@ -267,6 +278,19 @@ fn check_text(what: &str, text: &str, extra: &[char]) -> Result<(), String> {
     }
 }
 
+fn check_decl(set: &str, decl: &str) -> Result<(), String> {
+    match decl
+        .chars()
+        .find(|c| ['\n', '\r', '#', '{', '}'].contains(c))
+    {
+        Some(c) => Err(format!(
+            "declaration of set {set} {decl:?}: {c:?} is not allowed"
+        )),
+        None if decl.trim().is_empty() => Err(format!("declaration of set {set} is empty")),
+        None => Ok(()),
+    }
+}
+
 /// The nftables subsystem: applies with `nft -f -`.
 #[derive(Debug)]
 pub struct Nft {
@@ -361,6 +385,7 @@ fn script(
         let changed_kind = match (before.get(key), new) {
             (Some(Value::Chain { hook: old, .. }), Value::Chain { hook, .. }) => old != hook,
             (Some(Value::Set(old)), Value::Set(decl)) => old != decl,
+            (Some(Value::Table { epoch: old }), Value::Table { epoch }) => old != epoch,
             _ => false,
         };
         if changed_kind {
@@ -395,6 +420,7 @@ fn script(
             }
             (Object::Set(name), Value::Set(decl)) => {
                 let kind = if decl.contains(" : ") { "map" } else { "set" };
+                let decl = decl.trim_end().trim_end_matches(';');
                 out.push_str(&format!(
                     "add {kind} {} {name} {{ {decl}; }}\n",
                     t(&k.table)
@@ -425,14 +451,8 @@ fn script(
             }
         }
     }
-    for (k, _) in &sets {
-        if let Object::Element(set, element) = &k.object {
-            out.push_str(&format!(
-                "add element {} {set} {{ {element} }}\n",
-                t(&k.table)
-            ));
-        }
-    }
+    // Deletes first: a map element whose value changed is a delete and an
+    // add of the same key.
     for k in &deletes {
         if doomed(k) {
             continue;
@@ -447,6 +467,14 @@ fn script(
                     t(&k.table)
                 ));
             }
+        }
+    }
+    for (k, _) in &sets {
+        if let Object::Element(set, element) = &k.object {
+            out.push_str(&format!(
+                "add element {} {set} {{ {element} }}\n",
+                t(&k.table)
+            ));
         }
     }
     for k in &deletes {
@@ -488,7 +516,7 @@ impl Subsystem for Nft {
                 return Err(format!("{} is used but not published", key.table));
             }
             match (&key.object, value) {
-                (Object::Table, Value::Table) => {}
+                (Object::Table, Value::Table { .. }) => {}
                 (Object::Chain(name), Value::Chain { hook, rules }) => {
                     check_name("chain", name)?;
                     if let Some(h) = hook {
@@ -502,7 +530,9 @@ impl Subsystem for Nft {
                 }
                 (Object::Set(name), Value::Set(decl)) => {
                     check_name("set", name)?;
-                    check_text(&format!("declaration of set {name}"), decl, &['{', '}'])?;
+                    // A declaration may hold `;` (`type ipv4_addr; flags
+                    // interval`): it sits inside braces it cannot close.
+                    check_decl(name, decl)?;
                 }
                 (Object::Element(set, element), Value::Element) => {
                     if !declared(Object::Set(set.clone())) {

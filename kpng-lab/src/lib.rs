@@ -118,17 +118,7 @@ impl LabBackend for IptablesBackend {
     const TOOLS: &'static [&'static str] = &["iptables-restore", "ip6tables-restore"];
 
     fn in_lab(lab: &Lab, settings: &Settings) -> Self {
-        use kpng_backend_iptables::Config;
-        let mut config = Config::default();
-        config.cluster_cidrs =
-            Config::parse_cidrs("--cluster-cidr", &settings.cluster_cidr).expect("cidr");
-        config.service_cidrs =
-            Config::parse_cidrs("--service-cidr", &settings.service_cidr).expect("cidr");
-        config.nodeport_addresses = settings.nodeport_addresses.as_ref().map(|list| {
-            Config::parse_cidrs("--nodeport-addresses", list).expect("nodeport addresses")
-        });
-        config.masquerade_all = settings.masquerade_all;
-        IptablesBackend::new(config.in_netns(&lab.ns("node")))
+        iptables_in_lab(lab, settings, iptables_mode())
     }
     fn last_full(&self) -> bool {
         self.last_sync().full
@@ -140,17 +130,123 @@ impl LabBackend for IptablesBackend {
         format!("{} chains rewritten", self.last_sync().chains)
     }
     fn dump(lab: &Lab) -> String {
-        let mut out = lab.in_node(&["iptables-save"]);
-        out.push_str(&lab.in_node(&["ip6tables-save"]));
-        out
+        iptables_dump(lab, iptables_word())
     }
     fn clear(lab: &Lab) {
-        for tool in ["iptables", "ip6tables"] {
-            for table in ["nat", "filter"] {
-                lab.in_node(&[tool, "-t", table, "-F"]);
-                lab.in_node(&[tool, "-t", table, "-X"]);
-            }
+        iptables_clear(lab, iptables_word());
+    }
+}
+
+/// The iptables backend forced to iptables-legacy, so the scenarios run
+/// against both modes in one test run.
+#[derive(Debug)]
+pub struct LegacyIptables(pub IptablesBackend);
+
+impl IncrementalSink for LegacyIptables {
+    fn reset(&mut self) {
+        self.0.reset();
+    }
+    kpng_sink::callbacks_as_ops!(absorb);
+    fn apply(&mut self, op: &kpng_model::view::ViewOp) -> Result<(), SinkError> {
+        self.0.apply(op)
+    }
+    fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
+        self.0.sync(revision)
+    }
+}
+
+impl LegacyIptables {
+    fn absorb(&mut self, op: &kpng_model::view::ViewOp) {
+        // Buffered; errors surface at sync.
+        let _ = self.0.apply(op);
+    }
+}
+
+impl LabBackend for LegacyIptables {
+    const NAME: &'static str = "iptables-legacy";
+    const TOOLS: &'static [&'static str] = &["iptables-legacy-restore", "ip6tables-legacy-restore"];
+
+    fn in_lab(lab: &Lab, settings: &Settings) -> Self {
+        Self(iptables_in_lab(
+            lab,
+            settings,
+            Some(kpng_backend_iptables::Mode::Legacy),
+        ))
+    }
+    fn last_full(&self) -> bool {
+        self.0.last_full()
+    }
+    fn last_commands(&self) -> usize {
+        self.0.last_commands()
+    }
+    fn last_note(&self) -> String {
+        self.0.last_note()
+    }
+    fn dump(lab: &Lab) -> String {
+        iptables_dump(lab, "legacy")
+    }
+    fn clear(lab: &Lab) {
+        iptables_clear(lab, "legacy");
+    }
+}
+
+fn iptables_in_lab(
+    lab: &Lab,
+    settings: &Settings,
+    mode: Option<kpng_backend_iptables::Mode>,
+) -> IptablesBackend {
+    {
+        use kpng_backend_iptables::Config;
+        let mut config = Config::default();
+        config.cluster_cidrs =
+            Config::parse_cidrs("--cluster-cidr", &settings.cluster_cidr).expect("cidr");
+        config.service_cidrs =
+            Config::parse_cidrs("--service-cidr", &settings.service_cidr).expect("cidr");
+        config.nodeport_addresses = settings.nodeport_addresses.as_ref().map(|list| {
+            Config::parse_cidrs("--nodeport-addresses", list).expect("nodeport addresses")
+        });
+        config.masquerade_all = settings.masquerade_all;
+        config.mode = mode;
+        IptablesBackend::new(config.in_netns(&lab.ns("node")))
+    }
+}
+
+fn iptables_dump(lab: &Lab, mode: &str) -> String {
+    let mut out = lab.in_node(&[&format!("iptables-{mode}-save")]);
+    out.push_str(&lab.in_node(&[&format!("ip6tables-{mode}-save")]));
+    out
+}
+
+fn iptables_clear(lab: &Lab, mode: &str) {
+    for tool in [format!("iptables-{mode}"), format!("ip6tables-{mode}")] {
+        for table in ["nat", "filter"] {
+            lab.in_node(&[&tool, "-t", table, "-F"]);
+            lab.in_node(&[&tool, "-t", table, "-X"]);
         }
+    }
+}
+
+/// The iptables mode the lab uses: `KPNG_LAB_IPTABLES_MODE=legacy` picks
+/// iptables-legacy; otherwise the backend detects it (nft on a fresh
+/// node).
+fn iptables_mode() -> Option<kpng_backend_iptables::Mode> {
+    match std::env::var("KPNG_LAB_IPTABLES_MODE").as_deref() {
+        Ok("legacy") => Some(kpng_backend_iptables::Mode::Legacy),
+        Ok("nft") => Some(kpng_backend_iptables::Mode::Nft),
+        _ => None,
+    }
+}
+
+/// The iptables command of the lab's mode: `iptables_tool("iptables")` is
+/// `iptables-nft` or `iptables-legacy`.
+pub fn iptables_tool(base: &str) -> String {
+    format!("{base}-{}", iptables_word())
+}
+
+fn iptables_word() -> &'static str {
+    match iptables_mode() {
+        Some(kpng_backend_iptables::Mode::Legacy) => "legacy",
+        _ => "nft",
     }
 }
 
@@ -162,6 +258,42 @@ macro_rules! require_lab {
         if let Some(why) = $crate::unavailable(<$b as $crate::LabBackend>::TOOLS) {
             eprintln!("SKIPPED: {why}");
             return;
+        }
+    };
+}
+
+/// Defines one `#[test]` per shared scenario for backend `$b` (a type
+/// implementing [`LabBackend`]), in the calling module.
+#[macro_export]
+macro_rules! scenario_tests {
+    ($b:ty) => {
+        #[test]
+        fn cluster_ip_balancing_affinity_masquerade_hairpin_and_udp() {
+            $crate::scenarios::cluster_ip_balancing_affinity_masquerade_hairpin_and_udp::<$b>();
+        }
+        #[test]
+        fn external_traffic_nodeports_external_ips_and_load_balancers() {
+            $crate::scenarios::external_traffic_nodeports_external_ips_and_load_balancers::<$b>();
+        }
+        #[test]
+        fn traffic_policies_fallback_hints_reject_and_drop() {
+            $crate::scenarios::traffic_policies_fallback_hints_reject_and_drop::<$b>();
+        }
+        #[test]
+        fn nodeports_listen_only_on_the_nodeport_addresses_never_on_loopback() {
+            $crate::scenarios::nodeports_listen_only_on_the_nodeport_addresses_never_on_loopback::<
+                $b,
+            >();
+        }
+        #[test]
+        fn updates_move_services_and_claims_take_over() {
+            $crate::scenarios::updates_move_services_and_claims_take_over::<$b>();
+        }
+        #[test]
+        fn dual_stack_families_are_programmed_each_on_their_own() {
+            $crate::scenarios::dual_stack_families_are_programmed_each_on_their_own::<$b>(
+                |_, _, _| {},
+            );
         }
     };
 }
@@ -181,8 +313,10 @@ impl<B: LabBackend> Proxy<B> {
     pub fn new(lab: &Lab, settings: &Settings) -> Self {
         Self::with(B::in_lab(lab, settings))
     }
+}
 
-    /// A proxy around a backend made by the caller.
+impl<B: IncrementalSink> Proxy<B> {
+    /// A proxy around a sink made by the caller.
     pub fn with(backend: B) -> Self {
         Proxy {
             ingest: Ingest::new(Store::new(), IngestConfig::for_node(NODE)),

@@ -190,3 +190,89 @@ fn a_publication_the_kernel_refuses_is_rolled_back_while_others_land() {
     assert_eq!(lab.once("ext2", "tcp", "10.96.0.11", 80), "TIMEOUT");
     assert_eq!(agg.flush().transactions, 0, "nothing left to do");
 }
+
+/// The real nftables backend as one producer: the proxy's Services and a
+/// firewall's drop rule coexist, and an endpoint move reaches the kernel
+/// as element changes only.
+#[test]
+fn the_nft_backend_runs_through_the_aggregator_beside_a_firewall() {
+    use kpng_backend_nft::{Config, NftBackend, Publisher};
+    use kpng_lab::scenarios::{ALL3, E2, E3, manifest, service};
+    use kpng_lab::{Proxy, endpoints};
+    use std::sync::{Arc, Mutex};
+
+    if lab().is_none() {
+        return;
+    }
+    let lab = kpng_lab::scenarios::lab();
+    let agg = Arc::new(Mutex::new(aggregator(&lab)));
+    let mut config = Config::default();
+    config.cluster_cidrs = Config::parse_cidrs("--cluster-cidr", "10.244.0.0/16").expect("cidr");
+    config.service_cidrs = Config::parse_cidrs("--service-cidr", "10.96.0.0/16").expect("cidr");
+    let mut proxy = Proxy::with(Publisher::new(
+        NftBackend::new(config),
+        "proxy",
+        agg.clone(),
+    ));
+    agg.lock()
+        .expect("lock")
+        .publish("firewall", firewall(&[EXT_OUT]))
+        .expect("firewall");
+    let port = "ports: [{name: http, port: 80, targetPort: 8080}]";
+    let web = |eps: &str| {
+        service(
+            "web",
+            &format!("{{clusterIP: 10.96.0.80, externalIPs: [192.0.2.80], {port}}}"),
+            eps,
+        )
+    };
+    proxy.load(&manifest(&[web(ALL3)])).expect("sync");
+    assert_eq!(
+        agg.lock().expect("lock").transactions(),
+        1,
+        "proxy and firewall in one"
+    );
+    settle();
+    let lines = lab.connect("podc", "tcp", "10.96.0.80", 80, 30);
+    assert_eq!(endpoints(&lines).len(), 3, "{lines:?}");
+    let line = lab.once("ext", "tcp", "192.0.2.80", 80);
+    assert!(
+        !line.starts_with("TIMEOUT") && !line.starts_with("REFUSED"),
+        "{line}"
+    );
+    assert_eq!(
+        lab.once("ext2", "tcp", "192.0.2.80", 80),
+        "TIMEOUT",
+        "the firewall drops"
+    );
+
+    // Endpoints move: the aggregator writes element changes only.
+    proxy
+        .load(&manifest(&[web(
+            "[{addresses: [10.244.2.10], nodeName: node-b}, {addresses: [10.244.3.10], nodeName: node-c}]",
+        )]))
+        .expect("sync");
+    let script = agg
+        .lock()
+        .expect("lock")
+        .subsystem()
+        .last_script()
+        .to_owned();
+    assert!(
+        !script.contains("table") || !script.contains("delete table"),
+        "{script}"
+    );
+    assert!(script.contains("element ip kpng vip-cluster"), "{script}");
+    assert!(
+        !script.contains("vendor-fw"),
+        "the firewall untouched:\n{script}"
+    );
+    settle();
+    let lines = lab.connect("podc", "tcp", "10.96.0.80", 80, 30);
+    assert_eq!(
+        endpoints(&lines),
+        [E2, E3].map(String::from).into(),
+        "{lines:?}"
+    );
+    assert_eq!(lab.once("ext2", "tcp", "192.0.2.80", 80), "TIMEOUT");
+}

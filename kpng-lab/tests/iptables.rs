@@ -3,44 +3,17 @@
 //! root; otherwise each test prints SKIPPED and passes.
 
 use kpng_backend_iptables::IptablesBackend;
-use kpng_lab::scenarios;
 
-#[test]
-fn cluster_ip_balancing_affinity_masquerade_hairpin_and_udp() {
-    scenarios::cluster_ip_balancing_affinity_masquerade_hairpin_and_udp::<IptablesBackend>();
-}
+kpng_lab::scenario_tests!(IptablesBackend);
 
-#[test]
-fn external_traffic_nodeports_external_ips_and_load_balancers() {
-    scenarios::external_traffic_nodeports_external_ips_and_load_balancers::<IptablesBackend>();
-}
-
-#[test]
-fn traffic_policies_fallback_hints_reject_and_drop() {
-    scenarios::traffic_policies_fallback_hints_reject_and_drop::<IptablesBackend>();
-}
-
-#[test]
-fn nodeports_listen_only_on_the_nodeport_addresses_never_on_loopback() {
-    scenarios::nodeports_listen_only_on_the_nodeport_addresses_never_on_loopback::<IptablesBackend>(
-    );
-}
-
-#[test]
-fn updates_move_services_and_claims_take_over() {
-    scenarios::updates_move_services_and_claims_take_over::<IptablesBackend>();
-}
-
-#[test]
-fn dual_stack_families_are_programmed_each_on_their_own() {
-    scenarios::dual_stack_families_are_programmed_each_on_their_own::<IptablesBackend>(
-        |_, _, _| {},
-    );
+/// The same scenarios with iptables-legacy.
+mod legacy {
+    kpng_lab::scenario_tests!(kpng_lab::LegacyIptables);
 }
 
 use kpng_backend_iptables::{Config, Mode};
 use kpng_lab::scenarios::{ALL3, E1, E3, lab, manifest, service};
-use kpng_lab::{LabBackend, Proxy, Settings, endpoints, require_lab, settle};
+use kpng_lab::{LabBackend, Proxy, Settings, endpoints, iptables_tool, require_lab, settle};
 
 fn iptables_config(lab: &kpng_lab::Lab, mode: Option<Mode>) -> Config {
     let mut config = Config::default();
@@ -98,11 +71,12 @@ fn partial_syncs_rewrite_only_changed_chains_and_others_rules_survive() {
     require_lab!(IptablesBackend);
     let lab = lab();
     // Someone else's chain and rules, and a stale chain of an earlier run.
+    let iptables = iptables_tool("iptables");
     for args in [
-        &["iptables", "-t", "nat", "-N", "KUBE-KUBELET-CANARY"][..],
-        &["iptables", "-N", "VENDOR-FW"],
+        &[&*iptables, "-t", "nat", "-N", "KUBE-KUBELET-CANARY"][..],
+        &[&iptables, "-N", "VENDOR-FW"],
         &[
-            "iptables",
+            &iptables,
             "-A",
             "VENDOR-FW",
             "-s",
@@ -110,8 +84,8 @@ fn partial_syncs_rewrite_only_changed_chains_and_others_rules_survive() {
             "-j",
             "DROP",
         ],
-        &["iptables", "-A", "FORWARD", "-j", "VENDOR-FW"],
-        &["iptables", "-t", "nat", "-N", "KUBE-SVC-STALESTALESTALE0"],
+        &[&iptables, "-A", "FORWARD", "-j", "VENDOR-FW"],
+        &[&iptables, "-t", "nat", "-N", "KUBE-SVC-STALESTALESTALE0"],
     ] {
         lab.in_node(args);
     }
@@ -191,8 +165,9 @@ fn a_refused_restore_keeps_the_old_rules_and_the_retry_converges() {
         .and_then(|l| l.split_whitespace().next())
         .map(|s| format!("KUBE-SVC-{s}"))
         .expect("a KUBE-SVC chain");
+    let iptables = iptables_tool("iptables");
     lab.in_node(&[
-        "iptables",
+        &iptables,
         "-t",
         "nat",
         "-A",
@@ -224,7 +199,7 @@ fn a_refused_restore_keeps_the_old_rules_and_the_retry_converges() {
 
     // The cause goes; the retry is a full sync and converges.
     lab.in_node(&[
-        "iptables",
+        &iptables,
         "-t",
         "nat",
         "-D",

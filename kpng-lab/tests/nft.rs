@@ -7,33 +7,10 @@ use kpng_backend_nft::NftBackend;
 use kpng_lab::scenarios::{self, ALL3, E1, E2, E3, NODE_IP, lab, manifest, service};
 use kpng_lab::{LabBackend, Proxy, Settings, endpoints, require_lab, settle};
 
-#[test]
-fn cluster_ip_balancing_affinity_masquerade_hairpin_and_udp() {
-    scenarios::cluster_ip_balancing_affinity_masquerade_hairpin_and_udp::<NftBackend>();
-}
+kpng_lab::scenario_tests!(NftBackend);
 
 #[test]
-fn external_traffic_nodeports_external_ips_and_load_balancers() {
-    scenarios::external_traffic_nodeports_external_ips_and_load_balancers::<NftBackend>();
-}
-
-#[test]
-fn traffic_policies_fallback_hints_reject_and_drop() {
-    scenarios::traffic_policies_fallback_hints_reject_and_drop::<NftBackend>();
-}
-
-#[test]
-fn nodeports_listen_only_on_the_nodeport_addresses_never_on_loopback() {
-    scenarios::nodeports_listen_only_on_the_nodeport_addresses_never_on_loopback::<NftBackend>();
-}
-
-#[test]
-fn updates_move_services_and_claims_take_over() {
-    scenarios::updates_move_services_and_claims_take_over::<NftBackend>();
-}
-
-#[test]
-fn dual_stack_families_are_programmed_each_on_their_own() {
+fn dual_stack_tables_hold_their_family_only_and_moves_go_through_netlink() {
     scenarios::dual_stack_families_are_programmed_each_on_their_own::<NftBackend>(
         |stage, lab, backend| {
             let ruleset = NftBackend::dump(lab);

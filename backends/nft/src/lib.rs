@@ -55,8 +55,11 @@
 //! ```
 
 mod netlink;
+mod publish;
 mod render;
 mod script;
+
+pub use publish::Publisher;
 
 use std::collections::BTreeSet;
 use std::io::Write as _;
@@ -100,6 +103,13 @@ pub enum Error {
     #[error("nf_tables netlink transaction failed: {message}")]
     Netlink {
         /// What failed, and the kernel's error.
+        message: String,
+    },
+    /// The aggregator refused the backend's publication, or the kernel
+    /// refused it there; nothing of it was applied.
+    #[error("aggregator: {message}")]
+    Aggregator {
+        /// Why.
         message: String,
     },
     /// A setting is invalid.
@@ -311,6 +321,27 @@ impl NftBackend {
     /// The settings.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// Makes the next sync a full one.
+    pub fn force_full(&mut self) {
+        self.full = true;
+    }
+
+    /// The desired tables of both families as a [`kpng_aggregator`]
+    /// fragment: the objects a full sync writes. `epoch` is the tables'
+    /// generation: a new one makes the aggregator replace them whole.
+    pub fn fragment(&self, epoch: u64) -> kpng_aggregator::nft::Fragment {
+        let mut fragment = kpng_aggregator::nft::Fragment::new();
+        for (i, family) in IpFamily::BOTH.into_iter().enumerate() {
+            let table = Table {
+                fam: Fam(family),
+                name: &self.config.table,
+                config: &self.config,
+            };
+            table.fragment(&self.families[i].desired, epoch, &mut fragment);
+        }
+        fragment
     }
 
     fn absorb(&mut self, op: &ViewOp) {

@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use crate::netlink::{self, Verb};
+use kpng_aggregator::nft::{Family, Fragment};
 
 use crate::render::{
     CLUSTER_CIDRS, CLUSTER_IPS, Elem, FIREWALL_IPS, Fam, HAIRPIN, NO_ENDPOINT_NODEPORTS,
@@ -144,6 +145,10 @@ fn holders<'a, V>(map: &str, elements: &'a BTreeMap<Elem, V>) -> Vec<&'a Elem> {
     out
 }
 
+fn strs(rules: &[String]) -> impl Iterator<Item = &str> {
+    rules.iter().map(String::as_str)
+}
+
 /// The distinct keys of touched elements.
 fn touched_keys(elements: &BTreeSet<Elem>) -> BTreeSet<&str> {
     elements.iter().map(|e| key_of(e)).collect()
@@ -227,6 +232,10 @@ pub(crate) struct Delta {
     pub(crate) structural: bool,
 }
 
+/// A base chain's hook: chain type, hook, priority (dstnat is -100,
+/// srcnat 100).
+pub(crate) type BaseHook = (&'static str, &'static str, i32);
+
 /// The table-level settings a script needs.
 pub(crate) struct Table<'a> {
     pub(crate) fam: Fam,
@@ -286,23 +295,23 @@ impl Table<'_> {
     }
 
     /// The base chains, with their hooks and their fixed rules.
-    fn base_chains(&self) -> Vec<(&'static str, &'static str, Vec<String>)> {
+    fn base_chains(&self) -> Vec<(&'static str, Option<BaseHook>, Vec<String>)> {
         let p = self.fam.proto();
         let m = self.config.masquerade_mark();
         vec![
             (
                 "nat-prerouting",
-                "type nat hook prerouting priority dstnat; policy accept;",
+                Some(("nat", "prerouting", -100)),
                 vec!["jump services".into()],
             ),
             (
                 "nat-output",
-                "type nat hook output priority -100; policy accept;",
+                Some(("nat", "output", -100)),
                 vec!["jump services".into()],
             ),
             (
                 "nat-postrouting",
-                "type nat hook postrouting priority srcnat; policy accept;",
+                Some(("nat", "postrouting", 100)),
                 vec![
                     format!(
                         "ct status dnat {p} saddr . {p} daddr @{HAIRPIN} meta mark set meta mark or {m:#x}"
@@ -314,29 +323,29 @@ impl Table<'_> {
             ),
             (
                 "filter-prerouting",
-                "type filter hook prerouting priority -110; policy accept;",
+                Some(("filter", "prerouting", -110)),
                 vec![format!(
                     "ct state new {p} daddr . meta l4proto . th dport vmap @{FIREWALL_IPS}"
                 )],
             ),
             (
                 "filter-input",
-                "type filter hook input priority -10; policy accept;",
+                Some(("filter", "input", -10)),
                 vec!["ct state new jump service-filter".into()],
             ),
             (
                 "filter-forward",
-                "type filter hook forward priority -10; policy accept;",
+                Some(("filter", "forward", -10)),
                 vec!["ct state new jump service-filter".into()],
             ),
             (
                 "filter-output",
-                "type filter hook output priority -10; policy accept;",
+                Some(("filter", "output", -10)),
                 vec!["ct state new jump service-filter".into()],
             ),
             (
                 "services",
-                "",
+                None,
                 vec![
                     format!("{p} daddr . meta l4proto . th dport vmap @{SERVICE_IPS}"),
                     format!(
@@ -346,7 +355,7 @@ impl Table<'_> {
             ),
             (
                 "service-filter",
-                "",
+                None,
                 vec![
                     format!("{p} daddr . meta l4proto . th dport vmap @{NO_ENDPOINT_SERVICES}"),
                     format!(
@@ -356,7 +365,7 @@ impl Table<'_> {
                     format!("{p} daddr @{SERVICE_CIDRS} drop"),
                 ],
             ),
-            ("reject-chain", "", vec!["reject".into()]),
+            ("reject-chain", None, vec!["reject".into()]),
         ]
     }
 
@@ -408,7 +417,17 @@ impl Table<'_> {
         }
         let bases = self.base_chains();
         for (name, hook, _) in &bases {
-            let _ = writeln!(out, "add chain {prefix} {name} {{ {hook} }}");
+            match hook {
+                Some((kind, hook, priority)) => {
+                    let _ = writeln!(
+                        out,
+                        "add chain {prefix} {name} {{ type {kind} hook {hook} priority {priority}; policy accept; }}"
+                    );
+                }
+                None => {
+                    let _ = writeln!(out, "add chain {prefix} {name}");
+                }
+            }
         }
         let capacity = pick_capacity(&objects.picks);
         for pick in Pick::ALL {
@@ -446,6 +465,60 @@ impl Table<'_> {
         }
         for (map, elements) in &objects.elements {
             self.elements(out, "add", map, &holders(map, elements));
+        }
+    }
+
+    /// Adds the whole table, as [`full`](Self::full) writes it, to an
+    /// aggregator fragment; `epoch` is the table's generation (a new one
+    /// makes the aggregator replace the table whole).
+    pub(crate) fn fragment(&self, objects: &Objects, epoch: u64, out: &mut Fragment) {
+        let family = match self.fam.0 {
+            kpng_model::IpFamily::V4 => Family::Ip,
+            kpng_model::IpFamily::V6 => Family::Ip6,
+        };
+        let mut table = out.table(family, self.name);
+        table.epoch(epoch);
+        for map in Self::maps() {
+            let decl = self.map_decl(map);
+            let inner = decl
+                .split_once('{')
+                .and_then(|(_, rest)| rest.rsplit_once('}'))
+                .map_or("", |(inner, _)| inner.trim());
+            table.set(map, inner);
+        }
+        for (name, hook, rules) in self.base_chains() {
+            match hook {
+                Some((kind, hook, priority)) => {
+                    table.base_chain(name, kind, hook, priority, strs(&rules));
+                }
+                None => {
+                    table.chain(name, None, strs(&rules));
+                }
+            }
+        }
+        let capacity = pick_capacity(&objects.picks);
+        for pick in Pick::ALL {
+            for n in 1..=capacity {
+                table.chain(&pick.chain(n), None, [self.pick_rule(pick, n).as_str()]);
+            }
+        }
+        for shared in Shared::all(capacity) {
+            table.chain(
+                &shared.name(),
+                None,
+                strs(&shared.rules(self.fam, self.config)),
+            );
+        }
+        for (name, (rules, _)) in &objects.chains {
+            table.chain(name, None, strs(rules));
+        }
+        for (name, decl) in &objects.sets {
+            table.set(name, decl);
+        }
+        for (map, elements) in &objects.elements {
+            for element in holders(map, elements) {
+                table.element(map, element);
+            }
         }
     }
 
