@@ -49,6 +49,7 @@
 //! ```
 
 pub mod nft;
+pub mod socket;
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;

@@ -30,7 +30,10 @@ use kpng_store::MapSnapshot;
 use crate::Subsystem;
 
 /// An nftables family.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum Family {
     /// `ip`.
     Ip,
@@ -51,7 +54,9 @@ impl Family {
 }
 
 /// A table: the unit of ownership.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct TableName {
     /// Its family.
     pub family: Family,
@@ -66,7 +71,9 @@ impl fmt::Display for TableName {
 }
 
 /// One object, in its table.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub enum Object {
     /// The table itself.
     Table,
@@ -79,7 +86,9 @@ pub enum Object {
 }
 
 /// The identity of a published object.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct Key {
     /// Its table.
     pub table: TableName,
@@ -88,7 +97,7 @@ pub struct Key {
 }
 
 /// A base chain's hook.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Hook {
     /// `filter`, `nat` or `route`.
     pub kind: String,
@@ -99,7 +108,7 @@ pub struct Hook {
 }
 
 /// The content of a published object.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Value {
     /// A table. A new `epoch` replaces the table whole (deleted and made
     /// again with its content, in one transaction): a producer that lost

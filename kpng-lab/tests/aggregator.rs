@@ -276,3 +276,94 @@ fn the_nft_backend_runs_through_the_aggregator_beside_a_firewall() {
     );
     assert_eq!(lab.once("ext2", "tcp", "192.0.2.80", 80), "TIMEOUT");
 }
+
+/// A CNI in another process (python, over the unix socket) publishes its
+/// firewall beside the in-process proxy; its bad publication is refused to
+/// it with the reason, and the socket is private (0600).
+#[test]
+fn a_producer_in_another_process_publishes_over_the_unix_socket() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    let Some(lab) = lab() else { return };
+    let agg = Arc::new(Mutex::new(aggregator(&lab)));
+    agg.lock()
+        .expect("lock")
+        .publish("proxy", proxy(&["10.96.0.10"]))
+        .expect("proxy");
+    let path = std::env::temp_dir().join(format!("kpng-agg-{}.sock", lab.prefix));
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    tx.try_send(()).expect("first flush");
+    runtime.spawn(kpng_aggregator::run(
+        agg.clone(),
+        rx,
+        kpng_diff::SyncLimiter::new(Duration::from_millis(50), 2),
+    ));
+    runtime.spawn({
+        let (agg, path) = (agg.clone(), path.clone());
+        async move { kpng_aggregator::socket::serve(&path, agg, tx).await }
+    });
+    for _ in 0..100 {
+        if path.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mode = std::fs::metadata(&path)
+        .expect("socket")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+
+    let cni = r#"
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); f = s.makefile("rw")
+def key(obj): return {"table": {"family": sys.argv[4], "name": sys.argv[2]}, "object": obj}
+state = [
+  {"key": key("Table"), "value": {"Table": {"epoch": 0}}},
+  {"key": key({"Set": "blocked"}), "value": {"Set": "type ipv4_addr"}},
+  {"key": key({"Element": ["blocked", sys.argv[3]]}), "value": "Element"},
+  {"key": key({"Chain": "forward"}), "value": {"Chain": {"hook": {"kind": "filter", "hook": "forward", "priority": 5}, "rules": ["ip saddr @blocked drop"]}}},
+]
+f.write(json.dumps({"producer": "cni", "publish": state}) + "\n"); f.flush()
+print(f.readline().strip())
+"#;
+    let publish = |family: &str, table: &str| {
+        let out = std::process::Command::new("python3")
+            .args([
+                "-c",
+                cni,
+                path.to_str().expect("path"),
+                table,
+                EXT_OUT,
+                family,
+            ])
+            .output()
+            .expect("python3");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let answer = publish("inet", "cni-fw");
+    assert!(answer.starts_with(r#"{"ok":true"#), "{answer}");
+    std::thread::sleep(Duration::from_millis(300));
+    settle();
+    assert_eq!(
+        lab.once("ext2", "tcp", "10.96.0.10", 80),
+        "TIMEOUT",
+        "the CNI drops"
+    );
+    assert_eq!(
+        lab.once("ext", "tcp", "10.96.0.10", 80),
+        format!("{E1} {EXT_IN}")
+    );
+
+    // Publishing into the proxy's table is refused, with the reason.
+    let answer = publish("ip", "kpng-proxy");
+    assert!(
+        answer.contains(r#""ok":false"#) && answer.contains("belongs to producer proxy"),
+        "{answer}"
+    );
+    drop(runtime);
+    let _ = std::fs::remove_file(&path);
+}

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! kpng file [--input cluster.yaml] [--node N] [--watch] to-nft [--dry-run] [--once] [backend flags]
-//! kpng kube [--kubeconfig F] --node N to-nft [backend flags]
+//! kpng kube [--kubeconfig F] --node N to-nft [--aggregator-socket PATH] [backend flags]
 //! kpng kube [--kubeconfig F] --node N to-iptables [--iptables-mode auto|nft|legacy] [backend flags]
 //! ```
 //!
@@ -17,8 +17,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use kpng_aggregator::Aggregator;
+use kpng_aggregator::nft::Nft;
 use kpng_backend_iptables::{Config as IptablesConfig, IptablesBackend, Mode as IptablesMode};
-use kpng_backend_nft::{Config as NftConfig, NftBackend};
+use kpng_backend_nft::{Config as NftConfig, NftBackend, Publisher};
 use kpng_diff::{DriveConfig, NodeProjector, drive};
 use kpng_kube::watch::{NodeScope, WatchConfig};
 use kpng_kube::{Ingest, IngestConfig, file};
@@ -79,7 +81,7 @@ struct KubeArgs {
 #[derive(Subcommand, Debug)]
 enum Sink {
     /// Program nftables (tables `ip kpng` and `ip6 kpng`).
-    ToNft(BackendArgs),
+    ToNft(NftArgs),
     /// Program iptables and ip6tables in kube-proxy's layout.
     ToIptables(IptablesArgs),
 }
@@ -87,10 +89,22 @@ enum Sink {
 impl Sink {
     fn args(&self) -> &BackendArgs {
         match self {
-            Sink::ToNft(args) => args,
+            Sink::ToNft(args) => &args.common,
             Sink::ToIptables(args) => &args.common,
         }
     }
+}
+
+#[derive(Args, Debug)]
+struct NftArgs {
+    /// Run through an aggregator served on this unix socket (mode 0600):
+    /// the proxy is one producer, and other processes (a CNI, a firewall)
+    /// publish their nftables tables there; everything is applied in one
+    /// rate-limited transaction.
+    #[arg(long)]
+    aggregator_socket: Option<PathBuf>,
+    #[command(flatten)]
+    common: BackendArgs,
 }
 
 #[derive(Args, Debug)]
@@ -193,7 +207,7 @@ fn hostname() -> String {
 fn backend(sink: &Sink) -> Result<Box<dyn IncrementalSink + Send>, Error> {
     let args = sink.args();
     Ok(match sink {
-        Sink::ToNft(_) => {
+        Sink::ToNft(nft) => {
             let mut config = NftConfig::default();
             config.cluster_cidrs = NftConfig::parse_cidrs("--cluster-cidr", &args.cluster_cidr)?;
             config.service_cidrs = NftConfig::parse_cidrs("--service-cidr", &args.service_cidr)?;
@@ -204,12 +218,11 @@ fn backend(sink: &Sink) -> Result<Box<dyn IncrementalSink + Send>, Error> {
             config.masquerade_all = args.masquerade_all;
             config.masquerade_bit = args.masquerade_bit;
             let backend = NftBackend::new(config);
-            let backend = if args.dry_run {
-                backend.dry_run()
-            } else {
-                backend
-            };
-            Box::new(Report(backend, args.dry_run))
+            match (&nft.aggregator_socket, args.dry_run) {
+                (Some(path), false) => Box::new(Report(aggregated(backend, path, args), false)),
+                (_, true) => Box::new(Report(backend.dry_run(), true)),
+                (None, false) => Box::new(Report(backend, false)),
+            }
         }
         Sink::ToIptables(ipt) => {
             let mut config = IptablesConfig::default();
@@ -239,6 +252,26 @@ fn backend(sink: &Sink) -> Result<Box<dyn IncrementalSink + Send>, Error> {
     })
 }
 
+/// The nft backend as producer `kpng` of an aggregator served on `path`;
+/// the aggregator flushes other producers' publications at most as
+/// `--min-sync-period` allows.
+fn aggregated(backend: NftBackend, path: &std::path::Path, args: &BackendArgs) -> Publisher {
+    let aggregator = std::sync::Arc::new(std::sync::Mutex::new(Aggregator::new(Nft::new(vec![
+        "nft".into(),
+    ]))));
+    let (changed, rx) = tokio::sync::mpsc::channel(64);
+    let limiter = kpng_diff::SyncLimiter::new(args.min_sync_period, args.sync_burst);
+    tokio::spawn(kpng_aggregator::run(aggregator.clone(), rx, limiter));
+    let served = aggregator.clone();
+    let path = path.to_owned();
+    tokio::spawn(async move {
+        if let Err(e) = kpng_aggregator::socket::serve(&path, served, changed).await {
+            tracing::error!(error = %e, "the aggregator socket failed");
+        }
+    });
+    Publisher::new(backend, "kpng", aggregator)
+}
+
 fn drive_config(args: &BackendArgs, once: bool) -> DriveConfig {
     let mut config = DriveConfig::default();
     config.min_sync_period = args.min_sync_period;
@@ -260,6 +293,19 @@ impl Reported for NftBackend {
     }
     fn summary(&self) -> (bool, usize) {
         (self.last_sync().full, self.last_sync().commands)
+    }
+}
+
+impl Reported for Publisher {
+    fn script(&self) -> &str {
+        // What reaches the kernel is the aggregator's business.
+        ""
+    }
+    fn summary(&self) -> (bool, usize) {
+        (
+            self.backend().last_sync().full,
+            self.backend().last_sync().commands,
+        )
     }
 }
 
