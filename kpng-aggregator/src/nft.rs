@@ -673,7 +673,7 @@ mod tests {
         assert_eq!(report.transactions, 1);
         assert_eq!(
             agg.subsystem().last_script(),
-            "add element ip fw bad { 192.0.2.2 }\ndelete element ip fw bad { 192.0.2.1 }\n"
+            "delete element ip fw bad { 192.0.2.1 }\nadd element ip fw bad { 192.0.2.2 }\n"
         );
         // Nothing changed: no transaction.
         assert_eq!(agg.flush().transactions, 0);

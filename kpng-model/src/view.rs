@@ -78,6 +78,99 @@ impl crate::v1::ServicePort {
     }
 }
 
+/// One Service in one family, resolved for a data plane: its addresses
+/// by role, its policies, and per port the endpoint targets. Every backend
+/// starts from this, so none re-reads the Service's fields.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct ServicePlan<'a> {
+    /// The ClusterIPs.
+    pub cluster_ips: &'a [String],
+    /// The externalIPs.
+    pub external_ips: &'a [String],
+    /// The load-balancer ingress IPs to program (ipMode VIP or unset).
+    pub lb_ips: &'a [String],
+    /// `loadBalancerSourceRanges` (for LB IPs only).
+    pub source_ranges: &'a [String],
+    /// `internalTrafficPolicy: Local`.
+    pub itp_local: bool,
+    /// `externalTrafficPolicy: Local`.
+    pub etp_local: bool,
+    /// The ClientIP affinity timeout, in seconds.
+    pub affinity: Option<u32>,
+    /// The ports with a known protocol and a valid number.
+    pub ports: Vec<PortPlan<'a>>,
+}
+
+/// One port of a [`ServicePlan`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct PortPlan<'a> {
+    /// The port.
+    pub port: &'a crate::v1::ServicePort,
+    /// `tcp`, `udp` or `sctp`.
+    pub protocol: &'static str,
+    /// The Service port number.
+    pub number: u16,
+    /// The NodePort, when this Service type has them.
+    pub node_port: Option<u16>,
+    /// The cluster-policy targets (address, endpoint port).
+    pub cluster: Vec<(IpAddr, u16)>,
+    /// The local-policy targets.
+    pub local: Vec<(IpAddr, u16)>,
+}
+
+impl<'a> ServicePlan<'a> {
+    /// The external addresses: externalIPs, then LB IPs.
+    pub fn externals(&self) -> impl Iterator<Item = &'a String> + 'a {
+        self.external_ips.iter().chain(self.lb_ips)
+    }
+}
+
+impl ServiceView {
+    /// The Service resolved for `family`: see [`ServicePlan`].
+    pub fn plan(&self, family: IpFamily) -> ServicePlan<'_> {
+        use crate::addr::family_of;
+        use crate::v1::ServiceType;
+        let svc = &self.service;
+        let node_ports = matches!(
+            ServiceType::try_from(svc.r#type),
+            Ok(ServiceType::NodePort | ServiceType::LoadBalancer)
+        );
+        let ports = svc
+            .ports
+            .iter()
+            .filter_map(|port| {
+                let protocol = port.protocol_name()?;
+                let number = u16::try_from(port.port).ok()?;
+                Some(PortPlan {
+                    port,
+                    protocol,
+                    number,
+                    node_port: u16::try_from(port.node_port)
+                        .ok()
+                        .filter(|p| node_ports && *p != 0),
+                    cluster: port_targets(self.cluster_endpoints(family), port),
+                    local: port_targets(self.local_endpoints(family), port),
+                })
+            })
+            .collect();
+        ServicePlan {
+            cluster_ips: family_of(&svc.cluster_ips, family),
+            external_ips: family_of(&svc.external_ips, family),
+            lb_ips: family_of(&svc.load_balancer_ips, family),
+            source_ranges: family_of(&svc.load_balancer_source_ranges, family),
+            itp_local: svc.internal_traffic_policy == TrafficPolicy::Local as i32,
+            etp_local: svc.external_traffic_policy == TrafficPolicy::Local as i32,
+            affinity: svc
+                .client_ip_affinity
+                .as_ref()
+                .map(|a| a.timeout_seconds.max(1)),
+            ports,
+        }
+    }
+}
+
 /// One Service as this node must program it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -188,6 +281,16 @@ pub enum ViewOp {
 }
 
 impl NodeView {
+    /// This node's own addresses in `family` (from its Node object),
+    /// loopback excepted: where NodePorts listen by default.
+    pub fn node_addresses(&self, family: IpFamily) -> impl Iterator<Item = IpAddr> + '_ {
+        self.node
+            .iter()
+            .filter_map(|n| n.addresses.as_ref())
+            .flat_map(move |a| a.addrs(family))
+            .filter(|ip| !ip.is_loopback())
+    }
+
     /// Applies one op.
     ///
     /// # Errors

@@ -243,6 +243,9 @@ macro_rules! callbacks_as_ops {
 #[doc(hidden)]
 pub use kpng_model as __model;
 
+mod tracker;
+pub use tracker::{Changes, ViewTracker};
+
 /// Drives a [`FullStateSink`] from incremental ops: it keeps the node view,
 /// applies each op to it, and hands the whole view to the inner sink at each
 /// sync. The view is a persistent map, so keeping it costs no copy.

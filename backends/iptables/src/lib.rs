@@ -62,9 +62,9 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use kpng_model::addr::parse_cidr_list;
-use kpng_model::view::{NodeView, ViewOp};
+use kpng_model::view::ViewOp;
 use kpng_model::{IpFamily, ServiceName};
-use kpng_sink::{IncrementalSink, SinkError};
+use kpng_sink::{IncrementalSink, SinkError, ViewTracker};
 
 use render::{ChainKey, DISPATCH, HOOKS, Render, Table};
 
@@ -298,11 +298,7 @@ pub struct IptablesBackend {
     config: Config,
     run: Run,
     mode: Option<Mode>,
-    view: NodeView,
-    dirty: BTreeSet<ServiceName>,
-    node_dirty: bool,
-    full: bool,
-    misfit: Option<kpng_model::Error>,
+    tracker: ViewTracker,
     families: [FamilyState; 2],
     last_script: String,
     last: SyncStats,
@@ -313,7 +309,7 @@ impl std::fmt::Debug for IptablesBackend {
         f.debug_struct("IptablesBackend")
             .field("config", &self.config)
             .field("mode", &self.mode)
-            .field("services", &self.view.services.len())
+            .field("services", &self.tracker.view().services.len())
             .field("last", &self.last)
             .finish()
     }
@@ -326,11 +322,7 @@ impl IptablesBackend {
             mode: config.mode,
             config,
             run: Run::Apply,
-            view: NodeView::default(),
-            dirty: BTreeSet::new(),
-            node_dirty: true,
-            full: true,
-            misfit: None,
+            tracker: ViewTracker::default(),
             families: Default::default(),
             last_script: String::new(),
             last: SyncStats::default(),
@@ -365,21 +357,6 @@ impl IptablesBackend {
         &self.config
     }
 
-    fn absorb(&mut self, op: &ViewOp) {
-        match op {
-            ViewOp::SetNode(_) | ViewOp::DeleteNode => self.node_dirty = true,
-            ViewOp::SetService(s) => {
-                self.dirty.insert(s.service_name());
-            }
-            ViewOp::DeleteService(n) | ViewOp::SetEndpoint(n, _) | ViewOp::DeleteEndpoint(n, _) => {
-                self.dirty.insert(n.clone());
-            }
-        }
-        if let Err(e) = self.view.apply(op) {
-            self.misfit.get_or_insert(e);
-        }
-    }
-
     /// The addresses NodePorts listen on, in one family.
     fn node_ips(&self, family: IpFamily) -> Vec<String> {
         match &self.config.nodeport_addresses {
@@ -388,33 +365,24 @@ impl IptablesBackend {
                 .filter(|c| !c.starts_with("127.") && !c.starts_with("::1/"))
                 .collect(),
             None => self
-                .view
-                .node
-                .as_ref()
-                .and_then(|n| n.addresses.as_ref())
-                .map(|a| {
-                    a.addrs(family)
-                        .filter(|ip| !ip.is_loopback())
-                        .map(|ip| match ip {
-                            IpAddr::V4(_) => format!("{ip}/32"),
-                            IpAddr::V6(_) => format!("{ip}/128"),
-                        })
-                        .collect()
+                .tracker
+                .view()
+                .node_addresses(family)
+                .map(|ip| match ip {
+                    IpAddr::V4(_) => format!("{ip}/32"),
+                    IpAddr::V6(_) => format!("{ip}/128"),
                 })
-                .unwrap_or_default(),
+                .collect(),
         }
     }
 
     /// Re-renders what changed; returns how many Services were rendered.
     fn refresh(&mut self) -> usize {
-        let full = self.full;
-        let names: Vec<ServiceName> = if full {
-            self.view.services.keys().cloned().collect()
-        } else {
-            self.dirty.iter().cloned().collect()
-        };
+        let changes = self.tracker.take_changes();
+        let (full, names) = (changes.full, changes.services);
         for (i, family) in IpFamily::BOTH.into_iter().enumerate() {
-            let globals = (full || self.node_dirty)
+            let globals = changes
+                .node
                 .then(|| render::globals(&self.config, family, &self.node_ips(family)));
             let state = &mut self.families[i];
             if full {
@@ -433,7 +401,8 @@ impl IptablesBackend {
             for name in &names {
                 let old = state.renders.remove(name);
                 let new = self
-                    .view
+                    .tracker
+                    .view()
                     .services
                     .get(name)
                     .map(|view| render::service(view, family, &self.config));
@@ -446,8 +415,6 @@ impl IptablesBackend {
                 state.rebuild_dispatch();
             }
         }
-        self.dirty.clear();
-        self.node_dirty = false;
         names.len()
     }
 
@@ -776,28 +743,30 @@ fn restore(config: &Config, family: IpFamily, mode: Mode, script: &str) -> Resul
     }
 }
 
+impl IptablesBackend {
+    fn absorb(&mut self, op: &ViewOp) {
+        self.tracker.absorb(op);
+    }
+}
+
 impl IncrementalSink for IptablesBackend {
     fn reset(&mut self) {
-        self.view = NodeView::default();
-        self.dirty.clear();
-        self.node_dirty = true;
-        self.full = true;
-        self.misfit = None;
+        self.tracker.reset();
     }
     kpng_sink::callbacks_as_ops!(absorb);
     fn apply(&mut self, op: &ViewOp) -> Result<(), SinkError> {
-        self.absorb(op);
+        self.tracker.absorb(op);
         Ok(())
     }
 
     fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
-        if let Some(e) = self.misfit.take() {
-            self.full = true;
-            return Err(e.into());
-        }
+        self.tracker.check()?;
         let start = Instant::now();
-        let full = self.full || self.run == Run::DryRun;
-        self.full = full;
+        if self.run == Run::DryRun {
+            // A dry run never reads the kernel: it writes everything.
+            self.tracker.force_full();
+        }
+        let full = self.tracker.full();
         self.last = SyncStats {
             full,
             ..SyncStats::default()
@@ -826,7 +795,7 @@ impl IncrementalSink for IptablesBackend {
         self.last.micros = start.elapsed().as_micros();
         match result {
             Ok(_) => {
-                self.full = false;
+                self.tracker.synced(true);
                 tracing::debug!(
                     revision,
                     full,
@@ -838,7 +807,7 @@ impl IncrementalSink for IptablesBackend {
             Err(e) => {
                 // What failed kept its previous rules; start over from a
                 // full rewrite next time.
-                self.full = true;
+                self.tracker.synced(false);
                 for state in &mut self.families {
                     state.applied = None;
                 }

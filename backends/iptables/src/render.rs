@@ -20,9 +20,7 @@ use std::collections::BTreeMap;
 use std::hash::Hasher;
 use std::net::IpAddr;
 
-use kpng_model::addr::family_of;
-use kpng_model::v1::{ServiceType, TrafficPolicy};
-use kpng_model::view::{ServiceView, port_targets};
+use kpng_model::view::ServiceView;
 use kpng_model::{IpFamily, ServiceName};
 use siphasher::sip128::{Hasher128, SipHasher13};
 
@@ -204,39 +202,22 @@ fn balance(
 /// Renders one Service for one family.
 pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &Config) -> Render {
     let mut render = Render::default();
-    let svc = &view.service;
-    let name: ServiceName = svc.service_name();
-    let cluster_ips = family_of(&svc.cluster_ips, family);
-    let external_ips = family_of(&svc.external_ips, family);
-    let lb_ips = family_of(&svc.load_balancer_ips, family);
-    let ranges = family_of(&svc.load_balancer_source_ranges, family);
-    let node_ports = matches!(
-        ServiceType::try_from(svc.r#type),
-        Ok(ServiceType::NodePort | ServiceType::LoadBalancer)
-    );
-    let itp_local = svc.internal_traffic_policy == TrafficPolicy::Local as i32;
-    let etp_local = svc.external_traffic_policy == TrafficPolicy::Local as i32;
-    let affinity = svc
-        .client_ip_affinity
-        .as_ref()
-        .map(|a| a.timeout_seconds.max(1));
+    let name: ServiceName = view.service.service_name();
+    let plan = view.plan(family);
+    let (cluster_ips, external_ips, lb_ips) = (plan.cluster_ips, plan.external_ips, plan.lb_ips);
+    let ranges = plan.source_ranges;
+    let (itp_local, etp_local, affinity) = (plan.itp_local, plan.etp_local, plan.affinity);
     let pod_cidrs = config.cluster_cidrs(family);
     let mark_masq = format!("-j {MARK_MASQ}");
 
-    for port in &svc.ports {
-        let (Some(proto), Ok(number)) = (port.protocol_name(), u16::try_from(port.port)) else {
-            continue;
-        };
-        let port_name = format!("{name}:{}/{proto}", port.name);
+    for port in &plan.ports {
+        let (proto, number, node_port) = (port.protocol, port.number, port.node_port);
+        let port_name = format!("{name}:{}/{proto}", port.port.name);
         let svc_chain = hash_name("KUBE-SVC-", &port_name);
         let svl_chain = hash_name("KUBE-SVL-", &port_name);
         let ext_chain = hash_name("KUBE-EXT-", &port_name);
         let fw_chain = hash_name("KUBE-FW-", &port_name);
-        let cluster = port_targets(view.cluster_endpoints(family), port);
-        let local = port_targets(view.local_endpoints(family), port);
-        let node_port = u16::try_from(port.node_port)
-            .ok()
-            .filter(|p| node_ports && *p != 0);
+        let (cluster, local) = (&port.cluster, &port.local);
         let dst = |ip: &str| {
             format!(
                 "-d {} -p {proto} -m {proto} --dport {number}",
@@ -301,7 +282,7 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &Config) -> 
             &mut render,
             &port_name,
             proto,
-            &cluster,
+            cluster,
             affinity,
             masq(cluster_ips),
         );
@@ -314,7 +295,7 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &Config) -> 
             } else {
                 Vec::new()
             };
-            let svl_rules = balance(&mut render, &port_name, proto, &local, affinity, svl_masq);
+            let svl_rules = balance(&mut render, &port_name, proto, local, affinity, svl_masq);
             render
                 .chains
                 .insert((Table::Nat, svl_chain.clone()), svl_rules);

@@ -61,17 +61,16 @@ mod script;
 
 pub use publish::Publisher;
 
-use std::collections::BTreeSet;
 use std::io::Write as _;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
+use kpng_model::IpFamily;
 use kpng_model::addr::parse_cidr_list;
 use kpng_model::view::{NodeView, ViewOp};
-use kpng_model::{IpFamily, ServiceName};
-use kpng_sink::{IncrementalSink, SinkError};
+use kpng_sink::{IncrementalSink, SinkError, ViewTracker};
 
 use netlink::Batch;
 use render::{CLUSTER_CIDRS, Fam, NODEPORT_IPS, Render, SERVICE_CIDRS};
@@ -259,13 +258,9 @@ pub struct SyncStats {
 pub struct NftBackend {
     config: Config,
     mode: Mode,
-    view: NodeView,
+    tracker: ViewTracker,
     /// The view as of the last render: what the desired objects hold.
     rendered: NodeView,
-    dirty: BTreeSet<ServiceName>,
-    node_dirty: bool,
-    full: bool,
-    misfit: Option<kpng_model::Error>,
     families: [FamilyState; 2],
     last_script: String,
     last: SyncStats,
@@ -277,7 +272,7 @@ impl std::fmt::Debug for NftBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NftBackend")
             .field("config", &self.config)
-            .field("services", &self.view.services.len())
+            .field("services", &self.tracker.view().services.len())
             .field("last", &self.last)
             .finish()
     }
@@ -289,12 +284,8 @@ impl NftBackend {
         Self {
             config,
             mode: Mode::Apply,
-            view: NodeView::default(),
+            tracker: ViewTracker::default(),
             rendered: NodeView::default(),
-            dirty: BTreeSet::new(),
-            node_dirty: true,
-            full: true,
-            misfit: None,
             families: Default::default(),
             last_script: String::new(),
             socket: None,
@@ -325,7 +316,7 @@ impl NftBackend {
 
     /// Makes the next sync a full one.
     pub fn force_full(&mut self) {
-        self.full = true;
+        self.tracker.force_full();
     }
 
     /// The desired tables of both families as a [`kpng_aggregator`]
@@ -344,42 +335,17 @@ impl NftBackend {
         fragment
     }
 
-    fn absorb(&mut self, op: &ViewOp) {
-        match op {
-            ViewOp::SetNode(_) | ViewOp::DeleteNode => self.node_dirty = true,
-            ViewOp::SetService(s) => {
-                self.dirty.insert(s.service_name());
-            }
-            ViewOp::DeleteService(n) | ViewOp::SetEndpoint(n, _) | ViewOp::DeleteEndpoint(n, _) => {
-                self.dirty.insert(n.clone());
-            }
-        }
-        if let Err(e) = self.view.apply(op) {
-            self.misfit.get_or_insert(e);
-        }
-    }
-
     /// The global objects of one family: NodePort addresses and CIDRs.
     fn globals(&self, family: IpFamily) -> Render {
         let mut render = Render::default();
         let node_ips: Vec<String> = match &self.config.nodeport_addresses {
             Some(cidrs) => Config::cidrs_of(cidrs, family),
             None => self
-                .view
-                .node
-                .as_ref()
-                .map(|n| {
-                    n.addresses
-                        .as_ref()
-                        .map(|a| {
-                            a.addrs(family)
-                                .filter(|ip| !ip.is_loopback())
-                                .map(|ip| ip.to_string())
-                                .collect()
-                        })
-                        .unwrap_or_default()
-                })
-                .unwrap_or_default(),
+                .tracker
+                .view()
+                .node_addresses(family)
+                .map(|ip| ip.to_string())
+                .collect(),
         };
         for (set, list) in [
             (NODEPORT_IPS, node_ips),
@@ -399,14 +365,10 @@ impl NftBackend {
     /// Re-renders what changed since the last sync into the desired
     /// objects; returns how many Services were rendered.
     fn refresh(&mut self) -> usize {
-        let full = self.full;
-        let names: Vec<ServiceName> = if full {
-            self.view.services.keys().cloned().collect()
-        } else {
-            self.dirty.iter().cloned().collect()
-        };
+        let changes = self.tracker.take_changes();
+        let (full, names) = (changes.full, changes.services);
         for (i, family) in IpFamily::BOTH.into_iter().enumerate() {
-            let globals = (full || self.node_dirty).then(|| self.globals(family));
+            let globals = changes.node.then(|| self.globals(family));
             let state = &mut self.families[i];
             if full {
                 *state = FamilyState {
@@ -429,16 +391,14 @@ impl NftBackend {
                     let old = render::service(old, family, &self.config);
                     state.desired.remove(&old, touched.as_deref_mut());
                 }
-                if let Some(view) = self.view.services.get(name) {
+                if let Some(view) = self.tracker.view().services.get(name) {
                     let new = render::service(view, family, &self.config);
                     state.desired.add(&new, touched.as_deref_mut());
                 }
             }
         }
-        self.dirty.clear();
-        self.node_dirty = false;
         // An O(1) copy: the views share their Services.
-        self.rendered = self.view.clone();
+        self.rendered = self.tracker.view().clone();
         names.len()
     }
 
@@ -457,7 +417,7 @@ impl NftBackend {
                 config: &self.config,
             };
             let incremental = match &state.applied {
-                Some(applied) if !self.full => {
+                Some(applied) if !self.tracker.full() => {
                     table.incremental(applied, &state.desired, &state.touched)
                 }
                 _ => None,
@@ -536,17 +496,19 @@ impl NftBackend {
     }
 }
 
+impl NftBackend {
+    fn absorb(&mut self, op: &ViewOp) {
+        self.tracker.absorb(op);
+    }
+}
+
 impl IncrementalSink for NftBackend {
     fn reset(&mut self) {
-        self.view = NodeView::default();
-        self.dirty.clear();
-        self.node_dirty = true;
-        self.full = true;
-        self.misfit = None;
+        self.tracker.reset();
     }
     kpng_sink::callbacks_as_ops!(absorb);
     fn apply(&mut self, op: &ViewOp) -> Result<(), SinkError> {
-        self.absorb(op);
+        self.tracker.absorb(op);
         Ok(())
     }
 
@@ -554,10 +516,7 @@ impl IncrementalSink for NftBackend {
     /// failure the kernel keeps its previous ruleset and the next sync is
     /// a full one.
     fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
-        if let Some(e) = self.misfit.take() {
-            self.full = true;
-            return Err(e.into());
-        }
+        self.tracker.check()?;
         let start = Instant::now();
         let services = self.refresh();
         let (script, full_families, batch) = self.script();
@@ -589,7 +548,7 @@ impl IncrementalSink for NftBackend {
                     }
                     state.touched = Touched::default();
                 }
-                self.full = false;
+                self.tracker.synced(true);
                 tracing::debug!(
                     revision,
                     full,
@@ -601,7 +560,7 @@ impl IncrementalSink for NftBackend {
             Err(e) => {
                 // The kernel kept its previous ruleset; start over from a
                 // full replace next time.
-                self.full = true;
+                self.tracker.synced(false);
                 tracing::warn!(revision, error = %e, "nft sync failed");
                 Err(SinkError::backend("nft", e))
             }

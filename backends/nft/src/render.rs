@@ -10,9 +10,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-use kpng_model::addr::family_of;
-use kpng_model::v1::{Service, ServicePort, ServiceType, TrafficPolicy};
-use kpng_model::view::{ServiceView, port_targets};
+use kpng_model::v1::ServicePort;
+use kpng_model::view::ServiceView;
 use kpng_model::{IpFamily, ServiceName};
 
 use crate::Config;
@@ -400,23 +399,11 @@ impl PortCtx<'_> {
 pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &Config) -> Render {
     let mut render = Render::default();
     let fam = Fam(family);
-    let svc: &Service = &view.service;
-    let name = svc.service_name();
-    let cluster_ips = family_of(&svc.cluster_ips, family);
-    let mut external: Vec<&String> = family_of(&svc.external_ips, family).iter().collect();
-    let lb_ips = family_of(&svc.load_balancer_ips, family);
-    external.extend(lb_ips.iter());
-    let ranges = family_of(&svc.load_balancer_source_ranges, family);
-    let node_ports = matches!(
-        ServiceType::try_from(svc.r#type),
-        Ok(ServiceType::NodePort | ServiceType::LoadBalancer)
-    );
-    let itp_local = svc.internal_traffic_policy == TrafficPolicy::Local as i32;
-    let etp_local = svc.external_traffic_policy == TrafficPolicy::Local as i32;
-    let affinity = svc
-        .client_ip_affinity
-        .as_ref()
-        .map(|a| a.timeout_seconds.max(1));
+    let name = view.service.service_name();
+    let plan = view.plan(family);
+    let (cluster_ips, lb_ips, ranges) = (plan.cluster_ips, plan.lb_ips, plan.source_ranges);
+    let external: Vec<&String> = plan.externals().collect();
+    let (itp_local, etp_local) = (plan.itp_local, plan.etp_local);
 
     for ip in cluster_ips {
         render.element(CLUSTER_IPS, ip.clone());
@@ -431,23 +418,18 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &Config) -> 
     {
         render.element(HAIRPIN, format!("{ip} . {ip}"));
     }
-    for port in &svc.ports {
-        let (Some(proto), Ok(number)) = (port.protocol_name(), u16::try_from(port.port)) else {
-            continue;
-        };
+    for port in plan.ports {
+        let (proto, number, node_port) = (port.protocol, port.number, port.node_port);
         let ctx = PortCtx {
             fam,
             config,
-            id: port_id(&name, port),
+            id: port_id(&name, port.port),
             proto,
             port: number,
-            affinity,
-            cluster: port_targets(view.cluster_endpoints(family), port),
-            local: port_targets(view.local_endpoints(family), port),
+            affinity: plan.affinity,
+            cluster: port.cluster,
+            local: port.local,
         };
-        let node_port = u16::try_from(port.node_port)
-            .ok()
-            .filter(|p| node_ports && *p != 0);
         let key = |vip: &str| format!("{vip} . {proto} . {number}");
 
         // Source ranges apply to LB IPs only, whatever the endpoints.
