@@ -204,25 +204,25 @@ pub trait IncrementalSink {
 /// ```
 #[macro_export]
 macro_rules! callbacks_as_ops {
-    ($method:ident) => {
+    ($($method:ident).+) => {
         fn set_node(&mut self, node: &::std::sync::Arc<$crate::__model::v1::Node>) {
-            self.$method(&$crate::__model::view::ViewOp::SetNode(node.clone()));
+            self.$($method).+(&$crate::__model::view::ViewOp::SetNode(node.clone()));
         }
         fn delete_node(&mut self) {
-            self.$method(&$crate::__model::view::ViewOp::DeleteNode);
+            self.$($method).+(&$crate::__model::view::ViewOp::DeleteNode);
         }
         fn set_service(&mut self, service: &::std::sync::Arc<$crate::__model::v1::Service>) {
-            self.$method(&$crate::__model::view::ViewOp::SetService(service.clone()));
+            self.$($method).+(&$crate::__model::view::ViewOp::SetService(service.clone()));
         }
         fn delete_service(&mut self, name: &$crate::__model::ServiceName) {
-            self.$method(&$crate::__model::view::ViewOp::DeleteService(name.clone()));
+            self.$($method).+(&$crate::__model::view::ViewOp::DeleteService(name.clone()));
         }
         fn set_endpoint(
             &mut self,
             service: &$crate::__model::ServiceName,
             endpoint: &$crate::__model::view::EndpointView,
         ) {
-            self.$method(&$crate::__model::view::ViewOp::SetEndpoint(
+            self.$($method).+(&$crate::__model::view::ViewOp::SetEndpoint(
                 service.clone(),
                 endpoint.clone(),
             ));
@@ -232,10 +232,47 @@ macro_rules! callbacks_as_ops {
             service: &$crate::__model::ServiceName,
             ip: ::std::net::IpAddr,
         ) {
-            self.$method(&$crate::__model::view::ViewOp::DeleteEndpoint(
+            self.$($method).+(&$crate::__model::view::ViewOp::DeleteEndpoint(
                 service.clone(),
                 ip,
             ));
+        }
+    };
+}
+
+/// Implements every [`IncrementalSink`] method but `sync` for a backend
+/// that keeps its view in a [`ViewTracker`] field: `reset` resets it, and
+/// `apply` and every callback feed it the op.
+///
+/// ```
+/// use kpng_sink::{IncrementalSink, SinkError, ViewTracker, tracked_view};
+///
+/// #[derive(Default)]
+/// struct Counter { tracker: ViewTracker, rendered: usize }
+///
+/// impl IncrementalSink for Counter {
+///     tracked_view!(tracker);
+///     fn sync(&mut self, _revision: u64) -> Result<(), SinkError> {
+///         self.tracker.check()?;
+///         self.rendered += self.tracker.take_changes().services.len();
+///         self.tracker.synced(true);
+///         Ok(())
+///     }
+/// }
+/// ```
+#[macro_export]
+macro_rules! tracked_view {
+    ($field:ident) => {
+        fn reset(&mut self) {
+            self.$field.reset();
+        }
+        $crate::callbacks_as_ops!($field.absorb);
+        fn apply(
+            &mut self,
+            op: &$crate::__model::view::ViewOp,
+        ) -> ::std::result::Result<(), $crate::SinkError> {
+            self.$field.absorb(op);
+            Ok(())
         }
     };
 }

@@ -62,7 +62,6 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use kpng_model::addr::parse_cidr_list;
-use kpng_model::view::ViewOp;
 use kpng_model::{IpFamily, ServiceName};
 use kpng_sink::{IncrementalSink, SinkError, ViewTracker};
 
@@ -743,21 +742,8 @@ fn restore(config: &Config, family: IpFamily, mode: Mode, script: &str) -> Resul
     }
 }
 
-impl IptablesBackend {
-    fn absorb(&mut self, op: &ViewOp) {
-        self.tracker.absorb(op);
-    }
-}
-
 impl IncrementalSink for IptablesBackend {
-    fn reset(&mut self) {
-        self.tracker.reset();
-    }
-    kpng_sink::callbacks_as_ops!(absorb);
-    fn apply(&mut self, op: &ViewOp) -> Result<(), SinkError> {
-        self.tracker.absorb(op);
-        Ok(())
-    }
+    kpng_sink::tracked_view!(tracker);
 
     fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
         self.tracker.check()?;

@@ -69,7 +69,7 @@ use std::time::Instant;
 
 use kpng_model::IpFamily;
 use kpng_model::addr::parse_cidr_list;
-use kpng_model::view::{NodeView, ViewOp};
+use kpng_model::view::NodeView;
 use kpng_sink::{IncrementalSink, SinkError, ViewTracker};
 
 use netlink::Batch;
@@ -496,21 +496,8 @@ impl NftBackend {
     }
 }
 
-impl NftBackend {
-    fn absorb(&mut self, op: &ViewOp) {
-        self.tracker.absorb(op);
-    }
-}
-
 impl IncrementalSink for NftBackend {
-    fn reset(&mut self) {
-        self.tracker.reset();
-    }
-    kpng_sink::callbacks_as_ops!(absorb);
-    fn apply(&mut self, op: &ViewOp) -> Result<(), SinkError> {
-        self.tracker.absorb(op);
-        Ok(())
-    }
+    kpng_sink::tracked_view!(tracker);
 
     /// Renders what changed and applies it in one nft transaction. On
     /// failure the kernel keeps its previous ruleset and the next sync is
