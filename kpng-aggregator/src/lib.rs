@@ -48,8 +48,12 @@
 //! # Ok::<(), kpng_aggregator::Error>(())
 //! ```
 
+pub mod iptables;
 pub mod nft;
+mod publisher;
 pub mod socket;
+
+pub use publisher::{Producer, Publisher};
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -90,6 +94,25 @@ pub enum Error {
     /// Applying failed for a reason not tied to one producer.
     #[error("apply failed: {0}")]
     Apply(String),
+    /// A command could not be started.
+    #[error("cannot run {command}: {source}")]
+    Spawn {
+        /// The command.
+        command: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A command failed.
+    #[error("{command} failed ({status}): {stderr}")]
+    Command {
+        /// The command.
+        command: String,
+        /// Its exit status.
+        status: String,
+        /// What it printed.
+        stderr: String,
+    },
 }
 
 /// A kernel subsystem the aggregator applies to.
@@ -138,14 +161,14 @@ pub trait Subsystem {
 
 /// One producer's state.
 #[derive(Debug)]
-struct Producer<S: Subsystem> {
+struct Slot<S: Subsystem> {
     desired: RevMap<S::Key, S::Value>,
     applied: MapSnapshot<S::Key, S::Value>,
     /// The last refusal of its changes, until it publishes again.
     refused: Option<String>,
 }
 
-impl<S: Subsystem> Default for Producer<S> {
+impl<S: Subsystem> Default for Slot<S> {
     fn default() -> Self {
         Self {
             desired: RevMap::new(),
@@ -176,7 +199,7 @@ pub struct FlushReport {
 #[derive(Debug)]
 pub struct Aggregator<S: Subsystem> {
     subsystem: S,
-    producers: BTreeMap<String, Producer<S>>,
+    producers: BTreeMap<String, Slot<S>>,
     /// The merged state the kernel holds.
     applied: MapSnapshot<S::Key, S::Value>,
     /// Whether the kernel's copy is unknown (first flush, or after an
@@ -344,7 +367,7 @@ impl<S: Subsystem> Aggregator<S> {
     /// The merged state of the producers' `pick`ed states.
     fn merged(
         &self,
-        mut pick: impl FnMut(&str, &Producer<S>) -> MapSnapshot<S::Key, S::Value>,
+        mut pick: impl FnMut(&str, &Slot<S>) -> MapSnapshot<S::Key, S::Value>,
     ) -> MapSnapshot<S::Key, S::Value> {
         let mut merged = RevMap::new();
         let mut txn = merged.begin();

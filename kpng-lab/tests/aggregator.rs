@@ -196,7 +196,8 @@ fn a_publication_the_kernel_refuses_is_rolled_back_while_others_land() {
 /// as element changes only.
 #[test]
 fn the_nft_backend_runs_through_the_aggregator_beside_a_firewall() {
-    use kpng_backend_nft::{Config, NftBackend, Publisher};
+    use kpng_aggregator::Publisher;
+    use kpng_backend_nft::{Config, NftBackend};
     use kpng_lab::scenarios::{ALL3, E2, E3, manifest, service};
     use kpng_lab::{Proxy, endpoints};
     use std::sync::{Arc, Mutex};
@@ -366,4 +367,113 @@ print(f.readline().strip())
     );
     drop(runtime);
     let _ = std::fs::remove_file(&path);
+}
+
+/// The iptables backend as one producer of an iptables aggregator, beside
+/// a CNI's chain that drops one source: both coexist, the CNI cannot touch
+/// `KUBE-` chains, and an endpoint move rewrites only the proxy's changed
+/// chains.
+#[test]
+fn the_iptables_backend_runs_through_the_aggregator_beside_a_cni() {
+    use kpng_aggregator::Publisher;
+    use kpng_aggregator::iptables::{Family, Fragment, Iptables, Runner, Table};
+    use kpng_backend_iptables::{Config, IptablesBackend};
+    use kpng_lab::scenarios::{ALL3, E2, E3, manifest, service};
+    use kpng_lab::{Proxy, endpoints};
+    use std::sync::{Arc, Mutex};
+
+    if unavailable(&["iptables-restore"]).is_some() || lab().is_none() {
+        return;
+    }
+    let lab = kpng_lab::scenarios::lab();
+    let runner = Runner {
+        prefix: ["ip", "netns", "exec", &lab.ns("node")]
+            .map(String::from)
+            .to_vec(),
+        mode: None,
+    };
+    let agg = Arc::new(Mutex::new(Aggregator::new(Iptables::new(runner))));
+    let mut config = Config::default();
+    config.cluster_cidrs = Config::parse_cidrs("--cluster-cidr", "10.244.0.0/16").expect("cidr");
+    config.service_cidrs = Config::parse_cidrs("--service-cidr", "10.96.0.0/16").expect("cidr");
+    let mut proxy = Proxy::with(Publisher::new(
+        IptablesBackend::new(config),
+        "proxy",
+        agg.clone(),
+    ));
+    let mut cni = Fragment::new();
+    cni.chain(
+        Family::V4,
+        Table::Filter,
+        "CNI-FW",
+        [format!("-s {EXT_OUT}/32 -j DROP").as_str()],
+    )
+    .jump(Family::V4, Table::Filter, "FORWARD", "-j CNI-FW", 0);
+    agg.lock().expect("lock").publish("cni", cni).expect("cni");
+
+    let port = "ports: [{name: http, port: 80, targetPort: 8080}]";
+    let web = |eps: &str| {
+        service(
+            "web",
+            &format!("{{clusterIP: 10.96.0.90, externalIPs: [192.0.2.90], {port}}}"),
+            eps,
+        )
+    };
+    proxy.load(&manifest(&[web(ALL3)])).expect("sync");
+    assert_eq!(
+        agg.lock().expect("lock").transactions(),
+        1,
+        "proxy and CNI in one"
+    );
+    // The CNI cannot publish into the proxy's prefix.
+    let mut grab = Fragment::new();
+    grab.chain(Family::V4, Table::Nat, "KUBE-SERVICES", ["-j RETURN"]);
+    let err = agg
+        .lock()
+        .expect("lock")
+        .publish("cni", grab)
+        .expect_err("not the CNI's");
+    assert!(
+        err.to_string().contains("belongs to producer proxy"),
+        "{err}"
+    );
+    settle();
+    let lines = lab.connect("podc", "tcp", "10.96.0.90", 80, 30);
+    assert_eq!(endpoints(&lines).len(), 3, "{lines:?}");
+    let line = lab.once("ext", "tcp", "192.0.2.90", 80);
+    assert!(
+        !line.starts_with("TIMEOUT") && !line.starts_with("REFUSED"),
+        "{line}"
+    );
+    assert_eq!(
+        lab.once("ext2", "tcp", "192.0.2.90", 80),
+        "TIMEOUT",
+        "the CNI drops"
+    );
+
+    // Endpoints move: only the proxy's changed chains are written.
+    proxy
+        .load(&manifest(&[web(
+            "[{addresses: [10.244.2.10], nodeName: node-b}, {addresses: [10.244.3.10], nodeName: node-c}]",
+        )]))
+        .expect("sync");
+    let script = agg
+        .lock()
+        .expect("lock")
+        .subsystem()
+        .last_script()
+        .to_owned();
+    assert!(
+        !script.contains("CNI-FW") && !script.contains(":KUBE-SERVICES"),
+        "{script}"
+    );
+    assert!(script.contains(":KUBE-SVC-"), "{script}");
+    settle();
+    let lines = lab.connect("podc", "tcp", "10.96.0.90", 80, 30);
+    assert_eq!(
+        endpoints(&lines),
+        [E2, E3].map(String::from).into(),
+        "{lines:?}"
+    );
+    assert_eq!(lab.once("ext2", "tcp", "192.0.2.90", 80), "TIMEOUT");
 }

@@ -17,10 +17,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use kpng_aggregator::Aggregator;
 use kpng_aggregator::nft::Nft;
+use kpng_aggregator::{Aggregator, Publisher};
 use kpng_backend_iptables::{Config as IptablesConfig, IptablesBackend, Mode as IptablesMode};
-use kpng_backend_nft::{Config as NftConfig, NftBackend, Publisher};
+use kpng_backend_nft::{Config as NftConfig, NftBackend};
 use kpng_diff::{DriveConfig, NodeProjector, drive};
 use kpng_kube::watch::{NodeScope, WatchConfig};
 use kpng_kube::{Ingest, IngestConfig, file};
@@ -255,7 +255,11 @@ fn backend(sink: &Sink) -> Result<Box<dyn IncrementalSink + Send>, Error> {
 /// The nft backend as producer `kpng` of an aggregator served on `path`;
 /// the aggregator flushes other producers' publications at most as
 /// `--min-sync-period` allows.
-fn aggregated(backend: NftBackend, path: &std::path::Path, args: &BackendArgs) -> Publisher {
+fn aggregated(
+    backend: NftBackend,
+    path: &std::path::Path,
+    args: &BackendArgs,
+) -> Publisher<NftBackend> {
     let aggregator = std::sync::Arc::new(std::sync::Mutex::new(Aggregator::new(Nft::new(vec![
         "nft".into(),
     ]))));
@@ -296,7 +300,7 @@ impl Reported for NftBackend {
     }
 }
 
-impl Reported for Publisher {
+impl Reported for Publisher<NftBackend> {
     fn script(&self) -> &str {
         // What reaches the kernel is the aggregator's business.
         ""

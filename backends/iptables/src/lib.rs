@@ -55,41 +55,24 @@
 mod render;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt::Write as _;
-use std::io::Write as _;
 use std::net::IpAddr;
-use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use kpng_model::addr::parse_cidr_list;
 use kpng_model::{IpFamily, ServiceName};
 use kpng_sink::{IncrementalSink, SinkError, ViewTracker};
 
-use render::{ChainKey, DISPATCH, HOOKS, Render, Table};
+use kpng_aggregator::iptables::{Batch, ChainKey, Jump, Plan, Runner, apply_batches};
+use render::{DISPATCH, HOOKS, Render};
 
 /// Errors of the iptables backend.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// A command could not be started.
-    #[error("cannot run {command}: {source}")]
-    Spawn {
-        /// The command.
-        command: String,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// `iptables-restore` refused the batch.
-    #[error("{command} failed ({status}): {stderr}")]
-    Restore {
-        /// The command.
-        command: String,
-        /// Its exit status.
-        status: String,
-        /// What it printed.
-        stderr: String,
-    },
+    /// Running iptables failed, or it refused the batch (which was rolled
+    /// back).
+    #[error(transparent)]
+    Apply(#[from] kpng_aggregator::Error),
     /// A setting is invalid.
     #[error("invalid {field}: {value:?}")]
     Config {
@@ -100,24 +83,7 @@ pub enum Error {
     },
 }
 
-/// Which iptables the backend drives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Mode {
-    /// iptables-nft: the iptables rule language over nf_tables.
-    Nft,
-    /// iptables-legacy: the x_tables kernel interface.
-    Legacy,
-}
-
-impl Mode {
-    fn word(self) -> &'static str {
-        match self {
-            Mode::Nft => "nft",
-            Mode::Legacy => "legacy",
-        }
-    }
-}
+pub use kpng_aggregator::iptables::Mode;
 
 /// Settings of the backend, named after kube-proxy's flags.
 #[derive(Clone, Debug)]
@@ -191,24 +157,6 @@ impl Config {
 
     pub(crate) fn cluster_cidrs(&self, family: IpFamily) -> Vec<String> {
         Self::cidrs_of(&self.cluster_cidrs, family)
-    }
-
-    fn command(&self, family: IpFamily, mode: Mode, tool: &str) -> Command {
-        let ip = match family {
-            IpFamily::V4 => "iptables",
-            IpFamily::V6 => "ip6tables",
-        };
-        let program = format!("{ip}-{}-{tool}", mode.word());
-        let mut command = match self.command_prefix.split_first() {
-            Some((first, rest)) => {
-                let mut c = Command::new(first);
-                c.args(rest).arg(program);
-                c
-            }
-            None => Command::new(program),
-        };
-        command.stdin(Stdio::null());
-        command
     }
 }
 
@@ -289,14 +237,16 @@ impl FamilyState {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Run {
     Apply,
-    DryRun,
+    Print,
+    /// Renders incrementally for an aggregator; never runs iptables.
+    Publish,
 }
 
 /// The iptables backend. See the crate docs.
 pub struct IptablesBackend {
     config: Config,
     run: Run,
-    mode: Option<Mode>,
+    runner: Runner,
     tracker: ViewTracker,
     families: [FamilyState; 2],
     last_script: String,
@@ -307,7 +257,7 @@ impl std::fmt::Debug for IptablesBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("IptablesBackend")
             .field("config", &self.config)
-            .field("mode", &self.mode)
+            .field("mode", &self.runner.mode)
             .field("services", &self.tracker.view().services.len())
             .field("last", &self.last)
             .finish()
@@ -318,7 +268,10 @@ impl IptablesBackend {
     /// A backend that applies its batches with `iptables-restore`.
     pub fn new(config: Config) -> Self {
         Self {
-            mode: config.mode,
+            runner: Runner {
+                prefix: config.command_prefix.clone(),
+                mode: config.mode,
+            },
             config,
             run: Run::Apply,
             tracker: ViewTracker::default(),
@@ -332,7 +285,7 @@ impl IptablesBackend {
     /// [`last_script`](Self::last_script)) and change nothing. A dry run
     /// never reads the kernel, so every sync is written as a full one.
     pub fn dry_run(mut self) -> Self {
-        self.run = Run::DryRun;
+        self.run = Run::Print;
         self
     }
 
@@ -348,7 +301,7 @@ impl IptablesBackend {
 
     /// The mode in use, once known.
     pub fn mode(&self) -> Option<Mode> {
-        self.mode
+        self.runner.mode
     }
 
     /// The settings.
@@ -417,16 +370,6 @@ impl IptablesBackend {
         names.len()
     }
 
-    fn mode_or_detect(&mut self) -> Mode {
-        if let Some(mode) = self.mode {
-            return mode;
-        }
-        let mode = detect(&self.config);
-        tracing::info!(mode = mode.word(), "iptables mode");
-        self.mode = Some(mode);
-        mode
-    }
-
     /// Writes one family's batch, with what its chains held before.
     fn prepare(
         &mut self,
@@ -434,15 +377,29 @@ impl IptablesBackend {
         family: IpFamily,
         full: bool,
     ) -> Result<(Batch, BTreeMap<ChainKey, Vec<String>>), Error> {
+        let owned = |name: &str| render::owned(name);
         let existing = match (full, self.run) {
-            (true, Run::Apply) => {
-                let mode = self.mode_or_detect();
-                Some(saved(&self.config, family, mode)?)
-            }
+            (true, Run::Apply) => Some(self.runner.save(family, &owned)?),
             _ => None,
         };
         let state = &self.families[i];
-        let batch = batch(state, full, existing.as_ref());
+        let hooks: Vec<Jump> = if full {
+            HOOKS
+                .iter()
+                .map(|(t, builtin, rule)| (*t, (*builtin).to_owned(), (*rule).to_owned()))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let batch = Batch::new(Plan {
+            desired: &state.desired,
+            applied: state.applied.as_ref().filter(|_| !full),
+            touched: &state.touched,
+            existing: existing.as_ref(),
+            owned: &owned,
+            add_jumps: &hooks,
+            remove_jumps: &[],
+        });
         let before = match (existing, state.applied.as_ref()) {
             (Some(saved), _) => saved.owned,
             (None, Some(applied)) => applied.clone(),
@@ -456,289 +413,58 @@ impl IptablesBackend {
     fn apply_all(&mut self, full: bool) -> Result<String, Error> {
         let mut batches = Vec::new();
         for (i, family) in IpFamily::BOTH.into_iter().enumerate() {
-            batches.push((family, self.prepare(i, family, full)?));
+            let (batch, before) = self.prepare(i, family, full)?;
+            batches.push((family, batch, before));
         }
         let mut script = String::new();
-        for (_, (batch, _)) in &batches {
+        for (_, batch, _) in &batches {
             script.push_str(&batch.script);
             self.last.rules += batch.rules;
             self.last.chains += batch.written.len() + batch.deleted.len();
         }
-        if self.run == Run::DryRun {
+        if self.run != Run::Apply {
             return Ok(script);
         }
-        let mode = self.mode_or_detect();
         let start = Instant::now();
-        let mut failure = None;
-        for (family, (batch, _)) in &batches {
-            if batch.script.is_empty() {
-                continue;
-            }
-            if let Err(e) = restore(&self.config, *family, mode, &batch.script) {
-                failure = Some(e);
-                break;
-            }
-        }
+        let result = apply_batches(&mut self.runner, &batches);
         self.last.restore_micros = start.elapsed().as_micros();
-        match failure {
-            None => Ok(script),
-            Some(e) => {
-                for (family, (batch, before)) in &batches {
-                    let undo = batch.rollback(before);
-                    if undo.is_empty() {
-                        continue;
-                    }
-                    if let Err(undo_error) = restore(&self.config, *family, mode, &undo) {
-                        tracing::error!(error = %undo_error, ?family, "iptables rollback failed");
-                    }
-                }
+        match result {
+            Ok(()) => Ok(script),
+            Err(e) => {
                 self.last_script = script;
-                Err(e)
+                Err(e.into())
             }
         }
     }
 }
 
-/// The chains and hooks one `iptables-save` shows: per table, the chains,
-/// and the rule lines of the built-in chains.
-#[derive(Debug, Default)]
-struct Saved {
-    chains: BTreeSet<ChainKey>,
-    rules: BTreeSet<(Table, String)>,
-    /// The rules of the chains this backend owns, as restore input.
-    owned: BTreeMap<ChainKey, Vec<String>>,
-}
+/// Through a [`kpng_aggregator::Publisher`], the backend is one producer
+/// among several: it renders incrementally and publishes its chains (all
+/// `KUBE-`) and its jumps from the built-in chains.
+impl kpng_aggregator::Producer for IptablesBackend {
+    type Subsystem = kpng_aggregator::iptables::Iptables;
 
-fn saved(config: &Config, family: IpFamily, mode: Mode) -> Result<Saved, Error> {
-    let mut command = config.command(family, mode, "save");
-    let name = format!("{command:?}");
-    let output = command.output().map_err(|source| Error::Spawn {
-        command: name.clone(),
-        source,
-    })?;
-    if !output.status.success() {
-        return Err(Error::Restore {
-            command: name,
-            status: output.status.to_string(),
-            stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
-        });
+    fn publishing(mut self) -> Self {
+        self.run = Run::Publish;
+        self
     }
-    let mut saved = Saved::default();
-    let mut table = None;
-    for line in String::from_utf8_lossy(&output.stdout).lines() {
-        if let Some(name) = line.strip_prefix('*') {
-            table = Table::ALL.into_iter().find(|t| t.name() == name);
-        } else if let Some(t) = table {
-            if let Some(chain) = line.strip_prefix(':') {
-                let name = chain.split_whitespace().next().unwrap_or_default();
-                saved.chains.insert((t, name.to_owned()));
-            } else if let Some(rule) = line.strip_prefix("-A ") {
-                saved.rules.insert((t, line.to_owned()));
-                let (chain, rest) = rule.split_once(' ').unwrap_or((rule, ""));
-                if render::owned(chain) {
-                    saved
-                        .owned
-                        .entry((t, chain.to_owned()))
-                        .or_default()
-                        .push(rest.to_owned());
-                }
+    fn fragment(
+        &mut self,
+    ) -> imbl::OrdMap<kpng_aggregator::iptables::Key, kpng_aggregator::iptables::Value> {
+        use kpng_aggregator::iptables::{Family, Fragment};
+        let mut fragment = Fragment::new();
+        for (state, family) in self.families.iter().zip([Family::V4, Family::V6]) {
+            for ((table, name), rules) in &state.desired {
+                fragment.chain(family, *table, name, rules.iter().map(String::as_str));
+            }
+            for (order, (table, builtin, rule)) in (0u16..).zip(HOOKS) {
+                fragment.jump(family, table, builtin, rule, order);
             }
         }
+        fragment.into()
     }
-    Ok(saved)
-}
-
-/// Counts the rules each mode holds, as kube-proxy's iptables wrapper
-/// does, and picks the one in use; nft when neither holds any.
-fn detect(config: &Config) -> Mode {
-    let count = |mode| {
-        IpFamily::BOTH
-            .into_iter()
-            .filter_map(|family| saved(config, family, mode).ok())
-            .map(|s| {
-                s.rules.len()
-                    + s.chains
-                        .iter()
-                        .filter(|(_, c)| c.starts_with("KUBE-"))
-                        .count()
-            })
-            .sum::<usize>()
-    };
-    let legacy = count(Mode::Legacy);
-    let nft = count(Mode::Nft);
-    if legacy > nft {
-        Mode::Legacy
-    } else {
-        Mode::Nft
-    }
-}
-
-/// One family's `iptables-restore --noflush` input, and the chains it
-/// writes and deletes.
-#[derive(Debug, Default)]
-struct Batch {
-    script: String,
-    written: Vec<ChainKey>,
-    deleted: Vec<ChainKey>,
-    rules: usize,
-}
-
-impl Batch {
-    /// The input that puts every chain this batch touches back as
-    /// `before` had it. iptables-restore commits table by table, so a
-    /// batch refused in its second table has applied its first: this
-    /// undoes it. Chains `before` did not have are left empty, never
-    /// deleted (a hook may already jump to them); the next full sync
-    /// removes them.
-    fn rollback(&self, before: &BTreeMap<ChainKey, Vec<String>>) -> String {
-        let mut out = String::new();
-        for table in Table::ALL {
-            let chains: Vec<&ChainKey> = self
-                .written
-                .iter()
-                .chain(&self.deleted)
-                .filter(|k| k.0 == table)
-                .collect();
-            if chains.is_empty() {
-                continue;
-            }
-            let _ = writeln!(out, "*{}", table.name());
-            for (_, name) in &chains {
-                let _ = writeln!(out, ":{name} - [0:0]");
-            }
-            for key in &chains {
-                for rule in before.get(*key).into_iter().flatten() {
-                    let _ = writeln!(out, "-A {} {rule}", key.1);
-                }
-            }
-            out.push_str("COMMIT\n");
-        }
-        out
-    }
-}
-
-/// One family's `iptables-restore --noflush` input: per table, the chains
-/// to (re)write are declared (which flushes them) and refilled, and stale
-/// chains are flushed then deleted; on a full sync, missing hooks are
-/// inserted.
-fn batch(state: &FamilyState, full: bool, existing: Option<&Saved>) -> Batch {
-    let applied = state.applied.as_ref().filter(|_| !full);
-    let mut result = Batch::default();
-    let out = &mut result.script;
-    for table in Table::ALL {
-        // Chains to write: all (full) or the touched ones that differ.
-        let write: Vec<&ChainKey> = match applied {
-            None => state.desired.keys().filter(|(t, _)| *t == table).collect(),
-            Some(applied) => state
-                .touched
-                .iter()
-                .filter(|k| k.0 == table)
-                .filter(|k| {
-                    state.desired.contains_key(*k) && state.desired.get(*k) != applied.get(*k)
-                })
-                .collect(),
-        };
-        // Chains to delete: ours, in the kernel, no longer wanted.
-        let stale: Vec<&String> = match (applied, existing) {
-            (Some(applied), _) => state
-                .touched
-                .iter()
-                .filter(|k| {
-                    k.0 == table && !state.desired.contains_key(*k) && applied.contains_key(*k)
-                })
-                .map(|(_, name)| name)
-                .collect(),
-            (None, Some(saved)) => saved
-                .chains
-                .iter()
-                .filter(|(t, name)| {
-                    *t == table
-                        && render::owned(name)
-                        && !state.desired.contains_key(&(table, name.clone()))
-                })
-                .map(|(_, name)| name)
-                .collect(),
-            (None, None) => Vec::new(),
-        };
-        let hooks: Vec<String> = match (full, existing) {
-            (true, Some(saved)) => HOOKS
-                .iter()
-                .filter(|(t, builtin, rule)| {
-                    *t == table
-                        && !saved
-                            .rules
-                            .contains(&(table, format!("-A {builtin} {rule}")))
-                })
-                .rev()
-                .map(|(_, builtin, rule)| format!("-I {builtin} 1 {rule}"))
-                .collect(),
-            (true, None) => HOOKS
-                .iter()
-                .filter(|(t, ..)| *t == table)
-                .rev()
-                .map(|(_, builtin, rule)| format!("-I {builtin} 1 {rule}"))
-                .collect(),
-            _ => Vec::new(),
-        };
-        if write.is_empty() && stale.is_empty() && hooks.is_empty() {
-            continue;
-        }
-        let _ = writeln!(out, "*{}", table.name());
-        for (_, name) in &write {
-            let _ = writeln!(out, ":{name} - [0:0]");
-        }
-        for name in &stale {
-            let _ = writeln!(out, ":{name} - [0:0]");
-        }
-        for key in &write {
-            for rule in state.desired.get(*key).into_iter().flatten() {
-                let _ = writeln!(out, "-A {} {rule}", key.1);
-                result.rules += 1;
-            }
-        }
-        for hook in &hooks {
-            let _ = writeln!(out, "{hook}");
-        }
-        for name in &stale {
-            let _ = writeln!(out, "-X {name}");
-        }
-        out.push_str("COMMIT\n");
-        result.written.extend(write.into_iter().cloned());
-        result
-            .deleted
-            .extend(stale.into_iter().map(|name| (table, name.clone())));
-    }
-    result
-}
-
-fn restore(config: &Config, family: IpFamily, mode: Mode, script: &str) -> Result<(), Error> {
-    let mut command = config.command(family, mode, "restore");
-    command
-        .args(["-w", "5", "--noflush"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let name = format!("{command:?}");
-    let mut child = command.spawn().map_err(|source| Error::Spawn {
-        command: name.clone(),
-        source,
-    })?;
-    if let Some(mut stdin) = child.stdin.take() {
-        // A write error shows as the command's failure below.
-        let _ = stdin.write_all(script.as_bytes());
-    }
-    let output = child.wait_with_output().map_err(|source| Error::Spawn {
-        command: name.clone(),
-        source,
-    })?;
-    if output.status.success() {
-        Ok(())
-    } else {
-        Err(Error::Restore {
-            command: name,
-            status: output.status.to_string(),
-            stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
-        })
+    fn force_full(&mut self) {
+        self.tracker.force_full();
     }
 }
 
@@ -748,7 +474,7 @@ impl IncrementalSink for IptablesBackend {
     fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
         self.tracker.check()?;
         let start = Instant::now();
-        if self.run == Run::DryRun {
+        if self.run == Run::Print {
             // A dry run never reads the kernel: it writes everything.
             self.tracker.force_full();
         }

@@ -26,28 +26,7 @@ use siphasher::sip128::{Hasher128, SipHasher13};
 
 use crate::Config;
 
-/// An iptables table.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) enum Table {
-    /// `filter`.
-    Filter,
-    /// `nat`.
-    Nat,
-}
-
-impl Table {
-    pub(crate) const ALL: [Table; 2] = [Table::Filter, Table::Nat];
-
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Table::Filter => "filter",
-            Table::Nat => "nat",
-        }
-    }
-}
-
-/// A chain: its table and name.
-pub(crate) type ChainKey = (Table, String);
+pub(crate) use kpng_aggregator::iptables::{ChainKey, Table};
 
 pub(crate) const SERVICES: &str = "KUBE-SERVICES";
 pub(crate) const NODEPORTS: &str = "KUBE-NODEPORTS";

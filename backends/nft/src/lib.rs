@@ -55,11 +55,8 @@
 //! ```
 
 mod netlink;
-mod publish;
 mod render;
 mod script;
-
-pub use publish::Publisher;
 
 use std::io::Write as _;
 use std::net::IpAddr;
@@ -266,6 +263,8 @@ pub struct NftBackend {
     last: SyncStats,
     /// The netlink socket of element-only updates, opened on first use.
     socket: Option<netlink::Socket>,
+    /// The tables' generation, as published to an aggregator.
+    epoch: u64,
 }
 
 impl std::fmt::Debug for NftBackend {
@@ -289,6 +288,7 @@ impl NftBackend {
             families: Default::default(),
             last_script: String::new(),
             socket: None,
+            epoch: 0,
             last: SyncStats::default(),
         }
     }
@@ -322,7 +322,7 @@ impl NftBackend {
     /// The desired tables of both families as a [`kpng_aggregator`]
     /// fragment: the objects a full sync writes. `epoch` is the tables'
     /// generation: a new one makes the aggregator replace them whole.
-    pub fn fragment(&self, epoch: u64) -> kpng_aggregator::nft::Fragment {
+    pub fn fragment_at(&self, epoch: u64) -> kpng_aggregator::nft::Fragment {
         let mut fragment = kpng_aggregator::nft::Fragment::new();
         for (i, family) in IpFamily::BOTH.into_iter().enumerate() {
             let table = Table {
@@ -493,6 +493,27 @@ impl NftBackend {
                 stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
             })
         }
+    }
+}
+
+/// Through a [`kpng_aggregator::Publisher`], the backend is one producer
+/// among several: it renders as usual and publishes its tables; a full
+/// sync (the first, after a failure, or for more pick chains) publishes a
+/// new table epoch, which the aggregator applies as a whole-table replace.
+impl kpng_aggregator::Producer for NftBackend {
+    type Subsystem = kpng_aggregator::nft::Nft;
+
+    fn publishing(self) -> Self {
+        self.dry_run()
+    }
+    fn fragment(&mut self) -> imbl::OrdMap<kpng_aggregator::nft::Key, kpng_aggregator::nft::Value> {
+        if self.last.full {
+            self.epoch += 1;
+        }
+        self.fragment_at(self.epoch).into()
+    }
+    fn force_full(&mut self) {
+        self.tracker.force_full();
     }
 }
 
