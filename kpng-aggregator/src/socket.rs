@@ -1,4 +1,5 @@
-//! Publishing from another process: the aggregator on a unix socket.
+//! Publishing from another process: an aggregator (of any subsystem whose
+//! keys and values serialize) on a unix socket.
 //!
 //! A CNI or a vendor's firewall in another process connects to the socket
 //! (created with mode 0600: root, or the owner, only) and sends one JSON
@@ -19,44 +20,48 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use kpng_diff::MapOp;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
 
-use crate::Aggregator;
-use crate::nft::{Key, Nft, Value};
+use crate::{Aggregator, Subsystem};
 
 /// One entry of a published state.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Entry {
+pub struct Entry<K, V> {
     /// The object.
-    pub key: Key,
+    pub key: K,
     /// Its content.
-    pub value: Value,
+    pub value: V,
 }
 
 /// One change of a delta.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Change {
+pub enum Change<K, V> {
     /// Create or change an object.
-    Set(Key, Value),
+    Set(K, V),
     /// Remove an object.
-    Delete(Key),
+    Delete(K),
 }
 
-/// A request line.
+/// A request line, for subsystem keys `K` and values `V`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Request {
+#[serde(bound(
+    serialize = "K: Serialize, V: Serialize",
+    deserialize = "K: Deserialize<'de>, V: Deserialize<'de>"
+))]
+pub struct Request<K, V> {
     /// Who publishes.
     pub producer: String,
     /// The whole state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub publish: Option<Vec<Entry>>,
+    pub publish: Option<Vec<Entry<K, V>>>,
     /// A delta.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub delta: Option<Vec<Change>>,
+    pub delta: Option<Vec<Change<K, V>>>,
     /// Remove the producer and all it published.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub remove: bool,
@@ -100,7 +105,10 @@ pub enum SocketError {
     Refused(String),
 }
 
-fn handle(aggregator: &Mutex<Aggregator<Nft>>, request: Request) -> Answer {
+fn handle<S: Subsystem>(
+    aggregator: &Mutex<Aggregator<S>>,
+    request: Request<S::Key, S::Value>,
+) -> Answer {
     let refused = |error: String| Answer {
         ok: false,
         revision: None,
@@ -115,7 +123,7 @@ fn handle(aggregator: &Mutex<Aggregator<Nft>>, request: Request) -> Answer {
         aggregator.remove(&request.producer);
         Ok(None)
     } else if let Some(entries) = request.publish {
-        let state: imbl::OrdMap<Key, Value> =
+        let state: imbl::OrdMap<S::Key, S::Value> =
             entries.into_iter().map(|e| (e.key, e.value)).collect();
         aggregator.publish(&request.producer, state)
     } else if let Some(changes) = request.delta {
@@ -144,11 +152,16 @@ fn handle(aggregator: &Mutex<Aggregator<Nft>>, request: Request) -> Answer {
 ///
 /// # Errors
 /// When the socket cannot be made.
-pub async fn serve(
+pub async fn serve<S>(
     path: &Path,
-    aggregator: Arc<Mutex<Aggregator<Nft>>>,
+    aggregator: Arc<Mutex<Aggregator<S>>>,
     changed: mpsc::Sender<()>,
-) -> Result<(), SocketError> {
+) -> Result<(), SocketError>
+where
+    S: Subsystem + Send + 'static,
+    S::Key: Serialize + DeserializeOwned + Send + Sync,
+    S::Value: Serialize + DeserializeOwned + Send + Sync,
+{
     use std::os::unix::fs::PermissionsExt;
     let io = |source| SocketError::Io {
         path: path.display().to_string(),
@@ -169,15 +182,20 @@ pub async fn serve(
     }
 }
 
-async fn connection(
+async fn connection<S>(
     stream: UnixStream,
-    aggregator: &Mutex<Aggregator<Nft>>,
+    aggregator: &Mutex<Aggregator<S>>,
     changed: &mpsc::Sender<()>,
-) -> std::io::Result<()> {
+) -> std::io::Result<()>
+where
+    S: Subsystem,
+    S::Key: DeserializeOwned,
+    S::Value: DeserializeOwned,
+{
     let (read, mut write) = stream.into_split();
     let mut lines = BufReader::new(read).lines();
     while let Some(line) = lines.next_line().await? {
-        let answer = match serde_json::from_str::<Request>(&line) {
+        let answer = match serde_json::from_str::<Request<S::Key, S::Value>>(&line) {
             Ok(request) => handle(aggregator, request),
             Err(e) => Answer {
                 ok: false,
@@ -230,7 +248,10 @@ impl Client {
     /// # Errors
     /// [`SocketError::Refused`] with the aggregator's reason, or a
     /// transport error.
-    pub async fn request(&mut self, request: &Request) -> Result<Option<u64>, SocketError> {
+    pub async fn request<K: Serialize, V: Serialize>(
+        &mut self,
+        request: &Request<K, V>,
+    ) -> Result<Option<u64>, SocketError> {
         let io = |source| SocketError::Io {
             path: self.path.clone(),
             source,
@@ -257,16 +278,22 @@ impl Client {
         }
     }
 
-    /// Publishes `producer`'s whole state.
+    /// Publishes `producer`'s whole state (an nft or iptables
+    /// `Fragment`).
     ///
     /// # Errors
     /// As [`request`](Self::request).
-    pub async fn publish(
+    pub async fn publish<K, V>(
         &mut self,
         producer: &str,
-        fragment: crate::nft::Fragment,
-    ) -> Result<Option<u64>, SocketError> {
-        let entries = imbl::OrdMap::from(fragment)
+        fragment: impl Into<imbl::OrdMap<K, V>>,
+    ) -> Result<Option<u64>, SocketError>
+    where
+        K: Ord + Clone + Serialize,
+        V: Clone + Serialize,
+    {
+        let entries = fragment
+            .into()
             .into_iter()
             .map(|(key, value)| Entry { key, value })
             .collect();

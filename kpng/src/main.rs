@@ -5,7 +5,7 @@
 //! ```text
 //! kpng file [--input cluster.yaml] [--node N] [--watch] to-nft [--dry-run] [--once] [backend flags]
 //! kpng kube [--kubeconfig F] --node N to-nft [--aggregator-socket PATH] [backend flags]
-//! kpng kube [--kubeconfig F] --node N to-iptables [--iptables-mode auto|nft|legacy] [backend flags]
+//! kpng kube [--kubeconfig F] --node N to-iptables [--iptables-mode auto|nft|legacy] [--aggregator-socket PATH] [backend flags]
 //! ```
 //!
 //! With no `--input`, `kpng file` reads the bundled sample cluster, so
@@ -17,8 +17,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use kpng_aggregator::iptables::{Iptables, Runner};
 use kpng_aggregator::nft::Nft;
-use kpng_aggregator::{Aggregator, Publisher};
+use kpng_aggregator::{Aggregator, Producer, Publisher, Subsystem};
 use kpng_backend_iptables::{Config as IptablesConfig, IptablesBackend, Mode as IptablesMode};
 use kpng_backend_nft::{Config as NftConfig, NftBackend};
 use kpng_diff::{DriveConfig, NodeProjector, drive};
@@ -26,6 +27,8 @@ use kpng_kube::watch::{NodeScope, WatchConfig};
 use kpng_kube::{Ingest, IngestConfig, file};
 use kpng_sink::IncrementalSink;
 use kpng_store::Store;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 /// A Kubernetes Service proxy built from kpng-rs crates.
 #[derive(Parser, Debug)]
@@ -109,6 +112,10 @@ struct NftArgs {
 
 #[derive(Args, Debug)]
 struct IptablesArgs {
+    /// Run through an aggregator served on this unix socket (mode 0600):
+    /// the proxy publishes its `KUBE-` chains, other processes theirs.
+    #[arg(long)]
+    aggregator_socket: Option<PathBuf>,
     /// Which iptables: `nft`, `legacy`, or `auto` (the one that already
     /// holds rules, as kube-proxy picks).
     #[arg(long, default_value = "auto", value_parser = ["auto", "nft", "legacy"])]
@@ -219,7 +226,10 @@ fn backend(sink: &Sink) -> Result<Box<dyn IncrementalSink + Send>, Error> {
             config.masquerade_bit = args.masquerade_bit;
             let backend = NftBackend::new(config);
             match (&nft.aggregator_socket, args.dry_run) {
-                (Some(path), false) => Box::new(Report(aggregated(backend, path, args), false)),
+                (Some(path), false) => {
+                    let nft = Nft::new(vec!["nft".into()]);
+                    Box::new(Report(aggregated(backend, nft, path, args), false))
+                }
                 (_, true) => Box::new(Report(backend.dry_run(), true)),
                 (None, false) => Box::new(Report(backend, false)),
             }
@@ -241,28 +251,39 @@ fn backend(sink: &Sink) -> Result<Box<dyn IncrementalSink + Send>, Error> {
                 "legacy" => Some(IptablesMode::Legacy),
                 _ => None,
             };
-            let backend = IptablesBackend::new(config);
-            let backend = if args.dry_run {
-                backend.dry_run()
-            } else {
-                backend
+            let runner = Runner {
+                prefix: Vec::new(),
+                mode: config.mode,
             };
-            Box::new(Report(backend, args.dry_run))
+            let backend = IptablesBackend::new(config);
+            match (&ipt.aggregator_socket, args.dry_run) {
+                (Some(path), false) => {
+                    let iptables = Iptables::new(runner);
+                    Box::new(Report(aggregated(backend, iptables, path, args), false))
+                }
+                (_, true) => Box::new(Report(backend.dry_run(), true)),
+                (None, false) => Box::new(Report(backend, false)),
+            }
         }
     })
 }
 
-/// The nft backend as producer `kpng` of an aggregator served on `path`;
-/// the aggregator flushes other producers' publications at most as
+/// `backend` as producer `kpng` of an aggregator of `subsystem` served on
+/// `path`; the aggregator flushes other producers' publications at most as
 /// `--min-sync-period` allows.
-fn aggregated(
-    backend: NftBackend,
+fn aggregated<B>(
+    backend: B,
+    subsystem: B::Subsystem,
     path: &std::path::Path,
     args: &BackendArgs,
-) -> Publisher<NftBackend> {
-    let aggregator = std::sync::Arc::new(std::sync::Mutex::new(Aggregator::new(Nft::new(vec![
-        "nft".into(),
-    ]))));
+) -> Publisher<B>
+where
+    B: Producer,
+    B::Subsystem: Send + 'static,
+    <B::Subsystem as Subsystem>::Key: Serialize + DeserializeOwned + Send + Sync + 'static,
+    <B::Subsystem as Subsystem>::Value: Serialize + DeserializeOwned + Send + Sync + 'static,
+{
+    let aggregator = std::sync::Arc::new(std::sync::Mutex::new(Aggregator::new(subsystem)));
     let (changed, rx) = tokio::sync::mpsc::channel(64);
     let limiter = kpng_diff::SyncLimiter::new(args.min_sync_period, args.sync_burst);
     tokio::spawn(kpng_aggregator::run(aggregator.clone(), rx, limiter));
@@ -300,16 +321,13 @@ impl Reported for NftBackend {
     }
 }
 
-impl Reported for Publisher<NftBackend> {
+impl<B: Producer + Reported> Reported for Publisher<B> {
     fn script(&self) -> &str {
         // What reaches the kernel is the aggregator's business.
         ""
     }
     fn summary(&self) -> (bool, usize) {
-        (
-            self.backend().last_sync().full,
-            self.backend().last_sync().commands,
-        )
+        self.backend().summary()
     }
 }
 

@@ -130,3 +130,78 @@ fn errors_are_one_clear_line() {
     assert_eq!(stderr.trim().lines().count(), 1);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// As root: `--aggregator-socket` runs each backend through an aggregator
+/// served on a private socket, in a network namespace of the test's own.
+#[test]
+fn to_nft_and_to_iptables_run_through_an_aggregator_socket() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    if !root {
+        eprintln!("SKIPPED: not root");
+        return;
+    }
+    let ns = format!("kpcli{}", std::process::id());
+    let ok = |args: &[&str]| {
+        Command::new(args[0])
+            .args(&args[1..])
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    assert!(ok(&["ip", "netns", "add", &ns]));
+    struct Cleanup(String);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+        }
+    }
+    let _cleanup = Cleanup(ns.clone());
+    let dir = std::env::temp_dir();
+    for (sink, listing) in [
+        ("to-nft", ["nft", "list", "tables"]),
+        ("to-iptables", ["iptables-save", "-t", "nat"]),
+    ] {
+        let socket = dir.join(format!("{ns}-{sink}.sock"));
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &ns,
+                env!("CARGO_BIN_EXE_kpng"),
+                "file",
+                sink,
+                "--once",
+                "--aggregator-socket",
+            ])
+            .arg(&socket)
+            .env("RUST_LOG", "error")
+            .output()
+            .expect("kpng");
+        assert!(
+            out.status.success(),
+            "{sink}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mode = std::fs::metadata(&socket)
+            .expect("socket")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{sink}");
+        let _ = std::fs::remove_file(&socket);
+        let shown = Command::new("ip")
+            .args(["netns", "exec", &ns])
+            .args(listing)
+            .output()
+            .expect("listing");
+        let shown = String::from_utf8_lossy(&shown.stdout);
+        let want = if sink == "to-nft" {
+            "table ip kpng"
+        } else {
+            ":KUBE-SERVICES"
+        };
+        assert!(shown.contains(want), "{sink}: {shown}");
+    }
+}
