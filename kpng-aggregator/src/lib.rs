@@ -20,8 +20,10 @@
 //!   the others land.
 //! - **Rate limit**: [`kpng_diff::SyncLimiter`], the one the backends use.
 //!
-//! The nftables subsystem is [`nft::Nft`]; see its docs for the ordering of
-//! producers' base chains.
+//! The subsystems are [`nft::Nft`] and [`iptables::Iptables`]; see their
+//! docs for the ordering between producers. Any backend implementing
+//! [`Producer`] runs through an aggregator with a [`Publisher`], and
+//! producers in other processes publish over [`socket`].
 //!
 //! # Example
 //!
