@@ -338,3 +338,100 @@ impl NodeView {
             .ok_or_else(|| Error::UnknownService(name.to_string()))
     }
 }
+
+/// The wire form of [`ViewOp`]s (`kpng.model.v1.ViewChange`), as the ENLS
+/// watch service streams them.
+pub mod wire {
+    use std::sync::Arc;
+
+    use super::{EndpointView, ViewOp};
+    use crate::v1::{self, view_change::Change};
+    use crate::{Error, ServiceName};
+
+    fn service_ref(name: &ServiceName) -> v1::ServiceRef {
+        v1::ServiceRef {
+            namespace: name.namespace().to_owned(),
+            name: name.name().to_owned(),
+        }
+    }
+
+    fn service_name(r: Option<&v1::ServiceRef>) -> Result<ServiceName, Error> {
+        let r = r.ok_or_else(|| missing("service"))?;
+        Ok(ServiceName::new(&r.namespace, &r.name))
+    }
+
+    fn missing(field: &str) -> Error {
+        Error::InvalidAddress {
+            field: format!("ViewChange.{field}"),
+            value: "missing".into(),
+        }
+    }
+
+    fn ip(field: &str, text: &str) -> Result<std::net::IpAddr, Error> {
+        text.parse().map_err(|_| Error::InvalidAddress {
+            field: format!("ViewChange.{field}"),
+            value: text.to_owned(),
+        })
+    }
+
+    /// The wire form of an op.
+    pub fn to_wire(op: &ViewOp) -> v1::ViewChange {
+        let change = match op {
+            ViewOp::SetNode(node) => Change::SetNode((**node).clone()),
+            ViewOp::DeleteNode => Change::DeleteNode(true),
+            ViewOp::SetService(svc) => Change::SetService((**svc).clone()),
+            ViewOp::DeleteService(name) => Change::DeleteService(service_ref(name)),
+            ViewOp::SetEndpoint(name, ep) => Change::SetEndpoint(v1::SetEndpoint {
+                service: Some(service_ref(name)),
+                endpoint: Some(v1::EndpointRef {
+                    ip: ep.ip.to_string(),
+                    endpoint: Some((*ep.endpoint).clone()),
+                    is_local: ep.is_local,
+                    cluster: ep.cluster,
+                    local: ep.local,
+                }),
+            }),
+            ViewOp::DeleteEndpoint(name, addr) => Change::DeleteEndpoint(v1::DeleteEndpoint {
+                service: Some(service_ref(name)),
+                ip: addr.to_string(),
+            }),
+        };
+        v1::ViewChange {
+            change: Some(change),
+        }
+    }
+
+    /// The op a wire change stands for.
+    ///
+    /// # Errors
+    /// [`Error::InvalidAddress`] naming a missing part or a bad address:
+    /// the peer is not trusted.
+    pub fn from_wire(change: v1::ViewChange) -> Result<ViewOp, Error> {
+        Ok(match change.change.ok_or_else(|| missing("change"))? {
+            Change::SetNode(node) => ViewOp::SetNode(Arc::new(node)),
+            Change::DeleteNode(_) => ViewOp::DeleteNode,
+            Change::SetService(svc) => ViewOp::SetService(Arc::new(svc)),
+            Change::DeleteService(r) => ViewOp::DeleteService(service_name(Some(&r))?),
+            Change::SetEndpoint(set) => {
+                let name = service_name(set.service.as_ref())?;
+                let ep = set
+                    .endpoint
+                    .ok_or_else(|| missing("set_endpoint.endpoint"))?;
+                ViewOp::SetEndpoint(
+                    name,
+                    EndpointView {
+                        ip: ip("set_endpoint.endpoint.ip", &ep.ip)?,
+                        endpoint: Arc::new(ep.endpoint.unwrap_or_default()),
+                        is_local: ep.is_local,
+                        cluster: ep.cluster,
+                        local: ep.local,
+                    },
+                )
+            }
+            Change::DeleteEndpoint(del) => ViewOp::DeleteEndpoint(
+                service_name(del.service.as_ref())?,
+                ip("delete_endpoint.ip", &del.ip)?,
+            ),
+        })
+    }
+}

@@ -5,6 +5,8 @@
 //! ```text
 //! kpng file [--input cluster.yaml] [--node N] [--watch] to-nft [--dry-run] [--once] [backend flags]
 //! kpng kube [--kubeconfig F] --node N to-nft [--aggregator-socket PATH] [backend flags]
+//! kpng kube [--kubeconfig F] to-api --listen unix:///run/kpng.sock
+//! kpng api --api unix:///run/kpng.sock --node N to-nft | to-iptables | to-file --output state.yaml
 //! kpng kube [--kubeconfig F] --node N to-iptables [--iptables-mode auto|nft|legacy] [--aggregator-socket PATH] [backend flags]
 //! ```
 //!
@@ -45,6 +47,20 @@ enum Source {
     File(FileArgs),
     /// Watch the Kubernetes API.
     Kube(KubeArgs),
+    /// Stream this node's view from a kpng server (`... to-api`).
+    Api(ApiArgs),
+}
+
+#[derive(Args, Debug)]
+struct ApiArgs {
+    /// The server: `unix:///run/kpng.sock` (or a socket path).
+    #[arg(long)]
+    api: String,
+    /// This node's name.
+    #[arg(long)]
+    node: String,
+    #[command(subcommand)]
+    sink: Sink,
 }
 
 #[derive(Args, Debug)]
@@ -71,9 +87,10 @@ struct KubeArgs {
     /// A kubeconfig file (default: in-cluster, then ~/.kube/config).
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
-    /// This node's name.
+    /// This node's name (needed by every sink but `to-api`, which serves
+    /// every node).
     #[arg(long)]
-    node: String,
+    node: Option<String>,
     /// Serve only Services labelled with this service-proxy-name.
     #[arg(long)]
     proxy_name: Option<String>,
@@ -81,20 +98,76 @@ struct KubeArgs {
     sink: Sink,
 }
 
+// The variant names are the command's sink words (`to-nft`, `to-api`…).
+#[allow(clippy::enum_variant_names)]
 #[derive(Subcommand, Debug)]
 enum Sink {
     /// Program nftables (tables `ip kpng` and `ip6 kpng`).
     ToNft(NftArgs),
     /// Program iptables and ip6tables in kube-proxy's layout.
     ToIptables(IptablesArgs),
+    /// Serve the ENLS to node agents (`kpng api ... to-nft`).
+    ToApi(ListenArgs),
+    /// Write this node's view as YAML at each sync (for debugging).
+    ToFile(OutputArgs),
+}
+
+#[derive(Args, Debug)]
+struct ListenArgs {
+    /// Where: `unix:///run/kpng.sock` (or a socket path); mode 0600.
+    #[arg(long)]
+    listen: String,
+}
+
+#[derive(Args, Debug)]
+struct OutputArgs {
+    /// The YAML file, replaced whole at each sync.
+    #[arg(long)]
+    output: PathBuf,
+    /// Exit after the first write.
+    #[arg(long)]
+    once: bool,
 }
 
 impl Sink {
-    fn args(&self) -> &BackendArgs {
+    /// The backend flags, for the sinks that program the kernel.
+    fn args(&self) -> Option<&BackendArgs> {
         match self {
-            Sink::ToNft(args) => &args.common,
-            Sink::ToIptables(args) => &args.common,
+            Sink::ToNft(args) => Some(&args.common),
+            Sink::ToIptables(args) => Some(&args.common),
+            Sink::ToApi(_) | Sink::ToFile(_) => None,
         }
+    }
+
+    fn once(&self) -> bool {
+        match self {
+            Sink::ToFile(out) => out.once,
+            other => other.args().is_some_and(|a| a.once),
+        }
+    }
+}
+
+/// A socket path from `unix:///path` or a plain path.
+fn unix_path(uri: &str) -> Result<PathBuf, Error> {
+    match uri.strip_prefix("unix://") {
+        Some(path) => Ok(PathBuf::from(path)),
+        None if uri.contains("://") => Err(Error::Usage(format!(
+            "{uri}: only unix:// sockets are served for now"
+        ))),
+        None => Ok(PathBuf::from(uri)),
+    }
+}
+
+/// Writes the node view as YAML, replacing the file atomically.
+struct YamlFile(PathBuf);
+
+impl kpng_sink::FullStateSink for YamlFile {
+    fn sync(&mut self, view: &kpng_model::view::NodeView) -> Result<(), kpng_sink::SinkError> {
+        let failed = |e: String| kpng_sink::SinkError::backend("to-file", e);
+        let text = serde_saphyr::to_string(view).map_err(|e| failed(e.to_string()))?;
+        let tmp = self.0.with_extension("tmp");
+        std::fs::write(&tmp, text).map_err(|e| failed(format!("{}: {e}", tmp.display())))?;
+        std::fs::rename(&tmp, &self.0).map_err(|e| failed(format!("{}: {e}", self.0.display())))
     }
 }
 
@@ -187,6 +260,10 @@ enum Error {
     Sync(#[from] kpng_sink::SinkError),
     #[error("kubernetes client: {0}")]
     Kube(String),
+    #[error(transparent)]
+    Api(#[from] kpng_api::Error),
+    #[error("{0}")]
+    Usage(String),
 }
 
 /// The error and its causes, on one line.
@@ -212,9 +289,15 @@ fn hostname() -> String {
 
 /// The backend the command line asks for, wrapped to report each sync.
 fn backend(sink: &Sink) -> Result<Box<dyn IncrementalSink + Send>, Error> {
-    let args = sink.args();
     Ok(match sink {
+        Sink::ToFile(out) => Box::new(kpng_sink::FullState::new(YamlFile(out.output.clone()))),
+        Sink::ToApi(_) => {
+            return Err(Error::Usage(
+                "to-api serves a store: use it with the file or kube source".into(),
+            ));
+        }
         Sink::ToNft(nft) => {
+            let args = &nft.common;
             let mut config = NftConfig::default();
             config.cluster_cidrs = NftConfig::parse_cidrs("--cluster-cidr", &args.cluster_cidr)?;
             config.service_cidrs = NftConfig::parse_cidrs("--service-cidr", &args.service_cidr)?;
@@ -235,6 +318,7 @@ fn backend(sink: &Sink) -> Result<Box<dyn IncrementalSink + Send>, Error> {
             }
         }
         Sink::ToIptables(ipt) => {
+            let args = &ipt.common;
             let mut config = IptablesConfig::default();
             config.cluster_cidrs =
                 IptablesConfig::parse_cidrs("--cluster-cidr", &args.cluster_cidr)?;
@@ -365,10 +449,35 @@ impl<B: Reported> IncrementalSink for Report<B> {
     }
 }
 
+/// Serves the store (`to-api`) or drives the sink from it.
+async fn finish(
+    reader: kpng_store::Reader,
+    node: Option<&str>,
+    sink: &Sink,
+    once: bool,
+) -> Result<(), Error> {
+    if let Sink::ToApi(listen) = sink {
+        let path = unix_path(&listen.listen)?;
+        tracing::info!(path = %path.display(), "serving the ENLS");
+        return Ok(kpng_api::serve_unix(path, kpng_api::Server::new(reader)).await?);
+    }
+    let node = node.ok_or_else(|| Error::Usage("--node is needed by this sink".into()))?;
+    let mut backend = backend(sink)?;
+    let mut projector = NodeProjector::new(node);
+    let config = match sink.args() {
+        Some(args) => drive_config(args, once),
+        None => {
+            let mut config = DriveConfig::default();
+            config.once = once;
+            config
+        }
+    };
+    Ok(drive(reader, &mut projector, &mut *backend, &config).await?)
+}
+
 async fn run(cli: Cli) -> Result<(), Error> {
     match cli.source {
         Source::File(args) => {
-            let nft = args.sink.args();
             let node = args.node.clone().unwrap_or_else(|| {
                 if args.input.is_none() {
                     "node-a".into()
@@ -393,7 +502,7 @@ async fn run(cli: Cli) -> Result<(), Error> {
             // The objects are translated: free them before syncing.
             drop(objects);
             let reader = ingest.reader();
-            let once = nft.once || !args.watch;
+            let once = args.sink.once() || !args.watch;
             // Readers see no new revision once the writer is gone: keep it,
             // or hand it to the file watcher.
             let _writer = match (&args.input, args.watch) {
@@ -408,12 +517,9 @@ async fn run(cli: Cli) -> Result<(), Error> {
                 }
                 _ => Some(ingest),
             };
-            let mut sink = backend(&args.sink)?;
-            let mut projector = NodeProjector::new(node.as_str());
-            Ok(drive(reader, &mut projector, &mut *sink, &drive_config(nft, once)).await?)
+            finish(reader, Some(&node), &args.sink, once).await
         }
         Source::Kube(args) => {
-            let nft = args.sink.args();
             let client = match &args.kubeconfig {
                 Some(path) => {
                     let kubeconfig = kube::config::Kubeconfig::read_from(path)
@@ -428,24 +534,29 @@ async fn run(cli: Cli) -> Result<(), Error> {
                     .await
                     .map_err(|e| Error::Kube(one_line(&e)))?,
             };
-            let mut config = IngestConfig::for_node(args.node.as_str());
+            let mut config = IngestConfig::for_node(args.node.as_deref().unwrap_or_default());
             if let Some(name) = &args.proxy_name {
                 config = config.with_proxy_name(name);
             }
             let mut ingest = Ingest::new(Store::new(), config);
             let reader = ingest.reader();
             let mut watch = WatchConfig::default();
-            watch.nodes = NodeScope::Only(args.node.clone());
+            // A server for every node watches every Node; a node-local
+            // proxy only its own.
+            watch.nodes = match (&args.sink, &args.node) {
+                (Sink::ToApi(_), _) | (_, None) => NodeScope::All,
+                (_, Some(node)) => NodeScope::Only(node.clone()),
+            };
             tokio::spawn(async move { kpng_kube::watch::run(client, &mut ingest, watch).await });
+            let once = args.sink.once();
+            finish(reader, args.node.as_deref(), &args.sink, once).await
+        }
+        Source::Api(args) => {
+            let path = unix_path(&args.api)?;
             let mut sink = backend(&args.sink)?;
-            let mut projector = NodeProjector::new(args.node.as_str());
-            Ok(drive(
-                reader,
-                &mut projector,
-                &mut *sink,
-                &drive_config(nft, nft.once),
-            )
-            .await?)
+            let mut config = kpng_api::AgentConfig::default();
+            config.once = args.sink.once();
+            Ok(kpng_api::run_agent(&path, &args.node, &mut *sink, &config).await?)
         }
     }
 }

@@ -1,0 +1,430 @@
+//! The ENLS of kpng-rs over gRPC: one server watches the Kubernetes API,
+//! node agents stream their node view from it.
+//!
+//! At thousands of nodes, every node's proxy watching every EndpointSlice
+//! loads the apiserver. With kpng-api, one [`Server`] holds the store (fed
+//! by `kpng-kube`) and each node's agent subscribes to its own node view
+//! with the `kpng.model.v1.Enls/Watch` call:
+//!
+//! - the first answer is the whole view (a `reset`, the view as changes,
+//!   a `sync`), then each new revision's changes, each batch closed by a
+//!   `sync` carrying its revision;
+//! - an agent that reconnects names the revision it holds, and gets only
+//!   what changed since (or a reset when the server no longer knows it);
+//! - a slow agent costs the server a few messages at most: the server
+//!   computes the next batch only when the previous one is sent, from the
+//!   latest revision, so revisions that arrived meanwhile merge into one.
+//!
+//! The transport is a unix socket (mode 0600) by default. [`run_agent`]
+//! drives any [`kpng_sink::IncrementalSink`] from a server, reconnecting
+//! with backoff and resuming.
+//!
+//! # Example
+//!
+//! A server over a store, and an agent that mirrors its node's view:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use kpng_api::{AgentConfig, Server, bind_unix, run_agent, serve};
+//! use kpng_model::v1::Service;
+//! use kpng_sink::FullState;
+//! use kpng_store::Store;
+//!
+//! let mut store = Store::new();
+//! let mut txn = store.begin();
+//! txn.set_service(Service { namespace: "default".into(), name: "web".into(), ..Default::default() });
+//! txn.commit();
+//! store.mark_synced(kpng_model::Kind::Service);
+//! store.mark_synced(kpng_model::Kind::Endpoint);
+//!
+//! let path = std::env::temp_dir().join(format!("kpng-api-doc-{}.sock", std::process::id()));
+//! let server = Server::new(store.reader());
+//! let serving = tokio::spawn(serve(bind_unix(&path)?, server));
+//!
+//! // A sink that counts the Services of the view it is handed.
+//! struct Count(usize);
+//! impl kpng_sink::FullStateSink for Count {
+//!     fn sync(&mut self, view: &kpng_model::view::NodeView) -> Result<(), kpng_sink::SinkError> {
+//!         self.0 = view.services.len();
+//!         Ok(())
+//!     }
+//! }
+//! let mut mirror = FullState::new(Count(0));
+//! let mut config = AgentConfig::default();
+//! config.once = true;
+//! run_agent(&path, "node-a", &mut mirror, &config).await?;
+//! assert_eq!(mirror.inner().0, 1);
+//! serving.abort();
+//! # Ok(())
+//! # }
+//! ```
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::Stream;
+use kpng_diff::NodeProjector;
+use kpng_model::v1::enls_client::EnlsClient;
+use kpng_model::v1::enls_server::{Enls, EnlsServer};
+use kpng_model::v1::{ViewChanges, WatchEvent, WatchRequest, watch_event::Event};
+use kpng_model::view::wire;
+use kpng_sink::IncrementalSink;
+use kpng_store::{Reader, Snapshot};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::{ReceiverStream, UnixListenerStream};
+use tonic::{Request, Response, Status};
+
+/// Errors of the API server and agent.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The socket could not be made or reached.
+    #[error("{path}: {source}")]
+    Socket {
+        /// Its path.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The gRPC transport failed.
+    #[error("grpc transport: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    /// The server answered with an error.
+    #[error("server: {0}")]
+    Status(#[from] Status),
+    /// The server sent something that is not a valid change.
+    #[error("bad change from the server: {0}")]
+    Protocol(#[from] kpng_model::Error),
+    /// The sink failed.
+    #[error(transparent)]
+    Sink(#[from] kpng_sink::SinkError),
+}
+
+/// Changes per message: a full view of 10k Services × 10 endpoints goes as
+/// ~110 messages, none near gRPC's 4 MiB limit.
+const CHANGES_PER_MESSAGE: usize = 1000;
+/// Revisions the server remembers for resuming agents.
+const HISTORY: usize = 256;
+/// Messages queued per agent before the server waits for it.
+const QUEUE: usize = 4;
+
+/// The watch service over a store. Cloning shares it.
+#[derive(Clone, Debug)]
+pub struct Server {
+    reader: Reader,
+    history: Arc<Mutex<VecDeque<Snapshot>>>,
+    /// Drawn at start: revisions of another instance mean nothing here.
+    instance: u64,
+    /// Bumped to end every open stream (agents reconnect).
+    closing: Arc<tokio::sync::watch::Sender<u64>>,
+}
+
+impl Server {
+    /// Serves the store behind `reader`. Agents are answered once the
+    /// initial lists are synced.
+    pub fn new(reader: Reader) -> Self {
+        let server = Self {
+            reader,
+            history: Arc::new(Mutex::new(VecDeque::with_capacity(HISTORY))),
+            instance: instance_id(),
+            closing: Arc::new(tokio::sync::watch::Sender::new(0)),
+        };
+        server.remember(server.reader.snapshot());
+        server
+    }
+
+    /// Ends every open watch stream; agents reconnect (and resume). Use it
+    /// before shutting the server down: a stream never ends on its own.
+    pub fn close_streams(&self) {
+        self.closing.send_modify(|generation| *generation += 1);
+    }
+
+    fn remember(&self, snapshot: Snapshot) {
+        if let Ok(mut history) = self.history.lock() {
+            if history
+                .back()
+                .is_some_and(|s| s.revision() >= snapshot.revision())
+            {
+                return;
+            }
+            if history.len() == HISTORY {
+                history.pop_front();
+            }
+            history.push_back(snapshot);
+        }
+    }
+
+    fn at(&self, revision: u64) -> Option<Snapshot> {
+        let history = self.history.lock().ok()?;
+        history.iter().find(|s| s.revision() == revision).cloned()
+    }
+
+    /// Streams `node`'s view into `tx` until the agent goes away or the
+    /// store closes.
+    async fn stream(
+        self,
+        node: String,
+        since: (u64, u64),
+        tx: mpsc::Sender<Result<WatchEvent, Status>>,
+    ) {
+        let (since_instance, since) = since;
+        let mut reader = self.reader.clone();
+        let Ok(mut snapshot) = reader
+            .synced(&[kpng_model::Kind::Service, kpng_model::Kind::Endpoint])
+            .await
+        else {
+            return;
+        };
+        let mut projector = NodeProjector::new(node.as_str());
+        if tx
+            .send(Ok(event(Event::Instance(self.instance))))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let known = since > 0 && since_instance == self.instance;
+        match self.at(since).filter(|_| known) {
+            // The agent holds `since`: start from there.
+            Some(old) => {
+                projector.update(&old);
+            }
+            None => {
+                if tx.send(Ok(event(Event::Reset(true)))).await.is_err() {
+                    return;
+                }
+            }
+        }
+        let mut closing = self.closing.subscribe();
+        closing.mark_unchanged();
+        let mut first = true;
+        loop {
+            self.remember(snapshot.clone());
+            let ops = projector.update(&snapshot);
+            if !ops.is_empty() || first {
+                for chunk in ops.chunks(CHANGES_PER_MESSAGE) {
+                    let changes = chunk.iter().map(wire::to_wire).collect();
+                    if tx
+                        .send(Ok(event(Event::Changes(ViewChanges { changes }))))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+                if tx
+                    .send(Ok(event(Event::Sync(snapshot.revision()))))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            first = false;
+            // Waits here while the agent is slow (the queue is full above),
+            // then takes the latest revision: the ones between merge.
+            snapshot = tokio::select! {
+                next = reader.newer_than(snapshot.revision()) => match next {
+                    Ok(next) => next,
+                    Err(_) => return,
+                },
+                _ = closing.changed() => return,
+            };
+        }
+    }
+}
+
+/// A random server instance id (from the OS's random source, via the
+/// standard library's hasher keys).
+fn instance_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    hasher.finish().max(1)
+}
+
+fn event(event: Event) -> WatchEvent {
+    WatchEvent { event: Some(event) }
+}
+
+#[tonic::async_trait]
+impl Enls for Server {
+    type WatchStream = Pin<Box<dyn Stream<Item = Result<WatchEvent, Status>> + Send>>;
+
+    async fn watch(
+        &self,
+        request: Request<WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let request = request.into_inner();
+        if request.node.is_empty() {
+            return Err(Status::invalid_argument("name a node"));
+        }
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let since = (request.since_instance, request.since_revision);
+        tokio::spawn(self.clone().stream(request.node, since, tx));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+/// Binds a unix socket at `path` (replacing a stale one), mode 0600.
+/// Call it from within a tokio runtime.
+///
+/// # Errors
+/// When the socket cannot be made.
+pub fn bind_unix(path: &Path) -> Result<tokio::net::UnixListener, Error> {
+    use std::os::unix::fs::PermissionsExt;
+    let socket_error = |source| Error::Socket {
+        path: path.display().to_string(),
+        source,
+    };
+    let _ = std::fs::remove_file(path);
+    let listener = tokio::net::UnixListener::bind(path).map_err(socket_error)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(socket_error)?;
+    Ok(listener)
+}
+
+/// Serves `server` on a unix socket at `path` ([`bind_unix`], then
+/// [`serve`]) until the task is dropped.
+///
+/// # Errors
+/// When the socket cannot be made, or the transport fails.
+pub async fn serve_unix(path: PathBuf, server: Server) -> Result<(), Error> {
+    serve(bind_unix(&path)?, server).await
+}
+
+/// Serves `server` on a bound unix socket until the task is dropped.
+///
+/// # Errors
+/// When the transport fails.
+pub async fn serve(listener: tokio::net::UnixListener, server: Server) -> Result<(), Error> {
+    tonic::transport::Server::builder()
+        .add_service(EnlsServer::new(server))
+        .serve_with_incoming(UnixListenerStream::new(listener))
+        .await?;
+    Ok(())
+}
+
+/// Connects to a server's unix socket.
+///
+/// # Errors
+/// When it cannot be reached.
+pub async fn connect_unix(path: &Path) -> Result<EnlsClient<tonic::transport::Channel>, Error> {
+    let path = path.to_owned();
+    // The URI is required by the API but unused: the connector dials.
+    let channel = tonic::transport::Endpoint::from_static("http://kpng.invalid")
+        .connect_with_connector(tower::service_fn(move |_| {
+            let path = path.clone();
+            async move {
+                let stream = tokio::net::UnixStream::connect(path).await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+            }
+        }))
+        .await?;
+    Ok(EnlsClient::new(channel))
+}
+
+/// Settings of [`run_agent`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct AgentConfig {
+    /// The first reconnect delay; it doubles up to `max_retry`.
+    pub retry: Duration,
+    /// The longest reconnect delay.
+    pub max_retry: Duration,
+    /// Return after the first successful sync.
+    pub once: bool,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        Self {
+            retry: Duration::from_millis(200),
+            max_retry: Duration::from_secs(10),
+            once: false,
+        }
+    }
+}
+
+/// Keeps `sink` in line with `node`'s view from the server on `path`:
+/// connects (retrying with backoff), streams, applies each batch and syncs
+/// at each `sync`; after a disconnect it resumes from the revision it
+/// holds. A sink failure makes it start over from a full view. Returns
+/// after the first sync with `once`; otherwise runs until dropped.
+///
+/// # Errors
+/// With `once`, the first failure; otherwise never.
+pub async fn run_agent<S: IncrementalSink + ?Sized>(
+    path: &Path,
+    node: &str,
+    sink: &mut S,
+    config: &AgentConfig,
+) -> Result<(), Error> {
+    let mut held = (0u64, 0u64);
+    let mut retry = config.retry;
+    loop {
+        match session(path, node, sink, &mut held, config.once).await {
+            Ok(()) if config.once => return Ok(()),
+            Ok(()) => retry = config.retry,
+            Err(e) if config.once => return Err(e),
+            Err(e) => {
+                tracing::warn!(error = %e, retry_in = ?retry, revision = held.1, "ENLS watch lost; reconnecting");
+                if matches!(e, Error::Sink(_)) {
+                    // The sink's state is unknown: start over.
+                    held = (0, 0);
+                }
+            }
+        }
+        tokio::time::sleep(retry).await;
+        retry = (retry * 2).min(config.max_retry);
+    }
+}
+
+/// One connection: streams until it ends (or, with `once`, until the
+/// first sync).
+async fn session<S: IncrementalSink + ?Sized>(
+    path: &Path,
+    node: &str,
+    sink: &mut S,
+    held: &mut (u64, u64),
+    once: bool,
+) -> Result<(), Error> {
+    let mut client = connect_unix(path).await?;
+    let mut stream = client
+        .watch(WatchRequest {
+            node: node.to_owned(),
+            since_revision: held.1,
+            since_instance: held.0,
+        })
+        .await?
+        .into_inner();
+    let mut instance = 0;
+    while let Some(message) = stream.message().await? {
+        match message.event {
+            Some(Event::Instance(id)) => instance = id,
+            Some(Event::Reset(_)) => sink.reset(),
+            Some(Event::Changes(changes)) => {
+                for change in changes.changes {
+                    sink.apply(&wire::from_wire(change)?)?;
+                }
+            }
+            Some(Event::Sync(revision)) => {
+                sink.sync(revision)?;
+                *held = (instance, revision);
+                if once {
+                    return Ok(());
+                }
+            }
+            None => {}
+        }
+    }
+    Ok(())
+}

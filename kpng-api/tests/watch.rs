@@ -1,0 +1,218 @@
+//! The watch service end to end over a real unix socket: full state,
+//! resume, a restarted server, a killed agent, a slow watcher.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kpng_api::{AgentConfig, Server, bind_unix, connect_unix, run_agent, serve};
+use kpng_diff::node_view;
+use kpng_model::Kind;
+use kpng_model::v1::{WatchRequest, watch_event::Event};
+use kpng_model::view::NodeView;
+use kpng_sink::{FullState, FullStateSink, IncrementalSink, SinkError};
+use kpng_store::Store;
+use kpng_testkit::{Cluster, ClusterShape};
+
+fn cluster() -> Cluster {
+    Cluster::synthetic(ClusterShape {
+        services: 30,
+        endpoints: 120,
+        nodes: 4,
+        zones: 2,
+    })
+}
+
+fn store(cluster: &Cluster) -> Store {
+    let mut store = Store::new();
+    let mut txn = store.begin();
+    for n in &cluster.nodes {
+        txn.set_node(n.clone());
+    }
+    for s in &cluster.services {
+        txn.set_service(s.clone());
+    }
+    for (name, ip, e) in &cluster.endpoints {
+        txn.set_endpoint(name.clone(), *ip, e.clone());
+    }
+    txn.commit();
+    store.mark_synced(Kind::Service);
+    store.mark_synced(Kind::Endpoint);
+    store
+}
+
+fn socket(test: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("kpng-api-{test}-{}.sock", std::process::id()))
+}
+
+/// What the agent's sink saw: its views, and how many full rounds.
+#[derive(Clone, Default)]
+struct Seen(Arc<Mutex<(Vec<NodeView>, usize)>>);
+
+impl FullStateSink for Seen {
+    fn sync(&mut self, view: &NodeView) -> Result<(), SinkError> {
+        self.0.lock().expect("lock").0.push(view.clone());
+        Ok(())
+    }
+}
+
+/// Counts resets (full rounds) on the way through.
+struct Counting(FullState<Seen>, Seen);
+
+impl IncrementalSink for Counting {
+    fn reset(&mut self) {
+        self.1.0.lock().expect("lock").1 += 1;
+        self.0.reset();
+    }
+    kpng_sink::callbacks_as_ops!(apply_op);
+    fn apply(&mut self, op: &kpng_model::view::ViewOp) -> Result<(), SinkError> {
+        self.0.apply(op)
+    }
+    fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
+        self.0.sync(revision)
+    }
+}
+
+impl Counting {
+    fn apply_op(&mut self, op: &kpng_model::view::ViewOp) {
+        let _ = self.0.apply(op);
+    }
+}
+
+fn agent(path: PathBuf, node: &'static str) -> (Seen, tokio::task::JoinHandle<()>) {
+    let seen = Seen::default();
+    let mut sink = Counting(FullState::new(seen.clone()), seen.clone());
+    let mut config = AgentConfig::default();
+    config.retry = Duration::from_millis(20);
+    config.max_retry = Duration::from_millis(100);
+    let task = tokio::spawn(async move {
+        let _ = run_agent(&path, node, &mut sink, &config).await;
+    });
+    (seen, task)
+}
+
+/// Waits until the agent's last view is the store's node view.
+async fn converged(seen: &Seen, store: &Store, node: &str) -> usize {
+    let want = node_view(&store.snapshot(), node);
+    for _ in 0..200 {
+        {
+            let guard = seen.0.lock().expect("lock");
+            if guard.0.last().is_some_and(|last| {
+                last.services == want.services && last.revision == want.revision
+            }) {
+                return guard.1;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the agent did not converge to revision {}", want.revision);
+}
+
+fn flip(store: &mut Store, cluster: &Cluster, i: usize) {
+    let (name, ip, mut ep) = cluster.endpoints[i % cluster.endpoints.len()].clone();
+    ep.ready = !ep.ready;
+    ep.serving = ep.ready;
+    let mut txn = store.begin();
+    txn.set_endpoint(name, ip, ep);
+    txn.commit();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_resumes_and_a_restarted_server_resets_it() {
+    let cluster = cluster();
+    let mut store = store(&cluster);
+    let node = "node-1";
+    let path = socket("resume");
+    let server = Server::new(store.reader());
+    let serving = tokio::spawn(serve(bind_unix(&path).expect("bind"), server.clone()));
+    let (seen, agent_task) = agent(path.clone(), node);
+    assert_eq!(converged(&seen, &store, node).await, 1, "one full round");
+
+    // A change streams as a delta: no new full round.
+    flip(&mut store, &cluster, 3);
+    assert_eq!(converged(&seen, &store, node).await, 1);
+
+    // The connection drops (same server); changes happen meanwhile; the
+    // agent resumes from the revision it holds: still no full round.
+    server.close_streams();
+    serving.abort();
+    let _ = serving.await;
+    flip(&mut store, &cluster, 5);
+    flip(&mut store, &cluster, 7);
+    let serving = tokio::spawn(serve(bind_unix(&path).expect("bind"), server.clone()));
+    assert_eq!(
+        converged(&seen, &store, node).await,
+        1,
+        "resumed, not reset"
+    );
+
+    // A restarted server (another instance) does not know the agent's
+    // revisions: it resets the agent, which converges again.
+    server.close_streams();
+    serving.abort();
+    let _ = serving.await;
+    flip(&mut store, &cluster, 9);
+    let serving = tokio::spawn(serve(
+        bind_unix(&path).expect("bind"),
+        Server::new(store.reader()),
+    ));
+    assert_eq!(
+        converged(&seen, &store, node).await,
+        2,
+        "reset by a new instance"
+    );
+
+    // A killed agent: a new one starts from a full view and converges.
+    agent_task.abort();
+    flip(&mut store, &cluster, 11);
+    let (fresh, _task) = agent(path.clone(), node);
+    assert_eq!(converged(&fresh, &store, node).await, 1);
+    serving.abort();
+    let _ = std::fs::remove_file(&path);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_watcher_gets_merged_revisions_not_a_queue() {
+    let cluster = cluster();
+    let mut store = store(&cluster);
+    let path = socket("slow");
+    let serving = tokio::spawn(serve(
+        bind_unix(&path).expect("bind"),
+        Server::new(store.reader()),
+    ));
+    let mut client = connect_unix(&path).await.expect("connect");
+    let mut stream = client
+        .watch(WatchRequest {
+            node: "node-1".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("watch")
+        .into_inner();
+    // The full view, up to its sync.
+    loop {
+        let message = stream.message().await.expect("message").expect("open");
+        if matches!(message.event, Some(Event::Sync(_))) {
+            break;
+        }
+    }
+    // 2,000 revisions while the watcher reads nothing.
+    for i in 0..2000 {
+        flip(&mut store, &cluster, i);
+    }
+    let last = store.revision();
+    let mut syncs = 0;
+    loop {
+        let message = stream.message().await.expect("message").expect("open");
+        if let Some(Event::Sync(revision)) = message.event {
+            syncs += 1;
+            if revision == last {
+                break;
+            }
+        }
+    }
+    // The server held a few messages for it, never one per revision.
+    assert!(syncs <= 8, "{syncs} syncs for 2,000 revisions");
+    serving.abort();
+    let _ = std::fs::remove_file(&path);
+}
