@@ -7,6 +7,7 @@
 //! kpng kube [--kubeconfig F] --node N to-nft [--aggregator-socket PATH] [backend flags]
 //! kpng kube [--kubeconfig F] to-api --listen unix:///run/kpng.sock
 //! kpng api --api unix:///run/kpng.sock --node N to-nft | to-iptables | to-file --output state.yaml
+//! kpng api --api unix:///run/kpng.sock --node N to-file --output - --format json --once   # what does node N think
 //! kpng kube [--kubeconfig F] --node N to-iptables [--iptables-mode auto|nft|legacy] [--aggregator-socket PATH] [backend flags]
 //! ```
 //!
@@ -121,9 +122,12 @@ struct ListenArgs {
 
 #[derive(Args, Debug)]
 struct OutputArgs {
-    /// The YAML file, replaced whole at each sync.
+    /// The file, replaced whole at each sync; `-`: standard output.
     #[arg(long)]
     output: PathBuf,
+    /// `yaml` or `json`.
+    #[arg(long, default_value = "yaml", value_parser = ["yaml", "json"])]
+    format: String,
     /// Exit after the first write.
     #[arg(long)]
     once: bool,
@@ -158,16 +162,32 @@ fn unix_path(uri: &str) -> Result<PathBuf, Error> {
     }
 }
 
-/// Writes the node view as YAML, replacing the file atomically.
-struct YamlFile(PathBuf);
+/// Writes the node view (with its revision) as YAML or JSON, replacing
+/// the file atomically, or to standard output.
+struct ViewFile {
+    path: PathBuf,
+    json: bool,
+}
 
-impl kpng_sink::FullStateSink for YamlFile {
+impl kpng_sink::FullStateSink for ViewFile {
     fn sync(&mut self, view: &kpng_model::view::NodeView) -> Result<(), kpng_sink::SinkError> {
         let failed = |e: String| kpng_sink::SinkError::backend("to-file", e);
-        let text = serde_saphyr::to_string(view).map_err(|e| failed(e.to_string()))?;
-        let tmp = self.0.with_extension("tmp");
+        let text = if self.json {
+            let mut text = serde_json::to_string_pretty(view).map_err(|e| failed(e.to_string()))?;
+            text.push('\n');
+            text
+        } else {
+            serde_saphyr::to_string(view).map_err(|e| failed(e.to_string()))?
+        };
+        if self.path.as_os_str() == "-" {
+            let mut out = std::io::stdout().lock();
+            return std::io::Write::write_all(&mut out, text.as_bytes())
+                .map_err(|e| failed(format!("standard output: {e}")));
+        }
+        let tmp = self.path.with_extension("tmp");
         std::fs::write(&tmp, text).map_err(|e| failed(format!("{}: {e}", tmp.display())))?;
-        std::fs::rename(&tmp, &self.0).map_err(|e| failed(format!("{}: {e}", self.0.display())))
+        std::fs::rename(&tmp, &self.path)
+            .map_err(|e| failed(format!("{}: {e}", self.path.display())))
     }
 }
 
@@ -290,7 +310,10 @@ fn hostname() -> String {
 /// The backend the command line asks for, wrapped to report each sync.
 fn backend(sink: &Sink) -> Result<Box<dyn IncrementalSink + Send>, Error> {
     Ok(match sink {
-        Sink::ToFile(out) => Box::new(kpng_sink::FullState::new(YamlFile(out.output.clone()))),
+        Sink::ToFile(out) => Box::new(kpng_sink::FullState::new(ViewFile {
+            path: out.output.clone(),
+            json: out.format == "json",
+        })),
         Sink::ToApi(_) => {
             return Err(Error::Usage(
                 "to-api serves a store: use it with the file or kube source".into(),

@@ -205,3 +205,50 @@ fn to_nft_and_to_iptables_run_through_an_aggregator_socket() {
         assert!(shown.contains(want), "{sink}: {shown}");
     }
 }
+
+/// The server/agent split from the command line: `kpng file to-api`
+/// serves the bundled sample; `kpng api ... to-file --output - --format
+/// json --once` answers "what does node-a think" in one command.
+#[test]
+fn what_a_node_thinks_in_one_command() {
+    use std::io::BufRead;
+    let socket = std::env::temp_dir().join(format!("kpng-cli-{}.sock", std::process::id()));
+    let mut server = Command::new(env!("CARGO_BIN_EXE_kpng"))
+        .args(["file", "to-api", "--listen"])
+        .arg(format!("unix://{}", socket.display()))
+        .env("RUST_LOG", "kpng=info")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("server");
+    // It logs once it serves.
+    let stderr = server.stderr.take().expect("stderr");
+    let mut lines = std::io::BufReader::new(stderr).lines();
+    assert!(
+        lines.any(|l| l.is_ok_and(|l| l.contains("serving the ENLS"))),
+        "the server started"
+    );
+    let (code, stdout, stderr) = kpng(&[
+        "api",
+        "--api",
+        &format!("unix://{}", socket.display()),
+        "--node",
+        "node-a",
+        "to-file",
+        "--output",
+        "-",
+        "--format",
+        "json",
+        "--once",
+    ]);
+    let _ = server.kill();
+    let _ = server.wait();
+    let _ = std::fs::remove_file(&socket);
+    assert_eq!(code, 0, "{stderr}");
+    let view: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(view["revision"], 1, "{stdout}");
+    assert_eq!(view["node"]["name"], "node-a");
+    assert!(
+        view["services"]["kube-system/kube-dns"].is_object(),
+        "{stdout}"
+    );
+}
