@@ -15,7 +15,9 @@
 //!   computes the next batch only when the previous one is sent, from the
 //!   latest revision, so revisions that arrived meanwhile merge into one.
 //!
-//! The transport is a unix socket (mode 0600) by default. [`run_agent`]
+//! The transport is a unix socket (mode 0600) by default, or TCP with
+//! mutual TLS ([`serve_tcp`]: a client without a certificate from the
+//! configured CA is refused). [`run_agent`]
 //! drives any [`kpng_sink::IncrementalSink`] from a server, reconnecting
 //! with backoff and resuming.
 //!
@@ -26,7 +28,7 @@
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use kpng_api::{AgentConfig, Server, bind_unix, run_agent, serve};
+//! use kpng_api::{Address, AgentConfig, Server, bind_unix, run_agent, serve};
 //! use kpng_model::v1::Service;
 //! use kpng_sink::FullState;
 //! use kpng_store::Store;
@@ -53,7 +55,7 @@
 //! let mut mirror = FullState::new(Count(0));
 //! let mut config = AgentConfig::default();
 //! config.once = true;
-//! run_agent(&path, "node-a", &mut mirror, &config).await?;
+//! run_agent(&Address::Unix(path), "node-a", &mut mirror, &config).await?;
 //! assert_eq!(mirror.inner().0, 1);
 //! serving.abort();
 //! # Ok(())
@@ -97,6 +99,9 @@ pub enum Error {
     /// The server answered with an error.
     #[error("server: {0}")]
     Status(#[from] Status),
+    /// An address or its TLS settings are wrong.
+    #[error("{0}")]
+    Address(String),
     /// The server sent something that is not a valid change.
     #[error("bad change from the server: {0}")]
     Protocol(#[from] kpng_model::Error),
@@ -301,6 +306,161 @@ pub async fn serve_unix(path: PathBuf, server: Server) -> Result<(), Error> {
     serve(bind_unix(&path)?, server).await
 }
 
+/// PEM material for mutual TLS over TCP: this side's certificate and key,
+/// and the CA that signs the other side's.
+#[derive(Clone)]
+pub struct Tls {
+    /// This side's certificate chain (PEM).
+    pub cert: String,
+    /// This side's private key (PEM).
+    pub key: String,
+    /// The CA certificate the peer's certificate must chain to (PEM).
+    pub ca: String,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the key.
+        f.debug_struct("Tls").finish_non_exhaustive()
+    }
+}
+
+impl Tls {
+    /// Reads the three PEM files.
+    ///
+    /// # Errors
+    /// [`Error::Socket`] naming the file that cannot be read.
+    pub fn from_files(cert: &Path, key: &Path, ca: &Path) -> Result<Self, Error> {
+        let read = |path: &Path| {
+            std::fs::read_to_string(path).map_err(|source| Error::Socket {
+                path: path.display().to_string(),
+                source,
+            })
+        };
+        Ok(Self {
+            cert: read(cert)?,
+            key: read(key)?,
+            ca: read(ca)?,
+        })
+    }
+}
+
+/// Where a server listens, or an agent connects.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum Address {
+    /// A unix socket (the default; mode 0600 when served).
+    Unix(PathBuf),
+    /// TCP, always with mutual TLS.
+    Tcp {
+        /// `host:port`.
+        addr: String,
+        /// The name the server's certificate must carry (agents).
+        domain: String,
+        /// The TLS material.
+        tls: Tls,
+    },
+}
+
+impl Address {
+    /// Parses `unix:///path` (or a bare path) or `tcp://host:port`; TCP
+    /// needs `tls`.
+    ///
+    /// # Errors
+    /// [`Error::Address`] naming what is wrong.
+    pub fn parse(uri: &str, tls: Option<Tls>) -> Result<Self, Error> {
+        if let Some(addr) = uri.strip_prefix("tcp://") {
+            let tls = tls.ok_or_else(|| {
+                Error::Address(format!(
+                    "{uri}: TCP needs mutual TLS (certificate, key and CA)"
+                ))
+            })?;
+            let domain = addr
+                .rsplit_once(':')
+                .map_or(addr, |(host, _)| host)
+                .trim_matches(['[', ']'])
+                .to_owned();
+            return Ok(Address::Tcp {
+                addr: addr.to_owned(),
+                domain,
+                tls,
+            });
+        }
+        match uri.strip_prefix("unix://") {
+            Some(path) => Ok(Address::Unix(PathBuf::from(path))),
+            None if uri.contains("://") => Err(Error::Address(format!(
+                "{uri}: use unix:///path or tcp://host:port"
+            ))),
+            None => Ok(Address::Unix(PathBuf::from(uri))),
+        }
+    }
+}
+
+/// Serves `server` on TCP with mutual TLS: a client without a certificate
+/// signed by `tls.ca` is refused during the handshake.
+///
+/// # Errors
+/// When the TLS material is unusable, or the transport fails.
+pub async fn serve_tcp(
+    listener: tokio::net::TcpListener,
+    server: Server,
+    tls: &Tls,
+) -> Result<(), Error> {
+    use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+    let config = ServerTlsConfig::new()
+        .identity(Identity::from_pem(&tls.cert, &tls.key))
+        .client_ca_root(Certificate::from_pem(&tls.ca));
+    tonic::transport::Server::builder()
+        .tls_config(config)?
+        .add_service(EnlsServer::new(server))
+        .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+        .await?;
+    Ok(())
+}
+
+/// Serves `server` at `address` until the task is dropped.
+///
+/// # Errors
+/// When the address cannot be bound, or the transport fails.
+pub async fn serve_at(address: &Address, server: Server) -> Result<(), Error> {
+    match address {
+        Address::Unix(path) => serve(bind_unix(path)?, server).await,
+        Address::Tcp { addr, tls, .. } => {
+            let listener =
+                tokio::net::TcpListener::bind(addr.as_str())
+                    .await
+                    .map_err(|source| Error::Socket {
+                        path: addr.clone(),
+                        source,
+                    })?;
+            serve_tcp(listener, server, tls).await
+        }
+    }
+}
+
+/// Connects to a server.
+///
+/// # Errors
+/// When it cannot be reached, or (TCP) the TLS handshake fails.
+pub async fn connect(address: &Address) -> Result<EnlsClient<tonic::transport::Channel>, Error> {
+    use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
+    match address {
+        Address::Unix(path) => connect_unix(path).await,
+        Address::Tcp { addr, domain, tls } => {
+            let config = ClientTlsConfig::new()
+                .ca_certificate(Certificate::from_pem(&tls.ca))
+                .identity(Identity::from_pem(&tls.cert, &tls.key))
+                .domain_name(domain.clone());
+            let channel = Endpoint::from_shared(format!("https://{addr}"))
+                .map_err(|e| Error::Address(format!("{addr}: {e}")))?
+                .tls_config(config)?
+                .connect()
+                .await?;
+            Ok(EnlsClient::new(channel))
+        }
+    }
+}
+
 /// Serves `server` on a bound unix socket until the task is dropped.
 ///
 /// # Errors
@@ -354,7 +514,7 @@ impl Default for AgentConfig {
     }
 }
 
-/// Keeps `sink` in line with `node`'s view from the server on `path`:
+/// Keeps `sink` in line with `node`'s view from the server at `address`:
 /// connects (retrying with backoff), streams, applies each batch and syncs
 /// at each `sync`; after a disconnect it resumes from the revision it
 /// holds. A sink failure makes it start over from a full view. Returns
@@ -363,7 +523,7 @@ impl Default for AgentConfig {
 /// # Errors
 /// With `once`, the first failure; otherwise never.
 pub async fn run_agent<S: IncrementalSink + ?Sized>(
-    path: &Path,
+    address: &Address,
     node: &str,
     sink: &mut S,
     config: &AgentConfig,
@@ -371,7 +531,7 @@ pub async fn run_agent<S: IncrementalSink + ?Sized>(
     let mut held = (0u64, 0u64);
     let mut retry = config.retry;
     loop {
-        match session(path, node, sink, &mut held, config.once).await {
+        match session(address, node, sink, &mut held, config.once).await {
             Ok(()) if config.once => return Ok(()),
             Ok(()) => retry = config.retry,
             Err(e) if config.once => return Err(e),
@@ -391,13 +551,13 @@ pub async fn run_agent<S: IncrementalSink + ?Sized>(
 /// One connection: streams until it ends (or, with `once`, until the
 /// first sync).
 async fn session<S: IncrementalSink + ?Sized>(
-    path: &Path,
+    address: &Address,
     node: &str,
     sink: &mut S,
     held: &mut (u64, u64),
     once: bool,
 ) -> Result<(), Error> {
-    let mut client = connect_unix(path).await?;
+    let mut client = connect(address).await?;
     let mut stream = client
         .watch(WatchRequest {
             node: node.to_owned(),

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kpng_api::{AgentConfig, Server, bind_unix, connect_unix, run_agent, serve};
+use kpng_api::{Address, AgentConfig, Server, bind_unix, connect_unix, run_agent, serve};
 use kpng_diff::node_view;
 use kpng_model::Kind;
 use kpng_model::v1::{WatchRequest, watch_event::Event};
@@ -86,7 +86,7 @@ fn agent(path: PathBuf, node: &'static str) -> (Seen, tokio::task::JoinHandle<()
     config.retry = Duration::from_millis(20);
     config.max_retry = Duration::from_millis(100);
     let task = tokio::spawn(async move {
-        let _ = run_agent(&path, node, &mut sink, &config).await;
+        let _ = run_agent(&Address::Unix(path), node, &mut sink, &config).await;
     });
     (seen, task)
 }
@@ -215,4 +215,118 @@ async fn a_slow_watcher_gets_merged_revisions_not_a_queue() {
     assert!(syncs <= 8, "{syncs} syncs for 2,000 revisions");
     serving.abort();
     let _ = std::fs::remove_file(&path);
+}
+
+/// Certificates for a test: a CA, a server certificate for `localhost`, a
+/// client certificate, and one from another CA.
+struct Pki {
+    ca: String,
+    server: (String, String),
+    client: (String, String),
+    stranger: (String, String),
+}
+
+fn pki() -> Pki {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    let ca_params = |name: &str| {
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        params
+    };
+    let ca =
+        CertifiedIssuer::self_signed(ca_params("kpng test CA"), KeyPair::generate().expect("key"))
+            .expect("ca");
+    let other =
+        CertifiedIssuer::self_signed(ca_params("another CA"), KeyPair::generate().expect("key"))
+            .expect("ca");
+    let leaf = |names: &[&str], issuer: &CertifiedIssuer<'_, KeyPair>| {
+        let key = KeyPair::generate().expect("key");
+        let params =
+            CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+                .expect("params");
+        let cert = params.signed_by(&key, issuer).expect("sign");
+        (cert.pem(), key.serialize_pem())
+    };
+    Pki {
+        ca: ca.pem(),
+        server: leaf(&["localhost"], &ca),
+        client: leaf(&["node-1"], &ca),
+        stranger: leaf(&["node-1"], &other),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_takes_mutual_tls_and_refuses_a_client_without_a_certificate() {
+    use kpng_api::{Tls, connect, serve_tcp};
+    let cluster = cluster();
+    let store = store(&cluster);
+    let pki = pki();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let server_tls = Tls {
+        cert: pki.server.0.clone(),
+        key: pki.server.1.clone(),
+        ca: pki.ca.clone(),
+    };
+    let serving =
+        tokio::spawn(
+            async move { serve_tcp(listener, Server::new(store.reader()), &server_tls).await },
+        );
+    let address = |client: &(String, String)| Address::Tcp {
+        addr: addr.to_string(),
+        domain: "localhost".into(),
+        tls: Tls {
+            cert: client.0.clone(),
+            key: client.1.clone(),
+            ca: pki.ca.clone(),
+        },
+    };
+    let request = || WatchRequest {
+        node: "node-1".into(),
+        ..Default::default()
+    };
+
+    // With a certificate from the CA: the view streams.
+    let mut client = connect(&address(&pki.client)).await.expect("connect");
+    let mut stream = client.watch(request()).await.expect("watch").into_inner();
+    let first = stream.message().await.expect("message").expect("open");
+    assert!(matches!(first.event, Some(Event::Instance(_))), "{first:?}");
+
+    // With a certificate from another CA: refused.
+    let refused = match connect(&address(&pki.stranger)).await {
+        Err(e) => e.to_string(),
+        Ok(mut client) => match client.watch(request()).await {
+            Err(e) => e.to_string(),
+            Ok(stream) => match stream.into_inner().message().await {
+                Err(e) => e.to_string(),
+                Ok(m) => panic!("a stranger was served: {m:?}"),
+            },
+        },
+    };
+    assert!(!refused.is_empty());
+
+    // With no certificate at all (plain TLS client): refused.
+    use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
+    let anonymous = Endpoint::from_shared(format!("https://{addr}"))
+        .expect("uri")
+        .tls_config(
+            ClientTlsConfig::new()
+                .ca_certificate(Certificate::from_pem(&pki.ca))
+                .domain_name("localhost"),
+        )
+        .expect("tls");
+    let refused = match anonymous.connect().await {
+        Err(_) => true,
+        Ok(channel) => kpng_model::v1::enls_client::EnlsClient::new(channel)
+            .watch(request())
+            .await
+            .is_err(),
+    };
+    assert!(refused, "a client without a certificate was served");
+    serving.abort();
 }

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use kpng_api::{AgentConfig, Server, bind_unix, run_agent, serve};
+use kpng_api::{Address, AgentConfig, Server, bind_unix, run_agent, serve};
 use kpng_backend_nft::NftBackend;
 use kpng_kube::{Ingest, IngestConfig, file};
 use kpng_lab::scenarios::{ALL3, E3, lab, manifest, service};
@@ -38,7 +38,7 @@ fn an_agent_programs_nft_from_the_server_and_follows_changes() {
     let agent_path = path.clone();
     runtime.spawn(async move {
         let mut backend = backend;
-        let _ = run_agent(&agent_path, NODE, &mut backend, &config).await;
+        let _ = run_agent(&Address::Unix(agent_path), NODE, &mut backend, &config).await;
     });
 
     let wait_for = |want: &[&str]| {

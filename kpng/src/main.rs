@@ -52,11 +52,43 @@ enum Source {
     Api(ApiArgs),
 }
 
+/// Mutual TLS files, for `tcp://` addresses.
+#[derive(Args, Debug, Default)]
+struct TlsArgs {
+    /// This side's certificate (PEM).
+    #[arg(long)]
+    tls_cert: Option<PathBuf>,
+    /// This side's private key (PEM).
+    #[arg(long)]
+    tls_key: Option<PathBuf>,
+    /// The CA the peer's certificate must chain to (PEM).
+    #[arg(long)]
+    tls_ca: Option<PathBuf>,
+}
+
+impl TlsArgs {
+    fn address(&self, uri: &str) -> Result<kpng_api::Address, Error> {
+        let tls = match (&self.tls_cert, &self.tls_key, &self.tls_ca) {
+            (Some(cert), Some(key), Some(ca)) => Some(kpng_api::Tls::from_files(cert, key, ca)?),
+            (None, None, None) => None,
+            _ => {
+                return Err(Error::Usage(
+                    "--tls-cert, --tls-key and --tls-ca go together".into(),
+                ));
+            }
+        };
+        Ok(kpng_api::Address::parse(uri, tls)?)
+    }
+}
+
 #[derive(Args, Debug)]
 struct ApiArgs {
-    /// The server: `unix:///run/kpng.sock` (or a socket path).
+    /// The server: `unix:///run/kpng.sock` (or a socket path), or
+    /// `tcp://host:port` with the `--tls-*` files.
     #[arg(long)]
     api: String,
+    #[command(flatten)]
+    tls: TlsArgs,
     /// This node's name.
     #[arg(long)]
     node: String,
@@ -115,9 +147,13 @@ enum Sink {
 
 #[derive(Args, Debug)]
 struct ListenArgs {
-    /// Where: `unix:///run/kpng.sock` (or a socket path); mode 0600.
+    /// Where: `unix:///run/kpng.sock` (or a socket path; mode 0600), or
+    /// `tcp://host:port` with the `--tls-*` files (clients without a
+    /// certificate from the CA are refused).
     #[arg(long)]
     listen: String,
+    #[command(flatten)]
+    tls: TlsArgs,
 }
 
 #[derive(Args, Debug)]
@@ -148,17 +184,6 @@ impl Sink {
             Sink::ToFile(out) => out.once,
             other => other.args().is_some_and(|a| a.once),
         }
-    }
-}
-
-/// A socket path from `unix:///path` or a plain path.
-fn unix_path(uri: &str) -> Result<PathBuf, Error> {
-    match uri.strip_prefix("unix://") {
-        Some(path) => Ok(PathBuf::from(path)),
-        None if uri.contains("://") => Err(Error::Usage(format!(
-            "{uri}: only unix:// sockets are served for now"
-        ))),
-        None => Ok(PathBuf::from(uri)),
     }
 }
 
@@ -480,9 +505,9 @@ async fn finish(
     once: bool,
 ) -> Result<(), Error> {
     if let Sink::ToApi(listen) = sink {
-        let path = unix_path(&listen.listen)?;
-        tracing::info!(path = %path.display(), "serving the ENLS");
-        return Ok(kpng_api::serve_unix(path, kpng_api::Server::new(reader)).await?);
+        let address = listen.tls.address(&listen.listen)?;
+        tracing::info!(address = %listen.listen, "serving the ENLS");
+        return Ok(kpng_api::serve_at(&address, kpng_api::Server::new(reader)).await?);
     }
     let node = node.ok_or_else(|| Error::Usage("--node is needed by this sink".into()))?;
     let mut backend = backend(sink)?;
@@ -575,11 +600,11 @@ async fn run(cli: Cli) -> Result<(), Error> {
             finish(reader, args.node.as_deref(), &args.sink, once).await
         }
         Source::Api(args) => {
-            let path = unix_path(&args.api)?;
+            let address = args.tls.address(&args.api)?;
             let mut sink = backend(&args.sink)?;
             let mut config = kpng_api::AgentConfig::default();
             config.once = args.sink.once();
-            Ok(kpng_api::run_agent(&path, &args.node, &mut *sink, &config).await?)
+            Ok(kpng_api::run_agent(&address, &args.node, &mut *sink, &config).await?)
         }
     }
 }
