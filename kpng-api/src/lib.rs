@@ -70,9 +70,13 @@ use std::time::Duration;
 
 use futures::Stream;
 use kpng_diff::NodeProjector;
+use kpng_model::entries;
 use kpng_model::v1::enls_client::EnlsClient;
 use kpng_model::v1::enls_server::{Enls, EnlsServer};
-use kpng_model::v1::{ViewChanges, WatchEvent, WatchRequest, watch_event::Event};
+use kpng_model::v1::global_event::Event as GlobalKind;
+use kpng_model::v1::{
+    EnlsChanges, GlobalEvent, ViewChanges, WatchEvent, WatchRequest, watch_event::Event,
+};
 use kpng_model::view::wire;
 use kpng_sink::IncrementalSink;
 use kpng_store::{Reader, Snapshot};
@@ -261,9 +265,94 @@ fn event(event: Event) -> WatchEvent {
     WatchEvent { event: Some(event) }
 }
 
+fn global(event: GlobalKind) -> GlobalEvent {
+    GlobalEvent { event: Some(event) }
+}
+
+impl Server {
+    /// Streams the whole ENLS into `tx` (see `Enls/WatchAll`).
+    async fn stream_all(self, since: (u64, u64), tx: mpsc::Sender<Result<GlobalEvent, Status>>) {
+        let (since_instance, since) = since;
+        let mut reader = self.reader.clone();
+        let Ok(mut snapshot) = reader
+            .synced(&[kpng_model::Kind::Service, kpng_model::Kind::Endpoint])
+            .await
+        else {
+            return;
+        };
+        if tx
+            .send(Ok(global(GlobalKind::Instance(self.instance))))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let known = since > 0 && since_instance == self.instance;
+        let mut previous = match self.at(since).filter(|_| known) {
+            Some(old) => old,
+            None => {
+                if tx.send(Ok(global(GlobalKind::Reset(true)))).await.is_err() {
+                    return;
+                }
+                kpng_store::Store::new().snapshot()
+            }
+        };
+        let mut closing = self.closing.subscribe();
+        closing.mark_unchanged();
+        let mut first = true;
+        loop {
+            self.remember(snapshot.clone());
+            let ops = kpng_diff::diff(&previous, &snapshot);
+            if !ops.is_empty() || first {
+                for chunk in ops.chunks(CHANGES_PER_MESSAGE) {
+                    let changes = chunk
+                        .iter()
+                        .map(|op| match op {
+                            kpng_diff::Op::Set(k, v) => entries::to_wire(k, Some(v)),
+                            kpng_diff::Op::Delete(k) => entries::to_wire(k, None),
+                        })
+                        .collect();
+                    let message = global(GlobalKind::Changes(EnlsChanges { changes }));
+                    if tx.send(Ok(message)).await.is_err() {
+                        return;
+                    }
+                }
+                if tx
+                    .send(Ok(global(GlobalKind::Sync(snapshot.revision()))))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            first = false;
+            previous = snapshot.clone();
+            snapshot = tokio::select! {
+                next = reader.newer_than(snapshot.revision()) => match next {
+                    Ok(next) => next,
+                    Err(_) => return,
+                },
+                _ = closing.changed() => return,
+            };
+        }
+    }
+}
+
 #[tonic::async_trait]
 impl Enls for Server {
     type WatchStream = Pin<Box<dyn Stream<Item = Result<WatchEvent, Status>> + Send>>;
+    type WatchAllStream = Pin<Box<dyn Stream<Item = Result<GlobalEvent, Status>> + Send>>;
+
+    async fn watch_all(
+        &self,
+        request: Request<WatchRequest>,
+    ) -> Result<Response<Self::WatchAllStream>, Status> {
+        let request = request.into_inner();
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let since = (request.since_instance, request.since_revision);
+        tokio::spawn(self.clone().stream_all(since, tx));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
 
     async fn watch(
         &self,
@@ -578,6 +667,96 @@ async fn session<S: IncrementalSink + ?Sized>(
             }
             Some(Event::Sync(revision)) => {
                 sink.sync(revision)?;
+                *held = (instance, revision);
+                if once {
+                    return Ok(());
+                }
+            }
+            None => {}
+        }
+    }
+    Ok(())
+}
+
+/// Keeps `store` a copy of the whole ENLS of the server at `address` (the
+/// global watch), for a server that serves another's ENLS: connects
+/// (retrying with backoff), applies each revision's changes as one
+/// transaction, resumes after a disconnect, and marks every kind synced
+/// after the first revision. Returns after the first revision with
+/// `once`; otherwise runs until dropped.
+///
+/// # Errors
+/// With `once`, the first failure; otherwise never.
+pub async fn run_mirror(
+    address: &Address,
+    store: &mut kpng_store::Store,
+    config: &AgentConfig,
+) -> Result<(), Error> {
+    let mut held = (0u64, 0u64);
+    let mut retry = config.retry;
+    loop {
+        match mirror_session(address, store, &mut held, config.once).await {
+            Ok(()) if config.once => return Ok(()),
+            Ok(()) => retry = config.retry,
+            Err(e) if config.once => return Err(e),
+            Err(e) => {
+                tracing::warn!(error = %e, retry_in = ?retry, "ENLS global watch lost; reconnecting");
+            }
+        }
+        tokio::time::sleep(retry).await;
+        retry = (retry * 2).min(config.max_retry);
+    }
+}
+
+async fn mirror_session(
+    address: &Address,
+    store: &mut kpng_store::Store,
+    held: &mut (u64, u64),
+    once: bool,
+) -> Result<(), Error> {
+    use kpng_model::Kind;
+    let mut client = connect(address).await?;
+    let mut stream = client
+        .watch_all(WatchRequest {
+            node: String::new(),
+            since_revision: held.1,
+            since_instance: held.0,
+        })
+        .await?
+        .into_inner();
+    let (mut instance, mut reset, mut pending) = (0, false, Vec::new());
+    while let Some(message) = stream.message().await? {
+        match message.event {
+            Some(GlobalKind::Instance(id)) => instance = id,
+            Some(GlobalKind::Reset(_)) => reset = true,
+            Some(GlobalKind::Changes(changes)) => {
+                for change in changes.changes {
+                    pending.push(entries::from_wire(change)?);
+                }
+            }
+            Some(GlobalKind::Sync(revision)) => {
+                let mut txn = store.begin();
+                if std::mem::take(&mut reset) {
+                    for kind in [Kind::Node, Kind::Service, Kind::Endpoint] {
+                        txn.retain(kind, |_| false);
+                    }
+                }
+                for (key, value) in pending.drain(..) {
+                    match value {
+                        Some(value) => {
+                            txn.set(key, value).map_err(|e| {
+                                Error::Address(format!("the server sent a mismatched entry: {e}"))
+                            })?;
+                        }
+                        None => {
+                            txn.delete(&key);
+                        }
+                    }
+                }
+                txn.commit();
+                for kind in [Kind::Node, Kind::Service, Kind::Endpoint] {
+                    store.mark_synced(kind);
+                }
                 *held = (instance, revision);
                 if once {
                     return Ok(());

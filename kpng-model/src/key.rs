@@ -231,3 +231,99 @@ impl Service {
         ServiceName::new(self.namespace.as_str(), self.name.as_str())
     }
 }
+
+/// The wire form of store entries (`kpng.model.v1.EnlsChange`), as the
+/// global watch streams them.
+pub mod wire {
+    use std::sync::Arc;
+
+    use super::{Key, Value};
+    use crate::v1::{self, enls_change::Change};
+    use crate::{Error, ServiceName};
+
+    fn bad(field: &str, value: &str) -> Error {
+        Error::InvalidAddress {
+            field: format!("EnlsChange.{field}"),
+            value: value.to_owned(),
+        }
+    }
+
+    fn service_ref(name: &ServiceName) -> v1::ServiceRef {
+        v1::ServiceRef {
+            namespace: name.namespace().to_owned(),
+            name: name.name().to_owned(),
+        }
+    }
+
+    fn endpoint_key(name: &ServiceName, ip: &std::net::IpAddr) -> v1::EndpointKey {
+        v1::EndpointKey {
+            service: Some(service_ref(name)),
+            ip: ip.to_string(),
+        }
+    }
+
+    fn from_key(key: Option<v1::EndpointKey>) -> Result<(ServiceName, std::net::IpAddr), Error> {
+        let key = key.ok_or_else(|| bad("endpoint", "missing"))?;
+        let service = key
+            .service
+            .ok_or_else(|| bad("endpoint.service", "missing"))?;
+        let ip = key.ip.parse().map_err(|_| bad("endpoint.ip", &key.ip))?;
+        Ok((ServiceName::new(&service.namespace, &service.name), ip))
+    }
+
+    /// The wire form of a set (`Some(value)`) or delete (`None`).
+    pub fn to_wire(key: &Key, value: Option<&Value>) -> v1::EnlsChange {
+        let change = match (key, value) {
+            (Key::Service(_), Some(Value::Service(s))) => Change::SetService((**s).clone()),
+            (Key::Service(name), _) => Change::DeleteService(service_ref(name)),
+            (Key::Endpoint(name, ip), Some(Value::Endpoint(e))) => {
+                Change::SetEndpoint(v1::EndpointEntry {
+                    key: Some(endpoint_key(name, ip)),
+                    endpoint: Some((**e).clone()),
+                })
+            }
+            (Key::Endpoint(name, ip), _) => Change::DeleteEndpoint(endpoint_key(name, ip)),
+            (Key::Node(_), Some(Value::Node(n))) => Change::SetNode((**n).clone()),
+            (Key::Node(name), _) => Change::DeleteNode(name.to_string()),
+        };
+        v1::EnlsChange {
+            change: Some(change),
+        }
+    }
+
+    /// The key and the new value (`None`: deleted) a wire change stands
+    /// for.
+    ///
+    /// # Errors
+    /// [`Error::InvalidAddress`] naming a missing part or a bad address.
+    pub fn from_wire(change: v1::EnlsChange) -> Result<(Key, Option<Value>), Error> {
+        Ok(
+            match change.change.ok_or_else(|| bad("change", "missing"))? {
+                Change::SetService(s) => (
+                    Key::Service(s.service_name()),
+                    Some(Value::Service(Arc::new(s))),
+                ),
+                Change::DeleteService(r) => {
+                    (Key::Service(ServiceName::new(&r.namespace, &r.name)), None)
+                }
+                Change::SetEndpoint(entry) => {
+                    let (name, ip) = from_key(entry.key)?;
+                    let endpoint = entry.endpoint.unwrap_or_default();
+                    (
+                        Key::Endpoint(name, ip),
+                        Some(Value::Endpoint(Arc::new(endpoint))),
+                    )
+                }
+                Change::DeleteEndpoint(key) => {
+                    let (name, ip) = from_key(Some(key))?;
+                    (Key::Endpoint(name, ip), None)
+                }
+                Change::SetNode(n) => (
+                    Key::Node(n.name.as_str().into()),
+                    Some(Value::Node(Arc::new(n))),
+                ),
+                Change::DeleteNode(name) => (Key::Node(name.as_str().into()), None),
+            },
+        )
+    }
+}

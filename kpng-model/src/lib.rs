@@ -64,6 +64,9 @@ pub mod v1 {
 }
 
 pub use addr::IpFamily;
+/// Store entries in wire form (`kpng.model.v1.EnlsChange`), for the global
+/// watch.
+pub use key::wire as entries;
 pub use key::{Key, Kind, ServiceName, Value};
 
 /// The protobuf source of `kpng.model.v1`, for tools that want to compile

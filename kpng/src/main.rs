@@ -7,6 +7,7 @@
 //! kpng kube [--kubeconfig F] --node N to-nft [--aggregator-socket PATH] [backend flags]
 //! kpng kube [--kubeconfig F] to-api --listen unix:///run/kpng.sock
 //! kpng api --api unix:///run/kpng.sock --node N to-nft | to-iptables | to-file --output state.yaml
+//! kpng api --api tcp://server:7443 --tls-cert C --tls-key K --tls-ca CA to-api --listen unix:///run/kpng.sock
 //! kpng api --api unix:///run/kpng.sock --node N to-file --output - --format json --once   # what does node N think
 //! kpng kube [--kubeconfig F] --node N to-iptables [--iptables-mode auto|nft|legacy] [--aggregator-socket PATH] [backend flags]
 //! ```
@@ -89,8 +90,8 @@ struct ApiArgs {
     api: String,
     #[command(flatten)]
     tls: TlsArgs,
-    /// This node's name.
-    #[arg(long)]
+    /// This node's name (not needed by `to-api`, which serves them all).
+    #[arg(long, default_value = "")]
     node: String,
     #[command(subcommand)]
     sink: Sink,
@@ -601,6 +602,19 @@ async fn run(cli: Cli) -> Result<(), Error> {
         }
         Source::Api(args) => {
             let address = args.tls.address(&args.api)?;
+            if let Sink::ToApi(_) = &args.sink {
+                // A chained server: mirror the upstream ENLS, serve it.
+                let mut store = Store::new();
+                let reader = store.reader();
+                let config = kpng_api::AgentConfig::default();
+                tokio::spawn(async move {
+                    let _ = kpng_api::run_mirror(&address, &mut store, &config).await;
+                });
+                return finish(reader, None, &args.sink, false).await;
+            }
+            if args.node.is_empty() {
+                return Err(Error::Usage("--node is needed by this sink".into()));
+            }
             let mut sink = backend(&args.sink)?;
             let mut config = kpng_api::AgentConfig::default();
             config.once = args.sink.once();
