@@ -131,7 +131,13 @@ pub struct Server {
     instance: u64,
     /// Bumped to end every open stream (agents reconnect).
     closing: Arc<tokio::sync::watch::Sender<u64>>,
+    /// Node views at remembered revisions, shared by the agents that
+    /// resume from them (a projection costs O(store); a clone, O(1)).
+    projections: Arc<Mutex<std::collections::HashMap<(String, u64), NodeProjector>>>,
 }
+
+/// Projections kept for resuming agents.
+const PROJECTIONS: usize = 4096;
 
 impl Server {
     /// Serves the store behind `reader`. Agents are answered once the
@@ -142,9 +148,38 @@ impl Server {
             history: Arc::new(Mutex::new(VecDeque::with_capacity(HISTORY))),
             instance: instance_id(),
             closing: Arc::new(tokio::sync::watch::Sender::new(0)),
+            projections: Arc::new(Mutex::new(std::collections::HashMap::new())),
         };
         server.remember(server.reader.snapshot());
         server
+    }
+
+    /// This server instance's id (agents resume only within it).
+    pub fn instance(&self) -> u64 {
+        self.instance
+    }
+
+    /// `node`'s projector at `snapshot`, from the cache when another agent
+    /// resumed from there.
+    fn projected(&self, node: &str, snapshot: &Snapshot) -> NodeProjector {
+        let key = (node.to_owned(), snapshot.revision());
+        if let Some(hit) = self
+            .projections
+            .lock()
+            .ok()
+            .and_then(|c| c.get(&key).cloned())
+        {
+            return hit;
+        }
+        let mut projector = NodeProjector::new(node);
+        projector.update(snapshot);
+        if let Ok(mut cache) = self.projections.lock() {
+            if cache.len() >= PROJECTIONS {
+                cache.clear();
+            }
+            cache.insert(key, projector.clone());
+        }
+        projector
     }
 
     /// Ends every open watch stream; agents reconnect (and resume). Use it
@@ -189,7 +224,6 @@ impl Server {
         else {
             return;
         };
-        let mut projector = NodeProjector::new(node.as_str());
         if tx
             .send(Ok(event(Event::Instance(self.instance))))
             .await
@@ -198,17 +232,16 @@ impl Server {
             return;
         }
         let known = since > 0 && since_instance == self.instance;
-        match self.at(since).filter(|_| known) {
+        let mut projector = match self.at(since).filter(|_| known) {
             // The agent holds `since`: start from there.
-            Some(old) => {
-                projector.update(&old);
-            }
+            Some(old) => self.projected(&node, &old),
             None => {
                 if tx.send(Ok(event(Event::Reset(true)))).await.is_err() {
                     return;
                 }
+                NodeProjector::new(node.as_str())
             }
-        }
+        };
         let mut closing = self.closing.subscribe();
         closing.mark_unchanged();
         let mut first = true;

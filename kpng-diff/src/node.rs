@@ -107,7 +107,7 @@ enum Affected {
 /// (its zone drives topology hints) recomputes every Service, as kube-proxy
 /// does a full sync on a node-label change. A change to an endpoint that
 /// does not alter this node's view yields no op.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct NodeProjector {
     node_name: Arc<str>,
     view: NodeView,
