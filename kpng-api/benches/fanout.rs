@@ -125,8 +125,7 @@ fn main() {
         full_bytes as f64 / 1e6
     );
 
-    let mut flip = 0usize;
-    for clients in counts {
+    for (flip, clients) in counts.into_iter().enumerate() {
         let revision = store.revision();
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args(["--client", socket.to_str().unwrap()])
@@ -142,7 +141,6 @@ fn main() {
         assert_eq!(ready, "ready", "{ready}");
         // One endpoint change.
         let (name, ip, mut ep) = cluster.endpoints[(flip * 7919) % cluster.endpoints.len()].clone();
-        flip += 1;
         ep.ready = !ep.ready;
         ep.serving = ep.ready;
         let t0 = now_ns();
