@@ -276,6 +276,15 @@ struct BackendArgs {
     /// Syncs allowed back to back before --min-sync-period applies.
     #[arg(long, default_value_t = 2)]
     sync_burst: u32,
+    /// Where `/healthz` and `/livez` are served (kube-proxy's port);
+    /// empty: not served. Health-check node ports of Services with
+    /// `externalTrafficPolicy: Local` are served on `--nodeport-addresses`
+    /// (all addresses by default) whenever this is set.
+    #[arg(long, default_value = "0.0.0.0:10256")]
+    healthz_bind_address: String,
+    /// How long a change may wait before `/healthz` reports unhealthy.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    healthz_timeout: Duration,
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -363,7 +372,7 @@ fn backend(sink: &Sink) -> Result<Box<dyn IncrementalSink + Send>, Error> {
                     Box::new(Report(aggregated(backend, nft, path, args), false))
                 }
                 (_, true) => Box::new(Report(backend.dry_run(), true)),
-                (None, false) => Box::new(Report(backend, false)),
+                (None, false) => with_health(Report(backend, false), args)?,
             }
         }
         Sink::ToIptables(ipt) => {
@@ -395,10 +404,51 @@ fn backend(sink: &Sink) -> Result<Box<dyn IncrementalSink + Send>, Error> {
                     Box::new(Report(aggregated(backend, iptables, path, args), false))
                 }
                 (_, true) => Box::new(Report(backend.dry_run(), true)),
-                (None, false) => Box::new(Report(backend, false)),
+                (None, false) => with_health(Report(backend, false), args)?,
             }
         }
     })
+}
+
+/// Adds kube-proxy's health servers beside a kernel backend: `/healthz`
+/// and `/livez` on `--healthz-bind-address`, and the health-check node
+/// ports of the node view.
+fn with_health<S: IncrementalSink + Send + 'static>(
+    backend: S,
+    args: &BackendArgs,
+) -> Result<Box<dyn IncrementalSink + Send>, Error> {
+    if args.healthz_bind_address.is_empty() {
+        return Ok(Box::new(backend));
+    }
+    let address: std::net::SocketAddr = args.healthz_bind_address.parse().map_err(|_| {
+        Error::Usage(format!(
+            "--healthz-bind-address {:?}: not host:port",
+            args.healthz_bind_address
+        ))
+    })?;
+    let listener = std::net::TcpListener::bind(address)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .and_then(tokio::net::TcpListener::from_std)
+        .map_err(|e| Error::Usage(format!("--healthz-bind-address {address}: {e}")))?;
+    let health = kpng_health::ProxyHealth::new(args.healthz_timeout);
+    tokio::spawn(kpng_health::serve_healthz(listener, health.clone()));
+    let ports_on: Vec<std::net::IpAddr> = match &args.nodeport_addresses {
+        Some(list) => NftConfig::parse_cidrs("--nodeport-addresses", list)?
+            .into_iter()
+            .filter(|(ip, len)| *len == if ip.is_ipv4() { 32 } else { 128 })
+            .map(|(ip, _)| ip)
+            .collect(),
+        None => vec![std::net::Ipv4Addr::UNSPECIFIED.into()],
+    };
+    let checks = kpng_sink::FullState::new(kpng_health::HealthCheckServer::new(
+        ports_on,
+        health.clone(),
+    ));
+    let sinks: Vec<Box<dyn IncrementalSink + Send>> = vec![
+        Box::new(kpng_health::Healthy::new(backend, health)),
+        Box::new(checks),
+    ];
+    Ok(Box::new(sinks))
 }
 
 /// `backend` as producer `kpng` of an aggregator of `subsystem` served on

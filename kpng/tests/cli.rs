@@ -252,3 +252,110 @@ fn what_a_node_thinks_in_one_command() {
         "{stdout}"
     );
 }
+
+/// As root, in a namespace of the test's own: `kpng … to-nft` serves
+/// `/healthz` and the health-check node port of a Service with
+/// `externalTrafficPolicy: Local` (200 with one local endpoint).
+#[test]
+fn to_nft_serves_healthz_and_health_check_node_ports() {
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    if !root {
+        eprintln!("SKIPPED: not root");
+        return;
+    }
+    let ns = format!("kphc{}", std::process::id());
+    assert!(
+        Command::new("ip")
+            .args(["netns", "add", &ns])
+            .status()
+            .is_ok_and(|s| s.success())
+    );
+    struct Cleanup(String, Option<std::process::Child>);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            if let Some(child) = &mut self.1 {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+        }
+    }
+    let mut cleanup = Cleanup(ns.clone(), None);
+    let _ = Command::new("ip")
+        .args(["-n", &ns, "link", "set", "lo", "up"])
+        .status();
+    let manifest = std::env::temp_dir().join(format!("{ns}.yaml"));
+    std::fs::write(
+        &manifest,
+        r#"apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Node
+  metadata: {name: node-a}
+  status: {addresses: [{type: InternalIP, address: 192.168.50.1}]}
+- apiVersion: v1
+  kind: Service
+  metadata: {namespace: t, name: front}
+  spec: {type: LoadBalancer, clusterIP: 10.96.0.5, externalTrafficPolicy: Local, healthCheckNodePort: 32123, ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30123}]}
+- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata: {namespace: t, name: front-1, labels: {kubernetes.io/service-name: front}}
+  addressType: IPv4
+  endpoints: [{addresses: [10.244.1.10], nodeName: node-a}]
+  ports: [{name: http, port: 8080, protocol: TCP}]
+"#,
+    )
+    .expect("manifest");
+    let child = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &ns,
+            env!("CARGO_BIN_EXE_kpng"),
+            "file",
+            "--input",
+        ])
+        .arg(&manifest)
+        .args([
+            "--node",
+            "node-a",
+            "--watch",
+            "to-nft",
+            "--healthz-bind-address",
+            "127.0.0.1:10256",
+        ])
+        .env("RUST_LOG", "error")
+        .spawn()
+        .expect("kpng");
+    cleanup.1 = Some(child);
+    let probe = |port: u16, path: &str| -> String {
+        let script = format!(
+            "import urllib.request, urllib.error\ntry:\n  r = urllib.request.urlopen('http://127.0.0.1:{port}{path}', timeout=2); print(r.status, r.read().decode())\nexcept urllib.error.HTTPError as e: print(e.code, e.read().decode())\nexcept Exception as e: print('ERROR', e)"
+        );
+        let out = Command::new("ip")
+            .args(["netns", "exec", &ns, "python3", "-c", &script])
+            .output()
+            .expect("python3");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let mut healthz = String::new();
+    for _ in 0..50 {
+        healthz = probe(10256, "/healthz");
+        if healthz.starts_with("200") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(healthz.starts_with("200"), "{healthz}");
+    let check = probe(32123, "/");
+    assert!(check.starts_with("200"), "{check}");
+    assert!(
+        check.contains(r#""localEndpoints":1"#) && check.contains(r#""name":"front""#),
+        "{check}"
+    );
+    let _ = std::fs::remove_file(&manifest);
+}

@@ -1,0 +1,414 @@
+//! Health checks of a kpng-rs proxy, as kube-proxy serves them.
+//!
+//! - [`HealthCheckServer`] is a [`kpng_sink::FullStateSink`]: for every
+//!   `type: LoadBalancer` Service with `externalTrafficPolicy: Local` and a
+//!   `healthCheckNodePort` in the node view, it serves HTTP on that port:
+//!   `200` when this node has a local endpoint and the proxy is healthy,
+//!   `503` otherwise, with the JSON body load balancers and operators read:
+//!   `{"service":{"namespace","name"},"localEndpoints":N,"serviceProxyHealthy":bool}`.
+//!   Listeners follow the view: opened, updated in place, and closed.
+//! - [`ProxyHealth`] tracks the data plane's syncs; [`Healthy`] wraps a
+//!   backend to feed it, and [`serve_healthz`] answers `/healthz` and
+//!   `/livez`: `503` once a change has waited longer than the timeout.
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::Duration;
+//! use kpng_health::ProxyHealth;
+//!
+//! let health = ProxyHealth::new(Duration::from_secs(60));
+//! assert!(!health.healthy(), "not before the first sync");
+//! health.queued();
+//! health.synced();
+//! assert!(health.healthy());
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use kpng_model::ServiceName;
+use kpng_model::v1::{ServiceType, TrafficPolicy};
+use kpng_model::view::{NodeView, ViewOp};
+use kpng_sink::{FullStateSink, IncrementalSink, SinkError};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+/// Errors of the health servers.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A listener could not be opened.
+    #[error("cannot listen on {address}: {source}")]
+    Listen {
+        /// The address.
+        address: SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+#[derive(Debug)]
+struct SyncState {
+    timeout: Duration,
+    last_sync: Option<(Instant, SystemTime)>,
+    pending_since: Option<Instant>,
+}
+
+/// Whether the proxy keeps its data plane in sync: healthy after the first
+/// sync, as long as no change has waited longer than the timeout (kube-proxy
+/// uses twice its sync period). Cloning shares it.
+#[derive(Clone, Debug)]
+pub struct ProxyHealth(Arc<Mutex<SyncState>>);
+
+impl ProxyHealth {
+    /// Unhealthy until the first sync.
+    pub fn new(timeout: Duration) -> Self {
+        Self(Arc::new(Mutex::new(SyncState {
+            timeout,
+            last_sync: None,
+            pending_since: None,
+        })))
+    }
+
+    /// A change is waiting to be applied (the first since the last sync
+    /// starts the clock).
+    pub fn queued(&self) {
+        if let Ok(mut s) = self.0.lock() {
+            s.pending_since.get_or_insert_with(Instant::now);
+        }
+    }
+
+    /// Everything queued was applied.
+    pub fn synced(&self) {
+        if let Ok(mut s) = self.0.lock() {
+            s.last_sync = Some((Instant::now(), SystemTime::now()));
+            s.pending_since = None;
+        }
+    }
+
+    /// Whether the proxy is healthy now.
+    pub fn healthy(&self) -> bool {
+        self.0.lock().is_ok_and(|s| {
+            s.last_sync.is_some() && s.pending_since.is_none_or(|t| t.elapsed() < s.timeout)
+        })
+    }
+
+    /// The `/healthz` body: the last sync and now, in seconds since the
+    /// epoch, and the verdict.
+    fn body(&self) -> serde_json::Value {
+        let seconds = |t: SystemTime| t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let last = self
+            .0
+            .lock()
+            .ok()
+            .and_then(|s| s.last_sync)
+            .map(|(_, t)| seconds(t));
+        serde_json::json!({
+            "lastUpdated": last,
+            "currentTime": seconds(SystemTime::now()),
+            "healthy": self.healthy(),
+        })
+    }
+}
+
+/// Wraps a backend: ops mark a change queued, a successful sync marks the
+/// proxy synced (a failing one leaves the change waiting).
+#[derive(Debug)]
+pub struct Healthy<S> {
+    inner: S,
+    health: ProxyHealth,
+}
+
+impl<S> Healthy<S> {
+    /// Tracks `inner`'s syncs in `health`.
+    pub fn new(inner: S, health: ProxyHealth) -> Self {
+        Self { inner, health }
+    }
+}
+
+impl<S: IncrementalSink> IncrementalSink for Healthy<S> {
+    fn reset(&mut self) {
+        self.health.queued();
+        self.inner.reset();
+    }
+    kpng_sink::callbacks_as_ops!(forward);
+    fn apply(&mut self, op: &ViewOp) -> Result<(), SinkError> {
+        self.health.queued();
+        self.inner.apply(op)
+    }
+    fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
+        self.inner.sync(revision)?;
+        self.health.synced();
+        Ok(())
+    }
+}
+
+impl<S: IncrementalSink> Healthy<S> {
+    fn forward(&mut self, op: &ViewOp) {
+        // Buffered by the inner sink; errors surface at sync.
+        let _ = self.apply(op);
+    }
+}
+
+/// What one healthCheckNodePort reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct PortState {
+    service: ServiceName,
+    local_endpoints: usize,
+}
+
+struct Listener {
+    state: Arc<Mutex<PortState>>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// Serves the healthCheckNodePorts of this node's view. See the crate
+/// docs. Must be created and synced within a tokio runtime.
+pub struct HealthCheckServer {
+    addresses: Vec<IpAddr>,
+    health: ProxyHealth,
+    listeners: BTreeMap<u16, Listener>,
+}
+
+impl std::fmt::Debug for HealthCheckServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HealthCheckServer")
+            .field("addresses", &self.addresses)
+            .field("ports", &self.listeners.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl HealthCheckServer {
+    /// Listens on `addresses` (kube-proxy: every node address, `0.0.0.0`);
+    /// `health` is reported as `serviceProxyHealthy`.
+    pub fn new(addresses: Vec<IpAddr>, health: ProxyHealth) -> Self {
+        Self {
+            addresses,
+            health,
+            listeners: BTreeMap::new(),
+        }
+    }
+
+    /// The ports served now.
+    pub fn ports(&self) -> BTreeSet<u16> {
+        self.listeners.keys().copied().collect()
+    }
+
+    fn open(&self, port: u16, state: &Arc<Mutex<PortState>>) -> Result<Vec<JoinHandle<()>>, Error> {
+        let mut tasks = Vec::new();
+        for ip in &self.addresses {
+            let address = SocketAddr::new(*ip, port);
+            let std = std::net::TcpListener::bind(address)
+                .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                .map_err(|source| Error::Listen { address, source })?;
+            let listener =
+                TcpListener::from_std(std).map_err(|source| Error::Listen { address, source })?;
+            let (state, health) = (state.clone(), self.health.clone());
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    let Ok((stream, _)) = listener.accept().await else {
+                        continue;
+                    };
+                    let (state, health) = (state.clone(), health.clone());
+                    tokio::spawn(async move {
+                        let reply = {
+                            let s = state.lock().map(|s| s.clone());
+                            match s {
+                                Ok(s) => service_reply(&s, health.healthy()),
+                                Err(_) => (503, serde_json::json!({})),
+                            }
+                        };
+                        let _ = respond(stream, reply).await;
+                    });
+                }
+            }));
+        }
+        Ok(tasks)
+    }
+}
+
+fn service_reply(state: &PortState, proxy_healthy: bool) -> (u16, serde_json::Value) {
+    let ok = state.local_endpoints > 0 && proxy_healthy;
+    let body = serde_json::json!({
+        "service": {
+            "namespace": state.service.namespace(),
+            "name": state.service.name(),
+        },
+        "localEndpoints": state.local_endpoints,
+        "serviceProxyHealthy": proxy_healthy,
+    });
+    (if ok { 200 } else { 503 }, body)
+}
+
+/// Reads the request head (up to 8 KiB) and writes one JSON response.
+async fn respond(
+    mut stream: TcpStream,
+    (status, body): (u16, serde_json::Value),
+) -> std::io::Result<()> {
+    let mut buf = [0u8; 8192];
+    let mut read = 0;
+    while read < buf.len() {
+        let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf[read..]))
+            .await
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
+        if n == 0 {
+            break;
+        }
+        read += n;
+        if buf[..read].windows(4).any(|w| w == b"\r\n\r\n") {
+            break;
+        }
+    }
+    write_json(&mut stream, status, &body).await
+}
+
+async fn write_json(
+    stream: &mut TcpStream,
+    status: u16,
+    body: &serde_json::Value,
+) -> std::io::Result<()> {
+    let body = body.to_string();
+    let reason = match status {
+        200 => "OK",
+        404 => "Not Found",
+        _ => "Service Unavailable",
+    };
+    let head = format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nX-Content-Type-Options: nosniff\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body.as_bytes()).await?;
+    stream.shutdown().await
+}
+
+/// The health-check ports a view asks for, with their state.
+fn wanted(view: &NodeView) -> BTreeMap<u16, PortState> {
+    let mut ports = BTreeMap::new();
+    for (name, svc) in &view.services {
+        let s = &svc.service;
+        let eligible = s.r#type == ServiceType::LoadBalancer as i32
+            && s.external_traffic_policy == TrafficPolicy::Local as i32;
+        let Ok(port) = u16::try_from(s.health_check_node_port) else {
+            continue;
+        };
+        if !eligible || port == 0 {
+            continue;
+        }
+        // Each endpoint once, whatever its families.
+        let local: BTreeSet<*const kpng_model::v1::Endpoint> = svc
+            .endpoints
+            .iter()
+            .filter(|e| e.is_local && e.local)
+            .map(|e| std::sync::Arc::as_ptr(&e.endpoint))
+            .collect();
+        ports.insert(
+            port,
+            PortState {
+                service: name.clone(),
+                local_endpoints: local.len(),
+            },
+        );
+    }
+    ports
+}
+
+impl FullStateSink for HealthCheckServer {
+    /// Opens listeners for new health-check ports, updates the counts of
+    /// the others in place, and closes those no longer wanted. A port that
+    /// cannot be opened fails the sync (and is retried with the next).
+    fn sync(&mut self, view: &NodeView) -> Result<(), SinkError> {
+        let wanted = wanted(view);
+        let gone: Vec<u16> = self
+            .listeners
+            .keys()
+            .filter(|p| !wanted.contains_key(p))
+            .copied()
+            .collect();
+        for port in gone {
+            if let Some(listener) = self.listeners.remove(&port) {
+                for task in listener.tasks {
+                    task.abort();
+                }
+                tracing::info!(port, "health check port closed");
+            }
+        }
+        let mut failure = None;
+        for (port, state) in wanted {
+            match self.listeners.get(&port) {
+                Some(listener) => {
+                    if let Ok(mut current) = listener.state.lock() {
+                        *current = state;
+                    }
+                }
+                None => {
+                    let shared = Arc::new(Mutex::new(state));
+                    match self.open(port, &shared) {
+                        Ok(tasks) => {
+                            tracing::info!(port, "health check port open");
+                            self.listeners.insert(
+                                port,
+                                Listener {
+                                    state: shared,
+                                    tasks,
+                                },
+                            );
+                        }
+                        Err(e) => {
+                            failure.get_or_insert(e);
+                        }
+                    }
+                }
+            }
+        }
+        match failure {
+            Some(e) => Err(SinkError::backend("health checks", e)),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for HealthCheckServer {
+    fn drop(&mut self) {
+        for listener in self.listeners.values() {
+            for task in &listener.tasks {
+                task.abort();
+            }
+        }
+    }
+}
+
+/// Serves `/healthz` and `/livez` on `listener` until the task is dropped:
+/// `200` while `health` is healthy, `503` otherwise; `404` elsewhere.
+pub async fn serve_healthz(listener: TcpListener, health: ProxyHealth) {
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let health = health.clone();
+        tokio::spawn(async move {
+            let mut buf = [0u8; 4096];
+            let n = match tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf)).await
+            {
+                Ok(Ok(n)) => n,
+                _ => return,
+            };
+            let head = String::from_utf8_lossy(&buf[..n]);
+            let path = head.split_whitespace().nth(1).unwrap_or("/");
+            let reply = match path.split('?').next() {
+                Some("/healthz" | "/livez") => {
+                    let status = if health.healthy() { 200 } else { 503 };
+                    (status, health.body())
+                }
+                _ => (404, serde_json::json!({"error": "not found"})),
+            };
+            let _ = write_json(&mut stream, reply.0, &reply.1).await;
+        });
+    }
+}
