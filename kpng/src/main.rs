@@ -285,6 +285,10 @@ struct BackendArgs {
     /// How long a change may wait before `/healthz` reports unhealthy.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     healthz_timeout: Duration,
+    /// Do not delete stale UDP conntrack entries after syncs (done with
+    /// the `conntrack` tool when it is installed).
+    #[arg(long)]
+    no_conntrack_cleanup: bool,
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -410,15 +414,32 @@ fn backend(sink: &Sink) -> Result<Box<dyn IncrementalSink + Send>, Error> {
     })
 }
 
-/// Adds kube-proxy's health servers beside a kernel backend: `/healthz`
-/// and `/livez` on `--healthz-bind-address`, and the health-check node
-/// ports of the node view.
+/// Adds what kube-proxy runs beside a kernel backend: UDP conntrack
+/// cleanup, `/healthz` and `/livez` on `--healthz-bind-address`, and the
+/// health-check node ports of the node view.
 fn with_health<S: IncrementalSink + Send + 'static>(
     backend: S,
     args: &BackendArgs,
 ) -> Result<Box<dyn IncrementalSink + Send>, Error> {
+    let mut sinks: Vec<Box<dyn IncrementalSink + Send>> = Vec::new();
+    let conntrack_found = std::process::Command::new("conntrack")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let cleanup = match (args.no_conntrack_cleanup, conntrack_found) {
+        (true, _) => None,
+        (false, true) => Some(kpng_sink::FullState::new(
+            kpng_conntrack::ConntrackCleaner::new(vec!["conntrack".into()]),
+        )),
+        (false, false) => {
+            tracing::warn!("conntrack not found: stale UDP flows will not be cleaned up");
+            None
+        }
+    };
     if args.healthz_bind_address.is_empty() {
-        return Ok(Box::new(backend));
+        sinks.push(Box::new(backend));
+        sinks.extend(cleanup.map(|c| Box::new(c) as Box<dyn IncrementalSink + Send>));
+        return Ok(Box::new(sinks));
     }
     let address: std::net::SocketAddr = args.healthz_bind_address.parse().map_err(|_| {
         Error::Usage(format!(
@@ -444,10 +465,10 @@ fn with_health<S: IncrementalSink + Send + 'static>(
         ports_on,
         health.clone(),
     ));
-    let sinks: Vec<Box<dyn IncrementalSink + Send>> = vec![
-        Box::new(kpng_health::Healthy::new(backend, health)),
-        Box::new(checks),
-    ];
+    // The backend first: cleanup and health checks follow its new rules.
+    sinks.push(Box::new(kpng_health::Healthy::new(backend, health)));
+    sinks.extend(cleanup.map(|c| Box::new(c) as Box<dyn IncrementalSink + Send>));
+    sinks.push(Box::new(checks));
     Ok(Box::new(sinks))
 }
 
