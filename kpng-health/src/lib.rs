@@ -37,6 +37,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
+pub mod metrics;
+
 /// Errors of the health servers.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -273,14 +275,23 @@ async fn write_json(
     status: u16,
     body: &serde_json::Value,
 ) -> std::io::Result<()> {
-    let body = body.to_string();
+    write_reply(stream, status, "application/json", &body.to_string()).await
+}
+
+/// Writes one HTTP/1.1 response and closes.
+pub(crate) async fn write_reply(
+    stream: &mut TcpStream,
+    status: u16,
+    content_type: &str,
+    body: &str,
+) -> std::io::Result<()> {
     let reason = match status {
         200 => "OK",
         404 => "Not Found",
         _ => "Service Unavailable",
     };
     let head = format!(
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nX-Content-Type-Options: nosniff\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nX-Content-Type-Options: nosniff\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
     stream.write_all(head.as_bytes()).await?;

@@ -289,6 +289,10 @@ struct BackendArgs {
     /// the `conntrack` tool when it is installed).
     #[arg(long)]
     no_conntrack_cleanup: bool,
+    /// Where Prometheus metrics are served (`/metrics`, kube-proxy's
+    /// port); empty: not served.
+    #[arg(long, default_value = "127.0.0.1:10249")]
+    metrics_bind_address: String,
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -347,7 +351,10 @@ fn hostname() -> String {
 }
 
 /// The backend the command line asks for, wrapped to report each sync.
-fn backend(sink: &Sink) -> Result<Box<dyn IncrementalSink + Send>, Error> {
+fn backend(
+    sink: &Sink,
+    metrics: &kpng_health::metrics::Metrics,
+) -> Result<Box<dyn IncrementalSink + Send>, Error> {
     Ok(match sink {
         Sink::ToFile(out) => Box::new(kpng_sink::FullState::new(ViewFile {
             path: out.output.clone(),
@@ -373,10 +380,13 @@ fn backend(sink: &Sink) -> Result<Box<dyn IncrementalSink + Send>, Error> {
             match (&nft.aggregator_socket, args.dry_run) {
                 (Some(path), false) => {
                     let nft = Nft::new(vec!["nft".into()]);
-                    Box::new(Report(aggregated(backend, nft, path, args), false))
+                    Box::new(Report(aggregated(backend, nft, path, args, metrics), false))
                 }
                 (_, true) => Box::new(Report(backend.dry_run(), true)),
-                (None, false) => with_health(Report(backend, false), args)?,
+                (None, false) => with_health(
+                    kpng_health::metrics::Measured::new(Report(backend, false), metrics.clone()),
+                    args,
+                )?,
             }
         }
         Sink::ToIptables(ipt) => {
@@ -405,13 +415,52 @@ fn backend(sink: &Sink) -> Result<Box<dyn IncrementalSink + Send>, Error> {
             match (&ipt.aggregator_socket, args.dry_run) {
                 (Some(path), false) => {
                     let iptables = Iptables::new(runner);
-                    Box::new(Report(aggregated(backend, iptables, path, args), false))
+                    Box::new(Report(
+                        aggregated(backend, iptables, path, args, metrics),
+                        false,
+                    ))
                 }
                 (_, true) => Box::new(Report(backend.dry_run(), true)),
-                (None, false) => with_health(Report(backend, false), args)?,
+                (None, false) => with_health(
+                    kpng_health::metrics::Measured::new(Report(backend, false), metrics.clone()),
+                    args,
+                )?,
             }
         }
     })
+}
+
+/// The metrics of this process, served on `--metrics-bind-address` for the
+/// sinks that program the kernel (not in dry runs).
+fn serve_metrics(
+    sink: &Sink,
+    store: Option<kpng_store::Reader>,
+) -> Result<kpng_health::metrics::Metrics, Error> {
+    let metrics = kpng_health::metrics::Metrics::new();
+    let Some(args) = sink
+        .args()
+        .filter(|a| !a.dry_run && !a.metrics_bind_address.is_empty())
+    else {
+        return Ok(metrics);
+    };
+    let listener = bind_tcp("--metrics-bind-address", &args.metrics_bind_address)?;
+    tokio::spawn(kpng_health::metrics::serve_metrics(
+        listener,
+        metrics.clone(),
+        store,
+    ));
+    Ok(metrics)
+}
+
+/// Binds a TCP listener for a `host:port` flag.
+fn bind_tcp(flag: &str, value: &str) -> Result<tokio::net::TcpListener, Error> {
+    let address: std::net::SocketAddr = value
+        .parse()
+        .map_err(|_| Error::Usage(format!("{flag} {value:?}: not host:port")))?;
+    std::net::TcpListener::bind(address)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .and_then(tokio::net::TcpListener::from_std)
+        .map_err(|e| Error::Usage(format!("{flag} {address}: {e}")))
 }
 
 /// Adds what kube-proxy runs beside a kernel backend: UDP conntrack
@@ -441,16 +490,7 @@ fn with_health<S: IncrementalSink + Send + 'static>(
         sinks.extend(cleanup.map(|c| Box::new(c) as Box<dyn IncrementalSink + Send>));
         return Ok(Box::new(sinks));
     }
-    let address: std::net::SocketAddr = args.healthz_bind_address.parse().map_err(|_| {
-        Error::Usage(format!(
-            "--healthz-bind-address {:?}: not host:port",
-            args.healthz_bind_address
-        ))
-    })?;
-    let listener = std::net::TcpListener::bind(address)
-        .and_then(|l| l.set_nonblocking(true).map(|()| l))
-        .and_then(tokio::net::TcpListener::from_std)
-        .map_err(|e| Error::Usage(format!("--healthz-bind-address {address}: {e}")))?;
+    let listener = bind_tcp("--healthz-bind-address", &args.healthz_bind_address)?;
     let health = kpng_health::ProxyHealth::new(args.healthz_timeout);
     tokio::spawn(kpng_health::serve_healthz(listener, health.clone()));
     let ports_on: Vec<std::net::IpAddr> = match &args.nodeport_addresses {
@@ -480,6 +520,7 @@ fn aggregated<B>(
     subsystem: B::Subsystem,
     path: &std::path::Path,
     args: &BackendArgs,
+    metrics: &kpng_health::metrics::Metrics,
 ) -> Publisher<B>
 where
     B: Producer,
@@ -491,6 +532,15 @@ where
     let (changed, rx) = tokio::sync::mpsc::channel(64);
     let limiter = kpng_diff::SyncLimiter::new(args.min_sync_period, args.sync_burst);
     tokio::spawn(kpng_aggregator::run(aggregator.clone(), rx, limiter));
+    let (observed, metrics) = (aggregator.clone(), metrics.clone());
+    tokio::spawn(async move {
+        loop {
+            if let Ok(aggregator) = observed.lock() {
+                metrics.observe_aggregator(aggregator.transactions());
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    });
     let served = aggregator.clone();
     let path = path.to_owned();
     tokio::spawn(async move {
@@ -582,7 +632,8 @@ async fn finish(
         return Ok(kpng_api::serve_at(&address, kpng_api::Server::new(reader)).await?);
     }
     let node = node.ok_or_else(|| Error::Usage("--node is needed by this sink".into()))?;
-    let mut backend = backend(sink)?;
+    let metrics = serve_metrics(sink, Some(reader.clone()))?;
+    let mut backend = backend(sink, &metrics)?;
     let mut projector = NodeProjector::new(node);
     let config = match sink.args() {
         Some(args) => drive_config(args, once),
@@ -686,7 +737,8 @@ async fn run(cli: Cli) -> Result<(), Error> {
             if args.node.is_empty() {
                 return Err(Error::Usage("--node is needed by this sink".into()));
             }
-            let mut sink = backend(&args.sink)?;
+            let metrics = serve_metrics(&args.sink, None)?;
+            let mut sink = backend(&args.sink, &metrics)?;
             let mut config = kpng_api::AgentConfig::default();
             config.once = args.sink.once();
             Ok(kpng_api::run_agent(&address, &args.node, &mut *sink, &config).await?)

@@ -254,8 +254,9 @@ fn what_a_node_thinks_in_one_command() {
 }
 
 /// As root, in a namespace of the test's own: `kpng … to-nft` serves
-/// `/healthz` and the health-check node port of a Service with
-/// `externalTrafficPolicy: Local` (200 with one local endpoint).
+/// `/healthz`, the health-check node port of a Service with
+/// `externalTrafficPolicy: Local` (200 with one local endpoint), and
+/// Prometheus metrics.
 #[test]
 fn to_nft_serves_healthz_and_health_check_node_ports() {
     let root = Command::new("id")
@@ -353,6 +354,18 @@ items:
     assert!(healthz.starts_with("200"), "{healthz}");
     let check = probe(32123, "/");
     assert!(check.starts_with("200"), "{check}");
+    // Metrics: the sync, the view, and the ingest's counters.
+    let metrics = probe(10249, "/metrics");
+    for sample in [
+        "kubeproxy_sync_proxy_rules_duration_seconds_count 1",
+        "kubeproxy_sync_full_proxy_rules_duration_seconds_count 1",
+        "kpng_services 1",
+        "kpng_endpoints 1",
+        "kpng_revisions_total 1",
+        "kpng_sync_failures_total 0",
+    ] {
+        assert!(metrics.contains(sample), "{sample} in {metrics}");
+    }
     assert!(
         check.contains(r#""localEndpoints":1"#) && check.contains(r#""name":"front""#),
         "{check}"

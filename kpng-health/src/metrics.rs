@@ -1,0 +1,311 @@
+//! Prometheus metrics of a kpng-rs proxy, named after kube-proxy's where
+//! the meaning is the same (prometheus-client, OpenMetrics text).
+//!
+//! | metric | meaning |
+//! |---|---|
+//! | `kubeproxy_sync_proxy_rules_duration_seconds` | histogram of sync durations |
+//! | `kubeproxy_sync_full_proxy_rules_duration_seconds`, `kubeproxy_sync_partial_proxy_rules_duration_seconds` | the same, per kind of sync |
+//! | `kubeproxy_sync_proxy_rules_last_timestamp_seconds` | the last successful sync |
+//! | `kubeproxy_network_programming_duration_seconds` | from a change reaching the proxy to its rules being applied |
+//! | `kpng_sync_failures_total` | failed syncs |
+//! | `kpng_services`, `kpng_endpoints` | in this node's view |
+//! | `kpng_store_writes_total`, `kpng_store_noop_writes_total`, `kpng_revisions_total` | ingest: API events written, those that changed nothing, and revisions made |
+//! | `kpng_aggregator_transactions_total` | kernel transactions of an aggregator |
+
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use kpng_model::view::ViewOp;
+use kpng_sink::{IncrementalSink, SinkError, ViewTracker};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpListener;
+
+struct Inner {
+    registry: Registry,
+    sync: Histogram,
+    full: Histogram,
+    partial: Histogram,
+    last_sync: Gauge<f64, AtomicU64>,
+    programming: Histogram,
+    failures: Counter,
+    services: Gauge,
+    endpoints: Gauge,
+    writes: Counter,
+    noop_writes: Counter,
+    revisions: Counter,
+    transactions: Counter,
+    /// What was counted of the store's and the aggregator's totals.
+    seen: Mutex<(kpng_store::Stats, u64)>,
+}
+
+/// The metrics of one proxy. Cloning shares them.
+#[derive(Clone)]
+pub struct Metrics(Arc<Inner>);
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn seconds() -> Histogram {
+    // 1 ms to ~65 s.
+    Histogram::new(exponential_buckets(0.001, 2.0, 17))
+}
+
+impl Metrics {
+    /// Registers every metric.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let (sync, full, partial, programming) = (seconds(), seconds(), seconds(), seconds());
+        let last_sync = Gauge::<f64, AtomicU64>::default();
+        let (failures, writes, noop_writes, revisions, transactions) = Default::default();
+        let (services, endpoints) = (Gauge::default(), Gauge::default());
+        registry.register(
+            "kubeproxy_sync_proxy_rules_duration_seconds",
+            "Sync latency of the proxy rules",
+            sync.clone(),
+        );
+        registry.register(
+            "kubeproxy_sync_full_proxy_rules_duration_seconds",
+            "Latency of full syncs of the proxy rules",
+            full.clone(),
+        );
+        registry.register(
+            "kubeproxy_sync_partial_proxy_rules_duration_seconds",
+            "Latency of partial syncs of the proxy rules",
+            partial.clone(),
+        );
+        registry.register(
+            "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
+            "The last time the proxy rules were synced",
+            last_sync.clone(),
+        );
+        registry.register(
+            "kubeproxy_network_programming_duration_seconds",
+            "From a change reaching the proxy to its rules being applied",
+            programming.clone(),
+        );
+        registry.register(
+            "kpng_sync_failures",
+            "Failed syncs of the proxy rules",
+            Counter::clone(&failures),
+        );
+        registry.register(
+            "kpng_services",
+            "Services in this node's view",
+            Gauge::clone(&services),
+        );
+        registry.register(
+            "kpng_endpoints",
+            "Endpoint addresses in this node's view",
+            Gauge::clone(&endpoints),
+        );
+        registry.register(
+            "kpng_store_writes",
+            "API events written to the store",
+            Counter::clone(&writes),
+        );
+        registry.register(
+            "kpng_store_noop_writes",
+            "API events that changed nothing",
+            Counter::clone(&noop_writes),
+        );
+        registry.register(
+            "kpng_revisions",
+            "Revisions of the store",
+            Counter::clone(&revisions),
+        );
+        registry.register(
+            "kpng_aggregator_transactions",
+            "Kernel transactions of the aggregator",
+            Counter::clone(&transactions),
+        );
+        Self(Arc::new(Inner {
+            registry,
+            sync,
+            full,
+            partial,
+            last_sync,
+            programming,
+            failures,
+            services,
+            endpoints,
+            writes,
+            noop_writes,
+            revisions,
+            transactions,
+            seen: Mutex::new((kpng_store::Stats::default(), 0)),
+        }))
+    }
+
+    /// Counts the store's totals so far (call before each scrape).
+    pub fn observe_store(&self, stats: kpng_store::Stats) {
+        if let Ok(mut seen) = self.0.seen.lock() {
+            let before = seen.0;
+            self.0
+                .writes
+                .inc_by(stats.writes.saturating_sub(before.writes));
+            self.0
+                .noop_writes
+                .inc_by(stats.noop_writes.saturating_sub(before.noop_writes));
+            self.0
+                .revisions
+                .inc_by(stats.revisions.saturating_sub(before.revisions));
+            seen.0 = stats;
+        }
+    }
+
+    /// Counts an aggregator's transactions so far.
+    pub fn observe_aggregator(&self, transactions: u64) {
+        if let Ok(mut seen) = self.0.seen.lock() {
+            self.0
+                .transactions
+                .inc_by(transactions.saturating_sub(seen.1));
+            seen.1 = transactions;
+        }
+    }
+
+    /// The OpenMetrics text of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.0.registry);
+        out
+    }
+}
+
+/// Wraps a backend: times its syncs (full or partial), counts failures,
+/// and keeps the Service and endpoint gauges.
+#[derive(Debug)]
+pub struct Measured<S> {
+    inner: S,
+    metrics: Metrics,
+    tracker: ViewTracker,
+    round_started: Option<Instant>,
+}
+
+impl<S> Measured<S> {
+    /// Measures `inner` into `metrics`.
+    pub fn new(inner: S, metrics: Metrics) -> Self {
+        Self {
+            inner,
+            metrics,
+            tracker: ViewTracker::default(),
+            round_started: None,
+        }
+    }
+
+    fn note(&mut self, op: &ViewOp) {
+        self.tracker.absorb(op);
+        self.round_started.get_or_insert_with(Instant::now);
+    }
+}
+
+impl<S: IncrementalSink> IncrementalSink for Measured<S> {
+    fn reset(&mut self) {
+        self.tracker.reset();
+        self.round_started.get_or_insert_with(Instant::now);
+        self.inner.reset();
+    }
+    kpng_sink::callbacks_as_ops!(forward);
+    fn apply(&mut self, op: &ViewOp) -> Result<(), SinkError> {
+        self.note(op);
+        self.inner.apply(op)
+    }
+    fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
+        let full = self.tracker.full();
+        let start = Instant::now();
+        let result = self.inner.sync(revision);
+        let elapsed = start.elapsed().as_secs_f64();
+        let m = &self.metrics.0;
+        m.sync.observe(elapsed);
+        if full { &m.full } else { &m.partial }.observe(elapsed);
+        match &result {
+            Ok(()) => {
+                let _ = self.tracker.take_changes();
+                self.tracker.synced(true);
+                let now = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0.0, |d| d.as_secs_f64());
+                m.last_sync.set(now);
+                if let Some(started) = self.round_started.take() {
+                    m.programming.observe(started.elapsed().as_secs_f64());
+                }
+                let view = self.tracker.view();
+                let endpoints: usize = view.services.values().map(|s| s.endpoints.len()).sum();
+                m.services
+                    .set(i64::try_from(view.services.len()).unwrap_or(i64::MAX));
+                m.endpoints
+                    .set(i64::try_from(endpoints).unwrap_or(i64::MAX));
+            }
+            Err(_) => {
+                m.failures.inc();
+            }
+        }
+        result
+    }
+}
+
+impl<S: IncrementalSink> Measured<S> {
+    fn forward(&mut self, op: &ViewOp) {
+        // Buffered by the inner sink; errors surface at sync.
+        let _ = self.apply(op);
+    }
+}
+
+/// Serves `GET /metrics` on `listener` until the task is dropped; `store`
+/// (when given) is read at each scrape for the ingest counters.
+pub async fn serve_metrics(
+    listener: TcpListener,
+    metrics: Metrics,
+    store: Option<kpng_store::Reader>,
+) {
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let (metrics, store) = (metrics.clone(), store.clone());
+        tokio::spawn(async move {
+            let mut buf = [0u8; 4096];
+            let n = match tokio::time::timeout(
+                std::time::Duration::from_secs(5),
+                stream.read(&mut buf),
+            )
+            .await
+            {
+                Ok(Ok(n)) => n,
+                _ => return,
+            };
+            let head = String::from_utf8_lossy(&buf[..n]);
+            let path = head.split_whitespace().nth(1).unwrap_or("/");
+            if path.split('?').next() != Some("/metrics") {
+                let body = serde_json::json!({"error": "not found"}).to_string();
+                let _ = crate::write_reply(&mut stream, 404, "application/json", &body).await;
+                return;
+            }
+            if let Some(store) = &store {
+                metrics.observe_store(store.stats());
+            }
+            let body = metrics.encode();
+            let _ = crate::write_reply(
+                &mut stream,
+                200,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                &body,
+            )
+            .await;
+        });
+    }
+}

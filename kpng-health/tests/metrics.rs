@@ -1,0 +1,149 @@
+//! The metrics endpoint, scraped over a real socket and parsed.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use kpng_health::metrics::{Measured, Metrics, serve_metrics};
+use kpng_model::v1::{Endpoint, Service};
+use kpng_model::view::{EndpointView, ViewOp};
+use kpng_sink::IncrementalSink;
+use kpng_store::Store;
+use kpng_testkit::RecordingSink;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Every sample of an OpenMetrics text, by its name and labels.
+fn parse(text: &str) -> BTreeMap<String, f64> {
+    let mut samples = BTreeMap::new();
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let (name, value) = line.rsplit_once(' ').expect("name and value");
+        let value: f64 = value
+            .parse()
+            .unwrap_or_else(|_| panic!("a number in {line:?}"));
+        samples.insert(name.to_owned(), value);
+    }
+    assert!(
+        text.trim_end().ends_with("# EOF"),
+        "OpenMetrics ends with # EOF"
+    );
+    samples
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn syncs_failures_and_ingest_counts_are_scraped() {
+    let metrics = Metrics::new();
+    let mut sink = Measured::new(
+        RecordingSink {
+            fail_syncs: 0,
+            ..Default::default()
+        },
+        metrics.clone(),
+    );
+    let svc = Arc::new(Service {
+        namespace: "shop".into(),
+        name: "front".into(),
+        ..Default::default()
+    });
+    let name = svc.service_name();
+    sink.reset();
+    sink.apply(&ViewOp::SetService(svc.clone())).expect("op");
+    sink.apply(&ViewOp::SetEndpoint(
+        name.clone(),
+        EndpointView {
+            ip: "10.244.1.10".parse().expect("ip"),
+            endpoint: Arc::new(Endpoint::default()),
+            is_local: true,
+            cluster: true,
+            local: true,
+        },
+    ))
+    .expect("op");
+    sink.sync(1).expect("sync");
+
+    // A store with two revisions and a no-op write.
+    let mut store = Store::new();
+    for _ in 0..2 {
+        let mut txn = store.begin();
+        txn.set_service((*svc).clone());
+        txn.commit();
+    }
+    let mut txn = store.begin();
+    txn.set_service(Service {
+        namespace: "shop".into(),
+        name: "back".into(),
+        ..Default::default()
+    });
+    txn.commit();
+    metrics.observe_aggregator(3);
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    tokio::spawn(serve_metrics(listener, metrics, Some(store.reader())));
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n")
+        .await
+        .expect("write");
+    let mut text = String::new();
+    stream.read_to_string(&mut text).await.expect("read");
+    let (head, body) = text.split_once("\r\n\r\n").expect("head and body");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.contains("openmetrics-text"), "{head}");
+    let samples = parse(body);
+    let get = |name: &str| {
+        *samples
+            .get(name)
+            .unwrap_or_else(|| panic!("{name} in {body}"))
+    };
+    assert_eq!(
+        get("kubeproxy_sync_proxy_rules_duration_seconds_count"),
+        1.0
+    );
+    assert_eq!(
+        get("kubeproxy_sync_full_proxy_rules_duration_seconds_count"),
+        1.0
+    );
+    assert_eq!(
+        get("kubeproxy_network_programming_duration_seconds_count"),
+        1.0
+    );
+    assert!(get("kubeproxy_sync_proxy_rules_last_timestamp_seconds") > 1.7e9);
+    assert_eq!(get("kpng_sync_failures_total"), 0.0);
+    assert_eq!(get("kpng_services"), 1.0);
+    assert_eq!(get("kpng_endpoints"), 1.0);
+    assert_eq!(get("kpng_store_writes_total"), 3.0);
+    assert_eq!(get("kpng_store_noop_writes_total"), 1.0);
+    assert_eq!(get("kpng_revisions_total"), 2.0);
+    assert_eq!(get("kpng_aggregator_transactions_total"), 3.0);
+}
+
+#[test]
+fn a_failed_sync_is_counted() {
+    let metrics = Metrics::new();
+    let mut sink = Measured::new(
+        RecordingSink {
+            fail_syncs: 1,
+            ..Default::default()
+        },
+        metrics.clone(),
+    );
+    sink.reset();
+    assert!(sink.sync(1).is_err());
+    sink.sync(2).expect("the second works");
+    let samples = parse(&metrics.encode());
+    assert_eq!(samples["kpng_sync_failures_total"], 1.0);
+    assert_eq!(
+        samples["kubeproxy_sync_proxy_rules_duration_seconds_count"],
+        2.0
+    );
+    assert_eq!(
+        samples["kubeproxy_sync_partial_proxy_rules_duration_seconds_count"],
+        0.0
+    );
+}
