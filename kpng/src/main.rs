@@ -746,6 +746,71 @@ async fn run(cli: Cli) -> Result<(), Error> {
     }
 }
 
+/// The command line a config file stands for. The file holds the source
+/// (`source: kube`), its flags (`node: …`), the sink (`sink: to-nft`) and
+/// the sink's flags (`flags: {cluster-cidr: …}`), with kube-proxy's flag
+/// names; `${VAR}` takes an environment variable. A `true` flag is given
+/// bare, a `false` one left out.
+fn config_args(path: &str) -> Result<Vec<String>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+    let expanded = expand_env(&text);
+    let doc: serde_json::Value =
+        serde_saphyr::from_str(&expanded).map_err(|e| format!("{path}: {e}"))?;
+    let map = doc
+        .as_object()
+        .ok_or_else(|| format!("{path}: expected a mapping"))?;
+    let word = |key: &str| {
+        map.get(key)
+            .and_then(|v| v.as_str())
+            .map(str::to_owned)
+            .ok_or_else(|| format!("{path}: `{key}` is missing"))
+    };
+    let flags = |out: &mut Vec<String>, entries: &serde_json::Map<String, serde_json::Value>| {
+        for (key, value) in entries {
+            match value {
+                serde_json::Value::Bool(true) => out.push(format!("--{key}")),
+                serde_json::Value::Bool(false) | serde_json::Value::Null => {}
+                serde_json::Value::String(s) => out.push(format!("--{key}={s}")),
+                other => out.push(format!("--{key}={other}")),
+            }
+        }
+    };
+    let mut argv = vec!["kpng".to_owned(), word("source")?];
+    let source_flags: serde_json::Map<String, serde_json::Value> = map
+        .iter()
+        .filter(|(k, _)| !["source", "sink", "flags"].contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    flags(&mut argv, &source_flags);
+    argv.push(word("sink")?);
+    if let Some(sink_flags) = map.get("flags").and_then(|v| v.as_object()) {
+        flags(&mut argv, sink_flags);
+    }
+    Ok(argv)
+}
+
+/// Replaces `${NAME}` by the environment variable's value (empty if unset).
+fn expand_env(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        match rest[start + 2..].find('}') {
+            Some(end) => {
+                let name = &rest[start + 2..start + 2 + end];
+                out.push_str(&std::env::var(name).unwrap_or_default());
+                rest = &rest[start + 3 + end..];
+            }
+            None => {
+                out.push_str(&rest[start..]);
+                rest = "";
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -754,7 +819,24 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    let args: Vec<String> = std::env::args().collect();
+    let cli = match args.get(1).map(String::as_str) {
+        Some("--config") => {
+            let argv = match args.get(2).map(|path| config_args(path)) {
+                Some(Ok(argv)) => argv,
+                Some(Err(e)) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::FAILURE;
+                }
+                None => {
+                    eprintln!("error: --config needs a file");
+                    return ExitCode::FAILURE;
+                }
+            };
+            Cli::parse_from(argv)
+        }
+        _ => Cli::parse(),
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -372,3 +372,39 @@ items:
     );
     let _ = std::fs::remove_file(&manifest);
 }
+
+/// A config file stands for the same command line (deploy/ uses one).
+#[test]
+fn a_config_file_is_the_command_line() {
+    let config = std::env::temp_dir().join(format!("kpng-config-{}.yaml", std::process::id()));
+    std::fs::write(
+        &config,
+        "source: file\nnode: ${KPNG_TEST_NODE}\nsink: to-nft\nflags:\n  dry-run: true\n  once: true\n  cluster-cidr: 10.244.0.0/16\n  masquerade-all: false\n",
+    )
+    .expect("config");
+    let from_file = Command::new(env!("CARGO_BIN_EXE_kpng"))
+        .args(["--config"])
+        .arg(&config)
+        .env("KPNG_TEST_NODE", "node-a")
+        .env("RUST_LOG", "error")
+        .output()
+        .expect("kpng");
+    let _ = std::fs::remove_file(&config);
+    let (code, from_flags, _) = kpng(&[
+        "file",
+        "--node",
+        "node-a",
+        "to-nft",
+        "--dry-run",
+        "--once",
+        "--cluster-cidr",
+        "10.244.0.0/16",
+    ]);
+    assert_eq!(code, 0);
+    assert!(
+        from_file.status.success(),
+        "{}",
+        String::from_utf8_lossy(&from_file.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&from_file.stdout), from_flags);
+}

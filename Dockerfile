@@ -1,0 +1,14 @@
+# The kpng binary on Debian 12 with the tools it drives.
+#   docker build -t kpng .
+FROM rust:1.89-bookworm AS build
+WORKDIR /src
+COPY . .
+RUN cargo build --release --locked -p kpng
+
+FROM debian:bookworm-slim
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      nftables iptables iproute2 conntrack ca-certificates \
+ && rm -rf /var/lib/apt/lists/*
+COPY --from=build /src/target/release/kpng /usr/local/bin/kpng
+ENTRYPOINT ["/usr/local/bin/kpng"]
