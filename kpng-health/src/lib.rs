@@ -312,11 +312,12 @@ fn wanted(view: &NodeView) -> BTreeMap<u16, PortState> {
         if !eligible || port == 0 {
             continue;
         }
-        // Each endpoint once, whatever its families.
+        // Each local ready endpoint once, whatever its families
+        // (terminating ones do not count, as in kube-proxy).
         let local: BTreeSet<*const kpng_model::v1::Endpoint> = svc
             .endpoints
             .iter()
-            .filter(|e| e.is_local && e.local)
+            .filter(|e| e.is_local && e.endpoint.ready)
             .map(|e| std::sync::Arc::as_ptr(&e.endpoint))
             .collect();
         ports.insert(
