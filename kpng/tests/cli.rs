@@ -408,3 +408,97 @@ fn a_config_file_is_the_command_line() {
     );
     assert_eq!(String::from_utf8_lossy(&from_file.stdout), from_flags);
 }
+
+/// Hostile text in a Service's name, a port name and an annotation never
+/// reaches a rule: chain names are hashes, addresses and ports are parsed
+/// numbers. The nft script passes `nft -c` (as root, in a namespace of the
+/// test's own) and the iptables batch carries none of it either.
+#[test]
+fn hostile_names_never_reach_a_ruleset() {
+    let hostile_name = r#"evil\"; flush ruleset; #"#;
+    let hostile_port = r#"http\n add table ip pwn"#;
+    let manifest = format!(
+        r#"apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Node
+  metadata: {{name: node-a}}
+  status: {{addresses: [{{type: InternalIP, address: 192.168.50.1}}]}}
+- apiVersion: v1
+  kind: Service
+  metadata:
+    namespace: t
+    name: "{hostile_name}"
+    annotations: {{"x": "}}; delete table ip kpng; {{"}}
+  spec: {{type: NodePort, clusterIP: 10.96.0.7, sessionAffinity: ClientIP, ports: [{{name: "{hostile_port}", port: 80, targetPort: 8080, nodePort: 30007}}]}}
+- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata: {{namespace: t, name: evil-1, labels: {{kubernetes.io/service-name: "{hostile_name}"}}}}
+  addressType: IPv4
+  endpoints: [{{addresses: [10.244.1.10], nodeName: node-a}}]
+  ports: [{{name: "{hostile_port}", port: 8080, protocol: TCP}}]
+"#
+    );
+    let path = std::env::temp_dir().join(format!("kpng-hostile-{}.yaml", std::process::id()));
+    std::fs::write(&path, manifest).expect("manifest");
+    let path_text = path.to_str().expect("path");
+    let mut scripts = Vec::new();
+    for sink in ["to-nft", "to-iptables"] {
+        let (code, stdout, stderr) = kpng(&[
+            "file",
+            "--input",
+            path_text,
+            "--node",
+            "node-a",
+            sink,
+            "--dry-run",
+        ]);
+        assert_eq!(code, 0, "{sink}: {stderr}");
+        // The Service is programmed (its ClusterIP and NodePort are there)…
+        assert!(stdout.contains("10.96.0.7"), "{sink}: {stdout}");
+        assert!(stdout.contains("30007"), "{sink}");
+        // …and none of the text.
+        for needle in ["evil", "flush", "pwn", "}; delete", "http"] {
+            assert!(!stdout.contains(needle), "{sink} script carries {needle:?}");
+        }
+        scripts.push(stdout);
+    }
+    let _ = std::fs::remove_file(&path);
+
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    if !root {
+        eprintln!("SKIPPED the nft check: not root");
+        return;
+    }
+    let ns = format!("kpevil{}", std::process::id());
+    assert!(
+        Command::new("ip")
+            .args(["netns", "add", &ns])
+            .status()
+            .is_ok_and(|s| s.success())
+    );
+    let mut check = Command::new("ip")
+        .args(["netns", "exec", &ns, "nft", "-c", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("nft");
+    use std::io::Write as _;
+    check
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(scripts[0].as_bytes())
+        .expect("write");
+    let out = check.wait_with_output().expect("nft");
+    let _ = Command::new("ip").args(["netns", "del", &ns]).status();
+    assert!(
+        out.status.success(),
+        "nft -c: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
