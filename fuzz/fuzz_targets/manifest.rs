@@ -1,0 +1,15 @@
+//! The manifest parser and translator never panic, whatever the file.
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(text) = std::str::from_utf8(data) {
+        if let Ok(objects) = kpng_kube::file::parse_str("fuzz.yaml", text) {
+            let mut ingest = kpng_kube::Ingest::new(
+                kpng_store::Store::new(),
+                kpng_kube::IngestConfig::for_node("node-a"),
+            );
+            ingest.load(&objects);
+        }
+    }
+});
