@@ -207,6 +207,11 @@ impl<S> Measured<S> {
         }
     }
 
+    /// The measured sink.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
     fn note(&mut self, op: &ViewOp) {
         self.tracker.absorb(op);
         self.round_started.get_or_insert_with(Instant::now);

@@ -182,3 +182,97 @@ fn endpoint_moves_go_as_one_netlink_batch_and_a_refused_batch_keeps_the_old_rule
         "{lines:?}"
     );
 }
+
+/// Backend faults: nft fails, hangs (killed at the timeout), or is
+/// missing. Each time the old ruleset stays, the error says what went
+/// wrong, the failure is counted in the metrics, and once nft works again
+/// the next sync is a full one and converges.
+#[test]
+fn nft_failures_timeouts_and_a_missing_binary_keep_the_old_rules() {
+    use kpng_backend_nft::Config;
+    use kpng_health::metrics::{Measured, Metrics};
+    require_lab!(NftBackend);
+    let lab = lab();
+    let dir = std::env::temp_dir().join(format!("{}-faults", lab.prefix));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let (fail, hang) = (dir.join("fail"), dir.join("hang"));
+    let wrapper = dir.join("nft");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nif [ -e {fail} ]; then cat >/dev/null; echo 'injected failure' >&2; exit 1; fi\nif [ -e {hang} ]; then sleep 30; fi\nexec ip netns exec {ns} nft \"$@\"\n",
+            fail = fail.display(),
+            hang = hang.display(),
+            ns = lab.ns("node"),
+        ),
+    )
+    .expect("wrapper");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+
+    let mut config = Config::default();
+    config.cluster_cidrs = Config::parse_cidrs("--cluster-cidr", "10.244.0.0/16").expect("cidr");
+    config.nft_command = vec![wrapper.display().to_string()];
+    // Every change through nft, so that each one meets the fault.
+    config.netlink = false;
+    config.nft_timeout = std::time::Duration::from_secs(1);
+    let metrics = Metrics::new();
+    let mut proxy = Proxy::with(Measured::new(NftBackend::new(config), metrics.clone()));
+    let port = "ports: [{name: http, port: 80, targetPort: 8080}]";
+    let web = |eps: &str| service("web", &format!("{{clusterIP: 10.96.0.130, {port}}}"), eps);
+    proxy.load(&manifest(&[web(ALL3)])).expect("sync");
+    let before = NftBackend::dump(&lab);
+    let e3_only = "[{addresses: [10.244.3.10], nodeName: node-c}]";
+    let failures = |metrics: &Metrics| {
+        metrics
+            .encode()
+            .lines()
+            .find_map(|l| l.strip_prefix("kpng_sync_failures_total "))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(-1.0)
+    };
+
+    // nft fails.
+    std::fs::write(&fail, "").expect("flag");
+    let err = proxy.load(&manifest(&[web(e3_only)])).expect_err("fails");
+    assert!(err.to_string().contains("injected failure"), "{err}");
+    assert_eq!(NftBackend::dump(&lab), before, "the old ruleset stays");
+    assert_eq!(failures(&metrics), 1.0);
+    std::fs::remove_file(&fail).expect("flag");
+
+    // nft hangs: killed at the timeout.
+    std::fs::write(&hang, "").expect("flag");
+    let start = std::time::Instant::now();
+    let err = proxy
+        .load(&manifest(&[web(e3_only)]))
+        .expect_err("times out");
+    assert!(
+        err.to_string().contains("did not finish within 1 s"),
+        "{err}"
+    );
+    assert!(start.elapsed() < std::time::Duration::from_secs(10));
+    assert_eq!(NftBackend::dump(&lab), before);
+    assert_eq!(failures(&metrics), 2.0);
+    std::fs::remove_file(&hang).expect("flag");
+
+    // nft works again: the next sync is full and converges.
+    proxy.load(&manifest(&[web(e3_only)])).expect("recovers");
+    assert!(
+        proxy.backend.inner().last_sync().full,
+        "a full resync after failures"
+    );
+    settle();
+    let lines = lab.connect("podc", "tcp", "10.96.0.130", 80, 20);
+    assert_eq!(endpoints(&lines), [E3.to_string()].into(), "{lines:?}");
+
+    // A missing binary: a clear error, and nothing changes.
+    let mut missing = Config::default();
+    missing.nft_command = vec![dir.join("no-such-nft").display().to_string()];
+    missing.netlink = false;
+    let mut broken = Proxy::with(NftBackend::new(missing));
+    let applied = NftBackend::dump(&lab);
+    let err = broken.load(&manifest(&[web(ALL3)])).expect_err("no binary");
+    assert!(err.to_string().contains("no-such-nft"), "{err}");
+    assert_eq!(NftBackend::dump(&lab), applied);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -108,6 +108,13 @@ pub enum Error {
         /// Why.
         message: String,
     },
+    /// `nft` did not finish in time; it was killed. The kernel applies a
+    /// transaction whole or not at all, and the next sync is a full one.
+    #[error("nft did not finish within {seconds} s")]
+    Timeout {
+        /// The limit.
+        seconds: u64,
+    },
     /// A setting is invalid.
     #[error("invalid {field}: {value:?}")]
     Config {
@@ -144,6 +151,8 @@ pub struct Config {
     /// ~17 ms at 100k endpoints; the batch costs well under a millisecond.
     /// Full syncs and changes of chains or sets always go through `nft`.
     pub netlink: bool,
+    /// How long one `nft` run may take before it is killed (default 60 s).
+    pub nft_timeout: std::time::Duration,
     /// The network namespace the netlink path programs, as a path
     /// (`/run/netns/NAME`); `None`: the process's own. When `nft_command`
     /// is not the default `nft`, the netlink path is used only if this is
@@ -162,6 +171,7 @@ impl Default for Config {
             masquerade_bit: 14,
             nft_command: vec!["nft".into()],
             netlink: true,
+            nft_timeout: std::time::Duration::from_secs(60),
             netns: None,
         }
     }
@@ -481,16 +491,44 @@ impl NftBackend {
             .stderr(Stdio::piped())
             .spawn()
             .map_err(spawn_error)?;
-        if let Some(mut stdin) = child.stdin.take() {
-            stdin.write_all(script.as_bytes()).map_err(spawn_error)?;
+        // Feed the script and drain stderr on their own threads, so that
+        // neither pipe can block the other, and wait with a deadline: a
+        // hung nft must not hang the proxy.
+        let feeding = child.stdin.take().map(|mut stdin| {
+            let script = script.to_owned();
+            std::thread::spawn(move || stdin.write_all(script.as_bytes()))
+        });
+        let draining = child.stderr.take().map(|mut stderr| {
+            std::thread::spawn(move || {
+                let mut text = String::new();
+                let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
+                text
+            })
+        });
+        let deadline = Instant::now() + self.config.nft_timeout;
+        let status = loop {
+            if let Some(status) = child.try_wait().map_err(spawn_error)? {
+                break status;
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(Error::Timeout {
+                    seconds: self.config.nft_timeout.as_secs(),
+                });
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        };
+        if let Some(feeding) = feeding {
+            let _ = feeding.join();
         }
-        let output = child.wait_with_output().map_err(spawn_error)?;
-        if output.status.success() {
+        let stderr = draining.and_then(|d| d.join().ok()).unwrap_or_default();
+        if status.success() {
             Ok(())
         } else {
             Err(Error::Nft {
-                status: output.status.to_string(),
-                stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+                status: status.to_string(),
+                stderr: stderr.trim().to_owned(),
             })
         }
     }
