@@ -165,3 +165,41 @@ async fn dropped_connection_resumes_the_watch_from_the_last_version() {
         "re-watched from the last version seen: {requests:?}"
     );
 }
+
+/// Faults at the wire: a storm of 410 Gone, garbage bodies where watch
+/// streams should be, and a dropped connection. The store ends right, and the relists
+/// of unchanged objects make no revision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gone_storms_and_garbage_converge_without_spurious_revisions() {
+    let a = || service("a", "10", "10.96.0.1", 80);
+    let server = ApiServer::start(script(vec![
+        Reply::List("10".into(), vec![a()]),
+        Reply::Watch(vec![gone()]),
+        Reply::List("11".into(), vec![a()]),
+        Reply::Watch(vec![gone()]),
+        Reply::Garbage,
+        Reply::List("12".into(), vec![a()]),
+        Reply::Watch(vec![gone()]),
+        Reply::List("13".into(), vec![a()]),
+        Reply::Garbage,
+        Reply::List("14".into(), vec![a()]),
+        Reply::WatchThenDrop(vec![]),
+        Reply::Watch(vec![event("ADDED", service("b", "15", "10.96.0.2", 80))]),
+    ]))
+    .await;
+    let snap = run_until(&server, |s| {
+        s.service(&ServiceName::new("ns", "b")).is_some()
+    })
+    .await;
+    assert_eq!(names(&snap), ["a", "b"]);
+    // The first list, then b: two revisions. Every relist of the
+    // unchanged a made none.
+    assert_eq!(snap.revision(), 2);
+    let lists = server
+        .requests()
+        .iter()
+        .filter(|r| r.starts_with("/api/v1/services") && !r.contains("watch=true"))
+        .count();
+    // The first list, then one after each 410: the watcher listed again.
+    assert!(lists >= 4, "lists: {lists}");
+}

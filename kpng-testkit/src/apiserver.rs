@@ -58,6 +58,9 @@ pub enum Reply {
     /// A watch stream: these events, then half a line, then the
     /// connection drops.
     WatchThenDrop(Vec<Value>),
+    /// A `200 OK` whose body is not JSON (a broken proxy in front of the
+    /// apiserver, say), for a list or a watch.
+    Garbage,
 }
 
 /// Replies per resource, served in order.
@@ -171,26 +174,34 @@ async fn serve(mut socket: TcpStream, script: Arc<Mutex<Script>>) {
         } else {
             // Lists are paged as the apiserver does: `limit` items a page,
             // with a `continue` token while more remain.
-            if !resume {
-                let next = script
+            let next = if resume {
+                None
+            } else {
+                script
                     .replies
                     .get_mut(&(resource, false))
-                    .and_then(VecDeque::pop_front);
-                let (rv, items) = match next {
-                    Some(Reply::List(rv, items)) => (rv, items),
-                    _ => ("1".into(), Vec::new()),
-                };
-                script.paging.insert(resource, (rv, items.into()));
+                    .and_then(VecDeque::pop_front)
+            };
+            if let Some(Reply::Garbage) = next {
+                Some(Reply::Garbage)
+            } else {
+                if !resume {
+                    let (rv, items) = match next {
+                        Some(Reply::List(rv, items)) => (rv, items),
+                        _ => ("1".into(), Vec::new()),
+                    };
+                    script.paging.insert(resource, (rv, items.into()));
+                }
+                let page = script.paging.get_mut(resource).map(|(rv, rest)| {
+                    let n = limit.unwrap_or(rest.len()).min(rest.len());
+                    (
+                        rv.clone(),
+                        rest.drain(..n).collect::<Vec<_>>(),
+                        !rest.is_empty(),
+                    )
+                });
+                page.map(|(rv, items, more)| Reply::Page(rv, items, more))
             }
-            let page = script.paging.get_mut(resource).map(|(rv, rest)| {
-                let n = limit.unwrap_or(rest.len()).min(rest.len());
-                (
-                    rv.clone(),
-                    rest.drain(..n).collect::<Vec<_>>(),
-                    !rest.is_empty(),
-                )
-            });
-            page.map(|(rv, items, more)| Reply::Page(rv, items, more))
         }
     };
     let header = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n";
@@ -228,6 +239,11 @@ async fn serve(mut socket: TcpStream, script: Arc<Mutex<Script>>) {
         }
         Reply::Watch(events) => watch_stream(socket, header, events, false, with_type).await,
         Reply::WatchThenDrop(events) => watch_stream(socket, header, events, true, with_type).await,
+        Reply::Garbage => {
+            let body = "<html>502 upstream glitch</html>\n{not json";
+            let response = format!("{header}Content-Length: {}\r\n\r\n{body}", body.len());
+            let _ = socket.write_all(response.as_bytes()).await;
+        }
     }
 }
 
