@@ -355,6 +355,47 @@ impl Lab {
             .unwrap_or_default()
     }
 
+    /// The nftables ruleset of namespace `name` (a full name), made
+    /// comparable: nft's JSON listing with handles dropped and set
+    /// elements and objects sorted. Two namespaces holding the same rules
+    /// give equal lists, whatever order the rules were written in.
+    pub fn nft_state(ns: &str) -> Vec<String> {
+        let out = Command::new("ip")
+            .args(["netns", "exec", ns, "nft", "-j", "list", "ruleset"])
+            .output()
+            .expect("nft");
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("nft JSON");
+        fn canonical(v: &mut serde_json::Value) {
+            match v {
+                serde_json::Value::Object(map) => {
+                    map.remove("handle");
+                    for (key, value) in map.iter_mut() {
+                        canonical(value);
+                        if let (true, serde_json::Value::Array(items)) = (key == "elem", value) {
+                            items.sort_by_key(|i| i.to_string());
+                        }
+                    }
+                }
+                serde_json::Value::Array(items) => items.iter_mut().for_each(canonical),
+                _ => {}
+            }
+        }
+        let mut objects: Vec<String> = json["nftables"]
+            .as_array()
+            .map(|a| a.as_slice())
+            .unwrap_or_default()
+            .iter()
+            .filter(|o| o.get("metainfo").is_none())
+            .map(|o| {
+                let mut o = o.clone();
+                canonical(&mut o);
+                o.to_string()
+            })
+            .collect();
+        objects.sort();
+        objects
+    }
+
     /// Runs `args` in the node namespace; its standard output.
     pub fn in_node(&self, args: &[&str]) -> String {
         let out = Command::new("ip")

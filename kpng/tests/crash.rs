@@ -44,42 +44,8 @@ fn manifest(services: usize, salt: usize) -> String {
     out
 }
 
-/// The node's ruleset as JSON, made comparable: handles dropped, set
-/// elements and objects sorted.
 fn ruleset(ns: &str) -> Vec<String> {
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns, "nft", "-j", "list", "ruleset"])
-        .output()
-        .expect("nft");
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("nft JSON");
-    fn canonical(v: &mut serde_json::Value) {
-        match v {
-            serde_json::Value::Object(map) => {
-                map.remove("handle");
-                for (key, value) in map.iter_mut() {
-                    canonical(value);
-                    if let (true, serde_json::Value::Array(items)) = (key == "elem", value) {
-                        items.sort_by_key(|i| i.to_string());
-                    }
-                }
-            }
-            serde_json::Value::Array(items) => items.iter_mut().for_each(canonical),
-            _ => {}
-        }
-    }
-    let mut objects: Vec<String> = json["nftables"]
-        .as_array()
-        .expect("objects")
-        .iter()
-        .filter(|o| o.get("metainfo").is_none())
-        .map(|o| {
-            let mut o = o.clone();
-            canonical(&mut o);
-            o.to_string()
-        })
-        .collect();
-    objects.sort();
-    objects
+    Lab::nft_state(ns)
 }
 
 fn kpng(ns: &str, input: &std::path::Path) -> Command {
