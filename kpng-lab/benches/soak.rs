@@ -1,13 +1,14 @@
-//! Soak: churn at 1k Services through the whole pipeline (store, node
-//! view, nft backend in a namespace), fast-forwarded, as long as asked.
+//! Soak: churn at 1k Services through the whole pipeline (JSON objects as
+//! the apiserver sends them, ingest, store, node view, nft backend in a
+//! namespace), fast-forwarded, as long as asked.
 //!
 //! ```text
 //! cargo bench -p kpng-lab --bench soak [-- --minutes 60 --services 1000 --events-per-minute 800]
 //! ```
 //!
-//! Each simulated minute has `--events-per-minute` events: readiness
-//! flips, endpoints added and removed, and no-op rewrites (an unchanged
-//! EndpointSlice sent again). The generator knows which events change the
+//! Each simulated minute has `--events-per-minute` EndpointSlice events:
+//! readiness flips, pods replaced, and slices sent again unchanged but for
+//! their resourceVersion. The generator knows which events change the
 //! ENLS; the store must make exactly one revision for each, and none for
 //! the others (no missed, no spurious revision). The backend syncs once a
 //! simulated second, as `--min-sync-period` would have it. The bench
@@ -19,11 +20,10 @@ use std::time::Instant;
 
 use kpng_backend_nft::NftBackend;
 use kpng_diff::NodeProjector;
+use kpng_kube::objects::{EndpointSlice, Node, Service};
+use kpng_kube::{Ingest, IngestConfig};
 use kpng_lab::{Lab, LabBackend, Settings, unavailable};
-use kpng_model::v1::Endpoint;
-use kpng_model::{Key, ServiceName};
 use kpng_store::Store;
-use kpng_testkit::{Cluster, ClusterShape};
 
 fn arg(name: &str, default: usize) -> usize {
     let args: Vec<String> = std::env::args().collect();
@@ -54,6 +54,39 @@ impl Rng {
     }
 }
 
+/// One Service's objects as the apiserver sends them (JSON bytes).
+fn service_json(i: usize) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "metadata": {"namespace": format!("ns-{}", i % 20), "name": format!("s{i}"), "resourceVersion": "1"},
+        "spec": {"clusterIP": format!("10.96.{}.{}", i / 250, i % 250 + 1),
+                 "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}
+    }))
+    .unwrap()
+}
+
+/// A Service's EndpointSlice: `endpoints` are (address number, ready).
+fn slice_json(i: usize, version: u64, endpoints: &[(u32, bool)]) -> Vec<u8> {
+    let eps: Vec<_> = endpoints
+        .iter()
+        .map(|(n, ready)| {
+            serde_json::json!({
+                "addresses": [format!("10.{}.{}.{}", 128 + n / 65536, (n / 256) % 256, n % 256)],
+                "conditions": {"ready": ready},
+                "nodeName": format!("node-{}", n % 100),
+            })
+        })
+        .collect();
+    serde_json::to_vec(&serde_json::json!({
+        "metadata": {"namespace": format!("ns-{}", i % 20), "name": format!("s{i}-x"),
+                     "resourceVersion": version.to_string(),
+                     "labels": {"kubernetes.io/service-name": format!("s{i}")}},
+        "addressType": "IPv4",
+        "endpoints": eps,
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+    }))
+    .unwrap()
+}
+
 fn main() {
     if let Some(why) = unavailable(&["nft"]) {
         println!("SKIPPED: {why}");
@@ -62,28 +95,31 @@ fn main() {
     let minutes = arg("--minutes", 60);
     let services = arg("--services", 1000);
     let per_minute = arg("--events-per-minute", 800);
-    let cluster = Cluster::synthetic(ClusterShape {
-        services,
-        endpoints: services * 3 / 2,
-        nodes: 100,
-        zones: 3,
-    });
     let lab = Lab::new();
-    let mut store = Store::new();
-    let mut txn = store.begin();
-    for n in &cluster.nodes {
-        txn.set_node(n.clone());
+    let mut ingest = Ingest::new(Store::new(), IngestConfig::for_node("node-0"));
+    let node: Node = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "node-0"},
+        "status": {"addresses": [{"type": "InternalIP", "address": "192.168.0.1"}]}
+    }))
+    .unwrap();
+    ingest.apply_node(&node);
+    // Each Service starts with one or two ready endpoints.
+    let mut slices: Vec<Vec<(u32, bool)>> = Vec::new();
+    let mut next = 1u32;
+    for i in 0..services {
+        let svc: Service = serde_json::from_slice(&service_json(i)).unwrap();
+        ingest.apply_service(&svc);
+        let eps: Vec<(u32, bool)> = (0..1 + i % 2)
+            .map(|_| {
+                next += 1;
+                (next, true)
+            })
+            .collect();
+        let slice: EndpointSlice = serde_json::from_slice(&slice_json(i, 1, &eps)).unwrap();
+        ingest.apply_slice(&slice);
+        slices.push(eps);
     }
-    for s in &cluster.services {
-        txn.set_service(s.clone());
-    }
-    // The endpoints that exist now, by Service.
-    let mut live: Vec<(ServiceName, std::net::IpAddr, Endpoint)> = Vec::new();
-    for (name, ip, e) in &cluster.endpoints {
-        txn.set_endpoint(name.clone(), *ip, e.clone());
-        live.push((name.clone(), *ip, e.clone()));
-    }
-    txn.commit();
+    let store_revisions = |ingest: &Ingest| ingest.reader().stats().revisions;
     let settings = Settings {
         cluster_cidr: "10.244.0.0/16".into(),
         service_cidr: "10.96.0.0/12".into(),
@@ -92,52 +128,43 @@ fn main() {
     let mut backend = NftBackend::in_lab(&lab, &settings);
     let mut projector = NodeProjector::new("node-0");
     projector
-        .sync_into(&store.snapshot(), &mut backend)
+        .sync_into(&ingest.reader().snapshot(), &mut backend)
         .unwrap();
 
     let mut rng = Rng(0x5eed);
-    let (mut expected, mut noops, mut syncs, mut next_ip) = (0u64, 0u64, 0u64, 1u32);
-    let revisions_before = store.stats().revisions;
+    let (mut expected, mut noops, mut syncs, mut version) = (0u64, 0u64, 0u64, 1u64);
+    let (revisions_before, events_before) = (store_revisions(&ingest), ingest.stats().events);
     let mut warm_rss = 0;
     let start = Instant::now();
     for minute in 0..minutes {
         for event in 0..per_minute {
-            let i = rng.below(live.len());
-            let mut txn = store.begin();
+            let i = rng.below(services);
+            let eps = &mut slices[i];
+            let j = rng.below(eps.len());
+            version += 1;
             match rng.below(10) {
                 // A readiness flip: a real change.
                 0..=5 => {
-                    let (name, ip, e) = &mut live[i];
-                    e.ready = !e.ready;
-                    e.serving = e.ready;
-                    txn.set_endpoint(name.clone(), *ip, e.clone());
+                    eps[j].1 = !eps[j].1;
                     expected += 1;
                 }
-                // The same EndpointSlice sent again: no change.
-                6 | 7 => {
-                    let (name, ip, e) = &live[i];
-                    txn.set_endpoint(name.clone(), *ip, e.clone());
-                    noops += 1;
-                }
-                // A pod replaced: one endpoint goes, a new one comes.
+                // The same slice sent again (a new resourceVersion only).
+                6 | 7 => noops += 1,
+                // A pod replaced: its endpoint goes, a new one comes.
                 _ => {
-                    let (name, ip, e) = live.swap_remove(i);
-                    txn.delete(&Key::Endpoint(name.clone(), ip));
-                    let new_ip =
-                        std::net::IpAddr::from([10, 250, (next_ip >> 8) as u8, next_ip as u8]);
-                    next_ip = next_ip % 60_000 + 1;
-                    let mut e = e;
-                    e.addresses = Some(kpng_model::v1::IpSet::from_addrs([new_ip]));
-                    txn.set_endpoint(name.clone(), new_ip, e.clone());
-                    live.push((name, new_ip, e));
+                    next += 1;
+                    eps[j] = (next, true);
                     expected += 1;
                 }
             }
-            txn.commit();
+            // Bytes as the apiserver sends them, decoded and translated.
+            let slice: EndpointSlice =
+                serde_json::from_slice(&slice_json(i, version, eps)).unwrap();
+            ingest.apply_slice(&slice);
             // One sync per simulated second.
             if event % (per_minute / 60).max(1) == 0 {
                 projector
-                    .sync_into(&store.snapshot(), &mut backend)
+                    .sync_into(&ingest.reader().snapshot(), &mut backend)
                     .unwrap();
                 syncs += 1;
             }
@@ -147,23 +174,23 @@ fn main() {
         }
     }
     projector
-        .sync_into(&store.snapshot(), &mut backend)
+        .sync_into(&ingest.reader().snapshot(), &mut backend)
         .unwrap();
     let elapsed = start.elapsed();
     let end_rss = rss_kib();
-    let revisions = store.stats().revisions - revisions_before;
+    let revisions = store_revisions(&ingest) - revisions_before;
+    let events = ingest.stats().events - events_before;
 
     // The node's rules equal a clean full sync of the final state.
     let fresh = Lab::new();
     let mut clean = NftBackend::in_lab(&fresh, &settings);
     NodeProjector::new("node-0")
-        .sync_into(&store.snapshot(), &mut clean)
+        .sync_into(&ingest.reader().snapshot(), &mut clean)
         .unwrap();
     let converged = Lab::nft_state(&lab.ns("node")) == Lab::nft_state(&fresh.ns("node"));
 
     println!(
-        "soak: {minutes} simulated minutes at {services} Services, {} events ({noops} no-op rewrites), {syncs} syncs to nft, in {:.1} s",
-        minutes * per_minute,
+        "soak: {minutes} simulated minutes at {services} Services, {events} EndpointSlice events as JSON through ingest ({noops} that change nothing), {syncs} syncs to nft, in {:.1} s",
         elapsed.as_secs_f64()
     );
     println!(
