@@ -203,3 +203,42 @@ async fn gone_storms_and_garbage_converge_without_spurious_revisions() {
     // The first list, then one after each 410: the watcher listed again.
     assert!(lists >= 4, "lists: {lists}");
 }
+
+/// A slow apiserver: a list and a watch that answer seconds late. Nothing
+/// is programmed before the list arrives, and the store ends right.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_responses_are_waited_for() {
+    let delay = Duration::from_secs(2);
+    let mut script = Script::default();
+    script.push(
+        Resource::Services,
+        false,
+        Reply::Slow(
+            delay,
+            Box::new(Reply::List(
+                "10".into(),
+                vec![service("a", "10", "10.96.0.1", 80)],
+            )),
+        ),
+    );
+    script.push(
+        Resource::Services,
+        true,
+        Reply::Slow(
+            delay,
+            Box::new(Reply::Watch(vec![event(
+                "ADDED",
+                service("b", "11", "10.96.0.2", 80),
+            )])),
+        ),
+    );
+    let server = ApiServer::start(script).await;
+    let started = std::time::Instant::now();
+    let snap = run_until(&server, |s| {
+        s.service(&ServiceName::new("ns", "b")).is_some()
+    })
+    .await;
+    assert!(started.elapsed() >= delay * 2, "both replies were late");
+    assert_eq!(names(&snap), ["a", "b"]);
+    assert_eq!(snap.revision(), 2);
+}

@@ -61,6 +61,8 @@ pub enum Reply {
     /// A `200 OK` whose body is not JSON (a broken proxy in front of the
     /// apiserver, say), for a list or a watch.
     Garbage,
+    /// The reply after a delay (an overloaded apiserver).
+    Slow(std::time::Duration, Box<Reply>),
 }
 
 /// Replies per resource, served in order.
@@ -161,6 +163,7 @@ async fn serve(mut socket: TcpStream, script: Arc<Mutex<Script>>) {
         .and_then(|l| l.parse::<usize>().ok())
         .filter(|l| *l > 0);
     let resume = param("continue").is_some_and(|c| !c.is_empty());
+    let mut delayed = None;
     let reply = {
         let Ok(mut script) = script.lock() else {
             return;
@@ -181,6 +184,13 @@ async fn serve(mut socket: TcpStream, script: Arc<Mutex<Script>>) {
                     .replies
                     .get_mut(&(resource, false))
                     .and_then(VecDeque::pop_front)
+            };
+            let next = match next {
+                Some(Reply::Slow(delay, inner)) => {
+                    delayed = Some(delay);
+                    Some(*inner)
+                }
+                other => other,
             };
             if let Some(Reply::Garbage) = next {
                 Some(Reply::Garbage)
@@ -204,6 +214,16 @@ async fn serve(mut socket: TcpStream, script: Arc<Mutex<Script>>) {
             }
         }
     };
+    let reply = match reply {
+        Some(Reply::Slow(delay, inner)) => {
+            delayed = Some(delay);
+            Some(*inner)
+        }
+        other => other,
+    };
+    if let Some(delay) = delayed {
+        tokio::time::sleep(delay).await;
+    }
     let header = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n";
     let with_type = |mut o: Value| {
         o["apiVersion"] = json!(api_version);
@@ -239,6 +259,7 @@ async fn serve(mut socket: TcpStream, script: Arc<Mutex<Script>>) {
         }
         Reply::Watch(events) => watch_stream(socket, header, events, false, with_type).await,
         Reply::WatchThenDrop(events) => watch_stream(socket, header, events, true, with_type).await,
+        Reply::Slow(_, _) => {}
         Reply::Garbage => {
             let body = "<html>502 upstream glitch</html>\n{not json";
             let response = format!("{header}Content-Length: {}\r\n\r\n{body}", body.len());
