@@ -167,7 +167,7 @@ async fn dropped_connection_resumes_the_watch_from_the_last_version() {
 }
 
 /// Faults at the wire: a storm of 410 Gone, garbage bodies where watch
-/// streams should be, and a dropped connection. The store ends right, and the relists
+/// streams should be, and a watch dropped again and again. The store ends right, and the relists
 /// of unchanged objects make no revision.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gone_storms_and_garbage_converge_without_spurious_revisions() {
@@ -183,6 +183,10 @@ async fn gone_storms_and_garbage_converge_without_spurious_revisions() {
         Reply::List("13".into(), vec![a()]),
         Reply::Garbage,
         Reply::List("14".into(), vec![a()]),
+        // The watch drops again and again before b arrives.
+        Reply::WatchThenDrop(vec![]),
+        Reply::WatchThenDrop(vec![bookmark("14")]),
+        Reply::WatchThenDrop(vec![]),
         Reply::WatchThenDrop(vec![]),
         Reply::Watch(vec![event("ADDED", service("b", "15", "10.96.0.2", 80))]),
     ]))
