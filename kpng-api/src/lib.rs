@@ -208,13 +208,14 @@ impl Server {
         history.iter().find(|s| s.revision() == revision).cloned()
     }
 
-    /// Streams `node`'s view into `tx` until the agent goes away or the
-    /// store closes.
-    async fn stream(
+    /// Streams `feed` into `tx` until the watcher goes away or the store
+    /// closes: the instance, a reset unless resuming from `since`, then per
+    /// revision the changes and a sync.
+    async fn pump<F: Feed>(
         self,
-        node: String,
+        mut feed: F,
         since: (u64, u64),
-        tx: mpsc::Sender<Result<WatchEvent, Status>>,
+        tx: mpsc::Sender<Result<F::Message, Status>>,
     ) {
         let (since_instance, since) = since;
         let mut reader = self.reader.clone();
@@ -224,52 +225,35 @@ impl Server {
         else {
             return;
         };
-        if tx
-            .send(Ok(event(Event::Instance(self.instance))))
-            .await
-            .is_err()
-        {
+        if tx.send(Ok(F::instance(self.instance))).await.is_err() {
             return;
         }
         let known = since > 0 && since_instance == self.instance;
-        let mut projector = match self.at(since).filter(|_| known) {
-            // The agent holds `since`: start from there.
-            Some(old) => self.projected(&node, &old),
-            None => {
-                if tx.send(Ok(event(Event::Reset(true)))).await.is_err() {
-                    return;
-                }
-                NodeProjector::new(node.as_str())
-            }
-        };
+        let old = self.at(since).filter(|_| known);
+        if old.is_none() && tx.send(Ok(F::reset())).await.is_err() {
+            return;
+        }
+        feed.start(&self, old.as_ref());
         let mut closing = self.closing.subscribe();
         closing.mark_unchanged();
         let mut first = true;
         loop {
             self.remember(snapshot.clone());
-            let ops = projector.update(&snapshot);
-            if !ops.is_empty() || first {
-                for chunk in ops.chunks(CHANGES_PER_MESSAGE) {
-                    let changes = chunk.iter().map(wire::to_wire).collect();
-                    if tx
-                        .send(Ok(event(Event::Changes(ViewChanges { changes }))))
-                        .await
-                        .is_err()
-                    {
+            let messages = feed.changes(&snapshot);
+            if !messages.is_empty() || first {
+                for message in messages {
+                    if tx.send(Ok(message)).await.is_err() {
                         return;
                     }
                 }
-                if tx
-                    .send(Ok(event(Event::Sync(snapshot.revision()))))
-                    .await
-                    .is_err()
-                {
+                if tx.send(Ok(F::sync(snapshot.revision()))).await.is_err() {
                     return;
                 }
             }
             first = false;
-            // Waits here while the agent is slow (the queue is full above),
-            // then takes the latest revision: the ones between merge.
+            // Waits here while the watcher is slow (the queue is full
+            // above), then takes the latest revision: the ones between
+            // merge.
             snapshot = tokio::select! {
                 next = reader.newer_than(snapshot.revision()) => match next {
                     Ok(next) => next,
@@ -278,6 +262,95 @@ impl Server {
                 _ = closing.changed() => return,
             };
         }
+    }
+}
+
+/// What differs between the node watch and the global watch.
+trait Feed: Send + 'static {
+    /// A stream message.
+    type Message: Send + 'static;
+    fn instance(id: u64) -> Self::Message;
+    fn reset() -> Self::Message;
+    fn sync(revision: u64) -> Self::Message;
+    /// Starts from `old`, the snapshot the watcher holds, or from nothing.
+    fn start(&mut self, server: &Server, old: Option<&Snapshot>);
+    /// The messages carrying the changes up to `snapshot`.
+    fn changes(&mut self, snapshot: &Snapshot) -> Vec<Self::Message>;
+}
+
+/// One node's view, as `ViewChange`s.
+struct NodeFeed {
+    node: String,
+    projector: Option<NodeProjector>,
+}
+
+impl Feed for NodeFeed {
+    type Message = WatchEvent;
+    fn instance(id: u64) -> WatchEvent {
+        event(Event::Instance(id))
+    }
+    fn reset() -> WatchEvent {
+        event(Event::Reset(true))
+    }
+    fn sync(revision: u64) -> WatchEvent {
+        event(Event::Sync(revision))
+    }
+    fn start(&mut self, server: &Server, old: Option<&Snapshot>) {
+        self.projector = Some(match old {
+            Some(old) => server.projected(&self.node, old),
+            None => NodeProjector::new(self.node.as_str()),
+        });
+    }
+    fn changes(&mut self, snapshot: &Snapshot) -> Vec<WatchEvent> {
+        let ops = self
+            .projector
+            .get_or_insert_with(|| NodeProjector::new(self.node.as_str()))
+            .update(snapshot);
+        ops.chunks(CHANGES_PER_MESSAGE)
+            .map(|chunk| {
+                let changes = chunk.iter().map(wire::to_wire).collect();
+                event(Event::Changes(ViewChanges { changes }))
+            })
+            .collect()
+    }
+}
+
+/// The whole ENLS, as `EnlsChange`s.
+struct GlobalFeed {
+    previous: Snapshot,
+}
+
+impl Feed for GlobalFeed {
+    type Message = GlobalEvent;
+    fn instance(id: u64) -> GlobalEvent {
+        global(GlobalKind::Instance(id))
+    }
+    fn reset() -> GlobalEvent {
+        global(GlobalKind::Reset(true))
+    }
+    fn sync(revision: u64) -> GlobalEvent {
+        global(GlobalKind::Sync(revision))
+    }
+    fn start(&mut self, _: &Server, old: Option<&Snapshot>) {
+        if let Some(old) = old {
+            self.previous = old.clone();
+        }
+    }
+    fn changes(&mut self, snapshot: &Snapshot) -> Vec<GlobalEvent> {
+        let ops = kpng_diff::diff(&self.previous, snapshot);
+        self.previous = snapshot.clone();
+        ops.chunks(CHANGES_PER_MESSAGE)
+            .map(|chunk| {
+                let changes = chunk
+                    .iter()
+                    .map(|op| match op {
+                        kpng_diff::Op::Set(k, v) => entries::to_wire(k, Some(v)),
+                        kpng_diff::Op::Delete(k) => entries::to_wire(k, None),
+                    })
+                    .collect();
+                global(GlobalKind::Changes(EnlsChanges { changes }))
+            })
+            .collect()
     }
 }
 
@@ -302,75 +375,6 @@ fn global(event: GlobalKind) -> GlobalEvent {
     GlobalEvent { event: Some(event) }
 }
 
-impl Server {
-    /// Streams the whole ENLS into `tx` (see `Enls/WatchAll`).
-    async fn stream_all(self, since: (u64, u64), tx: mpsc::Sender<Result<GlobalEvent, Status>>) {
-        let (since_instance, since) = since;
-        let mut reader = self.reader.clone();
-        let Ok(mut snapshot) = reader
-            .synced(&[kpng_model::Kind::Service, kpng_model::Kind::Endpoint])
-            .await
-        else {
-            return;
-        };
-        if tx
-            .send(Ok(global(GlobalKind::Instance(self.instance))))
-            .await
-            .is_err()
-        {
-            return;
-        }
-        let known = since > 0 && since_instance == self.instance;
-        let mut previous = match self.at(since).filter(|_| known) {
-            Some(old) => old,
-            None => {
-                if tx.send(Ok(global(GlobalKind::Reset(true)))).await.is_err() {
-                    return;
-                }
-                kpng_store::Store::new().snapshot()
-            }
-        };
-        let mut closing = self.closing.subscribe();
-        closing.mark_unchanged();
-        let mut first = true;
-        loop {
-            self.remember(snapshot.clone());
-            let ops = kpng_diff::diff(&previous, &snapshot);
-            if !ops.is_empty() || first {
-                for chunk in ops.chunks(CHANGES_PER_MESSAGE) {
-                    let changes = chunk
-                        .iter()
-                        .map(|op| match op {
-                            kpng_diff::Op::Set(k, v) => entries::to_wire(k, Some(v)),
-                            kpng_diff::Op::Delete(k) => entries::to_wire(k, None),
-                        })
-                        .collect();
-                    let message = global(GlobalKind::Changes(EnlsChanges { changes }));
-                    if tx.send(Ok(message)).await.is_err() {
-                        return;
-                    }
-                }
-                if tx
-                    .send(Ok(global(GlobalKind::Sync(snapshot.revision()))))
-                    .await
-                    .is_err()
-                {
-                    return;
-                }
-            }
-            first = false;
-            previous = snapshot.clone();
-            snapshot = tokio::select! {
-                next = reader.newer_than(snapshot.revision()) => match next {
-                    Ok(next) => next,
-                    Err(_) => return,
-                },
-                _ = closing.changed() => return,
-            };
-        }
-    }
-}
-
 #[tonic::async_trait]
 impl Enls for Server {
     type WatchStream = Pin<Box<dyn Stream<Item = Result<WatchEvent, Status>> + Send>>;
@@ -383,7 +387,10 @@ impl Enls for Server {
         let request = request.into_inner();
         let (tx, rx) = mpsc::channel(QUEUE);
         let since = (request.since_instance, request.since_revision);
-        tokio::spawn(self.clone().stream_all(since, tx));
+        let feed = GlobalFeed {
+            previous: kpng_store::Store::new().snapshot(),
+        };
+        tokio::spawn(self.clone().pump(feed, since, tx));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
@@ -397,7 +404,11 @@ impl Enls for Server {
         }
         let (tx, rx) = mpsc::channel(QUEUE);
         let since = (request.since_instance, request.since_revision);
-        tokio::spawn(self.clone().stream(request.node, since, tx));
+        let feed = NodeFeed {
+            node: request.node,
+            projector: None,
+        };
+        tokio::spawn(self.clone().pump(feed, since, tx));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 }
