@@ -15,6 +15,56 @@ fn kpng(args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// A network namespace of the test's own (loopback up), deleted on drop
+/// with the processes started in it; `None` (and SKIPPED printed) when
+/// not root.
+struct Namespace {
+    name: String,
+    children: Vec<std::process::Child>,
+}
+
+impl Namespace {
+    fn new(tag: &str) -> Option<Self> {
+        let root = Command::new("id")
+            .arg("-u")
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+        if !root {
+            eprintln!("SKIPPED: not root");
+            return None;
+        }
+        let name = format!("{tag}{}", std::process::id());
+        let added = Command::new("ip").args(["netns", "add", &name]).status();
+        assert!(added.is_ok_and(|s| s.success()), "ip netns add {name}");
+        let _ = Command::new("ip")
+            .args(["-n", &name, "link", "set", "lo", "up"])
+            .status();
+        Some(Self {
+            name,
+            children: Vec::new(),
+        })
+    }
+
+    /// `args` run in the namespace.
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new("ip");
+        command.args(["netns", "exec", &self.name]).args(args);
+        command
+    }
+}
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}
+
 #[test]
 fn dry_run_on_the_bundled_sample_prints_the_ruleset_and_changes_nothing() {
     let (code, stdout, stderr) = kpng(&[
@@ -136,29 +186,10 @@ fn errors_are_one_clear_line() {
 #[test]
 fn to_nft_and_to_iptables_run_through_an_aggregator_socket() {
     use std::os::unix::fs::PermissionsExt;
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
-    if !root {
-        eprintln!("SKIPPED: not root");
+    let Some(namespace) = Namespace::new("kpcli") else {
         return;
-    }
-    let ns = format!("kpcli{}", std::process::id());
-    let ok = |args: &[&str]| {
-        Command::new(args[0])
-            .args(&args[1..])
-            .status()
-            .is_ok_and(|s| s.success())
     };
-    assert!(ok(&["ip", "netns", "add", &ns]));
-    struct Cleanup(String);
-    impl Drop for Cleanup {
-        fn drop(&mut self) {
-            let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-        }
-    }
-    let _cleanup = Cleanup(ns.clone());
+    let ns = namespace.name.clone();
     let dir = std::env::temp_dir();
     for (sink, listing) in [
         ("to-nft", ["nft", "list", "tables"]),
@@ -259,35 +290,10 @@ fn what_a_node_thinks_in_one_command() {
 /// Prometheus metrics.
 #[test]
 fn to_nft_serves_healthz_and_health_check_node_ports() {
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
-    if !root {
-        eprintln!("SKIPPED: not root");
+    let Some(mut namespace) = Namespace::new("kphc") else {
         return;
-    }
-    let ns = format!("kphc{}", std::process::id());
-    assert!(
-        Command::new("ip")
-            .args(["netns", "add", &ns])
-            .status()
-            .is_ok_and(|s| s.success())
-    );
-    struct Cleanup(String, Option<std::process::Child>);
-    impl Drop for Cleanup {
-        fn drop(&mut self) {
-            if let Some(child) = &mut self.1 {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
-            let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-        }
-    }
-    let mut cleanup = Cleanup(ns.clone(), None);
-    let _ = Command::new("ip")
-        .args(["-n", &ns, "link", "set", "lo", "up"])
-        .status();
+    };
+    let ns = namespace.name.clone();
     let manifest = std::env::temp_dir().join(format!("{ns}.yaml"));
     std::fs::write(
         &manifest,
@@ -332,7 +338,7 @@ items:
         .env("RUST_LOG", "error")
         .spawn()
         .expect("kpng");
-    cleanup.1 = Some(child);
+    namespace.children.push(child);
     let probe = |port: u16, path: &str| -> String {
         let script = format!(
             "import urllib.request, urllib.error\ntry:\n  r = urllib.request.urlopen('http://127.0.0.1:{port}{path}', timeout=2); print(r.status, r.read().decode())\nexcept urllib.error.HTTPError as e: print(e.code, e.read().decode())\nexcept Exception as e: print('ERROR', e)"
@@ -466,23 +472,11 @@ items:
     }
     let _ = std::fs::remove_file(&path);
 
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
-    if !root {
-        eprintln!("SKIPPED the nft check: not root");
+    let Some(namespace) = Namespace::new("kpevil") else {
         return;
-    }
-    let ns = format!("kpevil{}", std::process::id());
-    assert!(
-        Command::new("ip")
-            .args(["netns", "add", &ns])
-            .status()
-            .is_ok_and(|s| s.success())
-    );
-    let mut check = Command::new("ip")
-        .args(["netns", "exec", &ns, "nft", "-c", "-f", "-"])
+    };
+    let mut check = namespace
+        .command(&["nft", "-c", "-f", "-"])
         .stdin(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -495,7 +489,6 @@ items:
         .write_all(scripts[0].as_bytes())
         .expect("write");
     let out = check.wait_with_output().expect("nft");
-    let _ = Command::new("ip").args(["netns", "del", &ns]).status();
     assert!(
         out.status.success(),
         "nft -c: {}",
