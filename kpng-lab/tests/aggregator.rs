@@ -198,8 +198,8 @@ fn a_publication_the_kernel_refuses_is_rolled_back_while_others_land() {
 fn the_nft_backend_runs_through_the_aggregator_beside_a_firewall() {
     use kpng_aggregator::Publisher;
     use kpng_backend_nft::{Config, NftBackend};
-    use kpng_lab::scenarios::{ALL3, E2, E3, manifest, service};
-    use kpng_lab::{Proxy, endpoints};
+
+    use kpng_lab::Proxy;
     use std::sync::{Arc, Mutex};
 
     if lab().is_none() {
@@ -219,63 +219,21 @@ fn the_nft_backend_runs_through_the_aggregator_beside_a_firewall() {
         .expect("lock")
         .publish("firewall", firewall(&[EXT_OUT]))
         .expect("firewall");
-    let port = "ports: [{name: http, port: 80, targetPort: 8080}]";
-    let web = |eps: &str| {
-        service(
-            "web",
-            &format!("{{clusterIP: 10.96.0.80, externalIPs: [192.0.2.80], {port}}}"),
-            eps,
-        )
-    };
-    proxy.load(&manifest(&[web(ALL3)])).expect("sync");
-    assert_eq!(
-        agg.lock().expect("lock").transactions(),
-        1,
-        "proxy and firewall in one"
+    beside(
+        &lab,
+        &mut proxy,
+        &agg,
+        ("10.96.0.80", "192.0.2.80"),
+        |agg| {
+            let script = agg.subsystem().last_script().to_owned();
+            assert!(!script.contains("delete table"), "{script}");
+            assert!(script.contains("element ip kpng vip-cluster"), "{script}");
+            assert!(
+                !script.contains("vendor-fw"),
+                "the firewall untouched:\n{script}"
+            );
+        },
     );
-    settle();
-    let lines = lab.connect("podc", "tcp", "10.96.0.80", 80, 30);
-    assert_eq!(endpoints(&lines).len(), 3, "{lines:?}");
-    let line = lab.once("ext", "tcp", "192.0.2.80", 80);
-    assert!(
-        !line.starts_with("TIMEOUT") && !line.starts_with("REFUSED"),
-        "{line}"
-    );
-    assert_eq!(
-        lab.once("ext2", "tcp", "192.0.2.80", 80),
-        "TIMEOUT",
-        "the firewall drops"
-    );
-
-    // Endpoints move: the aggregator writes element changes only.
-    proxy
-        .load(&manifest(&[web(
-            "[{addresses: [10.244.2.10], nodeName: node-b}, {addresses: [10.244.3.10], nodeName: node-c}]",
-        )]))
-        .expect("sync");
-    let script = agg
-        .lock()
-        .expect("lock")
-        .subsystem()
-        .last_script()
-        .to_owned();
-    assert!(
-        !script.contains("table") || !script.contains("delete table"),
-        "{script}"
-    );
-    assert!(script.contains("element ip kpng vip-cluster"), "{script}");
-    assert!(
-        !script.contains("vendor-fw"),
-        "the firewall untouched:\n{script}"
-    );
-    settle();
-    let lines = lab.connect("podc", "tcp", "10.96.0.80", 80, 30);
-    assert_eq!(
-        endpoints(&lines),
-        [E2, E3].map(String::from).into(),
-        "{lines:?}"
-    );
-    assert_eq!(lab.once("ext2", "tcp", "192.0.2.80", 80), "TIMEOUT");
 }
 
 /// A CNI in another process (python, over the unix socket) publishes its
@@ -378,8 +336,8 @@ fn the_iptables_backend_runs_through_the_aggregator_beside_a_cni() {
     use kpng_aggregator::Publisher;
     use kpng_aggregator::iptables::{Family, Fragment, Iptables, Runner, Table};
     use kpng_backend_iptables::{Config, IptablesBackend};
-    use kpng_lab::scenarios::{ALL3, E2, E3, manifest, service};
-    use kpng_lab::{Proxy, endpoints};
+
+    use kpng_lab::Proxy;
     use std::sync::{Arc, Mutex};
 
     if unavailable(&["iptables-restore"]).is_some() || lab().is_none() {
@@ -411,19 +369,19 @@ fn the_iptables_backend_runs_through_the_aggregator_beside_a_cni() {
     .jump(Family::V4, Table::Filter, "FORWARD", "-j CNI-FW", 0);
     agg.lock().expect("lock").publish("cni", cni).expect("cni");
 
-    let port = "ports: [{name: http, port: 80, targetPort: 8080}]";
-    let web = |eps: &str| {
-        service(
-            "web",
-            &format!("{{clusterIP: 10.96.0.90, externalIPs: [192.0.2.90], {port}}}"),
-            eps,
-        )
-    };
-    proxy.load(&manifest(&[web(ALL3)])).expect("sync");
-    assert_eq!(
-        agg.lock().expect("lock").transactions(),
-        1,
-        "proxy and CNI in one"
+    beside(
+        &lab,
+        &mut proxy,
+        &agg,
+        ("10.96.0.90", "192.0.2.90"),
+        |agg| {
+            let script = agg.subsystem().last_script().to_owned();
+            assert!(
+                !script.contains("CNI-FW") && !script.contains(":KUBE-SERVICES"),
+                "{script}"
+            );
+            assert!(script.contains(":KUBE-SVC-"), "{script}");
+        },
     );
     // The CNI cannot publish into the proxy's prefix.
     let mut grab = Fragment::new();
@@ -437,43 +395,63 @@ fn the_iptables_backend_runs_through_the_aggregator_beside_a_cni() {
         err.to_string().contains("belongs to producer proxy"),
         "{err}"
     );
+}
+
+/// What both backends show through an aggregator beside a producer that
+/// drops `EXT_OUT`: one transaction for both at first; the proxy's Service
+/// (`vip`, externalIP `ext`) reaches all three endpoints while the other
+/// producer's drop holds; an endpoint move then writes only the proxy's
+/// changes (`moved` checks the aggregator's last script) and lands.
+fn beside<B: kpng_aggregator::Producer>(
+    lab: &Lab,
+    proxy: &mut kpng_lab::Proxy<kpng_aggregator::Publisher<B>>,
+    agg: &std::sync::Arc<std::sync::Mutex<Aggregator<B::Subsystem>>>,
+    (vip, ext): (&str, &str),
+    moved: impl FnOnce(&Aggregator<B::Subsystem>),
+) {
+    use kpng_lab::endpoints;
+    use kpng_lab::scenarios::{ALL3, E2, E3, manifest, service};
+
+    let port = "ports: [{name: http, port: 80, targetPort: 8080}]";
+    let web = |eps: &str| {
+        service(
+            "web",
+            &format!("{{clusterIP: {vip}, externalIPs: [{ext}], {port}}}"),
+            eps,
+        )
+    };
+    proxy.load(&manifest(&[web(ALL3)])).expect("sync");
+    assert_eq!(
+        agg.lock().expect("lock").transactions(),
+        1,
+        "both producers in one"
+    );
     settle();
-    let lines = lab.connect("podc", "tcp", "10.96.0.90", 80, 30);
+    let lines = lab.connect("podc", "tcp", vip, 80, 30);
     assert_eq!(endpoints(&lines).len(), 3, "{lines:?}");
-    let line = lab.once("ext", "tcp", "192.0.2.90", 80);
+    let line = lab.once("ext", "tcp", ext, 80);
     assert!(
         !line.starts_with("TIMEOUT") && !line.starts_with("REFUSED"),
         "{line}"
     );
     assert_eq!(
-        lab.once("ext2", "tcp", "192.0.2.90", 80),
+        lab.once("ext2", "tcp", ext, 80),
         "TIMEOUT",
-        "the CNI drops"
+        "the other producer drops"
     );
 
-    // Endpoints move: only the proxy's changed chains are written.
     proxy
         .load(&manifest(&[web(
             "[{addresses: [10.244.2.10], nodeName: node-b}, {addresses: [10.244.3.10], nodeName: node-c}]",
         )]))
         .expect("sync");
-    let script = agg
-        .lock()
-        .expect("lock")
-        .subsystem()
-        .last_script()
-        .to_owned();
-    assert!(
-        !script.contains("CNI-FW") && !script.contains(":KUBE-SERVICES"),
-        "{script}"
-    );
-    assert!(script.contains(":KUBE-SVC-"), "{script}");
+    moved(&agg.lock().expect("lock"));
     settle();
-    let lines = lab.connect("podc", "tcp", "10.96.0.90", 80, 30);
+    let lines = lab.connect("podc", "tcp", vip, 80, 30);
     assert_eq!(
         endpoints(&lines),
         [E2, E3].map(String::from).into(),
         "{lines:?}"
     );
-    assert_eq!(lab.once("ext2", "tcp", "192.0.2.90", 80), "TIMEOUT");
+    assert_eq!(lab.once("ext2", "tcp", ext, 80), "TIMEOUT");
 }
