@@ -25,17 +25,7 @@ fn cluster() -> Cluster {
 
 fn store(cluster: &Cluster) -> Store {
     let mut store = Store::new();
-    let mut txn = store.begin();
-    for n in &cluster.nodes {
-        txn.set_node(n.clone());
-    }
-    for s in &cluster.services {
-        txn.set_service(s.clone());
-    }
-    for (name, ip, e) in &cluster.endpoints {
-        txn.set_endpoint(name.clone(), *ip, e.clone());
-    }
-    txn.commit();
+    cluster.load_into(&mut store);
     store.mark_synced(Kind::Service);
     store.mark_synced(Kind::Endpoint);
     store

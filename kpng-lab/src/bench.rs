@@ -12,20 +12,6 @@ use kpng_testkit::{Cluster, ClusterShape};
 
 use crate::{Lab, LabBackend, Settings, settle};
 
-fn load(store: &mut Store, cluster: &Cluster) {
-    let mut txn = store.begin();
-    for n in &cluster.nodes {
-        txn.set_node(n.clone());
-    }
-    for s in &cluster.services {
-        txn.set_service(s.clone());
-    }
-    for (name, ip, e) in &cluster.endpoints {
-        txn.set_endpoint(name.clone(), *ip, e.clone());
-    }
-    txn.commit();
-}
-
 fn settings() -> Settings {
     Settings {
         cluster_cidr: "10.244.0.0/16".into(),
@@ -114,7 +100,7 @@ fn full_sync<B: LabBackend>(
 ) -> (f64, usize, Store, NodeProjector, B) {
     let cluster = cluster(services, simple);
     let mut store = Store::new();
-    load(&mut store, &cluster);
+    cluster.load_into(&mut store);
     real_service(&mut store);
     let mut projector = NodeProjector::new("node-0");
     let mut backend = B::in_lab(lab, &settings());

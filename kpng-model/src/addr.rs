@@ -52,6 +52,26 @@ pub fn parse_cidr_list(field: &str, text: &str) -> Result<Vec<(IpAddr, u8)>> {
         .collect()
 }
 
+/// [`parse_cidr_list`] for a command-line flag: the error is the bad
+/// entry itself, for the caller to report with the flag's name.
+///
+/// # Errors
+/// The first entry that is not a CIDR or an address.
+pub fn parse_cidr_flag(field: &str, text: &str) -> std::result::Result<Vec<(IpAddr, u8)>, String> {
+    parse_cidr_list(field, text).map_err(|e| match e {
+        Error::InvalidAddress { value, .. } => value,
+        other => other.to_string(),
+    })
+}
+
+/// The CIDRs of `list` in `family`, as text (`10.244.0.0/16`).
+pub fn cidrs_in(list: &[(IpAddr, u8)], family: IpFamily) -> Vec<String> {
+    list.iter()
+        .filter(|(ip, _)| IpFamily::of(ip) == family)
+        .map(|(ip, len)| format!("{ip}/{len}"))
+        .collect()
+}
+
 /// Parses a CIDR prefix (`10.0.0.0/8`, `fd00::/64`), or a bare address taken
 /// as a host prefix, and returns its network address and length. Host bits
 /// are cleared, as Go's `net.ParseCIDR` does.

@@ -78,6 +78,22 @@ fn v4(base: Ipv4Addr, n: usize) -> IpAddr {
 }
 
 impl Cluster {
+    /// Writes every node, Service and endpoint into `store` as one
+    /// transaction.
+    pub fn load_into(&self, store: &mut kpng_store::Store) {
+        let mut txn = store.begin();
+        for n in &self.nodes {
+            txn.set_node(n.clone());
+        }
+        for s in &self.services {
+            txn.set_service(s.clone());
+        }
+        for (name, ip, e) in &self.endpoints {
+            txn.set_endpoint(name.clone(), *ip, e.clone());
+        }
+        txn.commit();
+    }
+
     /// Builds a cluster of the given shape. Deterministic: the same shape
     /// gives equal values. Services are made by [`Cluster::service`].
     pub fn synthetic(shape: ClusterShape) -> Self {

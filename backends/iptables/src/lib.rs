@@ -58,7 +58,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::time::Instant;
 
-use kpng_model::addr::parse_cidr_list;
+use kpng_model::addr::{cidrs_in, parse_cidr_flag};
 use kpng_model::{IpFamily, ServiceName};
 use kpng_sink::{IncrementalSink, SinkError, ViewTracker};
 
@@ -129,13 +129,7 @@ impl Config {
     /// # Errors
     /// [`Error::Config`] naming the flag and the bad value.
     pub fn parse_cidrs(field: &'static str, text: &str) -> Result<Vec<(IpAddr, u8)>, Error> {
-        parse_cidr_list(field, text).map_err(|e| Error::Config {
-            field,
-            value: match e {
-                kpng_model::Error::InvalidAddress { value, .. } => value,
-                other => other.to_string(),
-            },
-        })
+        parse_cidr_flag(field, text).map_err(|value| Error::Config { field, value })
     }
 
     /// Runs the iptables tools in the network namespace `name`.
@@ -148,15 +142,8 @@ impl Config {
         1u32 << u32::from(self.masquerade_bit.min(31))
     }
 
-    pub(crate) fn cidrs_of(list: &[(IpAddr, u8)], family: IpFamily) -> Vec<String> {
-        list.iter()
-            .filter(|(ip, _)| IpFamily::of(ip) == family)
-            .map(|(ip, len)| format!("{ip}/{len}"))
-            .collect()
-    }
-
     pub(crate) fn cluster_cidrs(&self, family: IpFamily) -> Vec<String> {
-        Self::cidrs_of(&self.cluster_cidrs, family)
+        cidrs_in(&self.cluster_cidrs, family)
     }
 }
 
@@ -312,7 +299,7 @@ impl IptablesBackend {
     /// The addresses NodePorts listen on, in one family.
     fn node_ips(&self, family: IpFamily) -> Vec<String> {
         match &self.config.nodeport_addresses {
-            Some(cidrs) => Config::cidrs_of(cidrs, family)
+            Some(cidrs) => cidrs_in(cidrs, family)
                 .into_iter()
                 .filter(|c| !c.starts_with("127.") && !c.starts_with("::1/"))
                 .collect(),

@@ -25,6 +25,7 @@ use kpng_model::{IpFamily, ServiceName};
 use siphasher::sip128::{Hasher128, SipHasher13};
 
 use crate::Config;
+use kpng_model::addr::cidrs_in;
 
 pub(crate) use kpng_aggregator::iptables::{ChainKey, Table};
 
@@ -365,7 +366,7 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &Config) -> 
     // Unknown ports on a live ClusterIP: whatever the nat table left with
     // that address is refused. Behind the Service-CIDR jump when there is
     // one (see `globals`).
-    let chain = if Config::cidrs_of(&config.service_cidrs, family).is_empty() {
+    let chain = if cidrs_in(&config.service_cidrs, family).is_empty() {
         SERVICES
     } else {
         CLUSTER_IPS
@@ -409,7 +410,7 @@ pub(crate) fn globals(config: &Config, family: IpFamily, node_ips: &[String]) ->
     for ip in node_ips {
         render.push(Table::Nat, SERVICES, format!("-d {ip} -j {NODEPORTS}"));
     }
-    for cidr in Config::cidrs_of(&config.service_cidrs, family) {
+    for cidr in cidrs_in(&config.service_cidrs, family) {
         render.push(
             Table::Filter,
             SERVICES,

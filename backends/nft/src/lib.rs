@@ -65,7 +65,7 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use kpng_model::IpFamily;
-use kpng_model::addr::parse_cidr_list;
+use kpng_model::addr::{cidrs_in, parse_cidr_flag};
 use kpng_model::view::NodeView;
 use kpng_sink::{IncrementalSink, SinkError, ViewTracker};
 
@@ -184,13 +184,7 @@ impl Config {
     /// # Errors
     /// [`Error::Config`] naming the flag and the bad value.
     pub fn parse_cidrs(field: &'static str, text: &str) -> Result<Vec<(IpAddr, u8)>, Error> {
-        parse_cidr_list(field, text).map_err(|e| Error::Config {
-            field,
-            value: match e {
-                kpng_model::Error::InvalidAddress { value, .. } => value,
-                other => other.to_string(),
-            },
-        })
+        parse_cidr_flag(field, text).map_err(|value| Error::Config { field, value })
     }
 
     /// Runs nft in the network namespace `name` (`ip netns exec NAME nft`)
@@ -213,15 +207,8 @@ impl Config {
         1u32 << u32::from(self.masquerade_bit.min(31))
     }
 
-    fn cidrs_of(list: &[(IpAddr, u8)], family: IpFamily) -> Vec<String> {
-        list.iter()
-            .filter(|(ip, _)| IpFamily::of(ip) == family)
-            .map(|(ip, len)| format!("{ip}/{len}"))
-            .collect()
-    }
-
     pub(crate) fn cluster_cidrs(&self, family: IpFamily) -> Vec<String> {
-        Self::cidrs_of(&self.cluster_cidrs, family)
+        cidrs_in(&self.cluster_cidrs, family)
     }
 }
 
@@ -349,7 +336,7 @@ impl NftBackend {
     fn globals(&self, family: IpFamily) -> Render {
         let mut render = Render::default();
         let node_ips: Vec<String> = match &self.config.nodeport_addresses {
-            Some(cidrs) => Config::cidrs_of(cidrs, family),
+            Some(cidrs) => cidrs_in(cidrs, family),
             None => self
                 .tracker
                 .view()
@@ -360,10 +347,7 @@ impl NftBackend {
         for (set, list) in [
             (NODEPORT_IPS, node_ips),
             (CLUSTER_CIDRS, self.config.cluster_cidrs(family)),
-            (
-                SERVICE_CIDRS,
-                Config::cidrs_of(&self.config.service_cidrs, family),
-            ),
+            (SERVICE_CIDRS, cidrs_in(&self.config.service_cidrs, family)),
         ] {
             for e in list {
                 render.elements.entry(set).or_default().insert(e.into());
