@@ -105,6 +105,14 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A command did not finish in time; it was killed.
+    #[error("{command} did not finish within {seconds} s")]
+    Timeout {
+        /// The command.
+        command: String,
+        /// The limit.
+        seconds: u64,
+    },
     /// A command failed.
     #[error("{command} failed ({status}): {stderr}")]
     Command {

@@ -23,6 +23,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::io::Write as _;
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use kpng_diff::MapOp;
 use kpng_store::MapSnapshot;
@@ -304,6 +305,7 @@ fn check_decl(set: &str, decl: &str) -> Result<(), String> {
 #[derive(Debug)]
 pub struct Nft {
     command: Vec<String>,
+    timeout: Duration,
     dry_run: bool,
     last_script: String,
 }
@@ -314,6 +316,7 @@ impl Nft {
     pub fn new(command: Vec<String>) -> Self {
         Self {
             command,
+            timeout: Duration::from_secs(60),
             dry_run: false,
             last_script: String::new(),
         }
@@ -323,6 +326,7 @@ impl Nft {
     pub fn dry_run() -> Self {
         Self {
             command: Vec::new(),
+            timeout: Duration::from_secs(60),
             dry_run: true,
             last_script: String::new(),
         }
@@ -334,29 +338,78 @@ impl Nft {
     }
 
     fn run(&self, script: &str) -> Result<(), String> {
-        let Some((program, args)) = self.command.split_first() else {
-            return Err("no nft command".into());
-        };
-        let mut child = Command::new(program)
-            .args(args)
-            .args(["-f", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("cannot run {program}: {e}"))?;
-        if let Some(mut stdin) = child.stdin.take() {
-            // A write error shows as nft's failure below.
-            let _ = stdin.write_all(script.as_bytes());
+        run_script(&self.command, script, self.timeout).map_err(|e| match e {
+            // nft's own message is the useful part.
+            crate::Error::Command { stderr, .. } => stderr,
+            other => other.to_string(),
+        })
+    }
+}
+
+/// Runs `command` with `-f -` on `script` (one nft transaction). The script
+/// is fed and stderr drained on threads of their own, so neither pipe can
+/// block the other, and a run longer than `timeout` is killed: the kernel
+/// applies a transaction whole or not at all.
+///
+/// # Errors
+/// [`Error::Spawn`](crate::Error::Spawn), [`Error::Timeout`](crate::Error::Timeout),
+/// or [`Error::Command`](crate::Error::Command) with nft's message.
+pub fn run_script(command: &[String], script: &str, timeout: Duration) -> Result<(), crate::Error> {
+    let name = command.join(" ");
+    let spawn_error = |source| crate::Error::Spawn {
+        command: name.clone(),
+        source,
+    };
+    let Some((program, args)) = command.split_first() else {
+        return Err(spawn_error(std::io::Error::other("no nft command")));
+    };
+    let mut child = Command::new(program)
+        .args(args)
+        .args(["-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(spawn_error)?;
+    let feeding = child.stdin.take().map(|mut stdin| {
+        let script = script.to_owned();
+        std::thread::spawn(move || stdin.write_all(script.as_bytes()))
+    });
+    let draining = child.stderr.take().map(|mut stderr| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
+            text
+        })
+    });
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = child.try_wait().map_err(spawn_error)? {
+            break status;
         }
-        let output = child
-            .wait_with_output()
-            .map_err(|e| format!("cannot run {program}: {e}"))?;
-        if output.status.success() {
-            Ok(())
-        } else {
-            Err(String::from_utf8_lossy(&output.stderr).trim().to_owned())
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(crate::Error::Timeout {
+                command: name,
+                seconds: timeout.as_secs(),
+            });
         }
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    if let Some(feeding) = feeding {
+        // A write error shows as nft's failure.
+        let _ = feeding.join();
+    }
+    let stderr = draining.and_then(|d| d.join().ok()).unwrap_or_default();
+    if status.success() {
+        Ok(())
+    } else {
+        Err(crate::Error::Command {
+            command: name,
+            status: status.to_string(),
+            stderr: stderr.trim().to_owned(),
+        })
     }
 }
 

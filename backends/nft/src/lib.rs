@@ -58,10 +58,8 @@ mod netlink;
 mod render;
 mod script;
 
-use std::io::Write as _;
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use kpng_model::IpFamily;
@@ -459,62 +457,23 @@ impl NftBackend {
 
     /// Runs one transaction.
     fn run(&self, script: &str) -> Result<(), Error> {
-        let (program, args) = self.config.nft_command.split_first().ok_or(Error::Config {
-            field: "nft command",
-            value: String::new(),
-        })?;
-        let spawn_error = |source| Error::Spawn {
-            command: self.config.nft_command.join(" "),
-            source,
-        };
-        let mut child = Command::new(program)
-            .args(args)
-            .args(["-f", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(spawn_error)?;
-        // Feed the script and drain stderr on their own threads, so that
-        // neither pipe can block the other, and wait with a deadline: a
-        // hung nft must not hang the proxy.
-        let feeding = child.stdin.take().map(|mut stdin| {
-            let script = script.to_owned();
-            std::thread::spawn(move || stdin.write_all(script.as_bytes()))
-        });
-        let draining = child.stderr.take().map(|mut stderr| {
-            std::thread::spawn(move || {
-                let mut text = String::new();
-                let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
-                text
-            })
-        });
-        let deadline = Instant::now() + self.config.nft_timeout;
-        let status = loop {
-            if let Some(status) = child.try_wait().map_err(spawn_error)? {
-                break status;
-            }
-            if Instant::now() >= deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(Error::Timeout {
-                    seconds: self.config.nft_timeout.as_secs(),
-                });
-            }
-            std::thread::sleep(std::time::Duration::from_millis(2));
-        };
-        if let Some(feeding) = feeding {
-            let _ = feeding.join();
+        use kpng_aggregator::Error as Run;
+        if self.config.nft_command.is_empty() {
+            return Err(Error::Config {
+                field: "nft command",
+                value: String::new(),
+            });
         }
-        let stderr = draining.and_then(|d| d.join().ok()).unwrap_or_default();
-        if status.success() {
-            Ok(())
-        } else {
-            Err(Error::Nft {
-                status: status.to_string(),
-                stderr: stderr.trim().to_owned(),
+        kpng_aggregator::nft::run_script(&self.config.nft_command, script, self.config.nft_timeout)
+            .map_err(|e| match e {
+                Run::Spawn { command, source } => Error::Spawn { command, source },
+                Run::Timeout { seconds, .. } => Error::Timeout { seconds },
+                Run::Command { status, stderr, .. } => Error::Nft { status, stderr },
+                other => Error::Nft {
+                    status: String::new(),
+                    stderr: other.to_string(),
+                },
             })
-        }
     }
 }
 
