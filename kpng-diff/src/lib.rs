@@ -79,12 +79,14 @@
 mod drive;
 mod node;
 mod select;
+mod shared;
 
 use kpng_model::{Key, Value};
 use kpng_store::{Snapshot, Txn};
 
 pub use drive::{DriveConfig, SyncLimiter, drive};
 pub use node::{NodeProjector, SyncReport, diff_views, node_view};
+pub use shared::{SharedNodeView, SharedStats, SharedViews, view_changes};
 
 /// One operation of a global diff.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -63,7 +63,7 @@ fn topology(candidates: &[Candidate<'_>], node: NodeContext<'_>) -> Topology {
         let ep = c.endpoint;
         if ep.hint_nodes.is_empty() {
             all_node_hints = false;
-        } else if ep.hint_nodes.iter().any(|n| n == node.name) {
+        } else if !node.name.is_empty() && ep.hint_nodes.iter().any(|n| n == node.name) {
             node_match = true;
         }
         if ep.hint_zones.is_empty() {

@@ -4,9 +4,12 @@ use std::sync::Arc;
 
 use std::collections::BTreeMap;
 
-use kpng_diff::{NodeProjector, Op, apply, diff, diff_views, node_view};
+use kpng_diff::{
+    NodeProjector, Op, SharedNodeView, SharedViews, apply, diff, diff_views, node_view,
+    view_changes,
+};
 use kpng_model::v1::{Endpoint, IpSet, Node, Service, TrafficPolicy};
-use kpng_model::view::NodeView;
+use kpng_model::view::{NodeView, ViewDigest};
 use kpng_model::{Key, ServiceName, Value};
 use kpng_sink::{FullState, FullStateSink, SinkError};
 use kpng_store::{Snapshot, Store, StoreConfig};
@@ -37,6 +40,14 @@ fn zones() -> impl Strategy<Value = Vec<String>> {
     ]
 }
 
+fn hint_nodes() -> impl Strategy<Value = Vec<String>> {
+    prop_oneof![
+        4 => Just(vec![]),
+        1 => Just(vec![NODE.to_string()]),
+        1 => Just(vec!["node-b".to_string()]),
+    ]
+}
+
 fn write() -> impl Strategy<Value = Write> {
     let service = (service_name(), any::<bool>(), 0..2u32).prop_map(|(name, local, port)| {
         let svc = Service {
@@ -59,9 +70,10 @@ fn write() -> impl Strategy<Value = Write> {
         node_name(),
         any::<(bool, bool, bool)>(),
         zones(),
+        hint_nodes(),
     )
         .prop_map(
-            |(name, id, v6, node, (ready, serving, terminating), hint_zones)| {
+            |(name, id, v6, node, (ready, serving, terminating), hint_zones, hint_nodes)| {
                 let ip = if v6 {
                     format!("fd00::{id}")
                 } else {
@@ -74,6 +86,7 @@ fn write() -> impl Strategy<Value = Write> {
                     serving,
                     terminating,
                     hint_zones,
+                    hint_nodes,
                     ..Default::default()
                 };
                 Write::Set(
@@ -187,6 +200,61 @@ proptest! {
                 prop_assert!(ops.is_empty(), "no op when the view did not change");
             }
             previous = fresh;
+        }
+    }
+
+    #[test]
+    fn shared_views_match_fresh_projections(
+        txns in txns(),
+        log in 1..6usize,
+        lag in prop::collection::vec(0..3usize, 4),
+    ) {
+        // Several nodes (one with no object, one named only by hints)
+        // follow one history through shared bases, each at its own pace;
+        // every view equals a projection built from scratch for that node
+        // at that revision, with the digest of that projection.
+        let snaps = history(txns, log);
+        // An empty transaction makes no revision: find snapshots by it.
+        let at = |revision: u64| {
+            snaps.iter().find(|s| s.revision() == revision).cloned().expect("a snapshot")
+        };
+        let shared = SharedViews::new();
+        let nodes = [NODE, "node-b", "node-c", ""];
+        let mut views: Vec<SharedNodeView> =
+            nodes.iter().map(|n| SharedNodeView::empty(*n)).collect();
+        for (i, snap) in snaps.iter().enumerate() {
+            for (k, view) in views.iter_mut().enumerate() {
+                // A lagging node skips revisions (it meets the bases
+                // ahead of it).
+                if i % (lag[k] + 1) != 0 && i + 1 != snaps.len() {
+                    continue;
+                }
+                let before = view.view().clone();
+                let before_snap = at(before.revision);
+                let ops = shared.update(view, snap);
+                let now = at(view.view().revision);
+                let fresh = node_view(&now, nodes[k]);
+                prop_assert_eq!(view.view(), &fresh);
+                prop_assert_eq!(view.digest(), ViewDigest::of(&fresh));
+                let mut applied = before.clone();
+                for op in &ops {
+                    applied.apply(op).expect("ops fit the view");
+                }
+                applied.revision = fresh.revision;
+                prop_assert_eq!(&applied, &fresh);
+                // The changes since an older snapshot, without its view.
+                if let Some(ops) = view_changes(&before_snap, view) {
+                    let mut applied = node_view(&before_snap, nodes[k]);
+                    for op in &ops {
+                        applied.apply(op).expect("ops fit the view");
+                    }
+                    applied.revision = fresh.revision;
+                    prop_assert_eq!(&applied, &fresh);
+                }
+                // A fresh view of the node agrees.
+                let again = shared.project(nodes[k], &now);
+                prop_assert_eq!(again.view(), &fresh);
+            }
         }
     }
 
