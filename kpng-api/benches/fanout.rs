@@ -1,32 +1,48 @@
-//! Fan-out: one server, many watching agents, one endpoint change.
+//! Fan-out: one server, thousands of watchers of distinct nodes.
 //!
-//! The server holds 10k Services × 10 endpoints (100 nodes) and serves
-//! them on a unix socket. The agents run in a child process (multiplexed,
-//! 100 streams per connection) and watch 100 distinct node names. To keep
-//! the setup in minutes, agents start by resuming from the server's current
-//! revision (each node's projection is computed once and shared, as for
-//! agents resuming after a reconnect); one agent's full initial transfer is
-//! measured on its own. Then one endpoint changes, and each agent records
-//! when it received that revision's `sync`.
+//! Per node count N (default 100, 1,000 and 5,000), in one run:
+//!
+//! 1. **Cold start.** A server process loads 10k Services × 10 endpoints
+//!    spread over N nodes (each endpoint on a node drawn by a hash, so a
+//!    node owns endpoints of many Services) and serves them on a unix
+//!    socket. A watcher process opens N streams, one per node (100 per
+//!    connection), each with nothing held: every watcher gets its node's
+//!    full view, decodes it and drops it. Printed: the time until all are
+//!    synced, the bytes of one view and of all, and the server's RSS.
+//! 2. **One change.** One endpoint changes; printed: p50 / p99 of the time
+//!    until every watcher has its sync, and the bytes per watcher.
+//! 3. **Restart.** The server is killed and a new one starts on the same
+//!    content at other revision numbers; the watchers reconnect naming
+//!    what they hold. Printed: resets, bytes per watcher, time until all
+//!    are synced again, the new server's RSS.
+//!
+//! Then, at the largest N, 10 watchers re-read whole views of distinct
+//! nodes in a loop for 30 s; printed: the server's RSS before and after.
+//!
+//! The server and the watchers are child processes, so each RSS is the
+//! server's own; the watchers decode every message with the generated
+//! (prost) types.
 //!
 //! ```text
-//! cargo bench -p kpng-api --bench fanout [-- --clients 1000,5000 --services 10000]
+//! cargo bench -p kpng-api --bench fanout [-- --nodes 100,1000,5000 --services 10000 --reread-seconds 30]
 //! ```
 #![allow(missing_docs, clippy::unwrap_used)]
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use kpng_api::{Address, Server, bind_unix, connect, serve};
+use kpng_api::{Server, bind_unix, connect_unix, serve};
 use kpng_model::Kind;
+use kpng_model::v1::enls_client::EnlsClient;
 use kpng_model::v1::{WatchRequest, watch_event::Event};
 use kpng_store::Store;
 use kpng_testkit::{Cluster, ClusterShape};
 use prost::Message as _;
+use tonic::transport::Channel;
 
-const NODES: usize = 100;
 const STREAMS_PER_CONNECTION: usize = 100;
 
 fn arg(name: &str) -> Option<String> {
@@ -37,6 +53,10 @@ fn arg(name: &str) -> Option<String> {
         .cloned()
 }
 
+fn num(name: &str, default: usize) -> usize {
+    arg(name).and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
 fn now_ns() -> u128 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -44,212 +64,451 @@ fn now_ns() -> u128 {
         .as_nanos()
 }
 
-fn rss_kib(field: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
+/// `field` of /proc/PID/status, in MiB.
+fn rss_mib(pid: u32, field: &str) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()
         .lines()
         .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.split_whitespace().next().and_then(|n| n.parse().ok()))
-        .unwrap_or(0)
+        .and_then(|v| {
+            v.split_whitespace()
+                .next()
+                .and_then(|n| n.parse::<f64>().ok())
+        })
+        .unwrap_or(0.0)
+        / 1024.0
 }
 
 fn main() {
-    if let Some(socket) = arg("--client") {
-        return client(&PathBuf::from(socket));
+    if let Some(socket) = arg("--server") {
+        return server(&PathBuf::from(socket));
     }
-    let services: usize = arg("--services")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10_000);
-    let counts: Vec<usize> = arg("--clients")
-        .unwrap_or_else(|| "1000,5000".into())
+    if let Some(socket) = arg("--client") {
+        return watchers(&PathBuf::from(socket));
+    }
+    if let Some(socket) = arg("--reread") {
+        return reread(&PathBuf::from(socket));
+    }
+    let services = num("--services", 10_000);
+    let counts: Vec<usize> = arg("--nodes")
+        .unwrap_or_else(|| "100,1000,5000".into())
         .split(',')
         .filter_map(|v| v.parse().ok())
         .collect();
+    let reread_seconds = num("--reread-seconds", 30);
+    let socket = std::env::temp_dir().join(format!("kpng-fanout-{}.sock", std::process::id()));
+    println!(
+        "kpng-api fan-out: {services} services x 10 endpoints, N distinct nodes, N watchers (one per node), unix socket"
+    );
+    let mut per_node_rss = Vec::new();
+    for &nodes in &counts {
+        let (mut server, mut to_server, mut from_server) =
+            spawn_server(&socket, services, nodes, 0);
+        let mut watchers = Command::new(std::env::current_exe().unwrap())
+            .args(["--client", socket.to_str().unwrap()])
+            .args(["--nodes", &nodes.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(watchers.stdout.take().unwrap()).lines();
+        let mut next = || lines.next().unwrap().unwrap();
 
-    let cluster = Cluster::synthetic(ClusterShape {
+        // 1. Cold start.
+        let synced = next();
+        let w: Vec<f64> = synced
+            .split_whitespace()
+            .skip(1)
+            .map(|v| v.parse().unwrap())
+            .collect();
+        let (ms, bytes, resets) = (w[0], w[1], w[2]);
+        let (cold_s, view_mb) = (ms / 1e3, bytes / nodes as f64 / 1e6);
+        let rss = rss_mib(server.id(), "VmRSS:");
+        let hwm = rss_mib(server.id(), "VmHWM:");
+        per_node_rss.push((nodes, rss));
+        println!("N = {nodes}");
+        println!(
+            "  cold start: all {nodes} synced in {:.1} s; {:.2} MB per view, {:.0} MB in all; {resets:.0} resets; server RSS {rss:.0} MiB (peak {hwm:.0} MiB)  [goal at 5,000: <= 1,536 MiB]",
+            ms / 1e3,
+            bytes / nodes as f64 / 1e6,
+            bytes / 1e6,
+        );
+
+        // 2. One endpoint change.
+        writeln!(to_server, "flip").unwrap();
+        let t0: u128 = from_server.next().unwrap().unwrap().parse().unwrap();
+        let mut latencies = Vec::new();
+        let change_bytes: f64 = loop {
+            let line = next();
+            if let Some(b) = line.strip_prefix("changed ") {
+                break b.parse().unwrap();
+            }
+            let at: u128 = line.parse().unwrap();
+            latencies.push(at.saturating_sub(t0) as f64 / 1e6);
+        };
+        latencies.sort_by(f64::total_cmp);
+        let pct =
+            |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
+        println!(
+            "  one endpoint change reaching every watcher: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; {:.0} bytes per watcher",
+            pct(0.5),
+            pct(0.99),
+            latencies.last().copied().unwrap_or(0.0),
+            change_bytes / nodes as f64,
+        );
+
+        // 3. Restart onto the same content at other revision numbers.
+        server.kill().unwrap();
+        let _ = server.wait();
+        let (mut server, to_server, _from) = spawn_server(&socket, services, nodes, 3);
+        let resumed = next();
+        let w: Vec<f64> = resumed
+            .split_whitespace()
+            .skip(1)
+            .map(|v| v.parse().unwrap())
+            .collect();
+        let (ms, bytes, restart_resets) = (w[0], w[1], w[2]);
+        println!(
+            "  server restart: {restart_resets:.0} resets, {:.0} bytes per watcher, all synced {:.1} s after the first reconnect; new server RSS {:.0} MiB  [goal: 0 resets, < 1 KB]",
+            bytes / nodes as f64,
+            ms / 1e3,
+            rss_mib(server.id(), "VmRSS:"),
+        );
+        println!(
+            "{{\"nodes\":{nodes},\"cold_start_s\":{cold_s:.2},\"view_mb\":{view_mb:.3},\"server_rss_mib\":{rss:.0},\"change_p50_ms\":{:.2},\"change_p99_ms\":{:.2},\"restart_resets\":{restart_resets:.0},\"restart_bytes_per_watcher\":{:.0}}}",
+            pct(0.5),
+            pct(0.99),
+            bytes / nodes as f64,
+        );
+        drop(to_server);
+        let _ = watchers.kill();
+        let _ = watchers.wait();
+        server.kill().unwrap();
+        let _ = server.wait();
+    }
+    for pair in per_node_rss.windows(2) {
+        let ((n1, r1), (n2, r2)) = (pair[0], pair[1]);
+        println!(
+            "server RSS per further distinct node, N {n1} -> {n2}: {:.3} MiB  [goal: <= 0.25 MiB]",
+            (r2 - r1) / (n2 - n1) as f64
+        );
+    }
+
+    // 10 watchers re-reading whole views in a loop.
+    let nodes = counts.iter().copied().max().unwrap_or(100);
+    let (mut server, to_server, _from) = spawn_server(&socket, services, nodes, 0);
+    let before = rss_mib(server.id(), "VmRSS:");
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--reread", socket.to_str().unwrap()])
+        .args(["--nodes", &nodes.to_string()])
+        .args(["--seconds", &reread_seconds.to_string()])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let after = rss_mib(server.id(), "VmRSS:");
+    println!(
+        "10 watchers re-reading whole views for {reread_seconds} s ({}): server RSS {before:.0} -> {after:.0} MiB (+{:.0} MiB)  [goal: <= +64 MiB]",
+        String::from_utf8_lossy(&out.stdout).trim(),
+        after - before
+    );
+    drop(to_server);
+    server.kill().unwrap();
+    let _ = server.wait();
+    let _ = std::fs::remove_file(&socket);
+}
+
+type Lines = std::io::Lines<BufReader<std::process::ChildStdout>>;
+
+/// Starts a server process and waits until it serves.
+fn spawn_server(
+    socket: &Path,
+    services: usize,
+    nodes: usize,
+    skew: usize,
+) -> (Child, ChildStdin, Lines) {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--server", socket.to_str().unwrap()])
+        .args(["--services", &services.to_string()])
+        .args(["--nodes", &nodes.to_string()])
+        .args(["--skew", &skew.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "ready");
+    (child, stdin, lines)
+}
+
+/// The synthetic cluster with each endpoint on a node drawn by a hash of
+/// its number: a node holds endpoints of many Services.
+fn cluster(services: usize, nodes: usize) -> Cluster {
+    let mut cluster = Cluster::synthetic(ClusterShape {
         services,
         endpoints: services * 10,
-        nodes: NODES,
+        nodes,
         zones: 3,
     });
+    for (n, (_, _, endpoint)) in cluster.endpoints.iter_mut().enumerate() {
+        let node = &cluster.nodes[n.wrapping_mul(2_654_435_761) % cluster.nodes.len()];
+        endpoint.node_name = node.name.clone();
+        endpoint.zone = node.zone.clone();
+    }
+    cluster
+}
+
+/// The server process: loads the cluster, makes `--skew` changes that
+/// are undone (other revision numbers, same content), serves, and on each
+/// `flip` line from stdin changes one endpoint and prints the time.
+fn server(socket: &Path) {
+    let services = num("--services", 10_000);
+    let nodes = num("--nodes", 100);
+    let cluster = cluster(services, nodes);
     let mut store = Store::new();
     cluster.load_into(&mut store);
     store.mark_synced(Kind::Service);
     store.mark_synced(Kind::Endpoint);
-
+    let (name, ip, endpoint) = cluster.endpoints[12_345 % cluster.endpoints.len()].clone();
+    drop(cluster);
+    let flipped = |ready: bool| {
+        let mut ep = endpoint.clone();
+        ep.ready = ready;
+        ep.serving = ready;
+        ep
+    };
+    for _ in 0..num("--skew", 0) {
+        for ready in [false, true] {
+            let mut txn = store.begin();
+            txn.set_endpoint(name.clone(), ip, flipped(ready));
+            txn.commit();
+        }
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
-    let socket = std::env::temp_dir().join(format!("kpng-fanout-{}.sock", std::process::id()));
-    let server = Server::new(store.reader());
-    let listener = runtime.block_on(async { bind_unix(&socket) }).unwrap();
-    runtime.spawn(serve(listener, server.clone()));
-
-    // One agent's full initial transfer.
-    let (full_ms, full_bytes) = runtime.block_on(async {
-        let start = Instant::now();
-        let mut client = connect(&Address::Unix(socket.clone())).await.unwrap();
-        let mut stream = client
-            .watch(WatchRequest {
-                node: "node-1".into(),
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        let mut bytes = 0;
-        loop {
-            let m = stream.message().await.unwrap().unwrap();
-            bytes += m.encoded_len();
-            if matches!(m.event, Some(Event::Sync(_))) {
-                break;
-            }
+    let listener = runtime.block_on(async { bind_unix(socket) }).unwrap();
+    runtime.spawn(serve(listener, Server::new(store.reader())));
+    println!("ready");
+    let mut ready = true;
+    for line in std::io::stdin().lines() {
+        if line.unwrap() == "flip" {
+            ready = !ready;
+            let t0 = now_ns();
+            let mut txn = store.begin();
+            txn.set_endpoint(name.clone(), ip, flipped(ready));
+            txn.commit();
+            println!("{t0}");
         }
-        (start.elapsed().as_secs_f64() * 1e3, bytes)
-    });
-    println!("kpng-api fan-out, {services} services x 10 endpoints, {NODES} nodes, unix socket");
-    println!(
-        "one agent's full initial view: {:.1} MB in {full_ms:.0} ms",
-        full_bytes as f64 / 1e6
-    );
-
-    for (flip, clients) in counts.into_iter().enumerate() {
-        let revision = store.revision();
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--client", socket.to_str().unwrap()])
-            .args(["--clients", &clients.to_string()])
-            .args(["--instance", &server.instance().to_string()])
-            .args(["--revision", &revision.to_string()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let ready = lines.next().unwrap().unwrap();
-        assert_eq!(ready, "ready", "{ready}");
-        // One endpoint change.
-        let (name, ip, mut ep) = cluster.endpoints[(flip * 7919) % cluster.endpoints.len()].clone();
-        ep.ready = !ep.ready;
-        ep.serving = ep.ready;
-        let t0 = now_ns();
-        let mut txn = store.begin();
-        txn.set_endpoint(name, ip, ep);
-        txn.commit();
-        let mut latencies = Vec::new();
-        let mut bytes = Vec::new();
-        for line in lines.by_ref() {
-            let line = line.unwrap();
-            if line == "done" {
-                break;
-            }
-            let mut words = line.split_whitespace();
-            let at: u128 = words.next().unwrap().parse().unwrap();
-            let b: usize = words.next().unwrap().parse().unwrap();
-            latencies.push((at.saturating_sub(t0)) as f64 / 1e6);
-            bytes.push(b);
-        }
-        let _ = child.wait();
-        latencies.sort_by(f64::total_cmp);
-        let pct =
-            |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
-        let avg_bytes = bytes.iter().sum::<usize>() as f64 / bytes.len().max(1) as f64;
-        let goal = if clients <= 1000 {
-            "p99 <= 100 ms"
-        } else {
-            "p99 <= 1 s"
-        };
-        println!(
-            "{clients:>5} agents: one endpoint change applied by all: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms  [{goal}]; {avg_bytes:.0} bytes per agent for the change; server RSS {:.0} MiB (peak {:.0} MiB)",
-            pct(0.5),
-            pct(0.99),
-            latencies.last().copied().unwrap_or(0.0),
-            rss_kib("VmRSS:") as f64 / 1024.0,
-            rss_kib("VmHWM:") as f64 / 1024.0,
-        );
-        println!(
-            "{{\"clients\":{clients},\"p50_ms\":{:.2},\"p99_ms\":{:.2},\"bytes_per_agent\":{avg_bytes:.0},\"server_rss_mib\":{:.0}}}",
-            pct(0.5),
-            pct(0.99),
-            rss_kib("VmRSS:") as f64 / 1024.0
-        );
     }
-    let _ = std::fs::remove_file(&socket);
 }
 
-/// The agents: `--clients` streams resuming from `--revision`; prints
-/// `ready` once all hold it, then per agent the time it got the next
-/// revision's sync and the bytes it received for it, then `done`.
-fn client(socket: &Path) {
-    let clients: usize = arg("--clients").unwrap().parse().unwrap();
-    let instance: u64 = arg("--instance").unwrap().parse().unwrap();
-    let revision: u64 = arg("--revision").unwrap().parse().unwrap();
+/// Connections shared by the watchers, 100 streams each, replaced when
+/// the server goes away.
+struct Pool {
+    socket: PathBuf,
+    slots: Vec<tokio::sync::Mutex<(u64, Option<EnlsClient<Channel>>)>>,
+}
+
+impl Pool {
+    /// The connection of group `g`; a new one when the one of generation
+    /// `failed` broke.
+    async fn get(&self, g: usize, failed: Option<u64>) -> (u64, EnlsClient<Channel>) {
+        let mut slot = self.slots[g].lock().await;
+        if slot.1.is_none() || failed == Some(slot.0) {
+            loop {
+                match connect_unix(&self.socket).await {
+                    Ok(client) => {
+                        *slot = (slot.0 + 1, Some(client));
+                        break;
+                    }
+                    Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
+            }
+        }
+        (slot.0, slot.1.clone().unwrap())
+    }
+}
+
+/// What a watcher reports.
+enum Report {
+    Synced { bytes: usize, reset: bool },
+    Changed { at: u128, bytes: usize },
+    Resumed { bytes: usize, reset: bool },
+}
+
+/// The watcher process: one stream per node; reports the cold start, the
+/// change and the resume after a restart, each when every watcher got it.
+fn watchers(socket: &Path) {
+    let nodes = num("--nodes", 100);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
     runtime.block_on(async move {
-        let address = Address::Unix(socket.to_owned());
-        let mut channels = Vec::new();
-        for _ in 0..clients.div_ceil(STREAMS_PER_CONNECTION) {
-            channels.push(connect(&address).await.unwrap());
+        let pool = Arc::new(Pool {
+            socket: socket.to_owned(),
+            slots: (0..nodes.div_ceil(STREAMS_PER_CONNECTION))
+                .map(|_| tokio::sync::Mutex::new((0, None)))
+                .collect(),
+        });
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Report>();
+        let start = Instant::now();
+        for i in 0..nodes {
+            let (pool, tx) = (pool.clone(), tx.clone());
+            tokio::spawn(async move { watch(i, &pool, &tx).await });
         }
-        let (ready_tx, mut ready_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
-        let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<(u128, usize)>();
-        for i in 0..clients {
-            let mut client = channels[i / STREAMS_PER_CONNECTION].clone();
-            let (ready_tx, done_tx) = (ready_tx.clone(), done_tx.clone());
-            tokio::spawn(async move {
-                let mut stream = client
-                    .watch(WatchRequest {
-                        node: format!("node-{}", i % NODES),
-                        since_revision: revision,
-                        since_instance: instance,
-                    })
-                    .await
-                    .unwrap()
-                    .into_inner();
-                let mut bytes = 0;
-                let mut held = false;
-                while let Ok(Some(m)) = stream.message().await {
-                    if held {
-                        bytes += m.encoded_len();
-                    }
-                    match m.event {
-                        Some(Event::Reset(_)) => panic!("agent {i} was reset"),
-                        Some(Event::Sync(r)) if r == revision && !held => {
-                            held = true;
-                            let _ = ready_tx.send(());
-                        }
-                        Some(Event::Sync(r)) if r > revision => {
-                            let _ = done_tx.send((now_ns(), bytes));
-                            break;
-                        }
-                        _ => {}
+        let mut out = std::io::stdout();
+        let (mut bytes, mut resets, mut first_reconnect) = (0usize, 0usize, None);
+        let mut phase = [0usize; 3];
+        while let Some(report) = rx.recv().await {
+            match report {
+                Report::Synced { bytes: b, reset } => {
+                    bytes += b;
+                    resets += usize::from(reset);
+                    phase[0] += 1;
+                    if phase[0] == nodes {
+                        writeln!(
+                            out,
+                            "synced {} {bytes} {resets}",
+                            start.elapsed().as_millis()
+                        )
+                        .unwrap();
+                        (bytes, resets) = (0, 0);
                     }
                 }
-            });
+                Report::Changed { at, bytes: b } => {
+                    writeln!(out, "{at}").unwrap();
+                    bytes += b;
+                    phase[1] += 1;
+                    if phase[1] == nodes {
+                        writeln!(out, "changed {bytes}").unwrap();
+                        bytes = 0;
+                    }
+                }
+                Report::Resumed { bytes: b, reset } => {
+                    let since: &mut Instant = first_reconnect.get_or_insert_with(Instant::now);
+                    bytes += b;
+                    resets += usize::from(reset);
+                    phase[2] += 1;
+                    if phase[2] == nodes {
+                        writeln!(
+                            out,
+                            "resumed {} {bytes} {resets}",
+                            since.elapsed().as_millis()
+                        )
+                        .unwrap();
+                        return;
+                    }
+                }
+            }
+            out.flush().unwrap();
         }
-        for _ in 0..clients {
-            ready_rx.recv().await.unwrap();
-        }
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "ready").unwrap();
-        out.flush().unwrap();
-        drop(out);
-        let mut results = Vec::with_capacity(clients);
-        for _ in 0..clients {
-            match tokio::time::timeout(Duration::from_secs(60), done_rx.recv()).await {
-                Ok(Some(r)) => results.push(r),
-                _ => break,
+    });
+}
+
+/// One watcher: its node's full view, the next revision, then (after the
+/// server goes away) a resume naming what it holds.
+async fn watch(i: usize, pool: &Pool, tx: &tokio::sync::mpsc::UnboundedSender<Report>) {
+    let group = i / STREAMS_PER_CONNECTION;
+    let mut held = WatchRequest {
+        node: format!("node-{i}"),
+        ..Default::default()
+    };
+    let mut failed = None;
+    let mut syncs = 0;
+    loop {
+        let (generation, mut client) = pool.get(group, failed).await;
+        let Ok(response) = client.watch(held.clone()).await else {
+            failed = Some(generation);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        };
+        let mut stream = response.into_inner();
+        let (mut bytes, mut reset, mut instance, mut digest) = (0, false, 0, Vec::new());
+        while let Ok(Some(message)) = stream.message().await {
+            bytes += message.encoded_len();
+            match message.event {
+                Some(Event::Reset(_)) => reset = true,
+                Some(Event::Instance(id)) => instance = id,
+                Some(Event::Digest(d)) => digest = d,
+                Some(Event::Sync(revision)) => {
+                    held.since_instance = instance;
+                    held.since_revision = revision;
+                    held.since_digest = std::mem::take(&mut digest);
+                    syncs += 1;
+                    let report = match syncs {
+                        1 => Report::Synced { bytes, reset },
+                        2 => Report::Changed {
+                            at: now_ns(),
+                            bytes,
+                        },
+                        _ => {
+                            let _ = tx.send(Report::Resumed { bytes, reset });
+                            return;
+                        }
+                    };
+                    let _ = tx.send(report);
+                    (bytes, reset) = (0, false);
+                }
+                _ => {}
             }
         }
-        let mut out = std::io::stdout().lock();
-        for (at, bytes) in results {
-            writeln!(out, "{at} {bytes}").unwrap();
+        failed = Some(generation);
+    }
+}
+
+/// `--watchers` (10) watchers reading whole views of distinct nodes in a
+/// loop for `--seconds`; prints how many views and bytes.
+fn reread(socket: &Path) {
+    let nodes = num("--nodes", 100);
+    let watchers = num("--watchers", 10);
+    let seconds = num("--seconds", 30) as u64;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (views, bytes) = runtime.block_on(async move {
+        let client = connect_unix(socket).await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(seconds);
+        let tasks: Vec<_> = (0..watchers)
+            .map(|w| {
+                let mut client = client.clone();
+                tokio::spawn(async move {
+                    let (mut views, mut bytes) = (0usize, 0usize);
+                    while Instant::now() < deadline {
+                        let node = format!("node-{}", (views * watchers + w) % nodes);
+                        let mut stream = client
+                            .watch(WatchRequest {
+                                node,
+                                ..Default::default()
+                            })
+                            .await
+                            .unwrap()
+                            .into_inner();
+                        while let Ok(Some(m)) = stream.message().await {
+                            bytes += m.encoded_len();
+                            if matches!(m.event, Some(Event::Sync(_))) {
+                                break;
+                            }
+                        }
+                        views += 1;
+                    }
+                    (views, bytes)
+                })
+            })
+            .collect();
+        let (mut views, mut bytes) = (0, 0);
+        for task in tasks {
+            let (v, b) = task.await.unwrap();
+            views += v;
+            bytes += b;
         }
-        writeln!(out, "done").unwrap();
+        (views, bytes)
     });
+    println!("{views} views, {:.0} MB", bytes as f64 / 1e6);
 }

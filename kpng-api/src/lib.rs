@@ -65,11 +65,13 @@
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::Stream;
-use kpng_diff::NodeProjector;
+use kpng_diff::{SharedNodeView, SharedViews, view_changes};
+use kpng_model::ServiceName;
 use kpng_model::entries;
 use kpng_model::v1::enls_client::EnlsClient;
 use kpng_model::v1::enls_server::{Enls, EnlsServer};
@@ -77,7 +79,7 @@ use kpng_model::v1::global_event::Event as GlobalKind;
 use kpng_model::v1::{
     EnlsChanges, GlobalEvent, ViewChanges, WatchEvent, WatchRequest, watch_event::Event,
 };
-use kpng_model::view::wire;
+use kpng_model::view::{NodeView, ViewDigest, ViewOp, wire};
 use kpng_sink::IncrementalSink;
 use kpng_store::{Reader, Snapshot};
 use tokio::sync::mpsc;
@@ -121,8 +123,21 @@ const CHANGES_PER_MESSAGE: usize = 1000;
 const HISTORY: usize = 256;
 /// Messages queued per agent before the server waits for it.
 const QUEUE: usize = 4;
+/// Full views streamed at once, by default ([`Server::with_initial_views`]).
+pub const INITIAL_VIEWS: usize = 16;
+/// How long one full view may hold its turn: a watcher that reads it more
+/// slowly goes on, but lets the next one start.
+const INITIAL_TURN: Duration = Duration::from_secs(10);
 
 /// The watch service over a store. Cloning shares it.
+///
+/// Memory: what every node's view shares is held once ([`SharedViews`]:
+/// one base view per zone); each open node stream holds what is its
+/// node's own, plus a queue of at most a few messages. A full view is
+/// streamed in batches as the watcher reads it, never built whole, and at
+/// most [`INITIAL_VIEWS`] full views are in flight at once: the others
+/// wait their turn, so a reconnect storm or thousands of agents starting
+/// together cost time, not memory.
 #[derive(Clone, Debug)]
 pub struct Server {
     reader: Reader,
@@ -131,13 +146,62 @@ pub struct Server {
     instance: u64,
     /// Bumped to end every open stream (agents reconnect).
     closing: Arc<tokio::sync::watch::Sender<u64>>,
-    /// Node views at remembered revisions, shared by the agents that
-    /// resume from them (a projection costs O(store); a clone, O(1)).
-    projections: Arc<Mutex<std::collections::HashMap<(String, u64), NodeProjector>>>,
+    /// What the nodes' views share.
+    shared: SharedViews,
+    /// Full views in flight.
+    initial: Arc<tokio::sync::Semaphore>,
+    counters: Arc<Counters>,
 }
 
-/// Projections kept for resuming agents.
-const PROJECTIONS: usize = 4096;
+#[derive(Debug, Default)]
+struct Counters {
+    open: AtomicUsize,
+    full: AtomicU64,
+    resumed: AtomicU64,
+    by_digest: AtomicU64,
+}
+
+/// What a [`Server`] has done so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ServerStats {
+    /// Watch streams open now.
+    pub open_streams: usize,
+    /// Streams that started with a reset and a full view.
+    pub full_views: u64,
+    /// Streams that resumed from a revision this instance remembers.
+    pub resumed: u64,
+    /// Streams that resumed on the digest of the view the watcher holds
+    /// (after a restart, or from another replica): no reset, no transfer.
+    pub resumed_by_digest: u64,
+}
+
+/// Decrements the open-stream count when a stream ends.
+struct Open(Arc<Counters>);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// What a watcher holds when it (re)connects.
+#[derive(Debug, Default)]
+struct Since {
+    instance: u64,
+    revision: u64,
+    digest: Vec<u8>,
+}
+
+impl From<&WatchRequest> for Since {
+    fn from(request: &WatchRequest) -> Self {
+        Self {
+            instance: request.since_instance,
+            revision: request.since_revision,
+            digest: request.since_digest.clone(),
+        }
+    }
+}
 
 impl Server {
     /// Serves the store behind `reader`. Agents are answered once the
@@ -148,10 +212,20 @@ impl Server {
             history: Arc::new(Mutex::new(VecDeque::with_capacity(HISTORY))),
             instance: instance_id(),
             closing: Arc::new(tokio::sync::watch::Sender::new(0)),
-            projections: Arc::new(Mutex::new(std::collections::HashMap::new())),
+            shared: SharedViews::new(),
+            initial: Arc::new(tokio::sync::Semaphore::new(INITIAL_VIEWS)),
+            counters: Arc::default(),
         };
         server.remember(server.reader.snapshot());
         server
+    }
+
+    /// At most `n` (at least 1) full views streamed at once; watchers
+    /// that need one wait their turn. The default is [`INITIAL_VIEWS`].
+    #[must_use]
+    pub fn with_initial_views(mut self, n: usize) -> Self {
+        self.initial = Arc::new(tokio::sync::Semaphore::new(n.max(1)));
+        self
     }
 
     /// This server instance's id (agents resume only within it).
@@ -159,27 +233,15 @@ impl Server {
         self.instance
     }
 
-    /// `node`'s projector at `snapshot`, from the cache when another agent
-    /// resumed from there.
-    fn projected(&self, node: &str, snapshot: &Snapshot) -> NodeProjector {
-        let key = (node.to_owned(), snapshot.revision());
-        if let Some(hit) = self
-            .projections
-            .lock()
-            .ok()
-            .and_then(|c| c.get(&key).cloned())
-        {
-            return hit;
+    /// What the server has done so far.
+    pub fn stats(&self) -> ServerStats {
+        let c = &self.counters;
+        ServerStats {
+            open_streams: c.open.load(Ordering::Relaxed),
+            full_views: c.full.load(Ordering::Relaxed),
+            resumed: c.resumed.load(Ordering::Relaxed),
+            resumed_by_digest: c.by_digest.load(Ordering::Relaxed),
         }
-        let mut projector = NodeProjector::new(node);
-        projector.update(snapshot);
-        if let Ok(mut cache) = self.projections.lock() {
-            if cache.len() >= PROJECTIONS {
-                cache.clear();
-            }
-            cache.insert(key, projector.clone());
-        }
-        projector
     }
 
     /// Ends every open watch stream; agents reconnect (and resume). Use it
@@ -209,15 +271,17 @@ impl Server {
     }
 
     /// Streams `feed` into `tx` until the watcher goes away or the store
-    /// closes: the instance, a reset unless resuming from `since`, then per
+    /// closes: the instance; then the changes since what the watcher
+    /// holds, or a reset and the whole view (waiting its turn); then per
     /// revision the changes and a sync.
     async fn pump<F: Feed>(
         self,
         mut feed: F,
-        since: (u64, u64),
+        since: Since,
         tx: mpsc::Sender<Result<F::Message, Status>>,
     ) {
-        let (since_instance, since) = since;
+        self.counters.open.fetch_add(1, Ordering::Relaxed);
+        let _open = Open(self.counters.clone());
         let mut reader = self.reader.clone();
         let Ok(mut snapshot) = reader
             .synced(&[kpng_model::Kind::Service, kpng_model::Kind::Endpoint])
@@ -228,41 +292,91 @@ impl Server {
         if tx.send(Ok(F::instance(self.instance))).await.is_err() {
             return;
         }
-        let known = since > 0 && since_instance == self.instance;
-        let old = self.at(since).filter(|_| known);
-        if old.is_none() && tx.send(Ok(F::reset())).await.is_err() {
-            return;
+        let old = self
+            .at(since.revision)
+            .filter(|_| since.revision > 0 && since.instance == self.instance);
+        let mut permit = None;
+        match feed.resume(&self, old.as_ref(), &since.digest, &snapshot) {
+            Some(Resumed::FromRevision) => {
+                self.counters.resumed.fetch_add(1, Ordering::Relaxed);
+            }
+            Some(Resumed::ByDigest) => {
+                self.counters.by_digest.fetch_add(1, Ordering::Relaxed);
+            }
+            None => {
+                if tx.send(Ok(F::reset())).await.is_err() {
+                    return;
+                }
+                // Waits its turn; the view is taken when it comes.
+                let turn = tokio::select! {
+                    turn = self.initial.clone().acquire_owned() => turn,
+                    () = tx.closed() => return,
+                };
+                let Ok(turn) = turn else {
+                    return;
+                };
+                // A watcher that stalls mid-view gives its turn up after
+                // a while, so stalled watchers cannot starve the others.
+                permit = Some(tokio::spawn(async move {
+                    tokio::time::sleep(INITIAL_TURN).await;
+                    drop(turn);
+                }));
+                snapshot = reader.snapshot();
+                feed.full(&self, &snapshot);
+                self.counters.full.fetch_add(1, Ordering::Relaxed);
+            }
         }
-        feed.start(&self, old.as_ref());
         let mut closing = self.closing.subscribe();
         closing.mark_unchanged();
         let mut first = true;
         loop {
             self.remember(snapshot.clone());
-            let messages = feed.changes(&snapshot);
-            if !messages.is_empty() || first {
-                for message in messages {
-                    if tx.send(Ok(message)).await.is_err() {
-                        return;
-                    }
+            let mut sent = false;
+            // One batch at a time, made when the queue has room.
+            while let Some(message) = feed.next_message() {
+                sent = true;
+                if tx.send(Ok(message)).await.is_err() {
+                    return;
                 }
-                if tx.send(Ok(F::sync(snapshot.revision()))).await.is_err() {
+            }
+            if sent || first {
+                if let Some(digest) = feed.digest()
+                    && tx.send(Ok(digest)).await.is_err()
+                {
+                    return;
+                }
+                if tx.send(Ok(F::sync(feed.revision()))).await.is_err() {
                     return;
                 }
             }
             first = false;
+            if let Some(turn) = permit.take() {
+                turn.abort();
+            }
             // Waits here while the watcher is slow (the queue is full
             // above), then takes the latest revision: the ones between
             // merge.
             snapshot = tokio::select! {
-                next = reader.newer_than(snapshot.revision()) => match next {
+                next = reader.newer_than(feed.revision()) => match next {
                     Ok(next) => next,
                     Err(_) => return,
                 },
                 _ = closing.changed() => return,
+                // A watcher that went away frees its stream now, not at
+                // the next revision.
+                () = tx.closed() => return,
             };
+            feed.advance(&self, &snapshot);
         }
     }
+}
+
+/// How a stream started without a full view.
+enum Resumed {
+    /// From a revision this instance remembers: the changes since.
+    FromRevision,
+    /// The watcher's view has the current view's digest: nothing to send.
+    ByDigest,
 }
 
 /// What differs between the node watch and the global watch.
@@ -272,16 +386,97 @@ trait Feed: Send + 'static {
     fn instance(id: u64) -> Self::Message;
     fn reset() -> Self::Message;
     fn sync(revision: u64) -> Self::Message;
-    /// Starts from `old`, the snapshot the watcher holds, or from nothing.
-    fn start(&mut self, server: &Server, old: Option<&Snapshot>);
-    /// The messages carrying the changes up to `snapshot`.
-    fn changes(&mut self, snapshot: &Snapshot) -> Vec<Self::Message>;
+    /// Starts from what the watcher holds (`old`, a remembered snapshot,
+    /// or the digest of its view), when that can be done without a full
+    /// view.
+    fn resume(
+        &mut self,
+        server: &Server,
+        old: Option<&Snapshot>,
+        digest: &[u8],
+        snapshot: &Snapshot,
+    ) -> Option<Resumed>;
+    /// Starts from nothing: the whole state at `snapshot` is pending.
+    fn full(&mut self, server: &Server, snapshot: &Snapshot);
+    /// Moves to `snapshot`: its changes are pending.
+    fn advance(&mut self, server: &Server, snapshot: &Snapshot);
+    /// The next batch of pending changes, or `None` when all are out.
+    fn next_message(&mut self) -> Option<Self::Message>;
+    /// The message sent before each sync, if any.
+    fn digest(&self) -> Option<Self::Message>;
+    /// The revision reached.
+    fn revision(&self) -> u64;
 }
 
 /// One node's view, as `ViewChange`s.
 struct NodeFeed {
     node: String,
-    projector: Option<NodeProjector>,
+    view: SharedNodeView,
+    pending: Pending,
+}
+
+/// Changes still to send.
+enum Pending {
+    None,
+    Ops(std::vec::IntoIter<ViewOp>),
+    /// The whole view, from a cursor.
+    Full(FullView),
+}
+
+/// A whole view sent in batches: the node, then per Service its set and
+/// its endpoints, resumed at (Service, position) between batches.
+struct FullView {
+    view: NodeView,
+    node_sent: bool,
+    /// Where the next batch starts (`None`: at the beginning).
+    next: Option<Cursor>,
+}
+
+enum Cursor {
+    /// At a Service and a position in it (0: the Service itself, i: its
+    /// endpoint i - 1).
+    At(ServiceName, usize),
+    /// Everything was sent.
+    Done,
+}
+
+impl FullView {
+    fn next_batch(&mut self) -> Option<Vec<kpng_model::v1::ViewChange>> {
+        let mut out = Vec::new();
+        if !std::mem::replace(&mut self.node_sent, true)
+            && let Some(node) = &self.view.node
+        {
+            out.push(wire::to_wire(&ViewOp::SetNode(node.clone())));
+        }
+        let start = match self.next.take() {
+            Some(Cursor::Done) => return None,
+            Some(Cursor::At(name, i)) => Some((name, i)),
+            None => None,
+        };
+        let services = match &start {
+            Some((name, _)) => self.view.services.range(name.clone()..),
+            None => self.view.services.range::<_, ServiceName>(..),
+        };
+        for (name, service) in services {
+            let from = match &start {
+                Some((at, i)) if at == name => *i,
+                _ => 0,
+            };
+            for i in from..=service.endpoints.len() {
+                if out.len() == CHANGES_PER_MESSAGE {
+                    self.next = Some(Cursor::At(name.clone(), i));
+                    return Some(out);
+                }
+                let op = match i.checked_sub(1).and_then(|e| service.endpoints.get(e)) {
+                    None => ViewOp::SetService(service.service.clone()),
+                    Some(endpoint) => ViewOp::SetEndpoint(name.clone(), endpoint.clone()),
+                };
+                out.push(wire::to_wire(&op));
+            }
+        }
+        self.next = Some(Cursor::Done);
+        (!out.is_empty()).then_some(out)
+    }
 }
 
 impl Feed for NodeFeed {
@@ -295,29 +490,78 @@ impl Feed for NodeFeed {
     fn sync(revision: u64) -> WatchEvent {
         event(Event::Sync(revision))
     }
-    fn start(&mut self, server: &Server, old: Option<&Snapshot>) {
-        self.projector = Some(match old {
-            Some(old) => server.projected(&self.node, old),
-            None => NodeProjector::new(self.node.as_str()),
+    fn resume(
+        &mut self,
+        server: &Server,
+        old: Option<&Snapshot>,
+        digest: &[u8],
+        snapshot: &Snapshot,
+    ) -> Option<Resumed> {
+        let view = server.shared.project(&self.node, snapshot);
+        let resumed = if let Some(ops) = old.and_then(|old| view_changes(old, &view)) {
+            self.pending = Pending::Ops(ops.into_iter());
+            Resumed::FromRevision
+        } else if ViewDigest::from_bytes(digest) == Some(view.digest()) {
+            Resumed::ByDigest
+        } else {
+            return None;
+        };
+        self.view = view;
+        Some(resumed)
+    }
+    fn full(&mut self, server: &Server, snapshot: &Snapshot) {
+        self.view = server.shared.project(&self.node, snapshot);
+        self.pending = Pending::Full(FullView {
+            view: self.view.view().clone(),
+            node_sent: false,
+            next: None,
         });
     }
-    fn changes(&mut self, snapshot: &Snapshot) -> Vec<WatchEvent> {
-        let ops = self
-            .projector
-            .get_or_insert_with(|| NodeProjector::new(self.node.as_str()))
-            .update(snapshot);
-        ops.chunks(CHANGES_PER_MESSAGE)
-            .map(|chunk| {
-                let changes = chunk.iter().map(wire::to_wire).collect();
-                event(Event::Changes(ViewChanges { changes }))
-            })
-            .collect()
+    fn advance(&mut self, server: &Server, snapshot: &Snapshot) {
+        let ops = server.shared.update(&mut self.view, snapshot);
+        if !ops.is_empty() {
+            self.pending = Pending::Ops(ops.into_iter());
+        }
+    }
+    fn next_message(&mut self) -> Option<WatchEvent> {
+        let changes = match &mut self.pending {
+            Pending::None => None,
+            Pending::Ops(ops) => {
+                let batch: Vec<_> = ops
+                    .take(CHANGES_PER_MESSAGE)
+                    .map(|op| wire::to_wire(&op))
+                    .collect();
+                (!batch.is_empty()).then_some(batch)
+            }
+            Pending::Full(full) => full.next_batch(),
+        };
+        match changes {
+            Some(changes) => Some(event(Event::Changes(ViewChanges { changes }))),
+            None => {
+                self.pending = Pending::None;
+                None
+            }
+        }
+    }
+    fn digest(&self) -> Option<WatchEvent> {
+        Some(event(Event::Digest(self.view.digest().to_bytes().to_vec())))
+    }
+    fn revision(&self) -> u64 {
+        self.view.view().revision
     }
 }
 
 /// The whole ENLS, as `EnlsChange`s.
 struct GlobalFeed {
     previous: Snapshot,
+    pending: std::vec::IntoIter<kpng_diff::Op>,
+}
+
+impl GlobalFeed {
+    fn diff_to(&mut self, snapshot: &Snapshot) {
+        self.pending = kpng_diff::diff(&self.previous, snapshot).into_iter();
+        self.previous = snapshot.clone();
+    }
 }
 
 impl Feed for GlobalFeed {
@@ -331,32 +575,53 @@ impl Feed for GlobalFeed {
     fn sync(revision: u64) -> GlobalEvent {
         global(GlobalKind::Sync(revision))
     }
-    fn start(&mut self, _: &Server, old: Option<&Snapshot>) {
-        if let Some(old) = old {
-            self.previous = old.clone();
-        }
+    fn resume(
+        &mut self,
+        _: &Server,
+        old: Option<&Snapshot>,
+        _: &[u8],
+        snapshot: &Snapshot,
+    ) -> Option<Resumed> {
+        self.previous = old?.clone();
+        self.diff_to(snapshot);
+        Some(Resumed::FromRevision)
     }
-    fn changes(&mut self, snapshot: &Snapshot) -> Vec<GlobalEvent> {
-        let ops = kpng_diff::diff(&self.previous, snapshot);
-        self.previous = snapshot.clone();
-        ops.chunks(CHANGES_PER_MESSAGE)
-            .map(|chunk| {
-                let changes = chunk
-                    .iter()
-                    .map(|op| match op {
-                        kpng_diff::Op::Set(k, v) => entries::to_wire(k, Some(v)),
-                        kpng_diff::Op::Delete(k) => entries::to_wire(k, None),
-                    })
-                    .collect();
-                global(GlobalKind::Changes(EnlsChanges { changes }))
+    fn full(&mut self, _: &Server, snapshot: &Snapshot) {
+        self.previous = kpng_store::Store::new().snapshot();
+        self.diff_to(snapshot);
+    }
+    fn advance(&mut self, _: &Server, snapshot: &Snapshot) {
+        self.diff_to(snapshot);
+    }
+    fn next_message(&mut self) -> Option<GlobalEvent> {
+        let changes: Vec<_> = self
+            .pending
+            .by_ref()
+            .take(CHANGES_PER_MESSAGE)
+            .map(|op| match op {
+                kpng_diff::Op::Set(k, v) => entries::to_wire(&k, Some(&v)),
+                kpng_diff::Op::Delete(k) => entries::to_wire(&k, None),
             })
-            .collect()
+            .collect();
+        (!changes.is_empty()).then(|| global(GlobalKind::Changes(EnlsChanges { changes })))
+    }
+    fn digest(&self) -> Option<GlobalEvent> {
+        None
+    }
+    fn revision(&self) -> u64 {
+        self.previous.revision()
     }
 }
 
 /// A random server instance id (from the OS's random source, via the
 /// standard library's hasher keys).
 fn instance_id() -> u64 {
+    random_u64().max(1)
+}
+
+/// A random number: the standard library's hasher keys are drawn from the
+/// OS's random source, and the clock makes each call differ.
+fn random_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u128(
@@ -364,7 +629,7 @@ fn instance_id() -> u64 {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos()),
     );
-    hasher.finish().max(1)
+    hasher.finish()
 }
 
 fn event(event: Event) -> WatchEvent {
@@ -373,6 +638,17 @@ fn event(event: Event) -> WatchEvent {
 
 fn global(event: GlobalKind) -> GlobalEvent {
     GlobalEvent { event: Some(event) }
+}
+
+/// The gRPC service, with compression negotiated: a watcher that accepts
+/// zstd or gzip gets it.
+fn service(server: Server) -> EnlsServer<Server> {
+    use tonic::codec::CompressionEncoding::{Gzip, Zstd};
+    EnlsServer::new(server)
+        .send_compressed(Zstd)
+        .send_compressed(Gzip)
+        .accept_compressed(Zstd)
+        .accept_compressed(Gzip)
 }
 
 #[tonic::async_trait]
@@ -386,11 +662,11 @@ impl Enls for Server {
     ) -> Result<Response<Self::WatchAllStream>, Status> {
         let request = request.into_inner();
         let (tx, rx) = mpsc::channel(QUEUE);
-        let since = (request.since_instance, request.since_revision);
         let feed = GlobalFeed {
             previous: kpng_store::Store::new().snapshot(),
+            pending: Vec::new().into_iter(),
         };
-        tokio::spawn(self.clone().pump(feed, since, tx));
+        tokio::spawn(self.clone().pump(feed, Since::from(&request), tx));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
@@ -403,10 +679,11 @@ impl Enls for Server {
             return Err(Status::invalid_argument("name a node"));
         }
         let (tx, rx) = mpsc::channel(QUEUE);
-        let since = (request.since_instance, request.since_revision);
+        let since = Since::from(&request);
         let feed = NodeFeed {
+            view: SharedNodeView::empty(request.node.as_str()),
             node: request.node,
-            projector: None,
+            pending: Pending::None,
         };
         tokio::spawn(self.clone().pump(feed, since, tx));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
@@ -545,7 +822,7 @@ pub async fn serve_tcp(
         .client_ca_root(Certificate::from_pem(&tls.ca));
     tonic::transport::Server::builder()
         .tls_config(config)?
-        .add_service(EnlsServer::new(server))
+        .add_service(service(server))
         .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
         .await?;
     Ok(())
@@ -600,7 +877,7 @@ pub async fn connect(address: &Address) -> Result<EnlsClient<tonic::transport::C
 /// When the transport fails.
 pub async fn serve(listener: tokio::net::UnixListener, server: Server) -> Result<(), Error> {
     tonic::transport::Server::builder()
-        .add_service(EnlsServer::new(server))
+        .add_service(service(server))
         .serve_with_incoming(UnixListenerStream::new(listener))
         .await?;
     Ok(())
@@ -625,16 +902,21 @@ pub async fn connect_unix(path: &Path) -> Result<EnlsClient<tonic::transport::Ch
     Ok(EnlsClient::new(channel))
 }
 
-/// Settings of [`run_agent`].
+/// Settings of [`run_agent`] and [`run_mirror`].
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct AgentConfig {
-    /// The first reconnect delay; it doubles up to `max_retry`.
+    /// The first reconnect delay; it doubles up to `max_retry`, and each
+    /// delay is drawn at random between half of it and all of it, so that
+    /// agents cut off together do not come back together.
     pub retry: Duration,
     /// The longest reconnect delay.
     pub max_retry: Duration,
     /// Return after the first successful sync.
     pub once: bool,
+    /// Ask the server to compress the stream (zstd): worth it over a
+    /// network, not over a local unix socket. Off by default.
+    pub compress: bool,
 }
 
 impl Default for AgentConfig {
@@ -643,15 +925,70 @@ impl Default for AgentConfig {
             retry: Duration::from_millis(200),
             max_retry: Duration::from_secs(10),
             once: false,
+            compress: false,
+        }
+    }
+}
+
+/// Reconnect delays: exponential, capped, with jitter.
+#[derive(Debug)]
+struct Backoff {
+    first: Duration,
+    max: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    fn new(config: &AgentConfig) -> Self {
+        Self {
+            first: config.retry,
+            max: config.max_retry.max(config.retry),
+            next: config.retry,
+        }
+    }
+
+    fn reset(&mut self) {
+        self.next = self.first;
+    }
+
+    /// The next delay: uniform in [d/2, d] for the current step d, which
+    /// then doubles up to the cap.
+    fn next_delay(&mut self) -> Duration {
+        let step = self.next;
+        self.next = (step * 2).min(self.max);
+        let half = step / 2;
+        let span = u64::try_from((step - half).as_nanos()).unwrap_or(u64::MAX);
+        half + Duration::from_nanos(random_u64() % span.saturating_add(1))
+    }
+}
+
+/// What an agent holds: the server instance and revision of its view,
+/// and the view's digest.
+#[derive(Clone, Debug, Default)]
+struct Held {
+    instance: u64,
+    revision: u64,
+    digest: Vec<u8>,
+}
+
+impl Held {
+    fn request(&self, node: &str) -> WatchRequest {
+        WatchRequest {
+            node: node.to_owned(),
+            since_revision: self.revision,
+            since_instance: self.instance,
+            since_digest: self.digest.clone(),
         }
     }
 }
 
 /// Keeps `sink` in line with `node`'s view from the server at `address`:
-/// connects (retrying with backoff), streams, applies each batch and syncs
-/// at each `sync`; after a disconnect it resumes from the revision it
-/// holds. A sink failure makes it start over from a full view. Returns
-/// after the first sync with `once`; otherwise runs until dropped.
+/// connects (retrying with jittered backoff), streams, applies each batch
+/// and syncs at each `sync`; after a disconnect it resumes from the
+/// revision it holds, or, on a restarted server or another replica, from
+/// the digest of the view it holds. A sink failure makes it start over
+/// from a full view. Returns after the first sync with `once`; otherwise
+/// runs until dropped.
 ///
 /// # Errors
 /// With `once`, the first failure; otherwise never.
@@ -661,24 +998,35 @@ pub async fn run_agent<S: IncrementalSink + ?Sized>(
     sink: &mut S,
     config: &AgentConfig,
 ) -> Result<(), Error> {
-    let mut held = (0u64, 0u64);
-    let mut retry = config.retry;
+    let mut held = Held::default();
+    let mut backoff = Backoff::new(config);
     loop {
-        match session(address, node, sink, &mut held, config.once).await {
+        match session(address, node, sink, &mut held, config).await {
             Ok(()) if config.once => return Ok(()),
-            Ok(()) => retry = config.retry,
+            Ok(()) => backoff.reset(),
             Err(e) if config.once => return Err(e),
             Err(e) => {
-                tracing::warn!(error = %e, retry_in = ?retry, revision = held.1, "ENLS watch lost; reconnecting");
+                tracing::warn!(error = %e, revision = held.revision, "ENLS watch lost; reconnecting");
                 if matches!(e, Error::Sink(_)) {
                     // The sink's state is unknown: start over.
-                    held = (0, 0);
+                    held = Held::default();
                 }
             }
         }
-        tokio::time::sleep(retry).await;
-        retry = (retry * 2).min(config.max_retry);
+        tokio::time::sleep(backoff.next_delay()).await;
     }
+}
+
+async fn client(
+    address: &Address,
+    config: &AgentConfig,
+) -> Result<EnlsClient<tonic::transport::Channel>, Error> {
+    let client = connect(address).await?;
+    Ok(if config.compress {
+        client.accept_compressed(tonic::codec::CompressionEncoding::Zstd)
+    } else {
+        client
+    })
 }
 
 /// One connection: streams until it ends (or, with `once`, until the
@@ -687,32 +1035,37 @@ async fn session<S: IncrementalSink + ?Sized>(
     address: &Address,
     node: &str,
     sink: &mut S,
-    held: &mut (u64, u64),
-    once: bool,
+    held: &mut Held,
+    config: &AgentConfig,
 ) -> Result<(), Error> {
-    let mut client = connect(address).await?;
-    let mut stream = client
-        .watch(WatchRequest {
-            node: node.to_owned(),
-            since_revision: held.1,
-            since_instance: held.0,
-        })
+    let mut stream = client(address, config)
+        .await?
+        .watch(held.request(node))
         .await?
         .into_inner();
-    let mut instance = 0;
+    let (mut instance, mut digest) = (0, Vec::new());
     while let Some(message) = stream.message().await? {
         match message.event {
             Some(Event::Instance(id)) => instance = id,
-            Some(Event::Reset(_)) => sink.reset(),
+            Some(Event::Reset(_)) => {
+                // What is held is gone, whatever happens next.
+                *held = Held::default();
+                sink.reset();
+            }
             Some(Event::Changes(changes)) => {
                 for change in changes.changes {
                     sink.apply(&wire::from_wire(change)?)?;
                 }
             }
+            Some(Event::Digest(d)) => digest = d,
             Some(Event::Sync(revision)) => {
                 sink.sync(revision)?;
-                *held = (instance, revision);
-                if once {
+                *held = Held {
+                    instance,
+                    revision,
+                    digest: std::mem::take(&mut digest),
+                };
+                if config.once {
                     return Ok(());
                 }
             }
@@ -736,36 +1089,31 @@ pub async fn run_mirror(
     store: &mut kpng_store::Store,
     config: &AgentConfig,
 ) -> Result<(), Error> {
-    let mut held = (0u64, 0u64);
-    let mut retry = config.retry;
+    let mut held = Held::default();
+    let mut backoff = Backoff::new(config);
     loop {
-        match mirror_session(address, store, &mut held, config.once).await {
+        match mirror_session(address, store, &mut held, config).await {
             Ok(()) if config.once => return Ok(()),
-            Ok(()) => retry = config.retry,
+            Ok(()) => backoff.reset(),
             Err(e) if config.once => return Err(e),
             Err(e) => {
-                tracing::warn!(error = %e, retry_in = ?retry, "ENLS global watch lost; reconnecting");
+                tracing::warn!(error = %e, "ENLS global watch lost; reconnecting");
             }
         }
-        tokio::time::sleep(retry).await;
-        retry = (retry * 2).min(config.max_retry);
+        tokio::time::sleep(backoff.next_delay()).await;
     }
 }
 
 async fn mirror_session(
     address: &Address,
     store: &mut kpng_store::Store,
-    held: &mut (u64, u64),
-    once: bool,
+    held: &mut Held,
+    config: &AgentConfig,
 ) -> Result<(), Error> {
     use kpng_model::Kind;
-    let mut client = connect(address).await?;
-    let mut stream = client
-        .watch_all(WatchRequest {
-            node: String::new(),
-            since_revision: held.1,
-            since_instance: held.0,
-        })
+    let mut stream = client(address, config)
+        .await?
+        .watch_all(held.request(""))
         .await?
         .into_inner();
     let (mut instance, mut reset, mut pending) = (0, false, Vec::new());
@@ -801,8 +1149,12 @@ async fn mirror_session(
                 for kind in [Kind::Node, Kind::Service, Kind::Endpoint] {
                     store.mark_synced(kind);
                 }
-                *held = (instance, revision);
-                if once {
+                *held = Held {
+                    instance,
+                    revision,
+                    digest: Vec::new(),
+                };
+                if config.once {
                     return Ok(());
                 }
             }

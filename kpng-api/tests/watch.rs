@@ -374,3 +374,114 @@ async fn a_chained_server_mirrors_the_whole_enls() {
     let _ = std::fs::remove_file(&up_path);
     let _ = std::fs::remove_file(&down_path);
 }
+
+/// Reads a stream up to its first sync: the events, and their bytes.
+async fn first_round(
+    stream: &mut tonic::Streaming<kpng_model::v1::WatchEvent>,
+) -> (Vec<kpng_model::v1::WatchEvent>, usize) {
+    use prost::Message as _;
+    let (mut events, mut bytes) = (Vec::new(), 0);
+    loop {
+        let message = stream.message().await.expect("message").expect("open");
+        bytes += message.encoded_len();
+        let sync = matches!(message.event, Some(Event::Sync(_)));
+        events.push(message);
+        if sync {
+            return (events, bytes);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_server_with_the_same_view_sends_no_reset() {
+    let cluster = cluster();
+    let node = "node-2";
+    let first = store(&cluster);
+    let path = socket("digest");
+    let server = Server::new(first.reader());
+    let serving = tokio::spawn(serve(bind_unix(&path).expect("bind"), server.clone()));
+    let (seen, _agent) = agent(path.clone(), node);
+    assert_eq!(converged(&seen, &first, node).await, 1, "one full round");
+
+    // The server restarts onto another store holding the same content at
+    // other revision numbers (a change made and undone).
+    server.close_streams();
+    serving.abort();
+    let _ = serving.await;
+    let mut second = store(&cluster);
+    flip(&mut second, &cluster, 1);
+    let (name, ip, endpoint) = cluster.endpoints[1].clone();
+    let mut txn = second.begin();
+    txn.set_endpoint(name, ip, endpoint);
+    txn.commit();
+    assert_ne!(second.revision(), first.revision());
+    let restarted = Server::new(second.reader());
+    let serving = tokio::spawn(serve(bind_unix(&path).expect("bind"), restarted.clone()));
+    assert_eq!(
+        converged(&seen, &second, node).await,
+        1,
+        "resumed on the digest, not reset"
+    );
+    let stats = restarted.stats();
+    assert_eq!(
+        (stats.full_views, stats.resumed_by_digest),
+        (0, 1),
+        "{stats:?}"
+    );
+
+    // What such a resume costs on the wire: instance, digest, sync.
+    let mut client = connect_unix(&path).await.expect("connect");
+    let mut stream = client
+        .watch(WatchRequest {
+            node: node.into(),
+            ..Default::default()
+        })
+        .await
+        .expect("watch")
+        .into_inner();
+    let (events, full_bytes) = first_round(&mut stream).await;
+    let digest = events
+        .iter()
+        .find_map(|e| match &e.event {
+            Some(Event::Digest(d)) => Some(d.clone()),
+            _ => None,
+        })
+        .expect("a digest before the sync");
+    drop(stream);
+    let mut stream = client
+        .watch(WatchRequest {
+            node: node.into(),
+            since_digest: digest.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("watch")
+        .into_inner();
+    let (events, bytes) = first_round(&mut stream).await;
+    assert_eq!(events.len(), 3, "{events:?}");
+    assert!(
+        bytes < 100,
+        "{bytes} bytes to resume (the full view: {full_bytes})"
+    );
+
+    // A changed view does not match the digest: a reset and the view.
+    flip(&mut second, &cluster, 2);
+    let mut stream = client
+        .watch(WatchRequest {
+            node: node.into(),
+            since_digest: digest,
+            ..Default::default()
+        })
+        .await
+        .expect("watch")
+        .into_inner();
+    let (events, _) = first_round(&mut stream).await;
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e.event, Some(Event::Reset(_)))),
+        "a stale digest resets"
+    );
+    serving.abort();
+    let _ = std::fs::remove_file(&path);
+}
