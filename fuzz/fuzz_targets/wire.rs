@@ -10,15 +10,14 @@ fuzz_target!(|data: &[u8]| {
     let _ = WatchRequest::decode(data);
     if let Ok(event) = WatchEvent::decode(data) {
         if let Some(kpng_model::v1::watch_event::Event::Changes(changes)) = event.event {
-            for change in changes.changes {
-                let _ = kpng_model::view::wire::from_wire(change);
-            }
+            decode(changes);
         }
     }
     if let Ok(changes) = ViewChanges::decode(data) {
-        for change in changes.changes {
+        for change in changes.changes.clone() {
             let _ = kpng_model::view::wire::from_wire(change);
         }
+        decode(changes);
     }
     if let Ok(changes) = EnlsChanges::decode(data) {
         for change in changes.changes {
@@ -27,3 +26,11 @@ fuzz_target!(|data: &[u8]| {
     }
     let _ = GlobalEvent::decode(data);
 });
+
+/// A batch through the compact decoder (round tables, indices, byte
+/// addresses), twice: the second batch refers to the first one's tables.
+fn decode(changes: ViewChanges) {
+    let mut decoder = kpng_model::view::compact::Decoder::new();
+    let _ = decoder.batch::<kpng_model::Error>(changes.clone(), |_| Ok(()));
+    let _ = decoder.batch::<kpng_model::Error>(changes, |_| Ok(()));
+}

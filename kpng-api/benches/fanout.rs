@@ -103,7 +103,7 @@ fn main() {
     let mut per_node_rss = Vec::new();
     for &nodes in &counts {
         let (mut server, mut to_server, mut from_server) =
-            spawn_server(&socket, services, nodes, 0);
+            spawn_server(&socket, services, nodes, 0, 0);
         let mut watchers = Command::new(std::env::current_exe().unwrap())
             .args(["--client", socket.to_str().unwrap()])
             .args(["--nodes", &nodes.to_string()])
@@ -160,7 +160,7 @@ fn main() {
         // 3. Restart onto the same content at other revision numbers.
         server.kill().unwrap();
         let _ = server.wait();
-        let (mut server, to_server, _from) = spawn_server(&socket, services, nodes, 3);
+        let (mut server, to_server, _from) = spawn_server(&socket, services, nodes, 3, 1);
         let resumed = next();
         let w: Vec<f64> = resumed
             .split_whitespace()
@@ -196,7 +196,7 @@ fn main() {
 
     // 10 watchers re-reading whole views in a loop.
     let nodes = counts.iter().copied().max().unwrap_or(100);
-    let (mut server, to_server, _from) = spawn_server(&socket, services, nodes, 0);
+    let (mut server, to_server, _from) = spawn_server(&socket, services, nodes, 0, 0);
     let before = rss_mib(server.id(), "VmRSS:");
     let out = Command::new(std::env::current_exe().unwrap())
         .args(["--reread", socket.to_str().unwrap()])
@@ -225,12 +225,14 @@ fn spawn_server(
     services: usize,
     nodes: usize,
     skew: usize,
+    flips: usize,
 ) -> (Child, ChildStdin, Lines) {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--server", socket.to_str().unwrap()])
         .args(["--services", &services.to_string()])
         .args(["--nodes", &nodes.to_string()])
         .args(["--skew", &skew.to_string()])
+        .args(["--flips", &flips.to_string()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -277,12 +279,21 @@ fn server(socket: &Path) {
         ep.serving = ready;
         ep
     };
+    // Other revision numbers, the same content: changes made and undone.
     for _ in 0..num("--skew", 0) {
         for ready in [false, true] {
             let mut txn = store.begin();
             txn.set_endpoint(name.clone(), ip, flipped(ready));
             txn.commit();
         }
+    }
+    // The state after `--flips` flips of the endpoint.
+    let mut ready = true;
+    for _ in 0..num("--flips", 0) {
+        ready = !ready;
+        let mut txn = store.begin();
+        txn.set_endpoint(name.clone(), ip, flipped(ready));
+        txn.commit();
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -292,7 +303,6 @@ fn server(socket: &Path) {
     let listener = runtime.block_on(async { bind_unix(socket) }).unwrap();
     runtime.spawn(serve(listener, Server::new(store.reader())));
     println!("ready");
-    let mut ready = true;
     for line in std::io::stdin().lines() {
         if line.unwrap() == "flip" {
             ready = !ready;

@@ -76,10 +76,8 @@ use kpng_model::entries;
 use kpng_model::v1::enls_client::EnlsClient;
 use kpng_model::v1::enls_server::{Enls, EnlsServer};
 use kpng_model::v1::global_event::Event as GlobalKind;
-use kpng_model::v1::{
-    EnlsChanges, GlobalEvent, ViewChanges, WatchEvent, WatchRequest, watch_event::Event,
-};
-use kpng_model::view::{NodeView, ViewDigest, ViewOp, wire};
+use kpng_model::v1::{EnlsChanges, GlobalEvent, WatchEvent, WatchRequest, watch_event::Event};
+use kpng_model::view::{NodeView, ViewDigest, ViewOp, compact};
 use kpng_sink::IncrementalSink;
 use kpng_store::{Reader, Snapshot};
 use tokio::sync::mpsc;
@@ -402,8 +400,8 @@ trait Feed: Send + 'static {
     fn advance(&mut self, server: &Server, snapshot: &Snapshot);
     /// The next batch of pending changes, or `None` when all are out.
     fn next_message(&mut self) -> Option<Self::Message>;
-    /// The message sent before each sync, if any.
-    fn digest(&self) -> Option<Self::Message>;
+    /// The message sent before each sync, if any (the round ends there).
+    fn digest(&mut self) -> Option<Self::Message>;
     /// The revision reached.
     fn revision(&self) -> u64;
 }
@@ -413,6 +411,8 @@ struct NodeFeed {
     node: String,
     view: SharedNodeView,
     pending: Pending,
+    /// The round's tables (compact endpoints).
+    encoder: compact::Encoder,
 }
 
 /// Changes still to send.
@@ -441,12 +441,12 @@ enum Cursor {
 }
 
 impl FullView {
-    fn next_batch(&mut self) -> Option<Vec<kpng_model::v1::ViewChange>> {
+    fn next_batch(&mut self) -> Option<Vec<ViewOp>> {
         let mut out = Vec::new();
         if !std::mem::replace(&mut self.node_sent, true)
             && let Some(node) = &self.view.node
         {
-            out.push(wire::to_wire(&ViewOp::SetNode(node.clone())));
+            out.push(ViewOp::SetNode(node.clone()));
         }
         let start = match self.next.take() {
             Some(Cursor::Done) => return None,
@@ -471,7 +471,7 @@ impl FullView {
                     None => ViewOp::SetService(service.service.clone()),
                     Some(endpoint) => ViewOp::SetEndpoint(name.clone(), endpoint.clone()),
                 };
-                out.push(wire::to_wire(&op));
+                out.push(op);
             }
         }
         self.next = Some(Cursor::Done);
@@ -524,26 +524,25 @@ impl Feed for NodeFeed {
         }
     }
     fn next_message(&mut self) -> Option<WatchEvent> {
-        let changes = match &mut self.pending {
+        let ops = match &mut self.pending {
             Pending::None => None,
             Pending::Ops(ops) => {
-                let batch: Vec<_> = ops
-                    .take(CHANGES_PER_MESSAGE)
-                    .map(|op| wire::to_wire(&op))
-                    .collect();
+                let batch: Vec<_> = ops.take(CHANGES_PER_MESSAGE).collect();
                 (!batch.is_empty()).then_some(batch)
             }
             Pending::Full(full) => full.next_batch(),
         };
-        match changes {
-            Some(changes) => Some(event(Event::Changes(ViewChanges { changes }))),
+        match ops {
+            Some(ops) => Some(event(Event::Changes(self.encoder.batch(&ops)))),
             None => {
                 self.pending = Pending::None;
                 None
             }
         }
     }
-    fn digest(&self) -> Option<WatchEvent> {
+    fn digest(&mut self) -> Option<WatchEvent> {
+        // The round ends with the sync that follows.
+        self.encoder.end_round();
         Some(event(Event::Digest(self.view.digest().to_bytes().to_vec())))
     }
     fn revision(&self) -> u64 {
@@ -605,7 +604,7 @@ impl Feed for GlobalFeed {
             .collect();
         (!changes.is_empty()).then(|| global(GlobalKind::Changes(EnlsChanges { changes })))
     }
-    fn digest(&self) -> Option<GlobalEvent> {
+    fn digest(&mut self) -> Option<GlobalEvent> {
         None
     }
     fn revision(&self) -> u64 {
@@ -684,6 +683,7 @@ impl Enls for Server {
             view: SharedNodeView::empty(request.node.as_str()),
             node: request.node,
             pending: Pending::None,
+            encoder: compact::Encoder::new(),
         };
         tokio::spawn(self.clone().pump(feed, since, tx));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
@@ -1044,6 +1044,7 @@ async fn session<S: IncrementalSink + ?Sized>(
         .await?
         .into_inner();
     let (mut instance, mut digest) = (0, Vec::new());
+    let mut decoder = compact::Decoder::new();
     while let Some(message) = stream.message().await? {
         match message.event {
             Some(Event::Instance(id)) => instance = id,
@@ -1053,12 +1054,11 @@ async fn session<S: IncrementalSink + ?Sized>(
                 sink.reset();
             }
             Some(Event::Changes(changes)) => {
-                for change in changes.changes {
-                    sink.apply(&wire::from_wire(change)?)?;
-                }
+                decoder.batch(changes, |op| sink.apply(&op).map_err(Error::from))?;
             }
             Some(Event::Digest(d)) => digest = d,
             Some(Event::Sync(revision)) => {
+                decoder.end_round();
                 sink.sync(revision)?;
                 *held = Held {
                     instance,

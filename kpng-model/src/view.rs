@@ -426,14 +426,14 @@ pub mod wire {
     use crate::v1::{self, view_change::Change};
     use crate::{Error, ServiceName};
 
-    fn service_ref(name: &ServiceName) -> v1::ServiceRef {
+    pub(super) fn service_ref(name: &ServiceName) -> v1::ServiceRef {
         v1::ServiceRef {
             namespace: name.namespace().to_owned(),
             name: name.name().to_owned(),
         }
     }
 
-    fn service_name(r: Option<&v1::ServiceRef>) -> Result<ServiceName, Error> {
+    pub(super) fn service_name(r: Option<&v1::ServiceRef>) -> Result<ServiceName, Error> {
         let r = r.ok_or_else(|| missing("service"))?;
         Ok(ServiceName::new(&r.namespace, &r.name))
     }
@@ -510,6 +510,408 @@ pub mod wire {
                 service_name(del.service.as_ref())?,
                 ip("delete_endpoint.ip", &del.ip)?,
             ),
+            Change::SetEndpoints(_) => {
+                return Err(Error::InvalidAddress {
+                    field: "ViewChange.set_endpoints".into(),
+                    value: "compact: decode its batch with view::compact::Decoder".into(),
+                });
+            }
         })
+    }
+}
+
+/// Batches of [`ViewOp`]s on the wire in compact form
+/// (`kpng.model.v1.ViewChanges` with round tables): endpoints as
+/// `SetEndpoints` (addresses as bytes, flags as bits, node names, zones,
+/// hints and port lists as indices into tables sent once per round).
+pub mod compact {
+    use std::collections::HashMap;
+    use std::net::IpAddr;
+    use std::sync::Arc;
+
+    use super::{EndpointView, ViewOp, wire};
+    use crate::v1::{self, view_change::Change};
+    use crate::{Error, ServiceName};
+
+    const READY: u32 = 1;
+    const SERVING: u32 = 2;
+    const TERMINATING: u32 = 4;
+    const IS_LOCAL: u32 = 8;
+    const CLUSTER: u32 = 16;
+    const LOCAL: u32 = 32;
+
+    fn ip_bytes(ip: &IpAddr) -> Vec<u8> {
+        match ip {
+            IpAddr::V4(v4) => v4.octets().to_vec(),
+            IpAddr::V6(v6) => v6.octets().to_vec(),
+        }
+    }
+
+    fn ip_from(field: &str, bytes: &[u8]) -> Result<IpAddr, Error> {
+        let bad = || Error::InvalidAddress {
+            field: format!("CompactEndpoint.{field}"),
+            value: format!("{bytes:02x?}"),
+        };
+        Ok(match bytes.len() {
+            4 => IpAddr::from(<[u8; 4]>::try_from(bytes).map_err(|_| bad())?),
+            16 => IpAddr::from(<[u8; 16]>::try_from(bytes).map_err(|_| bad())?),
+            _ => return Err(bad()),
+        })
+    }
+
+    /// The single address of `texts` when it is in canonical form.
+    fn canonical(texts: &[String]) -> Option<Option<IpAddr>> {
+        match texts {
+            [] => Some(None),
+            [one] => {
+                let ip: IpAddr = one.parse().ok()?;
+                (ip.to_string() == *one).then_some(Some(ip))
+            }
+            _ => None,
+        }
+    }
+
+    /// Encodes batches of one round; [`end_round`](Self::end_round) at
+    /// each sync.
+    #[derive(Debug, Default)]
+    pub struct Encoder {
+        strings: HashMap<String, u32>,
+        port_lists: HashMap<Vec<v1::EndpointPort>, u32>,
+    }
+
+    impl Encoder {
+        /// An encoder at the start of a round.
+        pub fn new() -> Self {
+            Self::default()
+        }
+
+        /// The round ended (a sync was sent): the tables start over.
+        pub fn end_round(&mut self) {
+            self.strings.clear();
+            self.port_lists.clear();
+        }
+
+        fn string(&mut self, batch: &mut v1::ViewChanges, text: &str) -> u32 {
+            if text.is_empty() {
+                return 0;
+            }
+            if let Some(i) = self.strings.get(text) {
+                return *i;
+            }
+            let i = u32::try_from(self.strings.len() + 1).unwrap_or(u32::MAX);
+            self.strings.insert(text.to_owned(), i);
+            batch.strings.push(text.to_owned());
+            i
+        }
+
+        fn ports(&mut self, batch: &mut v1::ViewChanges, ports: &[v1::EndpointPort]) -> u32 {
+            if ports.is_empty() {
+                return 0;
+            }
+            if let Some(i) = self.port_lists.get(ports) {
+                return *i;
+            }
+            let i = u32::try_from(self.port_lists.len() + 1).unwrap_or(u32::MAX);
+            self.port_lists.insert(ports.to_vec(), i);
+            batch.port_lists.push(v1::PortList {
+                ports: ports.to_vec(),
+            });
+            i
+        }
+
+        /// The compact form of an endpoint, or `None` when it does not
+        /// fit (an address not in canonical form, or more than one per
+        /// family): it then goes as a plain `SetEndpoint`.
+        fn endpoint(
+            &mut self,
+            batch: &mut v1::ViewChanges,
+            e: &EndpointView,
+        ) -> Option<v1::CompactEndpoint> {
+            let ep = &e.endpoint;
+            let addresses = ep.addresses.clone().unwrap_or_default();
+            let v4 = canonical(&addresses.v4)?;
+            let v6 = canonical(&addresses.v6)?;
+            let other = match e.ip {
+                IpAddr::V4(_) if v4 == Some(e.ip) => v6,
+                IpAddr::V6(_) if v6 == Some(e.ip) => v4,
+                _ => return None,
+            };
+            let flag = |on: bool, bit: u32| if on { bit } else { 0 };
+            let flags = flag(ep.ready, READY)
+                | flag(ep.serving, SERVING)
+                | flag(ep.terminating, TERMINATING)
+                | flag(e.is_local, IS_LOCAL)
+                | flag(e.cluster, CLUSTER)
+                | flag(e.local, LOCAL);
+            Some(v1::CompactEndpoint {
+                ip: ip_bytes(&e.ip),
+                flags,
+                node: self.string(batch, &ep.node_name),
+                zone: self.string(batch, &ep.zone),
+                ports: self.ports(batch, &ep.ports),
+                hint_zones: ep
+                    .hint_zones
+                    .iter()
+                    .map(|z| self.string(batch, z))
+                    .collect(),
+                hint_nodes: ep
+                    .hint_nodes
+                    .iter()
+                    .map(|n| self.string(batch, n))
+                    .collect(),
+                other_address: other.map(|ip| ip_bytes(&ip)).unwrap_or_default(),
+            })
+        }
+
+        /// One batch: `ops` in order, runs of endpoints of one Service as
+        /// one `SetEndpoints`, with the table entries they add.
+        pub fn batch<'a>(&mut self, ops: impl IntoIterator<Item = &'a ViewOp>) -> v1::ViewChanges {
+            let mut batch = v1::ViewChanges::default();
+            let mut run: Option<(ServiceName, Vec<v1::CompactEndpoint>)> = None;
+            let flush = |run: &mut Option<(ServiceName, Vec<v1::CompactEndpoint>)>,
+                         batch: &mut v1::ViewChanges| {
+                if let Some((name, endpoints)) = run.take() {
+                    batch.changes.push(v1::ViewChange {
+                        change: Some(Change::SetEndpoints(v1::SetEndpoints {
+                            service: Some(wire::service_ref(&name)),
+                            endpoints,
+                        })),
+                    });
+                }
+            };
+            for op in ops {
+                if let ViewOp::SetEndpoint(name, endpoint) = op
+                    && let Some(compact) = self.endpoint(&mut batch, endpoint)
+                {
+                    match &mut run {
+                        Some((current, endpoints)) if current == name => endpoints.push(compact),
+                        _ => {
+                            flush(&mut run, &mut batch);
+                            run = Some((name.clone(), vec![compact]));
+                        }
+                    }
+                    continue;
+                }
+                flush(&mut run, &mut batch);
+                batch.changes.push(wire::to_wire(op));
+            }
+            flush(&mut run, &mut batch);
+            batch
+        }
+    }
+
+    /// Decodes batches of one round; [`end_round`](Self::end_round) at
+    /// each sync and reset.
+    #[derive(Debug, Default)]
+    pub struct Decoder {
+        strings: Vec<String>,
+        port_lists: Vec<Vec<v1::EndpointPort>>,
+    }
+
+    impl Decoder {
+        /// A decoder at the start of a round.
+        pub fn new() -> Self {
+            Self::default()
+        }
+
+        /// The round ended: the tables start over.
+        pub fn end_round(&mut self) {
+            self.strings.clear();
+            self.port_lists.clear();
+        }
+
+        fn string(&self, i: u32) -> Result<String, Error> {
+            match i {
+                0 => Ok(String::new()),
+                i => self
+                    .strings
+                    .get(i as usize - 1)
+                    .cloned()
+                    .ok_or_else(|| bad_index("strings", i)),
+            }
+        }
+
+        /// The ops of one batch, in order, each handed to `op`.
+        ///
+        /// # Errors
+        /// [`Error::InvalidAddress`] naming what is missing, malformed or
+        /// out of the tables; or `op`'s error.
+        pub fn batch<E: From<Error>>(
+            &mut self,
+            batch: v1::ViewChanges,
+            mut op: impl FnMut(ViewOp) -> Result<(), E>,
+        ) -> Result<(), E> {
+            self.strings.extend(batch.strings);
+            self.port_lists
+                .extend(batch.port_lists.into_iter().map(|p| p.ports));
+            for change in batch.changes {
+                match change.change {
+                    Some(Change::SetEndpoints(set)) => {
+                        let name = wire::service_name(set.service.as_ref())?;
+                        for endpoint in set.endpoints {
+                            op(ViewOp::SetEndpoint(name.clone(), self.endpoint(endpoint)?))?;
+                        }
+                    }
+                    change => op(wire::from_wire(v1::ViewChange { change })?)?,
+                }
+            }
+            Ok(())
+        }
+
+        fn endpoint(&self, c: v1::CompactEndpoint) -> Result<EndpointView, Error> {
+            let ip = ip_from("ip", &c.ip)?;
+            let mut addrs = vec![ip];
+            if !c.other_address.is_empty() {
+                addrs.push(ip_from("other_address", &c.other_address)?);
+            }
+            let ports = match c.ports {
+                0 => Vec::new(),
+                i => self
+                    .port_lists
+                    .get(i as usize - 1)
+                    .cloned()
+                    .ok_or_else(|| bad_index("port_lists", i))?,
+            };
+            let strings = |list: Vec<u32>| -> Result<Vec<String>, Error> {
+                list.into_iter().map(|i| self.string(i)).collect()
+            };
+            let endpoint = v1::Endpoint {
+                addresses: Some(v1::IpSet::from_addrs(addrs)),
+                node_name: self.string(c.node)?,
+                zone: self.string(c.zone)?,
+                hint_zones: strings(c.hint_zones)?,
+                hint_nodes: strings(c.hint_nodes)?,
+                ready: c.flags & READY != 0,
+                serving: c.flags & SERVING != 0,
+                terminating: c.flags & TERMINATING != 0,
+                ports,
+            };
+            Ok(EndpointView {
+                ip,
+                endpoint: Arc::new(endpoint),
+                is_local: c.flags & IS_LOCAL != 0,
+                cluster: c.flags & CLUSTER != 0,
+                local: c.flags & LOCAL != 0,
+            })
+        }
+    }
+
+    fn bad_index(table: &str, i: u32) -> Error {
+        Error::InvalidAddress {
+            field: format!("ViewChanges.{table}"),
+            value: format!("index {i} beyond the round's table"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::compact::{Decoder, Encoder};
+    use super::{EndpointView, ViewOp};
+    use crate::ServiceName;
+    use crate::v1::{Endpoint, EndpointPort, IpSet, Node, Service};
+
+    fn endpoint(addrs: &[&str], node: &str, hints: &[&str]) -> Endpoint {
+        Endpoint {
+            addresses: Some(IpSet {
+                v4: addrs
+                    .iter()
+                    .filter(|a| !a.contains(':'))
+                    .map(|a| a.to_string())
+                    .collect(),
+                v6: addrs
+                    .iter()
+                    .filter(|a| a.contains(':'))
+                    .map(|a| a.to_string())
+                    .collect(),
+            }),
+            node_name: node.into(),
+            zone: "zone-a".into(),
+            hint_zones: hints.iter().map(|h| h.to_string()).collect(),
+            hint_nodes: vec![node.into()],
+            ready: true,
+            serving: true,
+            terminating: node.is_empty(),
+            ports: vec![EndpointPort {
+                name: "http".into(),
+                protocol: 1,
+                port: 8080,
+            }],
+        }
+    }
+
+    fn set(name: &ServiceName, ip: &str, ep: &Arc<Endpoint>, local: bool) -> ViewOp {
+        ViewOp::SetEndpoint(
+            name.clone(),
+            EndpointView {
+                ip: ip.parse().expect("ip"),
+                endpoint: ep.clone(),
+                is_local: local,
+                cluster: !local,
+                local,
+            },
+        )
+    }
+
+    #[test]
+    fn compact_batches_decode_to_the_same_ops() {
+        let web = ServiceName::new("default", "web");
+        let dns = ServiceName::new("kube-system", "dns");
+        let dual = Arc::new(endpoint(&["10.0.0.1", "fd00::1"], "node-a", &["zone-a"]));
+        let plain = Arc::new(endpoint(&["10.0.0.2"], "", &[]));
+        // Not canonical text: goes as a plain SetEndpoint.
+        let odd = Arc::new(endpoint(&["10.0.0.03"], "node-b", &[]));
+        let two = Arc::new(endpoint(&["10.0.0.4", "10.0.0.5"], "node-b", &[]));
+        let first = vec![
+            ViewOp::SetNode(Arc::new(Node {
+                name: "node-a".into(),
+                ..Default::default()
+            })),
+            ViewOp::SetService(Arc::new(Service {
+                namespace: "default".into(),
+                name: "web".into(),
+                ..Default::default()
+            })),
+            set(&web, "10.0.0.1", &dual, true),
+            set(&web, "fd00::1", &dual, false),
+            set(&web, "10.0.0.3", &odd, false),
+            set(&web, "10.0.0.2", &plain, false),
+        ];
+        let second = vec![
+            set(&dns, "10.0.0.4", &two, false),
+            ViewOp::DeleteEndpoint(dns.clone(), "10.0.0.9".parse().expect("ip")),
+            set(&dns, "10.0.0.2", &plain, true),
+            ViewOp::DeleteService(web.clone()),
+        ];
+        let mut encoder = Encoder::new();
+        let batches = [encoder.batch(&first), encoder.batch(&second)];
+        // The second batch reuses the first one's table entries.
+        assert!(batches[1].strings.is_empty(), "{:?}", batches[1].strings);
+        assert!(batches[1].port_lists.is_empty());
+        let mut decoder = Decoder::new();
+        let mut ops = Vec::new();
+        for batch in batches {
+            decoder
+                .batch::<crate::Error>(batch, |op| {
+                    ops.push(op);
+                    Ok(())
+                })
+                .expect("decodes");
+        }
+        assert_eq!(ops, [first, second].concat());
+
+        // A new round starts with empty tables: an index from the old
+        // one is refused by name.
+        encoder.end_round();
+        decoder.end_round();
+        let mut stale = Encoder::new().batch(&[set(&web, "10.0.0.2", &plain, false)]);
+        stale.strings.clear();
+        stale.port_lists.clear();
+        let error = decoder
+            .batch::<crate::Error>(stale, |_| Ok(()))
+            .expect_err("no table");
+        assert!(error.to_string().contains("ViewChanges."), "{error}");
     }
 }
