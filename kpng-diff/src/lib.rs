@@ -13,6 +13,11 @@
 //!   revision after revision in O(changed Services), and yields
 //!   [`ViewOp`](kpng_model::view::ViewOp)s or drives a sink through
 //!   [`NodeProjector::sync_into`]. No backend ever re-implements the rules.
+//! - **Many nodes at once.** [`SharedViews`] keeps, per zone, the view a
+//!   node with nothing of its own would have, and builds each node's view
+//!   on it with only the node's own Services added: what a server
+//!   streaming thousands of nodes' views holds per node is what is that
+//!   node's own ([`SharedNodeView`]).
 //! - **The driver.** [`drive`] keeps a sink in line with a store: it waits
 //!   for the initial lists, rate-limits syncs with [`SyncLimiter`] (bursts
 //!   of revisions collapse into one transaction), and retries failures with

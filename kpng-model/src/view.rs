@@ -565,10 +565,30 @@ pub mod compact {
             [] => Some(None),
             [one] => {
                 let ip: IpAddr = one.parse().ok()?;
-                (ip.to_string() == *one).then_some(Some(ip))
+                is_canonical(&ip, one).then_some(Some(ip))
             }
             _ => None,
         }
+    }
+
+    /// Whether `text` is how `ip` prints (without allocating).
+    fn is_canonical(ip: &IpAddr, text: &str) -> bool {
+        use std::fmt::Write as _;
+        /// The longest IPv6 text (an IPv4-mapped address) fits.
+        struct Buf([u8; 48], usize);
+        impl std::fmt::Write for Buf {
+            fn write_str(&mut self, s: &str) -> std::fmt::Result {
+                let end = self.1 + s.len();
+                self.0
+                    .get_mut(self.1..end)
+                    .ok_or(std::fmt::Error)?
+                    .copy_from_slice(s.as_bytes());
+                self.1 = end;
+                Ok(())
+            }
+        }
+        let mut buf = Buf([0; 48], 0);
+        write!(buf, "{ip}").is_ok() && buf.0.get(..buf.1) == Some(text.as_bytes())
     }
 
     /// Encodes batches of one round; [`end_round`](Self::end_round) at
@@ -577,6 +597,10 @@ pub mod compact {
     pub struct Encoder {
         strings: HashMap<String, u32>,
         port_lists: HashMap<Vec<v1::EndpointPort>, u32>,
+        /// The last port list and zone looked up: endpoints in a row
+        /// mostly share them, and comparing is cheaper than hashing.
+        last_ports: Option<(Vec<v1::EndpointPort>, u32)>,
+        last_zone: Option<(String, u32)>,
     }
 
     impl Encoder {
@@ -587,8 +611,20 @@ pub mod compact {
 
         /// The round ended (a sync was sent): the tables start over.
         pub fn end_round(&mut self) {
-            self.strings.clear();
-            self.port_lists.clear();
+            // Dropped, not cleared: a full view's tables hold every node
+            // name, and an encoder lives as long as its stream.
+            *self = Self::default();
+        }
+
+        fn zone(&mut self, batch: &mut v1::ViewChanges, zone: &str) -> u32 {
+            match &self.last_zone {
+                Some((last, i)) if last == zone => *i,
+                _ => {
+                    let i = self.string(batch, zone);
+                    self.last_zone = Some((zone.to_owned(), i));
+                    i
+                }
+            }
         }
 
         fn string(&mut self, batch: &mut v1::ViewChanges, text: &str) -> u32 {
@@ -608,6 +644,17 @@ pub mod compact {
             if ports.is_empty() {
                 return 0;
             }
+            if let Some((last, i)) = &self.last_ports
+                && last == ports
+            {
+                return *i;
+            }
+            let i = self.port_list(batch, ports);
+            self.last_ports = Some((ports.to_vec(), i));
+            i
+        }
+
+        fn port_list(&mut self, batch: &mut v1::ViewChanges, ports: &[v1::EndpointPort]) -> u32 {
             if let Some(i) = self.port_lists.get(ports) {
                 return *i;
             }
@@ -647,7 +694,7 @@ pub mod compact {
                 ip: ip_bytes(&e.ip),
                 flags,
                 node: self.string(batch, &ep.node_name),
-                zone: self.string(batch, &ep.zone),
+                zone: self.zone(batch, &ep.zone),
                 ports: self.ports(batch, &ep.ports),
                 hint_zones: ep
                     .hint_zones
@@ -714,10 +761,10 @@ pub mod compact {
             Self::default()
         }
 
-        /// The round ended: the tables start over.
+        /// The round ended: the tables start over (their memory is
+        /// given back).
         pub fn end_round(&mut self) {
-            self.strings.clear();
-            self.port_lists.clear();
+            *self = Self::default();
         }
 
         fn string(&self, i: u32) -> Result<String, Error> {

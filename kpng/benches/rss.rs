@@ -90,18 +90,79 @@ fn measure(services: usize) {
     let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
     assert_eq!(lines.next().unwrap().unwrap(), "ready");
 
-    let start = Instant::now();
-    let child = Command::new(env!("CARGO_BIN_EXE_kpng"))
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    let (rss_mib, secs) = peak(&[
+        "kube",
+        "--kubeconfig",
+        kubeconfig,
+        "--node",
+        "node-0",
+        "to-nft",
+        "--once",
+        "--dry-run",
+    ]);
+    println!(
+        "kpng kube ... to-nft --once --dry-run, {services} services x 10 endpoints from a test apiserver"
+    );
+    println!("peak RSS: {rss_mib:.1} MiB  [<= 64 MiB; kube-proxy: 260 MiB at 10k x 2]");
+    drop(server.stdin.take());
+    let pages = lines.next().unwrap().unwrap();
+    server.wait().unwrap();
+    println!(
+        "time to the first sync: {secs:.2} s ({pages} list requests, paged by the client's limit; decode, ingest, projection, rendering)"
+    );
+    println!("{{\"services\":{services},\"peak_rss_mib\":{rss_mib:.1},\"seconds\":{secs:.2}}}");
+
+    // An agent: `kpng kube … to-api` serves the same cluster on a unix
+    // socket; `kpng api … to-nft --once --dry-run` streams node-0's view
+    // from it and renders it.
+    let socket = dir.join("api.sock");
+    let listen = format!("unix://{}", socket.display());
+    let mut api = Command::new(env!("CARGO_BIN_EXE_kpng"))
         .args([
             "kube",
             "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
-            "--node",
-            "node-0",
-            "to-nft",
-            "--once",
-            "--dry-run",
+            kubeconfig,
+            "to-api",
+            "--listen",
+            &listen,
         ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    for _ in 0..600 {
+        if socket.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let (agent_mib, agent_secs) = peak(&[
+        "api",
+        "--api",
+        &listen,
+        "--node",
+        "node-0",
+        "to-nft",
+        "--once",
+        "--dry-run",
+    ]);
+    let _ = api.kill();
+    let _ = api.wait();
+    println!(
+        "agent: kpng api ... to-nft --once --dry-run from a kpng kube ... to-api server: peak RSS {agent_mib:.1} MiB  [<= 48 MiB], {agent_secs:.2} s to its first sync (the server's start included)"
+    );
+    println!("{{\"agent_peak_rss_mib\":{agent_mib:.1}}}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs `kpng ARGS` to its end: its peak RSS in MiB (`wait4`) and the
+/// time it took.
+#[allow(clippy::zombie_processes)] // reaped by `wait4`, which clippy cannot see
+fn peak(args: &[&str]) -> (f64, f64) {
+    let start = Instant::now();
+    let child = Command::new(env!("CARGO_BIN_EXE_kpng"))
+        .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -114,19 +175,6 @@ fn measure(services: usize) {
     let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
     let secs = start.elapsed().as_secs_f64();
     assert_eq!(waited, pid);
-    assert_eq!(status, 0, "kpng exited with status {status}");
-    let rss_mib = usage.ru_maxrss as f64 / 1024.0;
-    println!(
-        "kpng kube ... to-nft --once --dry-run, {services} services x 10 endpoints from a test apiserver"
-    );
-    println!("peak RSS: {rss_mib:.1} MiB  [<= 64 MiB; kube-proxy: 260 MiB at 10k x 2]");
-    drop(server.stdin.take());
-    let pages = lines.next().unwrap().unwrap();
-    server.wait().unwrap();
-    println!(
-        "time to the first sync: {secs:.2} s ({pages} list requests, paged by the client's limit; decode, ingest, projection, rendering)"
-    );
-    println!("{{\"services\":{services},\"peak_rss_mib\":{rss_mib:.1},\"seconds\":{secs:.2}}}");
-    let _ = std::fs::remove_dir_all(&dir);
-    drop(child);
+    assert_eq!(status, 0, "kpng {args:?} exited with status {status}");
+    (usage.ru_maxrss as f64 / 1024.0, secs)
 }
