@@ -675,9 +675,10 @@ pub mod compact {
             e: &EndpointView,
         ) -> Option<v1::CompactEndpoint> {
             let ep = &e.endpoint;
-            let addresses = ep.addresses.clone().unwrap_or_default();
-            let v4 = canonical(&addresses.v4)?;
-            let v6 = canonical(&addresses.v6)?;
+            let (v4, v6) = match &ep.addresses {
+                Some(a) => (canonical(&a.v4)?, canonical(&a.v6)?),
+                None => (None, None),
+            };
             let other = match e.ip {
                 IpAddr::V4(_) if v4 == Some(e.ip) => v6,
                 IpAddr::V6(_) if v6 == Some(e.ip) => v4,
