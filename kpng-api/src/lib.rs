@@ -7,19 +7,27 @@
 //! with the `kpng.model.v1.Enls/Watch` call:
 //!
 //! - the first answer is the whole view (a `reset`, the view as changes,
-//!   a `sync`), then each new revision's changes, each batch closed by a
-//!   `sync` carrying its revision;
+//!   a `digest` and a `sync`), then each new revision's changes, each
+//!   batch closed by a `digest` and a `sync` carrying its revision;
+//!   endpoints travel in compact form (see
+//!   [`kpng_model::view::compact`]);
 //! - an agent that reconnects names the revision it holds, and gets only
-//!   what changed since (or a reset when the server no longer knows it);
+//!   what changed since; on a restarted server or another replica, the
+//!   digest of its view, and gets nothing more when that view is still
+//!   current; otherwise a reset and the whole view;
+//! - what the server holds per node is what is that node's own: views are
+//!   built on one shared base per zone ([`kpng_diff::SharedViews`]); full
+//!   views are streamed in batches as the agent reads them, at most
+//!   [`INITIAL_VIEWS`] at once;
 //! - a slow agent costs the server a few messages at most: the server
 //!   computes the next batch only when the previous one is sent, from the
 //!   latest revision, so revisions that arrived meanwhile merge into one.
 //!
 //! The transport is a unix socket (mode 0600) by default, or TCP with
 //! mutual TLS ([`serve_tcp`]: a client without a certificate from the
-//! configured CA is refused). [`run_agent`]
+//! configured CA is refused); gzip and zstd are negotiated. [`run_agent`]
 //! drives any [`kpng_sink::IncrementalSink`] from a server, reconnecting
-//! with backoff and resuming.
+//! with jittered backoff and resuming.
 //!
 //! # Example
 //!
