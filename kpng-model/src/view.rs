@@ -4,6 +4,10 @@
 //! selection rules (readiness, terminating fallback, topology hints, traffic
 //! policies) once, so no backend re-implements them. Backends consume either
 //! a whole [`NodeView`] or a stream of [`ViewOp`]s.
+//!
+//! On the wire (the ENLS watch), ops travel one by one ([`wire`]) or in
+//! compact batches ([`compact`]), and [`ViewDigest`] names a view's content
+//! so that a watcher can resume on another server instance.
 
 use std::net::IpAddr;
 use std::sync::Arc;
