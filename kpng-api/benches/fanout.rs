@@ -66,17 +66,7 @@ fn now_ns() -> u128 {
 
 /// `field` of /proc/PID/status, in MiB.
 fn rss_mib(pid: u32, field: &str) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| {
-            v.split_whitespace()
-                .next()
-                .and_then(|n| n.parse::<f64>().ok())
-        })
-        .unwrap_or(0.0)
-        / 1024.0
+    kpng_testkit::proc_status_kib(Some(pid), field) as f64 / 1024.0
 }
 
 fn main() {

@@ -416,7 +416,7 @@ trait Feed: Send + 'static {
 
 /// One node's view, as `ViewChange`s.
 struct NodeFeed {
-    node: String,
+    /// The node's view as last sent (its node name included).
     view: SharedNodeView,
     pending: Pending,
     /// The round's tables (compact endpoints).
@@ -505,7 +505,7 @@ impl Feed for NodeFeed {
         digest: &[u8],
         snapshot: &Snapshot,
     ) -> Option<Resumed> {
-        let view = server.shared.project(&self.node, snapshot);
+        let view = server.shared.project(self.view.node_name(), snapshot);
         let resumed = if let Some(ops) = old.and_then(|old| view_changes(old, &view)) {
             self.pending = Pending::Ops(ops.into_iter());
             Resumed::FromRevision
@@ -518,7 +518,7 @@ impl Feed for NodeFeed {
         Some(resumed)
     }
     fn full(&mut self, server: &Server, snapshot: &Snapshot) {
-        self.view = server.shared.project(&self.node, snapshot);
+        self.view = server.shared.project(self.view.node_name(), snapshot);
         self.pending = Pending::Full(FullView {
             view: self.view.view().clone(),
             node_sent: false,
@@ -688,8 +688,7 @@ impl Enls for Server {
         let (tx, rx) = mpsc::channel(QUEUE);
         let since = Since::from(&request);
         let feed = NodeFeed {
-            view: SharedNodeView::empty(request.node.as_str()),
-            node: request.node,
+            view: SharedNodeView::empty(request.node),
             pending: Pending::None,
             encoder: compact::Encoder::new(),
         };

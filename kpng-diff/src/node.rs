@@ -164,7 +164,7 @@ impl NodeProjector {
             None => Affected::All,
             Some(last) => match snapshot.changed_since(last) {
                 Some(keys) if !keys.contains(&Key::Node(self.node_name.clone())) => {
-                    Affected::Some(keys.iter().filter_map(Key::service).cloned().collect())
+                    Affected::Some(crate::shared::services_of(&keys))
                 }
                 _ => Affected::All,
             },

@@ -214,7 +214,7 @@ impl SharedViews {
         let changed: Option<BTreeSet<ServiceName>> = prev
             .filter(|p| p.zone == zone && p.view.node == node_object)
             .and_then(|p| snapshot.changed_since(p.snapshot.as_ref()?))
-            .map(|keys| keys.iter().filter_map(Key::service).cloned().collect());
+            .map(|keys| services_of(&keys));
         let context = NodeContext {
             name: &node,
             zone: &zone,
@@ -272,6 +272,11 @@ impl SharedViews {
     }
 }
 
+/// The Services whose entries `keys` name.
+pub(crate) fn services_of(keys: &BTreeSet<Key>) -> BTreeSet<ServiceName> {
+    keys.iter().filter_map(Key::service).cloned().collect()
+}
+
 /// The nodes a Service's endpoints name: where they run, and the nodes
 /// their node hints name.
 fn named_nodes<'a>(snapshot: &'a Snapshot, name: &ServiceName) -> Vec<&'a str> {
@@ -292,14 +297,10 @@ impl Hub {
     fn advance(&mut self, snapshot: &Snapshot) {
         let names: Vec<ServiceName> = match &self.snapshot {
             Some(old) if old.revision() >= snapshot.revision() => return,
-            Some(old) => match snapshot.changed_since(old) {
-                Some(keys) => {
-                    let names: BTreeSet<ServiceName> =
-                        keys.iter().filter_map(Key::service).cloned().collect();
-                    names.into_iter().collect()
-                }
-                None => self.all_names(old, snapshot),
-            },
+            // From the change log, or a walk that skips what both share.
+            Some(old) => services_of(&snapshot.keys_to_compare(old))
+                .into_iter()
+                .collect(),
             None => snapshot.service_names().cloned().collect(),
         };
         for name in &names {
@@ -324,14 +325,6 @@ impl Hub {
             }
         }
         self.snapshot = Some(snapshot.clone());
-    }
-
-    /// Every Service name in either snapshot (when the change log does
-    /// not cover the span).
-    fn all_names(&self, old: &Snapshot, new: &Snapshot) -> Vec<ServiceName> {
-        let mut names: BTreeSet<ServiceName> = old.service_names().cloned().collect();
-        names.extend(new.service_names().cloned());
-        names.into_iter().collect()
     }
 
     fn reindex(&mut self, snapshot: &Snapshot, name: &ServiceName) {

@@ -35,12 +35,7 @@ fn arg(name: &str, default: usize) -> usize {
 }
 
 fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next().and_then(|n| n.parse().ok()))
-        .unwrap_or(0)
+    kpng_testkit::proc_status_kib(None, "VmRSS:")
 }
 
 /// xorshift64*.

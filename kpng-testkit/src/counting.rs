@@ -52,3 +52,19 @@ unsafe impl GlobalAlloc for CountingAllocator {
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 }
+
+/// A size field of `/proc/PID/status` (`VmRSS:`, `VmHWM:`, ...) in KiB, for
+/// process `pid` or, with `None`, this process; 0 when it cannot be read.
+/// Benchmarks use it to measure the RSS of the processes they run.
+pub fn proc_status_kib(pid: Option<u32>, field: &str) -> u64 {
+    let path = match pid {
+        Some(pid) => format!("/proc/{pid}/status"),
+        None => "/proc/self/status".to_owned(),
+    };
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.split_whitespace().next().and_then(|n| n.parse().ok()))
+        .unwrap_or(0)
+}

@@ -23,7 +23,7 @@
 pub mod apiserver;
 mod counting;
 
-pub use counting::CountingAllocator;
+pub use counting::{CountingAllocator, proc_status_kib};
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
