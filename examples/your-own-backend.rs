@@ -1,9 +1,8 @@
 //! A backend in one file: it prints what a data plane would program.
-use std::net::IpAddr;
-
 use kpng_diff::NodeProjector;
-use kpng_model::IpFamily;
-use kpng_model::v1::{Endpoint, EndpointPort, IpSet, Protocol, Service, ServicePort};
+use kpng_model::endpoint::{PortInfo, PortList};
+use kpng_model::v1::{IpSet, Protocol, Service, ServicePort};
+use kpng_model::{EndpointInfo, IpFamily};
 use kpng_sink::{IncrementalSink, SinkError, ViewTracker, tracked_view};
 use kpng_store::Store;
 
@@ -56,27 +55,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ..Default::default()
     };
     let name = web.service_name();
-    let endpoint = |ip: &str| -> Result<(IpAddr, Endpoint), Box<dyn std::error::Error>> {
-        Ok((
-            ip.parse()?,
-            Endpoint {
-                addresses: Some(IpSet::parse_addrs("addresses", [ip])?),
-                ready: true,
-                serving: true,
-                ports: vec![EndpointPort {
-                    name: "http".into(),
-                    protocol: Protocol::Tcp as i32,
-                    port: 8080,
-                }],
-                ..Default::default()
-            },
-        ))
-    };
+    // Every endpoint of a slice shares one port list.
+    let ports = PortList::new([PortInfo::new("http", Protocol::Tcp, 8080)]);
     let mut txn = store.begin();
     txn.set_service(web);
     for ip in ["10.244.1.10", "10.244.2.10"] {
-        let (addr, ep) = endpoint(ip)?;
-        txn.set_endpoint(name.clone(), addr, ep);
+        let endpoint = EndpointInfo::builder(ip.parse()?).ports(ports.clone());
+        txn.set_endpoint(name.clone(), endpoint.build());
     }
     txn.commit();
 

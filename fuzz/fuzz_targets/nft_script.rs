@@ -8,7 +8,9 @@ use std::sync::{Arc, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
 use kpng_backend_nft::{Config, NftBackend};
-use kpng_model::v1::{Endpoint, EndpointPort, IpSet, Protocol, Service, ServicePort};
+use kpng_model::EndpointInfo;
+use kpng_model::endpoint::{PortInfo, PortList};
+use kpng_model::v1::{IpSet, Protocol, Service, ServicePort};
 use kpng_model::view::{EndpointView, ViewOp};
 use kpng_sink::IncrementalSink;
 
@@ -68,16 +70,13 @@ fuzz_target!(|data: &[u8]| {
     let Ok(ip) = ep_ip.parse() else { return };
     let endpoint = EndpointView {
         ip,
-        endpoint: Arc::new(Endpoint {
-            ready: true,
-            serving: true,
-            ports: vec![EndpointPort {
-                name: port_name,
-                protocol: protocol as i32,
-                port: u32::from(u16::from_be_bytes([head[14], head[15]])),
-            }],
-            ..Default::default()
-        }),
+        endpoint: EndpointInfo::builder(ip)
+            .ports(PortList::new([PortInfo::new(
+                &port_name,
+                protocol,
+                u16::from_be_bytes([head[14], head[15]]),
+            )]))
+            .build(),
         is_local: head[0] & 2 == 2,
         cluster: true,
         local: head[0] & 4 == 4,

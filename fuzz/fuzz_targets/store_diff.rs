@@ -4,7 +4,8 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 
-use kpng_model::v1::{Endpoint, Service};
+use kpng_model::EndpointInfo;
+use kpng_model::v1::Service;
 use kpng_model::{Key, ServiceName, Value};
 use kpng_store::Store;
 
@@ -27,15 +28,13 @@ fuzz_target!(|data: &[u8]| {
                     });
                 }
                 1 => {
-                    txn.set_endpoint(
-                        name,
-                        ip,
-                        Endpoint {
-                            ready: arg & 1 == 1,
-                            node_name: format!("n{}", arg >> 5),
-                            ..Default::default()
-                        },
-                    );
+                    let node = format!("n{}", arg >> 5);
+                    let ready = arg & 1 == 1;
+                    let endpoint = EndpointInfo::builder(ip)
+                        .conditions(ready, true, false)
+                        .node(&node, "")
+                        .build();
+                    txn.set_endpoint(name, endpoint);
                 }
                 2 => {
                     txn.delete(&Key::Endpoint(name, ip));

@@ -242,10 +242,14 @@ fn cluster(services: usize, nodes: usize) -> Cluster {
         nodes,
         zones: 3,
     });
-    for (n, (_, _, endpoint)) in cluster.endpoints.iter_mut().enumerate() {
+    let mut interner = kpng_model::endpoint::Interner::new();
+    for (n, (_, endpoint)) in cluster.endpoints.iter_mut().enumerate() {
         let node = &cluster.nodes[n.wrapping_mul(2_654_435_761) % cluster.nodes.len()];
-        endpoint.node_name = node.name.clone();
-        endpoint.zone = node.zone.clone();
+        let moved = endpoint
+            .to_builder()
+            .node(&node.name, &node.zone)
+            .intern(&mut interner);
+        *endpoint = moved;
     }
     cluster
 }
@@ -261,19 +265,14 @@ fn server(socket: &Path) {
     cluster.load_into(&mut store);
     store.mark_synced(Kind::Service);
     store.mark_synced(Kind::Endpoint);
-    let (name, ip, endpoint) = cluster.endpoints[12_345 % cluster.endpoints.len()].clone();
+    let (name, endpoint) = cluster.endpoints[12_345 % cluster.endpoints.len()].clone();
     drop(cluster);
-    let flipped = |ready: bool| {
-        let mut ep = endpoint.clone();
-        ep.ready = ready;
-        ep.serving = ready;
-        ep
-    };
+    let flipped = |ready: bool| endpoint.with_conditions(ready, ready, false);
     // Other revision numbers, the same content: changes made and undone.
     for _ in 0..num("--skew", 0) {
         for ready in [false, true] {
             let mut txn = store.begin();
-            txn.set_endpoint(name.clone(), ip, flipped(ready));
+            txn.set_endpoint(name.clone(), flipped(ready));
             txn.commit();
         }
     }
@@ -282,7 +281,7 @@ fn server(socket: &Path) {
     for _ in 0..num("--flips", 0) {
         ready = !ready;
         let mut txn = store.begin();
-        txn.set_endpoint(name.clone(), ip, flipped(ready));
+        txn.set_endpoint(name.clone(), flipped(ready));
         txn.commit();
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -298,7 +297,7 @@ fn server(socket: &Path) {
             ready = !ready;
             let t0 = now_ns();
             let mut txn = store.begin();
-            txn.set_endpoint(name.clone(), ip, flipped(ready));
+            txn.set_endpoint(name.clone(), flipped(ready));
             txn.commit();
             println!("{t0}");
         }

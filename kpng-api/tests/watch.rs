@@ -99,11 +99,10 @@ async fn converged(seen: &Seen, store: &Store, node: &str) -> usize {
 }
 
 fn flip(store: &mut Store, cluster: &Cluster, i: usize) {
-    let (name, ip, mut ep) = cluster.endpoints[i % cluster.endpoints.len()].clone();
-    ep.ready = !ep.ready;
-    ep.serving = ep.ready;
+    let (name, ep) = cluster.endpoints[i % cluster.endpoints.len()].clone();
+    let ready = !ep.ready();
     let mut txn = store.begin();
-    txn.set_endpoint(name, ip, ep);
+    txn.set_endpoint(name, ep.with_conditions(ready, ready, false));
     txn.commit();
 }
 
@@ -410,9 +409,9 @@ async fn a_restarted_server_with_the_same_view_sends_no_reset() {
     let _ = serving.await;
     let mut second = store(&cluster);
     flip(&mut second, &cluster, 1);
-    let (name, ip, endpoint) = cluster.endpoints[1].clone();
+    let (name, endpoint) = cluster.endpoints[1].clone();
     let mut txn = second.begin();
-    txn.set_endpoint(name, ip, endpoint);
+    txn.set_endpoint(name, endpoint);
     txn.commit();
     assert_ne!(second.revision(), first.revision());
     let restarted = Server::new(second.reader());

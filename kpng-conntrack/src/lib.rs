@@ -13,7 +13,9 @@
 //! ```
 //! use std::sync::Arc;
 //! use kpng_conntrack::ConntrackCleaner;
-//! use kpng_model::v1::{Endpoint, IpSet, Protocol, Service, ServicePort, EndpointPort};
+//! use kpng_model::EndpointInfo;
+//! use kpng_model::endpoint::{PortInfo, PortList};
+//! use kpng_model::v1::{IpSet, Protocol, Service, ServicePort};
 //! use kpng_model::view::{EndpointView, NodeView, ServiceView};
 //! use kpng_sink::FullStateSink;
 //!
@@ -24,15 +26,11 @@
 //!     ports: vec![ServicePort { name: "dns".into(), protocol: Protocol::Udp as i32, port: 53, ..Default::default() }],
 //!     ..Default::default()
 //! });
-//! let endpoint = |ip: &str| EndpointView {
-//!     ip: ip.parse().unwrap(),
-//!     endpoint: Arc::new(Endpoint {
-//!         ports: vec![EndpointPort { name: "dns".into(), protocol: Protocol::Udp as i32, port: 5353 }],
-//!         ..Default::default()
-//!     }),
-//!     is_local: false,
-//!     cluster: true,
-//!     local: false,
+//! let ports = PortList::new([PortInfo::new("dns", Protocol::Udp, 5353)]);
+//! let endpoint = |ip: &str| {
+//!     let ip = ip.parse().unwrap();
+//!     let endpoint = EndpointInfo::builder(ip).ports(ports.clone()).build();
+//!     EndpointView { ip, endpoint, is_local: false, cluster: true, local: false }
 //! };
 //! let view = |eps: Vec<EndpointView>| {
 //!     let mut view = NodeView::default();

@@ -30,20 +30,11 @@ fn shape(services: usize, endpoints: usize) -> ClusterShape {
     }
 }
 
-/// Loads a cluster into a new store, consuming it, in one transaction.
+/// Loads a cluster into a new store, consuming it, in one transaction, as
+/// ingest does: each Service's endpoints as one list.
 fn load(cluster: Cluster) -> Store {
     let mut store = Store::new();
-    let mut txn = store.begin();
-    for node in cluster.nodes {
-        txn.set_node(node);
-    }
-    for service in cluster.services {
-        txn.set_service(service);
-    }
-    for (name, id, endpoint) in cluster.endpoints {
-        txn.set_endpoint(name, id, endpoint);
-    }
-    txn.commit();
+    cluster.load_into(&mut store);
     store
 }
 
@@ -71,9 +62,9 @@ fn noop_write_ns(store: &mut Store, cluster: &Cluster, batch: usize) -> f64 {
             .map(|i| cluster.endpoints[(round * 7919 + i * 104_729) % n].clone())
             .collect();
         let start = Instant::now();
-        for (name, id, endpoint) in writes {
+        for (name, endpoint) in writes {
             let mut txn = store.begin();
-            txn.set_endpoint(name, id, endpoint);
+            txn.set_endpoint(name, endpoint);
             assert!(txn.commit().revision.is_none());
         }
         samples.push(start.elapsed().as_nanos() as f64 / batch as f64);
@@ -81,30 +72,31 @@ fn noop_write_ns(store: &mut Store, cluster: &Cluster, batch: usize) -> f64 {
     median_ns(samples)
 }
 
-/// ns per no-op write when a whole Service's endpoints are written again in
-/// one transaction, as an EndpointSlice update that changed nothing does.
+/// ns per no-op endpoint write when a whole Service's endpoints are written
+/// again in one transaction, as an EndpointSlice update that changed
+/// nothing does (ingest replaces the Service's list with a new one).
 fn noop_slice_write_ns(store: &mut Store, cluster: &Cluster, services: usize) -> f64 {
     let mut samples = Vec::new();
     let n = cluster.endpoints.len();
     for round in 0..31 {
         // Endpoints are spread round-robin: those of Service s are at
         // s, s + services, s + 2 * services, ...
-        let batches: Vec<Vec<_>> = (0..200)
+        let batches: Vec<(_, std::sync::Arc<Vec<_>>)> = (0..200)
             .map(|i| {
                 let s = (round * 7919 + i * 104_729) % services;
-                (s..n)
+                let mut list: Vec<_> = (s..n)
                     .step_by(services)
-                    .map(|e| cluster.endpoints[e].clone())
-                    .collect()
+                    .map(|e| cluster.endpoints[e].1.clone())
+                    .collect();
+                list.sort_by_key(|e| e.address());
+                (cluster.endpoints[s].0.clone(), list.into())
             })
             .collect();
-        let writes: usize = batches.iter().map(Vec::len).sum();
+        let writes: usize = batches.iter().map(|(_, b)| b.len()).sum();
         let start = Instant::now();
-        for batch in batches {
+        for (name, list) in batches {
             let mut txn = store.begin();
-            for (name, ip, endpoint) in batch {
-                txn.set_endpoint(name, ip, endpoint);
-            }
+            assert_eq!(txn.replace_endpoints(&name, &list).unwrap(), 0);
             assert!(txn.commit().revision.is_none());
         }
         samples.push(start.elapsed().as_nanos() as f64 / writes as f64);
@@ -125,14 +117,13 @@ fn real_change_ns(store: &mut Store, cluster: &Cluster) -> (f64, f64, f64, f64) 
     let mut ops = 0usize;
     let rounds = 2000;
     for round in 0..rounds {
-        let (name, id, endpoint) = &cluster.endpoints[(round * 104_729) % n];
-        let mut changed = endpoint.clone();
-        changed.ready = round % 2 == 0;
-        changed.serving = changed.ready;
+        let (name, endpoint) = &cluster.endpoints[(round * 104_729) % n];
+        let ready = round % 2 == 0;
+        let changed = endpoint.with_conditions(ready, ready, false);
         let start = Instant::now();
         let before = store.snapshot();
         let mut txn = store.begin();
-        txn.set_endpoint(name.clone(), *id, changed);
+        txn.set_endpoint(name.clone(), changed);
         txn.commit();
         let after = store.snapshot();
         let d = Instant::now();
@@ -158,6 +149,11 @@ fn main() {
     drop(small_store);
     let (heap_1k, mut store_1k) = store_heap(shape(1_000, 10_000));
     let (heap_10k, mut store_10k) = store_heap(shape(10_000, 100_000));
+    // The same Services and nodes without endpoints: the difference is
+    // what the endpoints cost.
+    let (heap_10k_services, services_only) = store_heap(shape(10_000, 0));
+    drop(services_only);
+    let per_endpoint = (heap_10k - heap_10k_services) as f64 / 100_000.0;
 
     let cluster_1k = Cluster::synthetic(shape(1_000, 10_000));
     let cluster_10k = Cluster::synthetic(shape(10_000, 100_000));
@@ -219,7 +215,11 @@ fn main() {
         mib(heap_10k)
     );
     println!(
-        "{{\"noop_write_ns_10k\":{noop_10k:.0},\"noop_slice_write_ns_10k\":{noop_slice_10k:.0},\"noop_write_ns_1k\":{noop_1k:.0},\"change_ns_1k\":{change_1k:.0},\"change_ns_10k\":{change_10k:.0},\"change_ratio_10k_over_1k\":{:.2},\"heap_bytes_1k_1500\":{heap_small},\"heap_bytes_1k_10k\":{heap_1k},\"heap_bytes_10k_100k\":{heap_10k}}}",
+        "{:<58} {:>9.1} B    [<= 64 B]",
+        "store bytes per endpoint, 10k svc x 10 ep", per_endpoint
+    );
+    println!(
+        "{{\"store_bytes_per_endpoint\":{per_endpoint:.1},\"noop_write_ns_10k\":{noop_10k:.0},\"noop_slice_write_ns_10k\":{noop_slice_10k:.0},\"noop_write_ns_1k\":{noop_1k:.0},\"change_ns_1k\":{change_1k:.0},\"change_ns_10k\":{change_10k:.0},\"change_ratio_10k_over_1k\":{:.2},\"heap_bytes_1k_1500\":{heap_small},\"heap_bytes_1k_10k\":{heap_1k},\"heap_bytes_10k_100k\":{heap_10k}}}",
         change_10k / change_1k
     );
 }

@@ -45,22 +45,16 @@
 //!
 //! ```
 //! use kpng_diff::{NodeProjector, diff};
-//! use kpng_model::v1::{Endpoint, IpSet, Service};
-//! use kpng_model::{IpFamily, ServiceName};
+//! use kpng_model::v1::Service;
+//! use kpng_model::{EndpointInfo, IpFamily, ServiceName};
 //! use kpng_store::Store;
 //!
 //! let mut store = Store::new();
 //! let web = ServiceName::new("default", "web");
-//! let endpoint = |node: &str| Endpoint {
-//!     addresses: IpSet::parse_addrs("ep", ["10.1.0.7"]).ok(),
-//!     node_name: node.into(),
-//!     ready: true,
-//!     serving: true,
-//!     ..Default::default()
-//! };
+//! let endpoint = |node: &str| EndpointInfo::builder([10, 1, 0, 7].into()).node(node, "").build();
 //! let mut txn = store.begin();
 //! txn.set_service(Service { namespace: "default".into(), name: "web".into(), ..Default::default() });
-//! txn.set_endpoint(web.clone(), "10.1.0.7".parse()?, endpoint("node-b"));
+//! txn.set_endpoint(web.clone(), endpoint("node-b"));
 //! txn.commit();
 //! let before = store.snapshot();
 //!
@@ -73,7 +67,7 @@
 //!
 //! // The endpoint moves to this node: one store change, one view change.
 //! let mut txn = store.begin();
-//! txn.set_endpoint(web.clone(), "10.1.0.7".parse()?, endpoint("node-a"));
+//! txn.set_endpoint(web.clone(), endpoint("node-a"));
 //! txn.commit();
 //! let after = store.snapshot();
 //! assert_eq!(diff(&before, &after).len(), 1);

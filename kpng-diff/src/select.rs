@@ -4,11 +4,9 @@
 //! `CategorizeEndpoints`); each is cited where it is implemented.
 
 use std::net::IpAddr;
-use std::sync::Arc;
 
-use kpng_model::v1::Endpoint;
 use kpng_model::view::{EndpointView, ServiceView};
-use kpng_model::{IpFamily, ServiceName};
+use kpng_model::{EndpointInfo, IpFamily, ServiceName};
 use kpng_store::Snapshot;
 
 /// What the selection needs to know about the node it runs for.
@@ -23,7 +21,7 @@ pub(crate) struct NodeContext<'a> {
 
 struct Candidate<'a> {
     ip: IpAddr,
-    endpoint: &'a Arc<Endpoint>,
+    endpoint: &'a EndpointInfo,
     is_local: bool,
 }
 
@@ -31,12 +29,12 @@ impl Candidate<'_> {
     /// Ready, and serving: "endpoints that are not serving are never used"
     /// holds even for an inconsistent slice claiming ready but not serving.
     fn ready(&self) -> bool {
-        self.endpoint.ready && self.endpoint.serving
+        self.endpoint.ready() && self.endpoint.serving()
     }
 
     /// The fallback class: serving and terminating (KEP-1669).
     fn serving_terminating(&self) -> bool {
-        self.endpoint.serving && self.endpoint.terminating
+        self.endpoint.serving() && self.endpoint.terminating()
     }
 }
 
@@ -61,14 +59,14 @@ fn topology(candidates: &[Candidate<'_>], node: NodeContext<'_>) -> Topology {
     for c in candidates.iter().filter(|c| c.ready()) {
         any_ready = true;
         let ep = c.endpoint;
-        if ep.hint_nodes.is_empty() {
+        if ep.hint_nodes().is_empty() {
             all_node_hints = false;
-        } else if !node.name.is_empty() && ep.hint_nodes.iter().any(|n| n == node.name) {
+        } else if !node.name.is_empty() && ep.hint_nodes().iter().any(|n| &**n == node.name) {
             node_match = true;
         }
-        if ep.hint_zones.is_empty() {
+        if ep.hint_zones().is_empty() {
             all_zone_hints = false;
-        } else if !node.zone.is_empty() && ep.hint_zones.iter().any(|z| z == node.zone) {
+        } else if !node.zone.is_empty() && ep.hint_zones().iter().any(|z| &**z == node.zone) {
             zone_match = true;
         }
     }
@@ -84,8 +82,8 @@ fn topology(candidates: &[Candidate<'_>], node: NodeContext<'_>) -> Topology {
 fn hinted_here(c: &Candidate<'_>, mode: Topology, node: NodeContext<'_>) -> bool {
     match mode {
         Topology::None => true,
-        Topology::Zone => c.endpoint.hint_zones.iter().any(|z| z == node.zone),
-        Topology::Node => c.endpoint.hint_nodes.iter().any(|n| n == node.name),
+        Topology::Zone => c.endpoint.hint_zones().iter().any(|z| &**z == node.zone),
+        Topology::Node => c.endpoint.hint_nodes().iter().any(|n| &**n == node.name),
     }
 }
 
@@ -142,19 +140,15 @@ pub(crate) fn project_service(
     let mut candidates = Vec::new();
     for family in IpFamily::BOTH {
         candidates.clear();
-        for (_, endpoint) in snapshot.endpoints(name) {
+        for endpoint in snapshot.endpoints(name) {
             // Only the first address of an endpoint is used, per family.
-            let Some(ip) = endpoint
-                .addresses
-                .as_ref()
-                .and_then(|a| a.addrs(family).next())
-            else {
+            let Some(ip) = endpoint.address_in(family) else {
                 continue;
             };
             candidates.push(Candidate {
                 ip,
                 endpoint,
-                is_local: !node.name.is_empty() && endpoint.node_name == node.name,
+                is_local: !node.name.is_empty() && endpoint.node_name() == node.name,
             });
         }
         select_family(&candidates, node, &mut view.endpoints);

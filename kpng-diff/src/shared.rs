@@ -32,21 +32,16 @@ type Services = OrdMap<ServiceName, Arc<ServiceView>>;
 ///
 /// ```
 /// use kpng_diff::{SharedViews, node_view};
-/// use kpng_model::v1::{Endpoint, IpSet, Service};
-/// use kpng_model::ServiceName;
+/// use kpng_model::v1::Service;
+/// use kpng_model::{EndpointInfo, ServiceName};
 /// use kpng_store::Store;
 ///
 /// let mut store = Store::new();
 /// let web = ServiceName::new("default", "web");
 /// let mut txn = store.begin();
 /// txn.set_service(Service { namespace: "default".into(), name: "web".into(), ..Default::default() });
-/// txn.set_endpoint(web.clone(), "10.1.0.7".parse()?, Endpoint {
-///     addresses: IpSet::parse_addrs("ep", ["10.1.0.7"]).ok(),
-///     node_name: "node-a".into(),
-///     ready: true,
-///     serving: true,
-///     ..Default::default()
-/// });
+/// let endpoint = EndpointInfo::builder("10.1.0.7".parse()?).node("node-a", "zone-1");
+/// txn.set_endpoint(web.clone(), endpoint.build());
 /// txn.commit();
 ///
 /// let shared = SharedViews::new();
@@ -281,10 +276,11 @@ pub(crate) fn services_of(keys: &BTreeSet<Key>) -> BTreeSet<ServiceName> {
 /// their node hints name.
 fn named_nodes<'a>(snapshot: &'a Snapshot, name: &ServiceName) -> Vec<&'a str> {
     let mut nodes: Vec<&str> = Vec::new();
-    for (_, endpoint) in snapshot.endpoints(name) {
-        let named = std::iter::once(&endpoint.node_name).chain(&endpoint.hint_nodes);
+    for endpoint in snapshot.endpoints(name) {
+        let hints = endpoint.hint_nodes().iter().map(|n| &**n);
+        let named = std::iter::once(endpoint.node_name()).chain(hints);
         for node in named.filter(|n| !n.is_empty()) {
-            if !nodes.contains(&node.as_str()) {
+            if !nodes.contains(&node) {
                 nodes.push(node);
             }
         }

@@ -7,9 +7,9 @@
 use std::net::IpAddr;
 
 use kpng_diff::node_view;
-use kpng_model::v1::{Endpoint, IpSet, Node, Service, TrafficPolicy};
+use kpng_model::v1::{Node, Service, TrafficPolicy};
 use kpng_model::view::ServiceView;
-use kpng_model::{IpFamily, ServiceName};
+use kpng_model::{EndpointInfo, IpFamily, ServiceName};
 use kpng_store::Store;
 
 const NODE: &str = "node-a";
@@ -63,20 +63,13 @@ fn project(zone: Option<&str>, endpoints: &[Ep], service: Service) -> ServiceVie
     }
     for e in endpoints {
         let (ready, serving, terminating) = e.cond;
-        txn.set_endpoint(
-            name.clone(),
-            e.ip.parse().expect("ip"),
-            Endpoint {
-                addresses: Some(IpSet::parse_addrs("test", [e.ip]).expect("ip")),
-                node_name: e.node.into(),
-                ready,
-                serving,
-                terminating,
-                hint_zones: e.zones.iter().map(|z| z.to_string()).collect(),
-                hint_nodes: e.nodes.iter().map(|n| n.to_string()).collect(),
-                ..Default::default()
-            },
-        );
+        let endpoint = EndpointInfo::builder(e.ip.parse().expect("ip"))
+            .node(e.node, "")
+            .conditions(ready, serving, terminating)
+            .hint_zones(e.zones.iter().copied())
+            .hint_nodes(e.nodes.iter().copied())
+            .build();
+        txn.set_endpoint(name.clone(), endpoint);
     }
     txn.commit();
     let view = node_view(&store.snapshot(), NODE);

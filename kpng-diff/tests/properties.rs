@@ -8,6 +8,7 @@ use kpng_diff::{
     NodeProjector, Op, SharedNodeView, SharedViews, apply, diff, diff_views, node_view,
     view_changes,
 };
+use kpng_model::EndpointInfo;
 use kpng_model::v1::{Endpoint, IpSet, Node, Service, TrafficPolicy};
 use kpng_model::view::{NodeView, ViewDigest};
 use kpng_model::{Key, ServiceName, Value};
@@ -91,7 +92,7 @@ fn write() -> impl Strategy<Value = Write> {
                 };
                 Write::Set(
                     Key::Endpoint(name, ip.parse().expect("ip")),
-                    Value::Endpoint(Arc::new(ep)),
+                    Value::Endpoint(EndpointInfo::from_proto(&ep).expect("valid")),
                 )
             },
         );
@@ -324,13 +325,13 @@ fn first_round_and_round_after_failure_are_full() {
     let mut txn = store.begin();
     txn.set_endpoint(
         name.clone(),
-        "10.0.0.1".parse().expect("ip"),
-        Endpoint {
+        EndpointInfo::from_proto(&Endpoint {
             addresses: Some(IpSet::parse_addrs("ip", ["10.0.0.1"]).expect("ip")),
             ready: true,
             serving: true,
             ..Default::default()
-        },
+        })
+        .expect("valid"),
     );
     txn.commit();
     sink.fail_syncs = 1;
@@ -377,13 +378,11 @@ fn another_nodes_change_that_does_not_alter_this_view_yields_nothing() {
     });
     txn.set_endpoint(
         name.clone(),
-        "10.0.0.1".parse().expect("ip"),
-        endpoint("10.0.0.1", NODE, "zone-1", true),
+        EndpointInfo::from_proto(&endpoint("10.0.0.1", NODE, "zone-1", true)).expect("valid"),
     );
     txn.set_endpoint(
         name.clone(),
-        "10.0.0.2".parse().expect("ip"),
-        endpoint("10.0.0.2", "node-b", "zone-2", true),
+        EndpointInfo::from_proto(&endpoint("10.0.0.2", "node-b", "zone-2", true)).expect("valid"),
     );
     txn.commit();
     let mut projector = NodeProjector::new(NODE);
@@ -400,8 +399,7 @@ fn another_nodes_change_that_does_not_alter_this_view_yields_nothing() {
     let mut txn = store.begin();
     txn.set_endpoint(
         name.clone(),
-        "10.0.0.2".parse().expect("ip"),
-        endpoint("10.0.0.2", "node-b", "zone-2", false),
+        EndpointInfo::from_proto(&endpoint("10.0.0.2", "node-b", "zone-2", false)).expect("valid"),
     );
     assert!(txn.commit().revision.is_some());
     assert!(projector.update(&store.snapshot()).is_empty());
@@ -417,8 +415,7 @@ fn another_nodes_change_that_does_not_alter_this_view_yields_nothing() {
     });
     txn.set_endpoint(
         name.clone(),
-        "10.0.0.2".parse().expect("ip"),
-        endpoint("10.0.0.2", "node-b", "zone-2", true),
+        EndpointInfo::from_proto(&endpoint("10.0.0.2", "node-b", "zone-2", true)).expect("valid"),
     );
     txn.commit();
     let ops = projector.update(&store.snapshot());

@@ -314,11 +314,11 @@ fn wanted(view: &NodeView) -> BTreeMap<u16, PortState> {
         }
         // Each local ready endpoint once, whatever its families
         // (terminating ones do not count, as in kube-proxy).
-        let local: BTreeSet<*const kpng_model::v1::Endpoint> = svc
+        let local: BTreeSet<std::net::IpAddr> = svc
             .endpoints
             .iter()
-            .filter(|e| e.is_local && e.endpoint.ready)
-            .map(|e| std::sync::Arc::as_ptr(&e.endpoint))
+            .filter(|e| e.is_local && e.endpoint.ready())
+            .map(|e| e.endpoint.address())
             .collect();
         ports.insert(
             port,

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kpng_health::{HealthCheckServer, ProxyHealth, serve_healthz};
-use kpng_model::v1::{Endpoint, Service, ServiceType, TrafficPolicy};
+use kpng_model::EndpointInfo;
+use kpng_model::v1::{Service, ServiceType, TrafficPolicy};
 use kpng_model::view::{EndpointView, ViewOp};
 use kpng_sink::{FullState, IncrementalSink};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -45,13 +46,10 @@ fn lb(port: u16) -> Arc<Service> {
 }
 
 fn endpoint(ip: &str, local: bool) -> EndpointView {
+    let ip = ip.parse().expect("ip");
     EndpointView {
-        ip: ip.parse().expect("ip"),
-        endpoint: Arc::new(Endpoint {
-            ready: true,
-            serving: true,
-            ..Default::default()
-        }),
+        ip,
+        endpoint: EndpointInfo::new(ip),
         is_local: local,
         cluster: true,
         local,

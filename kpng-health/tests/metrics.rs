@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use kpng_health::metrics::{Measured, Metrics, serve_metrics};
-use kpng_model::v1::{Endpoint, Service};
+use kpng_model::EndpointInfo;
+use kpng_model::v1::Service;
 use kpng_model::view::{EndpointView, ViewOp};
 use kpng_sink::IncrementalSink;
 use kpng_store::Store;
@@ -53,7 +54,7 @@ async fn syncs_failures_and_ingest_counts_are_scraped() {
         name.clone(),
         EndpointView {
             ip: "10.244.1.10".parse().expect("ip"),
-            endpoint: Arc::new(Endpoint::default()),
+            endpoint: EndpointInfo::new("10.244.1.10".parse().expect("ip")),
             is_local: true,
             cluster: true,
             local: true,

@@ -139,7 +139,8 @@ fn object(doc: impl Doc, config: &TranslateConfig) -> std::result::Result<Option
         }
         "EndpointSlice" => {
             let slice: objects::EndpointSlice = doc.decode().map_err(fail)?;
-            translate::endpoint_slice(&slice).map_err(|e| e.to_string())?;
+            let mut interner = kpng_model::endpoint::Interner::new();
+            translate::endpoint_slice(&slice, &mut interner).map_err(|e| e.to_string())?;
             Object::EndpointSlice(Box::new(slice))
         }
         "Node" => {

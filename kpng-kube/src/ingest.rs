@@ -5,14 +5,13 @@
 //! its endpoints, sharing their allocations with the store), so that a
 //! slice that changes or goes away can be merged out again.
 
-use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use kpng_model::v1::Endpoint;
-use kpng_model::{Key, Kind, ServiceName};
-use kpng_store::{Reader, Snapshot, Store, Txn};
+use kpng_model::endpoint::{Interner, PortList};
+use kpng_model::{EndpointInfo, Key, Kind, ServiceName};
+use kpng_store::{Reader, Store, Txn};
 
 use crate::objects;
 use crate::translate::{self, SliceContribution, TranslateConfig, TranslateError};
@@ -97,6 +96,8 @@ pub struct Ingest {
     index: SliceIndex,
     relists: Relists,
     stats: IngestStats,
+    /// Shares node and zone names, port lists and hints across slices.
+    interner: Interner,
 }
 
 /// What each EndpointSlice contributed, and the slices of each Service.
@@ -132,6 +133,7 @@ impl Ingest {
             },
             relists: Relists::default(),
             stats: IngestStats::default(),
+            interner: Interner::new(),
         }
     }
 
@@ -248,7 +250,7 @@ impl Ingest {
         &mut self,
         slice: &objects::EndpointSlice,
     ) -> Result<Option<SliceContribution>, ()> {
-        translate::endpoint_slice(slice).map_err(|e| self.translate_error(&e))
+        translate::endpoint_slice(slice, &mut self.interner).map_err(|e| self.translate_error(&e))
     }
 
     /// An EndpointSlice was created or changed.
@@ -291,9 +293,8 @@ impl Ingest {
     /// mark endpoints synced.
     pub fn finish_slice_relist(&mut self) -> Option<u64> {
         let listed = self.relists.slices.take().unwrap_or_default();
-        let before = self.store.snapshot();
         let mut txn = self.store.begin();
-        self.index.swap(&mut txn, &before, listed);
+        self.index.swap(&mut txn, listed);
         let revision = txn.commit().revision;
         self.store.mark_synced(Kind::Endpoint);
         self.count(0, revision)
@@ -314,9 +315,8 @@ impl Ingest {
         key: SliceKey,
         contribution: Option<SliceContribution>,
     ) -> Option<u64> {
-        let before = self.store.snapshot();
         let mut txn = self.store.begin();
-        self.index.replace(&mut txn, &before, key, contribution);
+        self.index.replace(&mut txn, key, contribution);
         txn.commit().revision
     }
 
@@ -327,7 +327,6 @@ impl Ingest {
         let services = self.relists.services.take();
         let slices = self.relists.slices.take();
         let nodes = self.relists.nodes.take();
-        let before = self.store.snapshot();
         let mut txn = self.store.begin();
         let mut synced = Vec::new();
         if let Some(nodes) = nodes {
@@ -339,7 +338,7 @@ impl Ingest {
             synced.push(Kind::Service);
         }
         if let Some(slices) = slices {
-            self.index.swap(&mut txn, &before, slices);
+            self.index.swap(&mut txn, slices);
             synced.push(Kind::Endpoint);
         }
         let revision = txn.commit().revision;
@@ -428,7 +427,6 @@ impl SliceIndex {
     fn replace(
         &mut self,
         txn: &mut Txn<'_>,
-        before: &Snapshot,
         key: SliceKey,
         contribution: Option<SliceContribution>,
     ) {
@@ -447,16 +445,11 @@ impl SliceIndex {
             self.link(&new.service, &key);
             self.slices.insert(key, new);
         }
-        self.write(txn, before, affected);
+        self.write(txn, affected);
     }
 
     /// Replaces every slice with `listed` (a relist), in `txn`.
-    fn swap(
-        &mut self,
-        txn: &mut Txn<'_>,
-        before: &Snapshot,
-        listed: HashMap<SliceKey, SliceContribution>,
-    ) {
+    fn swap(&mut self, txn: &mut Txn<'_>, listed: HashMap<SliceKey, SliceContribution>) {
         let mut affected: BTreeSet<ServiceName> = self.by_service.keys().cloned().collect();
         self.slices = listed;
         self.by_service.clear();
@@ -472,7 +465,7 @@ impl SliceIndex {
         // A relist buffer grew one insert at a time: give back the slack.
         self.slices.shrink_to_fit();
         self.by_service.shrink_to_fit();
-        self.write(txn, before, affected);
+        self.write(txn, affected);
     }
 
     /// Records that slice `key` belongs to `service`, keeping each Service's
@@ -484,17 +477,15 @@ impl SliceIndex {
         }
     }
 
-    /// Writes the merged endpoints of each Service, deleting those no slice
-    /// holds any more (`before` is the state the transaction started from).
-    fn write(&self, txn: &mut Txn<'_>, before: &Snapshot, services: BTreeSet<ServiceName>) {
+    /// Writes the merged endpoints of each Service: those no slice holds
+    /// any more go.
+    fn write(&self, txn: &mut Txn<'_>, services: BTreeSet<ServiceName>) {
         for service in services {
             let endpoints = self.merge(&service);
-            for (ip, _) in before.endpoints(&service) {
-                if endpoints.binary_search_by_key(ip, |(a, _)| *a).is_err() {
-                    txn.delete(&Key::Endpoint(service.clone(), *ip));
-                }
+            if let Err(error) = txn.replace_endpoints(&service, &endpoints) {
+                // Not reached: slices are sorted and merged by address.
+                tracing::error!(%error, "endpoints not written");
             }
-            txn.set_endpoints(&service, &endpoints);
         }
     }
 
@@ -502,54 +493,42 @@ impl SliceIndex {
     /// address: the copy on this node wins, then the first slice by name;
     /// ports of the copies are merged.
     /// Sorted by address.
-    fn merge(&self, service: &ServiceName) -> Cow<'_, [(IpAddr, Arc<Endpoint>)]> {
+    fn merge(&self, service: &ServiceName) -> Arc<Vec<EndpointInfo>> {
         let keys = self.by_service.get(service).map_or(&[][..], Vec::as_slice);
         if let [only] = keys {
             // One slice (the common case): already sorted and de-duplicated.
             return match self.slices.get(only) {
-                Some(c) => Cow::Borrowed(&c.endpoints),
-                None => Cow::Owned(Vec::new()),
+                Some(c) => c.endpoints.clone(),
+                None => Arc::default(),
             };
         }
-        let mut merged: BTreeMap<IpAddr, Arc<Endpoint>> = BTreeMap::new();
-        let local = |e: &Endpoint| self.node_name.as_deref().is_some_and(|n| n == e.node_name);
-        for key in self.by_service.get(service).into_iter().flatten() {
+        let mut merged: BTreeMap<IpAddr, EndpointInfo> = BTreeMap::new();
+        let local = |e: &EndpointInfo| self.node_name.as_deref() == Some(e.node_name());
+        for key in keys {
             let Some(contribution) = self.slices.get(key) else {
                 continue;
             };
-            for (ip, endpoint) in &contribution.endpoints {
-                match merged.get_mut(ip) {
-                    None => {
-                        merged.insert(*ip, endpoint.clone());
-                    }
-                    Some(kept) => {
-                        let (mut winner, other) = if local(endpoint) && !local(kept) {
-                            (endpoint.clone(), kept.clone())
-                        } else {
-                            (kept.clone(), endpoint.clone())
-                        };
-                        let missing: Vec<_> = other
-                            .ports
-                            .iter()
-                            .filter(|p| {
-                                !winner
-                                    .ports
-                                    .iter()
-                                    .any(|w| w.name == p.name && w.protocol == p.protocol)
-                            })
-                            .cloned()
-                            .collect();
-                        if !missing.is_empty() {
-                            let ports = &mut Arc::make_mut(&mut winner).ports;
-                            ports.extend(missing);
-                            ports.sort_by(|a, b| (&a.name, a.protocol).cmp(&(&b.name, b.protocol)));
-                        }
-                        *kept = winner;
-                    }
-                }
+            for endpoint in contribution.endpoints.iter() {
+                let Some(kept) = merged.get_mut(&endpoint.address()) else {
+                    merged.insert(endpoint.address(), endpoint.clone());
+                    continue;
+                };
+                let (winner, other) = if local(endpoint) && !local(kept) {
+                    (endpoint, &*kept)
+                } else {
+                    (&*kept, endpoint)
+                };
+                let ports = winner.ports().as_slice();
+                let missing = other.ports().as_slice().iter().filter(|p| {
+                    !ports
+                        .iter()
+                        .any(|w| w.name() == p.name() && w.protocol() == p.protocol())
+                });
+                let merged_ports = PortList::new(ports.iter().chain(missing).cloned());
+                *kept = winner.with_ports(merged_ports);
             }
         }
-        Cow::Owned(merged.into_iter().collect())
+        Arc::new(merged.into_values().collect())
     }
 }
 

@@ -1,16 +1,16 @@
 //! Translation of Kubernetes objects into ENLS values, with kube-proxy's
 //! rules. Pure functions: the API source and the file source share them.
 
-use std::net::IpAddr;
 use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kpng_model::ServiceName;
 use kpng_model::addr::canonical_ip;
+use kpng_model::endpoint::{Interner, PortInfo, PortList};
 use kpng_model::v1::{
-    ClientIpAffinity, Endpoint, EndpointPort, IpSet, Node, Protocol, Service, ServicePort,
-    ServiceType, TrafficPolicy, service_port::TargetPort,
+    ClientIpAffinity, Endpoint, IpSet, Node, Protocol, Service, ServicePort, ServiceType,
+    TrafficPolicy, service_port::TargetPort,
 };
+use kpng_model::{EndpointInfo, ServiceName};
 
 use crate::objects;
 
@@ -249,20 +249,14 @@ pub fn service(
     }))
 }
 
-fn sorted_names<'a>(names: impl Iterator<Item = &'a String>) -> Vec<String> {
-    let mut names: Vec<String> = names.cloned().collect();
-    names.sort();
-    names.dedup();
-    names
-}
-
 /// What one EndpointSlice contributes to its Service.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SliceContribution {
     /// The Service the slice belongs to.
     pub service: ServiceName,
-    /// Its endpoints, by address, in address order.
-    pub endpoints: Vec<(IpAddr, Arc<Endpoint>)>,
+    /// Its endpoints, in address order, one per address: shared with the
+    /// store when the slice is its Service's only one.
+    pub endpoints: Arc<Vec<EndpointInfo>>,
 }
 
 /// Translates an EndpointSlice. `Ok(None)` when kube-proxy ignores it: no
@@ -270,12 +264,15 @@ pub struct SliceContribution {
 ///
 /// Only the first address of each endpoint is used; slice ports without a
 /// name or a port are ignored; unset `ready`/`serving` mean true and unset
-/// `terminating` false.
+/// `terminating` false. Every endpoint of the slice shares one port list,
+/// and `interner` shares node and zone names, port lists and hints with
+/// what it made before.
 ///
 /// # Errors
 /// A field that cannot be read, named in the error.
 pub fn endpoint_slice(
     slice: &objects::EndpointSlice,
+    interner: &mut Interner,
 ) -> Result<Option<SliceContribution>, TranslateError> {
     let ctx = Ctx {
         object: object_name("EndpointSlice", &slice.metadata),
@@ -299,14 +296,12 @@ pub fn endpoint_slice(
         let (Some(name), Some(port)) = (&p.name, p.port) else {
             continue;
         };
-        ports.push(EndpointPort {
-            name: name.clone(),
-            protocol: protocol(&ctx, &format!("ports[{i}].protocol"), p.protocol.as_deref())?
-                as i32,
-            port: ctx.port(&format!("ports[{i}].port"), port)?,
-        });
+        let protocol = protocol(&ctx, &format!("ports[{i}].protocol"), p.protocol.as_deref())?;
+        let port = u16::try_from(ctx.port(&format!("ports[{i}].port"), port)?)
+            .map_err(|_| ctx.err(format!("ports[{i}].port"), format!("invalid port {port}")))?;
+        ports.push(PortInfo::new(name, protocol, port));
     }
-    ports.sort_by(|a, b| (&a.name, a.protocol).cmp(&(&b.name, b.protocol)));
+    let ports = interner.ports(PortList::new(ports));
 
     let mut endpoints = Vec::with_capacity(slice.endpoints.len());
     for (i, ep) in slice.endpoints.iter().enumerate() {
@@ -323,38 +318,34 @@ pub fn endpoint_slice(
             conditions.and_then(|c| c.terminating),
         );
         let hints = ep.hints.as_ref();
-        let hint_zones = sorted_names(
-            hints
-                .and_then(|h| h.for_zones.as_ref())
-                .into_iter()
-                .flatten()
-                .map(|z| &z.name),
-        );
-        let hint_nodes = sorted_names(
-            hints
-                .and_then(|h| h.for_nodes.as_ref())
-                .into_iter()
-                .flatten()
-                .map(|n| &n.name),
-        );
-        let endpoint = Endpoint {
-            addresses: Some(IpSet::single(ip)),
-            node_name: ep.node_name.clone().unwrap_or_default(),
-            zone: ep.zone.clone().unwrap_or_default(),
-            hint_zones,
-            hint_nodes,
-            ready,
-            serving,
-            terminating,
-            ports: ports.clone(),
-        };
-        endpoints.push((ip, Arc::new(endpoint)));
+        let hint_zones = hints
+            .and_then(|h| h.for_zones.as_ref())
+            .into_iter()
+            .flatten();
+        let hint_nodes = hints
+            .and_then(|h| h.for_nodes.as_ref())
+            .into_iter()
+            .flatten();
+        let endpoint = EndpointInfo::builder(ip)
+            .conditions(ready, serving, terminating)
+            .node(
+                ep.node_name.as_deref().unwrap_or_default(),
+                ep.zone.as_deref().unwrap_or_default(),
+            )
+            .hint_zones(hint_zones.map(|z| z.name.as_str()))
+            .hint_nodes(hint_nodes.map(|n| n.name.as_str()))
+            .ports(ports.clone())
+            .intern(interner);
+        endpoints.push(endpoint);
     }
     // Sorted by address; within one slice, the first copy of an address
     // wins (the sort is stable).
-    endpoints.sort_by_key(|(ip, _)| *ip);
-    endpoints.dedup_by_key(|(ip, _)| *ip);
-    Ok(Some(SliceContribution { service, endpoints }))
+    endpoints.sort_by_key(EndpointInfo::address);
+    endpoints.dedup_by_key(|e| e.address());
+    Ok(Some(SliceContribution {
+        service,
+        endpoints: Arc::new(endpoints),
+    }))
 }
 
 /// Translates a Node: its name, zone and region labels, and its InternalIP

@@ -122,7 +122,8 @@ fn endpoints_are_deduplicated_across_slices_preferring_the_local_copy() {
     let name = ServiceName::new("ns", "web");
     let eps: Vec<_> = snap
         .endpoints(&name)
-        .map(|(ip, e)| (*ip, e.node_name.clone()))
+        .iter()
+        .map(|e| (e.address(), e.node_name().to_owned()))
         .collect();
     assert_eq!(
         eps,
@@ -137,7 +138,8 @@ fn endpoints_are_deduplicated_across_slices_preferring_the_local_copy() {
     let snap = ingest.reader().snapshot();
     let eps: Vec<_> = snap
         .endpoints(&name)
-        .map(|(ip, e)| (*ip, e.node_name.clone()))
+        .iter()
+        .map(|e| (e.address(), e.node_name().to_owned()))
         .collect();
     assert_eq!(eps, [(ip("10.1.0.1"), "node-b".to_string())]);
 }
@@ -164,16 +166,17 @@ fn slices_that_kube_proxy_ignores_are_ignored() {
     s["ports"] = json!([{"port": 80}, {"name": "noport"}, {"name": "http", "port": 8080}]);
     assert!(ingest.apply_slice(&slice(s)).is_some());
     let snap = ingest.reader().snapshot();
-    let eps: Vec<_> = snap.endpoints(&ServiceName::new("ns", "web")).collect();
+    let eps = snap.endpoints(&ServiceName::new("ns", "web"));
     assert_eq!(eps.len(), 1);
-    let (addr, ep) = eps[0];
-    assert_eq!(*addr, ip("10.1.0.1"));
-    assert_eq!((ep.ready, ep.serving, ep.terminating), (true, true, false));
-    assert_eq!(ep.ports.len(), 1);
+    let ep = &eps[0];
+    assert_eq!(ep.address(), ip("10.1.0.1"));
     assert_eq!(
-        (ep.ports[0].name.as_str(), ep.ports[0].port),
-        ("http", 8080)
+        (ep.ready(), ep.serving(), ep.terminating()),
+        (true, true, false)
     );
+    let ports = ep.ports().as_slice();
+    assert_eq!(ports.len(), 1);
+    assert_eq!((ports[0].name(), ports[0].port()), ("http", 8080));
 }
 
 #[test]
@@ -241,7 +244,8 @@ fn relists_swap_contents_and_unchanged_ones_make_no_revision() {
     let snap = ingest.reader().snapshot();
     let eps: Vec<_> = snap
         .endpoints(&ServiceName::new("ns", "web"))
-        .map(|(ip, _)| *ip)
+        .iter()
+        .map(|e| e.address())
         .collect();
     assert_eq!(eps, [ip("10.1.0.2")]);
     assert!(snap.is_synced(Kind::Endpoint));
@@ -312,7 +316,8 @@ fn bundled_sample_translates_every_feature() {
     // Named target port resolved per endpoint: the canary slice's 8081.
     let ports: Vec<_> = snap
         .endpoints(&frontend)
-        .map(|(ip, e)| (ip.to_string(), e.ports[0].port))
+        .iter()
+        .map(|e| (e.address().to_string(), e.ports().as_slice()[0].port()))
         .collect();
     assert!(ports.contains(&("10.244.1.21".into(), 8081)));
     assert!(ports.contains(&("10.244.1.20".into(), 8080)));

@@ -6,7 +6,9 @@
 use std::time::Instant;
 
 use kpng_diff::NodeProjector;
-use kpng_model::v1::{Endpoint, EndpointPort, IpSet, Service, ServicePort};
+use kpng_model::EndpointInfo;
+use kpng_model::endpoint::{PortInfo, PortList};
+use kpng_model::v1::{IpSet, Protocol, Service, ServicePort};
 use kpng_store::Store;
 use kpng_testkit::{Cluster, ClusterShape};
 
@@ -35,21 +37,13 @@ fn real_service(store: &mut Store) {
         ..Default::default()
     };
     let name = svc.service_name();
-    let ep = Endpoint {
-        addresses: Some(IpSet::parse_addrs("e", ["10.244.1.10"]).expect("bench setup")),
-        node_name: "node-0".into(),
-        ready: true,
-        serving: true,
-        ports: vec![EndpointPort {
-            name: "http".into(),
-            protocol: 1,
-            port: 8080,
-        }],
-        ..Default::default()
-    };
+    let ep = EndpointInfo::builder("10.244.1.10".parse().expect("bench setup"))
+        .node("node-0", "")
+        .ports(PortList::new([PortInfo::new("http", Protocol::Tcp, 8080)]))
+        .build();
     let mut txn = store.begin();
     txn.set_service(svc);
-    txn.set_endpoint(name, "10.244.1.10".parse().expect("bench setup"), ep);
+    txn.set_endpoint(name, ep);
     txn.commit();
 }
 
@@ -166,12 +160,10 @@ pub fn run<B: LabBackend>(refs: [&str; 3], extended: bool) {
     let mut change_commands = Vec::new();
     let mut notes = std::collections::BTreeMap::<String, usize>::new();
     for i in 0..20 {
-        let (name, ip, mut ep) =
-            cluster.endpoints[(i / 2) * 4999 % cluster.endpoints.len()].clone();
-        ep.ready = i % 2 == 1;
-        ep.serving = ep.ready;
+        let (name, ep) = cluster.endpoints[(i / 2) * 4999 % cluster.endpoints.len()].clone();
+        let ready = i % 2 == 1;
         let mut txn = store.begin();
-        txn.set_endpoint(name, ip, ep);
+        txn.set_endpoint(name, ep.with_conditions(ready, ready, false));
         txn.commit();
         let start = Instant::now();
         projector

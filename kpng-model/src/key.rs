@@ -5,7 +5,8 @@ use std::fmt;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use crate::v1::{Endpoint, Node, Service};
+use crate::endpoint::EndpointInfo;
+use crate::v1::{Node, Service};
 
 /// The identity of a Service: its namespace and name.
 ///
@@ -201,7 +202,7 @@ pub enum Value {
     /// A Service.
     Service(Arc<Service>),
     /// An endpoint.
-    Endpoint(Arc<Endpoint>),
+    Endpoint(EndpointInfo),
 }
 
 impl Value {
@@ -279,7 +280,7 @@ pub mod wire {
             (Key::Endpoint(name, ip), Some(Value::Endpoint(e))) => {
                 Change::SetEndpoint(v1::EndpointEntry {
                     key: Some(endpoint_key(name, ip)),
-                    endpoint: Some((**e).clone()),
+                    endpoint: Some(e.to_proto()),
                 })
             }
             (Key::Endpoint(name, ip), _) => Change::DeleteEndpoint(endpoint_key(name, ip)),
@@ -308,11 +309,16 @@ pub mod wire {
                 }
                 Change::SetEndpoint(entry) => {
                     let (name, ip) = from_key(entry.key)?;
-                    let endpoint = entry.endpoint.unwrap_or_default();
-                    (
-                        Key::Endpoint(name, ip),
-                        Some(Value::Endpoint(Arc::new(endpoint))),
-                    )
+                    let mut endpoint = entry.endpoint.unwrap_or_default();
+                    if endpoint
+                        .addresses
+                        .as_ref()
+                        .is_none_or(|a| a.v4.is_empty() && a.v6.is_empty())
+                    {
+                        endpoint.addresses = Some(v1::IpSet::single(ip));
+                    }
+                    let endpoint = crate::EndpointInfo::from_proto(&endpoint)?;
+                    (Key::Endpoint(name, ip), Some(Value::Endpoint(endpoint)))
                 }
                 Change::DeleteEndpoint(key) => {
                     let (name, ip) = from_key(Some(key))?;

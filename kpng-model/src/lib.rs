@@ -10,7 +10,9 @@
 //!   canonical proto3 JSON through serde (pbjson): camelCase field names,
 //!   enum values by name. YAML works through any serde YAML crate.
 //! - [`Key`] and [`Value`] are the typed entries of the ENLS map that
-//!   `kpng-store` keeps.
+//!   `kpng-store` keeps; endpoints are held as [`EndpointInfo`] (see
+//!   [`endpoint`]): 48 bytes each, their node, zone, ports and hints
+//!   shared.
 //! - [`view`] holds the node view: the ENLS projected onto one node, which
 //!   `kpng-diff` computes and backends consume.
 //!
@@ -52,6 +54,7 @@
 //! 1.89, shared by the whole kpng-rs workspace.
 
 pub mod addr;
+pub mod endpoint;
 mod key;
 pub mod view;
 
@@ -64,6 +67,7 @@ pub mod v1 {
 }
 
 pub use addr::IpFamily;
+pub use endpoint::EndpointInfo;
 /// Store entries in wire form (`kpng.model.v1.EnlsChange`), for the global
 /// watch.
 pub use key::wire as entries;
@@ -84,6 +88,14 @@ pub enum Error {
         field: String,
         /// The text that failed.
         value: String,
+    },
+    /// A value is out of its range or unknown.
+    #[error("invalid {field}: {reason}")]
+    InvalidValue {
+        /// Where the value came from (e.g. `endpoint.ports[0]`).
+        field: String,
+        /// What is wrong with it.
+        reason: String,
     },
     /// A node-view op named a Service that is not in the view.
     #[error("node view has no service {0}")]

@@ -15,7 +15,8 @@ use std::sync::Arc;
 use imbl::OrdMap;
 
 use crate::addr::IpFamily;
-use crate::v1::{Endpoint, Node, Protocol, Service, TrafficPolicy};
+use crate::endpoint::EndpointInfo;
+use crate::v1::{Node, Protocol, Service, TrafficPolicy};
 use crate::{Error, Result, ServiceName};
 
 /// One endpoint address as this node uses it.
@@ -29,8 +30,9 @@ use crate::{Error, Result, ServiceName};
 pub struct EndpointView {
     /// The address in this family.
     pub ip: IpAddr,
-    /// The endpoint, with its ports and conditions.
-    pub endpoint: Arc<Endpoint>,
+    /// The endpoint, with its ports and conditions (shared with the
+    /// store).
+    pub endpoint: EndpointInfo,
     /// The endpoint runs on this node.
     pub is_local: bool,
     /// It is a cluster-policy endpoint: ready (topology-filtered), or
@@ -50,11 +52,7 @@ impl EndpointView {
     /// The endpoint's port for a Service port, matched by port name and
     /// protocol (EndpointSlice ports carry the Service port's name).
     pub fn port(&self, name: &str, protocol: Protocol) -> Option<u16> {
-        self.endpoint
-            .ports
-            .iter()
-            .find(|p| p.name == name && p.protocol == protocol as i32)
-            .and_then(|p| u16::try_from(p.port).ok())
+        self.endpoint.port(name, protocol)
     }
 }
 
@@ -467,7 +465,7 @@ pub mod wire {
                 service: Some(service_ref(name)),
                 endpoint: Some(v1::EndpointRef {
                     ip: ep.ip.to_string(),
-                    endpoint: Some((*ep.endpoint).clone()),
+                    endpoint: Some(ep.endpoint.to_proto()),
                     is_local: ep.is_local,
                     cluster: ep.cluster,
                     local: ep.local,
@@ -499,11 +497,21 @@ pub mod wire {
                 let ep = set
                     .endpoint
                     .ok_or_else(|| missing("set_endpoint.endpoint"))?;
+                let ip = ip("set_endpoint.endpoint.ip", &ep.ip)?;
+                let mut endpoint = ep.endpoint.unwrap_or_default();
+                if endpoint
+                    .addresses
+                    .as_ref()
+                    .is_none_or(|a| a.v4.is_empty() && a.v6.is_empty())
+                {
+                    endpoint.addresses = Some(v1::IpSet::single(ip));
+                }
+                let endpoint = crate::EndpointInfo::from_proto(&endpoint)?;
                 ViewOp::SetEndpoint(
                     name,
                     EndpointView {
-                        ip: ip("set_endpoint.endpoint.ip", &ep.ip)?,
-                        endpoint: Arc::new(ep.endpoint.unwrap_or_default()),
+                        ip,
+                        endpoint,
                         is_local: ep.is_local,
                         cluster: ep.cluster,
                         local: ep.local,
@@ -531,10 +539,10 @@ pub mod wire {
 pub mod compact {
     use std::collections::HashMap;
     use std::net::IpAddr;
-    use std::sync::Arc;
 
     use super::{EndpointView, ViewOp, wire};
-    use crate::v1::{self, view_change::Change};
+    use crate::endpoint::{EndpointInfo, Interner, PortInfo, PortList};
+    use crate::v1::{self, Protocol, view_change::Change};
     use crate::{Error, ServiceName};
 
     const READY: u32 = 1;
@@ -563,47 +571,16 @@ pub mod compact {
         })
     }
 
-    /// The single address of `texts` when it is in canonical form.
-    fn canonical(texts: &[String]) -> Option<Option<IpAddr>> {
-        match texts {
-            [] => Some(None),
-            [one] => {
-                let ip: IpAddr = one.parse().ok()?;
-                is_canonical(&ip, one).then_some(Some(ip))
-            }
-            _ => None,
-        }
-    }
-
-    /// Whether `text` is how `ip` prints (without allocating).
-    fn is_canonical(ip: &IpAddr, text: &str) -> bool {
-        use std::fmt::Write as _;
-        /// The longest IPv6 text (an IPv4-mapped address) fits.
-        struct Buf([u8; 48], usize);
-        impl std::fmt::Write for Buf {
-            fn write_str(&mut self, s: &str) -> std::fmt::Result {
-                let end = self.1 + s.len();
-                self.0
-                    .get_mut(self.1..end)
-                    .ok_or(std::fmt::Error)?
-                    .copy_from_slice(s.as_bytes());
-                self.1 = end;
-                Ok(())
-            }
-        }
-        let mut buf = Buf([0; 48], 0);
-        write!(buf, "{ip}").is_ok() && buf.0.get(..buf.1) == Some(text.as_bytes())
-    }
-
     /// Encodes batches of one round; [`end_round`](Self::end_round) at
     /// each sync.
     #[derive(Debug, Default)]
     pub struct Encoder {
         strings: HashMap<String, u32>,
-        port_lists: HashMap<Vec<v1::EndpointPort>, u32>,
+        port_lists: HashMap<PortList, u32>,
         /// The last port list and zone looked up: endpoints in a row
-        /// mostly share them, and comparing is cheaper than hashing.
-        last_ports: Option<(Vec<v1::EndpointPort>, u32)>,
+        /// mostly share them, and comparing (shared copies: pointers) is
+        /// cheaper than hashing.
+        last_ports: Option<(PortList, u32)>,
         last_zone: Option<(String, u32)>,
     }
 
@@ -644,7 +621,7 @@ pub mod compact {
             i
         }
 
-        fn ports(&mut self, batch: &mut v1::ViewChanges, ports: &[v1::EndpointPort]) -> u32 {
+        fn ports(&mut self, batch: &mut v1::ViewChanges, ports: &PortList) -> u32 {
             if ports.is_empty() {
                 return 0;
             }
@@ -654,60 +631,66 @@ pub mod compact {
                 return *i;
             }
             let i = self.port_list(batch, ports);
-            self.last_ports = Some((ports.to_vec(), i));
+            self.last_ports = Some((ports.clone(), i));
             i
         }
 
-        fn port_list(&mut self, batch: &mut v1::ViewChanges, ports: &[v1::EndpointPort]) -> u32 {
+        fn port_list(&mut self, batch: &mut v1::ViewChanges, ports: &PortList) -> u32 {
             if let Some(i) = self.port_lists.get(ports) {
                 return *i;
             }
             let i = u32::try_from(self.port_lists.len() + 1).unwrap_or(u32::MAX);
-            self.port_lists.insert(ports.to_vec(), i);
+            self.port_lists.insert(ports.clone(), i);
             batch.port_lists.push(v1::PortList {
-                ports: ports.to_vec(),
+                ports: ports
+                    .as_slice()
+                    .iter()
+                    .map(|p| v1::EndpointPort {
+                        name: p.name().to_owned(),
+                        protocol: p.protocol() as i32,
+                        port: u32::from(p.port()),
+                    })
+                    .collect(),
             });
             i
         }
 
-        /// The compact form of an endpoint, or `None` when it does not
-        /// fit (an address not in canonical form, or more than one per
-        /// family): it then goes as a plain `SetEndpoint`.
+        /// The compact form of an endpoint, or `None` when its view names
+        /// an address the endpoint does not have: it then goes as a plain
+        /// `SetEndpoint`.
         fn endpoint(
             &mut self,
             batch: &mut v1::ViewChanges,
             e: &EndpointView,
         ) -> Option<v1::CompactEndpoint> {
             let ep = &e.endpoint;
-            let (v4, v6) = match &ep.addresses {
-                Some(a) => (canonical(&a.v4)?, canonical(&a.v6)?),
-                None => (None, None),
-            };
-            let other = match e.ip {
-                IpAddr::V4(_) if v4 == Some(e.ip) => v6,
-                IpAddr::V6(_) if v6 == Some(e.ip) => v4,
-                _ => return None,
+            let other = if e.ip == ep.address() {
+                ep.other_address()
+            } else if Some(e.ip) == ep.other_address() {
+                Some(ep.address())
+            } else {
+                return None;
             };
             let flag = |on: bool, bit: u32| if on { bit } else { 0 };
-            let flags = flag(ep.ready, READY)
-                | flag(ep.serving, SERVING)
-                | flag(ep.terminating, TERMINATING)
+            let flags = flag(ep.ready(), READY)
+                | flag(ep.serving(), SERVING)
+                | flag(ep.terminating(), TERMINATING)
                 | flag(e.is_local, IS_LOCAL)
                 | flag(e.cluster, CLUSTER)
                 | flag(e.local, LOCAL);
             Some(v1::CompactEndpoint {
                 ip: ip_bytes(&e.ip),
                 flags,
-                node: self.string(batch, &ep.node_name),
-                zone: self.zone(batch, &ep.zone),
-                ports: self.ports(batch, &ep.ports),
+                node: self.string(batch, ep.node_name()),
+                zone: self.zone(batch, ep.zone()),
+                ports: self.ports(batch, ep.ports()),
                 hint_zones: ep
-                    .hint_zones
+                    .hint_zones()
                     .iter()
                     .map(|z| self.string(batch, z))
                     .collect(),
                 hint_nodes: ep
-                    .hint_nodes
+                    .hint_nodes()
                     .iter()
                     .map(|n| self.string(batch, n))
                     .collect(),
@@ -754,10 +737,14 @@ pub mod compact {
 
     /// Decodes batches of one round; [`end_round`](Self::end_round) at
     /// each sync and reset.
+    ///
+    /// Endpoints decoded by one decoder share their node and zone, port
+    /// lists and hints (an [`Interner`] that outlives rounds).
     #[derive(Debug, Default)]
     pub struct Decoder {
         strings: Vec<String>,
-        port_lists: Vec<Vec<v1::EndpointPort>>,
+        port_lists: Vec<PortList>,
+        interner: Interner,
     }
 
     impl Decoder {
@@ -769,16 +756,16 @@ pub mod compact {
         /// The round ended: the tables start over (their memory is
         /// given back).
         pub fn end_round(&mut self) {
-            *self = Self::default();
+            self.strings = Vec::new();
+            self.port_lists = Vec::new();
         }
 
-        fn string(&self, i: u32) -> Result<String, Error> {
+        fn string(strings: &[String], i: u32) -> Result<&str, Error> {
             match i {
-                0 => Ok(String::new()),
-                i => self
-                    .strings
+                0 => Ok(""),
+                i => strings
                     .get(i as usize - 1)
-                    .cloned()
+                    .map(String::as_str)
                     .ok_or_else(|| bad_index("strings", i)),
             }
         }
@@ -794,8 +781,20 @@ pub mod compact {
             mut op: impl FnMut(ViewOp) -> Result<(), E>,
         ) -> Result<(), E> {
             self.strings.extend(batch.strings);
-            self.port_lists
-                .extend(batch.port_lists.into_iter().map(|p| p.ports));
+            for (i, list) in batch.port_lists.into_iter().enumerate() {
+                let mut ports = Vec::with_capacity(list.ports.len());
+                for p in list.ports {
+                    let bad = || Error::InvalidValue {
+                        field: format!("ViewChanges.port_lists[{i}]"),
+                        reason: format!("port {} of protocol {}", p.port, p.protocol),
+                    };
+                    let port = u16::try_from(p.port).map_err(|_| bad())?;
+                    let protocol = Protocol::try_from(p.protocol).map_err(|_| bad())?;
+                    ports.push(PortInfo::new(&p.name, protocol, port));
+                }
+                let list = self.interner.ports(PortList::new(ports));
+                self.port_lists.push(list);
+            }
             for change in batch.changes {
                 match change.change {
                     Some(Change::SetEndpoints(set)) => {
@@ -810,37 +809,40 @@ pub mod compact {
             Ok(())
         }
 
-        fn endpoint(&self, c: v1::CompactEndpoint) -> Result<EndpointView, Error> {
+        fn endpoint(&mut self, c: v1::CompactEndpoint) -> Result<EndpointView, Error> {
+            let Self {
+                strings,
+                port_lists,
+                interner,
+            } = self;
+            let string = |i: u32| Self::string(strings, i);
             let ip = ip_from("ip", &c.ip)?;
-            let mut addrs = vec![ip];
-            if !c.other_address.is_empty() {
-                addrs.push(ip_from("other_address", &c.other_address)?);
-            }
             let ports = match c.ports {
-                0 => Vec::new(),
-                i => self
-                    .port_lists
+                0 => PortList::default(),
+                i => port_lists
                     .get(i as usize - 1)
                     .cloned()
                     .ok_or_else(|| bad_index("port_lists", i))?,
             };
-            let strings = |list: Vec<u32>| -> Result<Vec<String>, Error> {
-                list.into_iter().map(|i| self.string(i)).collect()
+            let strings = |list: &[u32]| -> Result<Vec<&str>, Error> {
+                list.iter().map(|i| string(*i)).collect()
             };
-            let endpoint = v1::Endpoint {
-                addresses: Some(v1::IpSet::from_addrs(addrs)),
-                node_name: self.string(c.node)?,
-                zone: self.string(c.zone)?,
-                hint_zones: strings(c.hint_zones)?,
-                hint_nodes: strings(c.hint_nodes)?,
-                ready: c.flags & READY != 0,
-                serving: c.flags & SERVING != 0,
-                terminating: c.flags & TERMINATING != 0,
-                ports,
-            };
+            let mut builder = EndpointInfo::builder(ip)
+                .conditions(
+                    c.flags & READY != 0,
+                    c.flags & SERVING != 0,
+                    c.flags & TERMINATING != 0,
+                )
+                .node(string(c.node)?, string(c.zone)?)
+                .hint_zones(strings(&c.hint_zones)?)
+                .hint_nodes(strings(&c.hint_nodes)?)
+                .ports(ports);
+            if !c.other_address.is_empty() {
+                builder = builder.other_address(ip_from("other_address", &c.other_address)?);
+            }
             Ok(EndpointView {
                 ip,
-                endpoint: Arc::new(endpoint),
+                endpoint: builder.intern(interner),
                 is_local: c.flags & IS_LOCAL != 0,
                 cluster: c.flags & CLUSTER != 0,
                 local: c.flags & LOCAL != 0,
@@ -862,11 +864,11 @@ mod tests {
 
     use super::compact::{Decoder, Encoder};
     use super::{EndpointView, ViewOp};
-    use crate::ServiceName;
     use crate::v1::{Endpoint, EndpointPort, IpSet, Node, Service};
+    use crate::{EndpointInfo, ServiceName};
 
-    fn endpoint(addrs: &[&str], node: &str, hints: &[&str]) -> Endpoint {
-        Endpoint {
+    fn endpoint(addrs: &[&str], node: &str, hints: &[&str]) -> EndpointInfo {
+        let proto = Endpoint {
             addresses: Some(IpSet {
                 v4: addrs
                     .iter()
@@ -891,10 +893,11 @@ mod tests {
                 protocol: 1,
                 port: 8080,
             }],
-        }
+        };
+        EndpointInfo::from_proto(&proto).expect("valid")
     }
 
-    fn set(name: &ServiceName, ip: &str, ep: &Arc<Endpoint>, local: bool) -> ViewOp {
+    fn set(name: &ServiceName, ip: &str, ep: &EndpointInfo, local: bool) -> ViewOp {
         ViewOp::SetEndpoint(
             name.clone(),
             EndpointView {
@@ -911,11 +914,14 @@ mod tests {
     fn compact_batches_decode_to_the_same_ops() {
         let web = ServiceName::new("default", "web");
         let dns = ServiceName::new("kube-system", "dns");
-        let dual = Arc::new(endpoint(&["10.0.0.1", "fd00::1"], "node-a", &["zone-a"]));
-        let plain = Arc::new(endpoint(&["10.0.0.2"], "", &[]));
-        // Not canonical text: goes as a plain SetEndpoint.
-        let odd = Arc::new(endpoint(&["10.0.0.03"], "node-b", &[]));
-        let two = Arc::new(endpoint(&["10.0.0.4", "10.0.0.5"], "node-b", &[]));
+        let dual = endpoint(&["10.0.0.1", "fd00::1"], "node-a", &["zone-a"]);
+        let plain = endpoint(&["10.0.0.2"], "", &[]);
+        // A view address the endpoint does not have: goes as a plain
+        // SetEndpoint.
+        let odd = endpoint(&["10.0.0.4"], "node-b", &[]);
+        // Only the first address of a family is kept.
+        let two = endpoint(&["10.0.0.4", "10.0.0.5"], "node-a", &[]);
+        assert_eq!(two.other_address(), None);
         let first = vec![
             ViewOp::SetNode(Arc::new(Node {
                 name: "node-a".into(),

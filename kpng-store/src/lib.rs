@@ -73,6 +73,22 @@ pub enum Error {
         /// The kind of the value.
         value: Kind,
     },
+    /// An endpoint was written under a key naming another address.
+    #[error("cannot store the endpoint at {address} under key {key}")]
+    AddressMismatch {
+        /// The key.
+        key: Key,
+        /// The endpoint's primary address.
+        address: std::net::IpAddr,
+    },
+    /// A list of endpoints was not sorted by address, or held one twice.
+    #[error("endpoints of {service} are not sorted by address at {address}")]
+    Unsorted {
+        /// The Service.
+        service: kpng_model::ServiceName,
+        /// The first address out of order.
+        address: std::net::IpAddr,
+    },
     /// The writer was dropped: no newer revision will come.
     #[error("the store writer was dropped")]
     Closed,

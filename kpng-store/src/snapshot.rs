@@ -2,13 +2,12 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::net::IpAddr;
 use std::sync::Arc;
 
 use imbl::Vector;
 use imbl::ordmap::DiffItem;
-use kpng_model::v1::{Endpoint, Node, Service};
-use kpng_model::{Key, Kind, ServiceName, Value};
+use kpng_model::v1::{Node, Service};
+use kpng_model::{EndpointInfo, Key, Kind, ServiceName, Value};
 use tokio::sync::watch;
 
 use crate::state::{Entry, State, entry_keys};
@@ -98,8 +97,9 @@ impl Snapshot {
         self.state.get(key)
     }
 
-    /// Whether `key` holds a value equal to `value`. Compares content
-    /// digests: the stored value is not read.
+    /// Whether `key` holds a value equal to `value`. Services and nodes
+    /// compare content digests (the stored value is not read); endpoints
+    /// compare their inline parts, then their shared parts by pointer.
     pub fn holds(&self, key: &Key, value: &Value) -> bool {
         self.state.holds(key, value)
     }
@@ -144,17 +144,24 @@ impl Snapshot {
         self.state.services.keys()
     }
 
-    /// The endpoints of one Service, by primary address, in address order
-    /// (IPv4 first). O(1) to start, O(1) per endpoint.
-    pub fn endpoints(
-        &self,
-        service: &ServiceName,
-    ) -> impl Iterator<Item = (&IpAddr, &Arc<Endpoint>)> {
+    /// The endpoints of one Service, in order of their primary address
+    /// (IPv4 first): a slice of the stored list, O(1).
+    pub fn endpoints(&self, service: &ServiceName) -> &[EndpointInfo] {
         self.state
             .services
             .get(service)
-            .into_iter()
-            .flat_map(|e| e.endpoints.iter().map(|(ip, e)| (ip, &e.value)))
+            .map_or(&[], |e| e.endpoints.as_slice())
+    }
+
+    /// The endpoints of one Service as the store holds them, shared: O(1).
+    /// A writer that replaces them with a list equal but for a few
+    /// endpoints can start from this one.
+    pub fn endpoint_list(&self, service: &ServiceName) -> Arc<Vec<EndpointInfo>> {
+        self.state
+            .services
+            .get(service)
+            .map(|e| e.endpoints.clone())
+            .unwrap_or_default()
     }
 
     /// The keys changed between `older` and this snapshot, when the change

@@ -2,16 +2,20 @@
 //!
 //! Services are indexed by a hash map (HAMT) keyed by their name's
 //! fingerprint: a point lookup among 10k Services reads a few nodes. Each
-//! Service's endpoints live in one shared, sorted vector: compact, listed in
-//! address order, found by binary search. Changing an endpoint copies its
+//! Service's endpoints live in one shared, sorted vector of
+//! [`EndpointInfo`]s (48 bytes each, inline): compact, listed in address
+//! order, found by binary search. Changing an endpoint copies its
 //! Service's vector once per transaction, which is O(endpoints of that
 //! Service), the same order as projecting that Service for a node, which
-//! every change costs anyway. Nodes are few and kept in an ordered map.
+//! every change costs anyway; replacing a Service's endpoints adopts the
+//! writer's vector, shared, when anything changed. Nodes are few and kept
+//! in an ordered map.
 //!
-//! Every stored value carries a 128-bit keyed digest of its content, held
-//! inline beside it. A write compares digests, so a no-op write never reads
-//! the stored value itself (which would cost a cache miss per string it
-//! holds).
+//! Every stored Service and Node carries a 128-bit keyed digest of its
+//! content, held inline beside it. A write compares digests, so a no-op
+//! write never reads the stored value itself (which would cost a cache miss
+//! per string it holds). Endpoints need none: their addresses and
+//! conditions are inline, and their shared parts compare by pointer first.
 
 use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher};
 use std::net::IpAddr;
@@ -19,8 +23,8 @@ use std::sync::{Arc, OnceLock};
 
 use imbl::shared_ptr::DefaultSharedPtr;
 use imbl::{GenericHashMap, OrdMap};
-use kpng_model::v1::{Endpoint, Node, Service};
-use kpng_model::{Key, Kind, ServiceName, Value};
+use kpng_model::v1::{Node, Service};
+use kpng_model::{EndpointInfo, Key, Kind, ServiceName, Value};
 use siphasher::sip128::{Hasher128, SipHasher13};
 
 /// A hasher that passes a [`ServiceName`]'s fingerprint through: the
@@ -76,14 +80,6 @@ impl Digest {
         let h = hasher.finish128();
         Digest([h.h1, h.h2])
     }
-
-    fn of_value(value: &Value) -> Self {
-        match value {
-            Value::Node(v) => Self::of(&**v),
-            Value::Service(v) => Self::of(&**v),
-            Value::Endpoint(v) => Self::of(&**v),
-        }
-    }
 }
 
 /// A stored value with its digest. Equality compares digests only.
@@ -109,7 +105,7 @@ impl<T> PartialEq for Stored<T> {
 }
 
 /// One Service's endpoints, sorted by address, shared between snapshots.
-pub(crate) type EndpointList = Arc<Vec<(IpAddr, Stored<Endpoint>)>>;
+pub(crate) type EndpointList = Arc<Vec<EndpointInfo>>;
 
 /// One Service's entry: the Service itself, when known, and its endpoints.
 /// An endpoint may arrive before its Service (EndpointSlices and Services
@@ -126,11 +122,11 @@ impl Entry {
     }
 
     fn find(&self, ip: &IpAddr) -> Result<usize, usize> {
-        self.endpoints.binary_search_by(|(a, _)| a.cmp(ip))
+        self.endpoints.binary_search_by(|e| e.address().cmp(ip))
     }
 
-    pub(crate) fn endpoint(&self, ip: &IpAddr) -> Option<&Stored<Endpoint>> {
-        self.find(ip).ok().map(|i| &self.endpoints[i].1)
+    pub(crate) fn endpoint(&self, ip: &IpAddr) -> Option<&EndpointInfo> {
+        self.find(ip).ok().map(|i| &self.endpoints[i])
     }
 }
 
@@ -153,54 +149,83 @@ impl State {
                 self.services.get(name)?.service.as_ref()?.value.clone(),
             )),
             Key::Endpoint(name, ip) => Some(Value::Endpoint(
-                self.services.get(name)?.endpoint(ip)?.value.clone(),
+                self.services.get(name)?.endpoint(ip)?.clone(),
             )),
         }
     }
 
-    /// The digest of the value under `key`.
-    pub(crate) fn digest(&self, key: &Key) -> Option<Digest> {
+    /// Whether `key` holds equal values (or none) here and in `other`.
+    pub(crate) fn same_at(&self, other: &State, key: &Key) -> bool {
         match key {
-            Key::Node(name) => Some(self.nodes.get(name)?.digest),
-            Key::Service(name) => Some(self.services.get(name)?.service.as_ref()?.digest),
-            Key::Endpoint(name, ip) => Some(self.services.get(name)?.endpoint(ip)?.digest),
+            Key::Node(name) => {
+                self.nodes.get(name).map(|s| s.digest) == other.nodes.get(name).map(|s| s.digest)
+            }
+            Key::Service(name) => {
+                let digest = |state: &State| {
+                    let entry = state.services.get(name)?;
+                    Some(entry.service.as_ref()?.digest)
+                };
+                digest(self) == digest(other)
+            }
+            Key::Endpoint(name, ip) => {
+                self.services.get(name).and_then(|e| e.endpoint(ip))
+                    == other.services.get(name).and_then(|e| e.endpoint(ip))
+            }
         }
     }
 
     /// Whether `key` holds a value equal to `value`.
     pub(crate) fn holds(&self, key: &Key, value: &Value) -> bool {
-        key.kind() == value.kind() && self.digest(key) == Some(Digest::of_value(value))
+        match (key, value) {
+            (Key::Node(name), Value::Node(v)) => {
+                self.nodes.get(name).map(|s| s.digest) == Some(Digest::of(&**v))
+            }
+            (Key::Service(name), Value::Service(v)) => {
+                self.services
+                    .get(name)
+                    .and_then(|e| e.service.as_ref())
+                    .map(|s| s.digest)
+                    == Some(Digest::of(&**v))
+            }
+            (Key::Endpoint(name, ip), Value::Endpoint(v)) => self
+                .services
+                .get(name)
+                .and_then(|e| e.endpoint(ip))
+                .is_some_and(|e| e == v),
+            _ => false,
+        }
     }
 
     /// Stores `value` under `key` unless it already holds an equal value;
     /// returns whether anything changed. The caller checked that kinds
-    /// match.
+    /// match, and that an endpoint's address is its key's.
     pub(crate) fn write(&mut self, key: Key, value: Value) -> bool {
-        let digest = Digest::of_value(&value);
-        if self.digest(&key) == Some(digest) {
-            return false;
-        }
         let added = match (key, value) {
             (Key::Node(name), Value::Node(value)) => {
+                let digest = Digest::of(&*value);
+                if self.nodes.get(&name).map(|s| s.digest) == Some(digest) {
+                    return false;
+                }
                 self.nodes.insert(name, Stored { digest, value }).is_none()
             }
-            (Key::Service(name), Value::Service(value)) => self
-                .services
-                .entry(name)
-                .or_default()
-                .service
-                .replace(Stored { digest, value })
-                .is_none(),
+            (Key::Service(name), Value::Service(value)) => {
+                let digest = Digest::of(&*value);
+                let entry = self.services.entry(name).or_default();
+                if entry.service.as_ref().map(|s| s.digest) == Some(digest) {
+                    return false;
+                }
+                entry.service.replace(Stored { digest, value }).is_none()
+            }
             (Key::Endpoint(name, ip), Value::Endpoint(value)) => {
                 let entry = self.services.entry(name).or_default();
-                let stored = Stored { digest, value };
                 match entry.find(&ip) {
+                    Ok(i) if entry.endpoints[i] == value => return false,
                     Ok(i) => {
-                        Arc::make_mut(&mut entry.endpoints)[i].1 = stored;
+                        Arc::make_mut(&mut entry.endpoints)[i] = value;
                         false
                     }
                     Err(i) => {
-                        Arc::make_mut(&mut entry.endpoints).insert(i, (ip, stored));
+                        Arc::make_mut(&mut entry.endpoints).insert(i, value);
                         true
                     }
                 }
@@ -213,39 +238,34 @@ impl State {
         true
     }
 
-    /// Writes endpoints of one Service (sorted by address) with one lookup
-    /// of its entry; returns the addresses whose value changed.
-    pub(crate) fn write_endpoints(
+    /// Replaces the endpoints of one Service with `endpoints` (sorted by
+    /// address, one per address) with one lookup of its entry; returns the
+    /// addresses that were added, changed or removed. When any was, the
+    /// entry adopts `endpoints` itself (shared, not copied).
+    pub(crate) fn replace_endpoints(
         &mut self,
         name: &ServiceName,
-        endpoints: &[(IpAddr, Arc<Endpoint>)],
+        endpoints: &EndpointList,
     ) -> Vec<IpAddr> {
         let mut changed = Vec::new();
-        if endpoints.is_empty() {
+        let old = match self.services.get(name) {
+            Some(entry) => entry.endpoints.clone(),
+            None if endpoints.is_empty() => return changed,
+            None => EndpointList::default(),
+        };
+        if Arc::ptr_eq(&old, endpoints) {
+            return changed;
+        }
+        differing(&old, endpoints, |ip| changed.push(ip));
+        if changed.is_empty() {
             return changed;
         }
         let entry = self.services.entry(name.clone()).or_default();
-        if entry.endpoints.is_empty() {
-            Arc::make_mut(&mut entry.endpoints).reserve_exact(endpoints.len());
+        entry.endpoints = endpoints.clone();
+        self.len = self.len + endpoints.len() - old.len();
+        if entry.is_empty() {
+            self.services.remove(name);
         }
-        let mut added = 0;
-        for (ip, endpoint) in endpoints {
-            let digest = Digest::of(&**endpoint);
-            let stored = Stored {
-                digest,
-                value: endpoint.clone(),
-            };
-            match entry.find(ip) {
-                Ok(i) if entry.endpoints[i].1.digest == digest => continue,
-                Ok(i) => Arc::make_mut(&mut entry.endpoints)[i].1 = stored,
-                Err(i) => {
-                    Arc::make_mut(&mut entry.endpoints).insert(i, (*ip, stored));
-                    added += 1;
-                }
-            }
-            changed.push(*ip);
-        }
-        self.len += added;
         changed
     }
 
@@ -292,7 +312,7 @@ impl State {
             Kind::Endpoint => Box::new(self.services.iter().flat_map(|(name, e)| {
                 e.endpoints
                     .iter()
-                    .map(move |(ip, _)| Key::Endpoint(name.clone(), *ip))
+                    .map(move |e| Key::Endpoint(name.clone(), e.address()))
             })),
         }
     }
@@ -310,10 +330,10 @@ impl State {
                 .service
                 .iter()
                 .map(move |s| (Key::Service(name.clone()), Value::Service(s.value.clone())));
-            let endpoints = entry.endpoints.iter().map(move |(ip, e)| {
+            let endpoints = entry.endpoints.iter().map(move |e| {
                 (
-                    Key::Endpoint(name.clone(), *ip),
-                    Value::Endpoint(e.value.clone()),
+                    Key::Endpoint(name.clone(), e.address()),
+                    Value::Endpoint(e.clone()),
                 )
             });
             service.chain(endpoints)
@@ -323,7 +343,8 @@ impl State {
 }
 
 /// Adds to `keys` the keys that differ between two entries of one Service,
-/// comparing digests; shared data is skipped without comparison.
+/// comparing Service digests and endpoints; shared data is skipped without
+/// comparison.
 pub(crate) fn entry_keys(
     name: &ServiceName,
     old: &Entry,
@@ -336,29 +357,35 @@ pub(crate) fn entry_keys(
     if Arc::ptr_eq(&old.endpoints, &new.endpoints) {
         return;
     }
-    // Both lists are sorted by address: merge them.
-    let (a, b) = (&old.endpoints, &new.endpoints);
+    differing(&old.endpoints, &new.endpoints, |ip| {
+        keys.insert(Key::Endpoint(name.clone(), ip));
+    });
+}
+
+/// Calls `f` with each address whose endpoint differs between two lists
+/// sorted by address: added, removed or changed. O(len a + len b).
+fn differing(a: &[EndpointInfo], b: &[EndpointInfo], mut f: impl FnMut(IpAddr)) {
     let (mut i, mut j) = (0, 0);
-    while i < a.len() || j < b.len() {
+    loop {
         let ip = match (a.get(i), b.get(j)) {
-            (Some((x, ex)), Some((y, ey))) if x == y => {
+            (Some(x), Some(y)) if x.address() == y.address() => {
                 i += 1;
                 j += 1;
-                if ex == ey {
+                if x == y {
                     continue;
                 }
-                x
+                x.address()
             }
-            (Some((x, _)), next) if next.is_none_or(|(y, _)| x < y) => {
+            (Some(x), next) if next.is_none_or(|y| x.address() < y.address()) => {
                 i += 1;
-                x
+                x.address()
             }
-            (_, Some((y, _))) => {
+            (_, Some(y)) => {
                 j += 1;
-                y
+                y.address()
             }
             (Some(_), None) | (None, None) => break,
         };
-        keys.insert(Key::Endpoint(name.clone(), *ip));
+        f(ip);
     }
 }

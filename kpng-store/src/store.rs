@@ -1,11 +1,10 @@
 //! The exclusive writer and its transactions.
 
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use kpng_model::v1::{Endpoint, Node, Service};
-use kpng_model::{Key, Kind, ServiceName, Value};
+use kpng_model::v1::{Node, Service};
+use kpng_model::{EndpointInfo, Key, Kind, ServiceName, Value};
 use tokio::sync::watch;
 
 use crate::snapshot::{ChangeLog, Reader, Snapshot, SyncedKinds};
@@ -243,11 +242,21 @@ impl Txn<'_> {
     /// Sets `key` to `value`. Returns whether the stored value changed.
     ///
     /// # Errors
-    /// [`Error::KindMismatch`] when the value's kind is not the key's.
+    /// [`Error::KindMismatch`] when the value's kind is not the key's, and
+    /// [`Error::AddressMismatch`] when an endpoint's primary address is not
+    /// its key's.
     pub fn set(&mut self, key: Key, value: Value) -> Result<bool> {
         if key.kind() != value.kind() {
             return Err(Error::KindMismatch {
                 value: value.kind(),
+                key,
+            });
+        }
+        if let (Key::Endpoint(_, ip), Value::Endpoint(e)) = (&key, &value)
+            && *ip != e.address()
+        {
+            return Err(Error::AddressMismatch {
+                address: e.address(),
                 key,
             });
         }
@@ -260,32 +269,47 @@ impl Txn<'_> {
         self.write(key, Value::Service(Arc::new(service)))
     }
 
-    /// Sets an endpoint of `service`, under its primary address `ip`.
-    pub fn set_endpoint(&mut self, service: ServiceName, ip: IpAddr, endpoint: Endpoint) -> bool {
+    /// Sets an endpoint of `service`, under its primary address.
+    pub fn set_endpoint(&mut self, service: ServiceName, endpoint: EndpointInfo) -> bool {
         self.write(
-            Key::Endpoint(service, ip),
-            Value::Endpoint(Arc::new(endpoint)),
+            Key::Endpoint(service, endpoint.address()),
+            Value::Endpoint(endpoint),
         )
     }
 
-    /// Sets endpoints of `service`, given sorted by address: the same as
-    /// one [`set`](Self::set) each, with one lookup of the Service for all.
-    /// Returns how many changed.
-    pub fn set_endpoints(
+    /// Replaces every endpoint of `service` with `endpoints` (sorted by
+    /// address, one per address): the same as one [`set`](Self::set) per
+    /// endpoint that changed and one [`delete`](Self::delete) per endpoint
+    /// that went, with one lookup of the Service for all. The store then
+    /// shares the list with the caller. Returns how many changed.
+    ///
+    /// # Errors
+    /// [`Error::Unsorted`] when the list is not sorted by address or holds
+    /// an address twice; nothing is written then.
+    pub fn replace_endpoints(
         &mut self,
         service: &ServiceName,
-        endpoints: &[(IpAddr, Arc<Endpoint>)],
-    ) -> usize {
-        self.writes += endpoints.len() as u64;
-        let changed = self.store.state.write_endpoints(service, endpoints);
+        endpoints: &Arc<Vec<EndpointInfo>>,
+    ) -> Result<usize> {
+        if let Some(pair) = endpoints
+            .windows(2)
+            .find(|w| w[0].address() >= w[1].address())
+        {
+            return Err(Error::Unsorted {
+                service: service.clone(),
+                address: pair[1].address(),
+            });
+        }
+        let changed = self.store.state.replace_endpoints(service, endpoints);
         let count = changed.len();
-        self.noops += (endpoints.len() - count) as u64;
+        self.writes += count.max(1) as u64;
+        self.noops += u64::from(count == 0);
         self.touched.extend(
             changed
                 .into_iter()
                 .map(|ip| Key::Endpoint(service.clone(), ip)),
         );
-        count
+        Ok(count)
     }
 
     /// Sets a node, keyed by its name.
@@ -350,7 +374,7 @@ impl Txn<'_> {
                 j += 1;
             }
             let key = &touched[i];
-            if j - i == 1 || self.base.digest(key) != self.store.state.digest(key) {
+            if j - i == 1 || !self.base.same_at(&self.store.state, key) {
                 touched.swap(kept, i);
                 kept += 1;
             }

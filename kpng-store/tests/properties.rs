@@ -3,8 +3,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use kpng_model::v1::{Endpoint, Service, ServicePort};
-use kpng_model::{Key, ServiceName, Value};
+use kpng_model::endpoint::{Interner, PortInfo, PortList};
+use kpng_model::v1::{Protocol, Service, ServicePort};
+use kpng_model::{EndpointInfo, Key, ServiceName, Value};
 use kpng_store::Store;
 use proptest::prelude::*;
 
@@ -12,6 +13,23 @@ use proptest::prelude::*;
 enum Op {
     Set(Key, Value),
     Delete(Key),
+    /// Replace a Service's endpoints with these (ids, sorted and unique).
+    Replace(ServiceName, Vec<(u8, bool, u8)>),
+}
+
+/// An endpoint at 10.0.0.`id`, with a node and ports from small sets: two
+/// endpoints built apart (fresh or interned copies) are often equal.
+fn endpoint(id: u8, ready: bool, variant: u8, interner: Option<&mut Interner>) -> EndpointInfo {
+    let node = ["", "node-a", "node-b"][usize::from(variant % 3)];
+    let port = 8080 + u16::from(variant / 3 % 2);
+    let builder = EndpointInfo::builder([10, 0, 0, id].into())
+        .conditions(ready, true, false)
+        .node(node, "zone-1")
+        .ports(PortList::new([PortInfo::new("http", Protocol::Tcp, port)]));
+    match interner {
+        Some(interner) => builder.intern(interner),
+        None => builder.build(),
+    }
 }
 
 fn service_name() -> impl Strategy<Value = ServiceName> {
@@ -31,18 +49,26 @@ fn op() -> impl Strategy<Value = Op> {
         };
         (Key::Service(name), Value::Service(Arc::new(svc)))
     });
-    let endpoint = (service_name(), 0..4u8, any::<bool>()).prop_map(|(name, id, ready)| {
-        let ep = Endpoint {
-            ready,
-            ..Default::default()
-        };
-        (
-            Key::Endpoint(name, [10, 0, 0, id].into()),
-            Value::Endpoint(Arc::new(ep)),
-        )
-    });
+    let endpoint =
+        (service_name(), 0..4u8, any::<bool>(), 0..6u8).prop_map(|(name, id, ready, variant)| {
+            (
+                Key::Endpoint(name, [10, 0, 0, id].into()),
+                Value::Endpoint(endpoint(id, ready, variant, None)),
+            )
+        });
+    let replace = (
+        service_name(),
+        prop::collection::btree_map(0..4u8, (any::<bool>(), 0..6u8), 0..4),
+    )
+        .prop_map(|(name, eps)| {
+            Op::Replace(
+                name,
+                eps.into_iter().map(|(id, (r, v))| (id, r, v)).collect(),
+            )
+        });
     prop_oneof![
         3 => prop_oneof![service, endpoint].prop_map(|(k, v)| Op::Set(k, v)),
+        1 => replace,
         1 => service_name().prop_map(|n| Op::Delete(Key::Service(n))),
         1 => (service_name(), 0..4u8)
             .prop_map(|(n, id)| Op::Delete(Key::Endpoint(n, [10, 0, 0, id].into()))),
@@ -62,6 +88,7 @@ proptest! {
         let reader = store.reader();
         let mut model: BTreeMap<Key, Value> = BTreeMap::new();
         let mut history = vec![(store.snapshot(), model.clone())];
+        let mut interner = Interner::new();
 
         for ops in txns {
             let before = model.clone();
@@ -78,6 +105,28 @@ proptest! {
                     Op::Delete(k) => {
                         if model.remove(&k).is_none() { expected_noops += 1; }
                         txn.delete(&k);
+                    }
+                    Op::Replace(name, eps) => {
+                        let list: Vec<EndpointInfo> = eps
+                            .iter()
+                            .map(|(id, ready, v)| endpoint(*id, *ready, *v, Some(&mut interner)))
+                            .collect();
+                        let old: BTreeMap<Key, Value> = model
+                            .iter()
+                            .filter(|(k, _)| matches!(k, Key::Endpoint(n, _) if *n == name))
+                            .map(|(k, v)| (k.clone(), v.clone()))
+                            .collect();
+                        let new: BTreeMap<Key, Value> = list
+                            .iter()
+                            .map(|e| (Key::Endpoint(name.clone(), e.address()), Value::Endpoint(e.clone())))
+                            .collect();
+                        let keys: BTreeSet<&Key> = old.keys().chain(new.keys()).collect();
+                        let differ = keys.into_iter().filter(|k| old.get(*k) != new.get(*k)).count();
+                        if differ == 0 { expected_noops += 1; }
+                        for k in old.keys() { model.remove(k); }
+                        model.extend(new);
+                        let count = txn.replace_endpoints(&name, &Arc::new(list)).expect("sorted");
+                        prop_assert_eq!(count, differ);
                     }
                 }
             }

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kpng_model::v1::{Endpoint, Node, Service};
-use kpng_model::{Key, Kind, ServiceName, Value};
+use kpng_model::v1::{Node, Service};
+use kpng_model::{EndpointInfo, Key, Kind, ServiceName, Value};
 use kpng_store::{Error, Store, StoreConfig};
 
 fn service(ns: &str, name: &str) -> Service {
@@ -68,8 +68,7 @@ fn endpoints_range_over_one_service_only() {
         for ip in ["10.0.0.1", "10.0.0.2"] {
             txn.set_endpoint(
                 ServiceName::new(ns, name),
-                ip.parse().expect("ip"),
-                Endpoint::default(),
+                EndpointInfo::new(ip.parse().expect("ip")),
             );
         }
     }
@@ -81,10 +80,11 @@ fn endpoints_range_over_one_service_only() {
     let snap = store.snapshot();
     let ids: Vec<_> = snap
         .endpoints(&ServiceName::new("a", "y"))
-        .map(|(id, _)| id.to_string())
+        .iter()
+        .map(|e| e.address().to_string())
         .collect();
     assert_eq!(ids, ["10.0.0.1", "10.0.0.2"]);
-    assert_eq!(snap.endpoints(&ServiceName::new("a", "z")).count(), 0);
+    assert!(snap.endpoints(&ServiceName::new("a", "z")).is_empty());
     // Services come in the store's fixed order, each once.
     let mut names: Vec<_> = snap.services().map(|(n, _)| n.to_string()).collect();
     names.sort();
@@ -95,12 +95,11 @@ fn endpoints_range_over_one_service_only() {
     let early = ServiceName::new("c", "early");
     txn.set_endpoint(
         early.clone(),
-        "10.0.0.9".parse().expect("ip"),
-        Endpoint::default(),
+        EndpointInfo::new("10.0.0.9".parse().expect("ip")),
     );
     txn.commit();
     let snap = store.snapshot();
-    assert_eq!(snap.endpoints(&early).count(), 1);
+    assert_eq!(snap.endpoints(&early).len(), 1);
     assert!(snap.service(&early).is_none());
     assert_eq!(snap.services().count(), 3);
     assert_eq!(snap.service_names().count(), 4);

@@ -28,11 +28,10 @@ pub use counting::{CountingAllocator, proc_status_kib};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
-use kpng_model::ServiceName;
-use kpng_model::v1::{
-    Endpoint, EndpointPort, IpSet, Node, Protocol, Service, ServicePort, ServiceType,
-};
+use kpng_model::endpoint::{Interner, PortInfo, PortList};
+use kpng_model::v1::{IpSet, Node, Protocol, Service, ServicePort, ServiceType};
 use kpng_model::view::{EndpointView, ViewOp};
+use kpng_model::{EndpointInfo, ServiceName};
 use kpng_sink::{IncrementalSink, SinkError};
 
 /// The size of a synthetic cluster.
@@ -65,8 +64,9 @@ impl Default for ClusterShape {
 pub struct Cluster {
     /// The Services.
     pub services: Vec<Service>,
-    /// The endpoints: owner, primary address and value.
-    pub endpoints: Vec<(ServiceName, IpAddr, Endpoint)>,
+    /// The endpoints and their Services; endpoints share their node,
+    /// zone and port lists, as ingest makes them.
+    pub endpoints: Vec<(ServiceName, EndpointInfo)>,
     /// The nodes, named `node-0`, `node-1`, …
     pub nodes: Vec<Node>,
 }
@@ -79,7 +79,7 @@ fn v4(base: Ipv4Addr, n: usize) -> IpAddr {
 
 impl Cluster {
     /// Writes every node, Service and endpoint into `store` as one
-    /// transaction.
+    /// transaction, each Service's endpoints as one list (as ingest does).
     pub fn load_into(&self, store: &mut kpng_store::Store) {
         let mut txn = store.begin();
         for n in &self.nodes {
@@ -88,8 +88,20 @@ impl Cluster {
         for s in &self.services {
             txn.set_service(s.clone());
         }
-        for (name, ip, e) in &self.endpoints {
-            txn.set_endpoint(name.clone(), *ip, e.clone());
+        // Each Service's endpoints as one list, sized to fit, as ingest
+        // writes an EndpointSlice.
+        let mut lists: std::collections::BTreeMap<&ServiceName, Vec<EndpointInfo>> =
+            std::collections::BTreeMap::new();
+        for (name, e) in &self.endpoints {
+            lists.entry(name).or_default().push(e.clone());
+        }
+        for (name, mut list) in lists {
+            list.sort_by_key(EndpointInfo::address);
+            list.dedup_by_key(|e| e.address());
+            list.shrink_to_fit();
+            // Sorted and de-duplicated above: the list is accepted.
+            let written = txn.replace_endpoints(name, &Arc::new(list));
+            debug_assert!(written.is_ok(), "{written:?}");
         }
         txn.commit();
     }
@@ -115,12 +127,13 @@ impl Cluster {
         cluster.services = (0..shape.services).map(Self::service).collect();
         let names: Vec<ServiceName> = cluster.services.iter().map(Service::service_name).collect();
         if !names.is_empty() {
+            let mut interner = Interner::new();
             for n in 0..shape.endpoints {
                 let s = n % names.len();
                 let node = &cluster.nodes[n % cluster.nodes.len()];
                 let ip = v4(Ipv4Addr::new(10, 128, 0, 0), n + 1);
-                let endpoint = Self::endpoint(ip, node, &cluster.services[s]);
-                cluster.endpoints.push((names[s].clone(), ip, endpoint));
+                let endpoint = Self::endpoint(ip, node, &cluster.services[s], &mut interner);
+                cluster.endpoints.push((names[s].clone(), endpoint));
             }
         }
         cluster
@@ -177,26 +190,23 @@ impl Cluster {
         }
     }
 
-    /// A ready endpoint at `ip` on `node`, serving every port of `service`.
-    pub fn endpoint(ip: IpAddr, node: &Node, service: &Service) -> Endpoint {
-        Endpoint {
-            addresses: Some(IpSet::from_addrs([ip])),
-            node_name: node.name.clone(),
-            zone: node.zone.clone(),
-            ready: true,
-            serving: true,
-            terminating: false,
-            ports: service
-                .ports
-                .iter()
-                .map(|p| EndpointPort {
-                    name: p.name.clone(),
-                    protocol: p.protocol,
-                    port: p.port + 8000,
-                })
-                .collect(),
-            ..Default::default()
-        }
+    /// A ready endpoint at `ip` on `node`, serving every port of `service`
+    /// (at the port number + 8000), its parts shared through `interner`.
+    pub fn endpoint(
+        ip: IpAddr,
+        node: &Node,
+        service: &Service,
+        interner: &mut Interner,
+    ) -> EndpointInfo {
+        let ports = service.ports.iter().map(|p| {
+            let protocol = Protocol::try_from(p.protocol).unwrap_or(Protocol::Tcp);
+            let port = u16::try_from(p.port + 8000).unwrap_or(u16::MAX);
+            PortInfo::new(&p.name, protocol, port)
+        });
+        EndpointInfo::builder(ip)
+            .node(&node.name, &node.zone)
+            .ports(PortList::new(ports))
+            .intern(interner)
     }
 }
 
@@ -281,7 +291,8 @@ mod tests {
         assert_eq!(a.endpoints.len(), 14);
         assert_eq!(a.nodes.len(), 3);
         assert_eq!(a.nodes[2].zone, "zone-0");
-        let ids: std::collections::BTreeSet<_> = a.endpoints.iter().map(|e| e.1).collect();
+        let ids: std::collections::BTreeSet<_> =
+            a.endpoints.iter().map(|e| e.1.address()).collect();
         assert_eq!(ids.len(), 14, "endpoint addresses are unique");
     }
 
