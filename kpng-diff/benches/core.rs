@@ -150,10 +150,19 @@ fn main() {
     let (heap_1k, mut store_1k) = store_heap(shape(1_000, 10_000));
     let (heap_10k, mut store_10k) = store_heap(shape(10_000, 100_000));
     // The same Services and nodes without endpoints: the difference is
-    // what the endpoints cost.
-    let (heap_10k_services, services_only) = store_heap(shape(10_000, 0));
-    drop(services_only);
-    let per_endpoint = (heap_10k - heap_10k_services) as f64 / 100_000.0;
+    // what the endpoints cost. Both without a change log (a load this big
+    // leaves none; the smaller one would).
+    let bare = |endpoints| {
+        let before = live();
+        let mut config = kpng_store::StoreConfig::default();
+        config.log_revisions = 0;
+        let mut store = Store::with_config(config);
+        Cluster::synthetic(shape(10_000, endpoints)).load_into(&mut store);
+        let heap = live() - before;
+        drop(store);
+        heap
+    };
+    let per_endpoint = (bare(100_000) - bare(0)) as f64 / 100_000.0;
 
     let cluster_1k = Cluster::synthetic(shape(1_000, 10_000));
     let cluster_10k = Cluster::synthetic(shape(10_000, 100_000));

@@ -200,26 +200,26 @@ impl State {
     /// returns whether anything changed. The caller checked that kinds
     /// match, and that an endpoint's address is its key's.
     pub(crate) fn write(&mut self, key: Key, value: Value) -> bool {
+        // Compare before any mutable lookup: a mutable lookup copies the
+        // path to the entry when a snapshot shares it, which a no-op write
+        // must not pay for.
+        if self.holds(&key, &value) {
+            return false;
+        }
         let added = match (key, value) {
             (Key::Node(name), Value::Node(value)) => {
                 let digest = Digest::of(&*value);
-                if self.nodes.get(&name).map(|s| s.digest) == Some(digest) {
-                    return false;
-                }
                 self.nodes.insert(name, Stored { digest, value }).is_none()
             }
             (Key::Service(name), Value::Service(value)) => {
                 let digest = Digest::of(&*value);
+                let stored = Stored { digest, value };
                 let entry = self.services.entry(name).or_default();
-                if entry.service.as_ref().map(|s| s.digest) == Some(digest) {
-                    return false;
-                }
-                entry.service.replace(Stored { digest, value }).is_none()
+                entry.service.replace(stored).is_none()
             }
             (Key::Endpoint(name, ip), Value::Endpoint(value)) => {
                 let entry = self.services.entry(name).or_default();
                 match entry.find(&ip) {
-                    Ok(i) if entry.endpoints[i] == value => return false,
                     Ok(i) => {
                         Arc::make_mut(&mut entry.endpoints)[i] = value;
                         false

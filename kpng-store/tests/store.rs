@@ -194,3 +194,55 @@ async fn readers_wait_for_newer_revisions_and_sync() {
     drop(store);
     assert!(matches!(reader.newer_than(1).await, Err(Error::Closed)));
 }
+
+#[test]
+fn endpoint_lists_must_be_sorted_and_addresses_must_match_keys() {
+    let mut store = Store::new();
+    let name = ServiceName::new("a", "x");
+    let at = |ip: &str| EndpointInfo::new(ip.parse().expect("ip"));
+    let mut txn = store.begin();
+    let unsorted = Arc::new(vec![at("10.0.0.2"), at("10.0.0.1")]);
+    let err = txn
+        .replace_endpoints(&name, &unsorted)
+        .expect_err("unsorted");
+    assert_eq!(
+        err.to_string(),
+        "endpoints of a/x are not sorted by address at 10.0.0.1"
+    );
+    let twice = Arc::new(vec![at("10.0.0.1"), at("10.0.0.1")]);
+    assert!(matches!(
+        txn.replace_endpoints(&name, &twice),
+        Err(Error::Unsorted { .. })
+    ));
+    let key = Key::Endpoint(name.clone(), "10.0.0.9".parse().expect("ip"));
+    let err = txn
+        .set(key, Value::Endpoint(at("10.0.0.1")))
+        .expect_err("mismatch");
+    assert_eq!(
+        err.to_string(),
+        "cannot store the endpoint at 10.0.0.1 under key endpoint/a/x/10.0.0.9"
+    );
+    // Nothing was written.
+    assert!(txn.commit().revision.is_none());
+
+    // A list is adopted as it is: the store shares it.
+    let list = Arc::new(vec![at("10.0.0.1"), at("10.0.0.2")]);
+    let mut txn = store.begin();
+    assert_eq!(txn.replace_endpoints(&name, &list).expect("sorted"), 2);
+    txn.commit();
+    assert!(std::ptr::eq(
+        store.snapshot().endpoints(&name).as_ptr(),
+        list.as_ptr()
+    ));
+    // An equal list built apart changes nothing; an empty one removes all.
+    let mut txn = store.begin();
+    let again = Arc::new(vec![at("10.0.0.1"), at("10.0.0.2")]);
+    assert_eq!(txn.replace_endpoints(&name, &again).expect("sorted"), 0);
+    assert_eq!(
+        txn.replace_endpoints(&name, &Arc::default())
+            .expect("empty"),
+        2
+    );
+    txn.commit();
+    assert!(store.snapshot().service_names().next().is_none());
+}
