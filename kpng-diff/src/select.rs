@@ -156,5 +156,7 @@ pub(crate) fn project_service(
     view.endpoints.sort_by_key(|e| e.ip);
     // Endpoints are de-duplicated by address; keep the first copy.
     view.endpoints.dedup_by(|a, b| a.ip == b.ip);
+    // Views are kept: no growth slack.
+    view.endpoints.shrink_to_fit();
     Some(view)
 }

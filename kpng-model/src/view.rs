@@ -320,7 +320,16 @@ impl NodeView {
                 let view = self.service_mut(name)?;
                 match view.endpoint_index(&endpoint.ip) {
                     Ok(i) => view.endpoints[i] = endpoint.clone(),
-                    Err(i) => view.endpoints.insert(i, endpoint.clone()),
+                    Err(i) => {
+                        // Grow by a quarter, not double: a view is built one
+                        // endpoint at a time and kept, and most Services
+                        // have a few endpoints (10 fit in exactly 10).
+                        let endpoints = &mut view.endpoints;
+                        if endpoints.len() == endpoints.capacity() {
+                            endpoints.reserve_exact((endpoints.len() / 4).max(1));
+                        }
+                        endpoints.insert(i, endpoint.clone());
+                    }
                 }
             }
             ViewOp::DeleteEndpoint(name, ip) => {

@@ -130,7 +130,7 @@ fn measure(services: usize) {
     println!(
         "kpng kube ... to-nft --once --dry-run, {services} services x 10 endpoints from a test apiserver"
     );
-    println!("peak RSS: {rss_mib:.1} MiB  [<= 64 MiB; kube-proxy: 260 MiB at 10k x 2]");
+    println!("peak RSS: {rss_mib:.1} MiB  [<= 48 MiB; kube-proxy: 260 MiB at 10k x 2]");
     println!(
         "time to the first sync: {secs:.2} s ({pages} list requests, paged by the client's limit; decode, ingest, projection, rendering)"
     );

@@ -811,7 +811,33 @@ fn expand_env(text: &str) -> String {
     out
 }
 
+/// glibc's malloc gives threads arenas of their own, up to 8 per core,
+/// and memory freed into one arena is not reused by another. kpng's
+/// threads (tokio's workers, blocking threads for the kube client and
+/// child processes) each allocated into their own: 8 to 12 MiB of peak RSS
+/// at 10k Services was such slack. One arena per core keeps the parallel
+/// paths (the API server's streams) as they were. `MALLOC_ARENA_MAX` in
+/// the environment still decides when set.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+fn limit_malloc_arenas() {
+    if std::env::var_os("MALLOC_ARENA_MAX").is_some() {
+        return;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let arenas = i32::try_from(cores).unwrap_or(i32::MAX);
+    // SAFETY: mallopt sets one allocator parameter; it is called first
+    // thing in main, before any other thread exists.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, arenas);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn limit_malloc_arenas() {}
+
 fn main() -> ExitCode {
+    limit_malloc_arenas();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
