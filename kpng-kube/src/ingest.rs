@@ -55,7 +55,6 @@ pub struct IngestStats {
     pub errors: u64,
 }
 
-/// The identity of an EndpointSlice: namespace and name.
 /// The identity of an EndpointSlice: `namespace/name`, in one allocation.
 type SliceKey = Arc<str>;
 
@@ -430,6 +429,18 @@ impl SliceIndex {
         key: SliceKey,
         contribution: Option<SliceContribution>,
     ) {
+        // The common case: a slice updated in place, still of its Service.
+        if let Some(new) = contribution.as_ref()
+            && let Some(old) = self.slices.get_mut(&key)
+            && old.service == new.service
+        {
+            let service = new.service.clone();
+            if let Some(new) = contribution {
+                *old = new;
+            }
+            self.write_service(txn, &service);
+            return;
+        }
         let mut affected = BTreeSet::new();
         if let Some(old) = self.slices.remove(&key) {
             if let Some(keys) = self.by_service.get_mut(&old.service) {
@@ -481,11 +492,15 @@ impl SliceIndex {
     /// any more go.
     fn write(&self, txn: &mut Txn<'_>, services: BTreeSet<ServiceName>) {
         for service in services {
-            let endpoints = self.merge(&service);
-            if let Err(error) = txn.replace_endpoints(&service, &endpoints) {
-                // Not reached: slices are sorted and merged by address.
-                tracing::error!(%error, "endpoints not written");
-            }
+            self.write_service(txn, &service);
+        }
+    }
+
+    fn write_service(&self, txn: &mut Txn<'_>, service: &ServiceName) {
+        let endpoints = self.merge(service);
+        if let Err(error) = txn.replace_endpoints(service, &endpoints) {
+            // Not reached: slices are sorted and merged by address.
+            tracing::error!(%error, "endpoints not written");
         }
     }
 

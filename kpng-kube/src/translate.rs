@@ -57,14 +57,17 @@ fn object_name(
     }
 }
 
-struct Ctx {
-    object: String,
+/// The object being translated, named only when an error needs it (most
+/// events translate without one, and a name is an allocation).
+struct Ctx<'a> {
+    kind: &'static str,
+    meta: &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
 }
 
-impl Ctx {
+impl Ctx<'_> {
     fn err(&self, field: impl Into<String>, message: impl Into<String>) -> TranslateError {
         TranslateError {
-            object: self.object.clone(),
+            object: object_name(self.kind, self.meta),
             field: field.into(),
             message: message.into(),
         }
@@ -96,7 +99,7 @@ impl Ctx {
     }
 }
 
-fn protocol(ctx: &Ctx, field: &str, value: Option<&str>) -> Result<Protocol, TranslateError> {
+fn protocol(ctx: &Ctx<'_>, field: &str, value: Option<&str>) -> Result<Protocol, TranslateError> {
     match value.unwrap_or("TCP") {
         "TCP" => Ok(Protocol::Tcp),
         "UDP" => Ok(Protocol::Udp),
@@ -124,7 +127,8 @@ pub fn service(
     config: &TranslateConfig,
 ) -> Result<Option<Service>, TranslateError> {
     let ctx = Ctx {
-        object: object_name("Service", &svc.metadata),
+        kind: "Service",
+        meta: &svc.metadata,
     };
     if let Some(proxy) = svc
         .metadata
@@ -275,7 +279,8 @@ pub fn endpoint_slice(
     interner: &mut Interner,
 ) -> Result<Option<SliceContribution>, TranslateError> {
     let ctx = Ctx {
-        object: object_name("EndpointSlice", &slice.metadata),
+        kind: "EndpointSlice",
+        meta: &slice.metadata,
     };
     let Some(service) = slice
         .metadata
@@ -296,9 +301,16 @@ pub fn endpoint_slice(
         let (Some(name), Some(port)) = (&p.name, p.port) else {
             continue;
         };
-        let protocol = protocol(&ctx, &format!("ports[{i}].protocol"), p.protocol.as_deref())?;
-        let port = u16::try_from(ctx.port(&format!("ports[{i}].port"), port)?)
-            .map_err(|_| ctx.err(format!("ports[{i}].port"), format!("invalid port {port}")))?;
+        let protocol = match p.protocol.as_deref() {
+            None | Some("TCP") => Protocol::Tcp,
+            other => protocol(&ctx, &format!("ports[{i}].protocol"), other)?,
+        };
+        let port = u16::try_from(port).map_err(|_| {
+            ctx.err(
+                format!("ports[{i}].port"),
+                format!("port {port} out of range"),
+            )
+        })?;
         ports.push(PortInfo::new(name, protocol, port));
     }
     let ports = interner.ports(PortList::new(ports));
@@ -308,9 +320,12 @@ pub fn endpoint_slice(
         let Some(first) = ep.addresses.first() else {
             continue;
         };
-        let field = format!("endpoints[{i}].addresses[0]");
-        let ip = canonical_ip(&field, first)
-            .map_err(|_| ctx.err(field, format!("invalid IP address {first:?}")))?;
+        let ip = first.trim().parse().map_err(|_| {
+            ctx.err(
+                format!("endpoints[{i}].addresses[0]"),
+                format!("invalid IP address {first:?}"),
+            )
+        })?;
         let conditions = ep.conditions.as_ref();
         let (ready, serving, terminating) = Endpoint::resolve_conditions(
             conditions.and_then(|c| c.ready),
@@ -356,7 +371,8 @@ pub fn endpoint_slice(
 /// An address that is not an IP, named in the error.
 pub fn node(node: &objects::Node) -> Result<Node, TranslateError> {
     let ctx = Ctx {
-        object: object_name("Node", &node.metadata),
+        kind: "Node",
+        meta: &node.metadata,
     };
     let labels = node.metadata.labels.as_ref();
     let label = |key: &str| labels.and_then(|l| l.get(key)).cloned().unwrap_or_default();
