@@ -1,0 +1,104 @@
+//! The kernel side of kpng-rs: nf_tables programmed over netlink, with no
+//! `nft` process.
+//!
+//! [`nft`] builds tables, chains, sets and maps, their elements and rules
+//! (with the expressions a service proxy needs: payload, meta, ct, cmp,
+//! bitwise, lookup and verdict maps, immediate verdicts, nat, masquerade,
+//! numgen, fib, reject, counter and dynset), and applies them as one
+//! atomic batch per [`nft::Transaction`]. A refused batch changes nothing,
+//! and its error names the change the kernel refused. Tables are read
+//! back from the kernel, to adopt what a previous run left and to verify.
+//!
+//! Message framing and parsing come from the rust-netlink crates
+//! (`netlink-packet-netfilter`); the expressions it does not type are
+//! encoded here from `linux/netfilter/nf_tables.h`.
+//!
+//! # Example
+//!
+//! A verdict map and a rule that looks packets up in it, built without
+//! touching the kernel (applying needs `CAP_NET_ADMIN`, in a network
+//! namespace of your own: see `Socket::open`):
+//!
+//! ```
+//! use kpng_netfilter::nft::{
+//!     Chain, ChainType, Data, DataType, Element, Expr, Family, Hook, MetaKey, Reg, Rule, Set,
+//!     Table, Transaction, Verdict, key,
+//! };
+//!
+//! let table = Table::new(Family::Ip, "example");
+//! let mut tx = Transaction::new();
+//! tx.add_table(&table)
+//!     .add_chain(&table, Chain::base("input", ChainType::Filter, Hook::Input, 0))
+//!     .add_chain(&table, Chain::regular("tcp"))
+//!     .add_set(&table, Set::verdict_map("by-proto", DataType::INET_PROTO))
+//!     .add_elements(
+//!         &table,
+//!         "by-proto",
+//!         vec![Element::map(key(&[&[6]]), Data::Verdict(Verdict::Jump("tcp".into())))],
+//!     )
+//!     .add_rule(
+//!         &table,
+//!         Rule::new(
+//!             "input",
+//!             vec![
+//!                 Expr::Meta { key: MetaKey::L4Proto, dreg: Reg::r32(0) },
+//!                 Expr::Lookup { sreg: Reg::r32(0), set: "by-proto".into(), dreg: Some(Reg::VERDICT), invert: false },
+//!             ],
+//!         ),
+//!     );
+//! assert!(!tx.is_empty());
+//! // let mut socket = kpng_netfilter::nft::Socket::open(Some("/run/netns/mine".as_ref()))?;
+//! // socket.apply(&tx)?;
+//! ```
+
+pub mod nft;
+
+/// Errors of the kernel side.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The socket could not be opened, or not in the namespace asked for.
+    #[error("cannot open an nf_tables netlink socket{}: {source}", in_netns(.netns))]
+    Open {
+        /// The network namespace, when not the process's own.
+        netns: Option<String>,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Sending or receiving failed: the batch may or may not have been
+    /// applied. Open a new socket and read the table back.
+    #[error("netlink {what}: {source}")]
+    Io {
+        /// What failed.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The kernel refused a change of the batch: nothing of the batch was
+    /// applied.
+    #[error("the kernel refused to {what}{}: {source}", in_netns(.netns))]
+    Refused {
+        /// The change it refused (the first, when several were).
+        what: String,
+        /// The network namespace, when not the process's own.
+        netns: Option<String>,
+        /// The kernel's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A reply could not be read.
+    #[error("cannot decode {what}")]
+    Decode {
+        /// What.
+        what: String,
+    },
+}
+
+fn in_netns(netns: &Option<String>) -> String {
+    netns
+        .as_ref()
+        .map(|n| format!(" in network namespace {n}"))
+        .unwrap_or_default()
+}

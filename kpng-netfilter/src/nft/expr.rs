@@ -1,0 +1,632 @@
+//! Rule expressions: the nf_tables virtual machine's instructions, as the
+//! kernel takes them (`linux/netfilter/nf_tables.h`).
+//!
+//! Every expression is encoded here from the header's constants, under its
+//! kernel name, as the payload of `netlink-packet-netfilter`'s expression
+//! list: one encoder per expression, beside its type, so that what the
+//! kernel receives can be read next to the header.
+
+use netlink_packet_core::{DefaultNla, NLA_F_NESTED};
+use netlink_packet_netfilter::nftables::{ExpressionAttribute, Expressions, ListAttribute};
+
+use super::Family;
+
+/// A register of the nf_tables virtual machine.
+///
+/// Expressions load into registers and read from them. The verdict
+/// register decides what happens to the packet; data lives in the sixteen
+/// 32-bit registers, and a value longer than four bytes (an IPv6 address)
+/// fills several in a row, as does a concatenation (each part rounded up
+/// to whole registers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Reg(u32);
+
+impl Reg {
+    /// The verdict register.
+    pub const VERDICT: Reg = Reg(0);
+
+    /// The 32-bit data register `n` (0 to 15; larger values are taken
+    /// modulo 16).
+    pub const fn r32(n: u8) -> Reg {
+        Reg(8 + (n as u32 % 16))
+    }
+
+    /// The register `bytes` further on: where the next part of a
+    /// concatenation goes after a part of `bytes` bytes.
+    pub const fn after(self, bytes: u32) -> Reg {
+        Reg(self.0 + bytes.div_ceil(4))
+    }
+
+    /// The kernel's number for it.
+    pub fn number(self) -> u32 {
+        self.0
+    }
+}
+
+/// What a rule or a verdict map decides.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Verdict {
+    /// Let the packet through (this hook).
+    Accept,
+    /// Drop it.
+    Drop,
+    /// Go on with the next rule.
+    Continue,
+    /// Return to the calling chain.
+    Return,
+    /// Run this chain, then come back.
+    Jump(String),
+    /// Run this chain and do not come back.
+    Goto(String),
+}
+
+impl Verdict {
+    /// The kernel's code (`NF_DROP`, `NF_ACCEPT`, `NFT_*`).
+    pub fn code(&self) -> i32 {
+        match self {
+            Verdict::Drop => 0,
+            Verdict::Accept => 1,
+            Verdict::Continue => -1,
+            Verdict::Return => -5,
+            Verdict::Jump(_) => -3,
+            Verdict::Goto(_) => -4,
+        }
+    }
+
+    /// The chain a jump or goto names.
+    pub fn chain(&self) -> Option<&str> {
+        match self {
+            Verdict::Jump(chain) | Verdict::Goto(chain) => Some(chain),
+            _ => None,
+        }
+    }
+}
+
+/// A value or a verdict: what an immediate loads and a map maps to.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Data {
+    /// Bytes, as the registers hold them.
+    Value(Vec<u8>),
+    /// A verdict.
+    Verdict(Verdict),
+}
+
+/// Which header a payload expression reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PayloadBase {
+    /// The link-layer header.
+    Link,
+    /// The network header (IPv4 or IPv6).
+    Network,
+    /// The transport header (TCP, UDP, SCTP).
+    Transport,
+}
+
+/// Packet metadata (`NFT_META_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MetaKey {
+    /// The packet mark (`skb->mark`).
+    Mark,
+    /// The network family (`NFPROTO_*`).
+    NfProto,
+    /// The transport protocol number.
+    L4Proto,
+    /// The input interface index.
+    Iif,
+    /// The output interface index.
+    Oif,
+    /// Another key, by its kernel number.
+    Other(u32),
+}
+
+impl MetaKey {
+    fn number(self) -> u32 {
+        match self {
+            MetaKey::Mark => 3,
+            MetaKey::Iif => 4,
+            MetaKey::Oif => 5,
+            MetaKey::NfProto => 15,
+            MetaKey::L4Proto => 16,
+            MetaKey::Other(n) => n,
+        }
+    }
+}
+
+/// Conntrack keys (`NFT_CT_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CtKey {
+    /// The state bits (`new`, `established`, ...): a 32-bit mask.
+    State,
+    /// The status bits (`dnat`, `snat`, ...): a 32-bit mask.
+    Status,
+    /// The connection mark.
+    Mark,
+    /// Another key, by its kernel number.
+    Other(u32),
+}
+
+impl CtKey {
+    fn number(self) -> u32 {
+        match self {
+            CtKey::State => 0,
+            CtKey::Status => 2,
+            CtKey::Mark => 3,
+            CtKey::Other(n) => n,
+        }
+    }
+}
+
+/// Comparison operators (`NFT_CMP_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CmpOp {
+    /// Equal.
+    Eq,
+    /// Not equal.
+    Neq,
+    /// Less than (byte-wise, big-endian).
+    Lt,
+    /// Less than or equal.
+    Lte,
+    /// Greater than.
+    Gt,
+    /// Greater than or equal.
+    Gte,
+}
+
+/// Source or destination NAT.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NatKind {
+    /// Rewrite the source.
+    Snat,
+    /// Rewrite the destination.
+    Dnat,
+}
+
+/// What a `fib` lookup returns (`NFT_FIB_RESULT_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FibResult {
+    /// The output interface index.
+    Oif,
+    /// The address type (`RTN_LOCAL`, ...).
+    AddrType,
+}
+
+/// How a packet is rejected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RejectKind {
+    /// An ICMP (or ICMPv6) unreachable of this code, per the table's
+    /// family.
+    Icmp(u8),
+    /// A TCP reset.
+    TcpReset,
+    /// A family-independent unreachable (`NFT_REJECT_ICMPX_*`: 0 no
+    /// route, 1 port, 2 host, 3 administratively prohibited).
+    Icmpx(u8),
+}
+
+/// What a dynamic set update does (`NFT_DYNSET_OP_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DynsetOp {
+    /// Add the key unless present.
+    Add,
+    /// Add the key, or refresh its timeout.
+    Update,
+    /// Remove the key.
+    Delete,
+}
+
+/// One instruction of a rule.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Expr {
+    /// Loads `len` bytes at `offset` of a header into `dreg`.
+    Payload {
+        /// The header.
+        base: PayloadBase,
+        /// Where in it.
+        offset: u32,
+        /// How many bytes.
+        len: u32,
+        /// Where to.
+        dreg: Reg,
+    },
+    /// Loads packet metadata into `dreg`.
+    Meta {
+        /// Which.
+        key: MetaKey,
+        /// Where to.
+        dreg: Reg,
+    },
+    /// Sets packet metadata from `sreg`.
+    MetaSet {
+        /// Which.
+        key: MetaKey,
+        /// From where.
+        sreg: Reg,
+    },
+    /// Loads conntrack data into `dreg`.
+    Ct {
+        /// Which.
+        key: CtKey,
+        /// Where to.
+        dreg: Reg,
+    },
+    /// Compares `sreg` with `data`; the rule stops here unless it holds.
+    Cmp {
+        /// What to compare.
+        sreg: Reg,
+        /// How.
+        op: CmpOp,
+        /// With what.
+        data: Vec<u8>,
+    },
+    /// `dreg = (sreg & mask) ^ xor`, over `mask.len()` bytes.
+    Bitwise {
+        /// From.
+        sreg: Reg,
+        /// To.
+        dreg: Reg,
+        /// The mask.
+        mask: Vec<u8>,
+        /// The xor (as long as the mask).
+        xor: Vec<u8>,
+    },
+    /// Looks `sreg` up in a set: the rule stops here unless it is there
+    /// (or, `invert`, unless it is not). With `dreg`, a map lookup loads
+    /// the mapped value (or, into the verdict register, decides).
+    Lookup {
+        /// The key.
+        sreg: Reg,
+        /// The set or map, by name.
+        set: String,
+        /// Where a map's value goes.
+        dreg: Option<Reg>,
+        /// Match when the key is absent.
+        invert: bool,
+    },
+    /// Loads a constant: a value, or (into the verdict register) a verdict.
+    Immediate {
+        /// Where to.
+        dreg: Reg,
+        /// What.
+        data: Data,
+    },
+    /// Source or destination NAT to the address (and port) in registers.
+    Nat {
+        /// Which.
+        kind: NatKind,
+        /// The address family of `addr`.
+        family: Family,
+        /// The register holding the new address.
+        addr: Option<Reg>,
+        /// The register holding the new port.
+        proto: Option<Reg>,
+        /// `NF_NAT_RANGE_*` flags.
+        flags: u32,
+    },
+    /// Source NAT to the output interface's address.
+    Masquerade {
+        /// `NF_NAT_RANGE_*` flags (`PROTO_RANDOM_FULLY` is 16).
+        flags: u32,
+    },
+    /// Loads a number generated per packet into `dreg`, from `offset` to
+    /// `offset + modulus - 1`.
+    Numgen {
+        /// How many values.
+        modulus: u32,
+        /// Random (true) or incremental.
+        random: bool,
+        /// The first value.
+        offset: u32,
+        /// Where to.
+        dreg: Reg,
+    },
+    /// A routing lookup (`fib`).
+    Fib {
+        /// `NFTA_FIB_F_*` flags (source 1, destination 2, mark 4, iif 8,
+        /// oif 16, present 32).
+        flags: u32,
+        /// What to return.
+        result: FibResult,
+        /// Where to.
+        dreg: Reg,
+    },
+    /// Rejects the packet.
+    Reject(RejectKind),
+    /// Counts packets and bytes.
+    Counter,
+    /// Adds the key in `key` to a set from the packet path, or refreshes
+    /// its timeout.
+    Dynset {
+        /// What to do.
+        op: DynsetOp,
+        /// The set, by name.
+        set: String,
+        /// The key.
+        key: Reg,
+        /// The element's timeout, in milliseconds.
+        timeout_ms: Option<u64>,
+    },
+}
+
+/// The NLA header's size: length and type, two bytes each.
+const NLA_HDRLEN: usize = 4;
+
+/// One attribute in wire form: length, type, value, padding to 4 bytes.
+pub(crate) fn nla(kind: u16, value: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(NLA_HDRLEN + value.len().next_multiple_of(4));
+    let len = u16::try_from(NLA_HDRLEN + value.len()).unwrap_or(u16::MAX);
+    out.extend_from_slice(&len.to_ne_bytes());
+    out.extend_from_slice(&kind.to_ne_bytes());
+    out.extend_from_slice(value);
+    out.resize(out.len().next_multiple_of(4), 0);
+    out
+}
+
+/// A string attribute's value: the text and a terminating NUL.
+pub(crate) fn cstr(text: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(text.len() + 1);
+    out.extend_from_slice(text.as_bytes());
+    out.push(0);
+    out
+}
+
+fn be32(value: u32) -> Vec<u8> {
+    value.to_be_bytes().to_vec()
+}
+
+/// The nested `NFTA_DATA_*` form of data (`nft_data_attributes`).
+pub(crate) fn data_nest(data: &Data) -> Vec<u8> {
+    const NFTA_DATA_VALUE: u16 = 1;
+    const NFTA_DATA_VERDICT: u16 = 2;
+    const NFTA_VERDICT_CODE: u16 = 1;
+    const NFTA_VERDICT_CHAIN: u16 = 2;
+    match data {
+        Data::Value(bytes) => nla(NFTA_DATA_VALUE, bytes),
+        Data::Verdict(verdict) => {
+            let mut inner = nla(NFTA_VERDICT_CODE, &verdict.code().to_be_bytes());
+            if let Some(chain) = verdict.chain() {
+                inner.extend(nla(NFTA_VERDICT_CHAIN, &cstr(chain)));
+            }
+            nla(NFTA_DATA_VERDICT | NLA_F_NESTED, &inner)
+        }
+    }
+}
+
+impl Expr {
+    /// The expression that ends a rule with `verdict`.
+    pub fn verdict(verdict: Verdict) -> Self {
+        Expr::Immediate {
+            dreg: Reg::VERDICT,
+            data: Data::Verdict(verdict),
+        }
+    }
+
+    /// The kernel's name for it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Expr::Payload { .. } => "payload",
+            Expr::Meta { .. } | Expr::MetaSet { .. } => "meta",
+            Expr::Ct { .. } => "ct",
+            Expr::Cmp { .. } => "cmp",
+            Expr::Bitwise { .. } => "bitwise",
+            Expr::Lookup { .. } => "lookup",
+            Expr::Immediate { .. } => "immediate",
+            Expr::Nat { .. } => "nat",
+            Expr::Masquerade { .. } => "masq",
+            Expr::Numgen { .. } => "numgen",
+            Expr::Fib { .. } => "fib",
+            Expr::Reject(_) => "reject",
+            Expr::Counter => "counter",
+            Expr::Dynset { .. } => "dynset",
+        }
+    }
+
+    /// Its attributes (`NFTA_<NAME>_*`, in the header's numbering).
+    pub(crate) fn attributes(&self) -> Vec<DefaultNla> {
+        let a = |kind: u16, value: Vec<u8>| DefaultNla::new(kind, value);
+        let reg = |r: &Reg| be32(r.0);
+        match self {
+            Expr::Payload {
+                base,
+                offset,
+                len,
+                dreg,
+            } => {
+                let base = match base {
+                    PayloadBase::Link => 0,
+                    PayloadBase::Network => 1,
+                    PayloadBase::Transport => 2,
+                };
+                vec![
+                    a(1, reg(dreg)),
+                    a(2, be32(base)),
+                    a(3, be32(*offset)),
+                    a(4, be32(*len)),
+                ]
+            }
+            Expr::Meta { key, dreg } => vec![a(1, reg(dreg)), a(2, be32(key.number()))],
+            Expr::MetaSet { key, sreg } => vec![a(2, be32(key.number())), a(3, reg(sreg))],
+            Expr::Ct { key, dreg } => vec![a(1, reg(dreg)), a(2, be32(key.number()))],
+            Expr::Cmp { sreg, op, data } => {
+                let op = match op {
+                    CmpOp::Eq => 0,
+                    CmpOp::Neq => 1,
+                    CmpOp::Lt => 2,
+                    CmpOp::Lte => 3,
+                    CmpOp::Gt => 4,
+                    CmpOp::Gte => 5,
+                };
+                vec![
+                    a(1, reg(sreg)),
+                    a(2, be32(op)),
+                    a(3 | NLA_F_NESTED, data_nest(&Data::Value(data.clone()))),
+                ]
+            }
+            Expr::Bitwise {
+                sreg,
+                dreg,
+                mask,
+                xor,
+            } => {
+                let len = u32::try_from(mask.len()).unwrap_or(u32::MAX);
+                vec![
+                    a(1, reg(sreg)),
+                    a(2, reg(dreg)),
+                    a(3, be32(len)),
+                    a(4 | NLA_F_NESTED, data_nest(&Data::Value(mask.clone()))),
+                    a(5 | NLA_F_NESTED, data_nest(&Data::Value(xor.clone()))),
+                ]
+            }
+            Expr::Lookup {
+                sreg,
+                set,
+                dreg,
+                invert,
+            } => {
+                let mut out = vec![a(1, cstr(set)), a(2, reg(sreg))];
+                if let Some(dreg) = dreg {
+                    out.push(a(3, reg(dreg)));
+                }
+                if *invert {
+                    out.push(a(5, be32(1)));
+                }
+                out
+            }
+            Expr::Immediate { dreg, data } => {
+                vec![a(1, reg(dreg)), a(2 | NLA_F_NESTED, data_nest(data))]
+            }
+            Expr::Nat {
+                kind,
+                family,
+                addr,
+                proto,
+                flags,
+            } => {
+                let kind = match kind {
+                    NatKind::Snat => 0,
+                    NatKind::Dnat => 1,
+                };
+                let mut out = vec![a(1, be32(kind)), a(2, be32(u32::from(family.number())))];
+                if let Some(addr) = addr {
+                    out.push(a(3, reg(addr)));
+                }
+                if let Some(proto) = proto {
+                    out.push(a(5, reg(proto)));
+                }
+                if *flags != 0 {
+                    out.push(a(7, be32(*flags)));
+                }
+                out
+            }
+            Expr::Masquerade { flags } => {
+                if *flags == 0 {
+                    Vec::new()
+                } else {
+                    vec![a(1, be32(*flags))]
+                }
+            }
+            Expr::Numgen {
+                modulus,
+                random,
+                offset,
+                dreg,
+            } => {
+                let mut out = vec![
+                    a(1, reg(dreg)),
+                    a(2, be32(*modulus)),
+                    a(3, be32(u32::from(*random))),
+                ];
+                if *offset != 0 {
+                    out.push(a(4, be32(*offset)));
+                }
+                out
+            }
+            Expr::Fib {
+                flags,
+                result,
+                dreg,
+            } => {
+                let result = match result {
+                    FibResult::Oif => 1,
+                    FibResult::AddrType => 3,
+                };
+                vec![a(1, reg(dreg)), a(2, be32(result)), a(3, be32(*flags))]
+            }
+            Expr::Reject(kind) => {
+                let (kind, code) = match kind {
+                    RejectKind::Icmp(code) => (0, *code),
+                    RejectKind::TcpReset => (1, 0),
+                    RejectKind::Icmpx(code) => (2, *code),
+                };
+                vec![a(1, be32(kind)), a(2, vec![code])]
+            }
+            Expr::Counter => Vec::new(),
+            Expr::Dynset {
+                op,
+                set,
+                key,
+                timeout_ms,
+            } => {
+                let op = match op {
+                    DynsetOp::Add => 0,
+                    DynsetOp::Update => 1,
+                    DynsetOp::Delete => 2,
+                };
+                let mut out = vec![a(1, cstr(set)), a(3, be32(op)), a(4, reg(key))];
+                if let Some(ms) = timeout_ms {
+                    out.push(a(6, ms.to_be_bytes().to_vec()));
+                }
+                out
+            }
+        }
+    }
+
+    /// The expression as an element of a rule's expression list.
+    pub(crate) fn to_list(&self) -> ListAttribute<ExpressionAttribute> {
+        Expressions::Other {
+            expression_type: self.name().to_owned(),
+            attributes: self.attributes(),
+        }
+        .into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registers_follow_the_kernel_numbering() {
+        assert_eq!(Reg::VERDICT.number(), 0);
+        assert_eq!(Reg::r32(0).number(), 8);
+        assert_eq!(Reg::r32(15).number(), 23);
+        // An IPv6 address fills four registers, a port one.
+        assert_eq!(Reg::r32(0).after(16), Reg::r32(4));
+        assert_eq!(Reg::r32(4).after(1), Reg::r32(5));
+    }
+
+    #[test]
+    fn attributes_are_padded_and_strings_terminated() {
+        // The length counts the header and the value, not the padding.
+        assert_eq!(nla(1, &[0xaa]), [5, 0, 1, 0, 0xaa, 0, 0, 0]);
+        assert_eq!(cstr("ab"), b"ab\0");
+        // A goto verdict: NFTA_DATA_VERDICT { code -4, chain "c" }.
+        let nest = data_nest(&Data::Verdict(Verdict::Goto("c".into())));
+        assert_eq!(&nest[2..4], &(2 | NLA_F_NESTED).to_ne_bytes());
+        assert_eq!(&nest[8..12], &(-4i32).to_be_bytes());
+    }
+
+    #[test]
+    fn expressions_carry_their_kernel_names() {
+        let lookup = Expr::Lookup {
+            sreg: Reg::r32(0),
+            set: "m".into(),
+            dreg: Some(Reg::VERDICT),
+            invert: false,
+        };
+        assert_eq!(lookup.name(), "lookup");
+        let attrs = lookup.attributes();
+        assert_eq!(attrs.len(), 3);
+        assert_eq!(Expr::Masquerade { flags: 16 }.name(), "masq");
+    }
+}

@@ -1,0 +1,21 @@
+//! nf_tables over netlink.
+//!
+//! Build a [`Transaction`] of changes to tables, chains, sets, elements
+//! and rules (rules are lists of [`Expr`]s), and apply it through a
+//! [`Socket`]: the kernel commits all of it or none of it, and an error
+//! names the change it refused. [`Socket::read`] reads a table back.
+
+mod expr;
+mod object;
+mod socket;
+mod tx;
+
+pub use expr::{
+    CmpOp, CtKey, Data, DynsetOp, Expr, FibResult, MetaKey, NatKind, PayloadBase, Reg, RejectKind,
+    Verdict,
+};
+pub use object::{
+    BaseChain, Chain, ChainType, DataType, Element, Family, Hook, MapTo, Rule, Set, Table, key,
+};
+pub use socket::{ChainState, RawExpr, RuleState, SetState, Socket, TableState};
+pub use tx::Transaction;

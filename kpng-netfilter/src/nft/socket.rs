@@ -1,0 +1,598 @@
+//! The netlink socket: transactions sent, tables read back.
+
+use std::fs::File;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::Path;
+
+use netlink_packet_core::{NLM_F_DUMP, NLM_F_REQUEST, NetlinkMessage, NetlinkPayload, Nla};
+use netlink_packet_netfilter::nftables::{
+    ChainAttribute, ChainMessage, DataAttribute, ExpressionAttribute, Expressions, Hook as NlHook,
+    HookNumber, ListAttribute, NfTablesMessage, RuleAttribute, RuleMessage, SetAttribute,
+    SetElementAttribute, SetElementFlags, SetElementList, SetElementMessage, SetFlags, SetMessage,
+    TableAttribute, TableMessage, Verdict as NlVerdict, VerdictAttribute,
+};
+use netlink_packet_netfilter::{
+    NetfilterHeader, NetfilterMessage, NetfilterMessageInner, NetfilterProtoFamily,
+};
+use nix::errno::Errno;
+use nix::sched::{CloneFlags, setns};
+use nix::sys::socket::{
+    self, AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType, sockopt,
+};
+use nix::sys::time::TimeVal;
+
+use super::expr::{Data, Verdict};
+use super::object::{DataType, Element, Family, Hook, MapTo, Table};
+use super::tx::Transaction;
+use crate::Error;
+
+/// A netlink socket to nf_tables, in one network namespace.
+///
+/// Keep it open across transactions: closing an nf_tables socket costs
+/// the kernel a grace period (~15 ms), ten times a small transaction.
+/// Batches are numbered from a sequence that runs on across them, and
+/// replies to older batches are skipped.
+#[derive(Debug)]
+pub struct Socket {
+    fd: OwnedFd,
+    next_seq: u32,
+    /// Where the socket was opened, for errors.
+    netns: Option<String>,
+}
+
+fn open_here() -> nix::Result<OwnedFd> {
+    let fd = socket::socket(
+        AddressFamily::Netlink,
+        SockType::Raw,
+        SockFlag::SOCK_CLOEXEC,
+        SockProtocol::NetlinkNetFilter,
+    )?;
+    socket::bind(fd.as_raw_fd(), &NetlinkAddr::new(0, 0))?;
+    socket::setsockopt(&fd, sockopt::ReceiveTimeout, &TimeVal::new(30, 0))?;
+    Ok(fd)
+}
+
+/// One dumped object.
+type Dumped = NfTablesMessage;
+
+impl Socket {
+    /// Opens a socket in the network namespace at `netns` (a path such as
+    /// `/run/netns/NAME`), or in the process's own namespace.
+    ///
+    /// The namespace switch happens on a short-lived thread, so no other
+    /// thread of the process ever runs in the other namespace; a socket
+    /// stays in the namespace it was made in.
+    ///
+    /// # Errors
+    /// [`Error::Open`] naming the namespace.
+    pub fn open(netns: Option<&Path>) -> Result<Self, Error> {
+        let name = netns.map(|p| p.display().to_string());
+        let failed = |source: std::io::Error| Error::Open {
+            netns: name.clone(),
+            source,
+        };
+        let fd = match netns {
+            None => open_here().map_err(|e| failed(e.into()))?,
+            Some(path) => {
+                let file = File::open(path).map_err(failed)?;
+                std::thread::scope(|scope| {
+                    scope
+                        .spawn(|| {
+                            setns(&file, CloneFlags::CLONE_NEWNET)?;
+                            open_here()
+                        })
+                        .join()
+                })
+                .map_err(|_| failed(std::io::Error::other("namespace thread panicked")))?
+                .map_err(|e| failed(e.into()))?
+            }
+        };
+        Ok(Self {
+            fd,
+            next_seq: 1,
+            netns: name,
+        })
+    }
+
+    fn io(what: &'static str) -> impl Fn(Errno) -> Error {
+        move |errno| Error::Io {
+            what,
+            source: errno.into(),
+        }
+    }
+
+    fn take_seqs(&mut self, count: u32) -> u32 {
+        let first = self.next_seq;
+        self.next_seq = first.wrapping_add(count).max(1);
+        first
+    }
+
+    fn send_all(&self, bytes: &[u8]) -> Result<(), Error> {
+        // A batch goes in one message: the kernel needs the socket's send
+        // buffer to hold it whole.
+        let want = bytes.len().saturating_add(64 * 1024);
+        let size = usize::max(want, 256 * 1024);
+        if socket::setsockopt(&self.fd, sockopt::SndBufForce, &size).is_err() {
+            socket::setsockopt(&self.fd, sockopt::SndBuf, &size)
+                .map_err(Self::io("send buffer"))?;
+        }
+        let sent = socket::send(self.fd.as_raw_fd(), bytes, MsgFlags::empty())
+            .map_err(Self::io("send"))?;
+        if sent == bytes.len() {
+            Ok(())
+        } else {
+            Err(Error::Io {
+                what: "short send",
+                source: Errno::EMSGSIZE.into(),
+            })
+        }
+    }
+
+    /// Calls `each` with every netlink message received until `done`
+    /// says stop.
+    fn receive(
+        &self,
+        mut each: impl FnMut(NetlinkMessage<NetfilterMessage>) -> Result<bool, Error>,
+    ) -> Result<(), Error> {
+        let mut buf = vec![0u8; 256 * 1024];
+        loop {
+            let n = socket::recv(self.fd.as_raw_fd(), &mut buf, MsgFlags::empty())
+                .map_err(Self::io("receive"))?;
+            let mut at = 0;
+            while at < n {
+                let message = NetlinkMessage::<NetfilterMessage>::deserialize(&buf[at..n])
+                    .map_err(|e| Error::Decode {
+                        what: format!("a reply from the kernel: {e}"),
+                    })?;
+                let len = (message.header.length as usize).next_multiple_of(4);
+                if len == 0 {
+                    return Err(Error::Decode {
+                        what: "a reply of length 0".into(),
+                    });
+                }
+                at += len;
+                if each(message)? {
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Applies `tx` as one batch: all of it, or, when the kernel refuses
+    /// any part, none of it.
+    ///
+    /// # Errors
+    /// [`Error::Refused`] naming the first change the kernel refused and
+    /// why; [`Error::Io`] when the socket failed (drop it then: replies of
+    /// this batch may still be unread).
+    pub fn apply(&mut self, tx: &Transaction) -> Result<(), Error> {
+        if tx.is_empty() {
+            return Ok(());
+        }
+        // Begin, the messages, end.
+        let count = u32::try_from(tx.message_count() + 2).unwrap_or(u32::MAX);
+        let first = self.take_seqs(count);
+        let encoded = tx.encode(first);
+        self.send_all(&encoded.bytes)?;
+        let (first, last, ack) = (encoded.first_seq, encoded.last_seq(), encoded.ack_seq());
+        let ours = |seq: u32| seq.wrapping_sub(first) <= last.wrapping_sub(first);
+        let mut refused: Option<(u32, i32)> = None;
+        self.receive(|message| {
+            let seq = message.header.sequence_number;
+            if !ours(seq) {
+                return Ok(false);
+            }
+            if let NetlinkPayload::Error(e) = &message.payload {
+                let code = e.code.map_or(0, |c| c.get());
+                if code != 0 && refused.is_none_or(|(s, _)| seq < s) {
+                    refused = Some((seq, code));
+                }
+                // The acknowledged message answers last; an error on the
+                // batch's begin or end ends the answer too.
+                return Ok(seq == ack || seq == first || seq == last);
+            }
+            Ok(false)
+        })?;
+        match refused {
+            None => Ok(()),
+            Some((seq, code)) => Err(Error::Refused {
+                what: encoded.label(seq).unwrap_or("begin the batch").to_owned(),
+                source: Errno::from_raw(-code).into(),
+                netns: self.netns.clone(),
+            }),
+        }
+    }
+
+    /// Every object a dump request returns.
+    fn dump(&mut self, family: Family, request: NfTablesMessage) -> Result<Vec<Dumped>, Error> {
+        let seq = self.take_seqs(1);
+        let mut message = NetlinkMessage::from(NetfilterMessage::new(
+            NetfilterHeader::new(proto_family(family), 0, 0),
+            NetfilterMessageInner::NfTables(request),
+        ));
+        message.header.flags = NLM_F_REQUEST | NLM_F_DUMP;
+        message.header.sequence_number = seq;
+        message.finalize();
+        let mut bytes = vec![0u8; message.buffer_len()];
+        message.serialize(&mut bytes);
+        self.send_all(&bytes)?;
+        let mut out = Vec::new();
+        let mut failed = None;
+        self.receive(|message| {
+            if message.header.sequence_number != seq {
+                return Ok(false);
+            }
+            match message.payload {
+                NetlinkPayload::Done(_) => Ok(true),
+                NetlinkPayload::Error(e) => {
+                    failed = e.code.map(|c| c.get());
+                    Ok(true)
+                }
+                NetlinkPayload::InnerMessage(m) => {
+                    if let NetfilterMessageInner::NfTables(m) = m.inner {
+                        out.push(m);
+                    }
+                    Ok(false)
+                }
+                _ => Ok(false),
+            }
+        })?;
+        match failed {
+            // No such table or set: nothing to list.
+            Some(code) if -code == Errno::ENOENT as i32 => Ok(Vec::new()),
+            Some(code) => Err(Error::Io {
+                what: "dump",
+                source: Errno::from_raw(-code).into(),
+            }),
+            None => Ok(out),
+        }
+    }
+
+    /// The names of the tables of `family`.
+    ///
+    /// # Errors
+    /// [`Error::Io`] or [`Error::Decode`].
+    pub fn tables(&mut self, family: Family) -> Result<Vec<String>, Error> {
+        let dumped = self.dump(
+            family,
+            NfTablesMessage::GetTable(TableMessage { attributes: vec![] }),
+        )?;
+        Ok(dumped
+            .into_iter()
+            .filter_map(|m| match m {
+                NfTablesMessage::NewTable(t) => t.attributes.into_iter().find_map(|a| match a {
+                    TableAttribute::Name(n) => Some(n),
+                    _ => None,
+                }),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// Everything in `table`, read back from the kernel: `None` when there
+    /// is no such table.
+    ///
+    /// # Errors
+    /// [`Error::Io`] or [`Error::Decode`].
+    pub fn read(&mut self, table: &Table) -> Result<Option<TableState>, Error> {
+        if !self.tables(table.family)?.contains(&table.name) {
+            return Ok(None);
+        }
+        let mut state = TableState {
+            table: table.clone(),
+            chains: Vec::new(),
+            sets: Vec::new(),
+        };
+        let chains = self.dump(
+            table.family,
+            NfTablesMessage::GetChain(ChainMessage {
+                attributes: vec![ChainAttribute::Table(table.name.clone())],
+            }),
+        )?;
+        for m in chains {
+            let NfTablesMessage::NewChain(c) = m else {
+                continue;
+            };
+            if let Some(chain) = chain_state(c, &table.name) {
+                state.chains.push(chain);
+            }
+        }
+        let sets = self.dump(
+            table.family,
+            NfTablesMessage::GetSet(SetMessage {
+                attributes: vec![SetAttribute::Table(table.name.clone())],
+            }),
+        )?;
+        for m in sets {
+            let NfTablesMessage::NewSet(s) = m else {
+                continue;
+            };
+            if let Some(set) = set_state(s, &table.name) {
+                state.sets.push(set);
+            }
+        }
+        for set in &mut state.sets {
+            let dumped = self.dump(
+                table.family,
+                NfTablesMessage::GetSetElement(SetElementMessage {
+                    attributes: vec![
+                        SetElementList::Table(table.name.clone()),
+                        SetElementList::Set(set.name.clone()),
+                    ],
+                }),
+            )?;
+            for m in dumped {
+                let NfTablesMessage::NewSetElement(e) = m else {
+                    continue;
+                };
+                for attribute in e.attributes {
+                    if let SetElementList::Elements(list) = attribute {
+                        set.elements.extend(list.into_iter().filter_map(element));
+                    }
+                }
+            }
+        }
+        let rules = self.dump(
+            table.family,
+            NfTablesMessage::GetRule(RuleMessage {
+                attributes: vec![RuleAttribute::Table(table.name.clone())],
+            }),
+        )?;
+        for m in rules {
+            let NfTablesMessage::NewRule(r) = m else {
+                continue;
+            };
+            let mut chain = None;
+            let mut in_table = false;
+            let mut rule = RuleState {
+                handle: 0,
+                exprs: Vec::new(),
+            };
+            for attribute in r.attributes {
+                match attribute {
+                    RuleAttribute::Table(t) => in_table = t == table.name,
+                    RuleAttribute::Chain(c) => chain = Some(c),
+                    RuleAttribute::Handle(h) => rule.handle = h,
+                    RuleAttribute::Expressions(list) => {
+                        rule.exprs = list.into_iter().filter_map(raw_expr).collect();
+                    }
+                    _ => {}
+                }
+            }
+            if let (true, Some(chain)) = (in_table, chain)
+                && let Some(c) = state.chains.iter_mut().find(|c| c.name == chain)
+            {
+                c.rules.push(rule);
+            }
+        }
+        Ok(Some(state))
+    }
+}
+
+fn proto_family(family: Family) -> NetfilterProtoFamily {
+    match family {
+        Family::Ip => NetfilterProtoFamily::IPv4,
+        Family::Ip6 => NetfilterProtoFamily::IPv6,
+        Family::Inet => NetfilterProtoFamily::Inet,
+    }
+}
+
+/// A table as the kernel holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TableState {
+    /// The table.
+    pub table: Table,
+    /// Its chains, with their rules.
+    pub chains: Vec<ChainState>,
+    /// Its sets and maps, with their elements.
+    pub sets: Vec<SetState>,
+}
+
+impl TableState {
+    /// A chain by name.
+    pub fn chain(&self, name: &str) -> Option<&ChainState> {
+        self.chains.iter().find(|c| c.name == name)
+    }
+
+    /// A set or map by name.
+    pub fn set(&self, name: &str) -> Option<&SetState> {
+        self.sets.iter().find(|s| s.name == name)
+    }
+}
+
+/// A chain as the kernel holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChainState {
+    /// The name.
+    pub name: String,
+    /// For a base chain: its hook and priority.
+    pub hook: Option<(Hook, i32)>,
+    /// Its rules, in order.
+    pub rules: Vec<RuleState>,
+}
+
+/// A rule as the kernel holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuleState {
+    /// Its handle (for [`Transaction::delete_rule`]).
+    pub handle: u64,
+    /// Its expressions: name and attributes (`(type, value)`, values as
+    /// the kernel sent them).
+    pub exprs: Vec<RawExpr>,
+}
+
+/// One expression as the kernel sent it back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RawExpr {
+    /// Its kernel name (`payload`, `lookup`, ...).
+    pub name: String,
+    /// Its attributes: type and value.
+    pub attributes: Vec<(u16, Vec<u8>)>,
+}
+
+/// A set or map as the kernel holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SetState {
+    /// The name.
+    pub name: String,
+    /// The key's type.
+    pub key: DataType,
+    /// For a map, what it maps to.
+    pub map: Option<MapTo>,
+    /// Whether elements are ranges.
+    pub interval: bool,
+    /// Whether elements expire.
+    pub timeout: bool,
+    /// The elements (for a set with timeouts, `timeout_ms` is the
+    /// element's own timeout).
+    pub elements: Vec<Element>,
+}
+
+fn chain_state(c: ChainMessage, table: &str) -> Option<ChainState> {
+    let mut state = ChainState {
+        name: String::new(),
+        hook: None,
+        rules: Vec::new(),
+    };
+    let mut in_table = false;
+    let (mut hook, mut priority) = (None, 0);
+    for attribute in c.attributes {
+        match attribute {
+            ChainAttribute::Table(t) => in_table = t == table,
+            ChainAttribute::Name(n) => state.name = n,
+            ChainAttribute::Hook(parts) => {
+                for part in parts {
+                    match part {
+                        NlHook::Number(HookNumber::Inet(n)) => {
+                            hook = Hook::from_number(u32::from(n));
+                        }
+                        NlHook::Priority(p) => priority = i32::from_ne_bytes(p.to_ne_bytes()),
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    state.hook = hook.map(|h| (h, priority));
+    in_table.then_some(state)
+}
+
+fn set_state(s: SetMessage, table: &str) -> Option<SetState> {
+    let mut state = SetState {
+        name: String::new(),
+        key: DataType { id: 0, len: 0 },
+        map: None,
+        interval: false,
+        timeout: false,
+        elements: Vec::new(),
+    };
+    let mut in_table = false;
+    let (mut flags, mut data) = (SetFlags::empty(), DataType { id: 0, len: 0 });
+    for attribute in s.attributes {
+        match attribute {
+            SetAttribute::Table(t) => in_table = t == table,
+            SetAttribute::Name(n) => state.name = n,
+            SetAttribute::Flags(f) => flags = f,
+            SetAttribute::KeyType(t) => state.key.id = t,
+            SetAttribute::KeyLen(l) => state.key.len = l,
+            SetAttribute::DataType(t) => data.id = t,
+            SetAttribute::DataLen(l) => data.len = l,
+            _ => {}
+        }
+    }
+    state.interval = flags.contains(SetFlags::Interval);
+    state.timeout = flags.contains(SetFlags::Timeout);
+    if flags.contains(SetFlags::Map) {
+        state.map = Some(if data.id == 0xffff_ff00 {
+            MapTo::Verdict
+        } else {
+            MapTo::Value(data)
+        });
+    }
+    // Anonymous sets belong to their rule, not to the caller.
+    (in_table && !flags.contains(SetFlags::Anonymous)).then_some(state)
+}
+
+fn verdict(attributes: Vec<VerdictAttribute>) -> Option<Verdict> {
+    let (mut code, mut chain) = (None, None);
+    for a in attributes {
+        match a {
+            VerdictAttribute::Code(c) => code = Some(c),
+            VerdictAttribute::Chain(c) => chain = Some(c),
+            _ => {}
+        }
+    }
+    Some(match code? {
+        NlVerdict::Other(1) => Verdict::Accept,
+        NlVerdict::Other(0) => Verdict::Drop,
+        NlVerdict::Continue => Verdict::Continue,
+        NlVerdict::Return => Verdict::Return,
+        NlVerdict::Jump => Verdict::Jump(chain?),
+        NlVerdict::Goto => Verdict::Goto(chain?),
+        _ => return None,
+    })
+}
+
+fn element(list: ListAttribute<SetElementAttribute>) -> Option<Element> {
+    let ListAttribute::Element(attributes) = list else {
+        return None;
+    };
+    let mut out = Element::key(Vec::new());
+    for a in attributes {
+        match a {
+            SetElementAttribute::Key(DataAttribute::Value(key)) => out.key = key,
+            SetElementAttribute::Data(DataAttribute::Value(v)) => out.data = Some(Data::Value(v)),
+            SetElementAttribute::Data(DataAttribute::Verdict(v)) => {
+                out.data = verdict(v).map(Data::Verdict);
+            }
+            SetElementAttribute::Flags(f) => {
+                out.interval_end = f.contains(SetElementFlags::IntervalEnd);
+            }
+            SetElementAttribute::Timeout(ms) => out.timeout_ms = Some(ms),
+            _ => {}
+        }
+    }
+    Some(out)
+}
+
+/// Each attribute of `list` as (type, value).
+fn raw<T: Nla>(list: &[T]) -> Vec<(u16, Vec<u8>)> {
+    list.iter()
+        .map(|nla| {
+            let mut value = vec![0u8; nla.value_len()];
+            nla.emit_value(&mut value);
+            (nla.kind(), value)
+        })
+        .collect()
+}
+
+fn raw_expr(list: ListAttribute<ExpressionAttribute>) -> Option<RawExpr> {
+    let ListAttribute::Element(attributes) = list else {
+        return None;
+    };
+    let mut out = RawExpr {
+        name: String::new(),
+        attributes: Vec::new(),
+    };
+    for a in attributes {
+        match a {
+            ExpressionAttribute::Name(n) => out.name = n,
+            ExpressionAttribute::Data(data) => {
+                out.attributes = match &data {
+                    Expressions::Bitwise(l) => raw(l),
+                    Expressions::Cmp(l) => raw(l),
+                    Expressions::Immediate(l) => raw(l),
+                    Expressions::Lookup(l) => raw(l),
+                    Expressions::Meta(l) => raw(l),
+                    Expressions::Payload(l) => raw(l),
+                    Expressions::Unknown(l) => raw(l),
+                    Expressions::Other { attributes, .. } => raw(attributes),
+                    _ => Vec::new(),
+                };
+            }
+            _ => {}
+        }
+    }
+    Some(out)
+}

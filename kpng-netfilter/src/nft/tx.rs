@@ -1,0 +1,575 @@
+//! Transactions: changes sent as one netlink batch, which the kernel
+//! commits whole or not at all.
+
+use netlink_packet_core::{NLM_F_ACK, NLM_F_APPEND, NLM_F_CREATE, NLM_F_REQUEST, NetlinkMessage};
+use netlink_packet_netfilter::nftables::{
+    ChainAttribute, ChainMessage, DataAttribute, Hook as NlHook, HookNumber, InetHookNumber,
+    ListAttribute, NfTablesMessage, RuleAttribute, RuleMessage, SetAttribute, SetElementAttribute,
+    SetElementFlags, SetElementList, SetElementMessage, SetFlags, SetMessage, TableAttribute,
+    TableMessage, Verdict as NlVerdict, VerdictAttribute,
+};
+use netlink_packet_netfilter::none::ControlMessage;
+use netlink_packet_netfilter::{
+    NetfilterHeader, NetfilterMessage, NetfilterMessageInner, NetfilterProtoFamily,
+};
+
+use super::expr::{Data, Verdict};
+use super::object::{Chain, ChainType, Element, Family, Hook, MapTo, Rule, Set, Table};
+
+/// `NFNL_SUBSYS_NFTABLES`: the batch's resource id.
+const NFNL_SUBSYS_NFTABLES: u16 = 10;
+/// `NFT_DATA_VERDICT`: a verdict map's data type.
+const NFT_DATA_VERDICT: u32 = 0xffff_ff00;
+/// Elements per message: messages stay well under a page of elements.
+const ELEMENTS_PER_MESSAGE: usize = 256;
+
+#[derive(Clone, Debug)]
+enum Op {
+    AddTable(Table),
+    DeleteTable(Table),
+    AddChain(Table, Chain),
+    DeleteChain(Table, String),
+    FlushChain(Table, String),
+    AddSet(Table, Set),
+    DeleteSet(Table, String),
+    FlushSet(Table, String),
+    AddElements(Table, String, Vec<Element>),
+    DeleteElements(Table, String, Vec<Element>),
+    AddRule(Table, Rule),
+    DeleteRule(Table, String, u64),
+}
+
+/// Changes to nf_tables, applied as one batch: the kernel applies all of
+/// them or, on any error, none (the ruleset stays as it was).
+///
+/// Operations run in the order they were added: create a chain before a
+/// rule that jumps to it, a set before its elements.
+#[derive(Clone, Debug, Default)]
+pub struct Transaction {
+    ops: Vec<Op>,
+}
+
+/// A batch in wire form, and what each of its messages does (for errors).
+pub(crate) struct Encoded {
+    pub(crate) bytes: Vec<u8>,
+    /// Per message, in order from the first sequence number: what it does.
+    pub(crate) labels: Vec<String>,
+    /// The sequence number of the batch's begin message; messages follow.
+    pub(crate) first_seq: u32,
+}
+
+impl Encoded {
+    /// What the message of sequence number `seq` does.
+    pub(crate) fn label(&self, seq: u32) -> Option<&str> {
+        let i = seq.wrapping_sub(self.first_seq).checked_sub(1)?;
+        self.labels.get(i as usize).map(String::as_str)
+    }
+
+    /// The sequence number of the batch's end, its last message.
+    pub(crate) fn last_seq(&self) -> u32 {
+        let count = u32::try_from(self.labels.len()).unwrap_or(u32::MAX);
+        self.first_seq.wrapping_add(count)
+    }
+
+    /// The sequence number of the message that asks for an
+    /// acknowledgement: the last one before the batch's end.
+    pub(crate) fn ack_seq(&self) -> u32 {
+        self.last_seq().wrapping_sub(1)
+    }
+}
+
+impl Transaction {
+    /// An empty transaction.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether it changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// Creates `table` unless it exists.
+    pub fn add_table(&mut self, table: &Table) -> &mut Self {
+        self.ops.push(Op::AddTable(table.clone()));
+        self
+    }
+
+    /// Deletes `table` with everything in it. It must exist: to replace a
+    /// table that may not exist, add it, delete it and add it again.
+    pub fn delete_table(&mut self, table: &Table) -> &mut Self {
+        self.ops.push(Op::DeleteTable(table.clone()));
+        self
+    }
+
+    /// Creates a chain unless it exists.
+    pub fn add_chain(&mut self, table: &Table, chain: Chain) -> &mut Self {
+        self.ops.push(Op::AddChain(table.clone(), chain));
+        self
+    }
+
+    /// Deletes an empty chain that nothing jumps to.
+    pub fn delete_chain(&mut self, table: &Table, chain: &str) -> &mut Self {
+        self.ops
+            .push(Op::DeleteChain(table.clone(), chain.to_owned()));
+        self
+    }
+
+    /// Deletes every rule of a chain.
+    pub fn flush_chain(&mut self, table: &Table, chain: &str) -> &mut Self {
+        self.ops
+            .push(Op::FlushChain(table.clone(), chain.to_owned()));
+        self
+    }
+
+    /// Creates a set or map unless it exists.
+    pub fn add_set(&mut self, table: &Table, set: Set) -> &mut Self {
+        self.ops.push(Op::AddSet(table.clone(), set));
+        self
+    }
+
+    /// Deletes a set or map that no rule uses.
+    pub fn delete_set(&mut self, table: &Table, set: &str) -> &mut Self {
+        self.ops.push(Op::DeleteSet(table.clone(), set.to_owned()));
+        self
+    }
+
+    /// Deletes every element of a set or map.
+    pub fn flush_set(&mut self, table: &Table, set: &str) -> &mut Self {
+        self.ops.push(Op::FlushSet(table.clone(), set.to_owned()));
+        self
+    }
+
+    /// Adds elements to a set or map (a map's key that exists keeps its
+    /// value: delete it first to change it).
+    pub fn add_elements(&mut self, table: &Table, set: &str, elements: Vec<Element>) -> &mut Self {
+        if !elements.is_empty() {
+            self.ops
+                .push(Op::AddElements(table.clone(), set.to_owned(), elements));
+        }
+        self
+    }
+
+    /// Deletes elements (by key) from a set or map; each must be there.
+    pub fn delete_elements(
+        &mut self,
+        table: &Table,
+        set: &str,
+        elements: Vec<Element>,
+    ) -> &mut Self {
+        if !elements.is_empty() {
+            self.ops
+                .push(Op::DeleteElements(table.clone(), set.to_owned(), elements));
+        }
+        self
+    }
+
+    /// Appends a rule to its chain.
+    pub fn add_rule(&mut self, table: &Table, rule: Rule) -> &mut Self {
+        self.ops.push(Op::AddRule(table.clone(), rule));
+        self
+    }
+
+    /// Deletes a rule by its handle (as read back).
+    pub fn delete_rule(&mut self, table: &Table, chain: &str, handle: u64) -> &mut Self {
+        self.ops
+            .push(Op::DeleteRule(table.clone(), chain.to_owned(), handle));
+        self
+    }
+
+    /// How many messages the batch holds between its begin and end.
+    pub(crate) fn message_count(&self) -> usize {
+        self.ops
+            .iter()
+            .map(|op| match op {
+                Op::AddElements(_, _, e) | Op::DeleteElements(_, _, e) => {
+                    e.len().div_ceil(ELEMENTS_PER_MESSAGE)
+                }
+                _ => 1,
+            })
+            .sum()
+    }
+
+    /// The batch, its messages numbered from `first_seq`; only the last
+    /// message asks for an acknowledgement (errors are always reported,
+    /// each with the number of the message that caused it).
+    pub(crate) fn encode(&self, first_seq: u32) -> Encoded {
+        let mut messages: Vec<(Family, NfTablesMessage, u16, String)> = Vec::new();
+        let mut rule_count: std::collections::HashMap<(&Table, &str), usize> =
+            std::collections::HashMap::new();
+        for op in &self.ops {
+            match op {
+                Op::AddTable(t) => messages.push((
+                    t.family,
+                    NfTablesMessage::NewTable(table_message(t)),
+                    NLM_F_CREATE,
+                    format!("add {t}"),
+                )),
+                Op::DeleteTable(t) => messages.push((
+                    t.family,
+                    NfTablesMessage::DeleteTable(table_message(t)),
+                    0,
+                    format!("delete {t}"),
+                )),
+                Op::AddChain(t, c) => messages.push((
+                    t.family,
+                    NfTablesMessage::NewChain(chain_message(t, c)),
+                    NLM_F_CREATE,
+                    format!("add chain {} to {t}", c.name),
+                )),
+                Op::DeleteChain(t, c) => messages.push((
+                    t.family,
+                    NfTablesMessage::DeleteChain(ChainMessage {
+                        attributes: vec![
+                            ChainAttribute::Table(t.name.clone()),
+                            ChainAttribute::Name(c.clone()),
+                        ],
+                    }),
+                    0,
+                    format!("delete chain {c} of {t}"),
+                )),
+                Op::FlushChain(t, c) => messages.push((
+                    t.family,
+                    NfTablesMessage::DeleteRule(RuleMessage {
+                        attributes: vec![
+                            RuleAttribute::Table(t.name.clone()),
+                            RuleAttribute::Chain(c.clone()),
+                        ],
+                    }),
+                    0,
+                    format!("flush chain {c} of {t}"),
+                )),
+                Op::AddSet(t, s) => messages.push((
+                    t.family,
+                    // The kernel requires an id per new set, unique within
+                    // the batch.
+                    NfTablesMessage::NewSet(set_message(t, s, messages.len() as u32 + 1)),
+                    NLM_F_CREATE,
+                    format!(
+                        "add {} {} to {t}",
+                        if s.map.is_some() { "map" } else { "set" },
+                        s.name
+                    ),
+                )),
+                Op::DeleteSet(t, s) => messages.push((
+                    t.family,
+                    NfTablesMessage::DeleteSet(SetMessage {
+                        attributes: vec![
+                            SetAttribute::Table(t.name.clone()),
+                            SetAttribute::Name(s.clone()),
+                        ],
+                    }),
+                    0,
+                    format!("delete set {s} of {t}"),
+                )),
+                Op::FlushSet(t, s) => messages.push((
+                    t.family,
+                    NfTablesMessage::DeleteSetElement(SetElementMessage {
+                        attributes: vec![
+                            SetElementList::Table(t.name.clone()),
+                            SetElementList::Set(s.clone()),
+                        ],
+                    }),
+                    0,
+                    format!("flush set {s} of {t}"),
+                )),
+                Op::AddElements(t, s, elements) | Op::DeleteElements(t, s, elements) => {
+                    let add = matches!(op, Op::AddElements(..));
+                    for (i, chunk) in elements.chunks(ELEMENTS_PER_MESSAGE).enumerate() {
+                        let message = SetElementMessage {
+                            attributes: vec![
+                                SetElementList::Table(t.name.clone()),
+                                SetElementList::Set(s.clone()),
+                                SetElementList::Elements(
+                                    chunk.iter().map(|e| element(e, add)).collect(),
+                                ),
+                            ],
+                        };
+                        let first = i * ELEMENTS_PER_MESSAGE;
+                        let what = format!(
+                            "{} elements {}..{} of set {s} of {t}",
+                            if add { "add" } else { "delete" },
+                            first,
+                            first + chunk.len()
+                        );
+                        messages.push(if add {
+                            (
+                                t.family,
+                                NfTablesMessage::NewSetElement(message),
+                                NLM_F_CREATE,
+                                what,
+                            )
+                        } else {
+                            (
+                                t.family,
+                                NfTablesMessage::DeleteSetElement(message),
+                                0,
+                                what,
+                            )
+                        });
+                    }
+                }
+                Op::AddRule(t, r) => {
+                    let n = rule_count.entry((t, r.chain.as_str())).or_default();
+                    *n += 1;
+                    let exprs = r.exprs.iter().map(|e| e.to_list()).collect();
+                    messages.push((
+                        t.family,
+                        NfTablesMessage::NewRule(RuleMessage {
+                            attributes: vec![
+                                RuleAttribute::Table(t.name.clone()),
+                                RuleAttribute::Chain(r.chain.clone()),
+                                RuleAttribute::Expressions(exprs),
+                            ],
+                        }),
+                        NLM_F_CREATE | NLM_F_APPEND,
+                        format!(
+                            "add rule {} of this batch to chain {} of {t} ({})",
+                            n,
+                            r.chain,
+                            r.exprs
+                                .iter()
+                                .map(|e| e.name())
+                                .collect::<Vec<_>>()
+                                .join(" ")
+                        ),
+                    ));
+                }
+                Op::DeleteRule(t, c, handle) => messages.push((
+                    t.family,
+                    NfTablesMessage::DeleteRule(RuleMessage {
+                        attributes: vec![
+                            RuleAttribute::Table(t.name.clone()),
+                            RuleAttribute::Chain(c.clone()),
+                            RuleAttribute::Handle(*handle),
+                        ],
+                    }),
+                    0,
+                    format!("delete rule handle {handle} of chain {c} of {t}"),
+                )),
+            }
+        }
+
+        let mut bytes = Vec::new();
+        let mut seq = first_seq;
+        push(
+            &mut bytes,
+            NetfilterProtoFamily::Unspec,
+            NFNL_SUBSYS_NFTABLES,
+            ControlMessage::BatchBegin.into(),
+            0,
+            seq,
+        );
+        let count = messages.len();
+        let mut labels = Vec::with_capacity(count);
+        for (i, (family, message, flags, label)) in messages.into_iter().enumerate() {
+            seq = seq.wrapping_add(1);
+            // Errors are reported whatever the flags; the last message
+            // asks for an acknowledgement, the end of the answer.
+            let ack = if i + 1 == count { NLM_F_ACK } else { 0 };
+            push(
+                &mut bytes,
+                proto_family(family),
+                0,
+                message.into(),
+                flags | ack,
+                seq,
+            );
+            labels.push(label);
+        }
+        seq = seq.wrapping_add(1);
+        push(
+            &mut bytes,
+            NetfilterProtoFamily::Unspec,
+            NFNL_SUBSYS_NFTABLES,
+            ControlMessage::BatchEnd.into(),
+            0,
+            seq,
+        );
+        labels.push("end the batch".to_owned());
+        Encoded {
+            bytes,
+            labels,
+            first_seq,
+        }
+    }
+}
+
+fn proto_family(family: Family) -> NetfilterProtoFamily {
+    match family {
+        Family::Ip => NetfilterProtoFamily::IPv4,
+        Family::Ip6 => NetfilterProtoFamily::IPv6,
+        Family::Inet => NetfilterProtoFamily::Inet,
+    }
+}
+
+fn push(
+    out: &mut Vec<u8>,
+    family: NetfilterProtoFamily,
+    res_id: u16,
+    inner: NetfilterMessageInner,
+    flags: u16,
+    seq: u32,
+) {
+    let mut message = NetlinkMessage::from(NetfilterMessage::new(
+        NetfilterHeader::new(family, 0, res_id),
+        inner,
+    ));
+    message.header.flags = NLM_F_REQUEST | flags;
+    message.header.sequence_number = seq;
+    message.finalize();
+    let at = out.len();
+    out.resize(at + message.buffer_len(), 0);
+    message.serialize(&mut out[at..]);
+}
+
+fn table_message(t: &Table) -> TableMessage {
+    TableMessage {
+        attributes: vec![TableAttribute::Name(t.name.clone())],
+    }
+}
+
+fn chain_message(t: &Table, c: &Chain) -> ChainMessage {
+    let mut attributes = vec![
+        ChainAttribute::Table(t.name.clone()),
+        ChainAttribute::Name(c.name.clone()),
+    ];
+    if let Some(base) = &c.base {
+        let hook = match base.hook {
+            Hook::Prerouting => InetHookNumber::PreRouting,
+            Hook::Input => InetHookNumber::LocalIn,
+            Hook::Forward => InetHookNumber::Forward,
+            Hook::Output => InetHookNumber::LocalOut,
+            Hook::Postrouting => InetHookNumber::PostRouting,
+        };
+        attributes.push(ChainAttribute::Hook(vec![
+            NlHook::Number(HookNumber::Inet(hook)),
+            // The kernel reads the priority as a signed 32-bit number.
+            NlHook::Priority(u32::from_ne_bytes(base.priority.to_ne_bytes())),
+        ]));
+        attributes.push(ChainAttribute::Type(
+            match base.kind {
+                ChainType::Filter => "filter",
+                ChainType::Nat => "nat",
+            }
+            .to_owned(),
+        ));
+        // NF_ACCEPT.
+        attributes.push(ChainAttribute::Policy(1));
+    }
+    ChainMessage { attributes }
+}
+
+fn set_message(t: &Table, s: &Set, id: u32) -> SetMessage {
+    let mut flags = SetFlags::empty();
+    if s.map.is_some() {
+        flags |= SetFlags::Map;
+    }
+    if s.interval {
+        flags |= SetFlags::Interval;
+    }
+    if s.timeout {
+        flags |= SetFlags::Timeout | SetFlags::Eval;
+    }
+    let mut attributes = vec![
+        SetAttribute::Table(t.name.clone()),
+        SetAttribute::Name(s.name.clone()),
+        SetAttribute::Flags(flags),
+        SetAttribute::KeyType(s.key.id),
+        SetAttribute::KeyLen(s.key.len),
+        SetAttribute::Id(id),
+    ];
+    match s.map {
+        Some(MapTo::Verdict) => attributes.push(SetAttribute::DataType(NFT_DATA_VERDICT)),
+        Some(MapTo::Value(data)) => {
+            attributes.push(SetAttribute::DataType(data.id));
+            attributes.push(SetAttribute::DataLen(data.len));
+        }
+        None => {}
+    }
+    SetMessage { attributes }
+}
+
+fn verdict_attributes(v: &Verdict) -> Vec<VerdictAttribute> {
+    let code = match v {
+        Verdict::Accept => NlVerdict::Other(1),
+        Verdict::Drop => NlVerdict::Other(0),
+        Verdict::Continue => NlVerdict::Continue,
+        Verdict::Return => NlVerdict::Return,
+        Verdict::Jump(_) => NlVerdict::Jump,
+        Verdict::Goto(_) => NlVerdict::Goto,
+    };
+    let mut out = vec![VerdictAttribute::Code(code)];
+    if let Some(chain) = v.chain() {
+        out.push(VerdictAttribute::Chain(chain.to_owned()));
+    }
+    out
+}
+
+fn element(e: &Element, with_data: bool) -> ListAttribute<SetElementAttribute> {
+    let mut attributes = vec![SetElementAttribute::Key(DataAttribute::Value(
+        e.key.clone(),
+    ))];
+    if e.interval_end {
+        attributes.push(SetElementAttribute::Flags(SetElementFlags::IntervalEnd));
+    }
+    if with_data {
+        match &e.data {
+            Some(Data::Value(bytes)) => {
+                attributes.push(SetElementAttribute::Data(DataAttribute::Value(
+                    bytes.clone(),
+                )));
+            }
+            Some(Data::Verdict(v)) => {
+                attributes.push(SetElementAttribute::Data(DataAttribute::Verdict(
+                    verdict_attributes(v),
+                )));
+            }
+            None => {}
+        }
+        if let Some(ms) = e.timeout_ms {
+            attributes.push(SetElementAttribute::Timeout(ms));
+        }
+    }
+    ListAttribute::Element(attributes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nft::{DataType, Expr};
+
+    #[test]
+    fn a_batch_is_framed_and_its_messages_named() {
+        let table = Table::new(Family::Ip, "t");
+        let mut tx = Transaction::new();
+        tx.add_table(&table)
+            .add_chain(&table, Chain::regular("c"))
+            .add_set(&table, Set::verdict_map("m", DataType::INTEGER))
+            .add_elements(
+                &table,
+                "m",
+                (0..300u32)
+                    .map(|i| Element::map(i.to_ne_bytes().to_vec(), Data::Verdict(Verdict::Drop)))
+                    .collect(),
+            )
+            .add_rule(&table, Rule::new("c", vec![Expr::Counter]));
+        let encoded = tx.encode(100);
+        // begin, table, chain, set, two element messages, rule, end.
+        assert_eq!(encoded.labels.len(), 7);
+        assert_eq!(encoded.last_seq(), 107);
+        assert_eq!(encoded.label(101), Some("add table ip t"));
+        assert_eq!(
+            encoded.label(105),
+            Some("add elements 256..300 of set m of table ip t")
+        );
+        assert_eq!(
+            encoded.label(106),
+            Some("add rule 1 of this batch to chain c of table ip t (counter)")
+        );
+        assert_eq!(encoded.label(100), None);
+        // The first message is a batch begin for nf_tables.
+        assert_eq!(&encoded.bytes[4..6], &0x10u16.to_ne_bytes());
+        assert_eq!(&encoded.bytes[8..12], &100u32.to_ne_bytes());
+    }
+}
