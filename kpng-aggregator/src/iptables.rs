@@ -25,8 +25,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::{self, Write as _};
-use std::io::Write as _;
-use std::process::{Command, Stdio};
+
+use kpng_netfilter::process::Process;
 
 use kpng_diff::MapOp;
 use kpng_model::IpFamily;
@@ -34,6 +34,10 @@ use kpng_store::MapSnapshot;
 use serde::{Deserialize, Serialize};
 
 use crate::{Error, Subsystem};
+
+/// How long one `iptables-save` or `iptables-restore` may run before it is
+/// killed (`-w 5` waits up to 5 s for the xtables lock first).
+const COMMAND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// An iptables table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -115,22 +119,13 @@ pub struct Saved {
 }
 
 impl Runner {
-    fn command(&self, family: IpFamily, mode: Mode, tool: &str) -> Command {
+    fn command(&self, family: IpFamily, mode: Mode, tool: &str) -> Process<'static> {
         let ip = match family {
             IpFamily::V4 => "iptables",
             IpFamily::V6 => "ip6tables",
         };
         let program = format!("{ip}-{}-{tool}", mode.word());
-        let mut command = match self.prefix.split_first() {
-            Some((first, rest)) => {
-                let mut c = Command::new(first);
-                c.args(rest).arg(program);
-                c
-            }
-            None => Command::new(program),
-        };
-        command.stdin(Stdio::null());
-        command
+        Process::new(self.prefix.iter().cloned().chain([program])).timeout(COMMAND_TIMEOUT)
     }
 
     /// The mode, detected once when not set: the one whose `iptables-save`
@@ -179,19 +174,10 @@ impl Runner {
         mode: Mode,
         owned: &dyn Fn(&str) -> bool,
     ) -> Result<Saved, Error> {
-        let mut command = self.command(family, mode, "save");
-        let name = format!("{command:?}");
-        let output = command.output().map_err(|source| Error::Spawn {
-            command: name.clone(),
-            source,
-        })?;
-        if !output.status.success() {
-            return Err(Error::Command {
-                command: name,
-                status: output.status.to_string(),
-                stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
-            });
-        }
+        let output = self
+            .command(family, mode, "save")
+            .run()
+            .map_err(Error::from)?;
         let mut saved = Saved::default();
         let mut table = None;
         for line in String::from_utf8_lossy(&output.stdout).lines() {
@@ -223,32 +209,12 @@ impl Runner {
     /// [`Error::Spawn`], or [`Error::Command`] with what it printed.
     pub fn restore(&mut self, family: IpFamily, script: &str) -> Result<(), Error> {
         let mode = self.mode();
-        let mut command = self.command(family, mode, "restore");
-        command
+        self.command(family, mode, "restore")
             .args(["-w", "5", "--noflush"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let name = format!("{command:?}");
-        let spawn = |source| Error::Spawn {
-            command: name.clone(),
-            source,
-        };
-        let mut child = command.spawn().map_err(spawn)?;
-        if let Some(mut stdin) = child.stdin.take() {
-            // A write error shows as the command's failure below.
-            let _ = stdin.write_all(script.as_bytes());
-        }
-        let output = child.wait_with_output().map_err(spawn)?;
-        if output.status.success() {
-            Ok(())
-        } else {
-            Err(Error::Command {
-                command: name,
-                status: output.status.to_string(),
-                stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
-            })
-        }
+            .input(script.as_bytes())
+            .run()
+            .map(drop)
+            .map_err(Error::from)
     }
 }
 

@@ -125,6 +125,27 @@ pub enum Error {
     },
 }
 
+impl From<kpng_netfilter::Error> for Error {
+    fn from(error: kpng_netfilter::Error) -> Self {
+        use kpng_netfilter::Error as E;
+        match error {
+            E::Spawn { command, source } => Error::Spawn { command, source },
+            E::Timeout { command, seconds } => Error::Timeout { command, seconds },
+            E::Command {
+                command,
+                status,
+                stderr,
+                ..
+            } => Error::Command {
+                command,
+                status,
+                stderr,
+            },
+            other => Error::Apply(other.to_string()),
+        }
+    }
+}
+
 /// A kernel subsystem the aggregator applies to.
 pub trait Subsystem {
     /// What a producer publishes: the identity of one object.

@@ -21,9 +21,7 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::io::Write as _;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kpng_diff::MapOp;
 use kpng_store::MapSnapshot;
@@ -346,71 +344,23 @@ impl Nft {
     }
 }
 
-/// Runs `command` with `-f -` on `script` (one nft transaction). The script
-/// is fed and stderr drained on threads of their own, so neither pipe can
-/// block the other, and a run longer than `timeout` is killed: the kernel
-/// applies a transaction whole or not at all.
+/// Runs `command` with `-f -` on `script` (one nft transaction), through
+/// [`kpng_netfilter::process`]: the script is fed and stderr drained on
+/// threads of their own, a run longer than `timeout` is killed (the kernel
+/// applies a transaction whole or not at all), and `nft` dies with kpng,
+/// so a killed kpng leaves no transaction to commit after its restart.
 ///
 /// # Errors
 /// [`Error::Spawn`](crate::Error::Spawn), [`Error::Timeout`](crate::Error::Timeout),
 /// or [`Error::Command`](crate::Error::Command) with nft's message.
 pub fn run_script(command: &[String], script: &str, timeout: Duration) -> Result<(), crate::Error> {
-    let name = command.join(" ");
-    let spawn_error = |source| crate::Error::Spawn {
-        command: name.clone(),
-        source,
-    };
-    let Some((program, args)) = command.split_first() else {
-        return Err(spawn_error(std::io::Error::other("no nft command")));
-    };
-    let mut child = Command::new(program)
-        .args(args)
+    kpng_netfilter::process::Process::new(command.iter().cloned())
         .args(["-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(spawn_error)?;
-    let feeding = child.stdin.take().map(|mut stdin| {
-        let script = script.to_owned();
-        std::thread::spawn(move || stdin.write_all(script.as_bytes()))
-    });
-    let draining = child.stderr.take().map(|mut stderr| {
-        std::thread::spawn(move || {
-            let mut text = String::new();
-            let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
-            text
-        })
-    });
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        if let Some(status) = child.try_wait().map_err(spawn_error)? {
-            break status;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(crate::Error::Timeout {
-                command: name,
-                seconds: timeout.as_secs(),
-            });
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    };
-    if let Some(feeding) = feeding {
-        // A write error shows as nft's failure.
-        let _ = feeding.join();
-    }
-    let stderr = draining.and_then(|d| d.join().ok()).unwrap_or_default();
-    if status.success() {
-        Ok(())
-    } else {
-        Err(crate::Error::Command {
-            command: name,
-            status: status.to_string(),
-            stderr: stderr.trim().to_owned(),
-        })
-    }
+        .input(script.as_bytes())
+        .timeout(timeout)
+        .run()
+        .map(drop)
+        .map_err(crate::Error::from)
 }
 
 fn chain_decl(table: &TableName, name: &str, hook: Option<&Hook>) -> String {

@@ -49,11 +49,14 @@
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
-use std::process::Command;
 
 use kpng_model::IpFamily;
 use kpng_model::view::{NodeView, ServiceView};
+use kpng_netfilter::process::Process;
 use kpng_sink::{FullStateSink, SinkError};
+
+/// How long one `conntrack` run may take before it is killed.
+const CONNTRACK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Deletes stale UDP conntrack entries after each sync. See the crate docs.
 #[derive(Debug, Default)]
@@ -209,15 +212,14 @@ impl ConntrackCleaner {
         let Some((program, prefix)) = self.command.split_first() else {
             return;
         };
-        match Command::new(program).args(prefix).args(args).output() {
+        let run = Process::new(std::iter::once(program).chain(prefix).chain(args).cloned())
+            .timeout(CONNTRACK_TIMEOUT)
+            .run();
+        match run {
+            Ok(_) => {}
             // Exit 1: nothing matched, which is the common case.
-            Ok(out) if out.status.success() || out.status.code() == Some(1) => {}
-            Ok(out) => tracing::warn!(
-                ?args,
-                stderr = %String::from_utf8_lossy(&out.stderr).trim(),
-                "conntrack cleanup failed"
-            ),
-            Err(e) => tracing::warn!(?args, error = %e, "cannot run conntrack"),
+            Err(kpng_netfilter::Error::Command { code: Some(1), .. }) => {}
+            Err(error) => tracing::warn!(?args, %error, "conntrack cleanup failed"),
         }
     }
 }

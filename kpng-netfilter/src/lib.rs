@@ -9,6 +9,10 @@
 //! and its error names the change the kernel refused. Tables are read
 //! back from the kernel, to adopt what a previous run left and to verify.
 //!
+//! [`process`] is the one way kpng runs a child process (`nft`,
+//! `iptables-restore`, `conntrack`): with a timeout, its pipes served on
+//! threads, and killed by the kernel if kpng dies first.
+//!
 //! Message framing and parsing come from the rust-netlink crates
 //! (`netlink-packet-netfilter`); the expressions it does not type are
 //! encoded here from `linux/netfilter/nf_tables.h`.
@@ -52,6 +56,7 @@
 //! ```
 
 pub mod nft;
+pub mod process;
 
 /// Errors of the kernel side.
 #[derive(Debug, thiserror::Error)]
@@ -87,6 +92,35 @@ pub enum Error {
         /// The kernel's error.
         #[source]
         source: std::io::Error,
+    },
+    /// A child process could not be started.
+    #[error("cannot run {command}: {source}")]
+    Spawn {
+        /// The command line.
+        command: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A child process ran longer than its timeout and was killed.
+    #[error("{command} did not finish within {seconds} s and was killed")]
+    Timeout {
+        /// The command line.
+        command: String,
+        /// The timeout.
+        seconds: u64,
+    },
+    /// A child process failed.
+    #[error("{command} failed ({status}): {stderr}")]
+    Command {
+        /// The command line.
+        command: String,
+        /// How it ended.
+        status: String,
+        /// Its exit code, when it exited (not killed by a signal).
+        code: Option<i32>,
+        /// What it printed to stderr.
+        stderr: String,
     },
     /// A reply could not be read.
     #[error("cannot decode {what}")]

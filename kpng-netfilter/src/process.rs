@@ -1,0 +1,257 @@
+//! The one way kpng runs a child process (`nft`, `iptables-restore`,
+//! `conntrack`): with a timeout, its pipes served on threads of their own,
+//! and tied to kpng's life.
+//!
+//! - **A timeout on every run.** A child that runs longer is killed. The
+//!   kernel applies an nf_tables or iptables-restore transaction whole or
+//!   not at all, so a killed run changed nothing.
+//! - **Pipes on threads.** Input is fed, and stdout and stderr drained,
+//!   concurrently, so a child blocked writing one pipe never deadlocks
+//!   with kpng blocked writing another.
+//! - **It dies with kpng.** Each child asks the kernel for SIGKILL when
+//!   the thread that started it ends (`PR_SET_PDEATHSIG`), and [`run`]
+//!   keeps that thread waiting until the child is done. So when kpng is
+//!   killed in the middle of a sync, its `nft` child cannot go on and
+//!   commit the old transaction after a restarted kpng committed a newer
+//!   one.
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::Duration;
+//! use kpng_netfilter::process::Process;
+//!
+//! let out = Process::new(["sh", "-c", "cat; echo done >&2"])
+//!     .input(b"hello")
+//!     .timeout(Duration::from_secs(5))
+//!     .run()?;
+//! assert_eq!(out.stdout, b"hello");
+//! assert_eq!(out.stderr.trim(), "done");
+//! # Ok::<(), kpng_netfilter::Error>(())
+//! ```
+
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::Error;
+
+/// The default timeout of a run.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A child process to run: see the [module docs](self).
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct Process<'a> {
+    argv: Vec<String>,
+    input: Option<&'a [u8]>,
+    timeout: Duration,
+}
+
+/// What a successful run printed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Output {
+    /// Its standard output.
+    pub stdout: Vec<u8>,
+    /// Its standard error, as text.
+    pub stderr: String,
+}
+
+impl<'a> Process<'a> {
+    /// The program and its arguments.
+    pub fn new<S: Into<String>>(argv: impl IntoIterator<Item = S>) -> Self {
+        Self {
+            argv: argv.into_iter().map(Into::into).collect(),
+            input: None,
+            timeout: DEFAULT_TIMEOUT,
+        }
+    }
+
+    /// More arguments.
+    pub fn args<S: Into<String>>(mut self, args: impl IntoIterator<Item = S>) -> Self {
+        self.argv.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// What to write to its standard input (else it reads nothing).
+    pub fn input(mut self, input: &'a [u8]) -> Self {
+        self.input = Some(input);
+        self
+    }
+
+    /// How long it may run before it is killed.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The command line, for messages.
+    pub fn command_line(&self) -> String {
+        self.argv.join(" ")
+    }
+
+    /// Runs it to its end; blocks the calling thread meanwhile.
+    ///
+    /// # Errors
+    /// [`Error::Spawn`] when it cannot start, [`Error::Timeout`] when it
+    /// was killed for running too long, [`Error::Command`] with what it
+    /// printed to stderr when it failed.
+    pub fn run(self) -> Result<Output, Error> {
+        let name = self.command_line();
+        let spawn_error = |source| Error::Spawn {
+            command: name.clone(),
+            source,
+        };
+        let Some((program, args)) = self.argv.split_first() else {
+            return Err(spawn_error(std::io::Error::other("empty command")));
+        };
+        let mut command = Command::new(program);
+        command
+            .args(args)
+            .stdin(if self.input.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        die_with_parent(&mut command);
+        let mut child = command.spawn().map_err(spawn_error)?;
+        let (stdin, mut stdout, mut stderr) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take());
+        let deadline = Instant::now() + self.timeout;
+        std::thread::scope(|scope| {
+            if let (Some(mut stdin), Some(input)) = (stdin, self.input) {
+                // A write error (the child exited early) shows as its
+                // failure.
+                scope.spawn(move || stdin.write_all(input));
+            }
+            let out = scope.spawn(move || {
+                let mut bytes = Vec::new();
+                if let Some(stdout) = stdout.as_mut() {
+                    let _ = stdout.read_to_end(&mut bytes);
+                }
+                bytes
+            });
+            let err = scope.spawn(move || {
+                let mut text = String::new();
+                if let Some(stderr) = stderr.as_mut() {
+                    let _ = stderr.read_to_string(&mut text);
+                }
+                text
+            });
+            let status = loop {
+                if let Some(status) = child.try_wait().map_err(spawn_error)? {
+                    break status;
+                }
+                if Instant::now() >= deadline {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(Error::Timeout {
+                        command: name.clone(),
+                        seconds: self.timeout.as_secs(),
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            };
+            let stdout = out.join().unwrap_or_default();
+            let stderr = err.join().unwrap_or_default();
+            if status.success() {
+                Ok(Output { stdout, stderr })
+            } else {
+                Err(Error::Command {
+                    command: name.clone(),
+                    status: status.to_string(),
+                    code: status.code(),
+                    stderr: stderr.trim().to_owned(),
+                })
+            }
+        })
+    }
+}
+
+/// Asks the kernel to SIGKILL the child when the thread that spawns it
+/// ends; the child exits at once if that thread is already gone.
+#[allow(unsafe_code)]
+fn die_with_parent(command: &mut Command) {
+    use std::os::unix::process::CommandExt as _;
+    // SAFETY: the hook runs in the child between fork and exec, where only
+    // async-signal-safe calls are allowed: prctl, getppid and _exit are,
+    // and it allocates nothing.
+    unsafe {
+        let parent = libc::getpid();
+        command.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent died before the prctl: nobody would kill us.
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_and_failures_are_reported() {
+        let out = Process::new(["sh", "-c", "echo out; echo err >&2"])
+            .run()
+            .expect("runs");
+        assert_eq!(out.stdout, b"out\n");
+        assert_eq!(out.stderr, "err\n");
+        let error = Process::new(["sh", "-c", "echo bad input >&2; exit 3"])
+            .run()
+            .expect_err("fails");
+        assert_eq!(
+            error.to_string(),
+            "sh -c echo bad input >&2; exit 3 failed (exit status: 3): bad input"
+        );
+        let error = Process::new(["/nonexistent/tool"])
+            .run()
+            .expect_err("no such");
+        assert!(matches!(error, Error::Spawn { .. }), "{error}");
+    }
+
+    #[test]
+    fn a_run_longer_than_its_timeout_is_killed() {
+        let start = Instant::now();
+        let error = Process::new(["sleep", "30"])
+            .timeout(Duration::from_millis(200))
+            .run()
+            .expect_err("killed");
+        assert!(matches!(error, Error::Timeout { .. }), "{error}");
+        assert!(start.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn large_input_and_output_do_not_deadlock() {
+        // More than any pipe buffer each way, at the same time.
+        let input = vec![b'x'; 4 << 20];
+        let out = Process::new(["cat"]).input(&input).run().expect("runs");
+        assert_eq!(out.stdout.len(), input.len());
+    }
+
+    #[test]
+    fn a_child_dies_with_the_thread_that_started_it() {
+        // A thread starts a child that would outlive it by far, and is
+        // killed (here: ends) while the child runs.
+        let pid_file = std::env::temp_dir().join(format!("kpngnf-pid-{}", std::process::id()));
+        let path = pid_file.display().to_string();
+        let started = std::thread::spawn(move || {
+            let mut command = Command::new("sh");
+            command.args(["-c", &format!("echo $$ > {path}; exec sleep 30")]);
+            die_with_parent(&mut command);
+            // The thread ends at once, without waiting.
+            command.spawn().expect("spawns")
+        });
+        let mut child = started.join().expect("thread");
+        let status = child.wait().expect("waits");
+        assert!(!status.success(), "killed, not finished: {status}");
+        let _ = std::fs::remove_file(&pid_file);
+    }
+}
