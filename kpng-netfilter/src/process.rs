@@ -116,6 +116,9 @@ impl<'a> Process<'a> {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         die_with_parent(&mut command);
+        // Its own process group: a timeout kills what it started too (a
+        // wrapper's children would otherwise hold its pipes open).
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
         let mut child = command.spawn().map_err(spawn_error)?;
         let (stdin, mut stdout, mut stderr) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take());
@@ -145,6 +148,10 @@ impl<'a> Process<'a> {
                     break status;
                 }
                 if Instant::now() >= deadline {
+                    if let Ok(pid) = i32::try_from(child.id()) {
+                        let group = nix::unistd::Pid::from_raw(pid);
+                        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+                    }
                     let _ = child.kill();
                     let _ = child.wait();
                     return Err(Error::Timeout {
@@ -220,7 +227,8 @@ mod tests {
     #[test]
     fn a_run_longer_than_its_timeout_is_killed() {
         let start = Instant::now();
-        let error = Process::new(["sleep", "30"])
+        // A shell whose own child holds the pipes: both are killed.
+        let error = Process::new(["sh", "-c", "sleep 30; true"])
             .timeout(Duration::from_millis(200))
             .run()
             .expect_err("killed");

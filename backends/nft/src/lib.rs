@@ -443,7 +443,7 @@ impl NftBackend {
     /// Runs one netlink transaction on the kept socket; a failure drops
     /// the socket, so the next one starts clean.
     fn send(&mut self, batch: Batch) -> Result<(), Error> {
-        let failed = |e: netlink::NetlinkError| Error::Netlink {
+        let failed = |e: kpng_netfilter::Error| Error::Netlink {
             message: e.to_string(),
         };
         let mut socket = match self.socket.take() {
