@@ -9,7 +9,7 @@
 //!   concurrently, so a child blocked writing one pipe never deadlocks
 //!   with kpng blocked writing another.
 //! - **It dies with kpng.** Each child asks the kernel for SIGKILL when
-//!   the thread that started it ends (`PR_SET_PDEATHSIG`), and [`run`]
+//!   the thread that started it ends (`PR_SET_PDEATHSIG`), and [`Process::run`]
 //!   keeps that thread waiting until the child is done. So when kpng is
 //!   killed in the middle of a sync, its `nft` child cannot go on and
 //!   commit the old transaction after a restarted kpng committed a newer
