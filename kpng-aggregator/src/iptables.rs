@@ -162,7 +162,7 @@ impl Runner {
     /// to keep.
     ///
     /// # Errors
-    /// [`Error::Spawn`] or [`Error::Command`].
+    /// [`Error::Kernel`]: it could not run, timed out or failed.
     pub fn save(&mut self, family: IpFamily, owned: &dyn Fn(&str) -> bool) -> Result<Saved, Error> {
         let mode = self.mode();
         self.save_in(family, mode, owned)
@@ -206,7 +206,7 @@ impl Runner {
     /// Runs `iptables-restore -w 5 --noflush` with `script`.
     ///
     /// # Errors
-    /// [`Error::Spawn`], or [`Error::Command`] with what it printed.
+    /// [`Error::Kernel`], with what it printed when it failed.
     pub fn restore(&mut self, family: IpFamily, script: &str) -> Result<(), Error> {
         let mode = self.mode();
         self.command(family, mode, "restore")

@@ -96,54 +96,10 @@ pub enum Error {
     /// Applying failed for a reason not tied to one producer.
     #[error("apply failed: {0}")]
     Apply(String),
-    /// A command could not be started.
-    #[error("cannot run {command}: {source}")]
-    Spawn {
-        /// The command.
-        command: String,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A command did not finish in time; it was killed.
-    #[error("{command} did not finish within {seconds} s")]
-    Timeout {
-        /// The command.
-        command: String,
-        /// The limit.
-        seconds: u64,
-    },
-    /// A command failed.
-    #[error("{command} failed ({status}): {stderr}")]
-    Command {
-        /// The command.
-        command: String,
-        /// Its exit status.
-        status: String,
-        /// What it printed.
-        stderr: String,
-    },
-}
-
-impl From<kpng_netfilter::Error> for Error {
-    fn from(error: kpng_netfilter::Error) -> Self {
-        use kpng_netfilter::Error as E;
-        match error {
-            E::Spawn { command, source } => Error::Spawn { command, source },
-            E::Timeout { command, seconds } => Error::Timeout { command, seconds },
-            E::Command {
-                command,
-                status,
-                stderr,
-                ..
-            } => Error::Command {
-                command,
-                status,
-                stderr,
-            },
-            other => Error::Apply(other.to_string()),
-        }
-    }
+    /// A command (`nft`, `iptables-restore`) could not run, timed out or
+    /// failed.
+    #[error(transparent)]
+    Kernel(#[from] kpng_netfilter::Error),
 }
 
 /// A kernel subsystem the aggregator applies to.

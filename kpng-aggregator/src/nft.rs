@@ -338,7 +338,7 @@ impl Nft {
     fn run(&self, script: &str) -> Result<(), String> {
         run_script(&self.command, script, self.timeout).map_err(|e| match e {
             // nft's own message is the useful part.
-            crate::Error::Command { stderr, .. } => stderr,
+            kpng_netfilter::Error::Command { stderr, .. } => stderr,
             other => other.to_string(),
         })
     }
@@ -351,16 +351,19 @@ impl Nft {
 /// so a killed kpng leaves no transaction to commit after its restart.
 ///
 /// # Errors
-/// [`Error::Spawn`](crate::Error::Spawn), [`Error::Timeout`](crate::Error::Timeout),
-/// or [`Error::Command`](crate::Error::Command) with nft's message.
-pub fn run_script(command: &[String], script: &str, timeout: Duration) -> Result<(), crate::Error> {
+/// [`kpng_netfilter::Error::Spawn`], [`Timeout`](kpng_netfilter::Error::Timeout),
+/// or [`Command`](kpng_netfilter::Error::Command) with nft's message.
+pub fn run_script(
+    command: &[String],
+    script: &str,
+    timeout: Duration,
+) -> Result<(), kpng_netfilter::Error> {
     kpng_netfilter::process::Process::new(command.iter().cloned())
         .args(["-f", "-"])
         .input(script.as_bytes())
         .timeout(timeout)
         .run()
         .map(drop)
-        .map_err(crate::Error::from)
 }
 
 fn chain_decl(table: &TableName, name: &str, hook: Option<&Hook>) -> String {

@@ -261,6 +261,16 @@ impl EndpointInfo {
         .build())
     }
 
+    /// The endpoint of a wire entry keyed by `ip`: an endpoint message
+    /// that carries no address takes its key's.
+    pub(crate) fn from_keyed_proto(ip: IpAddr, mut endpoint: v1::Endpoint) -> Result<Self> {
+        let none = |a: &IpSet| a.v4.is_empty() && a.v6.is_empty();
+        if endpoint.addresses.as_ref().is_none_or(none) {
+            endpoint.addresses = Some(IpSet::single(ip));
+        }
+        Self::from_proto(&endpoint)
+    }
+
     /// The protobuf form.
     pub fn to_proto(&self) -> v1::Endpoint {
         let strings = |list: &[Box<str>]| list.iter().map(|s| s.to_string()).collect();

@@ -309,15 +309,8 @@ pub mod wire {
                 }
                 Change::SetEndpoint(entry) => {
                     let (name, ip) = from_key(entry.key)?;
-                    let mut endpoint = entry.endpoint.unwrap_or_default();
-                    if endpoint
-                        .addresses
-                        .as_ref()
-                        .is_none_or(|a| a.v4.is_empty() && a.v6.is_empty())
-                    {
-                        endpoint.addresses = Some(v1::IpSet::single(ip));
-                    }
-                    let endpoint = crate::EndpointInfo::from_proto(&endpoint)?;
+                    let endpoint = entry.endpoint.unwrap_or_default();
+                    let endpoint = crate::EndpointInfo::from_keyed_proto(ip, endpoint)?;
                     (Key::Endpoint(name, ip), Some(Value::Endpoint(endpoint)))
                 }
                 Change::DeleteEndpoint(key) => {

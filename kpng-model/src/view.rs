@@ -507,15 +507,8 @@ pub mod wire {
                     .endpoint
                     .ok_or_else(|| missing("set_endpoint.endpoint"))?;
                 let ip = ip("set_endpoint.endpoint.ip", &ep.ip)?;
-                let mut endpoint = ep.endpoint.unwrap_or_default();
-                if endpoint
-                    .addresses
-                    .as_ref()
-                    .is_none_or(|a| a.v4.is_empty() && a.v6.is_empty())
-                {
-                    endpoint.addresses = Some(v1::IpSet::single(ip));
-                }
-                let endpoint = crate::EndpointInfo::from_proto(&endpoint)?;
+                let endpoint =
+                    crate::EndpointInfo::from_keyed_proto(ip, ep.endpoint.unwrap_or_default())?;
                 ViewOp::SetEndpoint(
                     name,
                     EndpointView {

@@ -457,7 +457,7 @@ impl NftBackend {
 
     /// Runs one transaction.
     fn run(&self, script: &str) -> Result<(), Error> {
-        use kpng_aggregator::Error as Run;
+        use kpng_netfilter::Error as Run;
         if self.config.nft_command.is_empty() {
             return Err(Error::Config {
                 field: "nft command",
