@@ -345,3 +345,194 @@ fn a_refused_batch_changes_nothing_and_names_what_was_refused() {
 fn libc_enoent() -> i32 {
     2
 }
+
+/// Every expression kpng's rulesets use, in one table: the kernel accepts
+/// each, and `nft` (another implementation) lists each as the nft rule it
+/// stands for.
+#[test]
+fn every_expression_the_backends_use_is_accepted_and_reads_as_nft_writes_it() {
+    use kpng_netfilter::nft::{CmpOp, CtKey, DynsetOp, FibResult, RejectKind};
+    let Some(ns) = Netns::new() else { return };
+    let table = Table::new(Family::Ip, "kpngx");
+    let r0 = Reg::r32(0);
+    let mark = 0x4000u32.to_ne_bytes().to_vec();
+    let saddr = Expr::Payload {
+        base: PayloadBase::Network,
+        offset: 12,
+        len: 4,
+        dreg: r0,
+    };
+    let mut tx = Transaction::new();
+    tx.add_table(&table)
+        .add_chain(
+            &table,
+            Chain::base("post", ChainType::Nat, Hook::Postrouting, 100),
+        )
+        .add_chain(
+            &table,
+            Chain::base("filter", ChainType::Filter, Hook::Forward, 0),
+        )
+        .add_set(&table, Set::new("ranges", DataType::IPV4_ADDR).intervals())
+        .add_set(&table, Set::new("aff", DataType::IPV4_ADDR).with_timeouts())
+        .add_elements(
+            &table,
+            "ranges",
+            vec![
+                Element::key(vec![10, 0, 0, 0]),
+                Element {
+                    interval_end: true,
+                    ..Element::key(vec![11, 0, 0, 0])
+                },
+            ],
+        )
+        // meta mark & 0x4000 == 0 return
+        .add_rule(
+            &table,
+            Rule::new(
+                "post",
+                vec![
+                    Expr::Meta {
+                        key: MetaKey::Mark,
+                        dreg: r0,
+                    },
+                    Expr::Bitwise {
+                        sreg: r0,
+                        dreg: r0,
+                        mask: mark.clone(),
+                        xor: vec![0; 4],
+                    },
+                    Expr::Cmp {
+                        sreg: r0,
+                        op: CmpOp::Eq,
+                        data: vec![0; 4],
+                    },
+                    Expr::verdict(Verdict::Return),
+                ],
+            ),
+        )
+        // meta mark set meta mark ^ 0x4000; masquerade fully-random
+        .add_rule(
+            &table,
+            Rule::new(
+                "post",
+                vec![
+                    Expr::Meta {
+                        key: MetaKey::Mark,
+                        dreg: r0,
+                    },
+                    Expr::Bitwise {
+                        sreg: r0,
+                        dreg: r0,
+                        mask: vec![0xff; 4],
+                        xor: mark,
+                    },
+                    Expr::MetaSet {
+                        key: MetaKey::Mark,
+                        sreg: r0,
+                    },
+                    Expr::Masquerade { flags: 16 },
+                ],
+            ),
+        )
+        // ct state new fib daddr type local counter
+        .add_rule(
+            &table,
+            Rule::new(
+                "filter",
+                vec![
+                    Expr::Ct {
+                        key: CtKey::State,
+                        dreg: r0,
+                    },
+                    Expr::Bitwise {
+                        sreg: r0,
+                        dreg: r0,
+                        mask: 8u32.to_ne_bytes().to_vec(),
+                        xor: vec![0; 4],
+                    },
+                    Expr::Cmp {
+                        sreg: r0,
+                        op: CmpOp::Neq,
+                        data: vec![0; 4],
+                    },
+                    Expr::Fib {
+                        flags: 2,
+                        result: FibResult::AddrType,
+                        dreg: r0,
+                    },
+                    // RTN_LOCAL
+                    Expr::Cmp {
+                        sreg: r0,
+                        op: CmpOp::Eq,
+                        data: 2u32.to_ne_bytes().to_vec(),
+                    },
+                    Expr::Counter,
+                ],
+            ),
+        )
+        // ip saddr @ranges accept
+        .add_rule(
+            &table,
+            Rule::new(
+                "filter",
+                vec![
+                    saddr.clone(),
+                    Expr::Lookup {
+                        sreg: r0,
+                        set: "ranges".into(),
+                        dreg: None,
+                        invert: false,
+                    },
+                    Expr::verdict(Verdict::Accept),
+                ],
+            ),
+        )
+        // update @aff { ip saddr timeout 10s }
+        .add_rule(
+            &table,
+            Rule::new(
+                "filter",
+                vec![
+                    saddr,
+                    Expr::Dynset {
+                        op: DynsetOp::Update,
+                        set: "aff".into(),
+                        key: r0,
+                        timeout_ms: Some(10_000),
+                    },
+                ],
+            ),
+        )
+        // reject with icmp port-unreachable; drop
+        .add_rule(
+            &table,
+            Rule::new("filter", vec![Expr::Reject(RejectKind::Icmp(3))]),
+        )
+        .add_rule(
+            &table,
+            Rule::new("filter", vec![Expr::verdict(Verdict::Drop)]),
+        );
+    let mut socket = Socket::open(Some(&ns.path())).expect("socket");
+    socket.apply(&tx).expect("every expression accepted");
+
+    let listed = ns.exec(&["nft", "list", "table", "ip", "kpngx"]);
+    for rule in [
+        "meta mark & 0x00004000 == 0x00000000 return",
+        "meta mark set meta mark ^ 0x00004000",
+        "masquerade fully-random",
+        "ct state new fib daddr type local counter packets 0 bytes 0",
+        "ip saddr @ranges accept",
+        "update @aff { ip saddr timeout 10s }",
+        "reject",
+        "drop",
+        "elements = { 10.0.0.0/8 }",
+        "type nat hook postrouting priority srcnat; policy accept;",
+        "type filter hook forward priority filter; policy accept;",
+    ] {
+        assert!(listed.contains(rule), "{rule:?} not in:\n{listed}");
+    }
+    let state = socket.read(&table).expect("read").expect("table");
+    let ranges = state.set("ranges").expect("set");
+    assert!(ranges.interval);
+    assert!(state.set("aff").expect("set").timeout);
+}
