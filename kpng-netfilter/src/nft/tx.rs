@@ -194,30 +194,45 @@ impl Transaction {
     /// message asks for an acknowledgement (errors are always reported,
     /// each with the number of the message that caused it).
     pub(crate) fn encode(&self, first_seq: u32) -> Encoded {
-        let mut messages: Vec<(Family, NfTablesMessage, u16, String)> = Vec::new();
+        // Each message is serialized as soon as it is built: only one
+        // chunk of elements is ever held twice.
+        let mut w = Writer {
+            bytes: Vec::new(),
+            labels: Vec::with_capacity(self.message_count() + 1),
+            seq: first_seq,
+            count: self.message_count(),
+        };
+        push(
+            &mut w.bytes,
+            NetfilterProtoFamily::Unspec,
+            NFNL_SUBSYS_NFTABLES,
+            ControlMessage::BatchBegin.into(),
+            0,
+            first_seq,
+        );
         let mut rule_count: std::collections::HashMap<(&Table, &str), usize> =
             std::collections::HashMap::new();
         for op in &self.ops {
             match op {
-                Op::AddTable(t) => messages.push((
+                Op::AddTable(t) => w.emit((
                     t.family,
                     NfTablesMessage::NewTable(table_message(t)),
                     NLM_F_CREATE,
                     format!("add {t}"),
                 )),
-                Op::DeleteTable(t) => messages.push((
+                Op::DeleteTable(t) => w.emit((
                     t.family,
                     NfTablesMessage::DeleteTable(table_message(t)),
                     0,
                     format!("delete {t}"),
                 )),
-                Op::AddChain(t, c) => messages.push((
+                Op::AddChain(t, c) => w.emit((
                     t.family,
                     NfTablesMessage::NewChain(chain_message(t, c)),
                     NLM_F_CREATE,
                     format!("add chain {} to {t}", c.name),
                 )),
-                Op::DeleteChain(t, c) => messages.push((
+                Op::DeleteChain(t, c) => w.emit((
                     t.family,
                     NfTablesMessage::DeleteChain(ChainMessage {
                         attributes: vec![
@@ -228,7 +243,7 @@ impl Transaction {
                     0,
                     format!("delete chain {c} of {t}"),
                 )),
-                Op::FlushChain(t, c) => messages.push((
+                Op::FlushChain(t, c) => w.emit((
                     t.family,
                     NfTablesMessage::DeleteRule(RuleMessage {
                         attributes: vec![
@@ -239,11 +254,15 @@ impl Transaction {
                     0,
                     format!("flush chain {c} of {t}"),
                 )),
-                Op::AddSet(t, s) => messages.push((
+                Op::AddSet(t, s) => w.emit((
                     t.family,
                     // The kernel requires an id per new set, unique within
                     // the batch.
-                    NfTablesMessage::NewSet(set_message(t, s, messages.len() as u32 + 1)),
+                    NfTablesMessage::NewSet(set_message(
+                        t,
+                        s,
+                        u32::try_from(w.labels.len() + 1).unwrap_or(u32::MAX),
+                    )),
                     NLM_F_CREATE,
                     format!(
                         "add {} {} to {t}",
@@ -251,7 +270,7 @@ impl Transaction {
                         s.name
                     ),
                 )),
-                Op::DeleteSet(t, s) => messages.push((
+                Op::DeleteSet(t, s) => w.emit((
                     t.family,
                     NfTablesMessage::DeleteSet(SetMessage {
                         attributes: vec![
@@ -262,7 +281,7 @@ impl Transaction {
                     0,
                     format!("delete set {s} of {t}"),
                 )),
-                Op::FlushSet(t, s) => messages.push((
+                Op::FlushSet(t, s) => w.emit((
                     t.family,
                     NfTablesMessage::DeleteSetElement(SetElementMessage {
                         attributes: vec![
@@ -292,7 +311,7 @@ impl Transaction {
                             first,
                             first + chunk.len()
                         );
-                        messages.push(if add {
+                        w.emit(if add {
                             (
                                 t.family,
                                 NfTablesMessage::NewSetElement(message),
@@ -313,7 +332,7 @@ impl Transaction {
                     let n = rule_count.entry((t, r.chain.as_str())).or_default();
                     *n += 1;
                     let exprs = r.exprs.iter().map(|e| e.to_list()).collect();
-                    messages.push((
+                    w.emit((
                         t.family,
                         NfTablesMessage::NewRule(RuleMessage {
                             attributes: vec![
@@ -335,7 +354,7 @@ impl Transaction {
                         ),
                     ));
                 }
-                Op::DeleteRule(t, c, handle) => messages.push((
+                Op::DeleteRule(t, c, handle) => w.emit((
                     t.family,
                     NfTablesMessage::DeleteRule(RuleMessage {
                         attributes: vec![
@@ -350,48 +369,55 @@ impl Transaction {
             }
         }
 
-        let mut bytes = Vec::new();
-        let mut seq = first_seq;
+        let seq = w.seq.wrapping_add(1);
         push(
-            &mut bytes,
-            NetfilterProtoFamily::Unspec,
-            NFNL_SUBSYS_NFTABLES,
-            ControlMessage::BatchBegin.into(),
-            0,
-            seq,
-        );
-        let count = messages.len();
-        let mut labels = Vec::with_capacity(count);
-        for (i, (family, message, flags, label)) in messages.into_iter().enumerate() {
-            seq = seq.wrapping_add(1);
-            // Errors are reported whatever the flags; the last message
-            // asks for an acknowledgement, the end of the answer.
-            let ack = if i + 1 == count { NLM_F_ACK } else { 0 };
-            push(
-                &mut bytes,
-                proto_family(family),
-                0,
-                message.into(),
-                flags | ack,
-                seq,
-            );
-            labels.push(label);
-        }
-        seq = seq.wrapping_add(1);
-        push(
-            &mut bytes,
+            &mut w.bytes,
             NetfilterProtoFamily::Unspec,
             NFNL_SUBSYS_NFTABLES,
             ControlMessage::BatchEnd.into(),
             0,
             seq,
         );
-        labels.push("end the batch".to_owned());
+        w.labels.push("end the batch".to_owned());
         Encoded {
-            bytes,
-            labels,
+            bytes: w.bytes,
+            labels: w.labels,
             first_seq,
         }
+    }
+}
+
+/// A batch being serialized.
+struct Writer {
+    bytes: Vec<u8>,
+    /// What each message written so far does.
+    labels: Vec<String>,
+    /// The sequence number of the last message written.
+    seq: u32,
+    /// How many messages the batch holds between begin and end.
+    count: usize,
+}
+
+impl Writer {
+    /// Serializes one message. Errors are reported whatever the flags;
+    /// the last message asks for an acknowledgement, the end of the
+    /// answer.
+    fn emit(&mut self, (family, message, flags, label): (Family, NfTablesMessage, u16, String)) {
+        self.seq = self.seq.wrapping_add(1);
+        let ack = if self.labels.len() + 1 == self.count {
+            NLM_F_ACK
+        } else {
+            0
+        };
+        push(
+            &mut self.bytes,
+            proto_family(family),
+            0,
+            message.into(),
+            flags | ack,
+            self.seq,
+        );
+        self.labels.push(label);
     }
 }
 
