@@ -108,6 +108,26 @@ impl Drop for Netns {
     }
 }
 
+/// The rules of `chain` as read back, each decoded into expressions.
+fn decoded(state: &kpng_netfilter::nft::TableState, chain: &str) -> Vec<Vec<Option<Expr>>> {
+    state
+        .chain(chain)
+        .expect("chain")
+        .rules
+        .iter()
+        .map(|r| r.exprs.iter().map(|e| e.decode()).collect())
+        .collect()
+}
+
+/// The rules `tx`'s ruleset puts in `chain`, as sent.
+fn sent(rules: &[Rule], chain: &str) -> Vec<Vec<Option<Expr>>> {
+    rules
+        .iter()
+        .filter(|r| r.chain == chain)
+        .map(|r| r.exprs.iter().cloned().map(Some).collect())
+        .collect()
+}
+
 const DADDR: Expr = Expr::Payload {
     base: PayloadBase::Network,
     offset: 16,
@@ -249,6 +269,19 @@ fn a_ruleset_applies_reads_back_and_carries_a_real_connection() {
         .map(|e| e.name.as_str())
         .collect();
     assert_eq!(names, ["payload", "meta", "payload", "lookup"]);
+    // Every rule reads back as the expressions that were sent.
+    let ep0 = decoded(&state, "ep0");
+    assert_eq!(ep0.len(), 1);
+    assert!(ep0[0].iter().all(Option::is_some), "{ep0:?}");
+    assert!(matches!(
+        ep0[0][3],
+        Some(Expr::Nat {
+            kind: NatKind::Dnat,
+            addr: Some(_),
+            proto: Some(_),
+            ..
+        })
+    ));
     let services = state.set("services").expect("map");
     assert_eq!(services.elements.len(), 1);
     assert_eq!(
@@ -514,6 +547,7 @@ fn every_expression_the_backends_use_is_accepted_and_reads_as_nft_writes_it() {
         );
     let mut socket = Socket::open(Some(&ns.path())).expect("socket");
     socket.apply(&tx).expect("every expression accepted");
+    let rules = tx.rules();
 
     let listed = ns.exec(&["nft", "list", "table", "ip", "kpngx"]);
     for rule in [
@@ -532,6 +566,10 @@ fn every_expression_the_backends_use_is_accepted_and_reads_as_nft_writes_it() {
         assert!(listed.contains(rule), "{rule:?} not in:\n{listed}");
     }
     let state = socket.read(&table).expect("read").expect("table");
+    // The kernel's dump decodes into exactly the expressions sent.
+    for chain in ["post", "filter"] {
+        assert_eq!(decoded(&state, chain), sent(&rules, chain), "{chain}");
+    }
     let ranges = state.set("ranges").expect("set");
     assert!(ranges.interval);
     assert!(state.set("aff").expect("set").timeout);

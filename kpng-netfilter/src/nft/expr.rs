@@ -591,6 +591,241 @@ impl Expr {
     }
 }
 
+/// One expression as the kernel sent it back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RawExpr {
+    /// Its kernel name (`payload`, `lookup`, ...).
+    pub name: String,
+    /// Its attributes: type and value, as the kernel sent them.
+    pub attributes: Vec<(u16, Vec<u8>)>,
+}
+
+/// The attribute type without the nested and byte-order flags.
+fn kind_of(kind: u16) -> u16 {
+    kind & 0x3fff
+}
+
+/// The attributes nested in `bytes`: (type, value).
+fn nested(bytes: &[u8]) -> Vec<(u16, &[u8])> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at + NLA_HDRLEN <= bytes.len() {
+        let len = usize::from(u16::from_ne_bytes([bytes[at], bytes[at + 1]]));
+        let kind = kind_of(u16::from_ne_bytes([bytes[at + 2], bytes[at + 3]]));
+        if len < NLA_HDRLEN || at + len > bytes.len() {
+            break;
+        }
+        out.push((kind, &bytes[at + NLA_HDRLEN..at + len]));
+        at += len.next_multiple_of(4);
+    }
+    out
+}
+
+/// The data a nested `NFTA_DATA_*` attribute holds.
+fn data_of(bytes: &[u8]) -> Option<Data> {
+    let (kind, value) = nested(bytes).into_iter().next()?;
+    match kind {
+        1 => Some(Data::Value(value.to_vec())),
+        2 => {
+            let (mut code, mut chain) = (None, None);
+            for (k, v) in nested(value) {
+                match k {
+                    1 => code = Some(i32::from_be_bytes(v.get(..4)?.try_into().ok()?)),
+                    2 => chain = Some(String::from_utf8_lossy(v).trim_end_matches('\0').to_owned()),
+                    _ => {}
+                }
+            }
+            Some(Data::Verdict(match (code?, chain) {
+                (0, _) => Verdict::Drop,
+                (1, _) => Verdict::Accept,
+                (-1, _) => Verdict::Continue,
+                (-5, _) => Verdict::Return,
+                (-3, Some(c)) => Verdict::Jump(c),
+                (-4, Some(c)) => Verdict::Goto(c),
+                _ => return None,
+            }))
+        }
+        _ => None,
+    }
+}
+
+impl RawExpr {
+    fn attr(&self, kind: u16) -> Option<&[u8]> {
+        self.attributes
+            .iter()
+            .find(|(k, _)| kind_of(*k) == kind)
+            .map(|(_, v)| v.as_slice())
+    }
+
+    fn u32(&self, kind: u16) -> Option<u32> {
+        Some(u32::from_be_bytes(
+            self.attr(kind)?.get(..4)?.try_into().ok()?,
+        ))
+    }
+
+    /// A register. The kernel dumps a 32-bit register that starts one of
+    /// the four 128-bit registers under the 128-bit number (`NFT_REG_1`
+    /// to `NFT_REG_4`): read as the 32-bit register it is.
+    fn reg(&self, kind: u16) -> Option<Reg> {
+        self.u32(kind).map(|n| match n {
+            1..=4 => Reg(8 + (n - 1) * 4),
+            n => Reg(n),
+        })
+    }
+
+    fn text(&self, kind: u16) -> Option<String> {
+        let bytes = self.attr(kind)?;
+        Some(
+            String::from_utf8_lossy(bytes)
+                .trim_end_matches('\0')
+                .to_owned(),
+        )
+    }
+
+    fn data(&self, kind: u16) -> Option<Data> {
+        data_of(self.attr(kind)?)
+    }
+
+    fn value(&self, kind: u16) -> Option<Vec<u8>> {
+        match self.data(kind)? {
+            Data::Value(v) => Some(v),
+            Data::Verdict(_) => None,
+        }
+    }
+
+    /// The typed expression, when it is one this crate writes; `None` for
+    /// another expression or a form this crate does not produce.
+    pub fn decode(&self) -> Option<Expr> {
+        Some(match self.name.as_str() {
+            "payload" => Expr::Payload {
+                base: match self.u32(2)? {
+                    0 => PayloadBase::Link,
+                    1 => PayloadBase::Network,
+                    2 => PayloadBase::Transport,
+                    _ => return None,
+                },
+                offset: self.u32(3)?,
+                len: self.u32(4)?,
+                dreg: self.reg(1)?,
+            },
+            "meta" => {
+                let key = match self.u32(2)? {
+                    3 => MetaKey::Mark,
+                    4 => MetaKey::Iif,
+                    5 => MetaKey::Oif,
+                    15 => MetaKey::NfProto,
+                    16 => MetaKey::L4Proto,
+                    n => MetaKey::Other(n),
+                };
+                match (self.reg(1), self.reg(3)) {
+                    (Some(dreg), _) => Expr::Meta { key, dreg },
+                    (None, Some(sreg)) => Expr::MetaSet { key, sreg },
+                    (None, None) => return None,
+                }
+            }
+            "ct" => Expr::Ct {
+                key: match self.u32(2)? {
+                    0 => CtKey::State,
+                    2 => CtKey::Status,
+                    3 => CtKey::Mark,
+                    n => CtKey::Other(n),
+                },
+                dreg: self.reg(1)?,
+            },
+            "cmp" => Expr::Cmp {
+                sreg: self.reg(1)?,
+                op: match self.u32(2)? {
+                    0 => CmpOp::Eq,
+                    1 => CmpOp::Neq,
+                    2 => CmpOp::Lt,
+                    3 => CmpOp::Lte,
+                    4 => CmpOp::Gt,
+                    5 => CmpOp::Gte,
+                    _ => return None,
+                },
+                data: self.value(3)?,
+            },
+            "bitwise" => Expr::Bitwise {
+                sreg: self.reg(1)?,
+                dreg: self.reg(2)?,
+                mask: self.value(4)?,
+                xor: self.value(5)?,
+            },
+            "lookup" => Expr::Lookup {
+                sreg: self.reg(2)?,
+                set: self.text(1)?,
+                dreg: self.reg(3),
+                invert: self.u32(5).is_some_and(|f| f & 1 != 0),
+            },
+            "immediate" => Expr::Immediate {
+                dreg: self.reg(1)?,
+                data: self.data(2)?,
+            },
+            "nat" => Expr::Nat {
+                kind: match self.u32(1)? {
+                    0 => NatKind::Snat,
+                    1 => NatKind::Dnat,
+                    _ => return None,
+                },
+                family: match self.u32(2)? {
+                    2 => Family::Ip,
+                    10 => Family::Ip6,
+                    1 => Family::Inet,
+                    _ => return None,
+                },
+                addr: self.reg(3),
+                proto: self.reg(5),
+                // The kernel adds the flags the registers imply
+                // (`NF_NAT_RANGE_MAP_IPS`, `PROTO_SPECIFIED`).
+                flags: self.u32(7).unwrap_or(0) & !0b11,
+            },
+            "masq" => Expr::Masquerade {
+                flags: self.u32(1).unwrap_or(0),
+            },
+            "numgen" => Expr::Numgen {
+                modulus: self.u32(2)?,
+                random: self.u32(3)? == 1,
+                offset: self.u32(4).unwrap_or(0),
+                dreg: self.reg(1)?,
+            },
+            "fib" => Expr::Fib {
+                flags: self.u32(3)?,
+                result: match self.u32(2)? {
+                    1 => FibResult::Oif,
+                    3 => FibResult::AddrType,
+                    _ => return None,
+                },
+                dreg: self.reg(1)?,
+            },
+            "reject" => {
+                let code = self.attr(2).and_then(|c| c.first().copied()).unwrap_or(0);
+                Expr::Reject(match self.u32(1)? {
+                    0 => RejectKind::Icmp(code),
+                    1 => RejectKind::TcpReset,
+                    2 => RejectKind::Icmpx(code),
+                    _ => return None,
+                })
+            }
+            "counter" => Expr::Counter,
+            "dynset" => Expr::Dynset {
+                op: match self.u32(3)? {
+                    0 => DynsetOp::Add,
+                    1 => DynsetOp::Update,
+                    2 => DynsetOp::Delete,
+                    _ => return None,
+                },
+                set: self.text(1)?,
+                key: self.reg(4)?,
+                timeout_ms: self
+                    .attr(6)
+                    .and_then(|t| Some(u64::from_be_bytes(t.get(..8)?.try_into().ok()?)))
+                    .filter(|t| *t != 0),
+            },
+            _ => return None,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -614,6 +849,102 @@ mod tests {
         let nest = data_nest(&Data::Verdict(Verdict::Goto("c".into())));
         assert_eq!(&nest[2..4], &(2 | NLA_F_NESTED).to_ne_bytes());
         assert_eq!(&nest[8..12], &(-4i32).to_be_bytes());
+    }
+
+    #[test]
+    fn every_expression_decodes_from_its_own_attributes() {
+        let r = Reg::r32;
+        let all = vec![
+            Expr::Payload {
+                base: PayloadBase::Transport,
+                offset: 2,
+                len: 2,
+                dreg: r(2),
+            },
+            Expr::Meta {
+                key: MetaKey::L4Proto,
+                dreg: r(1),
+            },
+            Expr::MetaSet {
+                key: MetaKey::Mark,
+                sreg: r(0),
+            },
+            Expr::Ct {
+                key: CtKey::Status,
+                dreg: r(0),
+            },
+            Expr::Cmp {
+                sreg: r(0),
+                op: CmpOp::Neq,
+                data: vec![1, 2, 3, 4],
+            },
+            Expr::Bitwise {
+                sreg: r(0),
+                dreg: r(1),
+                mask: vec![0xff; 4],
+                xor: vec![0, 0, 0x40, 0],
+            },
+            Expr::Lookup {
+                sreg: r(0),
+                set: "s".into(),
+                dreg: Some(Reg::VERDICT),
+                invert: false,
+            },
+            Expr::Lookup {
+                sreg: r(0),
+                set: "cidrs".into(),
+                dreg: None,
+                invert: true,
+            },
+            Expr::verdict(Verdict::Goto("c".into())),
+            Expr::Immediate {
+                dreg: r(0),
+                data: Data::Value(vec![10, 0, 0, 1]),
+            },
+            Expr::Nat {
+                kind: NatKind::Dnat,
+                family: Family::Ip6,
+                addr: Some(r(0)),
+                proto: Some(r(4)),
+                flags: 0,
+            },
+            Expr::Masquerade { flags: 16 },
+            Expr::Numgen {
+                modulus: 3,
+                random: true,
+                offset: 0,
+                dreg: r(3),
+            },
+            Expr::Fib {
+                flags: 1,
+                result: FibResult::AddrType,
+                dreg: r(0),
+            },
+            Expr::Reject(RejectKind::Icmpx(1)),
+            Expr::Counter,
+            Expr::Dynset {
+                op: DynsetOp::Update,
+                set: "aff".into(),
+                key: r(0),
+                timeout_ms: Some(10_800_000),
+            },
+        ];
+        for expr in all {
+            let raw = RawExpr {
+                name: expr.name().to_owned(),
+                attributes: expr
+                    .attributes()
+                    .into_iter()
+                    .map(|nla| {
+                        use netlink_packet_core::Nla as _;
+                        let mut value = vec![0; nla.value_len()];
+                        nla.emit_value(&mut value);
+                        (nla.kind(), value)
+                    })
+                    .collect(),
+            };
+            assert_eq!(raw.decode(), Some(expr));
+        }
     }
 
     #[test]

@@ -17,5 +17,5 @@ pub use expr::{
 pub use object::{
     BaseChain, Chain, ChainType, DataType, Element, Family, Hook, MapTo, Rule, Set, Table, key,
 };
-pub use socket::{ChainState, RawExpr, RuleState, SetState, Socket, TableState};
+pub use socket::{ChainState, RuleState, SetState, Socket, TableState};
 pub use tx::Transaction;

@@ -21,7 +21,7 @@ use nix::sys::socket::{
 };
 use nix::sys::time::TimeVal;
 
-use super::expr::{Data, Verdict};
+use super::expr::{Data, RawExpr, Verdict};
 use super::object::{DataType, Element, Family, Hook, MapTo, Table};
 use super::tx::Transaction;
 use crate::Error;
@@ -419,15 +419,6 @@ pub struct RuleState {
     /// Its expressions: name and attributes (`(type, value)`, values as
     /// the kernel sent them).
     pub exprs: Vec<RawExpr>,
-}
-
-/// One expression as the kernel sent it back.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RawExpr {
-    /// Its kernel name (`payload`, `lookup`, ...).
-    pub name: String,
-    /// Its attributes: type and value.
-    pub attributes: Vec<(u16, Vec<u8>)>,
 }
 
 /// A set or map as the kernel holds it.

@@ -177,6 +177,17 @@ impl Transaction {
         self
     }
 
+    /// The rules it adds, in order.
+    pub fn rules(&self) -> Vec<Rule> {
+        self.ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::AddRule(_, rule) => Some(rule.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// How many messages the batch holds between its begin and end.
     pub(crate) fn message_count(&self) -> usize {
         self.ops
