@@ -120,61 +120,100 @@ impl<'a> Process<'a> {
         // wrapper's children would otherwise hold its pipes open).
         std::os::unix::process::CommandExt::process_group(&mut command, 0);
         let mut child = command.spawn().map_err(spawn_error)?;
-        let (stdin, mut stdout, mut stderr) =
+        let group = i32::try_from(child.id())
+            .ok()
+            .map(nix::unistd::Pid::from_raw);
+        // Kills what is left of the child's process group.
+        let kill_group = || {
+            if let Some(group) = group {
+                let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+            }
+        };
+        let (stdin, stdout, stderr) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take());
         let deadline = Instant::now() + self.timeout;
-        std::thread::scope(|scope| {
-            if let (Some(mut stdin), Some(input)) = (stdin, self.input) {
-                // A write error (the child exited early) shows as its
-                // failure.
-                scope.spawn(move || stdin.write_all(input));
-            }
-            let out = scope.spawn(move || {
-                let mut bytes = Vec::new();
-                if let Some(stdout) = stdout.as_mut() {
-                    let _ = stdout.read_to_end(&mut bytes);
-                }
-                bytes
-            });
-            let err = scope.spawn(move || {
-                let mut text = String::new();
-                if let Some(stderr) = stderr.as_mut() {
-                    let _ = stderr.read_to_string(&mut text);
-                }
-                text
-            });
-            let status = loop {
-                if let Some(status) = child.try_wait().map_err(spawn_error)? {
-                    break status;
-                }
-                if Instant::now() >= deadline {
-                    if let Ok(pid) = i32::try_from(child.id()) {
-                        let group = nix::unistd::Pid::from_raw(pid);
-                        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
-                    }
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(Error::Timeout {
-                        command: name.clone(),
-                        seconds: self.timeout.as_secs(),
-                    });
-                }
-                std::thread::sleep(Duration::from_millis(2));
+        // Readers own their pipes on threads of their own, so that a pipe
+        // something else still holds open cannot keep `run` past its
+        // deadline: their results are awaited until then, no longer.
+        let out = read_on_a_thread(stdout);
+        let err = read_on_a_thread(stderr);
+        let timed_out = || Error::Timeout {
+            command: name.clone(),
+            seconds: self.timeout.as_secs(),
+        };
+        let (status, wrote) = std::thread::scope(|scope| {
+            let writer = match (stdin, self.input) {
+                (Some(mut stdin), Some(input)) => Some(scope.spawn(move || stdin.write_all(input))),
+                _ => None,
             };
-            let stdout = out.join().unwrap_or_default();
-            let stderr = err.join().unwrap_or_default();
-            if status.success() {
-                Ok(Output { stdout, stderr })
-            } else {
-                Err(Error::Command {
-                    command: name.clone(),
-                    status: status.to_string(),
-                    code: status.code(),
-                    stderr: stderr.trim().to_owned(),
-                })
+            let status = loop {
+                match child.try_wait() {
+                    Ok(Some(status)) => break Ok(status),
+                    Ok(None) if Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                    Ok(None) => break Err(timed_out()),
+                    Err(e) => break Err(spawn_error(e)),
+                }
+            };
+            if status.is_err() {
+                let _ = child.kill();
+                let _ = child.wait();
             }
-        })
+            // Whatever the child started and left behind goes too: it could
+            // hold the pipes (and block the writer) otherwise.
+            kill_group();
+            let wrote = writer.map(|w| w.join());
+            (status, wrote)
+        });
+        let status = status?;
+        let remaining = || {
+            deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_secs(1))
+        };
+        let stdout = out.recv_timeout(remaining()).map_err(|_| timed_out())?;
+        let stderr =
+            String::from_utf8_lossy(&err.recv_timeout(remaining()).map_err(|_| timed_out())?)
+                .into_owned();
+        if !status.success() {
+            return Err(Error::Command {
+                command: name.clone(),
+                status: status.to_string(),
+                code: status.code(),
+                stderr: stderr.trim().to_owned(),
+            });
+        }
+        match wrote {
+            // It succeeded without reading all it was given.
+            Some(Ok(Err(e))) => Err(Error::Command {
+                command: name.clone(),
+                status: status.to_string(),
+                code: status.code(),
+                stderr: format!(
+                    "it exited before reading all of its input ({e}); {}",
+                    stderr.trim()
+                ),
+            }),
+            _ => Ok(Output { stdout, stderr }),
+        }
     }
+}
+
+/// Reads `pipe` to its end on a thread of its own; the bytes arrive on the
+/// returned channel.
+fn read_on_a_thread<R: Read + Send + 'static>(
+    pipe: Option<R>,
+) -> std::sync::mpsc::Receiver<Vec<u8>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        if let Some(mut pipe) = pipe {
+            let _ = pipe.read_to_end(&mut bytes);
+        }
+        let _ = tx.send(bytes);
+    });
+    rx
 }
 
 /// Asks the kernel to SIGKILL the child when the thread that spawns it
@@ -234,6 +273,34 @@ mod tests {
             .expect_err("killed");
         assert!(matches!(error, Error::Timeout { .. }), "{error}");
         assert!(start.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn a_leftover_grandchild_does_not_hold_a_run_open() {
+        // The child exits at once; what it started would keep stdout open
+        // for 30 s: it is killed with the child's group.
+        let start = Instant::now();
+        let out = Process::new(["sh", "-c", "sleep 30 & echo done"])
+            .timeout(Duration::from_secs(5))
+            .run()
+            .expect("runs");
+        assert_eq!(out.stdout, b"done\n");
+        assert!(start.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn input_the_child_did_not_read_is_a_failure() {
+        let input = vec![b'x'; 4 << 20];
+        let error = Process::new(["sh", "-c", "exit 0"])
+            .input(&input)
+            .run()
+            .expect_err("input not read");
+        assert!(
+            error
+                .to_string()
+                .contains("before reading all of its input"),
+            "{error}"
+        );
     }
 
     #[test]

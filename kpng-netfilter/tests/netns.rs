@@ -574,3 +574,32 @@ fn every_expression_the_backends_use_is_accepted_and_reads_as_nft_writes_it() {
     assert!(ranges.interval);
     assert!(state.set("aff").expect("set").timeout);
 }
+
+/// A large batch the kernel refuses in every message (elements of a set
+/// that does not exist): its answers must not overflow the socket, and
+/// the error must name the first refused change.
+#[test]
+fn a_large_refused_batch_is_reported_as_refused() {
+    let Some(ns) = Netns::new() else { return };
+    let table = Table::new(Family::Ip, "kpngbig");
+    let mut socket = Socket::open(Some(&ns.path())).expect("socket");
+    let mut tx = Transaction::new();
+    tx.add_table(&table);
+    socket.apply(&tx).expect("table");
+    let mut tx = Transaction::new();
+    tx.add_elements(
+        &table,
+        "nope",
+        (0..50_000u32)
+            .map(|i| Element::key(i.to_be_bytes().to_vec()))
+            .collect(),
+    );
+    match socket.apply(&tx).expect_err("refused") {
+        Error::Refused { what, source, .. } => {
+            assert!(what.starts_with("add elements 0.."), "{what}");
+            assert!(what.ends_with("of set nope of table ip kpngbig"), "{what}");
+            assert_eq!(source.raw_os_error(), Some(libc_enoent()));
+        }
+        other => panic!("{other}"),
+    }
+}

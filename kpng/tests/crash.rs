@@ -86,6 +86,8 @@ fn kpng_with_path(ns: &str, input: &std::path::Path, dir: Option<&std::path::Pat
     if let Some(dir) = dir {
         let path = std::env::var("PATH").unwrap_or_default();
         command.env("PATH", format!("{}:{path}", dir.display()));
+        // The wrapper's temporary files go where the test cleans up.
+        command.env("TMPDIR", dir);
     }
     command
 }
@@ -227,30 +229,43 @@ fn a_killed_kpng_leaves_no_nft_child_to_commit_after_its_restart() {
         .status()
         .expect("chmod");
 
+    // The lab made (and deletes) the node namespace; the reference is ours.
     let reference = lab.ns("ref");
     let node = lab.ns("node");
-    for ns in [&reference, &node] {
-        let _ = Command::new("ip").args(["netns", "add", ns]).status();
-    }
-    struct DelNs(Vec<String>);
+    let _ = Command::new("ip")
+        .args(["netns", "add", &reference])
+        .status();
+    struct DelNs(String);
     impl Drop for DelNs {
         fn drop(&mut self) {
-            for ns in &self.0 {
-                let _ = Command::new("ip").args(["netns", "del", ns]).status();
-            }
+            let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
         }
     }
-    let _namespaces = DelNs(vec![reference.clone(), node.clone()]);
+    let _reference = DelNs(reference.clone());
+    /// Kills kpng (its nft child dies with it) when the test ends early.
+    struct KillOnDrop(std::process::Child);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
     assert!(kpng(&reference, &after).status().expect("kpng").success());
     let want = ruleset(&reference);
 
     for run in 0..3 {
         let _ = std::fs::remove_file(&marker);
-        let mut child = kpng_with_path(&node, &killed, Some(&dir))
-            .spawn()
-            .expect("kpng");
+        let mut child = KillOnDrop(
+            kpng_with_path(&node, &killed, Some(&dir))
+                .spawn()
+                .expect("kpng"),
+        );
         let waited = Instant::now();
         while !marker.exists() {
+            assert!(
+                child.0.try_wait().expect("wait").is_none(),
+                "run {run}: kpng ended before nft got the large script"
+            );
             assert!(
                 waited.elapsed().as_secs() < 120,
                 "run {run}: nft never got the large script"
@@ -258,8 +273,7 @@ fn a_killed_kpng_leaves_no_nft_child_to_commit_after_its_restart() {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         // kpng dies with its whole transaction handed to nft, uncommitted.
-        let _ = child.kill();
-        let _ = child.wait();
+        drop(child);
         assert!(
             kpng_with_path(&node, &after, Some(&dir))
                 .status()

@@ -31,7 +31,8 @@ use crate::Error;
 /// Keep it open across transactions: closing an nf_tables socket costs
 /// the kernel a grace period (~15 ms), ten times a small transaction.
 /// Batches are numbered from a sequence that runs on across them, and
-/// replies to older batches are skipped.
+/// replies to older batches are skipped. After an error, open a new one:
+/// a socket whose answers overflowed stays marked by the kernel.
 #[derive(Debug)]
 pub struct Socket {
     fd: OwnedFd,
@@ -49,7 +50,32 @@ fn open_here() -> nix::Result<OwnedFd> {
     )?;
     socket::bind(fd.as_raw_fd(), &NetlinkAddr::new(0, 0))?;
     socket::setsockopt(&fd, sockopt::ReceiveTimeout, &TimeVal::new(30, 0))?;
+    // Room for many error answers (a refused batch answers each failed
+    // message); best effort, without CAP_NET_ADMIN the default stays.
+    let _ = socket::setsockopt(&fd, sockopt::RcvBufForce, &(4 << 20));
+    cap_ack(&fd);
     Ok(fd)
+}
+
+/// `NETLINK_CAP_ACK`: error answers carry the failed message's header
+/// only, not all of it (a refused element message would otherwise come
+/// back whole, up to 64 KiB per error). Best effort.
+#[allow(unsafe_code)]
+fn cap_ack(fd: &OwnedFd) {
+    const SOL_NETLINK: libc::c_int = 270;
+    const NETLINK_CAP_ACK: libc::c_int = 10;
+    let on: libc::c_int = 1;
+    // SAFETY: setsockopt reads one c_int through a valid pointer of the
+    // length given; the fd is open for the call's duration.
+    unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            SOL_NETLINK,
+            NETLINK_CAP_ACK,
+            std::ptr::from_ref(&on).cast(),
+            libc::socklen_t::try_from(std::mem::size_of::<libc::c_int>()).unwrap_or(4),
+        );
+    }
 }
 
 /// One dumped object.
@@ -116,8 +142,13 @@ impl Socket {
             socket::setsockopt(&self.fd, sockopt::SndBuf, &size)
                 .map_err(Self::io("send buffer"))?;
         }
-        let sent = socket::send(self.fd.as_raw_fd(), bytes, MsgFlags::empty())
-            .map_err(Self::io("send"))?;
+        let sent = socket::send(self.fd.as_raw_fd(), bytes, MsgFlags::empty()).map_err(|e| {
+            Self::io(if e == Errno::EMSGSIZE {
+                "send (the batch is larger than the send buffer, which only CAP_NET_ADMIN can force)"
+            } else {
+                "send"
+            })(e)
+        })?;
         if sent == bytes.len() {
             Ok(())
         } else {
@@ -163,8 +194,8 @@ impl Socket {
     ///
     /// # Errors
     /// [`Error::Refused`] naming the first change the kernel refused and
-    /// why; [`Error::Io`] when the socket failed (drop it then: replies of
-    /// this batch may still be unread).
+    /// why; [`Error::Io`] when the socket failed. After either, drop the
+    /// socket and open a new one.
     pub fn apply(&mut self, tx: &Transaction) -> Result<(), Error> {
         if tx.is_empty() {
             return Ok(());
@@ -174,27 +205,63 @@ impl Socket {
         let first = self.take_seqs(count);
         let encoded = tx.encode(first);
         self.send_all(&encoded.bytes)?;
+        // The kernel runs the whole batch inside the send: every answer is
+        // queued by now. Read them all without waiting. (Waiting for the
+        // acknowledged message alone could wait forever: on ENOMEM the
+        // kernel drops its queued answers and sends one error instead.)
         let (first, last, ack) = (encoded.first_seq, encoded.last_seq(), encoded.ack_seq());
-        let ours = |seq: u32| seq.wrapping_sub(first) <= last.wrapping_sub(first);
+        let offset = |seq: u32| seq.wrapping_sub(first);
+        let ours = |seq: u32| offset(seq) <= offset(last);
         let mut refused: Option<(u32, i32)> = None;
-        self.receive(|message| {
-            let seq = message.header.sequence_number;
-            if !ours(seq) {
-                return Ok(false);
-            }
-            if let NetlinkPayload::Error(e) = &message.payload {
-                let code = e.code.map_or(0, |c| c.get());
-                if code != 0 && refused.is_none_or(|(s, _)| seq < s) {
-                    refused = Some((seq, code));
+        let mut acknowledged = false;
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = match socket::recv(self.fd.as_raw_fd(), &mut buf, MsgFlags::MSG_DONTWAIT) {
+                Ok(n) => n,
+                Err(Errno::EAGAIN) => break,
+                // More error answers than the receive buffer holds: the
+                // batch was refused (any error aborts it), its details lost.
+                Err(Errno::ENOBUFS) => {
+                    return Err(Error::Refused {
+                        what: "apply the batch (the kernel's error answers overflowed the socket; drop it)".into(),
+                        source: Errno::ENOBUFS.into(),
+                        netns: self.netns.clone(),
+                    });
                 }
-                // The acknowledged message answers last; an error on the
-                // batch's begin or end ends the answer too.
-                return Ok(seq == ack || seq == first || seq == last);
+                Err(errno) => return Err(Self::io("receive")(errno)),
+            };
+            let mut at = 0;
+            while at < n {
+                let message = NetlinkMessage::<NetfilterMessage>::deserialize(&buf[at..n])
+                    .map_err(|e| Error::Decode {
+                        what: format!("a reply from the kernel: {e}"),
+                    })?;
+                let len = (message.header.length as usize).next_multiple_of(4);
+                if len == 0 {
+                    break;
+                }
+                at += len;
+                let seq = message.header.sequence_number;
+                if !ours(seq) {
+                    continue;
+                }
+                if let NetlinkPayload::Error(e) = &message.payload {
+                    match e.code.map_or(0, |c| c.get()) {
+                        0 => acknowledged |= seq == ack,
+                        code if refused.is_none_or(|(s, _)| offset(seq) < offset(s)) => {
+                            refused = Some((seq, code));
+                        }
+                        _ => {}
+                    }
+                }
             }
-            Ok(false)
-        })?;
+        }
         match refused {
-            None => Ok(()),
+            None if acknowledged => Ok(()),
+            None => Err(Error::Io {
+                what: "the kernel's acknowledgement of the batch",
+                source: Errno::ENOMSG.into(),
+            }),
             Some((seq, code)) => Err(Error::Refused {
                 what: encoded.label(seq).unwrap_or("begin the batch").to_owned(),
                 source: Errno::from_raw(-code).into(),

@@ -20,8 +20,37 @@ use super::object::{Chain, ChainType, Element, Family, Hook, MapTo, Rule, Set, T
 const NFNL_SUBSYS_NFTABLES: u16 = 10;
 /// `NFT_DATA_VERDICT`: a verdict map's data type.
 const NFT_DATA_VERDICT: u32 = 0xffff_ff00;
-/// Elements per message: messages stay well under a page of elements.
-const ELEMENTS_PER_MESSAGE: usize = 256;
+/// The most bytes of elements per message: a message's element list is one
+/// attribute, whose length field is 16 bits.
+const ELEMENT_BYTES_PER_MESSAGE: usize = 32 * 1024;
+
+/// The elements of each message: consecutive runs of at most
+/// [`ELEMENT_BYTES_PER_MESSAGE`] encoded bytes (and at least one element).
+fn element_chunks(elements: &[Element]) -> Vec<std::ops::Range<usize>> {
+    let size = |e: &Element| {
+        // Key, data and the attribute headers around them.
+        let data = match &e.data {
+            Some(Data::Value(v)) => v.len(),
+            Some(Data::Verdict(v)) => 16 + v.chain().map_or(0, str::len),
+            None => 0,
+        };
+        48 + e.key.len() + data
+    };
+    let mut out = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (i, e) in elements.iter().enumerate() {
+        let n = size(e);
+        if i > start && bytes + n > ELEMENT_BYTES_PER_MESSAGE {
+            out.push(start..i);
+            (start, bytes) = (i, 0);
+        }
+        bytes += n;
+    }
+    if start < elements.len() {
+        out.push(start..elements.len());
+    }
+    out
+}
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -140,8 +169,10 @@ impl Transaction {
         self
     }
 
-    /// Adds elements to a set or map (a map's key that exists keeps its
-    /// value: delete it first to change it).
+    /// Adds elements to a set or map. An element that is there already
+    /// with the same value is no change; a map key that is there with
+    /// another value is refused (`EEXIST`): delete it first, in the same
+    /// transaction, to change its value.
     pub fn add_elements(&mut self, table: &Table, set: &str, elements: Vec<Element>) -> &mut Self {
         if !elements.is_empty() {
             self.ops
@@ -193,9 +224,7 @@ impl Transaction {
         self.ops
             .iter()
             .map(|op| match op {
-                Op::AddElements(_, _, e) | Op::DeleteElements(_, _, e) => {
-                    e.len().div_ceil(ELEMENTS_PER_MESSAGE)
-                }
+                Op::AddElements(_, _, e) | Op::DeleteElements(_, _, e) => element_chunks(e).len(),
                 _ => 1,
             })
             .sum()
@@ -305,7 +334,8 @@ impl Transaction {
                 )),
                 Op::AddElements(t, s, elements) | Op::DeleteElements(t, s, elements) => {
                     let add = matches!(op, Op::AddElements(..));
-                    for (i, chunk) in elements.chunks(ELEMENTS_PER_MESSAGE).enumerate() {
+                    for range in element_chunks(elements) {
+                        let chunk = &elements[range.clone()];
                         let message = SetElementMessage {
                             attributes: vec![
                                 SetElementList::Table(t.name.clone()),
@@ -315,12 +345,11 @@ impl Transaction {
                                 ),
                             ],
                         };
-                        let first = i * ELEMENTS_PER_MESSAGE;
                         let what = format!(
                             "{} elements {}..{} of set {s} of {t}",
                             if add { "add" } else { "delete" },
-                            first,
-                            first + chunk.len()
+                            range.start,
+                            range.end
                         );
                         w.emit(if add {
                             (
@@ -586,22 +615,31 @@ mod tests {
             .add_elements(
                 &table,
                 "m",
+                // Chain names as long as the kernel allows: the elements
+                // split by size, not by count.
                 (0..300u32)
-                    .map(|i| Element::map(i.to_ne_bytes().to_vec(), Data::Verdict(Verdict::Drop)))
+                    .map(|i| {
+                        let chain = format!("{i:0>250}");
+                        Element::map(
+                            i.to_ne_bytes().to_vec(),
+                            Data::Verdict(Verdict::Goto(chain)),
+                        )
+                    })
                     .collect(),
             )
             .add_rule(&table, Rule::new("c", vec![Expr::Counter]));
         let encoded = tx.encode(100);
-        // begin, table, chain, set, two element messages, rule, end.
-        assert_eq!(encoded.labels.len(), 7);
-        assert_eq!(encoded.last_seq(), 107);
+        // begin, table, chain, set, three element messages, rule, end.
+        assert_eq!(encoded.labels.len(), 8);
+        assert_eq!(tx.message_count() + 1, encoded.labels.len());
+        assert_eq!(encoded.last_seq(), 108);
         assert_eq!(encoded.label(101), Some("add table ip t"));
         assert_eq!(
-            encoded.label(105),
-            Some("add elements 256..300 of set m of table ip t")
+            encoded.label(106),
+            Some("add elements 206..300 of set m of table ip t")
         );
         assert_eq!(
-            encoded.label(106),
+            encoded.label(107),
             Some("add rule 1 of this batch to chain c of table ip t (counter)")
         );
         assert_eq!(encoded.label(100), None);
