@@ -9,6 +9,9 @@
 //! and its error names the change the kernel refused. Tables are read
 //! back from the kernel, to adopt what a previous run left and to verify.
 //!
+//! [`iptables`] is the engine that applies chains with
+//! `iptables-restore --noflush` batches and puts them back on a refusal.
+//!
 //! [`process`] is the one way kpng runs a child process (`nft`,
 //! `iptables-restore`, `conntrack`): with a timeout, its pipes served on
 //! threads, and killed by the kernel if kpng dies first.
@@ -55,6 +58,7 @@
 //! // socket.apply(&tx)?;
 //! ```
 
+pub mod iptables;
 pub mod nft;
 pub mod process;
 

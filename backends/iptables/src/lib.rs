@@ -62,7 +62,7 @@ use kpng_model::addr::{cidrs_in, parse_cidr_flag};
 use kpng_model::{IpFamily, ServiceName};
 use kpng_sink::{IncrementalSink, SinkError, ViewTracker};
 
-use kpng_aggregator::iptables::{Batch, ChainKey, Jump, Plan, Runner, apply_batches};
+use kpng_netfilter::iptables::{Batch, ChainKey, Jump, Plan, Runner, apply_batches};
 use render::{DISPATCH, HOOKS, Render};
 
 /// Errors of the iptables backend.
@@ -72,7 +72,7 @@ pub enum Error {
     /// Running iptables failed, or it refused the batch (which was rolled
     /// back).
     #[error(transparent)]
-    Apply(#[from] kpng_aggregator::Error),
+    Apply(#[from] kpng_netfilter::Error),
     /// A setting is invalid.
     #[error("invalid {field}: {value:?}")]
     Config {
@@ -83,7 +83,15 @@ pub enum Error {
     },
 }
 
-pub use kpng_aggregator::iptables::Mode;
+pub use kpng_netfilter::iptables::Mode;
+
+/// The engine's family for one of the model's.
+fn tools(family: IpFamily) -> kpng_netfilter::iptables::Family {
+    match family {
+        IpFamily::V4 => kpng_netfilter::iptables::Family::V4,
+        IpFamily::V6 => kpng_netfilter::iptables::Family::V6,
+    }
+}
 
 /// Settings of the backend, named after kube-proxy's flags.
 #[derive(Clone, Debug)]
@@ -366,7 +374,7 @@ impl IptablesBackend {
     ) -> Result<(Batch, BTreeMap<ChainKey, Vec<String>>), Error> {
         let owned = |name: &str| render::owned(name);
         let existing = match (full, self.run) {
-            (true, Run::Apply) => Some(self.runner.save(family, &owned)?),
+            (true, Run::Apply) => Some(self.runner.save(tools(family), &owned)?),
             _ => None,
         };
         let state = &self.families[i];
@@ -401,7 +409,7 @@ impl IptablesBackend {
         let mut batches = Vec::new();
         for (i, family) in IpFamily::BOTH.into_iter().enumerate() {
             let (batch, before) = self.prepare(i, family, full)?;
-            batches.push((family, batch, before));
+            batches.push((tools(family), batch, before));
         }
         let mut script = String::new();
         for (_, batch, _) in &batches {
