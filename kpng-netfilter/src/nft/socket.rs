@@ -315,6 +315,20 @@ impl Socket {
         }
     }
 
+    /// What `pick` makes of each object a dump request returns.
+    fn dump_each<T>(
+        &mut self,
+        family: Family,
+        request: NfTablesMessage,
+        pick: impl FnMut(Dumped) -> Option<T>,
+    ) -> Result<Vec<T>, Error> {
+        Ok(self
+            .dump(family, request)?
+            .into_iter()
+            .filter_map(pick)
+            .collect())
+    }
+
     /// The names of the tables of `family`.
     ///
     /// # Errors
@@ -350,34 +364,27 @@ impl Socket {
             chains: Vec::new(),
             sets: Vec::new(),
         };
-        let chains = self.dump(
+        let name = || table.name.clone();
+        state.chains = self.dump_each(
             table.family,
             NfTablesMessage::GetChain(ChainMessage {
-                attributes: vec![ChainAttribute::Table(table.name.clone())],
+                attributes: vec![ChainAttribute::Table(name())],
             }),
+            |m| match m {
+                NfTablesMessage::NewChain(c) => chain_state(c, &table.name),
+                _ => None,
+            },
         )?;
-        for m in chains {
-            let NfTablesMessage::NewChain(c) = m else {
-                continue;
-            };
-            if let Some(chain) = chain_state(c, &table.name) {
-                state.chains.push(chain);
-            }
-        }
-        let sets = self.dump(
+        state.sets = self.dump_each(
             table.family,
             NfTablesMessage::GetSet(SetMessage {
-                attributes: vec![SetAttribute::Table(table.name.clone())],
+                attributes: vec![SetAttribute::Table(name())],
             }),
+            |m| match m {
+                NfTablesMessage::NewSet(s) => set_state(s, &table.name),
+                _ => None,
+            },
         )?;
-        for m in sets {
-            let NfTablesMessage::NewSet(s) = m else {
-                continue;
-            };
-            if let Some(set) = set_state(s, &table.name) {
-                state.sets.push(set);
-            }
-        }
         for set in &mut state.sets {
             let dumped = self.dump(
                 table.family,
