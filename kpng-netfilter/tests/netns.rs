@@ -108,6 +108,36 @@ impl Drop for Netns {
     }
 }
 
+/// `nft list table` of `table` in `ns`, one line per rule, words single
+/// spaced, counters without their numbers.
+fn listed(ns: &Netns, table: &Table) -> String {
+    let text = ns.exec(&["nft", "list", "table", table.family.name(), &table.name]);
+    let mut out = String::new();
+    for line in text.lines() {
+        let mut words = line.split_whitespace().peekable();
+        let mut kept = Vec::new();
+        while let Some(word) = words.next() {
+            kept.push(word);
+            if word == "counter" && words.peek() == Some(&"packets") {
+                // "packets N bytes M"
+                words.nth(3);
+            }
+        }
+        out.push_str(&kept.join(" "));
+        out.push('\n');
+    }
+    out
+}
+
+/// Every rule `tx` adds is listed by nft as its `Display` writes it.
+fn rules_read_as_written(ns: &Netns, table: &Table, rules: &[Rule]) {
+    let listed = listed(ns, table);
+    for rule in rules {
+        let text = rule.to_string();
+        assert!(listed.contains(&text), "{text:?} not in:\n{listed}");
+    }
+}
+
 /// The rules of `chain` as read back, each decoded into expressions.
 fn decoded(state: &kpng_netfilter::nft::TableState, chain: &str) -> Vec<Vec<Option<Expr>>> {
     state
@@ -256,6 +286,7 @@ fn a_ruleset_applies_reads_back_and_carries_a_real_connection() {
     let mut socket = Socket::open(Some(&ns.path())).expect("socket in the namespace");
     socket.apply(&service_ruleset(&table)).expect("applied");
     assert_eq!(ns.connect("10.99.0.1", 80), "hello");
+    rules_read_as_written(&ns, &table, &service_ruleset(&table).rules());
 
     let state = socket.read(&table).expect("read").expect("the table");
     let mut chains: Vec<&str> = state.chains.iter().map(|c| c.name.as_str()).collect();
@@ -548,6 +579,7 @@ fn every_expression_the_backends_use_is_accepted_and_reads_as_nft_writes_it() {
     let mut socket = Socket::open(Some(&ns.path())).expect("socket");
     socket.apply(&tx).expect("every expression accepted");
     let rules = tx.rules();
+    rules_read_as_written(&ns, &table, &rules);
 
     let listed = ns.exec(&["nft", "list", "table", "ip", "kpngx"]);
     for rule in [

@@ -8,6 +8,7 @@
 mod expr;
 mod object;
 mod socket;
+mod text;
 mod tx;
 
 pub use expr::{
