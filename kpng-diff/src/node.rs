@@ -11,6 +11,11 @@ use kpng_store::Snapshot;
 
 use crate::select::{NodeContext, project_service};
 
+/// The Services whose entries `keys` name.
+pub(crate) fn services_of(keys: &BTreeSet<Key>) -> BTreeSet<ServiceName> {
+    keys.iter().filter_map(Key::service).cloned().collect()
+}
+
 /// Computes the whole node view of `node_name` at `snapshot`. O(store).
 pub fn node_view(snapshot: &Snapshot, node_name: &str) -> NodeView {
     let mut projector = NodeProjector::new(node_name);
@@ -164,7 +169,7 @@ impl NodeProjector {
             None => Affected::All,
             Some(last) => match snapshot.changed_since(last) {
                 Some(keys) if !keys.contains(&Key::Node(self.node_name.clone())) => {
-                    Affected::Some(crate::shared::services_of(&keys))
+                    Affected::Some(services_of(&keys))
                 }
                 _ => Affected::All,
             },

@@ -18,7 +18,7 @@ use kpng_model::view::{NodeView, ServiceView, ViewDigest, ViewOp};
 use kpng_model::{Key, ServiceName};
 use kpng_store::Snapshot;
 
-use crate::node::diff_views;
+use crate::node::{diff_views, services_of};
 use crate::select::{NodeContext, project_service};
 
 type Services = OrdMap<ServiceName, Arc<ServiceView>>;
@@ -265,11 +265,6 @@ impl SharedViews {
             own,
         }
     }
-}
-
-/// The Services whose entries `keys` name.
-pub(crate) fn services_of(keys: &BTreeSet<Key>) -> BTreeSet<ServiceName> {
-    keys.iter().filter_map(Key::service).cloned().collect()
 }
 
 /// The nodes a Service's endpoints name: where they run, and the nodes

@@ -54,12 +54,14 @@
 pub mod map;
 mod snapshot;
 mod state;
+mod stats;
 mod store;
 
 pub use kpng_model::{Key, Kind, ServiceName, Value};
 pub use map::{MapSnapshot, MapTxn, RevMap};
 pub use snapshot::{Reader, Snapshot, SyncedKinds};
-pub use store::{Commit, Stats, Store, StoreConfig, Txn};
+pub use stats::Stats;
+pub use store::{Commit, Store, StoreConfig, Txn};
 
 /// Errors of the store.
 #[derive(Debug, thiserror::Error)]

@@ -11,7 +11,7 @@ use kpng_model::{EndpointInfo, Key, Kind, ServiceName, Value};
 use tokio::sync::watch;
 
 use crate::state::{Entry, State, entry_keys};
-use crate::store::Stats;
+use crate::stats::{SharedStats, Stats};
 use crate::{Error, Result};
 
 /// Which kinds have finished their initial list.
@@ -231,7 +231,7 @@ impl fmt::Debug for Snapshot {
 #[derive(Clone)]
 pub struct Reader {
     pub(crate) rx: watch::Receiver<Snapshot>,
-    pub(crate) stats: Arc<crate::store::SharedStats>,
+    pub(crate) stats: Arc<SharedStats>,
 }
 
 impl Reader {

@@ -9,6 +9,7 @@ use tokio::sync::watch;
 
 use crate::snapshot::{ChangeLog, Reader, Snapshot, SyncedKinds};
 use crate::state::State;
+use crate::stats::{SharedStats, Stats};
 use crate::{Error, Result};
 
 /// Settings of a [`Store`].
@@ -27,40 +28,6 @@ impl Default for StoreConfig {
         Self {
             log_revisions: 1024,
             log_keys: 65_536,
-        }
-    }
-}
-
-/// The writer's counters.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Stats {
-    /// Sets and deletes written, no-ops included.
-    pub writes: u64,
-    /// Writes that changed nothing: a set of an equal value, or a delete of
-    /// an absent key.
-    pub noop_writes: u64,
-    /// Committed transactions, with or without changes.
-    pub transactions: u64,
-    /// Revisions made (transactions that changed something).
-    pub revisions: u64,
-}
-
-#[derive(Debug, Default)]
-pub(crate) struct SharedStats {
-    writes: AtomicU64,
-    noop_writes: AtomicU64,
-    transactions: AtomicU64,
-    revisions: AtomicU64,
-}
-
-impl SharedStats {
-    pub(crate) fn load(&self) -> Stats {
-        Stats {
-            writes: self.writes.load(Ordering::Relaxed),
-            noop_writes: self.noop_writes.load(Ordering::Relaxed),
-            transactions: self.transactions.load(Ordering::Relaxed),
-            revisions: self.revisions.load(Ordering::Relaxed),
         }
     }
 }
