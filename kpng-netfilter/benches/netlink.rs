@@ -20,9 +20,10 @@ use std::fmt::Write as _;
 use std::process::Command;
 use std::time::Instant;
 
+use kpng_netfilter::nft::build::{self, Load};
 use kpng_netfilter::nft::{
-    Chain, ChainType, Data, DataType, Element, Expr, Family, Hook, MapTo, MetaKey, NatKind,
-    PayloadBase, Reg, Rule, Set, Socket, Table, Transaction, Verdict, key,
+    Chain, ChainType, Data, DataType, Element, Family, Hook, MapTo, Reg, Rule, Set, Socket, Table,
+    Transaction, Verdict, key,
 };
 use kpng_netfilter::process::Process;
 
@@ -56,46 +57,15 @@ fn dotted(ip: [u8; 4]) -> String {
 /// The pick chain for `n` endpoints: DNAT to the target the pick map holds
 /// for (address, protocol, port, random index below n).
 fn pick_rule(n: usize) -> Rule {
-    let r = Reg::r32;
+    let key = [
+        Load::Daddr(Family::Ip),
+        Load::L4Proto,
+        Load::Dport,
+        Load::Random(n as u32),
+    ];
     Rule::new(
         format!("pick-{n}"),
-        vec![
-            Expr::Payload {
-                base: PayloadBase::Network,
-                offset: 16,
-                len: 4,
-                dreg: r(0),
-            },
-            Expr::Meta {
-                key: MetaKey::L4Proto,
-                dreg: r(1),
-            },
-            Expr::Payload {
-                base: PayloadBase::Transport,
-                offset: 2,
-                len: 2,
-                dreg: r(2),
-            },
-            Expr::Numgen {
-                modulus: n as u32,
-                random: true,
-                offset: 0,
-                dreg: r(3),
-            },
-            Expr::Lookup {
-                sreg: r(0),
-                set: "pick".into(),
-                dreg: Some(r(0)),
-                invert: false,
-            },
-            Expr::Nat {
-                kind: NatKind::Dnat,
-                family: Family::Ip,
-                addr: Some(r(0)),
-                proto: Some(r(1)),
-                flags: 0,
-            },
-        ],
+        build::dnat_map(Family::Ip, &key, "pick"),
     )
 }
 
@@ -156,34 +126,12 @@ fn transaction(services: usize, per: usize) -> Transaction {
     tx.add_elements(&table, "service-ips", services_map)
         .add_elements(&table, "cluster-ips", ips)
         .add_elements(&table, "pick", picks);
+    let vip = [Load::Daddr(Family::Ip), Load::L4Proto, Load::Dport];
     tx.add_rule(
         &table,
         Rule::new(
             "nat-prerouting",
-            vec![
-                Expr::Payload {
-                    base: PayloadBase::Network,
-                    offset: 16,
-                    len: 4,
-                    dreg: Reg::r32(0),
-                },
-                Expr::Meta {
-                    key: MetaKey::L4Proto,
-                    dreg: Reg::r32(1),
-                },
-                Expr::Payload {
-                    base: PayloadBase::Transport,
-                    offset: 2,
-                    len: 2,
-                    dreg: Reg::r32(2),
-                },
-                Expr::Lookup {
-                    sreg: Reg::r32(0),
-                    set: "service-ips".into(),
-                    dreg: Some(Reg::VERDICT),
-                    invert: false,
-                },
-            ],
+            build::lookup(&vip, "service-ips", Some(Reg::VERDICT), false),
         ),
     );
     tx

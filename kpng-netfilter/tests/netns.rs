@@ -635,3 +635,107 @@ fn a_large_refused_batch_is_reported_as_refused() {
         other => panic!("{other}"),
     }
 }
+
+/// The rule pieces of `nft::build`, applied: the kernel takes each, and
+/// nft lists each as its `Display` writes it.
+#[test]
+fn build_pieces_apply_and_read_as_nft_lists_them() {
+    use kpng_netfilter::nft::CtKey;
+    use kpng_netfilter::nft::build::{self, Load};
+    let Some(ns) = Netns::new() else { return };
+    let table = Table::new(Family::Ip, "kpngbuild");
+    let vip = [Load::Daddr(Family::Ip), Load::L4Proto, Load::Dport];
+    let pick = [
+        Load::Daddr(Family::Ip),
+        Load::L4Proto,
+        Load::Dport,
+        Load::Random(2),
+    ];
+    let key = |types: &[DataType]| DataType::concat(types);
+    let vip_type = key(&[
+        DataType::IPV4_ADDR,
+        DataType::INET_PROTO,
+        DataType::INET_SERVICE,
+    ]);
+    let pick_type = key(&[
+        DataType::IPV4_ADDR,
+        DataType::INET_PROTO,
+        DataType::INET_SERVICE,
+        DataType::MARK,
+    ]);
+    let target = key(&[DataType::IPV4_ADDR, DataType::INET_SERVICE]);
+    let rules = vec![
+        Rule::new(
+            "nat",
+            build::lookup(&vip, "service-ips", Some(Reg::VERDICT), false),
+        ),
+        Rule::new("nat", build::dnat_map(Family::Ip, &pick, "pick")),
+        Rule::new(
+            "nat",
+            build::dnat_to("10.99.0.2".parse().expect("ip"), 8080),
+        ),
+        Rule::new(
+            "filter",
+            [
+                build::lookup(&[Load::Saddr(Family::Ip)], "cidrs", None, true),
+                build::mark_set_or(0x4000),
+            ]
+            .concat(),
+        ),
+        Rule::new(
+            "filter",
+            [
+                build::mark_test(0x4000, false),
+                build::verdict(Verdict::Return),
+            ]
+            .concat(),
+        ),
+        Rule::new("filter", build::mark_set_xor(0x4000)),
+        Rule::new(
+            "filter",
+            [
+                build::ct_test(CtKey::State, 8),
+                build::fib_local(true),
+                build::verdict(Verdict::Accept),
+            ]
+            .concat(),
+        ),
+        Rule::new(
+            "filter",
+            [
+                build::ct_test(CtKey::Status, 32),
+                build::verdict(Verdict::Drop),
+            ]
+            .concat(),
+        ),
+    ];
+    let mut tx = Transaction::new();
+    tx.add_table(&table)
+        .add_chain(
+            &table,
+            Chain::base("nat", ChainType::Nat, Hook::Prerouting, -100),
+        )
+        .add_chain(
+            &table,
+            Chain::base("filter", ChainType::Filter, Hook::Forward, 0),
+        )
+        .add_set(&table, Set::verdict_map("service-ips", vip_type))
+        .add_set(
+            &table,
+            Set {
+                map: Some(kpng_netfilter::nft::MapTo::Value(target)),
+                ..Set::new("pick", pick_type)
+            },
+        )
+        .add_set(&table, Set::new("cidrs", DataType::IPV4_ADDR).intervals());
+    for rule in &rules {
+        tx.add_rule(&table, rule.clone());
+    }
+    let mut socket = Socket::open(Some(&ns.path())).expect("socket");
+    socket.apply(&tx).expect("every piece accepted");
+    rules_read_as_written(&ns, &table, &rules);
+    let state = socket.read(&table).expect("read").expect("table");
+    for chain in ["nat", "filter"] {
+        assert_eq!(decoded(&state, chain), sent(&rules, chain), "{chain}");
+    }
+}

@@ -5,6 +5,7 @@
 //! [`Socket`]: the kernel commits all of it or none of it, and an error
 //! names the change it refused. [`Socket::read`] reads a table back.
 
+pub mod build;
 mod expr;
 mod object;
 mod socket;

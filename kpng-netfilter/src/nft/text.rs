@@ -253,7 +253,13 @@ impl fmt::Display for Rule {
                         set(&mut regs, slot(*dreg), value);
                         continue;
                     }
-                    let words = if xor.iter().all(|b| *b == 0) {
+                    // nft writes `x | bits` as mask = !bits, xor = bits.
+                    let or = mask.len() == xor.len()
+                        && mask.iter().zip(xor.iter()).all(|(m, x)| *m == !*x)
+                        && xor.iter().any(|b| *b != 0);
+                    let words = if or {
+                        format!("{} | {}", src.words, constant(kind, xor))
+                    } else if xor.iter().all(|b| *b == 0) {
                         format!("{} & {}", src.words, constant(kind, mask))
                     } else if mask.iter().all(|b| *b == 0xff) {
                         format!("{} ^ {}", src.words, constant(kind, xor))
