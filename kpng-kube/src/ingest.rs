@@ -534,13 +534,23 @@ impl SliceIndex {
                     (&*kept, endpoint)
                 };
                 let ports = winner.ports().as_slice();
-                let missing = other.ports().as_slice().iter().filter(|p| {
-                    !ports
-                        .iter()
-                        .any(|w| w.name() == p.name() && w.protocol() == p.protocol())
-                });
-                let merged_ports = PortList::new(ports.iter().chain(missing).cloned());
-                *kept = winner.with_ports(merged_ports);
+                let missing: Vec<_> = other
+                    .ports()
+                    .as_slice()
+                    .iter()
+                    .filter(|p| {
+                        !ports
+                            .iter()
+                            .any(|w| w.name() == p.name() && w.protocol() == p.protocol())
+                    })
+                    .cloned()
+                    .collect();
+                // The winner's own (shared) list when the other adds none.
+                *kept = if missing.is_empty() {
+                    winner.clone()
+                } else {
+                    winner.with_ports(PortList::new(ports.iter().cloned().chain(missing)))
+                };
             }
         }
         Arc::new(merged.into_values().collect())
