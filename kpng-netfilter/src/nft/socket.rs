@@ -200,10 +200,10 @@ impl Socket {
         if tx.is_empty() {
             return Ok(());
         }
-        // Begin, the messages, end.
-        let count = u32::try_from(tx.message_count() + 2).unwrap_or(u32::MAX);
-        let first = self.take_seqs(count);
-        let encoded = tx.encode(first);
+        let encoded = tx.encode(self.next_seq);
+        // Begin, the messages, end: the next batch numbers on after them.
+        let used = u32::try_from(encoded.labels.len() + 1).unwrap_or(u32::MAX);
+        self.take_seqs(used);
         self.send_all(&encoded.bytes)?;
         // The kernel runs the whole batch inside the send: every answer is
         // queued by now. Read them all without waiting. (Waiting for the

@@ -236,11 +236,12 @@ impl Transaction {
     pub(crate) fn encode(&self, first_seq: u32) -> Encoded {
         // Each message is serialized as soon as it is built: only one
         // chunk of elements is ever held twice.
+        let count = self.message_count();
         let mut w = Writer {
             bytes: Vec::new(),
-            labels: Vec::with_capacity(self.message_count() + 1),
+            labels: Vec::with_capacity(count + 1),
             seq: first_seq,
-            count: self.message_count(),
+            count,
         };
         push(
             &mut w.bytes,
