@@ -24,6 +24,8 @@ struct Value {
     /// A flag mask applied to it (`ct state & new`), printed by the
     /// comparison that tests it.
     mask: Option<Vec<u8>>,
+    /// How many 32-bit registers it fills (an IPv6 address: four).
+    width: usize,
 }
 
 impl Value {
@@ -32,6 +34,15 @@ impl Value {
             words: words.into(),
             kind,
             mask: None,
+            width: 1,
+        }
+    }
+
+    /// The value loaded from `len` bytes.
+    fn of_len(self, len: usize) -> Self {
+        Self {
+            width: len.div_ceil(4).max(1),
+            ..self
         }
     }
 }
@@ -68,13 +79,14 @@ fn flags(kind: Kind, bytes: &[u8]) -> Option<String> {
         ],
         _ => return None,
     };
+    // Named only when every bit set has a name.
+    let known = names.iter().fold(0, |all, (bit, _)| all | bit);
     let set: Vec<&str> = names
         .iter()
         .filter(|(bit, _)| word & bit != 0)
         .map(|(_, n)| *n)
         .collect();
-    (!set.is_empty() && set.len() == names.iter().filter(|(b, _)| word & b != 0).count())
-        .then(|| set.join(","))
+    (!set.is_empty() && word & !known == 0).then(|| set.join(","))
 }
 
 fn payload_words(base: PayloadBase, offset: u32, len: u32) -> Option<(&'static str, Kind)> {
@@ -140,21 +152,14 @@ fn verdict(v: &Verdict) -> String {
 
 /// The registers from `first` on, as many as hold values in a row: a
 /// concatenation's parts.
-fn concat(regs: &[Option<Value>; 24], first: Reg) -> Option<(String, Vec<Kind>)> {
+fn concat(regs: &[Option<Value>; 24], first: Reg) -> Option<String> {
     let mut at = usize::try_from(first.number()).ok()?;
     let mut words = Vec::new();
-    let mut kinds = Vec::new();
     while let Some(Some(v)) = regs.get(at) {
         words.push(v.words.clone());
-        kinds.push(v.kind);
-        // An IPv6 address fills four registers.
-        at += if v.kind == Kind::Addr && v.words.starts_with("ip6") {
-            4
-        } else {
-            1
-        };
+        at += v.width;
     }
-    (!words.is_empty()).then(|| (words.join(" . "), kinds))
+    (!words.is_empty()).then(|| words.join(" . "))
 }
 
 impl fmt::Display for Rule {
@@ -181,7 +186,8 @@ impl fmt::Display for Rule {
                         ),
                     };
                     clear_from(&mut regs, slot(*dreg), *len);
-                    set(&mut regs, slot(*dreg), value);
+                    let len = usize::try_from(*len).unwrap_or(4);
+                    set(&mut regs, slot(*dreg), value.of_len(len));
                 }
                 Expr::Meta { key, dreg } => {
                     let (words, kind) = match key {
@@ -303,7 +309,7 @@ impl fmt::Display for Rule {
                     dreg,
                     invert,
                 } => {
-                    let key = concat(&regs, *sreg).map_or_else(|| format!("{e:?}"), |(k, _)| k);
+                    let key = concat(&regs, *sreg).unwrap_or_else(|| format!("{e:?}"));
                     match dreg {
                         None => {
                             let not = if *invert { "!= " } else { "" };
@@ -326,11 +332,8 @@ impl fmt::Display for Rule {
                         } else {
                             Kind::Addr
                         };
-                        set(
-                            &mut regs,
-                            slot(*dreg),
-                            Value::new(constant(kind, bytes), kind),
-                        );
+                        let value = Value::new(constant(kind, bytes), kind).of_len(bytes.len());
+                        set(&mut regs, slot(*dreg), value);
                     }
                 },
                 Expr::MetaSet { key, sreg } => {
@@ -393,7 +396,7 @@ impl fmt::Display for Rule {
                     key,
                     timeout_ms,
                 } => {
-                    let key = concat(&regs, *key).map_or_else(|| format!("{e:?}"), |(k, _)| k);
+                    let key = concat(&regs, *key).unwrap_or_else(|| format!("{e:?}"));
                     let op = match op {
                         DynsetOp::Add => "add",
                         DynsetOp::Update => "update",
