@@ -154,65 +154,67 @@ pub fn mark_set_xor(bits: u32) -> Vec<Expr> {
     mark_set(u32::MAX, bits)
 }
 
-fn mark_set(mask: u32, xor: u32) -> Vec<Expr> {
+/// The 32-bit value `load` puts in the first register, then
+/// `(value & mask) ^ xor` there.
+fn masked(load: Expr, mask: u32, xor: u32) -> Vec<Expr> {
     let r = Reg::r32(0);
     vec![
-        Expr::Meta {
-            key: MetaKey::Mark,
-            dreg: r,
-        },
+        load,
         Expr::Bitwise {
             sreg: r,
             dreg: r,
             mask: mask.to_ne_bytes().to_vec(),
             xor: xor.to_ne_bytes().to_vec(),
         },
-        Expr::MetaSet {
-            key: MetaKey::Mark,
-            sreg: r,
-        },
     ]
+}
+
+/// The packet mark, masked: `meta mark & MASK ^ XOR`.
+fn mark(mask: u32, xor: u32) -> Vec<Expr> {
+    let load = Expr::Meta {
+        key: MetaKey::Mark,
+        dreg: Reg::r32(0),
+    };
+    masked(load, mask, xor)
+}
+
+/// The masked first register compared with 0.
+fn zero(op: CmpOp) -> Expr {
+    Expr::Cmp {
+        sreg: Reg::r32(0),
+        op,
+        data: vec![0; 4],
+    }
+}
+
+fn mark_set(mask: u32, xor: u32) -> Vec<Expr> {
+    let mut out = mark(mask, xor);
+    out.push(Expr::MetaSet {
+        key: MetaKey::Mark,
+        sreg: Reg::r32(0),
+    });
+    out
 }
 
 /// `meta mark & BITS == 0` (`!= 0` when `set`).
 pub fn mark_test(bits: u32, set: bool) -> Vec<Expr> {
-    let r = Reg::r32(0);
-    vec![
-        Expr::Meta {
-            key: MetaKey::Mark,
-            dreg: r,
-        },
-        Expr::Bitwise {
-            sreg: r,
-            dreg: r,
-            mask: bits.to_ne_bytes().to_vec(),
-            xor: vec![0; 4],
-        },
-        Expr::Cmp {
-            sreg: r,
-            op: if set { CmpOp::Neq } else { CmpOp::Eq },
-            data: vec![0; 4],
-        },
-    ]
+    let mut out = mark(bits, 0);
+    out.push(zero(if set { CmpOp::Neq } else { CmpOp::Eq }));
+    out
 }
 
 /// `ct state new` (`bits`: `NEW` is 8) or `ct status dnat` (32).
 pub fn ct_test(key: CtKey, bits: u32) -> Vec<Expr> {
-    let r = Reg::r32(0);
-    vec![
-        Expr::Ct { key, dreg: r },
-        Expr::Bitwise {
-            sreg: r,
-            dreg: r,
-            mask: bits.to_ne_bytes().to_vec(),
-            xor: vec![0; 4],
+    let mut out = masked(
+        Expr::Ct {
+            key,
+            dreg: Reg::r32(0),
         },
-        Expr::Cmp {
-            sreg: r,
-            op: CmpOp::Neq,
-            data: vec![0; 4],
-        },
-    ]
+        bits,
+        0,
+    );
+    out.push(zero(CmpOp::Neq));
+    out
 }
 
 /// `fib saddr type local` (`source`) or `fib daddr type local`.
