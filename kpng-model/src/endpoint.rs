@@ -58,6 +58,12 @@ const READY: u8 = 1;
 const SERVING: u8 = 2;
 const TERMINATING: u8 = 4;
 
+/// The conditions as the bits an endpoint keeps.
+fn condition_bits(ready: bool, serving: bool, terminating: bool) -> u8 {
+    let bit = |on: bool, bit: u8| if on { bit } else { 0 };
+    bit(ready, READY) | bit(serving, SERVING) | bit(terminating, TERMINATING)
+}
+
 /// Where an endpoint runs: its node and zone, shared by every endpoint on
 /// that node.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -377,11 +383,8 @@ impl EndpointInfo {
     /// The same endpoint with other conditions (its shared parts stay
     /// shared).
     pub fn with_conditions(&self, ready: bool, serving: bool, terminating: bool) -> Self {
-        let flags = Self::builder(self.address)
-            .conditions(ready, serving, terminating)
-            .flags;
         Self {
-            flags,
+            flags: condition_bits(ready, serving, terminating),
             ..self.clone()
         }
     }
@@ -450,8 +453,7 @@ pub struct EndpointBuilder<'a> {
 impl<'a> EndpointBuilder<'a> {
     /// The resolved conditions (see [`v1::Endpoint::resolve_conditions`]).
     pub fn conditions(mut self, ready: bool, serving: bool, terminating: bool) -> Self {
-        let bit = |on: bool, bit: u8| if on { bit } else { 0 };
-        self.flags = bit(ready, READY) | bit(serving, SERVING) | bit(terminating, TERMINATING);
+        self.flags = condition_bits(ready, serving, terminating);
         self
     }
 
