@@ -99,12 +99,17 @@ impl Ctx<'_> {
     }
 }
 
-fn protocol(ctx: &Ctx<'_>, field: &str, value: Option<&str>) -> Result<Protocol, TranslateError> {
+/// A port's protocol (unset: TCP). The field is named only for an error.
+fn protocol(
+    ctx: &Ctx<'_>,
+    field: impl FnOnce() -> String,
+    value: Option<&str>,
+) -> Result<Protocol, TranslateError> {
     match value.unwrap_or("TCP") {
         "TCP" => Ok(Protocol::Tcp),
         "UDP" => Ok(Protocol::Udp),
         "SCTP" => Ok(Protocol::Sctp),
-        other => Err(ctx.err(field, format!("unknown protocol {other:?}"))),
+        other => Err(ctx.err(field(), format!("unknown protocol {other:?}"))),
     }
 }
 
@@ -189,7 +194,7 @@ pub fn service(
         let field = |f: &str| format!("spec.ports[{i}].{f}");
         ports.push(ServicePort {
             name: p.name.clone().unwrap_or_default(),
-            protocol: protocol(&ctx, &field("protocol"), p.protocol.as_deref())? as i32,
+            protocol: protocol(&ctx, || field("protocol"), p.protocol.as_deref())? as i32,
             port: ctx.port(&field("port"), p.port)?,
             node_port: match p.node_port {
                 Some(n) => ctx.port(&field("nodePort"), n)?,
@@ -301,10 +306,11 @@ pub fn endpoint_slice(
         let (Some(name), Some(port)) = (&p.name, p.port) else {
             continue;
         };
-        let protocol = match p.protocol.as_deref() {
-            None | Some("TCP") => Protocol::Tcp,
-            other => protocol(&ctx, &format!("ports[{i}].protocol"), other)?,
-        };
+        let protocol = protocol(
+            &ctx,
+            || format!("ports[{i}].protocol"),
+            p.protocol.as_deref(),
+        )?;
         let port = u16::try_from(port).map_err(|_| {
             ctx.err(
                 format!("ports[{i}].port"),
