@@ -8,6 +8,7 @@
 pub mod build;
 mod expr;
 mod object;
+mod script;
 mod socket;
 mod text;
 mod tx;

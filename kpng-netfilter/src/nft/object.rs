@@ -1,5 +1,8 @@
 //! Tables, chains, sets, elements and rules.
 
+use std::net::IpAddr;
+
+use super::build::{self, Load, Typeof};
 use super::expr::{Data, Expr};
 
 /// A table's address family.
@@ -209,6 +212,11 @@ pub struct Set {
     pub interval: bool,
     /// Elements expire; rules may add them (`dynset`).
     pub timeout: bool,
+    /// The expressions that make the key, for a set declared by them
+    /// (nft's `typeof`; see [`Set::keyed_by`]).
+    pub typeof_key: Option<Vec<Load>>,
+    /// What a map declared by `typeof` maps to.
+    pub typeof_data: Option<Typeof>,
 }
 
 impl Set {
@@ -220,7 +228,46 @@ impl Set {
             map: None,
             interval: false,
             timeout: false,
+            typeof_key: None,
+            typeof_data: None,
         }
+    }
+
+    /// A set whose key is what `key` loads, declared as nft's `typeof`
+    /// does: the kernel keeps the expressions beside the set, so `nft list`
+    /// prints `typeof ip daddr . numgen random mod 2`. A key with a
+    /// `numgen` part needs this: its type, `integer`, has no fixed length
+    /// nft could name otherwise.
+    pub fn keyed_by(name: impl Into<String>, key: &[Load]) -> Self {
+        Self {
+            typeof_key: Some(key.to_vec()),
+            ..Self::new(name, build::datatype(key))
+        }
+    }
+
+    /// Makes a set declared by [`keyed_by`](Self::keyed_by) a verdict map.
+    pub fn to_verdicts(mut self) -> Self {
+        self.map = Some(MapTo::Verdict);
+        if self.typeof_key.is_some() {
+            self.typeof_data = Some(Typeof::Verdict);
+        }
+        self
+    }
+
+    /// Makes a set a map to values such as `value` loads (a NAT target:
+    /// `ip daddr . th dport`).
+    pub fn to_values(mut self, value: &[Load]) -> Self {
+        self.map = Some(MapTo::Value(build::datatype(value)));
+        if self.typeof_key.is_some() {
+            self.typeof_data = Some(Typeof::Value(value.to_vec()));
+        }
+        self
+    }
+
+    /// The user data nft keeps beside a set declared by `typeof`.
+    pub(crate) fn userdata(&self) -> Option<Vec<u8>> {
+        let key = self.typeof_key.as_deref()?;
+        Some(build::set_userdata(key, self.typeof_data.as_ref()))
     }
 
     /// A verdict map.
@@ -268,6 +315,66 @@ impl Element {
             data: None,
             timeout_ms: None,
         }
+    }
+
+    /// The elements of an interval set that holds `prefixes` (those of
+    /// `family`'s addresses; others are left out): overlapping and
+    /// touching prefixes merge into one range, since the kernel refuses
+    /// overlaps. Each range is a start and, unless it reaches the top of
+    /// the address space, an end.
+    pub fn ranges(
+        family: Family,
+        prefixes: impl IntoIterator<Item = (IpAddr, u8)>,
+    ) -> Vec<Element> {
+        let bits: u32 = if family == Family::Ip6 { 128 } else { 32 };
+        // Each range as [first, past]; `past` is `None` at the top.
+        let mut ranges: Vec<(u128, Option<u128>)> = prefixes
+            .into_iter()
+            .filter_map(|(ip, len)| {
+                let n = match (ip, family) {
+                    (IpAddr::V4(v4), Family::Ip | Family::Inet) => u128::from(u32::from(v4)),
+                    (IpAddr::V6(v6), Family::Ip6) => u128::from(v6),
+                    _ => return None,
+                };
+                let host = bits - u32::from(len).min(bits);
+                let first = if host >= 128 { 0 } else { (n >> host) << host };
+                let size = 1u128.checked_shl(host);
+                let past = size.and_then(|s| first.checked_add(s));
+                let past = past.filter(|p| bits == 128 || *p < (1u128 << bits));
+                Some((first, past))
+            })
+            .collect();
+        ranges.sort_unstable();
+        let mut merged: Vec<(u128, Option<u128>)> = Vec::new();
+        for (first, past) in ranges {
+            match merged.last_mut() {
+                Some((_, last)) if last.is_none_or(|l| first <= l) => {
+                    *last = match (*last, past) {
+                        (Some(a), Some(b)) => Some(a.max(b)),
+                        _ => None,
+                    };
+                }
+                _ => merged.push((first, past)),
+            }
+        }
+        let bytes = |n: u128| -> Vec<u8> {
+            if bits == 32 {
+                u32::try_from(n).unwrap_or(u32::MAX).to_be_bytes().to_vec()
+            } else {
+                n.to_be_bytes().to_vec()
+            }
+        };
+        let mut out = Vec::with_capacity(merged.len() * 2);
+        for (first, past) in merged {
+            out.push(Element::key(bytes(first)));
+            if let Some(past) = past {
+                out.push(Element {
+                    interval_end: true,
+                    ..Element::key(bytes(past))
+                });
+            }
+        }
+        out
     }
 
     /// A map element.
@@ -326,5 +433,38 @@ mod tests {
             key(&[&[10, 0, 0, 1], &[6], &80u16.to_be_bytes()]),
             [10, 0, 0, 1, 6, 0, 0, 0, 0, 80, 0, 0]
         );
+    }
+
+    #[test]
+    fn prefixes_merge_into_ranges() {
+        let p = |s: &str, len| (s.parse::<IpAddr>().expect("ip"), len);
+        let keys = |v: Vec<Element>| -> Vec<(Vec<u8>, bool)> {
+            v.into_iter().map(|e| (e.key, e.interval_end)).collect()
+        };
+        // Overlapping, touching, and of the other family.
+        let got = Element::ranges(
+            Family::Ip,
+            [
+                p("10.1.0.0", 16),
+                p("10.0.0.0", 8),
+                p("11.0.0.0", 8),
+                p("fd00::", 8),
+                p("192.168.1.7", 32),
+            ],
+        );
+        assert_eq!(
+            keys(got),
+            [
+                (vec![10, 0, 0, 0], false),
+                (vec![12, 0, 0, 0], true),
+                (vec![192, 168, 1, 7], false),
+                (vec![192, 168, 1, 8], true),
+            ]
+        );
+        // To the top of the space: no end.
+        let got = Element::ranges(Family::Ip, [p("255.255.255.255", 32), p("0.0.0.0", 1)]);
+        assert_eq!(keys(got).len(), 3);
+        let got = Element::ranges(Family::Ip6, [p("::", 0)]);
+        assert_eq!(keys(got), [(vec![0; 16], false)]);
     }
 }

@@ -48,7 +48,7 @@ impl Value {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum Kind {
+pub(crate) enum Kind {
     Addr,
     Port,
     Proto,
@@ -101,7 +101,7 @@ fn payload_words(base: PayloadBase, offset: u32, len: u32) -> Option<(&'static s
     })
 }
 
-fn constant(kind: Kind, bytes: &[u8]) -> String {
+pub(crate) fn constant(kind: Kind, bytes: &[u8]) -> String {
     match (kind, bytes.len()) {
         (Kind::Addr, 4) => {
             Ipv4Addr::from(<[u8; 4]>::try_from(bytes).unwrap_or_default()).to_string()
@@ -139,7 +139,7 @@ fn constant(kind: Kind, bytes: &[u8]) -> String {
     }
 }
 
-fn verdict(v: &Verdict) -> String {
+pub(crate) fn verdict(v: &Verdict) -> String {
     match v {
         Verdict::Accept => "accept".into(),
         Verdict::Drop => "drop".into(),

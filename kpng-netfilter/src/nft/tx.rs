@@ -53,7 +53,7 @@ fn element_chunks(elements: &[Element]) -> Vec<std::ops::Range<usize>> {
 }
 
 #[derive(Clone, Debug)]
-enum Op {
+pub(crate) enum Op {
     AddTable(Table),
     DeleteTable(Table),
     AddChain(Table, Chain),
@@ -75,7 +75,9 @@ enum Op {
 /// rule that jumps to it, a set before its elements.
 #[derive(Clone, Debug, Default)]
 pub struct Transaction {
-    ops: Vec<Op>,
+    pub(crate) ops: Vec<Op>,
+    /// Sets the transaction uses but does not declare, for printing.
+    pub(crate) described: Vec<(Table, Set)>,
 }
 
 /// A batch in wire form, and what each of its messages does (for errors).
@@ -111,6 +113,14 @@ impl Transaction {
     /// An empty transaction.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Tells the transaction the types of a set it changes but does not
+    /// declare, so that its text (`Display`) prints that set's elements
+    /// as nft does. Changes nothing in the kernel.
+    pub fn describe(&mut self, table: &Table, set: &Set) -> &mut Self {
+        self.described.push((table.clone(), set.clone()));
+        self
     }
 
     /// Whether it changes nothing.
@@ -553,6 +563,9 @@ fn set_message(t: &Table, s: &Set, id: u32) -> SetMessage {
             attributes.push(SetAttribute::DataLen(data.len));
         }
         None => {}
+    }
+    if let Some(userdata) = s.userdata() {
+        attributes.push(SetAttribute::UserData(userdata));
     }
     SetMessage { attributes }
 }
