@@ -97,11 +97,7 @@ impl LabBackend for NftBackend {
         self.last_sync().commands
     }
     fn last_note(&self) -> String {
-        if self.last_sync().netlink {
-            "as one netlink batch".into()
-        } else {
-            String::new()
-        }
+        format!("{} µs in the kernel", self.last_sync().kernel_micros)
     }
     fn dump(lab: &Lab) -> String {
         lab.in_node(&["nft", "list", "ruleset"])

@@ -3,8 +3,11 @@
 //! smaller state (the honest case: a restart onto the same state cannot
 //! tell whose transaction landed last). Each time, the ruleset must be
 //! exactly what a clean run of the restart's state programs: nothing of
-//! the killed run may land after the restart (its `nft` child dies with
-//! it), and no stale chain, set or element stays. Connections must work.
+//! the killed run may land after the restart, and no stale chain, set or
+//! element stays. Connections must work. The nft backend writes over
+//! netlink, so the kernel commits a killed run's batch whole or not at
+//! all; the iptables backend runs `iptables-restore`, which must die with
+//! kpng.
 //! Run as root; otherwise it prints SKIPPED and passes. `KPNG_CRASH_RUNS`
 //! sets the number of kills: 20 by default, to keep `cargo test` short;
 //! `KPNG_CRASH_RUNS=50 cargo test -p kpng --test crash -- --nocapture`
@@ -52,11 +55,17 @@ fn ruleset(ns: &str) -> Vec<String> {
 }
 
 fn kpng(ns: &str, input: &std::path::Path) -> Command {
-    kpng_with_path(ns, input, None)
+    kpng_with_path(ns, input, None, &["to-nft"])
 }
 
-/// `kpng` with `dir` first in its `PATH` (where a test puts its own `nft`).
-fn kpng_with_path(ns: &str, input: &std::path::Path, dir: Option<&std::path::Path>) -> Command {
+/// `kpng` with `dir` first in its `PATH` (where a test puts its own
+/// tools), programming through `sink` (`to-nft`, `to-iptables ...`).
+fn kpng_with_path(
+    ns: &str,
+    input: &std::path::Path,
+    dir: Option<&std::path::Path>,
+    sink: &[&str],
+) -> Command {
     let mut command = Command::new("ip");
     command
         .args([
@@ -68,10 +77,9 @@ fn kpng_with_path(ns: &str, input: &std::path::Path, dir: Option<&std::path::Pat
             "--input",
         ])
         .arg(input)
+        .args(["--node", "node-a"])
+        .args(sink)
         .args([
-            "--node",
-            "node-a",
-            "to-nft",
             "--once",
             "--cluster-cidr",
             "10.244.0.0/16",
@@ -181,24 +189,20 @@ fn sigkill_at_random_points_then_restart_converges_exactly() {
     let _ = std::fs::remove_file(&after);
 }
 
-/// The race the spread kills above rarely hit, made certain: kpng is
-/// killed while its `nft` child holds a whole large transaction it has not
-/// committed yet (a wrapper `nft` waits 3 s before running the real one,
-/// for large scripts only). The restart, onto a small state, commits at
-/// once. Had the child outlived kpng, it would commit the large state
-/// after the restart's; it must die with kpng instead.
+/// The race a child process opens, made certain: kpng is killed while its
+/// `iptables-restore` child holds a whole large transaction it has not
+/// committed yet (a wrapper waits 3 s before running the real one, for
+/// large input only). The restart, onto a small state, commits at once.
+/// Had the child outlived kpng, it would commit the large state after the
+/// restart's; it must die with kpng instead.
 #[test]
-fn a_killed_kpng_leaves_no_nft_child_to_commit_after_its_restart() {
-    if let Some(why) = unavailable(&["nft"]) {
+fn a_killed_kpng_leaves_no_child_to_commit_after_its_restart() {
+    if let Some(why) = unavailable(&["nft", "iptables-nft-restore"]) {
         eprintln!("SKIPPED: {why}");
         return;
     }
-    let real_nft = ["/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).exists())
-        .expect("nft installed");
     let lab = Lab::new();
-    let dir = std::env::temp_dir().join(format!("{}-slow-nft", lab.prefix));
+    let dir = std::env::temp_dir().join(format!("{}-slow-restore", lab.prefix));
     std::fs::create_dir_all(&dir).expect("dir");
     struct Cleanup(std::path::PathBuf);
     impl Drop for Cleanup {
@@ -212,22 +216,31 @@ fn a_killed_kpng_leaves_no_nft_child_to_commit_after_its_restart() {
     std::fs::write(&killed, manifest(800, 400)).expect("manifest");
     std::fs::write(&after, manifest(20, 1000)).expect("manifest");
     let marker = dir.join("holding");
-    let wrapper = dir.join("nft");
-    std::fs::write(
-        &wrapper,
-        format!(
-            "#!/bin/sh\nscript=$(mktemp)\ncat > \"$script\"\n\
-             if [ \"$(wc -c < \"$script\")\" -gt 200000 ]; then touch {marker}; sleep 3; fi\n\
-             {real_nft} \"$@\" < \"$script\"; rc=$?; rm -f \"$script\"; exit $rc\n",
-            marker = marker.display()
-        ),
-    )
-    .expect("wrapper");
-    Command::new("chmod")
-        .args(["+x"])
-        .arg(&wrapper)
-        .status()
-        .expect("chmod");
+    for tool in ["iptables-nft-restore", "ip6tables-nft-restore"] {
+        let real = ["/usr/sbin", "/sbin", "/usr/bin"]
+            .into_iter()
+            .map(|d| std::path::Path::new(d).join(tool))
+            .find(|p| p.exists())
+            .expect("iptables installed");
+        let wrapper = dir.join(tool);
+        std::fs::write(
+            &wrapper,
+            format!(
+                "#!/bin/sh\nscript=$(mktemp)\ncat > \"$script\"\n\
+                 if [ \"$(wc -c < \"$script\")\" -gt 200000 ]; then touch {marker}; sleep 3; fi\n\
+                 {real} \"$@\" < \"$script\"; rc=$?; rm -f \"$script\"; exit $rc\n",
+                marker = marker.display(),
+                real = real.display(),
+            ),
+        )
+        .expect("wrapper");
+        Command::new("chmod")
+            .args(["+x"])
+            .arg(&wrapper)
+            .status()
+            .expect("chmod");
+    }
+    let iptables = ["to-iptables", "--iptables-mode", "nft"];
 
     // The lab made (and deletes) the node namespace; the reference is ours.
     let reference = lab.ns("ref");
@@ -242,7 +255,7 @@ fn a_killed_kpng_leaves_no_nft_child_to_commit_after_its_restart() {
         }
     }
     let _reference = DelNs(reference.clone());
-    /// Kills kpng (its nft child dies with it) when the test ends early.
+    /// Kills kpng (its child dies with it) when the test ends early.
     struct KillOnDrop(std::process::Child);
     impl Drop for KillOnDrop {
         fn drop(&mut self) {
@@ -250,13 +263,14 @@ fn a_killed_kpng_leaves_no_nft_child_to_commit_after_its_restart() {
             let _ = self.0.wait();
         }
     }
-    assert!(kpng(&reference, &after).status().expect("kpng").success());
+    let clean = kpng_with_path(&reference, &after, None, &iptables).status();
+    assert!(clean.expect("kpng").success());
     let want = ruleset(&reference);
 
     for run in 0..3 {
         let _ = std::fs::remove_file(&marker);
         let mut child = KillOnDrop(
-            kpng_with_path(&node, &killed, Some(&dir))
+            kpng_with_path(&node, &killed, Some(&dir), &iptables)
                 .spawn()
                 .expect("kpng"),
         );
@@ -264,18 +278,18 @@ fn a_killed_kpng_leaves_no_nft_child_to_commit_after_its_restart() {
         while !marker.exists() {
             assert!(
                 child.0.try_wait().expect("wait").is_none(),
-                "run {run}: kpng ended before nft got the large script"
+                "run {run}: kpng ended before iptables-restore got the large input"
             );
             assert!(
                 waited.elapsed().as_secs() < 120,
-                "run {run}: nft never got the large script"
+                "run {run}: iptables-restore never got the large input"
             );
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
-        // kpng dies with its whole transaction handed to nft, uncommitted.
+        // kpng dies with its whole transaction handed over, uncommitted.
         drop(child);
         assert!(
-            kpng_with_path(&node, &after, Some(&dir))
+            kpng_with_path(&node, &after, Some(&dir), &iptables)
                 .status()
                 .expect("kpng")
                 .success(),

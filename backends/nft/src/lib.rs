@@ -19,13 +19,16 @@
 //!   addresses, masquerade by mark (bit 14 by default), `masquerade_all`,
 //!   the pod-CIDR detector, hairpin, dual stack, TCP, UDP and SCTP.
 //! - **Updates**: the first sync, and any after a failure, replaces the
-//!   tables in one transaction. Others rewrite only the changed Services'
-//!   chains and map elements. A change of map elements only (most endpoint
-//!   changes) goes as one nf_tables netlink batch, with no `nft` process
-//!   (under a millisecond at 10k Services × 10 endpoints; see
-//!   [`Config::netlink`]); anything else is one `nft -f -` transaction.
-//!   Either is atomic: a failed transaction changes nothing in the kernel,
-//!   and the error carries nft's message or the kernel's errno.
+//!   tables in one transaction. Others change only what changed: the
+//!   elements of an endpoint that came or went, the chains of a Service
+//!   whose rules changed. Chains shared by Services (one per endpoint
+//!   count and policy) exist while a Service uses them, so a small
+//!   cluster has a small ruleset.
+//! - **The kernel** is programmed over nf_tables netlink through
+//!   [`kpng_netfilter`], with no `nft` process: each sync is one batch
+//!   the kernel commits whole or not at all, and a refusal names the
+//!   object it refused. A dry run prints the same transaction as an nft
+//!   script (`nft -f` accepts it).
 //!
 //! # Example
 //!
@@ -50,13 +53,13 @@
 //! backend.apply(&ViewOp::SetService(Arc::new(svc)))?;
 //! backend.sync(1)?;
 //! // No endpoint: the ClusterIP rejects.
-//! assert!(backend.last_script().contains("10.96.0.10 . tcp . 80 : goto reject-chain"));
+//! assert!(backend.last_script().contains("add element ip kpng no-endpoint-services { 10.96.0.10 . tcp . 80 : goto reject-chain }"));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-mod netlink;
+mod aggregate;
+mod objects;
 mod render;
-mod script;
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -67,51 +70,24 @@ use kpng_model::addr::{cidrs_in, parse_cidr_flag};
 use kpng_model::view::NodeView;
 use kpng_sink::{IncrementalSink, SinkError, ViewTracker};
 
-use netlink::Batch;
-use render::{CLUSTER_CIDRS, Fam, NODEPORT_IPS, Render, SERVICE_CIDRS};
-use script::{Applied, Objects, Table, Touched};
+use kpng_netfilter::nft::{self, Transaction};
+use objects::{Objects, Pending};
+use render::{Fam, Render};
 
 /// Errors of the nftables backend.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// `nft` could not be started.
-    #[error("cannot run {command}: {source}")]
-    Spawn {
-        /// The command.
-        command: String,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// `nft` rejected the transaction; nothing of it was applied.
-    #[error("nft transaction failed ({status}): {stderr}")]
-    Nft {
-        /// Its exit status.
-        status: String,
-        /// What it printed.
-        stderr: String,
-    },
-    /// The kernel refused a netlink transaction, or it could not be sent;
+    /// The kernel refused the transaction, or it could not be sent;
     /// nothing of it was applied.
-    #[error("nf_tables netlink transaction failed: {message}")]
-    Netlink {
-        /// What failed, and the kernel's error.
-        message: String,
-    },
+    #[error("nf_tables transaction failed: {0}")]
+    Kernel(#[from] kpng_netfilter::Error),
     /// The aggregator refused the backend's publication, or the kernel
     /// refused it there; nothing of it was applied.
     #[error("aggregator: {message}")]
     Aggregator {
         /// Why.
         message: String,
-    },
-    /// `nft` did not finish in time; it was killed. The kernel applies a
-    /// transaction whole or not at all, and the next sync is a full one.
-    #[error("nft did not finish within {seconds} s")]
-    Timeout {
-        /// The limit.
-        seconds: u64,
     },
     /// A setting is invalid.
     #[error("invalid {field}: {value:?}")]
@@ -140,21 +116,8 @@ pub struct Config {
     pub masquerade_all: bool,
     /// `--masquerade-bit` (default 14).
     pub masquerade_bit: u8,
-    /// The command that runs nft, with its arguments (default `["nft"]`);
-    /// `-f -` is added.
-    pub nft_command: Vec<String>,
-    /// Send element-only updates (most endpoint changes) as one nf_tables
-    /// netlink batch instead of running `nft` (default `true`). nft 1.0.6
-    /// reads the whole ruleset back before such a change, which costs
-    /// ~17 ms at 100k endpoints; the batch costs well under a millisecond.
-    /// Full syncs and changes of chains or sets always go through `nft`.
-    pub netlink: bool,
-    /// How long one `nft` run may take before it is killed (default 60 s).
-    pub nft_timeout: std::time::Duration,
-    /// The network namespace the netlink path programs, as a path
-    /// (`/run/netns/NAME`); `None`: the process's own. When `nft_command`
-    /// is not the default `nft`, the netlink path is used only if this is
-    /// set, since the backend cannot know where that command runs.
+    /// The network namespace to program, as a path (`/run/netns/NAME`);
+    /// `None`: the process's own.
     pub netns: Option<PathBuf>,
 }
 
@@ -167,9 +130,6 @@ impl Default for Config {
             nodeport_addresses: None,
             masquerade_all: false,
             masquerade_bit: 14,
-            nft_command: vec!["nft".into()],
-            netlink: true,
-            nft_timeout: std::time::Duration::from_secs(60),
             netns: None,
         }
     }
@@ -185,20 +145,10 @@ impl Config {
         parse_cidr_flag(field, text).map_err(|value| Error::Config { field, value })
     }
 
-    /// Runs nft in the network namespace `name` (`ip netns exec NAME nft`)
-    /// and points the netlink path at it too.
+    /// Programs the network namespace `name` (`/run/netns/NAME`).
     pub fn in_netns(mut self, name: &str) -> Self {
-        self.nft_command = ["ip", "netns", "exec", name, "nft"]
-            .map(String::from)
-            .to_vec();
         self.netns = Some(PathBuf::from("/run/netns").join(name));
         self
-    }
-
-    /// Whether element-only updates may go through netlink: it is on, and
-    /// the namespace nft programs is known.
-    fn netlink_usable(&self) -> bool {
-        self.netlink && (self.netns.is_some() || self.nft_command == ["nft"])
     }
 
     pub(crate) fn masquerade_mark(&self) -> u32 {
@@ -217,14 +167,14 @@ enum Mode {
     DryRun,
 }
 
-/// Per-family state: what each Service contributes, the sum of it, and
-/// what the kernel holds.
+/// Per-family state: what the table's fixed part and each Service
+/// contribute, the sum of it, and what changed since the last applied
+/// sync.
 #[derive(Default)]
 struct FamilyState {
     globals: Render,
     desired: Objects,
-    applied: Option<Applied>,
-    touched: Touched,
+    pending: Pending,
 }
 
 /// What the last sync did.
@@ -233,33 +183,36 @@ struct FamilyState {
 pub struct SyncStats {
     /// Whether it replaced a table (both, or one family's).
     pub full: bool,
-    /// Lines (nft commands) in its script.
+    /// Changes in its transaction (each add, delete or flush of an
+    /// object, a rule, or a run of elements of one set).
     pub commands: usize,
     /// Services re-rendered.
     pub services: usize,
-    /// Time to render and run the transaction.
+    /// Time to render and apply the transaction.
     pub micros: u128,
-    /// Of which running `nft` (or the netlink transaction).
-    pub nft_micros: u128,
-    /// Whether it went as a netlink batch (elements only), not through
-    /// `nft`.
-    pub netlink: bool,
+    /// Of which applying it in the kernel.
+    pub kernel_micros: u128,
 }
 
 /// The nftables backend. See the crate docs.
 pub struct NftBackend {
     config: Config,
     mode: Mode,
+    keep_scripts: bool,
     tracker: ViewTracker,
     /// The view as of the last render: what the desired objects hold.
     rendered: NodeView,
     families: [FamilyState; 2],
     last_script: String,
     last: SyncStats,
-    /// The netlink socket of element-only updates, opened on first use.
-    socket: Option<netlink::Socket>,
-    /// The tables' generation, as published to an aggregator.
+    /// The netlink socket, opened on first use and kept (closing one
+    /// costs the kernel ~15 ms); dropped after a failure, so the next
+    /// transaction starts on a fresh one.
+    socket: Option<nft::Socket>,
+    /// Publishing through an aggregator: the tables' generation, and the
+    /// pick chains published so far.
     epoch: u64,
+    published_picks: usize,
 }
 
 impl std::fmt::Debug for NftBackend {
@@ -273,28 +226,39 @@ impl std::fmt::Debug for NftBackend {
 }
 
 impl NftBackend {
-    /// A backend that applies its scripts with `config.nft_command`.
+    /// A backend that programs the kernel.
     pub fn new(config: Config) -> Self {
         Self {
             config,
             mode: Mode::Apply,
+            keep_scripts: false,
             tracker: ViewTracker::default(),
             rendered: NodeView::default(),
             families: Default::default(),
             last_script: String::new(),
             socket: None,
             epoch: 0,
+            published_picks: 0,
             last: SyncStats::default(),
         }
     }
 
-    /// Renders scripts but never runs nft (`--dry-run`).
+    /// Computes each sync's transaction and keeps its text, but never
+    /// touches the kernel (`--dry-run`).
     pub fn dry_run(mut self) -> Self {
         self.mode = Mode::DryRun;
         self
     }
 
-    /// The script of the last sync (applied, or printed in dry-run mode).
+    /// Keeps the text of applied transactions too (for debugging and
+    /// tests: at 10k Services a full sync's text is ~10 MB).
+    pub fn keep_scripts(mut self) -> Self {
+        self.keep_scripts = true;
+        self
+    }
+
+    /// The last sync's transaction as an nft script: in dry-run mode, or
+    /// with [`keep_scripts`](Self::keep_scripts); empty otherwise.
     pub fn last_script(&self) -> &str {
         &self.last_script
     }
@@ -314,44 +278,23 @@ impl NftBackend {
         self.tracker.force_full();
     }
 
-    /// The desired tables of both families as a [`kpng_aggregator`]
-    /// fragment: the objects a full sync writes. `epoch` is the tables'
-    /// generation: a new one makes the aggregator replace them whole.
-    pub fn fragment_at(&self, epoch: u64) -> kpng_aggregator::nft::Fragment {
-        let mut fragment = kpng_aggregator::nft::Fragment::new();
-        for (i, family) in IpFamily::BOTH.into_iter().enumerate() {
-            let table = Table {
-                fam: Fam(family),
-                name: &self.config.table,
-                config: &self.config,
-            };
-            table.fragment(&self.families[i].desired, epoch, &mut fragment);
-        }
-        fragment
+    fn table(&self, family: IpFamily) -> nft::Table {
+        nft::Table::new(Fam(family).family(), self.config.table.as_str())
     }
 
-    /// The global objects of one family: NodePort addresses and CIDRs.
+    /// The table's fixed part for one family, with the NodePort addresses
+    /// and CIDRs.
     fn globals(&self, family: IpFamily) -> Render {
-        let mut render = Render::default();
-        let node_ips: Vec<String> = match &self.config.nodeport_addresses {
-            Some(cidrs) => cidrs_in(cidrs, family),
+        let node_ips: Vec<(IpAddr, u8)> = match &self.config.nodeport_addresses {
+            Some(cidrs) => cidrs.clone(),
             None => self
                 .tracker
                 .view()
                 .node_addresses(family)
-                .map(|ip| ip.to_string())
+                .map(|ip| (ip, if ip.is_ipv4() { 32 } else { 128 }))
                 .collect(),
         };
-        for (set, list) in [
-            (NODEPORT_IPS, node_ips),
-            (CLUSTER_CIDRS, self.config.cluster_cidrs(family)),
-            (SERVICE_CIDRS, cidrs_in(&self.config.service_cidrs, family)),
-        ] {
-            for e in list {
-                render.elements.entry(set).or_default().insert(e.into());
-            }
-        }
-        render
+        render::globals(Fam(family), &self.config, &node_ips)
     }
 
     /// Re-renders what changed since the last sync into the desired
@@ -360,19 +303,16 @@ impl NftBackend {
         let changes = self.tracker.take_changes();
         let (full, names) = (changes.full, changes.services);
         for (i, family) in IpFamily::BOTH.into_iter().enumerate() {
-            let globals = changes.node.then(|| self.globals(family));
+            let globals = (changes.node || full).then(|| self.globals(family));
             let state = &mut self.families[i];
             if full {
-                *state = FamilyState {
-                    applied: None,
-                    ..FamilyState::default()
-                };
+                *state = FamilyState::default();
             }
-            let mut touched = if full { None } else { Some(&mut state.touched) };
+            let mut pending = if full { None } else { Some(&mut state.pending) };
             if let Some(globals) = globals {
                 let old = std::mem::replace(&mut state.globals, globals);
-                state.desired.remove(&old, touched.as_deref_mut());
-                state.desired.add(&state.globals, touched.as_deref_mut());
+                state.desired.remove(&old, pending.as_deref_mut());
+                state.desired.add(&state.globals, pending.as_deref_mut());
             }
             for name in &names {
                 // What a Service contributed is rendered again from the
@@ -381,11 +321,11 @@ impl NftBackend {
                 // Services that saves a copy of every chain and element.
                 if let Some(old) = self.rendered.services.get(name).filter(|_| !full) {
                     let old = render::service(old, family, &self.config);
-                    state.desired.remove(&old, touched.as_deref_mut());
+                    state.desired.remove(&old, pending.as_deref_mut());
                 }
                 if let Some(view) = self.tracker.view().services.get(name) {
                     let new = render::service(view, family, &self.config);
-                    state.desired.add(&new, touched.as_deref_mut());
+                    state.desired.add(&new, pending.as_deref_mut());
                 }
             }
         }
@@ -394,93 +334,43 @@ impl NftBackend {
         names.len()
     }
 
-    /// The script of this sync, per family whether it replaces the whole
-    /// table, and the same change as a netlink batch when it changes
-    /// elements only.
-    fn script(&self) -> (String, [bool; 2], Option<Batch>) {
-        let mut out = String::new();
-        let mut full = [true; 2];
-        let mut batch = (self.mode == Mode::Apply && self.config.netlink_usable()).then(Batch::new);
+    /// This sync's transaction, and whether it replaces the tables.
+    fn transaction(&self) -> (Transaction, bool) {
+        let full = self.tracker.full()
+            || self
+                .families
+                .iter()
+                .any(|s| !s.pending.in_place(&s.desired));
+        let mut tx = Transaction::new();
         for (i, family) in IpFamily::BOTH.into_iter().enumerate() {
             let state = &self.families[i];
-            let table = Table {
-                fam: Fam(family),
-                name: &self.config.table,
-                config: &self.config,
-            };
-            let incremental = match &state.applied {
-                Some(applied) if !self.tracker.full() => {
-                    table.incremental(applied, &state.desired, &state.touched)
-                }
-                _ => None,
-            };
-            match incremental {
-                Some(delta) => {
-                    full[i] = false;
-                    out.push_str(&delta.script);
-                    if delta.structural {
-                        batch = None;
-                    }
-                    for (map, verb, list) in &delta.elements {
-                        let Some(b) = batch.as_mut() else { break };
-                        let list: Vec<&render::Elem> = list.iter().collect();
-                        if let Err(e) = b.elements(family, &self.config.table, map, *verb, &list) {
-                            tracing::warn!(error = %e, "element not encodable for netlink; using nft");
-                            batch = None;
-                        }
-                    }
-                }
-                None => {
-                    batch = None;
-                    table.full(&state.desired, &mut out);
-                }
+            let table = self.table(family);
+            if full {
+                state.desired.full(&table, &mut tx);
+            } else {
+                state.desired.incremental(&table, &state.pending, &mut tx);
             }
         }
-        let batch = batch.filter(|b| !b.is_empty() && b.len() <= netlink::MAX_BATCH);
-        (out, full, batch)
+        (tx, full)
     }
 
-    /// Runs one netlink transaction on the kept socket; a failure drops
-    /// the socket, so the next one starts clean.
-    fn send(&mut self, batch: Batch) -> Result<(), Error> {
-        let failed = |e: kpng_netfilter::Error| Error::Netlink {
-            message: e.to_string(),
-        };
+    /// Applies one transaction on the kept socket; a failure drops the
+    /// socket, so the next one starts clean.
+    fn send(&mut self, tx: &Transaction) -> Result<(), Error> {
         let mut socket = match self.socket.take() {
             Some(socket) => socket,
-            None => netlink::Socket::open(self.config.netns.as_deref()).map_err(failed)?,
+            None => nft::Socket::open(self.config.netns.as_deref())?,
         };
-        socket.send(batch).map_err(failed)?;
+        socket.apply(tx)?;
         self.socket = Some(socket);
         Ok(())
-    }
-
-    /// Runs one transaction.
-    fn run(&self, script: &str) -> Result<(), Error> {
-        use kpng_netfilter::Error as Run;
-        if self.config.nft_command.is_empty() {
-            return Err(Error::Config {
-                field: "nft command",
-                value: String::new(),
-            });
-        }
-        kpng_aggregator::nft::run_script(&self.config.nft_command, script, self.config.nft_timeout)
-            .map_err(|e| match e {
-                Run::Spawn { command, source } => Error::Spawn { command, source },
-                Run::Timeout { seconds, .. } => Error::Timeout { seconds },
-                Run::Command { status, stderr, .. } => Error::Nft { status, stderr },
-                other => Error::Nft {
-                    status: String::new(),
-                    stderr: other.to_string(),
-                },
-            })
     }
 }
 
 /// Through a [`kpng_aggregator::Publisher`], the backend is one producer
-/// among several: it renders as usual and publishes its tables; a full
-/// sync (the first, after a failure, or for more pick chains) publishes a
-/// new table epoch, which the aggregator applies as a whole-table replace.
+/// among several: it renders as usual and publishes its tables as nft
+/// text; a full sync (the first, after a failure) publishes a new table
+/// epoch, which the aggregator applies as a whole-table replace.
 impl kpng_aggregator::Producer for NftBackend {
     type Subsystem = kpng_aggregator::nft::Nft;
 
@@ -488,10 +378,12 @@ impl kpng_aggregator::Producer for NftBackend {
         self.dry_run()
     }
     fn fragment(&mut self) -> imbl::OrdMap<kpng_aggregator::nft::Key, kpng_aggregator::nft::Value> {
-        if self.last.full {
+        let needed = aggregate::pick_capacity(&self.families);
+        if self.last.full || needed > self.published_picks {
             self.epoch += 1;
+            self.published_picks = needed;
         }
-        self.fragment_at(self.epoch).into()
+        aggregate::fragment(self, self.epoch, self.published_picks).into()
     }
     fn force_full(&mut self) {
         self.tracker.force_full();
@@ -501,41 +393,38 @@ impl kpng_aggregator::Producer for NftBackend {
 impl IncrementalSink for NftBackend {
     kpng_sink::tracked_view!(tracker);
 
-    /// Renders what changed and applies it in one nft transaction. On
-    /// failure the kernel keeps its previous ruleset and the next sync is
-    /// a full one.
+    /// Renders what changed and applies it in one transaction. On failure
+    /// the kernel keeps its previous ruleset and the next sync is a full
+    /// one.
     fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
         self.tracker.check()?;
         let start = Instant::now();
         let services = self.refresh();
-        let (script, full_families, batch) = self.script();
-        let full = full_families.contains(&true);
-        let nft_start = Instant::now();
-        let netlink = batch.is_some();
-        let result = match (self.mode, batch) {
-            (Mode::DryRun, _) => Ok(()),
-            (Mode::Apply, Some(batch)) => self.send(batch),
-            (Mode::Apply, None) if script.is_empty() => Ok(()),
-            (Mode::Apply, None) => self.run(&script),
+        let (tx, full) = self.transaction();
+        let kernel_start = Instant::now();
+        let result = match self.mode {
+            Mode::DryRun => Ok(()),
+            Mode::Apply if tx.is_empty() => Ok(()),
+            Mode::Apply => self.send(&tx),
         };
-        let nft_micros = nft_start.elapsed().as_micros();
+        let kernel_micros = kernel_start.elapsed().as_micros();
         self.last = SyncStats {
             full,
-            commands: script.lines().count(),
+            commands: tx.len(),
             services,
             micros: start.elapsed().as_micros(),
-            nft_micros,
-            netlink,
+            kernel_micros,
         };
-        self.last_script = script;
+        self.last_script.clear();
+        if self.mode == Mode::DryRun || self.keep_scripts {
+            use std::fmt::Write as _;
+            let _ = write!(self.last_script, "{tx}");
+        }
+        drop(tx);
         match result {
             Ok(()) => {
-                for (state, full) in self.families.iter_mut().zip(full_families) {
-                    match state.applied.as_mut() {
-                        Some(applied) if !full => applied.update(&state.desired, &state.touched),
-                        _ => state.applied = Some(Applied::from_objects(&state.desired)),
-                    }
-                    state.touched = Touched::default();
+                for state in &mut self.families {
+                    state.pending = Pending::default();
                 }
                 self.tracker.synced(true);
                 tracing::debug!(

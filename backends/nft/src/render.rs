@@ -1,18 +1,28 @@
 //! Rendering: the node view as nftables objects, per IP family.
 //!
 //! The ruleset is shaped to nft's cost model (see docs/architecture.md):
-//! a few large maps and many tiny chains, no per-endpoint chain and no
-//! anonymous map except for ClientIP affinity. Dispatch is one verdict-map
-//! lookup (`service-ips`, `service-nodeports`); endpoint choice is one
-//! shared rule per endpoint count that looks up the target in a single big
-//! map keyed by (address, protocol, port, random index).
+//! a few large maps and many tiny chains, no per-endpoint chain (except
+//! for ClientIP affinity). Dispatch is one verdict-map lookup
+//! (`service-ips`, `service-nodeports`); endpoint choice is one shared
+//! rule per endpoint count that looks the target up in a single big map
+//! keyed by (address, protocol, port, random index).
+//!
+//! Objects are rendered in the kernel's terms ([`Expr`]s, element bytes),
+//! not as text: the text of a dry run is printed from them.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use kpng_model::v1::ServicePort;
 use kpng_model::view::ServiceView;
 use kpng_model::{IpFamily, ServiceName};
+use kpng_netfilter::nft::build::{self, Load};
+use kpng_netfilter::nft::{
+    BaseChain, ChainType, CtKey, DataType, DynsetOp, Expr, Family, Hook, Reg, RejectKind, Set,
+    Verdict,
+};
 
 use crate::Config;
 
@@ -36,6 +46,11 @@ pub(crate) const NODEPORT_IPS: &str = "nodeport-ips";
 pub(crate) const CLUSTER_CIDRS: &str = "cluster-cidrs";
 /// Set: the Service CIDRs (`--service-cidr`).
 pub(crate) const SERVICE_CIDRS: &str = "service-cidrs";
+/// The chain that rejects.
+pub(crate) const REJECT_CHAIN: &str = "reject-chain";
+
+/// A set's or map's name: most are the table's fixed ones.
+pub(crate) type SetName = Cow<'static, str>;
 
 /// Which endpoint set, for which kind of destination.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -64,65 +79,175 @@ impl Pick {
         Pick::NodePort { local: true },
     ];
 
+    /// What the map is keyed by, with `n` the endpoint count.
+    pub(crate) fn key(self, family: Family, n: u32) -> Vec<Load> {
+        match self {
+            Pick::Vip { .. } => vec![
+                Load::Daddr(family),
+                Load::L4Proto,
+                Load::Dport,
+                Load::Random(n),
+            ],
+            Pick::NodePort { .. } => vec![Load::L4Proto, Load::Dport, Load::Random(n)],
+        }
+    }
+
+    /// The map's declaration: by `typeof`, since one key part is a
+    /// `numgen` value, mapping to NAT targets.
+    pub(crate) fn set(self, family: Family) -> Set {
+        Set::keyed_by(self.map(), &self.key(family, 2))
+            .to_values(&[Load::Daddr(family), Load::Dport])
+    }
+
     /// The shared chain that picks one of `n` targets.
     pub(crate) fn chain(self, n: usize) -> String {
         format!("pick-{}-{n}", self.map())
     }
+
+    /// The pick chain's rule: DNAT to the target at a random index.
+    pub(crate) fn rule(self, family: Family, n: usize) -> Vec<Expr> {
+        let n = u32::try_from(n).unwrap_or(u32::MAX);
+        build::dnat_map(family, &self.key(family, n), self.map())
+    }
 }
 
-/// Words that differ between the `ip` and `ip6` families.
+/// The family's words and types.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Fam(pub(crate) IpFamily);
 
 impl Fam {
-    pub(crate) fn table(self) -> &'static str {
+    pub(crate) fn family(self) -> Family {
         match self.0 {
-            IpFamily::V4 => "ip",
-            IpFamily::V6 => "ip6",
+            IpFamily::V4 => Family::Ip,
+            IpFamily::V6 => Family::Ip6,
         }
     }
-    pub(crate) fn addr_type(self) -> &'static str {
-        match self.0 {
-            IpFamily::V4 => "ipv4_addr",
-            IpFamily::V6 => "ipv6_addr",
-        }
+
+    pub(crate) fn addr_type(self) -> DataType {
+        DataType::addr(self.family())
     }
-    /// `ip` or `ip6`, the payload protocol keyword.
-    pub(crate) fn proto(self) -> &'static str {
-        self.table()
-    }
-    /// An address and port as a NAT target.
-    pub(crate) fn target(self, ip: IpAddr, port: u16) -> String {
-        match ip {
-            IpAddr::V6(v6) => format!("[{v6}]:{port}"),
-            IpAddr::V4(v4) => format!("{v4}:{port}"),
+
+    /// The address's bytes, if it is of this family.
+    fn bytes(self, ip: IpAddr) -> Option<Vec<u8>> {
+        match (ip, self.0) {
+            (IpAddr::V4(v4), IpFamily::V4) => Some(v4.octets().to_vec()),
+            (IpAddr::V6(v6), IpFamily::V6) => Some(v6.octets().to_vec()),
+            _ => None,
         }
     }
 }
 
-/// One map or set element, as nft text.
-pub(crate) type Elem = std::sync::Arc<str>;
+/// The bytes of an element's key or value, inline: a concatenation, each
+/// part padded to whole 32-bit registers (at most two IPv6 addresses).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct Bytes<const N: usize> {
+    len: u8,
+    buf: [u8; N],
+}
 
-/// The nft objects one Service contributes to one family.
+impl<const N: usize> Bytes<N> {
+    /// The parts, each padded to whole registers; `None` if too long.
+    pub(crate) fn of(parts: &[&[u8]]) -> Option<Self> {
+        let mut buf = [0; N];
+        let mut len = 0;
+        for part in parts {
+            buf.get_mut(len..len + part.len())?.copy_from_slice(part);
+            len = (len + part.len()).next_multiple_of(4);
+        }
+        Some(Self {
+            len: u8::try_from(len.min(N)).ok()?,
+            buf,
+        })
+    }
+
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        &self.buf[..usize::from(self.len)]
+    }
+}
+
+impl<const N: usize> std::fmt::Debug for Bytes<N> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:02x?}", self.as_slice())
+    }
+}
+
+/// An element's key.
+pub(crate) type Key = Bytes<32>;
+
+/// What an element maps to.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum Value {
+    /// Nothing: a set's element.
+    None,
+    /// `goto` a chain.
+    Goto(Arc<str>),
+    /// `jump` to a chain.
+    Jump(Arc<str>),
+    /// A NAT target: address and port.
+    Target(Bytes<20>),
+}
+
+/// One element of a set or map, in the kernel's form. In an interval set
+/// the key is a prefix: the address and, in its last byte, the length.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct Elem {
+    pub(crate) key: Key,
+    pub(crate) value: Value,
+}
+
+/// A chain: its hook for a base chain, and its rules.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ChainDef {
+    pub(crate) base: Option<BaseChain>,
+    pub(crate) rules: Vec<Vec<Expr>>,
+}
+
+/// The nft objects one Service (or the table's fixed part) contributes to
+/// one family.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Render {
-    /// Chains, by name, with their rules.
-    pub(crate) chains: BTreeMap<String, Vec<String>>,
-    /// Elements, per map or set. Shared strings: the desired and applied
-    /// records hold the same allocations.
-    pub(crate) elements: BTreeMap<&'static str, BTreeSet<Elem>>,
-    /// Dynamic sets (affinity), by name, with their declaration.
-    pub(crate) sets: BTreeMap<String, String>,
-    /// The shared pick chains this Service jumps to.
-    pub(crate) picks: BTreeSet<(Pick, usize)>,
-    /// The shared policy chains its ports go to.
-    pub(crate) shared: BTreeSet<Shared>,
+    /// Chains, by name.
+    pub(crate) chains: BTreeMap<String, ChainDef>,
+    /// Sets and maps, by name.
+    pub(crate) sets: BTreeMap<String, Set>,
+    /// Elements, per set or map.
+    pub(crate) elements: BTreeMap<SetName, BTreeSet<Elem>>,
 }
 
 impl Render {
-    fn element(&mut self, map: &'static str, element: String) {
-        self.elements.entry(map).or_default().insert(element.into());
+    fn element(&mut self, set: impl Into<SetName>, key: Option<Key>, value: Value) {
+        if let Some(key) = key {
+            self.elements
+                .entry(set.into())
+                .or_default()
+                .insert(Elem { key, value });
+        }
     }
+
+    fn chain(&mut self, name: impl Into<String>, rules: Vec<Vec<Expr>>) {
+        self.chains
+            .insert(name.into(), ChainDef { base: None, rules });
+    }
+}
+
+/// A prefix as an interval set's element key.
+pub(crate) fn prefix_key(fam: Fam, ip: IpAddr, len: u8) -> Option<Key> {
+    Key::of(&[&fam.bytes(ip)?, &[len]])
+}
+
+/// The prefix an interval set's element key holds.
+pub(crate) fn prefix_of(key: &Key) -> Option<(IpAddr, u8)> {
+    let bytes = key.as_slice();
+    let ip: IpAddr = match bytes.len() {
+        8 => IpAddr::from(<[u8; 4]>::try_from(&bytes[..4]).ok()?),
+        20 => IpAddr::from(<[u8; 16]>::try_from(&bytes[..16]).ok()?),
+        _ => return None,
+    };
+    let len = match ip {
+        IpAddr::V4(_) => bytes[4],
+        IpAddr::V6(_) => bytes[16],
+    };
+    Some((ip, len))
 }
 
 /// A stable, short, nft-safe id for one Service port: FNV-1a over the
@@ -144,15 +269,12 @@ fn sanitize_ip(ip: IpAddr) -> String {
     ip.to_string().replace(['.', ':'], "-")
 }
 
-struct PortCtx<'a> {
-    fam: Fam,
-    config: &'a Config,
-    id: String,
-    proto: &'static str,
-    port: u16,
-    affinity: Option<u32>,
-    cluster: Vec<(IpAddr, u16)>,
-    local: Vec<(IpAddr, u16)>,
+fn proto_number(proto: &str) -> u8 {
+    match proto {
+        "tcp" => 6,
+        "udp" => 17,
+        _ => 132,
+    }
 }
 
 /// Which traffic a chain serves.
@@ -184,10 +306,9 @@ impl Kind {
 }
 
 /// A chain shared by every Service port with the same kind, policy and
-/// endpoint counts: its rules depend on nothing else, so the table holds a
-/// few hundred such chains, not one per Service. All of them, up to the
-/// pick capacity, are made by a full sync and kept: an endpoint that comes
-/// or goes then changes map elements only.
+/// endpoint counts: its rules depend on nothing else, so the table holds
+/// a few such chains, not one per Service. A Service that uses it renders
+/// it, and the table holds it while any Service does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct Shared {
     kind: Kind,
@@ -214,20 +335,6 @@ impl Shared {
         }
     }
 
-    /// Every shared chain with at most `capacity` endpoints.
-    pub(crate) fn all(capacity: usize) -> impl Iterator<Item = Shared> {
-        [Kind::Svc, Kind::Ext, Kind::Np]
-            .into_iter()
-            .flat_map(move |kind| {
-                let cluster = (1..=capacity).map(move |c| Shared::new(kind, false, c, 0));
-                let local = (1..=capacity)
-                    .flat_map(move |c| (0..=capacity).map(move |l| Shared::new(kind, true, c, l)));
-                cluster.chain(local)
-            })
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-    }
-
     pub(crate) fn name(self) -> String {
         let kind = self.kind.word();
         match (self.kind, self.local) {
@@ -236,21 +343,11 @@ impl Shared {
             (_, true) => format!("{kind}-l{}-{}", self.cluster, self.local_n),
         }
     }
-
-    pub(crate) fn rules(self, fam: Fam, config: &Config) -> Vec<String> {
-        policy_rules(fam, config, self.kind, self.local, |local| {
-            let n = if local { self.local_n } else { self.cluster };
-            if n == 0 {
-                "drop".into()
-            } else {
-                format!("goto {}", self.kind.pick(local).chain(n))
-            }
-        })
-    }
 }
 
-fn mark(config: &Config) -> String {
-    format!("meta mark set meta mark or {:#x}", config.masquerade_mark())
+/// The masquerade mark, set.
+fn mark(config: &Config) -> Vec<Expr> {
+    build::mark_set_or(config.masquerade_mark())
 }
 
 /// The rules of a chain for traffic of `kind` under a `local` (or Cluster)
@@ -261,138 +358,202 @@ fn policy_rules(
     config: &Config,
     kind: Kind,
     local: bool,
-    mut select: impl FnMut(bool) -> String,
-) -> Vec<String> {
-    let saddr = format!("{} saddr", fam.proto());
+    mut select: impl FnMut(bool) -> Verdict,
+) -> Vec<Vec<Expr>> {
+    let saddr = [Load::Saddr(fam.family())];
+    let has_cidrs = !config.cluster_cidrs(fam.0).is_empty();
     let mut rules = Vec::new();
     if kind == Kind::Svc {
         if config.masquerade_all {
             rules.push(mark(config));
-        } else if !config.cluster_cidrs(fam.0).is_empty() {
+        } else if has_cidrs {
             // Traffic from outside the pod network is masqueraded.
-            rules.push(format!("{saddr} != @{CLUSTER_CIDRS} {}", mark(config)));
+            rules.push(
+                [
+                    build::lookup(&saddr, CLUSTER_CIDRS, None, true),
+                    mark(config),
+                ]
+                .concat(),
+            );
         }
-        rules.push(select(local));
+        rules.push(build::verdict(select(local)));
         return rules;
     }
     if !local {
         // External traffic under the Cluster policy: always masqueraded.
-        return vec![mark(config), select(false)];
+        return vec![mark(config), build::verdict(select(false))];
     }
     let cluster = select(false);
-    if !config.cluster_cidrs(fam.0).is_empty() {
+    if has_cidrs {
         // Pods short-circuit to every endpoint, unmasqueraded.
-        rules.push(format!("{saddr} @{CLUSTER_CIDRS} {cluster}"));
+        rules.push(
+            [
+                build::lookup(&saddr, CLUSTER_CIDRS, None, false),
+                build::verdict(cluster.clone()),
+            ]
+            .concat(),
+        );
     }
     // The node itself: masqueraded, to every endpoint.
-    rules.push(format!("fib saddr type local {} {cluster}", mark(config)));
+    rules.push(
+        [
+            build::fib_local(true),
+            mark(config),
+            build::verdict(cluster),
+        ]
+        .concat(),
+    );
     // Everyone else: local endpoints only, client address kept.
-    rules.push(select(true));
+    rules.push(build::verdict(select(true)));
     rules
 }
 
+struct PortCtx<'a> {
+    fam: Fam,
+    config: &'a Config,
+    id: String,
+    proto: u8,
+    port: u16,
+    affinity: Option<u32>,
+    cluster: Vec<(IpAddr, u16)>,
+    local: Vec<(IpAddr, u16)>,
+}
+
 impl PortCtx<'_> {
+    fn targets(&self, local: bool) -> &[(IpAddr, u16)] {
+        if local { &self.local } else { &self.cluster }
+    }
+
     /// The chain that traffic of `kind` to this port goes to: a shared one
-    /// (`svc-c3`, `ext-l5-1`…), or with ClientIP affinity, whose rules name
-    /// endpoints, the port's own.
+    /// (`svc-c3`, `ext-l5-1`…) with the pick chains it uses, or with
+    /// ClientIP affinity, whose rules name endpoints, the port's own.
     fn chain(&self, render: &mut Render, kind: Kind, local: bool) -> String {
         if let Some(timeout) = self.affinity {
             let name = format!("{}-{}", kind.word(), self.id);
             let rules = policy_rules(self.fam, self.config, kind, local, |set_local| {
-                let set = if set_local {
-                    &self.local
+                if self.targets(set_local).is_empty() {
+                    Verdict::Drop
                 } else {
-                    &self.cluster
-                };
-                if set.is_empty() {
-                    "drop".into()
-                } else {
-                    format!("goto {}", self.affinity_chain(render, set_local, timeout))
+                    Verdict::Goto(self.affinity_chain(render, set_local, timeout))
                 }
             });
-            render.chains.insert(name.clone(), rules);
+            render.chain(name.clone(), rules);
             return name;
         }
         let shared = Shared::new(kind, local, self.cluster.len(), self.local.len());
-        for (set_local, n) in [(false, shared.cluster), (true, shared.local_n)] {
-            if n > 0 {
-                render.picks.insert((kind.pick(set_local), n));
+        let family = self.fam.family();
+        let rules = policy_rules(self.fam, self.config, kind, local, |set_local| {
+            let n = if set_local {
+                shared.local_n
+            } else {
+                shared.cluster
+            };
+            if n == 0 {
+                return Verdict::Drop;
             }
-        }
-        render.shared.insert(shared);
+            let pick = kind.pick(set_local);
+            render.chain(pick.chain(n), vec![pick.rule(family, n)]);
+            Verdict::Goto(pick.chain(n))
+        });
+        render.chain(shared.name(), rules);
         shared.name()
     }
 
-    /// ClientIP affinity: one timeout set and one chain per endpoint, one
-    /// chain per endpoint set that sends known clients back to their
-    /// endpoint and spreads the others.
+    /// ClientIP affinity: one timeout set and one chain per endpoint, and
+    /// one chain per endpoint set that sends known clients back to their
+    /// endpoint and spreads the others through a map by random index.
     fn affinity_chain(&self, render: &mut Render, local: bool, timeout: u32) -> String {
-        let set = if local { &self.local } else { &self.cluster };
-        let (fam, proto) = (self.fam, self.fam.proto());
-        let name = format!(
-            "aff-{}-{}",
-            self.id,
-            if local { "local" } else { "cluster" }
-        );
+        let set = self.targets(local);
+        let family = self.fam.family();
+        let which = if local { "local" } else { "cluster" };
+        let name = format!("aff-{}-{which}", self.id);
+        let spread = format!("afm-{}-{which}", self.id);
+        let saddr = [Load::Saddr(family)];
         let mut rules = Vec::new();
-        let mut spread = Vec::new();
         for (i, (ip, port)) in set.iter().enumerate() {
             let tag = sanitize_ip(*ip);
             let clients = format!("afc-{}-{tag}", self.id);
             let chain = format!("afe-{}-{tag}", self.id);
-            let dnat = format!(
-                "meta l4proto {} dnat {} to {}",
-                self.proto,
-                fam.table(),
-                fam.target(*ip, *port)
+            let dnat = [
+                build::equals(Load::L4Proto, &[self.proto]),
+                build::dnat_to(*ip, *port),
+            ]
+            .concat();
+            rules.push([build::lookup(&saddr, &clients, None, false), dnat.clone()].concat());
+            let index = u32::try_from(i).unwrap_or(u32::MAX);
+            render.element(
+                spread.clone(),
+                Key::of(&[&index.to_ne_bytes()]),
+                Value::Goto(chain.as_str().into()),
             );
-            rules.push(format!("{proto} saddr @{clients} {dnat}"));
-            spread.push(format!("{i} : goto {chain}"));
             render.sets.insert(
                 clients.clone(),
-                format!(
-                    "type {}; flags dynamic,timeout; timeout {timeout}s;",
-                    fam.addr_type()
-                ),
+                Set::new(clients.clone(), self.fam.addr_type()).with_timeouts(),
             );
-            render.chains.insert(
-                chain,
-                vec![format!("update @{clients} {{ {proto} saddr }}"), dnat],
-            );
+            let mut update = build::load(&saddr);
+            update.push(Expr::Dynset {
+                op: DynsetOp::Update,
+                set: clients,
+                key: Reg::r32(0),
+                timeout_ms: Some(u64::from(timeout) * 1000),
+            });
+            render.chain(chain, vec![update, dnat]);
         }
-        rules.push(format!(
-            "numgen random mod {} vmap {{ {} }}",
-            set.len(),
-            spread.join(", ")
+        let n = u32::try_from(set.len()).unwrap_or(u32::MAX);
+        render.sets.insert(
+            spread.clone(),
+            // Declared with a fixed modulus: `typeof` only names the
+            // key's type, and the declaration stays the same whatever the
+            // endpoint count.
+            Set::keyed_by(spread.clone(), &[Load::Random(2)]).to_verdicts(),
+        );
+        rules.push(build::lookup(
+            &[Load::Random(n)],
+            &spread,
+            Some(Reg::VERDICT),
+            false,
         ));
-        render.chains.insert(name.clone(), rules);
+        render.chain(name.clone(), rules);
         name
     }
 
-    fn vip_elements(&self, render: &mut Render, vip: &str, local: bool) {
-        let set = if local { &self.local } else { &self.cluster };
+    fn target(&self, ip: IpAddr, port: u16) -> Value {
+        match self
+            .fam
+            .bytes(ip)
+            .and_then(|a| Bytes::of(&[&a, &port.to_be_bytes()]))
+        {
+            Some(t) => Value::Target(t),
+            None => Value::None,
+        }
+    }
+
+    fn vip_elements(&self, render: &mut Render, vip: &[u8], local: bool) {
         let map = Pick::Vip { local }.map();
-        for (i, (ip, port)) in set.iter().enumerate() {
-            render.element(
-                map,
-                format!(
-                    "{vip} . {} . {} . {i} : {ip} . {port}",
-                    self.proto, self.port
-                ),
-            );
+        for (i, (ip, port)) in self.targets(local).iter().enumerate() {
+            let index = u32::try_from(i).unwrap_or(u32::MAX).to_ne_bytes();
+            let key = Key::of(&[vip, &[self.proto], &self.port.to_be_bytes(), &index]);
+            render.element(map, key, self.target(*ip, *port));
         }
     }
 
     fn np_elements(&self, render: &mut Render, node_port: u16, local: bool) {
-        let set = if local { &self.local } else { &self.cluster };
         let map = Pick::NodePort { local }.map();
-        for (i, (ip, port)) in set.iter().enumerate() {
-            render.element(
-                map,
-                format!("{} . {node_port} . {i} : {ip} . {port}", self.proto),
-            );
+        for (i, (ip, port)) in self.targets(local).iter().enumerate() {
+            let index = u32::try_from(i).unwrap_or(u32::MAX).to_ne_bytes();
+            let key = Key::of(&[&[self.proto], &node_port.to_be_bytes(), &index]);
+            render.element(map, key, self.target(*ip, *port));
         }
     }
+}
+
+/// Addresses of this family among `texts`, as bytes.
+fn addrs(fam: Fam, texts: &[String]) -> Vec<Vec<u8>> {
+    texts
+        .iter()
+        .filter_map(|t| t.parse::<IpAddr>().ok())
+        .filter_map(|ip| fam.bytes(ip))
+        .collect()
 }
 
 /// Renders one Service for one family.
@@ -401,12 +562,22 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &Config) -> 
     let fam = Fam(family);
     let name = view.service.service_name();
     let plan = view.plan(family);
-    let (cluster_ips, lb_ips, ranges) = (plan.cluster_ips, plan.lb_ips, plan.source_ranges);
-    let external: Vec<&String> = plan.externals().collect();
+    let cluster_ips = addrs(fam, plan.cluster_ips);
+    let lb_ips = addrs(fam, plan.lb_ips);
+    let external: Vec<Vec<u8>> = addrs(fam, plan.external_ips)
+        .into_iter()
+        .chain(lb_ips.iter().cloned())
+        .collect();
     let (itp_local, etp_local) = (plan.itp_local, plan.etp_local);
+    let ranges: Vec<(IpAddr, u8)> = plan
+        .source_ranges
+        .iter()
+        .filter_map(|r| kpng_model::addr::canonical_cidr("loadBalancerSourceRanges", r).ok())
+        .filter(|(ip, _)| IpFamily::of(ip) == family)
+        .collect();
 
-    for ip in cluster_ips {
-        render.element(CLUSTER_IPS, ip.clone());
+    for ip in &cluster_ips {
+        render.element(CLUSTER_IPS, Key::of(&[ip]), Value::None);
     }
     // This node's endpoints may reach themselves through the Service
     // (hairpin): such flows are masqueraded.
@@ -414,12 +585,12 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &Config) -> 
         .endpoints
         .iter()
         .filter(|e| e.is_local && e.family() == family)
-        .map(|e| e.ip)
+        .filter_map(|e| fam.bytes(e.ip))
     {
-        render.element(HAIRPIN, format!("{ip} . {ip}"));
+        render.element(HAIRPIN, Key::of(&[&ip, &ip]), Value::None);
     }
     for port in plan.ports {
-        let (proto, number, node_port) = (port.protocol, port.number, port.node_port);
+        let (proto, number, node_port) = (proto_number(port.protocol), port.number, port.node_port);
         let ctx = PortCtx {
             fam,
             config,
@@ -430,51 +601,60 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &Config) -> 
             cluster: port.cluster,
             local: port.local,
         };
-        let key = |vip: &str| format!("{vip} . {proto} . {number}");
+        let key = |vip: &[u8]| Key::of(&[vip, &[proto], &number.to_be_bytes()]);
+        let np_key = |np: u16| Key::of(&[&[proto], &np.to_be_bytes()]);
+        let goto = |chain: &str| Value::Goto(chain.into());
 
         // Source ranges apply to LB IPs only, whatever the endpoints.
         if !ranges.is_empty() && !lb_ips.is_empty() {
             let fw = format!("fw-{}", ctx.id);
-            render.chains.insert(
+            let sources = format!("src-{}", ctx.id);
+            render.sets.insert(
+                sources.clone(),
+                Set::new(sources.clone(), fam.addr_type()).intervals(),
+            );
+            for (ip, len) in &ranges {
+                render.element(sources.clone(), prefix_key(fam, *ip, *len), Value::None);
+            }
+            let saddr = [Load::Saddr(fam.family())];
+            render.chain(
                 fw.clone(),
                 vec![
-                    format!("{} saddr {{ {} }} return", fam.proto(), ranges.join(", ")),
-                    "drop".into(),
+                    [
+                        build::lookup(&saddr, &sources, None, false),
+                        build::verdict(Verdict::Return),
+                    ]
+                    .concat(),
+                    build::verdict(Verdict::Drop),
                 ],
             );
-            for lb in lb_ips {
-                render.element(FIREWALL_IPS, format!("{} : jump {fw}", key(lb)));
+            for lb in &lb_ips {
+                render.element(FIREWALL_IPS, key(lb), Value::Jump(fw.as_str().into()));
             }
         }
 
         if ctx.cluster.is_empty() {
             // No usable endpoint anywhere: every address rejects.
-            for vip in cluster_ips.iter().chain(external.iter().copied()) {
-                render.element(
-                    NO_ENDPOINT_SERVICES,
-                    format!("{} : goto reject-chain", key(vip)),
-                );
+            for vip in cluster_ips.iter().chain(&external) {
+                render.element(NO_ENDPOINT_SERVICES, key(vip), goto(REJECT_CHAIN));
             }
             if let Some(np) = node_port {
-                render.element(
-                    NO_ENDPOINT_NODEPORTS,
-                    format!("{proto} . {np} : goto reject-chain"),
-                );
+                render.element(NO_ENDPOINT_NODEPORTS, np_key(np), goto(REJECT_CHAIN));
             }
             continue;
         }
 
         if !cluster_ips.is_empty() {
             let chain = ctx.chain(&mut render, Kind::Svc, itp_local);
-            for ip in cluster_ips {
-                render.element(SERVICE_IPS, format!("{} : goto {chain}", key(ip)));
+            for ip in &cluster_ips {
+                render.element(SERVICE_IPS, key(ip), goto(&chain));
                 ctx.vip_elements(&mut render, ip, itp_local);
             }
         }
         if !external.is_empty() {
             let chain = ctx.chain(&mut render, Kind::Ext, etp_local);
             for ip in &external {
-                render.element(SERVICE_IPS, format!("{} : goto {chain}", key(ip)));
+                render.element(SERVICE_IPS, key(ip), goto(&chain));
                 ctx.vip_elements(&mut render, ip, false);
                 if etp_local {
                     ctx.vip_elements(&mut render, ip, true);
@@ -483,12 +663,160 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &Config) -> 
         }
         if let Some(np) = node_port {
             let chain = ctx.chain(&mut render, Kind::Np, etp_local);
-            render.element(SERVICE_NODEPORTS, format!("{proto} . {np} : goto {chain}"));
+            render.element(SERVICE_NODEPORTS, np_key(np), goto(&chain));
             ctx.np_elements(&mut render, np, false);
             if etp_local {
                 ctx.np_elements(&mut render, np, true);
             }
         }
+    }
+    render
+}
+
+/// The table's fixed part for one family: its maps and sets, its base
+/// chains and their rules, and the global elements (NodePort addresses,
+/// CIDRs).
+pub(crate) fn globals(fam: Fam, config: &Config, node_ips: &[(IpAddr, u8)]) -> Render {
+    let mut render = Render::default();
+    let f = fam.family();
+    let addr = fam.addr_type();
+    let (proto, port) = (DataType::INET_PROTO, DataType::INET_SERVICE);
+    let vip = DataType::concat(&[addr, proto, port]);
+    let np = DataType::concat(&[proto, port]);
+    let sets = [
+        Set::verdict_map(SERVICE_IPS, vip),
+        Set::verdict_map(SERVICE_NODEPORTS, np),
+        Set::verdict_map(NO_ENDPOINT_SERVICES, vip),
+        Set::verdict_map(NO_ENDPOINT_NODEPORTS, np),
+        Set::verdict_map(FIREWALL_IPS, vip),
+        Set::new(CLUSTER_IPS, addr),
+        Set::new(HAIRPIN, DataType::concat(&[addr, addr])),
+        Set::new(NODEPORT_IPS, addr).intervals(),
+        Set::new(CLUSTER_CIDRS, addr).intervals(),
+        Set::new(SERVICE_CIDRS, addr).intervals(),
+    ];
+    for set in sets.into_iter().chain(Pick::ALL.map(|p| p.set(f))) {
+        render.sets.insert(set.name.clone(), set);
+    }
+    for (set, list) in [
+        (NODEPORT_IPS, node_ips),
+        (CLUSTER_CIDRS, &config.cluster_cidrs[..]),
+        (SERVICE_CIDRS, &config.service_cidrs[..]),
+    ] {
+        for (ip, len) in list {
+            render.element(set, prefix_key(fam, *ip, *len), Value::None);
+        }
+    }
+
+    let m = config.masquerade_mark();
+    let daddr = [Load::Daddr(f)];
+    let vip_key = [Load::Daddr(f), Load::L4Proto, Load::Dport];
+    let np_key = [Load::L4Proto, Load::Dport];
+    let vmap = |keys: &[Load], map: &str| build::lookup(keys, map, Some(Reg::VERDICT), false);
+    let node_port = |map: &str| {
+        [
+            build::fib_local(false),
+            build::lookup(&daddr, NODEPORT_IPS, None, false),
+            vmap(&np_key, map),
+        ]
+        .concat()
+    };
+    let jump = |chain: &str| build::verdict(Verdict::Jump(chain.into()));
+    let new_conn = || build::ct_test(CtKey::State, 8);
+    let base = |kind, hook, priority| {
+        Some(BaseChain {
+            kind,
+            hook,
+            priority,
+        })
+    };
+    let filter = |hook| {
+        (
+            base(ChainType::Filter, hook, -10),
+            vec![[new_conn(), jump("service-filter")].concat()],
+        )
+    };
+    let reject = RejectKind::Icmp(match fam.0 {
+        // Port unreachable, as nft's plain `reject` sends.
+        IpFamily::V4 => 3,
+        IpFamily::V6 => 4,
+    });
+    let chains = [
+        (
+            "nat-prerouting",
+            (
+                base(ChainType::Nat, Hook::Prerouting, -100),
+                vec![jump("services")],
+            ),
+        ),
+        (
+            "nat-output",
+            (
+                base(ChainType::Nat, Hook::Output, -100),
+                vec![jump("services")],
+            ),
+        ),
+        (
+            "nat-postrouting",
+            (
+                base(ChainType::Nat, Hook::Postrouting, 100),
+                vec![
+                    [
+                        build::ct_test(CtKey::Status, 32),
+                        build::lookup(&[Load::Saddr(f), Load::Daddr(f)], HAIRPIN, None, false),
+                        build::mark_set_or(m),
+                    ]
+                    .concat(),
+                    [build::mark_test(m, false), build::verdict(Verdict::Return)].concat(),
+                    build::mark_set_xor(m),
+                    // Fully random source ports (NF_NAT_RANGE_PROTO_RANDOM_FULLY).
+                    vec![Expr::Masquerade { flags: 16 }],
+                ],
+            ),
+        ),
+        (
+            "filter-prerouting",
+            (
+                base(ChainType::Filter, Hook::Prerouting, -110),
+                vec![[new_conn(), vmap(&vip_key, FIREWALL_IPS)].concat()],
+            ),
+        ),
+        ("filter-input", filter(Hook::Input)),
+        ("filter-forward", filter(Hook::Forward)),
+        ("filter-output", filter(Hook::Output)),
+        (
+            "services",
+            (
+                None,
+                vec![vmap(&vip_key, SERVICE_IPS), node_port(SERVICE_NODEPORTS)],
+            ),
+        ),
+        (
+            "service-filter",
+            (
+                None,
+                vec![
+                    vmap(&vip_key, NO_ENDPOINT_SERVICES),
+                    node_port(NO_ENDPOINT_NODEPORTS),
+                    [
+                        build::lookup(&daddr, CLUSTER_IPS, None, false),
+                        vec![Expr::Reject(reject)],
+                    ]
+                    .concat(),
+                    [
+                        build::lookup(&daddr, SERVICE_CIDRS, None, false),
+                        build::verdict(Verdict::Drop),
+                    ]
+                    .concat(),
+                ],
+            ),
+        ),
+        (REJECT_CHAIN, (None, vec![vec![Expr::Reject(reject)]])),
+    ];
+    for (name, (base, rules)) in chains {
+        render
+            .chains
+            .insert(name.to_owned(), ChainDef { base, rules });
     }
     render
 }

@@ -248,6 +248,19 @@ pub fn lookup(keys: &[Load], set: &str, dreg: Option<Reg>, invert: bool) -> Vec<
     out
 }
 
+/// `LOAD VALUE`: the loaded value equals `value` (`meta l4proto tcp`).
+pub fn equals(load: Load, value: &[u8]) -> Vec<Expr> {
+    let r = Reg::r32(0);
+    vec![
+        load.expr(r),
+        Expr::Cmp {
+            sreg: r,
+            op: CmpOp::Eq,
+            data: value.to_vec(),
+        },
+    ]
+}
+
 /// `dnat ip to KEYS map @map`: the map holds (address, port) targets.
 pub fn dnat_map(family: Family, keys: &[Load], map: &str) -> Vec<Expr> {
     let mut out = lookup(keys, map, Some(Reg::r32(0)), false);
@@ -483,6 +496,13 @@ mod tests {
         assert_eq!(
             text(vec![ct_test(CtKey::State, 8), fib_local(false)]),
             "ct state new fib daddr type local"
+        );
+        assert_eq!(
+            text(vec![
+                equals(Load::L4Proto, &[6]),
+                dnat_to("10.0.0.1".parse().expect("ip"), 80)
+            ]),
+            "meta l4proto tcp dnat to 10.0.0.1:80"
         );
     }
 }

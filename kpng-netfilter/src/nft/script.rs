@@ -95,11 +95,15 @@ fn loads_words(loads: &[Load]) -> String {
 }
 
 impl Set {
-    /// The set's declaration in nft's syntax, as `add` takes it:
-    /// `map NAME { typeof ip daddr . th dport : verdict; }` or
-    /// `set NAME { type ipv4_addr; flags interval; }`.
+    /// `map` or `set`, as nft's commands name it.
+    pub fn kind(&self) -> &'static str {
+        if self.map.is_some() { "map" } else { "set" }
+    }
+
+    /// The set's declaration in nft's syntax, what goes between the
+    /// braces of `add map TABLE NAME { ... }`: `typeof ip daddr . th dport
+    /// : verdict` or `type ipv4_addr; flags interval`.
     pub fn declaration(&self) -> String {
-        let kind = if self.map.is_some() { "map" } else { "set" };
         let mut body = match &self.typeof_key {
             Some(key) => format!("typeof {}", loads_words(key)),
             None => format!("type {}", type_words(self.key)),
@@ -126,7 +130,7 @@ impl Set {
         if !flags.is_empty() {
             let _ = write!(body, "; flags {}", flags.join(","));
         }
-        format!("{kind} {} {{ {body}; }}", self.name)
+        body
     }
 
     /// One element in nft's syntax (a range's start prints as itself:
@@ -291,7 +295,14 @@ impl fmt::Display for Transaction {
                 },
                 Op::DeleteChain(table, chain) => writeln!(f, "delete chain {} {chain}", t(table))?,
                 Op::FlushChain(table, chain) => writeln!(f, "flush chain {} {chain}", t(table))?,
-                Op::AddSet(table, set) => writeln!(f, "add {} {}", t(table), set.declaration())?,
+                Op::AddSet(table, set) => writeln!(
+                    f,
+                    "add {} {} {} {{ {}; }}",
+                    set.kind(),
+                    t(table),
+                    set.name,
+                    set.declaration()
+                )?,
                 Op::DeleteSet(table, set) => writeln!(f, "delete set {} {set}", t(table))?,
                 Op::FlushSet(table, set) => writeln!(f, "flush set {} {set}", t(table))?,
                 Op::AddElements(table, set, elements) => {
@@ -331,7 +342,7 @@ mod tests {
         .to_values(&[Load::Daddr(Family::Ip), Load::Dport]);
         assert_eq!(
             pick.declaration(),
-            "map vip-cluster { typeof ip daddr . meta l4proto . th dport . numgen random mod 2 : ip daddr . th dport; }"
+            "typeof ip daddr . meta l4proto . th dport . numgen random mod 2 : ip daddr . th dport"
         );
         let e = Element::map(
             key(&[
@@ -350,20 +361,14 @@ mod tests {
             "service-ips",
             DataType::concat(&[DataType::IPV6_ADDR, DataType::INET_PROTO]),
         );
-        assert_eq!(
-            vmap.declaration(),
-            "map service-ips { type ipv6_addr . inet_proto : verdict; }"
-        );
+        assert_eq!(vmap.declaration(), "type ipv6_addr . inet_proto : verdict");
         let e = Element::map(
             key(&[&"fd00::1".parse::<Ipv6Addr>().expect("ip").octets(), &[17]]),
             Data::Verdict(Verdict::Goto("svc".into())),
         );
         assert_eq!(vmap.element_text(&e), "fd00::1 . udp : goto svc");
         let aff = Set::new("aff", DataType::IPV4_ADDR).with_timeouts();
-        assert_eq!(
-            aff.declaration(),
-            "set aff { type ipv4_addr; flags dynamic,timeout; }"
-        );
+        assert_eq!(aff.declaration(), "type ipv4_addr; flags dynamic,timeout");
     }
 
     #[test]

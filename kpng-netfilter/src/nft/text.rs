@@ -26,6 +26,8 @@ struct Value {
     mask: Option<Vec<u8>>,
     /// How many 32-bit registers it fills (an IPv6 address: four).
     width: usize,
+    /// Whether it is computed (`meta mark & 0x4000`), not loaded.
+    computed: bool,
 }
 
 impl Value {
@@ -35,6 +37,7 @@ impl Value {
             kind,
             mask: None,
             width: 1,
+            computed: false,
         }
     }
 
@@ -277,7 +280,11 @@ impl fmt::Display for Rule {
                             constant(kind, xor)
                         )
                     };
-                    set(&mut regs, slot(*dreg), Value::new(words, kind));
+                    let value = Value {
+                        computed: true,
+                        ..Value::new(words, kind)
+                    };
+                    set(&mut regs, slot(*dreg), value);
                 }
                 Expr::Cmp { sreg, op, data } => {
                     let Some(src) = regs.get(slot(*sreg)).cloned().flatten() else {
@@ -298,6 +305,11 @@ impl fmt::Display for Rule {
                             out.push(format!("{} {}", src.words, constant(src.kind, mask)));
                         }
                         (_, "==") if src.kind == Kind::AddrType => {
+                            out.push(format!("{} {}", src.words, constant(src.kind, data)));
+                        }
+                        // A plain value equals a constant: nft leaves out
+                        // the `==` (`meta l4proto tcp`), not after a mask.
+                        (None, "==") if !src.computed => {
                             out.push(format!("{} {}", src.words, constant(src.kind, data)));
                         }
                         _ => out.push(format!("{} {op} {}", src.words, constant(src.kind, data))),
@@ -498,7 +510,7 @@ mod tests {
         );
         // Not a shape nft names here: printed as what it is, not dropped.
         assert!(
-            unknown.to_string().contains("@link 0 6 == 0x000000000000"),
+            unknown.to_string().contains("@link 0 6 0x000000000000"),
             "{unknown}"
         );
     }

@@ -123,6 +123,11 @@ impl Transaction {
         self
     }
 
+    /// How many changes it holds (a run of elements of one set is one).
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
     /// Whether it changes nothing.
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()

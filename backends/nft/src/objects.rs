@@ -1,0 +1,312 @@
+//! Desired nft objects, what changed since the last applied sync, and the
+//! netlink transactions between them.
+
+use std::collections::BTreeMap;
+
+use kpng_netfilter::nft::{Chain, Data, Element, Rule, Set, Table, Transaction, Verdict};
+
+use crate::render::{ChainDef, Elem, Key, Render, SetName, Value, prefix_of};
+
+/// The objects of one family's table, with reference counts: Service
+/// ports alike share a chain, and several Services may contribute the
+/// same hairpin pair.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Objects {
+    pub(crate) chains: BTreeMap<String, (ChainDef, u32)>,
+    pub(crate) sets: BTreeMap<String, (Set, u32)>,
+    pub(crate) elements: BTreeMap<SetName, BTreeMap<Elem, u32>>,
+}
+
+/// What the kernel held, before the changes since the last applied sync,
+/// of each name those changes touched. Recorded at the first touch, when
+/// the desired objects still equal the applied ones: the kernel's state
+/// needs no copy of its own.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Pending {
+    chains: BTreeMap<String, Option<ChainDef>>,
+    sets: BTreeMap<String, Option<Set>>,
+    elements: BTreeMap<SetName, BTreeMap<Key, Option<Elem>>>,
+}
+
+impl Pending {
+    /// Whether the changes can be made in place: the kernel cannot change
+    /// a set's declaration or a base chain's hook, so such a change takes
+    /// a full sync.
+    pub(crate) fn in_place(&self, desired: &Objects) -> bool {
+        let sets = self
+            .sets
+            .iter()
+            .all(|(name, was)| match (was, desired.sets.get(name)) {
+                (Some(old), Some((new, _))) => old == new,
+                _ => true,
+            });
+        let chains = self
+            .chains
+            .iter()
+            .all(|(name, was)| match (was, desired.chains.get(name)) {
+                (Some(old), Some((new, _))) => old.base == new.base,
+                _ => true,
+            });
+        sets && chains
+    }
+}
+
+/// The element that holds `key` among sorted elements: the first one with
+/// that key. Two Services may claim one key (the same externalIP and port,
+/// say); the kernel would refuse the whole transaction, so one wins, the
+/// same one every time, and the node keeps working.
+fn holder<V>(elements: &BTreeMap<Elem, V>, key: &Key) -> Option<Elem> {
+    let from = Elem {
+        key: *key,
+        value: Value::None,
+    };
+    elements
+        .range(from..)
+        .next()
+        .map(|(e, _)| e)
+        .filter(|e| e.key == *key)
+        .cloned()
+}
+
+/// One element per key, in order; claims beyond the first are logged.
+fn holders<'a, V>(set: &str, elements: &'a BTreeMap<Elem, V>) -> Vec<&'a Elem> {
+    let mut out: Vec<&Elem> = Vec::with_capacity(elements.len());
+    for e in elements.keys() {
+        match out.last() {
+            Some(last) if last.key == e.key => {
+                tracing::warn!(set, kept = ?last, dropped = ?e, "two Services claim one key; keeping the first");
+            }
+            _ => out.push(e),
+        }
+    }
+    out
+}
+
+impl Objects {
+    /// Removes a render's contributions, recording what was there first
+    /// in `pending` (not needed for a full sync, which replaces all).
+    pub(crate) fn remove(&mut self, render: &Render, mut pending: Option<&mut Pending>) {
+        for name in render.chains.keys() {
+            if let Some(p) = pending.as_deref_mut() {
+                let now = self.chains.get(name).map(|(c, _)| c.clone());
+                p.chains.entry(name.clone()).or_insert(now);
+            }
+            if let Some((_, n)) = self.chains.get_mut(name) {
+                *n -= 1;
+                if *n == 0 {
+                    self.chains.remove(name);
+                }
+            }
+        }
+        for name in render.sets.keys() {
+            if let Some(p) = pending.as_deref_mut() {
+                let now = self.sets.get(name).map(|(s, _)| s.clone());
+                p.sets.entry(name.clone()).or_insert(now);
+            }
+            if let Some((_, n)) = self.sets.get_mut(name) {
+                *n -= 1;
+                if *n == 0 {
+                    self.sets.remove(name);
+                }
+            }
+        }
+        for (set, elements) in &render.elements {
+            let counts = self.elements.entry(set.clone()).or_default();
+            for e in elements {
+                if let Some(p) = pending.as_deref_mut() {
+                    let keys = p.elements.entry(set.clone()).or_default();
+                    keys.entry(e.key).or_insert_with(|| holder(counts, &e.key));
+                }
+                if let Some(n) = counts.get_mut(e) {
+                    *n -= 1;
+                    if *n == 0 {
+                        counts.remove(e);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Adds a render's contributions, recording in `pending` what was
+    /// there first.
+    pub(crate) fn add(&mut self, render: &Render, mut pending: Option<&mut Pending>) {
+        for (name, chain) in &render.chains {
+            if let Some(p) = pending.as_deref_mut() {
+                let now = self.chains.get(name).map(|(c, _)| c.clone());
+                p.chains.entry(name.clone()).or_insert(now);
+            }
+            // A shared chain's rules are the same for every user.
+            self.chains
+                .entry(name.clone())
+                .or_insert_with(|| (chain.clone(), 0))
+                .1 += 1;
+        }
+        for (name, set) in &render.sets {
+            if let Some(p) = pending.as_deref_mut() {
+                let now = self.sets.get(name).map(|(s, _)| s.clone());
+                p.sets.entry(name.clone()).or_insert(now);
+            }
+            self.sets
+                .entry(name.clone())
+                .or_insert_with(|| (set.clone(), 0))
+                .1 += 1;
+        }
+        for (set, elements) in &render.elements {
+            let counts = self.elements.entry(set.clone()).or_default();
+            for e in elements {
+                if let Some(p) = pending.as_deref_mut() {
+                    let keys = p.elements.entry(set.clone()).or_default();
+                    keys.entry(e.key).or_insert_with(|| holder(counts, &e.key));
+                }
+                *counts.entry(e.clone()).or_default() += 1;
+            }
+        }
+    }
+
+    /// The kernel's elements of `set`: one per key, or for an interval
+    /// set the merged ranges of its prefixes.
+    pub(crate) fn kernel_elements(&self, table: &Table, set: &Set) -> Vec<Element> {
+        let Some(elements) = self.elements.get(set.name.as_str()) else {
+            return Vec::new();
+        };
+        if set.interval {
+            let prefixes = elements.keys().filter_map(|e| prefix_of(&e.key));
+            return Element::ranges(table.family, prefixes);
+        }
+        holders(&set.name, elements)
+            .into_iter()
+            .map(element)
+            .collect()
+    }
+
+    /// The transaction that replaces the whole table with these objects:
+    /// add it (so that the delete cannot fail), delete it, and make it
+    /// again with everything in it. Rules and elements may name any chain
+    /// or set, so all of those come first.
+    pub(crate) fn full(&self, table: &Table, tx: &mut Transaction) {
+        tx.add_table(table).delete_table(table).add_table(table);
+        for (set, _) in self.sets.values() {
+            tx.add_set(table, set.clone());
+        }
+        for (name, (chain, _)) in &self.chains {
+            tx.add_chain(table, chain_of(name, chain));
+        }
+        for (name, (chain, _)) in &self.chains {
+            for rule in &chain.rules {
+                tx.add_rule(table, Rule::new(name.as_str(), rule.clone()));
+            }
+        }
+        for (set, _) in self.sets.values() {
+            tx.add_elements(table, &set.name, self.kernel_elements(table, set));
+        }
+    }
+
+    /// The transaction that turns the applied table into these objects,
+    /// for the names `pending` touched: new sets and chains first, changed
+    /// chains flushed and filled, elements deleted then added, and what is
+    /// gone emptied, then deleted once nothing points at it.
+    pub(crate) fn incremental(&self, table: &Table, pending: &Pending, tx: &mut Transaction) {
+        let now_set = |name: &str| self.sets.get(name).map(|(s, _)| s);
+        let now_chain = |name: &str| self.chains.get(name).map(|(c, _)| c);
+        for (name, was) in &pending.sets {
+            if let (None, Some(set)) = (was, now_set(name)) {
+                tx.add_set(table, set.clone());
+            }
+        }
+        let mut refill = Vec::new();
+        let mut gone_chains = Vec::new();
+        for (name, was) in &pending.chains {
+            match (was, now_chain(name)) {
+                (None, Some(chain)) => {
+                    tx.add_chain(table, chain_of(name, chain));
+                    refill.push((name, chain));
+                }
+                (Some(old), Some(chain)) if old != chain => {
+                    tx.flush_chain(table, name);
+                    refill.push((name, chain));
+                }
+                (Some(_), None) => gone_chains.push(name),
+                _ => {}
+            }
+        }
+        // Filled once every chain exists: rules may point at each other.
+        for (name, chain) in refill {
+            for rule in &chain.rules {
+                tx.add_rule(table, Rule::new(name.as_str(), rule.clone()));
+            }
+        }
+        let mut adds = Vec::new();
+        for (set_name, keys) in &pending.elements {
+            let set = now_set(set_name)
+                .or_else(|| pending.sets.get(set_name.as_ref()).and_then(Option::as_ref));
+            let Some(set) = set else { continue };
+            let is_new = matches!(pending.sets.get(set_name.as_ref()), Some(None));
+            let is_gone = now_set(set_name).is_none();
+            if set.interval {
+                // Ranges merge, so an interval set is written whole.
+                let changed = keys.iter().any(|(key, was)| {
+                    let now = self.elements.get(set_name).and_then(|e| holder(e, key));
+                    *was != now
+                });
+                if changed && !is_gone {
+                    if !is_new {
+                        tx.flush_set(table, set_name);
+                    }
+                    adds.push((set_name, self.kernel_elements(table, set)));
+                }
+                continue;
+            }
+            tx.describe(table, set);
+            let wanted = self.elements.get(set_name);
+            let (mut add, mut del) = (Vec::new(), Vec::new());
+            for (key, was) in keys {
+                let now = wanted.and_then(|w| holder(w, key));
+                if *was != now {
+                    del.extend(was.as_ref().map(element));
+                    add.extend(now.as_ref().map(element));
+                }
+            }
+            // Elements of a set that goes are deleted too: a verdict map's
+            // elements hold the chains they point at.
+            tx.delete_elements(table, set_name, del);
+            if !is_gone {
+                adds.push((set_name, add));
+            }
+        }
+        for (set, elements) in adds {
+            tx.add_elements(table, set, elements);
+        }
+        // Gone chains may point at each other (an affinity chain's rules
+        // name its endpoint sets, its map names its endpoint chains):
+        // empty them all, delete the sets, then the chains.
+        for name in &gone_chains {
+            tx.flush_chain(table, name);
+        }
+        for (name, was) in &pending.sets {
+            if was.is_some() && now_set(name).is_none() {
+                tx.delete_set(table, name);
+            }
+        }
+        for name in gone_chains {
+            tx.delete_chain(table, name);
+        }
+    }
+}
+
+fn chain_of(name: &str, chain: &ChainDef) -> Chain {
+    Chain {
+        name: name.to_owned(),
+        base: chain.base,
+    }
+}
+
+/// An element in the kernel's form.
+fn element(e: &Elem) -> Element {
+    let key = e.key.as_slice().to_vec();
+    match &e.value {
+        Value::None => Element::key(key),
+        Value::Goto(chain) => Element::map(key, Data::Verdict(Verdict::Goto(chain.to_string()))),
+        Value::Jump(chain) => Element::map(key, Data::Verdict(Verdict::Jump(chain.to_string()))),
+        Value::Target(t) => Element::map(key, Data::Value(t.as_slice().to_vec())),
+    }
+}
