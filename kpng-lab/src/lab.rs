@@ -396,6 +396,12 @@ impl Lab {
         objects
     }
 
+    /// A bare namespace `name` of this lab (loopback up, no links),
+    /// deleted with the lab: a scratch kernel to compare rulesets in.
+    pub fn scratch(&mut self, name: &str) -> String {
+        self.namespace(name)
+    }
+
     /// Runs `args` in the node namespace; its standard output.
     pub fn in_node(&self, args: &[&str]) -> String {
         let out = Command::new("ip")

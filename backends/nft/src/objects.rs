@@ -242,6 +242,7 @@ impl Objects {
             let Some(set) = set else { continue };
             let is_new = matches!(pending.sets.get(set_name.as_ref()), Some(None));
             let is_gone = now_set(set_name).is_none();
+            tx.describe(table, set);
             if set.interval {
                 // Ranges merge, so an interval set is written whole.
                 let changed = keys.iter().any(|(key, was)| {
@@ -256,7 +257,6 @@ impl Objects {
                 }
                 continue;
             }
-            tx.describe(table, set);
             let wanted = self.elements.get(set_name);
             let (mut add, mut del) = (Vec::new(), Vec::new());
             for (key, was) in keys {
