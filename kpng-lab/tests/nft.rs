@@ -335,7 +335,7 @@ fn the_dry_run_text_is_what_netlink_applies() {
     };
     proxy.load(&first).expect("sync");
     assert!(proxy.backend.last_full());
-    compare("full", proxy.backend.last_script());
+    compare("full", &proxy.backend.last_script());
 
     // Endpoint counts already in use (nft 1.0.6 cannot add a rule that
     // uses a `typeof` map an earlier transaction made, so the text of a
@@ -358,5 +358,5 @@ fn the_dry_run_text_is_what_netlink_applies() {
     ]);
     proxy.load(&second).expect("sync");
     assert!(!proxy.backend.last_full());
-    compare("incremental", proxy.backend.last_script());
+    compare("incremental", &proxy.backend.last_script());
 }

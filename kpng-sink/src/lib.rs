@@ -121,6 +121,28 @@ pub trait FullStateSink {
     fn sync(&mut self, view: &NodeView) -> Result<(), SinkError>;
 }
 
+impl<S: FullStateSink + ?Sized> FullStateSink for Box<S> {
+    fn sync(&mut self, view: &NodeView) -> Result<(), SinkError> {
+        (**self).sync(view)
+    }
+}
+
+/// Several full-state sinks behind one [`FullState`]: one copy of the
+/// view for all of them. Each syncs in order, even after one fails; the
+/// first error is returned.
+impl<S: FullStateSink> FullStateSink for Vec<S> {
+    fn sync(&mut self, view: &NodeView) -> Result<(), SinkError> {
+        let mut first = Ok(());
+        for sink in self.iter_mut() {
+            let result = sink.sync(view);
+            if first.is_ok() {
+                first = result;
+            }
+        }
+        first
+    }
+}
+
 /// A backend that receives changes: set/delete callbacks, then a sync
 /// marker. See the crate docs for the contract of a round.
 ///

@@ -203,7 +203,8 @@ pub struct NftBackend {
     /// The view as of the last render: what the desired objects hold.
     rendered: NodeView,
     families: [FamilyState; 2],
-    last_script: String,
+    /// The last transaction, kept in dry-run mode or when asked.
+    last_tx: Option<Transaction>,
     last: SyncStats,
     /// The netlink socket, opened on first use and kept (closing one
     /// costs the kernel ~15 ms); dropped after a failure, so the next
@@ -235,7 +236,7 @@ impl NftBackend {
             tracker: ViewTracker::default(),
             rendered: NodeView::default(),
             families: Default::default(),
-            last_script: String::new(),
+            last_tx: None,
             socket: None,
             epoch: 0,
             published_picks: 0,
@@ -250,17 +251,29 @@ impl NftBackend {
         self
     }
 
-    /// Keeps the text of applied transactions too (for debugging and
-    /// tests: at 10k Services a full sync's text is ~10 MB).
+    /// Keeps applied transactions too, for their text (debugging and
+    /// tests; a full sync at 10k Services holds ~5 MB).
     pub fn keep_scripts(mut self) -> Self {
         self.keep_scripts = true;
         self
     }
 
-    /// The last sync's transaction as an nft script: in dry-run mode, or
-    /// with [`keep_scripts`](Self::keep_scripts); empty otherwise.
-    pub fn last_script(&self) -> &str {
-        &self.last_script
+    /// The last sync's transaction: in dry-run mode, or with
+    /// [`keep_scripts`](Self::keep_scripts). Its `Display` is the nft
+    /// script; write it out rather than into a `String` at scale (a full
+    /// sync at 10k Services is ~10 MB of text).
+    pub fn last_transaction(&self) -> Option<&Transaction> {
+        self.last_tx.as_ref()
+    }
+
+    /// The last sync's transaction as an nft script (see
+    /// [`last_transaction`](Self::last_transaction)); empty when it was
+    /// not kept.
+    pub fn last_script(&self) -> String {
+        self.last_tx
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default()
     }
 
     /// What the last sync did.
@@ -415,12 +428,7 @@ impl IncrementalSink for NftBackend {
             micros: start.elapsed().as_micros(),
             kernel_micros,
         };
-        self.last_script.clear();
-        if self.mode == Mode::DryRun || self.keep_scripts {
-            use std::fmt::Write as _;
-            let _ = write!(self.last_script, "{tx}");
-        }
-        drop(tx);
+        self.last_tx = (self.mode == Mode::DryRun || self.keep_scripts).then_some(tx);
         match result {
             Ok(()) => {
                 for state in &mut self.families {

@@ -196,8 +196,21 @@ impl Objects {
                 tx.add_rule(table, Rule::new(name.as_str(), rule.clone()));
             }
         }
+        // Added in runs, so that no set's elements are ever held twice
+        // whole (the pick maps hold ~100k at 10k Services).
+        const RUN: usize = 4096;
         for (set, _) in self.sets.values() {
-            tx.add_elements(table, &set.name, self.kernel_elements(table, set));
+            if set.interval {
+                tx.add_elements(table, &set.name, self.kernel_elements(table, set));
+                continue;
+            }
+            let Some(elements) = self.elements.get(set.name.as_str()) else {
+                continue;
+            };
+            let holders = holders(&set.name, elements);
+            for run in holders.chunks(RUN) {
+                tx.add_elements(table, &set.name, run.iter().map(|e| element(e)).collect());
+            }
         }
     }
 

@@ -6,6 +6,7 @@
 //! names the change it refused. [`Socket::read`] reads a table back.
 
 pub mod build;
+mod elements;
 mod expr;
 mod object;
 mod script;

@@ -10,6 +10,7 @@ use std::fmt::{self, Write as _};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use super::build::{Load, Typeof};
+use super::elements::Elements;
 use super::expr::Data;
 use super::object::{ChainType, DataType, Element, Hook, MapTo, Set, Table};
 use super::text::{Kind, constant, verdict};
@@ -251,18 +252,29 @@ impl Transaction {
         verb: &str,
         table: &Table,
         set: &str,
-        elements: &[Element],
+        elements: &Elements,
     ) -> fmt::Result {
-        let words = match self.set_of(table, set) {
-            Some(s) => s.elements_text(elements),
-            None => elements
-                .iter()
-                .map(|e| constant(Kind::Other, &e.key))
-                .collect(),
-        };
+        let known = self.set_of(table, set);
         let t = format!("{} {}", table.family, table.name);
-        for chunk in words.chunks(ELEMENTS_PER_LINE) {
-            writeln!(f, "{verb} element {t} {set} {{ {} }}", chunk.join(", "))?;
+        let (mut at, n) = (0, elements.len());
+        while at < n {
+            let mut end = (at + ELEMENTS_PER_LINE).min(n);
+            // A range's start and end stay on one line.
+            if known.is_some_and(|s| s.interval)
+                && elements.get(end).is_some_and(|e| e.interval_end)
+            {
+                end += 1;
+            }
+            let chunk = elements.slice(at..end);
+            let words = match known {
+                Some(s) => s.elements_text(&chunk),
+                None => chunk
+                    .iter()
+                    .map(|e| constant(Kind::Other, &e.key))
+                    .collect(),
+            };
+            writeln!(f, "{verb} element {t} {set} {{ {} }}", words.join(", "))?;
+            at = end;
         }
         Ok(())
     }

@@ -13,6 +13,7 @@ use netlink_packet_netfilter::{
     NetfilterHeader, NetfilterMessage, NetfilterMessageInner, NetfilterProtoFamily,
 };
 
+use super::elements::Elements;
 use super::expr::{Data, Verdict};
 use super::object::{Chain, ChainType, Element, Family, Hook, MapTo, Rule, Set, Table};
 
@@ -26,20 +27,14 @@ const ELEMENT_BYTES_PER_MESSAGE: usize = 32 * 1024;
 
 /// The elements of each message: consecutive runs of at most
 /// [`ELEMENT_BYTES_PER_MESSAGE`] encoded bytes (and at least one element).
-fn element_chunks(elements: &[Element]) -> Vec<std::ops::Range<usize>> {
-    let size = |e: &Element| {
-        // Key, data and the attribute headers around them.
-        let data = match &e.data {
-            Some(Data::Value(v)) => v.len(),
-            Some(Data::Verdict(v)) => 16 + v.chain().map_or(0, str::len),
-            None => 0,
-        };
-        48 + e.key.len() + data
-    };
+fn element_chunks(elements: &Elements) -> Vec<std::ops::Range<usize>> {
     let mut out = Vec::new();
     let (mut start, mut bytes) = (0, 0);
-    for (i, e) in elements.iter().enumerate() {
-        let n = size(e);
+    for i in 0..elements.len() {
+        // Key, data and the attribute headers around them (a verdict's
+        // nest: 16 more).
+        let (key, data) = elements.size(i);
+        let n = 64 + key + data;
         if i > start && bytes + n > ELEMENT_BYTES_PER_MESSAGE {
             out.push(start..i);
             (start, bytes) = (i, 0);
@@ -62,8 +57,8 @@ pub(crate) enum Op {
     AddSet(Table, Set),
     DeleteSet(Table, String),
     FlushSet(Table, String),
-    AddElements(Table, String, Vec<Element>),
-    DeleteElements(Table, String, Vec<Element>),
+    AddElements(Table, String, Elements),
+    DeleteElements(Table, String, Elements),
     AddRule(Table, Rule),
     DeleteRule(Table, String, u64),
 }
@@ -190,8 +185,11 @@ impl Transaction {
     /// transaction, to change its value.
     pub fn add_elements(&mut self, table: &Table, set: &str, elements: Vec<Element>) -> &mut Self {
         if !elements.is_empty() {
-            self.ops
-                .push(Op::AddElements(table.clone(), set.to_owned(), elements));
+            self.ops.push(Op::AddElements(
+                table.clone(),
+                set.to_owned(),
+                Elements::new(elements),
+            ));
         }
         self
     }
@@ -204,8 +202,11 @@ impl Transaction {
         elements: Vec<Element>,
     ) -> &mut Self {
         if !elements.is_empty() {
-            self.ops
-                .push(Op::DeleteElements(table.clone(), set.to_owned(), elements));
+            self.ops.push(Op::DeleteElements(
+                table.clone(),
+                set.to_owned(),
+                Elements::new(elements),
+            ));
         }
         self
     }
@@ -351,7 +352,7 @@ impl Transaction {
                 Op::AddElements(t, s, elements) | Op::DeleteElements(t, s, elements) => {
                     let add = matches!(op, Op::AddElements(..));
                     for range in element_chunks(elements) {
-                        let chunk = &elements[range.clone()];
+                        let chunk = elements.slice(range.clone());
                         let message = SetElementMessage {
                             attributes: vec![
                                 SetElementList::Table(t.name.clone()),
