@@ -1,5 +1,7 @@
 //! The nftables subsystem: producers publish tables, chains with their
-//! rules, sets and maps, and elements.
+//! rules, sets and maps, and elements, as kernel objects
+//! ([`kpng_netfilter::nft`]'s types), and the aggregator applies them over
+//! nf_tables netlink, with no `nft` process.
 //!
 //! **Ownership**: a producer owns the tables it publishes (a table is
 //! `family name`); nobody else may publish or delete anything in them.
@@ -15,42 +17,29 @@
 //! original destinations goes below -100, one that must see translated
 //! ones above it.
 //!
-//! **Text checks**: names are `[A-Za-z0-9_-]`, at most 64 characters;
-//! rules, set declarations and elements are single statements (no newline,
-//! `;` or `#`), so a publication cannot smuggle in another command.
+//! **Checks**, before anything reaches the kernel: names are 1 to 255
+//! bytes with no NUL; every object's table is published; an element's set
+//! is, and its key and value have the set's lengths and kinds; every set a
+//! rule looks up and every chain a rule or element jumps to is published
+//! in the same table. Each error names the object.
+//!
+//! Rules are lists of [`Expr`]s, which [`kpng_netfilter::nft::build`]
+//! makes from nft's terms; over the unix socket they are JSON (see
+//! [`crate::socket`]).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::time::Duration;
+use std::path::PathBuf;
 
 use kpng_diff::MapOp;
+use kpng_netfilter::nft::{
+    BaseChain, Chain, Data, Element, Expr, MapTo, Rule, Set, Socket, Table, Transaction,
+};
 use kpng_store::MapSnapshot;
 
 use crate::Subsystem;
 
-/// An nftables family.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum Family {
-    /// `ip`.
-    Ip,
-    /// `ip6`.
-    Ip6,
-    /// `inet`.
-    Inet,
-}
-
-impl Family {
-    fn word(self) -> &'static str {
-        match self {
-            Family::Ip => "ip",
-            Family::Ip6 => "ip6",
-            Family::Inet => "inet",
-        }
-    }
-}
+pub use kpng_netfilter::nft::Family;
 
 /// A table: the unit of ownership.
 #[derive(
@@ -63,16 +52,36 @@ pub struct TableName {
     pub name: String,
 }
 
+impl TableName {
+    fn table(&self) -> Table {
+        Table::new(self.family, self.name.as_str())
+    }
+}
+
 impl fmt::Display for TableName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "table {} {}", self.family.word(), self.name)
+        write!(f, "table {} {}", self.family, self.name)
     }
+}
+
+/// An element's identity in its set: its key bytes (each part of a
+/// concatenation padded to 4 bytes), and for a range's end, the flag.
+#[derive(
+    Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+pub struct ElementKey {
+    /// The key, as registers hold it.
+    pub key: Vec<u8>,
+    /// In an interval set: this element ends a range.
+    #[serde(default)]
+    pub interval_end: bool,
 }
 
 /// One object, in its table.
 #[derive(
     Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
 )]
+#[serde(rename_all = "snake_case")]
 pub enum Object {
     /// The table itself.
     Table,
@@ -80,8 +89,8 @@ pub enum Object {
     Chain(String),
     /// A set or map.
     Set(String),
-    /// An element of a set or map: the set, the element's text.
-    Element(String, String),
+    /// An element of a set or map.
+    Element(String, ElementKey),
 }
 
 /// The identity of a published object.
@@ -95,24 +104,13 @@ pub struct Key {
     pub object: Object,
 }
 
-/// A base chain's hook.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-pub struct Hook {
-    /// `filter`, `nat` or `route`.
-    pub kind: String,
-    /// `prerouting`, `input`, `forward`, `output`, `postrouting`.
-    pub hook: String,
-    /// Its priority: lower runs first.
-    pub priority: i32,
-}
-
 /// The content of a published object.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Value {
     /// A table. A new `epoch` replaces the table whole (deleted and made
     /// again with its content, in one transaction): a producer that lost
-    /// track of the kernel (after a failure, or for what nft cannot change
-    /// in place) asks for it this way.
+    /// track of the kernel asks for it this way.
     Table {
         /// The table's generation.
         epoch: u64,
@@ -120,14 +118,22 @@ pub enum Value {
     /// A chain: its hook if it is a base chain, and its rules in order.
     Chain {
         /// The hook of a base chain.
-        hook: Option<Hook>,
-        /// The rules.
-        rules: Vec<String>,
+        #[serde(default)]
+        base: Option<BaseChain>,
+        /// The rules, each a list of expressions.
+        rules: Vec<Vec<Expr>>,
     },
-    /// A set or map: its declaration (`type ipv4_addr; flags interval`).
-    Set(String),
-    /// An element.
-    Element,
+    /// A set or map: its declaration (its elements are published apart).
+    Set(Set),
+    /// An element: what it maps to, and its own timeout.
+    Element {
+        /// In a map: the value or verdict.
+        #[serde(default)]
+        data: Option<Data>,
+        /// In a set with timeouts: the element's, in milliseconds.
+        #[serde(default)]
+        timeout_ms: Option<u64>,
+    },
 }
 
 /// A producer's whole publication, built table by table.
@@ -194,46 +200,48 @@ impl TableBuilder<'_> {
     }
 
     /// A regular chain with its rules.
-    pub fn chain<'r>(
-        &mut self,
-        name: &str,
-        hook: Option<Hook>,
-        rules: impl IntoIterator<Item = &'r str>,
-    ) -> &mut Self {
-        let rules = rules.into_iter().map(str::to_owned).collect();
-        self.insert(Object::Chain(name.to_owned()), Value::Chain { hook, rules })
-    }
-
-    /// A base chain: `type KIND hook HOOK priority PRIORITY`.
-    pub fn base_chain<'r>(
-        &mut self,
-        name: &str,
-        kind: &str,
-        hook: &str,
-        priority: i32,
-        rules: impl IntoIterator<Item = &'r str>,
-    ) -> &mut Self {
-        let hook = Hook {
-            kind: kind.to_owned(),
-            hook: hook.to_owned(),
-            priority,
-        };
-        self.chain(name, Some(hook), rules)
-    }
-
-    /// A set or map with its declaration.
-    pub fn set(&mut self, name: &str, declaration: &str) -> &mut Self {
+    pub fn chain(&mut self, name: &str, rules: impl IntoIterator<Item = Vec<Expr>>) -> &mut Self {
+        let rules = rules.into_iter().collect();
         self.insert(
-            Object::Set(name.to_owned()),
-            Value::Set(declaration.to_owned()),
+            Object::Chain(name.to_owned()),
+            Value::Chain { base: None, rules },
         )
     }
 
-    /// An element of a set or map.
-    pub fn element(&mut self, set: &str, element: &str) -> &mut Self {
+    /// A base chain: called at `base`'s hook, with policy accept.
+    pub fn base_chain(
+        &mut self,
+        name: &str,
+        base: BaseChain,
+        rules: impl IntoIterator<Item = Vec<Expr>>,
+    ) -> &mut Self {
+        let rules = rules.into_iter().collect();
         self.insert(
-            Object::Element(set.to_owned(), element.to_owned()),
-            Value::Element,
+            Object::Chain(name.to_owned()),
+            Value::Chain {
+                base: Some(base),
+                rules,
+            },
+        )
+    }
+
+    /// A set or map (its elements with [`element`](Self::element)).
+    pub fn set(&mut self, set: Set) -> &mut Self {
+        self.insert(Object::Set(set.name.clone()), Value::Set(set))
+    }
+
+    /// An element of a set or map.
+    pub fn element(&mut self, set: &str, element: Element) -> &mut Self {
+        let key = ElementKey {
+            key: element.key,
+            interval_end: element.interval_end,
+        };
+        self.insert(
+            Object::Element(set.to_owned(), key),
+            Value::Element {
+                data: element.data,
+                timeout_ms: element.timeout_ms,
+            },
         )
     }
 }
@@ -249,157 +257,215 @@ pub fn chain_key(family: Family, table: &str, chain: &str) -> Key {
     }
 }
 
-/// The key of an element, for deltas.
-pub fn element_key(family: Family, table: &str, set: &str, element: &str) -> Key {
+/// The key of an element (not a range's end), for deltas.
+pub fn element_key(family: Family, table: &str, set: &str, key: Vec<u8>) -> Key {
     Key {
         table: TableName {
             family,
             name: table.to_owned(),
         },
-        object: Object::Element(set.to_owned(), element.to_owned()),
+        object: Object::Element(
+            set.to_owned(),
+            ElementKey {
+                key,
+                interval_end: false,
+            },
+        ),
     }
 }
 
 fn check_name(what: &str, name: &str) -> Result<(), String> {
-    let ok = !name.is_empty()
-        && name.len() <= 64
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "{what} name {name:?}: use [A-Za-z0-9_-], at most 64"
-        ))
+    if name.is_empty() || name.len() > 255 || name.contains('\0') {
+        return Err(format!("{what} name {name:?}: 1 to 255 bytes, with no NUL"));
     }
+    Ok(())
 }
 
-fn check_text(what: &str, text: &str, extra: &[char]) -> Result<(), String> {
-    match text
-        .chars()
-        .find(|c| ['\n', '\r', ';', '#'].contains(c) || extra.contains(c))
-    {
-        Some(c) => Err(format!("{what} {text:?}: {c:?} is not allowed")),
-        None if text.trim().is_empty() => Err(format!("{what} is empty")),
-        None => Ok(()),
+/// The sets a rule reads and the chains it jumps to.
+fn references(rule: &[Expr]) -> (Vec<&str>, Vec<&str>) {
+    let (mut sets, mut chains) = (Vec::new(), Vec::new());
+    for e in rule {
+        match e {
+            Expr::Lookup { set, .. } | Expr::Dynset { set, .. } => sets.push(set.as_str()),
+            Expr::Immediate {
+                data: Data::Verdict(v),
+                ..
+            } => chains.extend(v.chain()),
+            _ => {}
+        }
     }
+    (sets, chains)
 }
 
-fn check_decl(set: &str, decl: &str) -> Result<(), String> {
-    match decl
-        .chars()
-        .find(|c| ['\n', '\r', '#', '{', '}'].contains(c))
-    {
-        Some(c) => Err(format!(
-            "declaration of set {set} {decl:?}: {c:?} is not allowed"
+fn check_element(set: &Set, element: &ElementKey, value: &Value) -> Result<(), String> {
+    let what = || format!("element {:02x?} of set {}", element.key, set.name);
+    if element.key.len() != set.key.len as usize {
+        return Err(format!(
+            "{}: the key is {} bytes, the set's {}",
+            what(),
+            element.key.len(),
+            set.key.len
+        ));
+    }
+    if element.interval_end && !set.interval {
+        return Err(format!("{}: a range's end in a set of no ranges", what()));
+    }
+    let Value::Element { data, .. } = value else {
+        return Err(format!("{}: holds {value:?}", what()));
+    };
+    match (set.map, data, element.interval_end) {
+        (None, None, _) | (Some(_), None, true) => Ok(()),
+        (Some(MapTo::Verdict), Some(Data::Verdict(_)), _) => Ok(()),
+        (Some(MapTo::Value(t)), Some(Data::Value(v)), _) if v.len() == t.len as usize => Ok(()),
+        (map, data, _) => Err(format!(
+            "{}: {data:?} does not fit the set's values ({map:?})",
+            what()
         )),
-        None if decl.trim().is_empty() => Err(format!("declaration of set {set} is empty")),
-        None => Ok(()),
     }
 }
 
-/// The nftables subsystem: applies with `nft -f -`.
+/// The nftables subsystem: applies over nf_tables netlink.
 #[derive(Debug)]
 pub struct Nft {
-    command: Vec<String>,
-    timeout: Duration,
+    netns: Option<PathBuf>,
     dry_run: bool,
+    socket: Option<Socket>,
     last_script: String,
 }
 
 impl Nft {
-    /// Runs `command` (e.g. `["nft"]`, or `["ip", "netns", "exec", NS,
-    /// "nft"]`); `-f -` is added.
-    pub fn new(command: Vec<String>) -> Self {
+    /// Programs the network namespace at `netns` (`/run/netns/NAME`), or
+    /// the process's own.
+    pub fn new(netns: Option<PathBuf>) -> Self {
         Self {
-            command,
-            timeout: Duration::from_secs(60),
+            netns,
             dry_run: false,
+            socket: None,
             last_script: String::new(),
         }
     }
 
-    /// Computes scripts without running nft.
+    /// Computes transactions without applying them.
     pub fn dry_run() -> Self {
         Self {
-            command: Vec::new(),
-            timeout: Duration::from_secs(60),
             dry_run: true,
-            last_script: String::new(),
+            ..Self::new(None)
         }
     }
 
-    /// The script of the last apply.
+    /// The last transaction as an nft script (`nft -f` takes it).
     pub fn last_script(&self) -> &str {
         &self.last_script
     }
 
-    fn run(&self, script: &str) -> Result<(), String> {
-        run_script(&self.command, script, self.timeout).map_err(|e| match e {
-            // nft's own message is the useful part.
-            kpng_netfilter::Error::Command { stderr, .. } => stderr,
-            other => other.to_string(),
+    fn send(&mut self, tx: &Transaction) -> Result<(), kpng_netfilter::Error> {
+        let mut socket = match self.socket.take() {
+            Some(socket) => socket,
+            None => Socket::open(self.netns.as_deref())?,
+        };
+        socket.apply(tx)?;
+        self.socket = Some(socket);
+        Ok(())
+    }
+}
+
+/// The sets of `state`, by table and name (for elements and text).
+fn sets_of(state: &MapSnapshot<Key, Value>) -> BTreeMap<(&TableName, &str), &Set> {
+    state
+        .entries()
+        .iter()
+        .filter_map(|(k, v)| match (&k.object, v) {
+            (Object::Set(name), Value::Set(set)) => Some(((&k.table, name.as_str()), set)),
+            _ => None,
         })
+        .collect()
+}
+
+fn element_of(key: &ElementKey, value: &Value) -> Element {
+    let (data, timeout_ms) = match value {
+        Value::Element { data, timeout_ms } => (data.clone(), *timeout_ms),
+        _ => (None, None),
+    };
+    Element {
+        key: key.key.clone(),
+        interval_end: key.interval_end,
+        data,
+        timeout_ms,
     }
 }
 
-/// Runs `command` with `-f -` on `script` (one nft transaction), through
-/// [`kpng_netfilter::process`]: the script is fed and stderr drained on
-/// threads of their own, a run longer than `timeout` is killed (the kernel
-/// applies a transaction whole or not at all), and `nft` dies with kpng,
-/// so a killed kpng leaves no transaction to commit after its restart.
-///
-/// # Errors
-/// [`kpng_netfilter::Error::Spawn`], [`Timeout`](kpng_netfilter::Error::Timeout),
-/// or [`Command`](kpng_netfilter::Error::Command) with nft's message.
-pub fn run_script(
-    command: &[String],
-    script: &str,
-    timeout: Duration,
-) -> Result<(), kpng_netfilter::Error> {
-    kpng_netfilter::process::Process::new(command.iter().cloned())
-        .args(["-f", "-"])
-        .input(script.as_bytes())
-        .timeout(timeout)
-        .run()
-        .map(drop)
-}
-
-fn chain_decl(table: &TableName, name: &str, hook: Option<&Hook>) -> String {
-    let t = format!("{} {}", table.family.word(), table.name);
-    match hook {
-        Some(h) => format!(
-            "add chain {t} {name} {{ type {} hook {} priority {}; }}\n",
-            h.kind, h.hook, h.priority
-        ),
-        None => format!("add chain {t} {name}\n"),
+/// Writes every object of `table` in `state` into `tx` (after the table's
+/// own add): sets, chains, rules, elements.
+fn write_table(state: &MapSnapshot<Key, Value>, table: &TableName, tx: &mut Transaction) {
+    let t = table.table();
+    let objects: Vec<(&Key, &Value)> = state
+        .entries()
+        .iter()
+        .filter(|(k, _)| &k.table == table)
+        .collect();
+    for (k, v) in &objects {
+        if let (Object::Set(_), Value::Set(set)) = (&k.object, v) {
+            tx.add_set(&t, set.clone());
+        }
+    }
+    for (k, v) in &objects {
+        if let (Object::Chain(name), Value::Chain { base, .. }) = (&k.object, v) {
+            tx.add_chain(
+                &t,
+                Chain {
+                    name: name.clone(),
+                    base: *base,
+                },
+            );
+        }
+    }
+    for (k, v) in &objects {
+        if let (Object::Chain(name), Value::Chain { rules, .. }) = (&k.object, v) {
+            for rule in rules {
+                tx.add_rule(&t, Rule::new(name.as_str(), rule.clone()));
+            }
+        }
+    }
+    let mut elements: BTreeMap<&str, Vec<Element>> = BTreeMap::new();
+    for (k, v) in &objects {
+        if let Object::Element(set, key) = &k.object {
+            elements
+                .entry(set.as_str())
+                .or_default()
+                .push(element_of(key, v));
+        }
+    }
+    for (set, list) in elements {
+        tx.add_elements(&t, set, list);
     }
 }
 
-/// The script that turns `before` into `after`, given their diff.
-fn script(
+/// The transaction that turns `before` into `after`, given their diff.
+fn transaction(
     before: &MapSnapshot<Key, Value>,
     after: &MapSnapshot<Key, Value>,
     ops: &[MapOp<Key, Value>],
     full: bool,
-) -> String {
-    let mut out = String::new();
-    let t = |table: &TableName| format!("{} {}", table.family.word(), table.name);
+) -> Transaction {
+    let mut tx = Transaction::new();
     let tables_after: BTreeSet<&TableName> = after.entries().keys().map(|k| &k.table).collect();
     let tables_before: BTreeSet<&TableName> = before.entries().keys().map(|k| &k.table).collect();
-    // A full apply, and any table whose base chains changed hook, is
-    // replaced whole: delete and re-add everything in it.
+    let (sets_before, sets_after) = (sets_of(before), sets_of(after));
+    for ((table, _), set) in sets_after.iter().chain(sets_before.iter()) {
+        tx.describe(&table.table(), set);
+    }
+    // A full apply, and any table whose epoch, base chain hooks or set
+    // declarations changed (the kernel cannot change those in place), is
+    // replaced whole.
     let mut replaced: BTreeSet<&TableName> = BTreeSet::new();
     if full {
         replaced.extend(tables_after.iter().copied());
     }
     for op in ops {
-        // nft cannot change a base chain's hook or a set's type in place.
         let MapOp::Set(key, new) = op else { continue };
         let changed_kind = match (before.get(key), new) {
-            (Some(Value::Chain { hook: old, .. }), Value::Chain { hook, .. }) => old != hook,
-            (Some(Value::Set(old)), Value::Set(decl)) => old != decl,
+            (Some(Value::Chain { base: old, .. }), Value::Chain { base, .. }) => old != base,
+            (Some(Value::Set(old)), Value::Set(set)) => old != set,
             (Some(Value::Table { epoch: old }), Value::Table { epoch }) => old != epoch,
             _ => false,
         };
@@ -408,104 +474,134 @@ fn script(
         }
     }
     for table in &replaced {
-        let name = t(table);
-        out.push_str(&format!("add table {name}\ndelete table {name}\n"));
+        let t = table.table();
+        tx.add_table(&t).delete_table(&t).add_table(&t);
+        write_table(after, table, &mut tx);
     }
-    // What to write: every object of a replaced table, and the ops of the
-    // others.
-    let mut sets: Vec<(&Key, &Value)> = after
-        .entries()
-        .iter()
-        .filter(|(k, _)| replaced.contains(&k.table))
-        .collect();
-    let mut deletes: Vec<&Key> = Vec::new();
+    let gone_tables: BTreeSet<&TableName> =
+        tables_before.difference(&tables_after).copied().collect();
+    let in_place = |k: &Key| !replaced.contains(&k.table) && !gone_tables.contains(&k.table);
+    let interval = |k: &Key, set: &str| {
+        sets_after
+            .get(&(&k.table, set))
+            .or_else(|| sets_before.get(&(&k.table, set)))
+            .is_some_and(|s| s.interval)
+    };
+    let (mut new_chains, mut refill, mut gone_chains) = (Vec::new(), Vec::new(), Vec::new());
+    type Runs<'a> = BTreeMap<(&'a TableName, &'a String), Vec<Element>>;
+    let (mut adds, mut deletes): (Runs<'_>, Runs<'_>) = Default::default();
+    let mut rewritten: BTreeSet<(&TableName, &str)> = BTreeSet::new();
+    let mut gone_sets = Vec::new();
     for op in ops {
         match op {
-            MapOp::Set(k, v) if !replaced.contains(&k.table) => sets.push((k, v)),
-            MapOp::Delete(k) if !replaced.contains(&k.table) => deletes.push(k),
+            MapOp::Set(k, v) if in_place(k) => match (&k.object, v) {
+                (Object::Table, _) if before.get(k).is_none() => {
+                    tx.add_table(&k.table.table());
+                }
+                (Object::Set(_), Value::Set(set)) if before.get(k).is_none() => {
+                    tx.add_set(&k.table.table(), set.clone());
+                }
+                (Object::Chain(name), Value::Chain { base, rules }) => {
+                    if before.get(k).is_none() {
+                        new_chains.push((k, name, *base));
+                    }
+                    refill.push((k, name, rules, before.get(k).is_some()));
+                }
+                (Object::Element(set, _), _) if interval(k, set) => {
+                    rewritten.insert((&k.table, set.as_str()));
+                }
+                (Object::Element(set, key), v) => {
+                    if let Some(old) = before.get(k) {
+                        deletes
+                            .entry((&k.table, set))
+                            .or_default()
+                            .push(element_of(key, old));
+                    }
+                    adds.entry((&k.table, set))
+                        .or_default()
+                        .push(element_of(key, v));
+                }
+                _ => {}
+            },
+            MapOp::Delete(k) if in_place(k) => match &k.object {
+                Object::Chain(name) => gone_chains.push((k, name)),
+                Object::Set(name) => gone_sets.push((k, name)),
+                Object::Element(set, _) if interval(k, set) => {
+                    if sets_after.contains_key(&(&k.table, set.as_str())) {
+                        rewritten.insert((&k.table, set.as_str()));
+                    }
+                }
+                Object::Element(set, key) => {
+                    if let Some(old) = before.get(k) {
+                        deletes
+                            .entry((&k.table, set))
+                            .or_default()
+                            .push(element_of(key, old));
+                    }
+                }
+                Object::Table => {}
+            },
             _ => {}
         }
     }
-    // Tables, chains and sets first (rules may name any chain or set).
-    for (k, v) in &sets {
-        match (&k.object, v) {
-            (Object::Table, _) => out.push_str(&format!("add table {}\n", t(&k.table))),
-            (Object::Chain(name), Value::Chain { hook, .. }) => {
-                out.push_str(&chain_decl(&k.table, name, hook.as_ref()));
-            }
-            (Object::Set(name), Value::Set(decl)) => {
-                let kind = if decl.contains(" : ") { "map" } else { "set" };
-                let decl = decl.trim_end().trim_end_matches(';');
-                out.push_str(&format!(
-                    "add {kind} {} {name} {{ {decl}; }}\n",
-                    t(&k.table)
-                ));
-            }
-            _ => {}
+    for (k, name, base) in new_chains {
+        tx.add_chain(
+            &k.table.table(),
+            Chain {
+                name: name.clone(),
+                base,
+            },
+        );
+    }
+    // Filled once every chain exists: rules may point at each other.
+    for (k, name, rules, existed) in refill {
+        let t = k.table.table();
+        if existed {
+            tx.flush_chain(&t, name);
+        }
+        for rule in rules {
+            tx.add_rule(&t, Rule::new(name.as_str(), rule.clone()));
         }
     }
-    // Chains are refilled whole.
-    let deleted_tables: BTreeSet<&TableName> = tables_before
-        .iter()
-        .filter(|table| !tables_after.contains(*table))
-        .copied()
-        .collect();
-    let doomed = |k: &Key| deleted_tables.contains(&k.table);
-    for k in deletes.iter().filter(|k| !doomed(k)) {
-        if let Object::Chain(name) = &k.object {
-            out.push_str(&format!("flush chain {} {name}\n", t(&k.table)));
-        }
+    // Deletes before adds: a changed value is a delete and an add.
+    for ((table, set), elements) in deletes {
+        tx.delete_elements(&table.table(), set, elements);
     }
-    for (k, v) in &sets {
-        if let (Object::Chain(name), Value::Chain { rules, .. }) = (&k.object, v) {
-            if !replaced.contains(&k.table) {
-                out.push_str(&format!("flush chain {} {name}\n", t(&k.table)));
-            }
-            for rule in rules {
-                out.push_str(&format!("add rule {} {name} {rule}\n", t(&k.table)));
-            }
-        }
+    for ((table, set), elements) in adds {
+        tx.add_elements(&table.table(), set, elements);
     }
-    // Deletes first: a map element whose value changed is a delete and an
-    // add of the same key.
-    for k in &deletes {
-        if doomed(k) {
-            continue;
+    // Ranges are rewritten whole: a changed range is a changed pair.
+    for (table, set) in rewritten {
+        let t = table.table();
+        if sets_before.contains_key(&(table, set)) {
+            tx.flush_set(&t, set);
         }
-        if let Object::Element(set, element) = &k.object {
-            let set_gone = deletes
-                .iter()
-                .any(|d| d.table == k.table && d.object == Object::Set(set.clone()));
-            if !set_gone {
-                out.push_str(&format!(
-                    "delete element {} {set} {{ {element} }}\n",
-                    t(&k.table)
-                ));
-            }
-        }
+        let elements: Vec<Element> = after
+            .entries()
+            .iter()
+            .filter(|(k, _)| &k.table == table)
+            .filter_map(|(k, v)| match &k.object {
+                Object::Element(s, key) if s == set => Some(element_of(key, v)),
+                _ => None,
+            })
+            .collect();
+        tx.add_elements(&t, set, elements);
     }
-    for (k, _) in &sets {
-        if let Object::Element(set, element) = &k.object {
-            out.push_str(&format!(
-                "add element {} {set} {{ {element} }}\n",
-                t(&k.table)
-            ));
-        }
+    // What is gone: chains emptied (they may point at each other and at
+    // sets), then sets deleted, then chains.
+    for (k, name) in &gone_chains {
+        tx.flush_chain(&k.table.table(), name);
     }
-    for k in &deletes {
-        if doomed(k) {
-            continue;
-        }
-        match &k.object {
-            Object::Chain(name) => out.push_str(&format!("delete chain {} {name}\n", t(&k.table))),
-            Object::Set(name) => out.push_str(&format!("delete set {} {name}\n", t(&k.table))),
-            _ => {}
-        }
+    for (k, name) in gone_sets {
+        tx.delete_set(&k.table.table(), name);
     }
-    for table in deleted_tables {
-        out.push_str(&format!("delete table {}\n", t(table)));
+    for (k, name) in gone_chains {
+        tx.delete_chain(&k.table.table(), name);
     }
-    out
+    for table in gone_tables {
+        tx.delete_table(&table.table());
+    }
+    tx
 }
 
 impl Subsystem for Nft {
@@ -519,43 +615,74 @@ impl Subsystem for Nft {
 
     fn check(state: &MapSnapshot<Key, Value>) -> Result<(), String> {
         let entries = state.entries();
+        let sets = sets_of(state);
+        let chain_in = |table: &TableName, name: &str| {
+            entries.contains_key(&Key {
+                table: table.clone(),
+                object: Object::Chain(name.to_owned()),
+            })
+        };
         for (key, value) in entries {
             check_name("table", &key.table.name)?;
-            let declared = |object: Object| {
-                entries.contains_key(&Key {
-                    table: key.table.clone(),
-                    object,
-                })
-            };
-            if key.object != Object::Table && !declared(Object::Table) {
+            let declared = entries.contains_key(&Key {
+                table: key.table.clone(),
+                object: Object::Table,
+            });
+            if key.object != Object::Table && !declared {
                 return Err(format!("{} is used but not published", key.table));
             }
             match (&key.object, value) {
                 (Object::Table, Value::Table { .. }) => {}
-                (Object::Chain(name), Value::Chain { hook, rules }) => {
+                (Object::Chain(name), Value::Chain { rules, .. }) => {
                     check_name("chain", name)?;
-                    if let Some(h) = hook {
-                        for (what, word) in [("chain type", &h.kind), ("hook", &h.hook)] {
-                            check_name(what, word)?;
+                    for (i, rule) in rules.iter().enumerate() {
+                        let (used_sets, used_chains) = references(rule);
+                        for set in used_sets {
+                            if !sets.contains_key(&(&key.table, set)) {
+                                return Err(format!(
+                                    "rule {} of chain {name} in {} uses set {set}, which is not published there",
+                                    i + 1,
+                                    key.table
+                                ));
+                            }
+                        }
+                        for chain in used_chains {
+                            if !chain_in(&key.table, chain) {
+                                return Err(format!(
+                                    "rule {} of chain {name} in {} jumps to chain {chain}, which is not published there",
+                                    i + 1,
+                                    key.table
+                                ));
+                            }
                         }
                     }
-                    for rule in rules {
-                        check_text(&format!("rule of chain {name}"), rule, &[])?;
+                }
+                (Object::Set(name), Value::Set(set)) => {
+                    check_name("set", name)?;
+                    if &set.name != name {
+                        return Err(format!("set {name} is declared as {}", set.name));
                     }
                 }
-                (Object::Set(name), Value::Set(decl)) => {
-                    check_name("set", name)?;
-                    // A declaration may hold `;` (`type ipv4_addr; flags
-                    // interval`): it sits inside braces it cannot close.
-                    check_decl(name, decl)?;
-                }
-                (Object::Element(set, element), Value::Element) => {
-                    if !declared(Object::Set(set.clone())) {
+                (Object::Element(set_name, element), value) => {
+                    let Some(set) = sets.get(&(&key.table, set_name.as_str())) else {
                         return Err(format!(
-                            "element {element:?} of set {set}, which is not published"
+                            "element {:02x?} of set {set_name}, which is not published in {}",
+                            element.key, key.table
+                        ));
+                    };
+                    check_element(set, element, value)?;
+                    if let Value::Element {
+                        data: Some(Data::Verdict(v)),
+                        ..
+                    } = value
+                        && let Some(chain) = v.chain()
+                        && !chain_in(&key.table, chain)
+                    {
+                        return Err(format!(
+                            "element {:02x?} of set {set_name} in {} points at chain {chain}, which is not published there",
+                            element.key, key.table
                         ));
                     }
-                    check_text(&format!("element of set {set}"), element, &['{', '}', ','])?;
                 }
                 (object, value) => {
                     return Err(format!("{object:?} cannot hold {value:?}"));
@@ -569,15 +696,19 @@ impl Subsystem for Nft {
         mine: &MapSnapshot<Key, Value>,
         theirs: &MapSnapshot<Key, Value>,
     ) -> Result<(), String> {
-        let hooks = |state: &MapSnapshot<Key, Value>| -> Vec<(Family, String, i32, String)> {
+        let hooks = |state: &MapSnapshot<Key, Value>| -> Vec<(Family, BaseChain, String)> {
             state
                 .entries()
                 .iter()
                 .filter_map(|(k, v)| match (&k.object, v) {
-                    (Object::Chain(name), Value::Chain { hook: Some(h), .. }) => Some((
+                    (
+                        Object::Chain(name),
+                        Value::Chain {
+                            base: Some(base), ..
+                        },
+                    ) => Some((
                         k.table.family,
-                        h.hook.clone(),
-                        h.priority,
+                        *base,
                         format!("chain {name} of {}", k.table),
                     )),
                     _ => None,
@@ -585,13 +716,13 @@ impl Subsystem for Nft {
                 .collect()
         };
         let theirs = hooks(theirs);
-        for (family, hook, priority, what) in hooks(mine) {
-            if let Some((.., other)) = theirs
-                .iter()
-                .find(|(f, h, p, _)| *f == family && *h == hook && *p == priority)
-            {
+        for (family, base, what) in hooks(mine) {
+            if let Some((.., other)) = theirs.iter().find(|(f, b, _)| {
+                *f == family && b.hook == base.hook && b.priority == base.priority
+            }) {
                 return Err(format!(
-                    "{what} has hook {hook} priority {priority}, as {other}: the order would be undefined"
+                    "{what} has hook {:?} priority {}, as {other}: the order would be undefined",
+                    base.hook, base.priority
                 ));
             }
         }
@@ -605,12 +736,12 @@ impl Subsystem for Nft {
         ops: &[MapOp<Key, Value>],
         full: bool,
     ) -> Result<(), String> {
-        let script = script(before, after, ops, full);
-        self.last_script.clone_from(&script);
-        if self.dry_run || script.is_empty() {
+        let tx = transaction(before, after, ops, full);
+        self.last_script = tx.to_string();
+        if self.dry_run || tx.is_empty() {
             return Ok(());
         }
-        self.run(&script)
+        self.send(&tx).map_err(|e| e.to_string())
     }
 }
 
@@ -618,25 +749,44 @@ impl Subsystem for Nft {
 mod tests {
     use super::*;
     use crate::Aggregator;
+    use kpng_netfilter::nft::build::{Load, lookup, verdict};
+    use kpng_netfilter::nft::{ChainType, DataType, Hook, Verdict};
+
+    fn input(priority: i32) -> BaseChain {
+        BaseChain {
+            kind: ChainType::Filter,
+            hook: Hook::Input,
+            priority,
+        }
+    }
+
+    fn drop_from(set: &str) -> Vec<Expr> {
+        [
+            lookup(&[Load::Saddr(Family::Ip)], set, None, false),
+            verdict(Verdict::Drop),
+        ]
+        .concat()
+    }
 
     #[test]
-    fn hostile_text_is_refused_with_the_object_named() {
+    fn bad_publications_are_refused_with_the_object_named() {
         let mut agg = Aggregator::new(Nft::dry_run());
+        // A rule that uses a set nobody published.
         let mut f = Fragment::new();
         f.table(Family::Ip, "fw")
-            .chain("in", None, ["accept; add table ip evil"]);
+            .base_chain("in", input(0), [drop_from("missing")]);
         let err = agg.publish("p", f).unwrap_err().to_string();
-        assert!(
-            err.contains("rule of chain in") && err.contains("';'"),
-            "{err}"
-        );
-        let mut f = Fragment::new();
-        f.table(Family::Ip, "fw x");
-        assert!(agg.publish("p", f).is_err());
+        assert!(err.contains("uses set missing"), "{err}");
+        // An element of the wrong length.
         let mut f = Fragment::new();
         f.table(Family::Ip, "fw")
-            .set("s", "type ipv4_addr")
-            .element("s", "1.2.3.4 }");
+            .set(Set::new("s", DataType::IPV4_ADDR))
+            .element("s", Element::key(vec![1, 2, 3]));
+        let err = agg.publish("p", f).unwrap_err().to_string();
+        assert!(err.contains("the key is 3 bytes, the set's 4"), "{err}");
+        // A name the kernel cannot hold.
+        let mut f = Fragment::new();
+        f.table(Family::Ip, "fw\0x");
         assert!(agg.publish("p", f).is_err());
         assert_eq!(agg.published("p").map(|s| s.len()).unwrap_or(0), 0);
     }
@@ -645,17 +795,14 @@ mod tests {
     fn equal_priorities_on_one_hook_are_refused() {
         let mut agg = Aggregator::new(Nft::dry_run());
         let mut a = Fragment::new();
-        a.table(Family::Inet, "a")
-            .base_chain("in", "filter", "input", 0, []);
+        a.table(Family::Inet, "a").base_chain("in", input(0), []);
         let mut b = Fragment::new();
-        b.table(Family::Inet, "b")
-            .base_chain("in", "filter", "input", 0, []);
+        b.table(Family::Inet, "b").base_chain("in", input(0), []);
         agg.publish("a", a).unwrap();
         let err = agg.publish("b", b.clone()).unwrap_err().to_string();
         assert!(err.contains("undefined"), "{err}");
         let mut b = Fragment::new();
-        b.table(Family::Inet, "b")
-            .base_chain("in", "filter", "input", 10, []);
+        b.table(Family::Inet, "b").base_chain("in", input(10), []);
         agg.publish("b", b).unwrap();
     }
 
@@ -664,16 +811,26 @@ mod tests {
         let mut agg = Aggregator::new(Nft::dry_run());
         let mut f = Fragment::new();
         f.table(Family::Ip, "fw")
-            .set("bad", "type ipv4_addr")
-            .element("bad", "192.0.2.1")
-            .base_chain("in", "filter", "input", 0, ["ip saddr @bad drop"]);
+            .set(Set::new("bad", DataType::IPV4_ADDR))
+            .element("bad", Element::key(vec![192, 0, 2, 1]))
+            .base_chain("in", input(0), [drop_from("bad")]);
         agg.publish("fw", f).unwrap();
         agg.flush();
-        let add = MapOp::Set(
-            element_key(Family::Ip, "fw", "bad", "192.0.2.2"),
-            Value::Element,
+        assert!(
+            agg.subsystem()
+                .last_script()
+                .contains("add rule ip fw in ip saddr @bad drop"),
+            "{}",
+            agg.subsystem().last_script()
         );
-        let del = MapOp::Delete(element_key(Family::Ip, "fw", "bad", "192.0.2.1"));
+        let add = MapOp::Set(
+            element_key(Family::Ip, "fw", "bad", vec![192, 0, 2, 2]),
+            Value::Element {
+                data: None,
+                timeout_ms: None,
+            },
+        );
+        let del = MapOp::Delete(element_key(Family::Ip, "fw", "bad", vec![192, 0, 2, 1]));
         agg.publish_delta("fw", [add, del]).unwrap();
         let report = agg.flush();
         assert_eq!(report.transactions, 1);
@@ -683,5 +840,20 @@ mod tests {
         );
         // Nothing changed: no transaction.
         assert_eq!(agg.flush().transactions, 0);
+    }
+
+    #[test]
+    fn fragments_travel_as_json() {
+        let mut f = Fragment::new();
+        f.table(Family::Ip, "fw")
+            .set(Set::new("bad", DataType::IPV4_ADDR))
+            .element("bad", Element::key(vec![192, 0, 2, 1]))
+            .base_chain("in", input(0), [drop_from("bad")]);
+        let entries: imbl::OrdMap<Key, Value> = f.into();
+        for (k, v) in &entries {
+            let text = serde_json::to_string(&(k, v)).unwrap();
+            let back: (Key, Value) = serde_json::from_str(&text).unwrap();
+            assert_eq!((k, v), (&back.0, &back.1), "{text}");
+        }
     }
 }

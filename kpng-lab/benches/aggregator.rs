@@ -16,6 +16,8 @@ use kpng_aggregator::Aggregator;
 use kpng_aggregator::nft::{Family, Fragment, Nft, Value, element_key};
 use kpng_diff::{MapOp, SyncLimiter};
 use kpng_lab::{Lab, unavailable};
+use kpng_netfilter::nft::build::{Load, lookup};
+use kpng_netfilter::nft::{BaseChain, ChainType, DataType, Expr, Hook, Set};
 
 fn arg(name: &str, default: u64) -> u64 {
     let args: Vec<String> = std::env::args().collect();
@@ -33,43 +35,53 @@ fn table(p: usize) -> String {
 /// Producer `p`'s starting state: a table, a set, a chain using it.
 fn start(p: usize) -> Fragment {
     let mut f = Fragment::new();
+    let input = BaseChain {
+        kind: ChainType::Filter,
+        hook: Hook::Input,
+        priority: i32::try_from(p).expect("few producers"),
+    };
+    // `ip saddr @peers counter`.
+    let rule = [
+        lookup(&[Load::Saddr(Family::Ip)], "peers", None, false),
+        vec![Expr::Counter],
+    ]
+    .concat();
     f.table(Family::Inet, &table(p))
-        .set("peers", "type ipv4_addr")
-        .base_chain(
-            "in",
-            "filter",
-            "input",
-            i32::try_from(p).expect("few producers"),
-            ["ip saddr @peers counter"],
-        );
+        .set(Set::new("peers", DataType::IPV4_ADDR))
+        .base_chain("in", input, [rule]);
     f
 }
 
 /// Change `i` of a producer: add the i-th address, drop the one 50 back
 /// (a sliding window, so the state stays small and changes each time).
 fn change(p: usize, i: u64) -> Vec<MapOp<kpng_aggregator::nft::Key, Value>> {
-    let addr = |n: u64| format!("10.{}.{}.{}", p, (n / 256) % 256, n % 256);
+    let addr = |n: u64| {
+        let octet = |v: u64| u8::try_from(v % 256).unwrap_or(0);
+        vec![10, octet(p as u64), octet(n / 256), octet(n)]
+    };
+    let element = Value::Element {
+        data: None,
+        timeout_ms: None,
+    };
     let mut ops = vec![MapOp::Set(
-        element_key(Family::Inet, &table(p), "peers", &addr(i)),
-        Value::Element,
+        element_key(Family::Inet, &table(p), "peers", addr(i)),
+        element,
     )];
     if i >= 50 {
         ops.push(MapOp::Delete(element_key(
             Family::Inet,
             &table(p),
             "peers",
-            &addr(i - 50),
+            addr(i - 50),
         )));
     }
     ops
 }
 
 fn nft(lab: &Lab) -> Nft {
-    Nft::new(
-        ["ip", "netns", "exec", &lab.ns("node"), "nft"]
-            .map(String::from)
-            .to_vec(),
-    )
+    Nft::new(Some(
+        std::path::Path::new("/run/netns").join(lab.ns("node")),
+    ))
 }
 
 fn ruleset(lab: &Lab) -> String {
@@ -127,7 +139,8 @@ fn main() {
     let final_aggregated = ruleset(&lab);
     drop(lab);
 
-    // Alone: every change is its own transaction, as fast as nft goes.
+    // Alone: every change is its own transaction, as fast as the kernel
+    // takes them.
     let lab = Lab::new();
     let mut alone: Vec<Aggregator<Nft>> = (0..producers)
         .map(|p| {
@@ -153,7 +166,7 @@ fn main() {
 
     let publications = ticks * producers as u64;
     println!(
-        "kpng-aggregator: {producers} producers x one change per 10 ms for {seconds} s ({publications} publications), nft in a namespace"
+        "kpng-aggregator: {producers} producers x one change per 10 ms for {seconds} s ({publications} publications), nf_tables over netlink in a namespace"
     );
     println!(
         "aggregated (flush every {} ms, burst 2): {aggregated:>6} transactions, {:>8.0} ms applying, {:.1} s wall",

@@ -7,6 +7,8 @@ use kpng_aggregator::{Aggregator, Error};
 use kpng_diff::MapOp;
 use kpng_lab::scenarios::{E1, EXT_IN, EXT_OUT, NODE_IP, POD_CLIENT};
 use kpng_lab::{Lab, settle, unavailable};
+use kpng_netfilter::nft::build::{Load, dnat_to, equals, lookup, verdict};
+use kpng_netfilter::nft::{BaseChain, ChainType, DataType, Element, Expr, Hook, Set, Verdict};
 
 fn lab() -> Option<Lab> {
     if let Some(why) = unavailable(&["nft"]) {
@@ -24,48 +26,71 @@ fn lab() -> Option<Lab> {
 }
 
 fn aggregator(lab: &Lab) -> Aggregator<Nft> {
-    let command = ["ip", "netns", "exec", &lab.ns("node"), "nft"].map(String::from);
-    Aggregator::new(Nft::new(command.to_vec()))
+    let netns = std::path::Path::new("/run/netns").join(lab.ns("node"));
+    Aggregator::new(Nft::new(Some(netns)))
 }
 
-/// A minimal proxy's fragment: each VIP DNATed to e1.
+fn octets(ip: &str) -> Vec<u8> {
+    match ip.parse::<std::net::IpAddr>().expect("address") {
+        std::net::IpAddr::V4(v4) => v4.octets().to_vec(),
+        std::net::IpAddr::V6(v6) => v6.octets().to_vec(),
+    }
+}
+
+fn base(kind: ChainType, hook: Hook, priority: i32) -> BaseChain {
+    BaseChain {
+        kind,
+        hook,
+        priority,
+    }
+}
+
+/// A minimal proxy's fragment: each VIP DNATed to e1 (`ip daddr VIP
+/// meta l4proto tcp th dport 80 dnat to E1:8080`).
 fn proxy(vips: &[&str]) -> Fragment {
-    let rules: Vec<String> = vips
+    let rules: Vec<Vec<Expr>> = vips
         .iter()
-        .map(|vip| format!("ip daddr {vip} tcp dport 80 dnat to {E1}:8080"))
+        .map(|vip| {
+            [
+                equals(Load::Daddr(Family::Ip), &octets(vip)),
+                equals(Load::L4Proto, &[6]),
+                equals(Load::Dport, &80u16.to_be_bytes()),
+                dnat_to(E1.parse().expect("e1"), 8080),
+            ]
+            .concat()
+        })
         .collect();
     let mut f = Fragment::new();
     f.table(Family::Ip, "kpng-proxy")
         .base_chain(
             "pre",
-            "nat",
-            "prerouting",
-            -100,
-            rules.iter().map(String::as_str),
+            base(ChainType::Nat, Hook::Prerouting, -100),
+            rules.clone(),
         )
-        .base_chain(
-            "out",
-            "nat",
-            "output",
-            -100,
-            rules.iter().map(String::as_str),
-        );
+        .base_chain("out", base(ChainType::Nat, Hook::Output, -100), rules);
     f
+}
+
+/// `ip saddr @blocked drop`.
+fn drop_blocked() -> Vec<Expr> {
+    [
+        lookup(&[Load::Saddr(Family::Ip)], "blocked", None, false),
+        verdict(Verdict::Drop),
+    ]
+    .concat()
 }
 
 /// A vendor firewall's fragment: drop forwarded traffic from `sources`.
 fn firewall(sources: &[&str]) -> Fragment {
     let mut f = Fragment::new();
     let mut t = f.table(Family::Inet, "vendor-fw");
-    t.set("blocked", "type ipv4_addr").base_chain(
+    t.set(Set::new("blocked", DataType::IPV4_ADDR)).base_chain(
         "forward",
-        "filter",
-        "forward",
-        0,
-        ["ip saddr @blocked drop"],
+        base(ChainType::Filter, Hook::Forward, 0),
+        [drop_blocked()],
     );
     for s in sources {
-        t.element("blocked", s);
+        t.element("blocked", Element::key(octets(s)));
     }
     f
 }
@@ -106,7 +131,7 @@ fn a_proxy_and_a_firewall_coexist_and_stay_isolated() {
     );
     let mut grab = proxy(&["10.96.0.10"]);
     grab.table(Family::Inet, "vendor-fw")
-        .chain("forward", None, ["accept"]);
+        .chain("forward", [verdict(Verdict::Accept)]);
     assert!(matches!(
         agg.publish("proxy", grab),
         Err(Error::Conflict { .. })
@@ -154,16 +179,14 @@ fn a_publication_the_kernel_refuses_is_rolled_back_while_others_land() {
     agg.flush();
 
     // Both publish; the firewall's new rule passes the aggregator's checks
-    // but not the kernel's (no such address).
+    // but not the kernel's (masquerade outside a NAT chain).
     agg.publish("proxy", proxy(&["10.96.0.10", "10.96.0.11"]))
         .expect("proxy update");
     let mut bad = firewall(&[EXT_OUT]);
     bad.table(Family::Inet, "vendor-fw").base_chain(
         "forward",
-        "filter",
-        "forward",
-        0,
-        ["ip saddr 300.1.2.3 drop"],
+        base(ChainType::Filter, Hook::Forward, 0),
+        [vec![Expr::Masquerade { flags: 0 }]],
     );
     agg.publish("firewall", bad)
         .expect("passes the aggregator's checks");
@@ -178,7 +201,7 @@ fn a_publication_the_kernel_refuses_is_rolled_back_while_others_land() {
         .get(&chain_key(Family::Inet, "vendor-fw", "forward"))
         .expect("chain");
     assert!(
-        matches!(forward, Value::Chain { rules, .. } if rules == &["ip saddr @blocked drop"]),
+        matches!(forward, Value::Chain { rules, .. } if rules == &[drop_blocked()]),
         "{forward:?}"
     );
     settle();
@@ -276,15 +299,24 @@ fn a_producer_in_another_process_publishes_over_the_unix_socket() {
         .mode();
     assert_eq!(mode & 0o777, 0o600, "{mode:o}");
 
+    // The rule `ip saddr @blocked drop` as the kernel's expressions: the
+    // source address loaded into register 8 (the first 32-bit one), looked
+    // up in the set, then the verdict.
     let cni = r#"
 import json, socket, sys
 s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); f = s.makefile("rw")
 def key(obj): return {"table": {"family": sys.argv[4], "name": sys.argv[2]}, "object": obj}
+rule = [
+  {"payload": {"base": "network", "offset": 12, "len": 4, "dreg": 8}},
+  {"lookup": {"sreg": 8, "set": "blocked", "dreg": None, "invert": False}},
+  {"immediate": {"dreg": 0, "data": {"verdict": "drop"}}},
+]
+address = list(socket.inet_aton(sys.argv[3]))
 state = [
-  {"key": key("Table"), "value": {"Table": {"epoch": 0}}},
-  {"key": key({"Set": "blocked"}), "value": {"Set": "type ipv4_addr"}},
-  {"key": key({"Element": ["blocked", sys.argv[3]]}), "value": "Element"},
-  {"key": key({"Chain": "forward"}), "value": {"Chain": {"hook": {"kind": "filter", "hook": "forward", "priority": 5}, "rules": ["ip saddr @blocked drop"]}}},
+  {"key": key("table"), "value": {"table": {"epoch": 0}}},
+  {"key": key({"set": "blocked"}), "value": {"set": {"name": "blocked", "key": {"id": 7, "len": 4}}}},
+  {"key": key({"element": ["blocked", {"key": address}]}), "value": {"element": {}}},
+  {"key": key({"chain": "forward"}), "value": {"chain": {"base": {"kind": "filter", "hook": "forward", "priority": 5}, "rules": [rule]}}},
 ]
 f.write(json.dumps({"producer": "cni", "publish": state}) + "\n"); f.flush()
 print(f.readline().strip())

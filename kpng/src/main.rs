@@ -379,7 +379,7 @@ fn backend(
             let backend = NftBackend::new(config);
             match (&nft.aggregator_socket, args.dry_run) {
                 (Some(path), false) => {
-                    let nft = Nft::new(vec!["nft".into()]);
+                    let nft = Nft::new(None);
                     Box::new(Report(aggregated(backend, nft, path, args, metrics), false))
                 }
                 (_, true) => Box::new(Report(backend.dry_run(), true)),

@@ -210,10 +210,8 @@ pub struct NftBackend {
     /// costs the kernel ~15 ms); dropped after a failure, so the next
     /// transaction starts on a fresh one.
     socket: Option<nft::Socket>,
-    /// Publishing through an aggregator: the tables' generation, and the
-    /// pick chains published so far.
+    /// Publishing through an aggregator: the tables' generation.
     epoch: u64,
-    published_picks: usize,
 }
 
 impl std::fmt::Debug for NftBackend {
@@ -239,7 +237,6 @@ impl NftBackend {
             last_tx: None,
             socket: None,
             epoch: 0,
-            published_picks: 0,
             last: SyncStats::default(),
         }
     }
@@ -381,9 +378,9 @@ impl NftBackend {
 }
 
 /// Through a [`kpng_aggregator::Publisher`], the backend is one producer
-/// among several: it renders as usual and publishes its tables as nft
-/// text; a full sync (the first, after a failure) publishes a new table
-/// epoch, which the aggregator applies as a whole-table replace.
+/// among several: it renders as usual and publishes its tables' objects;
+/// a full sync (the first, after a failure) publishes a new table epoch,
+/// which the aggregator applies as a whole-table replace.
 impl kpng_aggregator::Producer for NftBackend {
     type Subsystem = kpng_aggregator::nft::Nft;
 
@@ -391,12 +388,10 @@ impl kpng_aggregator::Producer for NftBackend {
         self.dry_run()
     }
     fn fragment(&mut self) -> imbl::OrdMap<kpng_aggregator::nft::Key, kpng_aggregator::nft::Value> {
-        let needed = aggregate::pick_capacity(&self.families);
-        if self.last.full || needed > self.published_picks {
+        if self.last.full {
             self.epoch += 1;
-            self.published_picks = needed;
         }
-        aggregate::fragment(self, self.epoch, self.published_picks).into()
+        aggregate::fragment(self, self.epoch).into()
     }
     fn force_full(&mut self) {
         self.tracker.force_full();
@@ -458,3 +453,133 @@ impl IncrementalSink for NftBackend {
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use kpng_model::EndpointInfo;
+    use kpng_model::endpoint::{PortInfo, PortList};
+    use kpng_model::v1::{ClientIpAffinity, IpSet, Protocol, Service, ServicePort};
+    use kpng_model::view::{EndpointView, ViewOp};
+    use kpng_sink::IncrementalSink;
+
+    use super::{Config, NftBackend};
+
+    fn service(name: &str, ip: &str, affinity: bool) -> Arc<Service> {
+        Arc::new(Service {
+            namespace: "t".into(),
+            name: name.into(),
+            cluster_ips: Some(IpSet::parse_addrs("clusterIPs", [ip]).expect("ip")),
+            client_ip_affinity: affinity.then_some(ClientIpAffinity {
+                timeout_seconds: 60,
+            }),
+            ports: vec![ServicePort {
+                name: "http".into(),
+                protocol: Protocol::Tcp as i32,
+                port: 80,
+                ..Default::default()
+            }],
+            ..Default::default()
+        })
+    }
+
+    fn endpoint(ip: &str) -> EndpointView {
+        let ip = ip.parse().expect("ip");
+        EndpointView {
+            ip,
+            endpoint: EndpointInfo::builder(ip)
+                .ports(PortList::new([PortInfo::new("http", Protocol::Tcp, 8080)]))
+                .build(),
+            is_local: false,
+            cluster: true,
+            local: false,
+        }
+    }
+
+    fn load(backend: &mut NftBackend, name: &str, ip: &str, affinity: bool, eps: &[&str]) {
+        let svc = service(name, ip, affinity);
+        let key = svc.service_name();
+        backend.apply(&ViewOp::SetService(svc)).expect("service");
+        for ep in eps {
+            backend
+                .apply(&ViewOp::SetEndpoint(key.clone(), endpoint(ep)))
+                .expect("endpoint");
+        }
+    }
+
+    /// Without a kernel: the transactions encode and parse back whole, and
+    /// their text holds the objects the view asks for; only the chains in
+    /// use are made, and a change writes only what changed.
+    #[test]
+    fn syncs_make_the_objects_in_use_and_changes_write_only_the_change() {
+        let mut backend = NftBackend::new(Config::default()).dry_run();
+        backend.reset();
+        load(
+            &mut backend,
+            "web",
+            "10.96.0.10",
+            false,
+            &["10.244.1.5", "10.244.2.5"],
+        );
+        load(&mut backend, "sticky", "10.96.0.11", true, &["10.244.1.6"]);
+        backend.sync(1).expect("sync");
+        let tx = backend.last_transaction().expect("kept in dry-run mode");
+        tx.verify_encoding().expect("round trip");
+        let text = tx.to_string();
+        for line in [
+            "add chain ip kpng pick-vip-cluster-2",
+            "add rule ip kpng pick-vip-cluster-2 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 2 map @vip-cluster",
+            "10.96.0.10 . tcp . 80 . 1 : 10.244.2.5 . 8080",
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
+        // Only the endpoint counts in use.
+        assert!(!text.contains("pick-vip-cluster-3"), "{text}");
+        assert!(backend.last_sync().full);
+
+        // A third endpoint: a new pick chain, the Service's element moved
+        // to it, one target added; nothing else.
+        load(&mut backend, "web", "10.96.0.10", false, &["10.244.3.5"]);
+        backend.sync(2).expect("sync");
+        let tx = backend.last_transaction().expect("kept");
+        tx.verify_encoding().expect("round trip");
+        let text = tx.to_string();
+        assert!(!backend.last_sync().full);
+        assert!(
+            text.contains("add chain ip kpng pick-vip-cluster-3"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "add element ip kpng vip-cluster { 10.96.0.10 . tcp . 80 . 2 : 10.244.3.5 . 8080 }"
+            ),
+            "{text}"
+        );
+        assert!(
+            !text.contains("sticky") && !text.contains("add table"),
+            "{text}"
+        );
+        // The 2-endpoint chains are unused now: gone.
+        assert!(
+            text.contains("delete chain ip kpng pick-vip-cluster-2"),
+            "{text}"
+        );
+
+        // The affinity Service goes: its chains, sets and map go with it.
+        backend
+            .apply(&ViewOp::DeleteService(
+                service("sticky", "10.96.0.11", true).service_name(),
+            ))
+            .expect("delete");
+        backend.sync(3).expect("sync");
+        let text = backend.last_script();
+        for gone in [
+            "delete set ip kpng afm-",
+            "delete set ip kpng afc-",
+            "delete chain ip kpng aff-",
+        ] {
+            assert!(text.contains(gone), "{gone} in\n{text}");
+        }
+    }
+}

@@ -18,7 +18,8 @@ use super::expr::{
 use super::object::{DataType, Family};
 
 /// A value loaded from the packet.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Load {
     /// `ip saddr` or `ip6 saddr`.
     Saddr(Family),
@@ -183,7 +184,8 @@ pub(crate) fn set_userdata(key: &[Load], data: Option<&Typeof>) -> Vec<u8> {
 }
 
 /// What a map declared by `typeof` maps to.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Typeof {
     /// Verdicts.
     Verdict,

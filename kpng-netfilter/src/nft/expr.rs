@@ -18,7 +18,8 @@ use super::Family;
 /// 32-bit registers, and a value longer than four bytes (an IPv6 address)
 /// fills several in a row, as does a concatenation (each part rounded up
 /// to whole registers).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
 pub struct Reg(u32);
 
 impl Reg {
@@ -44,7 +45,8 @@ impl Reg {
 }
 
 /// What a rule or a verdict map decides.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Verdict {
     /// Let the packet through (this hook).
     Accept,
@@ -83,7 +85,8 @@ impl Verdict {
 }
 
 /// A value or a verdict: what an immediate loads and a map maps to.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Data {
     /// Bytes, as the registers hold them.
     Value(Vec<u8>),
@@ -92,7 +95,8 @@ pub enum Data {
 }
 
 /// Which header a payload expression reads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum PayloadBase {
     /// The link-layer header.
     Link,
@@ -103,7 +107,8 @@ pub enum PayloadBase {
 }
 
 /// Packet metadata (`NFT_META_*`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum MetaKey {
     /// The packet mark (`skb->mark`).
     Mark,
@@ -133,7 +138,8 @@ impl MetaKey {
 }
 
 /// Conntrack keys (`NFT_CT_*`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum CtKey {
     /// The state bits (`new`, `established`, ...): a 32-bit mask.
     State,
@@ -157,7 +163,8 @@ impl CtKey {
 }
 
 /// Comparison operators (`NFT_CMP_*`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum CmpOp {
     /// Equal.
     Eq,
@@ -174,7 +181,8 @@ pub enum CmpOp {
 }
 
 /// Source or destination NAT.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum NatKind {
     /// Rewrite the source.
     Snat,
@@ -183,7 +191,8 @@ pub enum NatKind {
 }
 
 /// What a `fib` lookup returns (`NFT_FIB_RESULT_*`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum FibResult {
     /// The output interface index.
     Oif,
@@ -192,7 +201,8 @@ pub enum FibResult {
 }
 
 /// How a packet is rejected.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum RejectKind {
     /// An ICMP (or ICMPv6) unreachable of this code, per the table's
     /// family.
@@ -205,7 +215,8 @@ pub enum RejectKind {
 }
 
 /// What a dynamic set update does (`NFT_DYNSET_OP_*`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum DynsetOp {
     /// Add the key unless present.
     Add,
@@ -216,7 +227,8 @@ pub enum DynsetOp {
 }
 
 /// One instruction of a rule.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Expr {
     /// Loads `len` bytes at `offset` of a header into `dreg`.
     Payload {

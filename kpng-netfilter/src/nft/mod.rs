@@ -13,6 +13,7 @@ mod script;
 mod socket;
 mod text;
 mod tx;
+mod verify;
 
 pub use expr::{
     CmpOp, CtKey, Data, DynsetOp, Expr, FibResult, MetaKey, NatKind, PayloadBase, Reg, RejectKind,

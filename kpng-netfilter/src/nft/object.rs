@@ -6,7 +6,10 @@ use super::build::{self, Load, Typeof};
 use super::expr::{Data, Expr};
 
 /// A table's address family.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
 pub enum Family {
     /// `ip`: IPv4.
     Ip,
@@ -43,7 +46,9 @@ impl std::fmt::Display for Family {
 }
 
 /// A table: a family and a name.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct Table {
     /// The family.
     pub family: Family,
@@ -68,7 +73,8 @@ impl std::fmt::Display for Table {
 }
 
 /// A base chain's type.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ChainType {
     /// Filtering.
     Filter,
@@ -77,7 +83,8 @@ pub enum ChainType {
 }
 
 /// Where a base chain is attached.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Hook {
     /// Before routing.
     Prerouting,
@@ -105,7 +112,7 @@ impl Hook {
 }
 
 /// What makes a chain a base chain: the kernel calls it at a hook.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct BaseChain {
     /// Its type.
     pub kind: ChainType,
@@ -117,11 +124,12 @@ pub struct BaseChain {
 }
 
 /// A chain: a base chain, or a regular one that rules jump to.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Chain {
     /// The name.
     pub name: String,
     /// The hook, for a base chain (its policy is accept).
+    #[serde(default)]
     pub base: Option<BaseChain>,
 }
 
@@ -149,7 +157,7 @@ impl Chain {
 
 /// The type of a set's key or a map's value, as nft names types (its
 /// numbering, which `nft list` reads back), and its length in bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct DataType {
     /// nft's type number (a concatenation packs its parts' numbers, six
     /// bits each).
@@ -191,7 +199,8 @@ impl DataType {
 }
 
 /// What a map maps to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum MapTo {
     /// Verdicts (a verdict map).
     Verdict,
@@ -200,22 +209,27 @@ pub enum MapTo {
 }
 
 /// A named set or map.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Set {
     /// The name.
     pub name: String,
     /// The key's type.
     pub key: DataType,
     /// For a map, what it maps to.
+    #[serde(default)]
     pub map: Option<MapTo>,
     /// Elements are ranges (intervals; prefixes are ranges).
+    #[serde(default)]
     pub interval: bool,
     /// Elements expire; rules may add them (`dynset`).
+    #[serde(default)]
     pub timeout: bool,
     /// The expressions that make the key, for a set declared by them
     /// (nft's `typeof`; see [`Set::keyed_by`]).
+    #[serde(default)]
     pub typeof_key: Option<Vec<Load>>,
     /// What a map declared by `typeof` maps to.
+    #[serde(default)]
     pub typeof_data: Option<Typeof>,
 }
 
@@ -292,17 +306,20 @@ impl Set {
 }
 
 /// One element of a set or map.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Element {
     /// The key, as the registers hold it (each part of a concatenation
     /// padded to whole registers).
     pub key: Vec<u8>,
     /// In an interval set: this element ends the range the previous one
     /// started (its key is the first value after the range).
+    #[serde(default)]
     pub interval_end: bool,
     /// In a map: the value.
+    #[serde(default)]
     pub data: Option<Data>,
     /// In a set with timeouts: its own timeout, in milliseconds.
+    #[serde(default)]
     pub timeout_ms: Option<u64>,
 }
 
@@ -387,7 +404,7 @@ impl Element {
 }
 
 /// A rule: expressions in order, in a chain.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Rule {
     /// The chain.
     pub chain: String,

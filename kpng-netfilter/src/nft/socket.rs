@@ -599,7 +599,7 @@ fn verdict(attributes: Vec<VerdictAttribute>) -> Option<Verdict> {
     })
 }
 
-fn element(list: ListAttribute<SetElementAttribute>) -> Option<Element> {
+pub(crate) fn element(list: ListAttribute<SetElementAttribute>) -> Option<Element> {
     let ListAttribute::Element(attributes) = list else {
         return None;
     };
@@ -632,7 +632,7 @@ fn raw<T: Nla>(list: &[T]) -> Vec<(u16, Vec<u8>)> {
         .collect()
 }
 
-fn raw_expr(list: ListAttribute<ExpressionAttribute>) -> Option<RawExpr> {
+pub(crate) fn raw_expr(list: ListAttribute<ExpressionAttribute>) -> Option<RawExpr> {
     let ListAttribute::Element(attributes) = list else {
         return None;
     };

@@ -1,0 +1,158 @@
+//! The encoder checked without a kernel: a transaction encoded as it is
+//! sent, then parsed back as the kernel's answers are, must give back its
+//! rules and elements. Unit tests and the `nft_netlink` fuzz target use it.
+
+use netlink_packet_core::{NetlinkMessage, NetlinkPayload};
+use netlink_packet_netfilter::nftables::{NfTablesMessage, RuleAttribute, SetElementList};
+use netlink_packet_netfilter::{NetfilterMessage, NetfilterMessageInner};
+
+use super::expr::Expr;
+use super::object::Element;
+use super::socket::{element, raw_expr};
+use super::tx::{Op, Transaction};
+
+/// What a batch carries that can be compared: rules, and element runs.
+#[derive(Debug, PartialEq, Eq)]
+enum Item {
+    Rule(String, Vec<Expr>),
+    Elements(String, bool, Vec<Element>),
+}
+
+impl Transaction {
+    /// Encodes the batch as [`Socket::apply`](super::Socket::apply) sends
+    /// it, parses every message back (as the kernel's answers are parsed)
+    /// and compares the rules and elements with this transaction's.
+    ///
+    /// # Errors
+    /// The first message that does not parse, or the first rule or
+    /// element that comes back different, described.
+    pub fn verify_encoding(&self) -> Result<(), String> {
+        let encoded = self.encode(1);
+        let mut got = Vec::new();
+        let mut at = 0;
+        let bytes = &encoded.bytes;
+        while at < bytes.len() {
+            let message = NetlinkMessage::<NetfilterMessage>::deserialize(&bytes[at..])
+                .map_err(|e| format!("message at byte {at} does not parse: {e}"))?;
+            let len = message.header.length as usize;
+            if len == 0 {
+                return Err(format!("message at byte {at} has length 0"));
+            }
+            at += len.next_multiple_of(4);
+            let NetlinkPayload::InnerMessage(NetfilterMessage {
+                inner: NetfilterMessageInner::NfTables(m),
+                ..
+            }) = message.payload
+            else {
+                continue;
+            };
+            match m {
+                NfTablesMessage::NewRule(r) => {
+                    let (mut chain, mut exprs) = (String::new(), Vec::new());
+                    for a in r.attributes {
+                        match a {
+                            RuleAttribute::Chain(c) => chain = c,
+                            RuleAttribute::Expressions(list) => {
+                                for raw in list.into_iter().filter_map(raw_expr) {
+                                    let name = raw.name.clone();
+                                    exprs.push(raw.decode().ok_or_else(|| {
+                                        format!(
+                                            "a {name} expression of chain {chain} does not decode"
+                                        )
+                                    })?);
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
+                    got.push(Item::Rule(chain, exprs));
+                }
+                NfTablesMessage::NewSetElement(_) | NfTablesMessage::DeleteSetElement(_) => {
+                    let (add, e) = match m {
+                        NfTablesMessage::NewSetElement(e) => (true, e),
+                        NfTablesMessage::DeleteSetElement(e) => (false, e),
+                        _ => continue,
+                    };
+                    let (mut set, mut list) = (String::new(), Vec::new());
+                    let mut has_list = false;
+                    for a in e.attributes {
+                        match a {
+                            SetElementList::Set(s) => set = s,
+                            SetElementList::Elements(l) => {
+                                has_list = true;
+                                list.extend(l.into_iter().filter_map(element));
+                            }
+                            _ => {}
+                        }
+                    }
+                    // A flush (a delete with no list) carries no elements.
+                    if has_list {
+                        got.push(Item::Elements(set, add, list));
+                    }
+                }
+                _ => {}
+            }
+        }
+        let mut want = Vec::new();
+        for op in &self.ops {
+            match op {
+                Op::AddRule(_, rule) => {
+                    want.push(Item::Rule(rule.chain.clone(), rule.exprs.clone()))
+                }
+                Op::AddElements(_, set, elements) => {
+                    want.push(Item::Elements(
+                        set.clone(),
+                        true,
+                        elements.slice(0..elements.len()),
+                    ));
+                }
+                Op::DeleteElements(_, set, elements) => {
+                    // A delete names the key only.
+                    let keys = elements
+                        .slice(0..elements.len())
+                        .into_iter()
+                        .map(|e| Element {
+                            data: None,
+                            timeout_ms: None,
+                            ..e
+                        })
+                        .collect();
+                    want.push(Item::Elements(set.clone(), false, keys));
+                }
+                _ => {}
+            }
+        }
+        // Element runs split into messages by size: join consecutive runs.
+        let (got, want) = (join_runs(got), join_runs(want));
+        if got.len() != want.len() {
+            return Err(format!(
+                "{} rules and element runs sent, {} came back",
+                want.len(),
+                got.len()
+            ));
+        }
+        for (i, (w, g)) in want.iter().zip(&got).enumerate() {
+            if w != g {
+                return Err(format!("item {i} differs: sent {w:?}, parsed {g:?}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Consecutive element messages of one set, as one run.
+fn join_runs(items: Vec<Item>) -> Vec<Item> {
+    let mut out: Vec<Item> = Vec::new();
+    for item in items {
+        if let (Some(Item::Elements(last_set, last_add, last)), Item::Elements(set, add, more)) =
+            (out.last_mut(), &item)
+            && last_set == set
+            && last_add == add
+        {
+            last.extend(more.iter().cloned());
+            continue;
+        }
+        out.push(item);
+    }
+    out
+}
