@@ -8,7 +8,7 @@ use std::time::Instant;
 use kpng_diff::NodeProjector;
 use kpng_model::EndpointInfo;
 use kpng_model::endpoint::{PortInfo, PortList};
-use kpng_model::v1::{IpSet, Protocol, Service, ServicePort};
+use kpng_model::v1::{ClientIpAffinity, IpSet, Protocol, Service, ServicePort};
 use kpng_store::Store;
 use kpng_testkit::{Cluster, ClusterShape};
 
@@ -176,6 +176,66 @@ pub fn run<B: LabBackend>(refs: [&str; 3], extended: bool) {
     }
     change_ms.sort_by(f64::total_cmp);
     change_commands.sort_unstable();
+
+    // A Service with chains of its own (ClientIP affinity: a chain and a
+    // set per endpoint, a spreading map) comes, then goes, at 10k.
+    let (mut own_add, mut own_del) = (Vec::new(), Vec::new());
+    for i in 0..10u8 {
+        let svc = Service {
+            namespace: "bench".into(),
+            name: format!("sticky-{i}"),
+            cluster_ips: Some(
+                IpSet::parse_addrs("c", [format!("10.100.1.{}", i + 1).as_str()])
+                    .expect("bench setup"),
+            ),
+            client_ip_affinity: Some(ClientIpAffinity {
+                timeout_seconds: 10_800,
+            }),
+            ports: vec![ServicePort {
+                name: "http".into(),
+                protocol: 1,
+                port: 80,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let name = svc.service_name();
+        let mut txn = store.begin();
+        txn.set_service(svc);
+        for j in 0..3u8 {
+            let ip = std::net::IpAddr::from([10, 200, i, j + 1]);
+            let ep = EndpointInfo::builder(ip)
+                .node("node-1", "")
+                .ports(PortList::new([PortInfo::new("http", Protocol::Tcp, 8080)]))
+                .build();
+            txn.set_endpoint(name.clone(), ep);
+        }
+        txn.commit();
+        let start = Instant::now();
+        projector
+            .sync_into(&store.snapshot(), &mut backend)
+            .expect("bench setup");
+        own_add.push(start.elapsed().as_secs_f64() * 1e3);
+        assert!(backend.last_commands() > 0, "the Service was added");
+        // Deleted as the API deletes it: the Service and its endpoints.
+        let mut txn = store.begin();
+        for j in 0..3u8 {
+            let ip = std::net::IpAddr::from([10, 200, i, j + 1]);
+            txn.delete(&kpng_model::Key::Endpoint(name.clone(), ip));
+        }
+        txn.delete(&kpng_model::Key::Service(name));
+        txn.commit();
+        let start = Instant::now();
+        projector
+            .sync_into(&store.snapshot(), &mut backend)
+            .expect("bench setup");
+        own_del.push(start.elapsed().as_secs_f64() * 1e3);
+        assert!(backend.last_commands() > 0, "the Service was deleted");
+        assert!(!backend.last_full(), "incremental");
+    }
+    own_add.sort_by(f64::total_cmp);
+    own_del.sort_by(f64::total_cmp);
+    let (own_add, own_del) = (own_add[own_add.len() / 2], own_del[own_del.len() / 2]);
     let change_median = change_ms[change_ms.len() / 2];
     let commands_median = change_commands[change_commands.len() / 2];
 
@@ -203,11 +263,14 @@ pub fn run<B: LabBackend>(refs: [&str; 3], extended: bool) {
     println!(
         "one endpoint change at 10k, median of 20: {change_median:>7.2} ms  ({commands_median} commands; {notes})  [{change_ref}]"
     );
+    println!(
+        "a Service with chains of its own (ClientIP affinity, 3 endpoints) added at 10k, median of 10: {own_add:>7.2} ms; deleted: {own_del:.2} ms  [<= 2 ms]"
+    );
     println!("new connections/s through a ClusterIP, 10 services:  {rate_10:>7.0}");
     println!("new connections/s through a ClusterIP, 10k services: {rate_10k:>7.0}");
     println!("ratio 10k / 10: {:.3}  [{ratio_ref}]", rate_10k / rate_10);
     println!(
-        "{{\"backend\":\"{}\",\"full_sync_ms_1k\":{ms_1k:.1},\"full_sync_ms_10k\":{ms_10k:.1},\"change_ms_10k\":{change_median:.2},\"change_commands_10k\":{commands_median},\"conn_rate_10\":{rate_10:.0},\"conn_rate_10k\":{rate_10k:.0},\"conn_rate_ratio\":{:.3}}}",
+        "{{\"backend\":\"{}\",\"full_sync_ms_1k\":{ms_1k:.1},\"full_sync_ms_10k\":{ms_10k:.1},\"change_ms_10k\":{change_median:.2},\"change_commands_10k\":{commands_median},\"own_chains_add_ms_10k\":{own_add:.2},\"own_chains_delete_ms_10k\":{own_del:.2},\"conn_rate_10\":{rate_10:.0},\"conn_rate_10k\":{rate_10k:.0},\"conn_rate_ratio\":{:.3}}}",
         B::NAME,
         rate_10k / rate_10
     );

@@ -97,7 +97,7 @@ impl LabBackend for NftBackend {
         self.last_sync().commands
     }
     fn last_note(&self) -> String {
-        format!("{} µs in the kernel", self.last_sync().kernel_micros)
+        String::new()
     }
     fn dump(lab: &Lab) -> String {
         lab.in_node(&["nft", "list", "ruleset"])

@@ -91,9 +91,9 @@ impl Objects {
                 let now = self.chains.get(name).map(|(c, _)| c.clone());
                 p.chains.entry(name.clone()).or_insert(now);
             }
-            if let Some((_, n)) = self.chains.get_mut(name) {
-                *n -= 1;
-                if *n == 0 {
+            if let Some((chain, n)) = self.chains.get_mut(name) {
+                *n = n.saturating_sub(1);
+                if *n == 0 && !chain.retain {
                     self.chains.remove(name);
                 }
             }

@@ -200,6 +200,11 @@ pub(crate) struct Elem {
 pub(crate) struct ChainDef {
     pub(crate) base: Option<BaseChain>,
     pub(crate) rules: Vec<Vec<Expr>>,
+    /// Kept once made, until the next full sync, though no Service uses
+    /// it: a pick chain's rule binds the big map, and the kernel checks
+    /// every element of a map a new rule binds (~20 ms at 100k elements),
+    /// so an endpoint count that comes back must not pay it again.
+    pub(crate) retain: bool,
 }
 
 /// The nft objects one Service (or the table's fixed part) contributes to
@@ -225,8 +230,12 @@ impl Render {
     }
 
     fn chain(&mut self, name: impl Into<String>, rules: Vec<Vec<Expr>>) {
-        self.chains
-            .insert(name.into(), ChainDef { base: None, rules });
+        let chain = ChainDef {
+            base: None,
+            rules,
+            retain: false,
+        };
+        self.chains.insert(name.into(), chain);
     }
 }
 
@@ -452,7 +461,12 @@ impl PortCtx<'_> {
                 return Verdict::Drop;
             }
             let pick = kind.pick(set_local);
-            render.chain(pick.chain(n), vec![pick.rule(family, n)]);
+            let chain = ChainDef {
+                base: None,
+                rules: vec![pick.rule(family, n)],
+                retain: true,
+            };
+            render.chains.insert(pick.chain(n), chain);
             Verdict::Goto(pick.chain(n))
         });
         render.chain(shared.name(), rules);
@@ -814,9 +828,12 @@ pub(crate) fn globals(fam: Fam, config: &Config, node_ips: &[(IpAddr, u8)]) -> R
         (REJECT_CHAIN, (None, vec![vec![Expr::Reject(reject)]])),
     ];
     for (name, (base, rules)) in chains {
-        render
-            .chains
-            .insert(name.to_owned(), ChainDef { base, rules });
+        let chain = ChainDef {
+            base,
+            rules,
+            retain: false,
+        };
+        render.chains.insert(name.to_owned(), chain);
     }
     render
 }
