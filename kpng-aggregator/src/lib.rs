@@ -22,8 +22,9 @@
 //!
 //! The subsystems are [`nft::Nft`] and [`iptables::Iptables`]; see their
 //! docs for the ordering between producers. Any backend implementing
-//! [`Producer`] runs through an aggregator with a [`Publisher`], and
-//! producers in other processes publish over [`socket`].
+//! [`Producer`] runs through an aggregator with a [`Publisher`] (the kpng
+//! backends do, with the features `nft-backend` and `iptables-backend`),
+//! and producers in other processes publish over [`socket`].
 //!
 //! # Example
 //!
@@ -55,6 +56,8 @@
 
 pub mod iptables;
 pub mod nft;
+#[cfg(any(feature = "nft-backend", feature = "iptables-backend"))]
+mod producers;
 mod publisher;
 pub mod socket;
 

@@ -62,7 +62,7 @@ use kpng_model::addr::{cidrs_in, parse_cidr_flag};
 use kpng_model::{IpFamily, ServiceName};
 use kpng_sink::{IncrementalSink, SinkError, ViewTracker};
 
-use kpng_netfilter::iptables::{Batch, ChainKey, Jump, Plan, Runner, apply_batches};
+use kpng_netfilter::iptables::{Batch, Jump, Plan, Runner, apply_batches};
 use render::{DISPATCH, HOOKS, Render};
 
 /// Errors of the iptables backend.
@@ -83,7 +83,7 @@ pub enum Error {
     },
 }
 
-pub use kpng_netfilter::iptables::Mode;
+pub use kpng_netfilter::iptables::{ChainKey, Family, Mode, Table};
 
 /// The engine's family for one of the model's.
 fn tools(family: IpFamily) -> kpng_netfilter::iptables::Family {
@@ -284,6 +284,39 @@ impl IptablesBackend {
         self
     }
 
+    /// Renders for someone else to apply (an aggregator: see
+    /// `kpng_aggregator::Publisher`): syncs keep the desired chains
+    /// ([`chains`](Self::chains)) incrementally and never run iptables.
+    pub fn publishing(mut self) -> Self {
+        self.run = Run::Publish;
+        self
+    }
+
+    /// The chains the backend wants, per family (IPv4, then IPv6): every
+    /// `KUBE-` chain with its rules, as of the last sync.
+    pub fn chains(&self) -> impl Iterator<Item = (Family, &ChainKey, &[String])> + '_ {
+        self.families
+            .iter()
+            .zip([Family::V4, Family::V6])
+            .flat_map(|(state, family)| {
+                state
+                    .desired
+                    .iter()
+                    .map(move |(key, rules)| (family, key, rules.as_slice()))
+            })
+    }
+
+    /// The jumps into its chains the backend puts in the built-in chains,
+    /// in order (each family has the same): table, built-in chain, rule.
+    pub fn jumps() -> &'static [(Table, &'static str, &'static str)] {
+        &HOOKS
+    }
+
+    /// Makes the next sync a full one.
+    pub fn force_full(&mut self) {
+        self.tracker.force_full();
+    }
+
     /// The batches of the last sync, IPv4 then IPv6.
     pub fn last_script(&self) -> &str {
         &self.last_script
@@ -430,36 +463,6 @@ impl IptablesBackend {
                 Err(e.into())
             }
         }
-    }
-}
-
-/// Through a [`kpng_aggregator::Publisher`], the backend is one producer
-/// among several: it renders incrementally and publishes its chains (all
-/// `KUBE-`) and its jumps from the built-in chains.
-impl kpng_aggregator::Producer for IptablesBackend {
-    type Subsystem = kpng_aggregator::iptables::Iptables;
-
-    fn publishing(mut self) -> Self {
-        self.run = Run::Publish;
-        self
-    }
-    fn fragment(
-        &mut self,
-    ) -> imbl::OrdMap<kpng_aggregator::iptables::Key, kpng_aggregator::iptables::Value> {
-        use kpng_aggregator::iptables::{Family, Fragment};
-        let mut fragment = Fragment::new();
-        for (state, family) in self.families.iter().zip([Family::V4, Family::V6]) {
-            for ((table, name), rules) in &state.desired {
-                fragment.chain(family, *table, name, rules.iter().map(String::as_str));
-            }
-            for (order, (table, builtin, rule)) in (0u16..).zip(HOOKS) {
-                fragment.jump(family, table, builtin, rule, order);
-            }
-        }
-        fragment.into()
-    }
-    fn force_full(&mut self) {
-        self.tracker.force_full();
     }
 }
 

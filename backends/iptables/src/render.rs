@@ -27,7 +27,7 @@ use siphasher::sip128::{Hasher128, SipHasher13};
 use crate::Config;
 use kpng_model::addr::cidrs_in;
 
-pub(crate) use kpng_aggregator::iptables::{ChainKey, Table};
+pub(crate) use kpng_netfilter::iptables::{ChainKey, Table};
 
 pub(crate) const SERVICES: &str = "KUBE-SERVICES";
 pub(crate) const NODEPORTS: &str = "KUBE-NODEPORTS";

@@ -57,7 +57,6 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-mod aggregate;
 mod objects;
 mod render;
 
@@ -177,6 +176,22 @@ struct FamilyState {
     pending: Pending,
 }
 
+/// One family's table as the backend wants it: see
+/// [`NftBackend::tables`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TableContent {
+    /// The table.
+    pub table: nft::Table,
+    /// Its sets and maps.
+    pub sets: Vec<nft::Set>,
+    /// Its chains, each with its rules.
+    pub chains: Vec<(nft::Chain, Vec<Vec<nft::Expr>>)>,
+    /// The elements of each set that has any, by set name (ranges as
+    /// start and end elements).
+    pub elements: Vec<(String, Vec<nft::Element>)>,
+}
+
 /// What the last sync did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -210,8 +225,8 @@ pub struct NftBackend {
     /// costs the kernel ~15 ms); dropped after a failure, so the next
     /// transaction starts on a fresh one.
     socket: Option<nft::Socket>,
-    /// Publishing through an aggregator: the tables' generation.
-    epoch: u64,
+    /// How many times the tables were replaced whole.
+    generation: u64,
 }
 
 impl std::fmt::Debug for NftBackend {
@@ -236,7 +251,7 @@ impl NftBackend {
             families: Default::default(),
             last_tx: None,
             socket: None,
-            epoch: 0,
+            generation: 0,
             last: SyncStats::default(),
         }
     }
@@ -286,6 +301,49 @@ impl NftBackend {
     /// Makes the next sync a full one.
     pub fn force_full(&mut self) {
         self.tracker.force_full();
+    }
+
+    /// How many syncs replaced the tables whole (the first, those after a
+    /// failure): a publisher asks an aggregator for a whole-table replace
+    /// when it changes.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The tables as the backend wants them, one per family (IPv4, then
+    /// IPv6): what a full sync writes, as of the last sync. For applying
+    /// elsewhere (`kpng_aggregator::Publisher`) or inspecting; the
+    /// backend keeps them in a compact form, so this makes a copy.
+    pub fn tables(&self) -> Vec<TableContent> {
+        IpFamily::BOTH
+            .into_iter()
+            .zip(&self.families)
+            .map(|(family, state)| {
+                let table = self.table(family);
+                let objects = &state.desired;
+                TableContent {
+                    sets: objects.sets.values().map(|(s, _)| s.clone()).collect(),
+                    chains: objects
+                        .chains
+                        .iter()
+                        .map(|(name, (chain, _))| {
+                            let c = nft::Chain {
+                                name: name.clone(),
+                                base: chain.base,
+                            };
+                            (c, chain.rules.clone())
+                        })
+                        .collect(),
+                    elements: objects
+                        .sets
+                        .values()
+                        .map(|(set, _)| (set.name.clone(), objects.kernel_elements(&table, set)))
+                        .filter(|(_, e)| !e.is_empty())
+                        .collect(),
+                    table,
+                }
+            })
+            .collect()
     }
 
     fn table(&self, family: IpFamily) -> nft::Table {
@@ -377,27 +435,6 @@ impl NftBackend {
     }
 }
 
-/// Through a [`kpng_aggregator::Publisher`], the backend is one producer
-/// among several: it renders as usual and publishes its tables' objects;
-/// a full sync (the first, after a failure) publishes a new table epoch,
-/// which the aggregator applies as a whole-table replace.
-impl kpng_aggregator::Producer for NftBackend {
-    type Subsystem = kpng_aggregator::nft::Nft;
-
-    fn publishing(self) -> Self {
-        self.dry_run()
-    }
-    fn fragment(&mut self) -> imbl::OrdMap<kpng_aggregator::nft::Key, kpng_aggregator::nft::Value> {
-        if self.last.full {
-            self.epoch += 1;
-        }
-        aggregate::fragment(self, self.epoch).into()
-    }
-    fn force_full(&mut self) {
-        self.tracker.force_full();
-    }
-}
-
 impl IncrementalSink for NftBackend {
     kpng_sink::tracked_view!(tracker);
 
@@ -428,6 +465,9 @@ impl IncrementalSink for NftBackend {
             Ok(()) => {
                 for state in &mut self.families {
                     state.pending = Pending::default();
+                }
+                if full {
+                    self.generation += 1;
                 }
                 self.tracker.synced(true);
                 tracing::debug!(

@@ -9,7 +9,7 @@
 use netlink_packet_core::{DefaultNla, NLA_F_NESTED};
 use netlink_packet_netfilter::nftables::{ExpressionAttribute, Expressions, ListAttribute};
 
-use super::Family;
+use super::types::Family;
 
 /// A register of the nf_tables virtual machine.
 ///

@@ -8,11 +8,13 @@
 pub mod build;
 mod elements;
 mod expr;
+mod load;
 mod object;
 mod script;
 mod socket;
 mod text;
 mod tx;
+mod types;
 mod verify;
 
 pub use expr::{

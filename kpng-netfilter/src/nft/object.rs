@@ -2,48 +2,9 @@
 
 use std::net::IpAddr;
 
-use super::build::{self, Load, Typeof};
 use super::expr::{Data, Expr};
-
-/// A table's address family.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum Family {
-    /// `ip`: IPv4.
-    Ip,
-    /// `ip6`: IPv6.
-    Ip6,
-    /// `inet`: both.
-    Inet,
-}
-
-impl Family {
-    /// The kernel's number (`NFPROTO_*`).
-    pub fn number(self) -> u8 {
-        match self {
-            Family::Inet => 1,
-            Family::Ip => 2,
-            Family::Ip6 => 10,
-        }
-    }
-
-    /// nft's name for it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Family::Ip => "ip",
-            Family::Ip6 => "ip6",
-            Family::Inet => "inet",
-        }
-    }
-}
-
-impl std::fmt::Display for Family {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
+use super::load::{self, Load, Typeof};
+pub use super::types::{DataType, Family};
 
 /// A table: a family and a name.
 #[derive(
@@ -155,49 +116,6 @@ impl Chain {
     }
 }
 
-/// The type of a set's key or a map's value, as nft names types (its
-/// numbering, which `nft list` reads back), and its length in bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-pub struct DataType {
-    /// nft's type number (a concatenation packs its parts' numbers, six
-    /// bits each).
-    pub id: u32,
-    /// The length in bytes, each part of a concatenation rounded up to a
-    /// whole register (4 bytes).
-    pub len: u32,
-}
-
-impl DataType {
-    /// A 32-bit integer (nft's `integer`): a mark, a numgen value.
-    pub const INTEGER: DataType = DataType { id: 4, len: 4 };
-    /// `ipv4_addr`.
-    pub const IPV4_ADDR: DataType = DataType { id: 7, len: 4 };
-    /// `ipv6_addr`.
-    pub const IPV6_ADDR: DataType = DataType { id: 8, len: 16 };
-    /// `inet_proto` (one byte).
-    pub const INET_PROTO: DataType = DataType { id: 12, len: 1 };
-    /// `inet_service` (a port, two bytes).
-    pub const INET_SERVICE: DataType = DataType { id: 13, len: 2 };
-    /// `mark`.
-    pub const MARK: DataType = DataType { id: 19, len: 4 };
-
-    /// The address type of a family (`Inet` is taken as IPv4).
-    pub fn addr(family: Family) -> DataType {
-        match family {
-            Family::Ip6 => Self::IPV6_ADDR,
-            Family::Ip | Family::Inet => Self::IPV4_ADDR,
-        }
-    }
-
-    /// A concatenation of `parts` (nft's `a . b . c`).
-    pub fn concat(parts: &[DataType]) -> DataType {
-        const TYPE_BITS: u32 = 6;
-        let id = parts.iter().fold(0, |id, p| (id << TYPE_BITS) | p.id);
-        let len = parts.iter().map(|p| p.len.next_multiple_of(4)).sum();
-        DataType { id, len }
-    }
-}
-
 /// What a map maps to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -255,7 +173,7 @@ impl Set {
     pub fn keyed_by(name: impl Into<String>, key: &[Load]) -> Self {
         Self {
             typeof_key: Some(key.to_vec()),
-            ..Self::new(name, build::datatype(key))
+            ..Self::new(name, load::datatype(key))
         }
     }
 
@@ -271,7 +189,7 @@ impl Set {
     /// Makes a set a map to values such as `value` loads (a NAT target:
     /// `ip daddr . th dport`).
     pub fn to_values(mut self, value: &[Load]) -> Self {
-        self.map = Some(MapTo::Value(build::datatype(value)));
+        self.map = Some(MapTo::Value(load::datatype(value)));
         if self.typeof_key.is_some() {
             self.typeof_data = Some(Typeof::Value(value.to_vec()));
         }
@@ -281,7 +199,7 @@ impl Set {
     /// The user data nft keeps beside a set declared by `typeof`.
     pub(crate) fn userdata(&self) -> Option<Vec<u8>> {
         let key = self.typeof_key.as_deref()?;
-        Some(build::set_userdata(key, self.typeof_data.as_ref()))
+        Some(load::set_userdata(key, self.typeof_data.as_ref()))
     }
 
     /// A verdict map.

@@ -9,9 +9,9 @@
 use std::fmt::{self, Write as _};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use super::build::{Load, Typeof};
 use super::elements::Elements;
 use super::expr::Data;
+use super::load::{Load, Typeof};
 use super::object::{ChainType, DataType, Element, Hook, MapTo, Set, Table};
 use super::text::{Kind, constant, verdict};
 use super::tx::{Op, Transaction};
