@@ -116,4 +116,7 @@ impl<B: Producer> IncrementalSink for Publisher<B> {
             SinkError::backend(format!("aggregator producer {}", self.name), Refused(why))
         })
     }
+    fn view(&self) -> Option<&kpng_model::view::NodeView> {
+        self.backend.view()
+    }
 }

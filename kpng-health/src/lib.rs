@@ -148,6 +148,9 @@ impl<S: IncrementalSink> IncrementalSink for Healthy<S> {
         self.health.synced();
         Ok(())
     }
+    fn view(&self) -> Option<&kpng_model::view::NodeView> {
+        self.inner.view()
+    }
 }
 
 impl<S: IncrementalSink> Healthy<S> {

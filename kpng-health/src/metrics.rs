@@ -187,40 +187,54 @@ impl Metrics {
 }
 
 /// Wraps a backend: times its syncs (full or partial), counts failures,
-/// and keeps the Service and endpoint gauges.
+/// and keeps the Service and endpoint gauges, counted from the backend's
+/// own view when it keeps one ([`IncrementalSink::view`]), else from a
+/// view of its own.
 #[derive(Debug)]
 pub struct Measured<S> {
     inner: S,
     metrics: Metrics,
-    tracker: ViewTracker,
+    /// A view of its own, only for a backend that keeps none.
+    own: Option<ViewTracker>,
+    /// Whether the next sync is a full one (after a reset or a failure).
+    full: bool,
     round_started: Option<Instant>,
 }
 
-impl<S> Measured<S> {
+impl<S: IncrementalSink> Measured<S> {
     /// Measures `inner` into `metrics`.
     pub fn new(inner: S, metrics: Metrics) -> Self {
+        let own = inner.view().is_none().then(ViewTracker::default);
         Self {
             inner,
             metrics,
-            tracker: ViewTracker::default(),
+            own,
+            full: true,
             round_started: None,
         }
     }
+}
 
+impl<S> Measured<S> {
     /// The measured sink.
     pub fn inner(&self) -> &S {
         &self.inner
     }
 
     fn note(&mut self, op: &ViewOp) {
-        self.tracker.absorb(op);
+        if let Some(own) = &mut self.own {
+            own.absorb(op);
+        }
         self.round_started.get_or_insert_with(Instant::now);
     }
 }
 
 impl<S: IncrementalSink> IncrementalSink for Measured<S> {
     fn reset(&mut self) {
-        self.tracker.reset();
+        if let Some(own) = &mut self.own {
+            own.reset();
+        }
+        self.full = true;
         self.round_started.get_or_insert_with(Instant::now);
         self.inner.reset();
     }
@@ -230,7 +244,7 @@ impl<S: IncrementalSink> IncrementalSink for Measured<S> {
         self.inner.apply(op)
     }
     fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
-        let full = self.tracker.full();
+        let full = self.full;
         let start = Instant::now();
         let result = self.inner.sync(revision);
         let elapsed = start.elapsed().as_secs_f64();
@@ -239,8 +253,11 @@ impl<S: IncrementalSink> IncrementalSink for Measured<S> {
         if full { &m.full } else { &m.partial }.observe(elapsed);
         match &result {
             Ok(()) => {
-                let _ = self.tracker.take_changes();
-                self.tracker.synced(true);
+                self.full = false;
+                if let Some(own) = &mut self.own {
+                    let _ = own.take_changes();
+                    own.synced(true);
+                }
                 let now = SystemTime::now()
                     .duration_since(UNIX_EPOCH)
                     .map_or(0.0, |d| d.as_secs_f64());
@@ -248,18 +265,27 @@ impl<S: IncrementalSink> IncrementalSink for Measured<S> {
                 if let Some(started) = self.round_started.take() {
                     m.programming.observe(started.elapsed().as_secs_f64());
                 }
-                let view = self.tracker.view();
-                let endpoints: usize = view.services.values().map(|s| s.endpoints.len()).sum();
-                m.services
-                    .set(i64::try_from(view.services.len()).unwrap_or(i64::MAX));
-                m.endpoints
-                    .set(i64::try_from(endpoints).unwrap_or(i64::MAX));
+                let view = match &self.own {
+                    Some(own) => Some(own.view()),
+                    None => self.inner.view(),
+                };
+                if let Some(view) = view {
+                    let endpoints: usize = view.services.values().map(|s| s.endpoints.len()).sum();
+                    m.services
+                        .set(i64::try_from(view.services.len()).unwrap_or(i64::MAX));
+                    m.endpoints
+                        .set(i64::try_from(endpoints).unwrap_or(i64::MAX));
+                }
             }
             Err(_) => {
+                self.full = true;
                 m.failures.inc();
             }
         }
         result
+    }
+    fn view(&self) -> Option<&kpng_model::view::NodeView> {
+        self.inner.view()
     }
 }
 

@@ -181,6 +181,14 @@ pub trait IncrementalSink {
     /// retries with a full round.
     fn sync(&mut self, revision: u64) -> Result<(), SinkError>;
 
+    /// The node view as of the ops received, when the sink keeps one
+    /// (backends built on [`ViewTracker`] with [`tracked_view!`],
+    /// [`FullState`]). Wrappers forward it, and [`Follow`] hands it to
+    /// full-state sinks, so a process holds one view, not one per sink.
+    fn view(&self) -> Option<&NodeView> {
+        None
+    }
+
     /// Dispatches one [`ViewOp`] to the matching callback.
     ///
     /// # Errors
@@ -296,6 +304,9 @@ macro_rules! tracked_view {
             self.$field.absorb(op);
             Ok(())
         }
+        fn view(&self) -> ::std::option::Option<&$crate::__model::view::NodeView> {
+            Some(self.$field.view())
+        }
     };
 }
 
@@ -371,6 +382,84 @@ impl<S: FullStateSink> IncrementalSink for FullState<S> {
         self.view.revision = revision;
         self.inner.sync(&self.view)
     }
+
+    fn view(&self) -> Option<&NodeView> {
+        Some(&self.view)
+    }
+}
+
+/// An incremental sink followed by full-state sinks that read *its* view:
+/// after `inner` syncs, `followers` sync with the view it keeps
+/// ([`IncrementalSink::view`]), so they need no copy of their own (at 10k
+/// Services × 10 endpoints a view is ~10 MB). When `inner` keeps no view,
+/// `Follow` keeps one for the followers.
+///
+/// `sync` returns `inner`'s error without syncing the followers, or the
+/// followers' error after `inner` synced (the driver then resets both,
+/// so the next round is full for both).
+#[derive(Debug)]
+pub struct Follow<S, F> {
+    inner: S,
+    followers: F,
+    own: Option<NodeView>,
+}
+
+impl<S: IncrementalSink, F: FullStateSink> Follow<S, F> {
+    /// `followers` (a [`FullStateSink`], or a `Vec` of them) follow
+    /// `inner`'s view.
+    pub fn new(inner: S, followers: F) -> Self {
+        let own = inner.view().is_none().then(NodeView::default);
+        Self {
+            inner,
+            followers,
+            own,
+        }
+    }
+
+    /// The followed sink.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+}
+
+impl<S: IncrementalSink, F: FullStateSink> IncrementalSink for Follow<S, F> {
+    fn reset(&mut self) {
+        if let Some(own) = &mut self.own {
+            *own = NodeView::default();
+        }
+        self.inner.reset();
+    }
+    callbacks_as_ops!(forward);
+    fn apply(&mut self, op: &ViewOp) -> Result<(), SinkError> {
+        if let Some(own) = &mut self.own {
+            own.apply(op)?;
+        }
+        self.inner.apply(op)
+    }
+    fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
+        self.inner.sync(revision)?;
+        let view = match (&self.own, self.inner.view()) {
+            (Some(own), _) => own,
+            (None, Some(view)) => view,
+            (None, None) => {
+                return Err(SinkError::backend(
+                    "follow",
+                    "the followed sink stopped keeping a view",
+                ));
+            }
+        };
+        self.followers.sync(view)
+    }
+    fn view(&self) -> Option<&NodeView> {
+        self.own.as_ref().or_else(|| self.inner.view())
+    }
+}
+
+impl<S: IncrementalSink, F: FullStateSink> Follow<S, F> {
+    fn forward(&mut self, op: &ViewOp) {
+        // Errors surface at sync, from the inner sink.
+        let _ = self.apply(op);
+    }
 }
 
 /// Implements every method of [`IncrementalSink`] by forwarding to the sink
@@ -404,6 +493,9 @@ macro_rules! forward_incremental_sink {
         }
         fn apply(&mut $self, op: &ViewOp) -> Result<(), SinkError> {
             $inner.apply(op)
+        }
+        fn view(&$self) -> Option<&NodeView> {
+            $inner.view()
         }
     };
 }
@@ -458,6 +550,10 @@ impl<S: IncrementalSink> IncrementalSink for Vec<S> {
         }
         first.map_or(Ok(()), Err)
     }
+    /// The first sink's view that there is.
+    fn view(&self) -> Option<&NodeView> {
+        self.iter().find_map(IncrementalSink::view)
+    }
 }
 
 #[cfg(test)]
@@ -495,6 +591,62 @@ mod tests {
             name: name.into(),
             ..Default::default()
         })
+    }
+
+    /// Counts the Services of the view it is handed.
+    #[derive(Default)]
+    struct Counter {
+        seen: Vec<usize>,
+    }
+
+    impl FullStateSink for Counter {
+        fn sync(&mut self, view: &NodeView) -> Result<(), SinkError> {
+            self.seen.push(view.services.len());
+            Ok(())
+        }
+    }
+
+    /// A backend that keeps a view.
+    #[derive(Default)]
+    struct Tracked {
+        tracker: ViewTracker,
+    }
+
+    impl IncrementalSink for Tracked {
+        tracked_view!(tracker);
+        fn sync(&mut self, _: u64) -> Result<(), SinkError> {
+            self.tracker.check()?;
+            let _ = self.tracker.take_changes();
+            self.tracker.synced(true);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn followers_read_the_followed_view_or_one_of_their_own() {
+        // The backend keeps a view: Follow keeps none.
+        let mut follow = Follow::new(Tracked::default(), Counter::default());
+        assert!(follow.own.is_none());
+        follow.reset();
+        follow.apply(&ViewOp::SetService(svc("a"))).expect("ok");
+        follow.apply(&ViewOp::SetService(svc("b"))).expect("ok");
+        follow.sync(1).expect("ok");
+        assert_eq!(follow.followers.seen, [2]);
+        assert_eq!(follow.view().map(|v| v.services.len()), Some(2));
+        // A backend with no view: Follow keeps one for the followers.
+        let mut follow = Follow::new(Log::default(), vec![Counter::default()]);
+        assert!(follow.own.is_some());
+        follow.apply(&ViewOp::SetService(svc("a"))).expect("ok");
+        follow.sync(1).expect("ok");
+        follow
+            .apply(&ViewOp::DeleteService(svc("a").service_name()))
+            .expect("ok");
+        follow.sync(2).expect("ok");
+        assert_eq!(follow.followers[0].seen, [1, 0]);
+        // The followed sink fails: the followers are not synced.
+        follow.inner.fail = true;
+        assert!(follow.sync(3).is_err());
+        assert_eq!(follow.followers[0].seen, [1, 0]);
     }
 
     #[test]

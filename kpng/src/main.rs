@@ -470,13 +470,12 @@ fn with_health<S: IncrementalSink + Send + 'static>(
     backend: S,
     args: &BackendArgs,
 ) -> Result<Box<dyn IncrementalSink + Send>, Error> {
-    let mut sinks: Vec<Box<dyn IncrementalSink + Send>> = Vec::new();
     let conntrack_found = std::process::Command::new("conntrack")
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
-    // The full-state sinks (conntrack cleanup, health checks) share one
-    // FullState: one copy of the node view for both (~9 MB at 10k
+    // The full-state sinks (conntrack cleanup, health checks) follow the
+    // backend's own node view: no copy of their own (~10 MB at 10k
     // Services × 10 endpoints).
     let mut full: Vec<Box<dyn kpng_sink::FullStateSink + Send>> = Vec::new();
     match (args.no_conntrack_cleanup, conntrack_found) {
@@ -488,8 +487,8 @@ fn with_health<S: IncrementalSink + Send + 'static>(
             tracing::warn!("conntrack not found: stale UDP flows will not be cleaned up");
         }
     }
-    if args.healthz_bind_address.is_empty() {
-        sinks.push(Box::new(backend));
+    let backend: Box<dyn IncrementalSink + Send> = if args.healthz_bind_address.is_empty() {
+        Box::new(backend)
     } else {
         let listener = bind_tcp("--healthz-bind-address", &args.healthz_bind_address)?;
         let health = kpng_health::ProxyHealth::new(args.healthz_timeout);
@@ -506,13 +505,13 @@ fn with_health<S: IncrementalSink + Send + 'static>(
             ports_on,
             health.clone(),
         )));
-        // The backend first: cleanup and health checks follow its new rules.
-        sinks.push(Box::new(kpng_health::Healthy::new(backend, health)));
+        Box::new(kpng_health::Healthy::new(backend, health))
+    };
+    if full.is_empty() {
+        return Ok(backend);
     }
-    if !full.is_empty() {
-        sinks.push(Box::new(kpng_sink::FullState::new(full)));
-    }
-    Ok(Box::new(sinks))
+    // The backend first: cleanup and health checks follow its new rules.
+    Ok(Box::new(kpng_sink::Follow::new(backend, full)))
 }
 
 /// `backend` as producer `kpng` of an aggregator of `subsystem` served on
@@ -610,6 +609,9 @@ impl<B: Reported> IncrementalSink for Report<B> {
     }
     fn apply(&mut self, op: &kpng_model::view::ViewOp) -> Result<(), kpng_sink::SinkError> {
         self.0.apply(op)
+    }
+    fn view(&self) -> Option<&kpng_model::view::NodeView> {
+        self.0.view()
     }
     fn sync(&mut self, revision: u64) -> Result<(), kpng_sink::SinkError> {
         self.0.sync(revision)?;
