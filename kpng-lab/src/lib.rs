@@ -97,7 +97,11 @@ impl LabBackend for NftBackend {
         self.last_sync().commands
     }
     fn last_note(&self) -> String {
-        String::new()
+        if self.last_sync().adopted {
+            "adopted: the tables read back over netlink were the ones wanted".into()
+        } else {
+            String::new()
+        }
     }
     fn dump(lab: &Lab) -> String {
         lab.in_node(&["nft", "list", "ruleset"])

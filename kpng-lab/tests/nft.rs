@@ -360,3 +360,90 @@ fn the_dry_run_text_is_what_netlink_applies() {
     assert!(!proxy.backend.last_full());
     compare("incremental", &proxy.backend.last_script());
 }
+
+/// A restart onto the same state finds its tables, read back over
+/// netlink, and sends nothing (the affinity sets the data path filled keep
+/// their clients); onto another state it replaces them whole.
+#[test]
+fn a_restart_onto_the_same_state_adopts_the_tables() {
+    require_lab!(NftBackend);
+    let lab = lab();
+    let port = "ports: [{name: http, port: 80, targetPort: 8080}]";
+    let state = |eps: &str| {
+        manifest(&[
+            service("web", &format!("{{clusterIP: 10.96.0.150, {port}}}"), eps),
+            service(
+                "sticky",
+                &format!("{{clusterIP: 10.96.0.151, sessionAffinity: ClientIP, {port}}}"),
+                ALL3,
+            ),
+            kpng_lab::scenarios::service_with_status(
+                "lb",
+                "{type: LoadBalancer, clusterIP: 10.96.0.152, loadBalancerSourceRanges: [203.0.113.0/24], ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30152}]}",
+                "{loadBalancer: {ingress: [{ip: 198.51.100.152}]}}",
+                ALL3,
+            ),
+        ])
+    };
+    let without_timers = |ruleset: String| -> Vec<String> {
+        ruleset
+            .lines()
+            .filter(|l| !l.contains("expires"))
+            .map(str::to_owned)
+            .collect()
+    };
+    let mut first = Proxy::<NftBackend>::new(&lab, &Settings::lab());
+    first.load(&state(ALL3)).expect("sync");
+    settle();
+    // The data path adds a client to an affinity set.
+    let sticky = lab.once("podc", "tcp", "10.96.0.151", 80);
+    let before = NftBackend::dump(&lab);
+    assert!(
+        before.contains("10.244.1.99 timeout"),
+        "a client in the set:\n{before}"
+    );
+
+    // A new process on the same state: nothing sent.
+    let mut second = Proxy::<NftBackend>::new(&lab, &Settings::lab());
+    second.load(&state(ALL3)).expect("sync");
+    let stats = second.backend.last_sync().clone();
+    assert!(
+        stats.full && stats.adopted && stats.commands == 0,
+        "{stats:?}"
+    );
+    let after = NftBackend::dump(&lab);
+    assert_eq!(without_timers(after.clone()), without_timers(before));
+    assert!(
+        after.contains("10.244.1.99 timeout"),
+        "the client stays:\n{after}"
+    );
+    settle();
+    assert_eq!(
+        lab.once("podc", "tcp", "10.96.0.151", 80),
+        sticky,
+        "affinity kept"
+    );
+    // It goes on incrementally.
+    second
+        .load(&state(&format!(
+            "[{{addresses: [{E1}], nodeName: node-a}}]"
+        )))
+        .expect("sync");
+    assert!(!second.backend.last_full());
+
+    // A new process on another state: replaced whole.
+    let mut third = Proxy::<NftBackend>::new(&lab, &Settings::lab());
+    third.load(&state(ALL3)).expect("sync");
+    let stats = third.backend.last_sync().clone();
+    assert!(
+        stats.full && !stats.adopted && stats.commands > 0,
+        "{stats:?}"
+    );
+    settle();
+    let lines = lab.connect("podc", "tcp", "10.96.0.150", 80, 30);
+    assert_eq!(
+        endpoints(&lines),
+        [E1, E2, E3].map(String::from).into(),
+        "{lines:?}"
+    );
+}

@@ -23,8 +23,8 @@ fn bytes(seed: u64, len: usize) -> Vec<u8> {
 
 #[test]
 fn arbitrary_transactions_round_trip() {
-    for seed in 0..150u64 {
-        let data = bytes(seed, 64 + (seed as usize * 37) % 1536);
+    for seed in 0..500u64 {
+        let data = bytes(seed, 64 + (seed as usize * 37) % 4096);
         let tx = arbitrary_tx::transaction(&data);
         if let Err(e) = tx.verify_encoding() {
             panic!("seed {seed}: {e}");

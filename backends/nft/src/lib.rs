@@ -205,8 +205,11 @@ pub struct SyncStats {
     pub services: usize,
     /// Time to render and apply the transaction.
     pub micros: u128,
-    /// Of which applying it in the kernel.
+    /// Of which applying it in the kernel (or reading the tables back).
     pub kernel_micros: u128,
+    /// Whether the first sync found exactly its tables in the kernel, left
+    /// by a previous run, and so sent nothing.
+    pub adopted: bool,
 }
 
 /// The nftables backend. See the crate docs.
@@ -227,6 +230,8 @@ pub struct NftBackend {
     socket: Option<nft::Socket>,
     /// How many times the tables were replaced whole.
     generation: u64,
+    /// Whether the first sync looked for tables a previous run left.
+    looked: bool,
 }
 
 impl std::fmt::Debug for NftBackend {
@@ -252,6 +257,7 @@ impl NftBackend {
             last_tx: None,
             socket: None,
             generation: 0,
+            looked: false,
             last: SyncStats::default(),
         }
     }
@@ -422,6 +428,25 @@ impl NftBackend {
         (tx, full)
     }
 
+    /// Whether the kernel holds exactly the desired tables of both
+    /// families (a previous run's, on a restart onto the same state).
+    fn kernel_matches(&mut self) -> Result<bool, Error> {
+        let mut socket = match self.socket.take() {
+            Some(socket) => socket,
+            None => nft::Socket::open(self.config.netns.as_deref())?,
+        };
+        let mut all = true;
+        for (i, family) in IpFamily::BOTH.into_iter().enumerate() {
+            let table = self.table(family);
+            all = self.families[i].desired.matches(&table, &mut socket)?;
+            if !all {
+                break;
+            }
+        }
+        self.socket = Some(socket);
+        Ok(all)
+    }
+
     /// Applies one transaction on the kept socket; a failure drops the
     /// socket, so the next one starts clean.
     fn send(&mut self, tx: &Transaction) -> Result<(), Error> {
@@ -445,8 +470,25 @@ impl IncrementalSink for NftBackend {
         self.tracker.check()?;
         let start = Instant::now();
         let services = self.refresh();
-        let (tx, full) = self.transaction();
+        let (mut tx, full) = self.transaction();
         let kernel_start = Instant::now();
+        // The first sync of a process may find what a previous run left:
+        // exactly the tables wanted (a restart onto the same state) need
+        // no transaction. Anything else is replaced whole.
+        let mut adopted = false;
+        if full && self.mode == Mode::Apply && !self.looked {
+            self.looked = true;
+            match self.kernel_matches() {
+                Ok(true) => {
+                    adopted = true;
+                    tx = Transaction::new();
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot read the tables back; replacing them")
+                }
+            }
+        }
         let result = match self.mode {
             Mode::DryRun => Ok(()),
             Mode::Apply if tx.is_empty() => Ok(()),
@@ -459,6 +501,7 @@ impl IncrementalSink for NftBackend {
             services,
             micros: start.elapsed().as_micros(),
             kernel_micros,
+            adopted,
         };
         self.last_tx = (self.mode == Mode::DryRun || self.keep_scripts).then_some(tx);
         match result {

@@ -3,7 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use kpng_netfilter::nft::{Chain, Data, Element, Rule, Set, Table, Transaction, Verdict};
+use kpng_netfilter::Error;
+use kpng_netfilter::nft::{Chain, Data, Element, Rule, Set, Socket, Table, Transaction, Verdict};
 
 use crate::render::{ChainDef, Elem, Key, Render, SetName, Value, prefix_of};
 
@@ -177,6 +178,70 @@ impl Objects {
             .into_iter()
             .map(element)
             .collect()
+    }
+
+    /// Whether the kernel's table holds exactly these objects: the same
+    /// chains (hooks, and rules expression by expression) and sets
+    /// (declarations, and elements but for the sets the data path fills).
+    /// Read layout first and then set by set, stopping at the first
+    /// difference. A restart onto what the previous run left then needs no
+    /// transaction at all.
+    pub(crate) fn matches(&self, table: &Table, socket: &mut Socket) -> Result<bool, Error> {
+        let Some(state) = socket.read_layout(table)? else {
+            return Ok(false);
+        };
+        if state.sets.len() != self.sets.len() || state.chains.len() != self.chains.len() {
+            return Ok(false);
+        }
+        let chains = state.chains.iter().all(|have| {
+            let Some((want, _)) = self.chains.get(&have.name) else {
+                return false;
+            };
+            have.hook == want.base.map(|b| (b.hook, b.priority))
+                && have.rules.len() == want.rules.len()
+                && have.rules.iter().zip(&want.rules).all(|(rule, exprs)| {
+                    rule.exprs.len() == exprs.len()
+                        && rule
+                            .exprs
+                            .iter()
+                            .zip(exprs)
+                            .all(|(raw, e)| raw.decode().as_ref() == Some(e))
+                })
+        });
+        let declared = state.sets.iter().all(|have| {
+            self.sets.get(&have.name).is_some_and(|(want, _)| {
+                have.key == want.key
+                    && have.map == want.map
+                    && have.interval == want.interval
+                    && have.timeout == want.timeout
+            })
+        });
+        if !chains || !declared {
+            return Ok(false);
+        }
+        let sort = |mut v: Vec<Element>| {
+            v.sort_unstable_by(|a, b| (&a.key, a.interval_end).cmp(&(&b.key, b.interval_end)));
+            v
+        };
+        for (want, _) in self.sets.values() {
+            // A set with timeouts is the data path's (affinity clients).
+            if want.timeout {
+                continue;
+            }
+            let have = socket.read_elements(table, &want.name)?;
+            let count = self
+                .elements
+                .get(want.name.as_str())
+                .map_or(0, BTreeMap::len);
+            // Ranges merge, so an interval set's count may differ.
+            if !want.interval && have.len() != count {
+                return Ok(false);
+            }
+            if sort(have) != sort(self.kernel_elements(table, want)) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// The transaction that replaces the whole table with these objects:

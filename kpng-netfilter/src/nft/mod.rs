@@ -10,6 +10,7 @@ mod elements;
 mod expr;
 mod load;
 mod object;
+mod raw;
 mod script;
 mod socket;
 mod text;
@@ -18,8 +19,8 @@ mod types;
 mod verify;
 
 pub use expr::{
-    CmpOp, CtKey, Data, DynsetOp, Expr, FibResult, MetaKey, NatKind, PayloadBase, Reg, RejectKind,
-    Verdict,
+    CmpOp, CtKey, Data, DynsetOp, Expr, FibResult, MetaKey, NatKind, PayloadBase, RawExpr, Reg,
+    RejectKind, Verdict,
 };
 pub use object::{
     BaseChain, Chain, ChainType, DataType, Element, Family, Hook, MapTo, Rule, Set, Table, key,

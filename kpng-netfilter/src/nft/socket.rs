@@ -6,10 +6,9 @@ use std::path::Path;
 
 use netlink_packet_core::{NLM_F_DUMP, NLM_F_REQUEST, NetlinkMessage, NetlinkPayload, Nla};
 use netlink_packet_netfilter::nftables::{
-    ChainAttribute, ChainMessage, DataAttribute, ExpressionAttribute, Expressions, Hook as NlHook,
-    HookNumber, ListAttribute, NfTablesMessage, RuleAttribute, RuleMessage, SetAttribute,
-    SetElementAttribute, SetElementFlags, SetElementList, SetElementMessage, SetFlags, SetMessage,
-    TableAttribute, TableMessage, Verdict as NlVerdict, VerdictAttribute,
+    ChainAttribute, ChainMessage, ExpressionAttribute, Expressions, Hook as NlHook, HookNumber,
+    ListAttribute, NfTablesMessage, RuleAttribute, RuleMessage, SetAttribute, SetElementList,
+    SetElementMessage, SetFlags, SetMessage, TableAttribute, TableMessage,
 };
 use netlink_packet_netfilter::{
     NetfilterHeader, NetfilterMessage, NetfilterMessageInner, NetfilterProtoFamily,
@@ -21,7 +20,7 @@ use nix::sys::socket::{
 };
 use nix::sys::time::TimeVal;
 
-use super::expr::{Data, RawExpr, Verdict};
+use super::expr::RawExpr;
 use super::object::{DataType, Element, Family, Hook, MapTo, Table};
 use super::tx::Transaction;
 use crate::Error;
@@ -315,6 +314,84 @@ impl Socket {
         }
     }
 
+    /// The elements of `set`, dumped and parsed by hand (see
+    /// [`super::raw`]: the crate's parser is quadratic in a list's size).
+    fn dump_elements(&mut self, table: &Table, set: &str) -> Result<Vec<Element>, Error> {
+        let seq = self.take_seqs(1);
+        let mut message = NetlinkMessage::from(NetfilterMessage::new(
+            NetfilterHeader::new(proto_family(table.family), 0, 0),
+            NetfilterMessageInner::NfTables(NfTablesMessage::GetSetElement(SetElementMessage {
+                attributes: vec![
+                    SetElementList::Table(table.name.clone()),
+                    SetElementList::Set(set.to_owned()),
+                ],
+            })),
+        ));
+        message.header.flags = NLM_F_REQUEST | NLM_F_DUMP;
+        message.header.sequence_number = seq;
+        message.finalize();
+        let mut bytes = vec![0u8; message.buffer_len()];
+        message.serialize(&mut bytes);
+        self.send_all(&bytes)?;
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 256 * 1024];
+        loop {
+            let n = socket::recv(self.fd.as_raw_fd(), &mut buf, MsgFlags::empty())
+                .map_err(Self::io("receive"))?;
+            let mut at = 0;
+            while at + 16 <= n {
+                let field = |from: usize| {
+                    buf.get(at + from..at + from + 4)
+                        .and_then(|b| b.try_into().ok())
+                        .map(u32::from_ne_bytes)
+                        .unwrap_or(0)
+                };
+                let len = field(0) as usize;
+                let kind = u16::from_ne_bytes([buf[at + 4], buf[at + 5]]);
+                let this_seq = field(8);
+                if len < 16 || at + len > n {
+                    return Err(Error::Decode {
+                        what: format!("an element dump message of length {len}"),
+                    });
+                }
+                let body = &buf[at + 16..at + len];
+                at += len.next_multiple_of(4);
+                if this_seq != seq {
+                    continue;
+                }
+                match kind {
+                    // NLMSG_DONE.
+                    3 => return Ok(out),
+                    // NLMSG_ERROR: its errno, negative.
+                    2 => {
+                        let code = body
+                            .get(..4)
+                            .and_then(|b| b.try_into().ok())
+                            .map_or(0, i32::from_ne_bytes);
+                        if code == 0 {
+                            continue;
+                        }
+                        if -code == Errno::ENOENT as i32 {
+                            return Ok(Vec::new());
+                        }
+                        return Err(Error::Io {
+                            what: "dump",
+                            source: Errno::from_raw(-code).into(),
+                        });
+                    }
+                    _ => {
+                        // After the 4-byte nfgenmsg header: the attributes.
+                        if let (_, Some(list)) =
+                            super::raw::element_message(body.get(4..).unwrap_or_default())
+                        {
+                            out.extend(list);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// What `pick` makes of each object a dump request returns.
     fn dump_each<T>(
         &mut self,
@@ -356,6 +433,32 @@ impl Socket {
     /// # Errors
     /// [`Error::Io`] or [`Error::Decode`].
     pub fn read(&mut self, table: &Table) -> Result<Option<TableState>, Error> {
+        let Some(mut state) = self.read_layout(table)? else {
+            return Ok(None);
+        };
+        for set in &mut state.sets {
+            set.elements = self.dump_elements(table, &set.name)?;
+        }
+        Ok(Some(state))
+    }
+
+    /// The elements of `set` in `table` (none when there is no such set).
+    ///
+    /// # Errors
+    /// [`Error::Io`] or [`Error::Decode`].
+    pub fn read_elements(&mut self, table: &Table, set: &str) -> Result<Vec<Element>, Error> {
+        self.dump_elements(table, set)
+    }
+
+    /// `table` without its sets' elements (each `SetState::elements` is
+    /// empty): its chains with their rules, its sets' declarations. A
+    /// caller comparing a large table reads the elements set by set with
+    /// [`read_elements`](Self::read_elements), and can stop at the first
+    /// difference.
+    ///
+    /// # Errors
+    /// [`Error::Io`] or [`Error::Decode`].
+    pub fn read_layout(&mut self, table: &Table) -> Result<Option<TableState>, Error> {
         if !self.tables(table.family)?.contains(&table.name) {
             return Ok(None);
         }
@@ -385,27 +488,6 @@ impl Socket {
                 _ => None,
             },
         )?;
-        for set in &mut state.sets {
-            let dumped = self.dump(
-                table.family,
-                NfTablesMessage::GetSetElement(SetElementMessage {
-                    attributes: vec![
-                        SetElementList::Table(table.name.clone()),
-                        SetElementList::Set(set.name.clone()),
-                    ],
-                }),
-            )?;
-            for m in dumped {
-                let NfTablesMessage::NewSetElement(e) = m else {
-                    continue;
-                };
-                for attribute in e.attributes {
-                    if let SetElementList::Elements(list) = attribute {
-                        set.elements.extend(list.into_iter().filter_map(element));
-                    }
-                }
-            }
-        }
         let rules = self.dump(
             table.family,
             NfTablesMessage::GetRule(RuleMessage {
@@ -577,48 +659,6 @@ fn set_state(s: SetMessage, table: &str) -> Option<SetState> {
     }
     // Anonymous sets belong to their rule, not to the caller.
     (in_table && !flags.contains(SetFlags::Anonymous)).then_some(state)
-}
-
-fn verdict(attributes: Vec<VerdictAttribute>) -> Option<Verdict> {
-    let (mut code, mut chain) = (None, None);
-    for a in attributes {
-        match a {
-            VerdictAttribute::Code(c) => code = Some(c),
-            VerdictAttribute::Chain(c) => chain = Some(c),
-            _ => {}
-        }
-    }
-    Some(match code? {
-        NlVerdict::Other(1) => Verdict::Accept,
-        NlVerdict::Other(0) => Verdict::Drop,
-        NlVerdict::Continue => Verdict::Continue,
-        NlVerdict::Return => Verdict::Return,
-        NlVerdict::Jump => Verdict::Jump(chain?),
-        NlVerdict::Goto => Verdict::Goto(chain?),
-        _ => return None,
-    })
-}
-
-pub(crate) fn element(list: ListAttribute<SetElementAttribute>) -> Option<Element> {
-    let ListAttribute::Element(attributes) = list else {
-        return None;
-    };
-    let mut out = Element::key(Vec::new());
-    for a in attributes {
-        match a {
-            SetElementAttribute::Key(DataAttribute::Value(key)) => out.key = key,
-            SetElementAttribute::Data(DataAttribute::Value(v)) => out.data = Some(Data::Value(v)),
-            SetElementAttribute::Data(DataAttribute::Verdict(v)) => {
-                out.data = verdict(v).map(Data::Verdict);
-            }
-            SetElementAttribute::Flags(f) => {
-                out.interval_end = f.contains(SetElementFlags::IntervalEnd);
-            }
-            SetElementAttribute::Timeout(ms) => out.timeout_ms = Some(ms),
-            _ => {}
-        }
-    }
-    Some(out)
 }
 
 /// Each attribute of `list` as (type, value).

@@ -3,12 +3,13 @@
 //! rules and elements. Unit tests and the `nft_netlink` fuzz target use it.
 
 use netlink_packet_core::{NetlinkMessage, NetlinkPayload};
-use netlink_packet_netfilter::nftables::{NfTablesMessage, RuleAttribute, SetElementList};
+use netlink_packet_netfilter::nftables::{NfTablesMessage, RuleAttribute};
 use netlink_packet_netfilter::{NetfilterMessage, NetfilterMessageInner};
 
 use super::expr::Expr;
 use super::object::Element;
-use super::socket::{element, raw_expr};
+use super::raw::element_message;
+use super::socket::raw_expr;
 use super::tx::{Op, Transaction};
 
 /// What a batch carries that can be compared: rules, and element runs.
@@ -32,66 +33,49 @@ impl Transaction {
         let mut at = 0;
         let bytes = &encoded.bytes;
         while at < bytes.len() {
-            let message = NetlinkMessage::<NetfilterMessage>::deserialize(&bytes[at..])
-                .map_err(|e| format!("message at byte {at} does not parse: {e}"))?;
-            let len = message.header.length as usize;
-            if len == 0 {
-                return Err(format!("message at byte {at} has length 0"));
+            let header = bytes.get(at..at + 16).ok_or("a truncated message header")?;
+            let len = u32::from_ne_bytes([header[0], header[1], header[2], header[3]]) as usize;
+            let kind = u16::from_ne_bytes([header[4], header[5]]);
+            if len < 16 || at + len > bytes.len() {
+                return Err(format!("message at byte {at} has length {len}"));
             }
+            let message_bytes = &bytes[at..at + len];
             at += len.next_multiple_of(4);
+            // Element messages (NFT_MSG_NEWSETELEM 12, DELSETELEM 14 of
+            // subsystem 10) are read by hand, as dumps are (see `raw`).
+            if kind == (10 << 8) | 12 || kind == (10 << 8) | 14 {
+                let (set, list) = element_message(message_bytes.get(20..).unwrap_or_default());
+                // A flush (a delete with no list) carries no elements.
+                if let Some(list) = list {
+                    got.push(Item::Elements(set, kind == (10 << 8) | 12, list));
+                }
+                continue;
+            }
+            let message = NetlinkMessage::<NetfilterMessage>::deserialize(message_bytes)
+                .map_err(|e| format!("message at byte {at} does not parse: {e}"))?;
             let NetlinkPayload::InnerMessage(NetfilterMessage {
-                inner: NetfilterMessageInner::NfTables(m),
+                inner: NetfilterMessageInner::NfTables(NfTablesMessage::NewRule(r)),
                 ..
             }) = message.payload
             else {
                 continue;
             };
-            match m {
-                NfTablesMessage::NewRule(r) => {
-                    let (mut chain, mut exprs) = (String::new(), Vec::new());
-                    for a in r.attributes {
-                        match a {
-                            RuleAttribute::Chain(c) => chain = c,
-                            RuleAttribute::Expressions(list) => {
-                                for raw in list.into_iter().filter_map(raw_expr) {
-                                    let name = raw.name.clone();
-                                    exprs.push(raw.decode().ok_or_else(|| {
-                                        format!(
-                                            "a {name} expression of chain {chain} does not decode"
-                                        )
-                                    })?);
-                                }
-                            }
-                            _ => {}
+            let (mut chain, mut exprs) = (String::new(), Vec::new());
+            for a in r.attributes {
+                match a {
+                    RuleAttribute::Chain(c) => chain = c,
+                    RuleAttribute::Expressions(list) => {
+                        for raw in list.into_iter().filter_map(raw_expr) {
+                            let name = raw.name.clone();
+                            exprs.push(raw.decode().ok_or_else(|| {
+                                format!("a {name} expression of chain {chain} does not decode")
+                            })?);
                         }
                     }
-                    got.push(Item::Rule(chain, exprs));
+                    _ => {}
                 }
-                NfTablesMessage::NewSetElement(_) | NfTablesMessage::DeleteSetElement(_) => {
-                    let (add, e) = match m {
-                        NfTablesMessage::NewSetElement(e) => (true, e),
-                        NfTablesMessage::DeleteSetElement(e) => (false, e),
-                        _ => continue,
-                    };
-                    let (mut set, mut list) = (String::new(), Vec::new());
-                    let mut has_list = false;
-                    for a in e.attributes {
-                        match a {
-                            SetElementList::Set(s) => set = s,
-                            SetElementList::Elements(l) => {
-                                has_list = true;
-                                list.extend(l.into_iter().filter_map(element));
-                            }
-                            _ => {}
-                        }
-                    }
-                    // A flush (a delete with no list) carries no elements.
-                    if has_list {
-                        got.push(Item::Elements(set, add, list));
-                    }
-                }
-                _ => {}
             }
+            got.push(Item::Rule(chain, exprs));
         }
         let mut want = Vec::new();
         for op in &self.ops {

@@ -245,8 +245,8 @@ pub(crate) fn transaction(data: &[u8]) -> Transaction {
             }
             op => {
                 let set = &sets[usize::from(b.u8()) % sets.len()];
-                // Up to 511 elements: runs that may span messages.
-                let n = usize::from(b.u8()) * 2 + 1;
+                // Up to 2,041 elements: runs that span messages.
+                let n = usize::from(b.u8()) * 8 + 1;
                 let elements = (0..n).map(|_| element(&mut b, set)).collect();
                 if op == 1 {
                     tx.add_elements(&table, &set.name, elements);
