@@ -83,33 +83,60 @@ fn holders<'a, V>(set: &str, elements: &'a BTreeMap<Elem, V>) -> Vec<&'a Elem> {
     out
 }
 
+/// Records in `was` what `objects` held under `name`, unless recorded
+/// since the last applied sync.
+fn record<V: Clone>(
+    objects: &BTreeMap<String, (V, u32)>,
+    was: Option<&mut BTreeMap<String, Option<V>>>,
+    name: &str,
+) {
+    if let Some(was) = was {
+        let now = objects.get(name).map(|(v, _)| v.clone());
+        was.entry(name.to_owned()).or_insert(now);
+    }
+}
+
+/// One more user of `name` (made with `value` by the first).
+fn hold<V: Clone>(
+    objects: &mut BTreeMap<String, (V, u32)>,
+    was: Option<&mut BTreeMap<String, Option<V>>>,
+    name: &str,
+    value: &V,
+) {
+    record(objects, was, name);
+    objects
+        .entry(name.to_owned())
+        .or_insert_with(|| (value.clone(), 0))
+        .1 += 1;
+}
+
+/// One user fewer of `name`: gone with its last, unless `keep` says so.
+fn release<V: Clone>(
+    objects: &mut BTreeMap<String, (V, u32)>,
+    was: Option<&mut BTreeMap<String, Option<V>>>,
+    name: &str,
+    keep: impl Fn(&V) -> bool,
+) {
+    record(objects, was, name);
+    if let Some((value, n)) = objects.get_mut(name) {
+        *n = n.saturating_sub(1);
+        if *n == 0 && !keep(value) {
+            objects.remove(name);
+        }
+    }
+}
+
 impl Objects {
     /// Removes a render's contributions, recording what was there first
     /// in `pending` (not needed for a full sync, which replaces all).
     pub(crate) fn remove(&mut self, render: &Render, mut pending: Option<&mut Pending>) {
         for name in render.chains.keys() {
-            if let Some(p) = pending.as_deref_mut() {
-                let now = self.chains.get(name).map(|(c, _)| c.clone());
-                p.chains.entry(name.clone()).or_insert(now);
-            }
-            if let Some((chain, n)) = self.chains.get_mut(name) {
-                *n = n.saturating_sub(1);
-                if *n == 0 && !chain.retain {
-                    self.chains.remove(name);
-                }
-            }
+            let was = pending.as_deref_mut().map(|p| &mut p.chains);
+            release(&mut self.chains, was, name, |chain| chain.retain);
         }
         for name in render.sets.keys() {
-            if let Some(p) = pending.as_deref_mut() {
-                let now = self.sets.get(name).map(|(s, _)| s.clone());
-                p.sets.entry(name.clone()).or_insert(now);
-            }
-            if let Some((_, n)) = self.sets.get_mut(name) {
-                *n -= 1;
-                if *n == 0 {
-                    self.sets.remove(name);
-                }
-            }
+            let was = pending.as_deref_mut().map(|p| &mut p.sets);
+            release(&mut self.sets, was, name, |_| false);
         }
         for (set, elements) in &render.elements {
             let counts = self.elements.entry(set.clone()).or_default();
@@ -131,26 +158,14 @@ impl Objects {
     /// Adds a render's contributions, recording in `pending` what was
     /// there first.
     pub(crate) fn add(&mut self, render: &Render, mut pending: Option<&mut Pending>) {
+        // A shared chain's rules are the same for every user.
         for (name, chain) in &render.chains {
-            if let Some(p) = pending.as_deref_mut() {
-                let now = self.chains.get(name).map(|(c, _)| c.clone());
-                p.chains.entry(name.clone()).or_insert(now);
-            }
-            // A shared chain's rules are the same for every user.
-            self.chains
-                .entry(name.clone())
-                .or_insert_with(|| (chain.clone(), 0))
-                .1 += 1;
+            let was = pending.as_deref_mut().map(|p| &mut p.chains);
+            hold(&mut self.chains, was, name, chain);
         }
         for (name, set) in &render.sets {
-            if let Some(p) = pending.as_deref_mut() {
-                let now = self.sets.get(name).map(|(s, _)| s.clone());
-                p.sets.entry(name.clone()).or_insert(now);
-            }
-            self.sets
-                .entry(name.clone())
-                .or_insert_with(|| (set.clone(), 0))
-                .1 += 1;
+            let was = pending.as_deref_mut().map(|p| &mut p.sets);
+            hold(&mut self.sets, was, name, set);
         }
         for (set, elements) in &render.elements {
             let counts = self.elements.entry(set.clone()).or_default();

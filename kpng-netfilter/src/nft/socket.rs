@@ -269,9 +269,13 @@ impl Socket {
         }
     }
 
-    /// Every object a dump request returns.
-    fn dump(&mut self, family: Family, request: NfTablesMessage) -> Result<Vec<Dumped>, Error> {
-        let seq = self.take_seqs(1);
+    /// Sends a dump request numbered `seq`.
+    fn send_dump(
+        &mut self,
+        family: Family,
+        request: NfTablesMessage,
+        seq: u32,
+    ) -> Result<(), Error> {
         let mut message = NetlinkMessage::from(NetfilterMessage::new(
             NetfilterHeader::new(proto_family(family), 0, 0),
             NetfilterMessageInner::NfTables(request),
@@ -281,7 +285,13 @@ impl Socket {
         message.finalize();
         let mut bytes = vec![0u8; message.buffer_len()];
         message.serialize(&mut bytes);
-        self.send_all(&bytes)?;
+        self.send_all(&bytes)
+    }
+
+    /// Every object a dump request returns.
+    fn dump(&mut self, family: Family, request: NfTablesMessage) -> Result<Vec<Dumped>, Error> {
+        let seq = self.take_seqs(1);
+        self.send_dump(family, request, seq)?;
         let mut out = Vec::new();
         let mut failed = None;
         self.receive(|message| {
@@ -318,21 +328,13 @@ impl Socket {
     /// [`super::raw`]: the crate's parser is quadratic in a list's size).
     fn dump_elements(&mut self, table: &Table, set: &str) -> Result<Vec<Element>, Error> {
         let seq = self.take_seqs(1);
-        let mut message = NetlinkMessage::from(NetfilterMessage::new(
-            NetfilterHeader::new(proto_family(table.family), 0, 0),
-            NetfilterMessageInner::NfTables(NfTablesMessage::GetSetElement(SetElementMessage {
-                attributes: vec![
-                    SetElementList::Table(table.name.clone()),
-                    SetElementList::Set(set.to_owned()),
-                ],
-            })),
-        ));
-        message.header.flags = NLM_F_REQUEST | NLM_F_DUMP;
-        message.header.sequence_number = seq;
-        message.finalize();
-        let mut bytes = vec![0u8; message.buffer_len()];
-        message.serialize(&mut bytes);
-        self.send_all(&bytes)?;
+        let request = NfTablesMessage::GetSetElement(SetElementMessage {
+            attributes: vec![
+                SetElementList::Table(table.name.clone()),
+                SetElementList::Set(set.to_owned()),
+            ],
+        });
+        self.send_dump(table.family, request, seq)?;
         let mut out = Vec::new();
         let mut buf = vec![0u8; 256 * 1024];
         loop {
