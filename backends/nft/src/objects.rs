@@ -70,17 +70,21 @@ fn holder<V>(elements: &BTreeMap<Elem, V>, key: &Key) -> Option<Elem> {
 }
 
 /// One element per key, in order; claims beyond the first are logged.
-fn holders<'a, V>(set: &str, elements: &'a BTreeMap<Elem, V>) -> Vec<&'a Elem> {
-    let mut out: Vec<&Elem> = Vec::with_capacity(elements.len());
-    for e in elements.keys() {
-        match out.last() {
-            Some(last) if last.key == e.key => {
-                tracing::warn!(set, kept = ?last, dropped = ?e, "two Services claim one key; keeping the first");
-            }
-            _ => out.push(e),
+fn holders<'a, V>(
+    set: &'a str,
+    elements: &'a BTreeMap<Elem, V>,
+) -> impl Iterator<Item = &'a Elem> + 'a {
+    let mut last: Option<&Elem> = None;
+    elements.keys().filter(move |e| match last {
+        Some(held) if held.key == e.key => {
+            tracing::warn!(set, kept = ?held, dropped = ?e, "two Services claim one key; keeping the first");
+            false
         }
-    }
-    out
+        _ => {
+            last = Some(e);
+            true
+        }
+    })
 }
 
 /// Records in `was` what `objects` held under `name`, unless recorded
@@ -189,10 +193,7 @@ impl Objects {
             let prefixes = elements.keys().filter_map(|e| prefix_of(&e.key));
             return Element::ranges(table.family, prefixes);
         }
-        holders(&set.name, elements)
-            .into_iter()
-            .map(element)
-            .collect()
+        holders(&set.name, elements).map(element).collect()
     }
 
     /// Whether the kernel's table holds exactly these objects: the same
@@ -287,10 +288,16 @@ impl Objects {
             let Some(elements) = self.elements.get(set.name.as_str()) else {
                 continue;
             };
-            let holders = holders(&set.name, elements);
-            for run in holders.chunks(RUN) {
-                tx.add_elements(table, &set.name, run.iter().map(|e| element(e)).collect());
+            // In runs, without a list of them all.
+            let mut run = Vec::with_capacity(RUN.min(elements.len()));
+            for e in holders(&set.name, elements) {
+                run.push(element(e));
+                if run.len() == RUN {
+                    let full = std::mem::replace(&mut run, Vec::with_capacity(RUN));
+                    tx.add_elements(table, &set.name, full);
+                }
             }
+            tx.add_elements(table, &set.name, run);
         }
     }
 

@@ -1,13 +1,14 @@
 //! Elements as a transaction keeps them: flat, one allocation per run of
 //! elements instead of two or three per element. A full sync at 10k
 //! Services holds ~100k elements; kept as [`Element`]s they take ~14 MB,
-//! flat ~5 MB.
+//! flat ~3 MB (8 bytes an element beside its key and data).
 
 use super::expr::{Data, Verdict};
 use super::object::Element;
 
 /// What an element maps to, without its bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
 enum Kind {
     None,
     Value,
@@ -19,16 +20,15 @@ enum Kind {
     Goto,
 }
 
-/// One element: where its key and data sit in the bytes.
+/// One element: where its key and data sit in the bytes (keys are at
+/// most 64 bytes, data a value of as much or a chain name of at most 255).
 #[derive(Clone, Copy, Debug)]
 struct Item {
     start: u32,
-    key_len: u16,
-    data_len: u16,
+    key_len: u8,
+    data_len: u8,
     kind: Kind,
     interval_end: bool,
-    /// `u64::MAX`: none.
-    timeout_ms: u64,
 }
 
 /// A run of elements, flat.
@@ -36,6 +36,8 @@ struct Item {
 pub(crate) struct Elements {
     bytes: Vec<u8>,
     items: Vec<Item>,
+    /// The elements with a timeout of their own (rare): index, ms.
+    timeouts: Vec<(u32, u64)>,
 }
 
 impl Elements {
@@ -47,6 +49,7 @@ impl Elements {
         let mut out = Self {
             bytes: Vec::with_capacity(size),
             items: Vec::with_capacity(elements.len()),
+            timeouts: Vec::new(),
         };
         for e in elements {
             let data = data_bytes(e.data.as_ref());
@@ -62,13 +65,16 @@ impl Elements {
                     Verdict::Goto(_) => Kind::Goto,
                 },
             };
+            if let Some(ms) = e.timeout_ms {
+                let index = u32::try_from(out.items.len()).unwrap_or(u32::MAX);
+                out.timeouts.push((index, ms));
+            }
             out.items.push(Item {
                 start: u32::try_from(out.bytes.len()).unwrap_or(u32::MAX),
-                key_len: u16::try_from(e.key.len()).unwrap_or(u16::MAX),
-                data_len: u16::try_from(data.len()).unwrap_or(u16::MAX),
+                key_len: u8::try_from(e.key.len()).unwrap_or(u8::MAX),
+                data_len: u8::try_from(data.len()).unwrap_or(u8::MAX),
                 kind,
                 interval_end: e.interval_end,
-                timeout_ms: e.timeout_ms.unwrap_or(u64::MAX),
             });
             out.bytes.extend_from_slice(&e.key);
             out.bytes.extend_from_slice(data);
@@ -106,11 +112,17 @@ impl Elements {
             Kind::Jump => Some(Data::Verdict(Verdict::Jump(chain()))),
             Kind::Goto => Some(Data::Verdict(Verdict::Goto(chain()))),
         };
+        let index = u32::try_from(i).ok()?;
+        let timeout_ms = self
+            .timeouts
+            .binary_search_by_key(&index, |(at, _)| *at)
+            .ok()
+            .map(|at| self.timeouts[at].1);
         Some(Element {
             key,
             interval_end: it.interval_end,
             data,
-            timeout_ms: (it.timeout_ms != u64::MAX).then_some(it.timeout_ms),
+            timeout_ms,
         })
     }
 
