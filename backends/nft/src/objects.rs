@@ -87,6 +87,20 @@ fn holders<'a, V>(
     })
 }
 
+/// Records in `pending` which element held `e`'s key in `set`, unless
+/// recorded since the last applied sync.
+fn record_holder(
+    pending: Option<&mut Pending>,
+    set: &SetName,
+    counts: &BTreeMap<Elem, u32>,
+    e: &Elem,
+) {
+    if let Some(p) = pending {
+        let keys = p.elements.entry(set.clone()).or_default();
+        keys.entry(e.key).or_insert_with(|| holder(counts, &e.key));
+    }
+}
+
 /// Records in `was` what `objects` held under `name`, unless recorded
 /// since the last applied sync.
 fn record<V: Clone>(
@@ -145,10 +159,7 @@ impl Objects {
         for (set, elements) in &render.elements {
             let counts = self.elements.entry(set.clone()).or_default();
             for e in elements {
-                if let Some(p) = pending.as_deref_mut() {
-                    let keys = p.elements.entry(set.clone()).or_default();
-                    keys.entry(e.key).or_insert_with(|| holder(counts, &e.key));
-                }
+                record_holder(pending.as_deref_mut(), set, counts, e);
                 if let Some(n) = counts.get_mut(e) {
                     *n -= 1;
                     if *n == 0 {
@@ -174,10 +185,7 @@ impl Objects {
         for (set, elements) in &render.elements {
             let counts = self.elements.entry(set.clone()).or_default();
             for e in elements {
-                if let Some(p) = pending.as_deref_mut() {
-                    let keys = p.elements.entry(set.clone()).or_default();
-                    keys.entry(e.key).or_insert_with(|| holder(counts, &e.key));
-                }
+                record_holder(pending.as_deref_mut(), set, counts, e);
                 *counts.entry(e.clone()).or_default() += 1;
             }
         }
