@@ -1,6 +1,6 @@
-//! The one way kpng runs a child process (`nft`, `iptables-restore`,
-//! `conntrack`): with a timeout, its pipes served on threads of their own,
-//! and tied to kpng's life.
+//! The one way kpng runs a child process (`iptables-save`,
+//! `iptables-restore`, `conntrack`): with a timeout, its pipes served on
+//! threads of their own, and tied to kpng's life.
 //!
 //! - **A timeout on every run.** A child that runs longer is killed. The
 //!   kernel applies an nf_tables or iptables-restore transaction whole or
@@ -11,9 +11,9 @@
 //! - **It dies with kpng.** Each child asks the kernel for SIGKILL when
 //!   the thread that started it ends (`PR_SET_PDEATHSIG`), and [`Process::run`]
 //!   keeps that thread waiting until the child is done. So when kpng is
-//!   killed in the middle of a sync, its `nft` child cannot go on and
-//!   commit the old transaction after a restarted kpng committed a newer
-//!   one.
+//!   killed in the middle of a sync, its `iptables-restore` child cannot
+//!   go on and commit the old batch after a restarted kpng committed a
+//!   newer one.
 //!
 //! # Example
 //!
