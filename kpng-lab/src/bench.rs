@@ -3,12 +3,13 @@
 //! × 10 endpoints, time and commands for one endpoint change at 10k, and
 //! the new-connection rate through a ClusterIP with 10 vs 10k Services.
 
+use std::net::IpAddr;
 use std::time::Instant;
 
 use kpng_diff::NodeProjector;
-use kpng_model::EndpointInfo;
 use kpng_model::endpoint::{PortInfo, PortList};
 use kpng_model::v1::{ClientIpAffinity, IpSet, Protocol, Service, ServicePort};
+use kpng_model::{EndpointInfo, ServiceName};
 use kpng_store::Store;
 use kpng_testkit::{Cluster, ClusterShape};
 
@@ -22,12 +23,22 @@ fn settings() -> Settings {
     }
 }
 
-/// A real Service whose endpoint is the lab's e1 (10.244.1.10:8080).
-fn real_service(store: &mut Store) {
+/// Writes Service `bench/NAME` (ClusterIP `ip`, TCP port 80 to 8080,
+/// ClientIP affinity when `affinity`) with `endpoints` on `node`; returns
+/// its name.
+fn bench_service(
+    store: &mut Store,
+    (name, ip, affinity): (&str, &str, bool),
+    node: &str,
+    endpoints: &[IpAddr],
+) -> ServiceName {
     let svc = Service {
         namespace: "bench".into(),
-        name: "real".into(),
-        cluster_ips: Some(IpSet::parse_addrs("c", ["10.100.0.1"]).expect("bench setup")),
+        name: name.into(),
+        cluster_ips: Some(IpSet::parse_addrs("c", [ip]).expect("bench setup")),
+        client_ip_affinity: affinity.then_some(ClientIpAffinity {
+            timeout_seconds: 10_800,
+        }),
         ports: vec![ServicePort {
             name: "http".into(),
             protocol: 1,
@@ -37,14 +48,23 @@ fn real_service(store: &mut Store) {
         ..Default::default()
     };
     let name = svc.service_name();
-    let ep = EndpointInfo::builder("10.244.1.10".parse().expect("bench setup"))
-        .node("node-0", "")
-        .ports(PortList::new([PortInfo::new("http", Protocol::Tcp, 8080)]))
-        .build();
     let mut txn = store.begin();
     txn.set_service(svc);
-    txn.set_endpoint(name, ep);
+    for ip in endpoints {
+        let ep = EndpointInfo::builder(*ip)
+            .node(node, "")
+            .ports(PortList::new([PortInfo::new("http", Protocol::Tcp, 8080)]))
+            .build();
+        txn.set_endpoint(name.clone(), ep);
+    }
     txn.commit();
+    name
+}
+
+/// A real Service whose endpoint is the lab's e1 (10.244.1.10:8080).
+fn real_service(store: &mut Store) {
+    let e1 = "10.244.1.10".parse().expect("bench setup");
+    bench_service(store, ("real", "10.100.0.1", false), "node-0", &[e1]);
 }
 
 /// New connections per second from the pod client to the real Service.
@@ -185,36 +205,11 @@ pub fn run<B: LabBackend>(refs: [&str; 3], extended: bool) {
     // set per endpoint, a spreading map) comes, then goes, at 10k.
     let (mut own_add, mut own_del) = (Vec::new(), Vec::new());
     for i in 0..10u8 {
-        let svc = Service {
-            namespace: "bench".into(),
-            name: format!("sticky-{i}"),
-            cluster_ips: Some(
-                IpSet::parse_addrs("c", [format!("10.100.1.{}", i + 1).as_str()])
-                    .expect("bench setup"),
-            ),
-            client_ip_affinity: Some(ClientIpAffinity {
-                timeout_seconds: 10_800,
-            }),
-            ports: vec![ServicePort {
-                name: "http".into(),
-                protocol: 1,
-                port: 80,
-                ..Default::default()
-            }],
-            ..Default::default()
-        };
-        let name = svc.service_name();
-        let mut txn = store.begin();
-        txn.set_service(svc);
-        for j in 0..3u8 {
-            let ip = std::net::IpAddr::from([10, 200, i, j + 1]);
-            let ep = EndpointInfo::builder(ip)
-                .node("node-1", "")
-                .ports(PortList::new([PortInfo::new("http", Protocol::Tcp, 8080)]))
-                .build();
-            txn.set_endpoint(name.clone(), ep);
-        }
-        txn.commit();
+        let endpoints: Vec<IpAddr> = (0..3u8)
+            .map(|j| IpAddr::from([10, 200, i, j + 1]))
+            .collect();
+        let (name, ip) = (format!("sticky-{i}"), format!("10.100.1.{}", i + 1));
+        let name = bench_service(&mut store, (&name, &ip, true), "node-1", &endpoints);
         let start = Instant::now();
         projector
             .sync_into(&store.snapshot(), &mut backend)
@@ -223,8 +218,7 @@ pub fn run<B: LabBackend>(refs: [&str; 3], extended: bool) {
         assert!(backend.last_commands() > 0, "the Service was added");
         // Deleted as the API deletes it: the Service and its endpoints.
         let mut txn = store.begin();
-        for j in 0..3u8 {
-            let ip = std::net::IpAddr::from([10, 200, i, j + 1]);
+        for ip in endpoints {
             txn.delete(&kpng_model::Key::Endpoint(name.clone(), ip));
         }
         txn.delete(&kpng_model::Key::Service(name));

@@ -428,13 +428,19 @@ impl NftBackend {
         (tx, full)
     }
 
+    /// The kept socket, or a new one; the caller puts it back when its
+    /// transaction went well.
+    fn take_socket(&mut self) -> Result<nft::Socket, Error> {
+        match self.socket.take() {
+            Some(socket) => Ok(socket),
+            None => Ok(nft::Socket::open(self.config.netns.as_deref())?),
+        }
+    }
+
     /// Whether the kernel holds exactly the desired tables of both
     /// families (a previous run's, on a restart onto the same state).
     fn kernel_matches(&mut self) -> Result<bool, Error> {
-        let mut socket = match self.socket.take() {
-            Some(socket) => socket,
-            None => nft::Socket::open(self.config.netns.as_deref())?,
-        };
+        let mut socket = self.take_socket()?;
         let mut all = true;
         for (i, family) in IpFamily::BOTH.into_iter().enumerate() {
             let table = self.table(family);
@@ -450,10 +456,7 @@ impl NftBackend {
     /// Applies one transaction on the kept socket; a failure drops the
     /// socket, so the next one starts clean.
     fn send(&mut self, tx: &Transaction) -> Result<(), Error> {
-        let mut socket = match self.socket.take() {
-            Some(socket) => socket,
-            None => nft::Socket::open(self.config.netns.as_deref())?,
-        };
+        let mut socket = self.take_socket()?;
         socket.apply(tx)?;
         self.socket = Some(socket);
         Ok(())

@@ -43,6 +43,16 @@ pub enum ChainType {
     Nat,
 }
 
+impl ChainType {
+    /// nft's name for it, which is also the kernel's (`NFTA_CHAIN_TYPE`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ChainType::Filter => "filter",
+            ChainType::Nat => "nat",
+        }
+    }
+}
+
 /// Where a base chain is attached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -60,6 +70,17 @@ pub enum Hook {
 }
 
 impl Hook {
+    /// nft's name for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Hook::Prerouting => "prerouting",
+            Hook::Input => "input",
+            Hook::Forward => "forward",
+            Hook::Output => "output",
+            Hook::Postrouting => "postrouting",
+        }
+    }
+
     pub(crate) fn from_number(n: u32) -> Option<Self> {
         Some(match n {
             0 => Hook::Prerouting,

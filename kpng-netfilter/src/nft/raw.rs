@@ -26,6 +26,51 @@ pub(crate) fn attributes(mut buf: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
     })
 }
 
+/// One netlink message: its type, its sequence number, its bytes after
+/// the 16-byte header, and all of it.
+pub(crate) struct Message<'a> {
+    pub(crate) kind: u16,
+    pub(crate) seq: u32,
+    pub(crate) body: &'a [u8],
+    pub(crate) whole: &'a [u8],
+}
+
+/// The messages in `buf`, in order; an error names the first whose length
+/// does not fit.
+pub(crate) fn messages(buf: &[u8]) -> impl Iterator<Item = Result<Message<'_>, String>> {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        let header = buf.get(at..)?.get(..16);
+        let Some(header) = header else {
+            let rest = buf.len() - at;
+            at = buf.len();
+            return (rest > 0).then(|| Err(format!("a truncated header of {rest} bytes")));
+        };
+        let word = |from: usize| {
+            u32::from_ne_bytes([
+                header[from],
+                header[from + 1],
+                header[from + 2],
+                header[from + 3],
+            ])
+        };
+        let len = word(0) as usize;
+        if len < 16 || at + len > buf.len() {
+            let err = format!("a message at byte {at} of length {len}");
+            at = buf.len();
+            return Some(Err(err));
+        }
+        let message = Message {
+            kind: u16::from_ne_bytes([header[4], header[5]]),
+            seq: word(8),
+            body: &buf[at + 16..at + len],
+            whole: &buf[at..at + len],
+        };
+        at += len.next_multiple_of(4);
+        Some(Ok(message))
+    })
+}
+
 fn u32_be(bytes: &[u8]) -> Option<u32> {
     Some(u32::from_be_bytes(bytes.get(..4)?.try_into().ok()?))
 }

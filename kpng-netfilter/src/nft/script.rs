@@ -12,7 +12,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use super::elements::Elements;
 use super::expr::Data;
 use super::load::{Load, Typeof};
-use super::object::{ChainType, DataType, Element, Hook, MapTo, Set, Table};
+use super::object::{DataType, Element, MapTo, Set, Table};
 use super::text::{Kind, constant, verdict};
 use super::tx::{Op, Transaction};
 
@@ -220,16 +220,6 @@ fn range_text(start: &[u8], end: Option<&[u8]>) -> String {
     format!("{}-{}", ip(first), ip(last))
 }
 
-fn hook_words(hook: Hook) -> &'static str {
-    match hook {
-        Hook::Prerouting => "prerouting",
-        Hook::Input => "input",
-        Hook::Forward => "forward",
-        Hook::Output => "output",
-        Hook::Postrouting => "postrouting",
-    }
-}
-
 impl Transaction {
     fn set_of(&self, table: &Table, name: &str) -> Option<&Set> {
         self.ops
@@ -290,16 +280,13 @@ impl fmt::Display for Transaction {
                 Op::DeleteTable(table) => writeln!(f, "delete {table}")?,
                 Op::AddChain(table, chain) => match &chain.base {
                     Some(base) => {
-                        let kind = match base.kind {
-                            ChainType::Filter => "filter",
-                            ChainType::Nat => "nat",
-                        };
                         writeln!(
                             f,
-                            "add chain {} {} {{ type {kind} hook {} priority {}; policy accept; }}",
+                            "add chain {} {} {{ type {} hook {} priority {}; policy accept; }}",
                             t(table),
                             chain.name,
-                            hook_words(base.hook),
+                            base.kind.name(),
+                            base.hook.name(),
                             base.priority
                         )?;
                     }

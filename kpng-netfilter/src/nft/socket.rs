@@ -340,28 +340,15 @@ impl Socket {
         loop {
             let n = socket::recv(self.fd.as_raw_fd(), &mut buf, MsgFlags::empty())
                 .map_err(Self::io("receive"))?;
-            let mut at = 0;
-            while at + 16 <= n {
-                let field = |from: usize| {
-                    buf.get(at + from..at + from + 4)
-                        .and_then(|b| b.try_into().ok())
-                        .map(u32::from_ne_bytes)
-                        .unwrap_or(0)
-                };
-                let len = field(0) as usize;
-                let kind = u16::from_ne_bytes([buf[at + 4], buf[at + 5]]);
-                let this_seq = field(8);
-                if len < 16 || at + len > n {
-                    return Err(Error::Decode {
-                        what: format!("an element dump message of length {len}"),
-                    });
-                }
-                let body = &buf[at + 16..at + len];
-                at += len.next_multiple_of(4);
-                if this_seq != seq {
+            for message in super::raw::messages(&buf[..n]) {
+                let message = message.map_err(|what| Error::Decode {
+                    what: format!("an element dump: {what}"),
+                })?;
+                if message.seq != seq {
                     continue;
                 }
-                match kind {
+                let body = message.body;
+                match message.kind {
                     // NLMSG_DONE.
                     3 => return Ok(out),
                     // NLMSG_ERROR: its errno, negative.

@@ -15,7 +15,7 @@ use netlink_packet_netfilter::{
 
 use super::elements::Elements;
 use super::expr::{Data, Verdict};
-use super::object::{Chain, ChainType, Element, Family, Hook, MapTo, Rule, Set, Table};
+use super::object::{Chain, Element, Family, Hook, MapTo, Rule, Set, Table};
 
 /// `NFNL_SUBSYS_NFTABLES`: the batch's resource id.
 const NFNL_SUBSYS_NFTABLES: u16 = 10;
@@ -530,13 +530,7 @@ fn chain_message(t: &Table, c: &Chain) -> ChainMessage {
             // The kernel reads the priority as a signed 32-bit number.
             NlHook::Priority(u32::from_ne_bytes(base.priority.to_ne_bytes())),
         ]));
-        attributes.push(ChainAttribute::Type(
-            match base.kind {
-                ChainType::Filter => "filter",
-                ChainType::Nat => "nat",
-            }
-            .to_owned(),
-        ));
+        attributes.push(ChainAttribute::Type(base.kind.name().to_owned()));
         // NF_ACCEPT.
         attributes.push(ChainAttribute::Policy(1));
     }

@@ -8,7 +8,7 @@ use netlink_packet_netfilter::{NetfilterMessage, NetfilterMessageInner};
 
 use super::expr::Expr;
 use super::object::Element;
-use super::raw::element_message;
+use super::raw::{element_message, messages};
 use super::socket::raw_expr;
 use super::tx::{Op, Transaction};
 
@@ -30,33 +30,26 @@ impl Transaction {
     pub fn verify_encoding(&self) -> Result<(), String> {
         let encoded = self.encode(1);
         let mut got = Vec::new();
-        let mut at = 0;
-        let bytes = &encoded.bytes;
-        while at < bytes.len() {
-            let header = bytes.get(at..at + 16).ok_or("a truncated message header")?;
-            let len = u32::from_ne_bytes([header[0], header[1], header[2], header[3]]) as usize;
-            let kind = u16::from_ne_bytes([header[4], header[5]]);
-            if len < 16 || at + len > bytes.len() {
-                return Err(format!("message at byte {at} has length {len}"));
-            }
-            let message_bytes = &bytes[at..at + len];
-            at += len.next_multiple_of(4);
+        for message in messages(&encoded.bytes) {
+            let message = message?;
             // Element messages (NFT_MSG_NEWSETELEM 12, DELSETELEM 14 of
             // subsystem 10) are read by hand, as dumps are (see `raw`).
+            let kind = message.kind;
             if kind == (10 << 8) | 12 || kind == (10 << 8) | 14 {
-                let (set, list) = element_message(message_bytes.get(20..).unwrap_or_default());
+                // After the 4-byte nfgenmsg header: the attributes.
+                let (set, list) = element_message(message.body.get(4..).unwrap_or_default());
                 // A flush (a delete with no list) carries no elements.
                 if let Some(list) = list {
                     got.push(Item::Elements(set, kind == (10 << 8) | 12, list));
                 }
                 continue;
             }
-            let message = NetlinkMessage::<NetfilterMessage>::deserialize(message_bytes)
-                .map_err(|e| format!("message at byte {at} does not parse: {e}"))?;
+            let parsed = NetlinkMessage::<NetfilterMessage>::deserialize(message.whole)
+                .map_err(|e| format!("a message of type {kind} does not parse: {e}"))?;
             let NetlinkPayload::InnerMessage(NetfilterMessage {
                 inner: NetfilterMessageInner::NfTables(NfTablesMessage::NewRule(r)),
                 ..
-            }) = message.payload
+            }) = parsed.payload
             else {
                 continue;
             };
