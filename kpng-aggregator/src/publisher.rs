@@ -119,4 +119,7 @@ impl<B: Producer> IncrementalSink for Publisher<B> {
     fn view(&self) -> Option<&kpng_model::view::NodeView> {
         self.backend.view()
     }
+    fn share_view(&mut self, view: &kpng_model::view::NodeView) {
+        self.backend.share_view(view);
+    }
 }

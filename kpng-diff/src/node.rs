@@ -241,6 +241,7 @@ impl NodeProjector {
             // The whole view as sets, streamed: no list of ops is built.
             sink.reset();
             self.needs_full = true;
+            sink.share_view(&self.view);
             if let Some(node) = &self.view.node {
                 sink.apply(&ViewOp::SetNode(node.clone()))?;
                 count += 1;
@@ -256,6 +257,7 @@ impl NodeProjector {
             return Ok(None);
         } else {
             self.needs_full = true;
+            sink.share_view(&self.view);
             for op in &delta {
                 sink.apply(op)?;
             }

@@ -10,9 +10,9 @@ use kpng_diff::{
 };
 use kpng_model::EndpointInfo;
 use kpng_model::v1::{Endpoint, IpSet, Node, Service, TrafficPolicy};
-use kpng_model::view::{NodeView, ViewDigest};
+use kpng_model::view::{NodeView, ViewDigest, ViewOp};
 use kpng_model::{Key, ServiceName, Value};
-use kpng_sink::{FullState, FullStateSink, SinkError};
+use kpng_sink::{FullState, FullStateSink, IncrementalSink, SinkError, ViewTracker};
 use kpng_store::{Snapshot, Store, StoreConfig};
 use kpng_testkit::RecordingSink;
 use proptest::prelude::*;
@@ -288,6 +288,67 @@ proptest! {
             let mut expected = node_view(snap, NODE);
             expected.revision = sink.inner().view.revision;
             prop_assert_eq!(&sink.inner().view, &expected);
+        }
+    }
+
+    /// The view `sync_into` shares and the ops it sends agree: a sink that
+    /// builds its view from the ops alone ends where a sink that takes the
+    /// shared view does, and the latter's tracker names every Service
+    /// that changed, while holding the projector's own Services.
+    #[test]
+    fn shared_view_and_ops_agree(txns in txns()) {
+        #[derive(Default)]
+        struct OpsOnly { view: NodeView }
+        impl OpsOnly {
+            fn absorb(&mut self, op: &ViewOp) {
+                self.view.apply(op).expect("ops fit the view they build");
+            }
+        }
+        impl IncrementalSink for OpsOnly {
+            fn reset(&mut self) { self.view = NodeView::default(); }
+            kpng_sink::callbacks_as_ops!(absorb);
+            fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
+                self.view.revision = revision;
+                Ok(())
+            }
+        }
+        #[derive(Default)]
+        struct Tracked { tracker: ViewTracker, changed: Vec<ServiceName>, full: bool }
+        impl IncrementalSink for Tracked {
+            kpng_sink::tracked_view!(tracker);
+            fn sync(&mut self, _revision: u64) -> Result<(), SinkError> {
+                self.tracker.check()?;
+                let changes = self.tracker.take_changes();
+                (self.full, self.changed) = (changes.full, changes.services);
+                self.tracker.synced(true);
+                Ok(())
+            }
+        }
+        let snaps = history(txns, 1024);
+        let (mut by_ops, mut by_share) = (NodeProjector::new(NODE), NodeProjector::new(NODE));
+        let (mut ops_only, mut tracked) = (OpsOnly::default(), Tracked::default());
+        for snap in &snaps {
+            let before = by_share.view().clone();
+            by_ops.sync_into(snap, &mut ops_only).expect("sync");
+            by_share.sync_into(snap, &mut tracked).expect("sync");
+            // A round that changes nothing is not sent: revisions aside.
+            let mut expected = node_view(snap, NODE);
+            expected.revision = ops_only.view.revision;
+            prop_assert_eq!(&ops_only.view, &expected);
+            expected.revision = tracked.tracker.view().revision;
+            let held = tracked.tracker.view();
+            prop_assert_eq!(held, &expected);
+            for (name, service) in &held.services {
+                prop_assert!(Arc::ptr_eq(service, &by_share.view().services[name]));
+            }
+            if !tracked.full {
+                let names = before.services.keys().chain(held.services.keys());
+                for name in names {
+                    if before.services.get(name) != held.services.get(name) {
+                        prop_assert!(tracked.changed.contains(name), "{name} changed unnamed");
+                    }
+                }
+            }
         }
     }
 }

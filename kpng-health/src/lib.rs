@@ -151,6 +151,9 @@ impl<S: IncrementalSink> IncrementalSink for Healthy<S> {
     fn view(&self) -> Option<&kpng_model::view::NodeView> {
         self.inner.view()
     }
+    fn share_view(&mut self, view: &kpng_model::view::NodeView) {
+        self.inner.share_view(view);
+    }
 }
 
 impl<S: IncrementalSink> Healthy<S> {

@@ -287,6 +287,12 @@ impl<S: IncrementalSink> IncrementalSink for Measured<S> {
     fn view(&self) -> Option<&kpng_model::view::NodeView> {
         self.inner.view()
     }
+    fn share_view(&mut self, view: &kpng_model::view::NodeView) {
+        if let Some(own) = &mut self.own {
+            own.share(view);
+        }
+        self.inner.share_view(view);
+    }
 }
 
 impl<S: IncrementalSink> Measured<S> {

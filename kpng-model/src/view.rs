@@ -306,6 +306,8 @@ impl NodeView {
             ViewOp::SetService(service) => {
                 let name = service.service_name();
                 match self.services.get_mut(&name) {
+                    // Already so (a shared view): nothing is copied.
+                    Some(view) if view.service == *service => {}
                     Some(view) => Arc::make_mut(view).service = service.clone(),
                     None => {
                         self.services
@@ -317,6 +319,13 @@ impl NodeView {
                 self.services.remove(name);
             }
             ViewOp::SetEndpoint(name, endpoint) => {
+                let held = self.service(name)?;
+                if let Ok(i) = held.endpoint_index(&endpoint.ip)
+                    && held.endpoints[i] == *endpoint
+                {
+                    // Already so: nothing is copied.
+                    return Ok(());
+                }
                 let view = self.service_mut(name)?;
                 match view.endpoint_index(&endpoint.ip) {
                     Ok(i) => view.endpoints[i] = endpoint.clone(),
@@ -333,13 +342,19 @@ impl NodeView {
                 }
             }
             ViewOp::DeleteEndpoint(name, ip) => {
-                let view = self.service_mut(name)?;
-                if let Ok(i) = view.endpoint_index(ip) {
-                    view.endpoints.remove(i);
+                if let Ok(i) = self.service(name)?.endpoint_index(ip) {
+                    self.service_mut(name)?.endpoints.remove(i);
                 }
             }
         }
         Ok(())
+    }
+
+    fn service(&self, name: &ServiceName) -> Result<&ServiceView> {
+        self.services
+            .get(name)
+            .map(|s| &**s)
+            .ok_or_else(|| Error::UnknownService(name.to_string()))
     }
 
     fn service_mut(&mut self, name: &ServiceName) -> Result<&mut ServiceView> {
@@ -910,6 +925,49 @@ mod tests {
                 local,
             },
         )
+    }
+
+    /// An op that finds its change made (a view shared by the driver)
+    /// changes nothing and copies nothing; the others still apply.
+    #[test]
+    fn ops_already_made_copy_nothing() {
+        let web = ServiceName::new("default", "web");
+        let service = Arc::new(Service {
+            namespace: "default".into(),
+            name: "web".into(),
+            ..Default::default()
+        });
+        let ep = endpoint(&["10.0.0.1"], "node-a", &[]);
+        let ops = [
+            ViewOp::SetService(service.clone()),
+            set(&web, "10.0.0.1", &ep, true),
+        ];
+        let mut view = super::NodeView::default();
+        for op in &ops {
+            view.apply(op).expect("fits");
+        }
+        let held = view.clone();
+        for op in ops.iter().chain([&ViewOp::DeleteEndpoint(
+            web.clone(),
+            "10.0.0.9".parse().expect("ip"),
+        )]) {
+            view.apply(op).expect("fits");
+        }
+        assert!(Arc::ptr_eq(&view.services[&web], &held.services[&web]));
+        // A real change still applies, to a copy.
+        view.apply(&set(&web, "10.0.0.1", &ep, false))
+            .expect("fits");
+        assert!(!Arc::ptr_eq(&view.services[&web], &held.services[&web]));
+        assert!(!view.services[&web].endpoints[0].local);
+        // An op for an unknown Service is still refused.
+        let other = ServiceName::new("default", "other");
+        assert!(
+            view.apply(&ViewOp::DeleteEndpoint(
+                other,
+                "10.0.0.1".parse().expect("ip")
+            ))
+            .is_err()
+        );
     }
 
     #[test]

@@ -91,6 +91,19 @@ impl ViewTracker {
         }
     }
 
+    /// Takes `view`, the view this round's ops lead to, in place of the
+    /// one they build (see [`IncrementalSink::share_view`]): an O(1)
+    /// clone that shares its Services with the caller's. The ops absorbed
+    /// after it still mark what changed, and find their changes made.
+    /// Ignored once an op of the round did not fit (the round fails).
+    ///
+    /// [`IncrementalSink::share_view`]: crate::IncrementalSink::share_view
+    pub fn share(&mut self, view: &NodeView) {
+        if self.misfit.is_none() {
+            self.view = view.clone();
+        }
+    }
+
     /// The view as of the ops absorbed so far.
     pub fn view(&self) -> &NodeView {
         &self.view

@@ -613,6 +613,9 @@ impl<B: Reported> IncrementalSink for Report<B> {
     fn view(&self) -> Option<&kpng_model::view::NodeView> {
         self.0.view()
     }
+    fn share_view(&mut self, view: &kpng_model::view::NodeView) {
+        self.0.share_view(view);
+    }
     fn sync(&mut self, revision: u64) -> Result<(), kpng_sink::SinkError> {
         self.0.sync(revision)?;
         let (full, commands) = self.0.summary();
