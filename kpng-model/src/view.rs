@@ -305,9 +305,16 @@ impl NodeView {
             ViewOp::DeleteNode => self.node = None,
             ViewOp::SetService(service) => {
                 let name = service.service_name();
+                // Already so (a shared view): nothing is copied, not even
+                // the map's path to it.
+                if self
+                    .services
+                    .get(&name)
+                    .is_some_and(|v| v.service == *service)
+                {
+                    return Ok(());
+                }
                 match self.services.get_mut(&name) {
-                    // Already so (a shared view): nothing is copied.
-                    Some(view) if view.service == *service => {}
                     Some(view) => Arc::make_mut(view).service = service.clone(),
                     None => {
                         self.services
@@ -316,7 +323,9 @@ impl NodeView {
                 }
             }
             ViewOp::DeleteService(name) => {
-                self.services.remove(name);
+                if self.services.contains_key(name) {
+                    self.services.remove(name);
+                }
             }
             ViewOp::SetEndpoint(name, endpoint) => {
                 let held = self.service(name)?;
@@ -954,6 +963,10 @@ mod tests {
             view.apply(op).expect("fits");
         }
         assert!(Arc::ptr_eq(&view.services[&web], &held.services[&web]));
+        assert!(view.services.ptr_eq(&held.services), "the map was copied");
+        view.apply(&ViewOp::DeleteService(ServiceName::new("default", "gone")))
+            .expect("fits");
+        assert!(view.services.ptr_eq(&held.services), "the map was copied");
         // A real change still applies, to a copy.
         view.apply(&set(&web, "10.0.0.1", &ep, false))
             .expect("fits");

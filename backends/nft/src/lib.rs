@@ -57,6 +57,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod claims;
 mod objects;
 mod render;
 
@@ -402,6 +403,9 @@ impl NftBackend {
                     state.desired.add(&new, pending.as_deref_mut());
                 }
             }
+        }
+        if full {
+            self.families.iter_mut().for_each(|s| s.desired.shrink());
         }
         // An O(1) copy: the views share their Services.
         self.rendered = self.tracker.view().clone();

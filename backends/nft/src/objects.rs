@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use kpng_netfilter::Error;
 use kpng_netfilter::nft::{Chain, Data, Element, Rule, Set, Socket, Table, Transaction, Verdict};
 
+use crate::claims::Claims;
 use crate::render::{ChainDef, Elem, Key, Render, SetName, Value, prefix_of};
 
 /// The objects of one family's table, with reference counts: Service
@@ -15,7 +16,7 @@ use crate::render::{ChainDef, Elem, Key, Render, SetName, Value, prefix_of};
 pub(crate) struct Objects {
     pub(crate) chains: BTreeMap<String, (ChainDef, u32)>,
     pub(crate) sets: BTreeMap<String, (Set, u32)>,
-    pub(crate) elements: BTreeMap<SetName, BTreeMap<Elem, u32>>,
+    pub(crate) elements: BTreeMap<SetName, Claims>,
 }
 
 /// What the kernel held, before the changes since the last applied sync,
@@ -52,52 +53,12 @@ impl Pending {
     }
 }
 
-/// The element that holds `key` among sorted elements: the first one with
-/// that key. Two Services may claim one key (the same externalIP and port,
-/// say); the kernel would refuse the whole transaction, so one wins, the
-/// same one every time, and the node keeps working.
-fn holder<V>(elements: &BTreeMap<Elem, V>, key: &Key) -> Option<Elem> {
-    let from = Elem {
-        key: *key,
-        value: Value::None,
-    };
-    elements
-        .range(from..)
-        .next()
-        .map(|(e, _)| e)
-        .filter(|e| e.key == *key)
-        .cloned()
-}
-
-/// One element per key, in order; claims beyond the first are logged.
-fn holders<'a, V>(
-    set: &'a str,
-    elements: &'a BTreeMap<Elem, V>,
-) -> impl Iterator<Item = &'a Elem> + 'a {
-    let mut last: Option<&Elem> = None;
-    elements.keys().filter(move |e| match last {
-        Some(held) if held.key == e.key => {
-            tracing::warn!(set, kept = ?held, dropped = ?e, "two Services claim one key; keeping the first");
-            false
-        }
-        _ => {
-            last = Some(e);
-            true
-        }
-    })
-}
-
 /// Records in `pending` which element held `e`'s key in `set`, unless
 /// recorded since the last applied sync.
-fn record_holder(
-    pending: Option<&mut Pending>,
-    set: &SetName,
-    counts: &BTreeMap<Elem, u32>,
-    e: &Elem,
-) {
+fn record_holder(pending: Option<&mut Pending>, set: &SetName, claims: &Claims, e: &Elem) {
     if let Some(p) = pending {
         let keys = p.elements.entry(set.clone()).or_default();
-        keys.entry(e.key).or_insert_with(|| holder(counts, &e.key));
+        keys.entry(e.key).or_insert_with(|| claims.holder(&e.key));
     }
 }
 
@@ -160,14 +121,18 @@ impl Objects {
             let counts = self.elements.entry(set.clone()).or_default();
             for e in elements {
                 record_holder(pending.as_deref_mut(), set, counts, e);
-                if let Some(n) = counts.get_mut(e) {
-                    *n -= 1;
-                    if *n == 0 {
-                        counts.remove(e);
-                    }
-                }
+                counts.remove(e);
+            }
+            if counts.is_empty() {
+                self.elements.remove(set);
             }
         }
+    }
+
+    /// Gives back what the element tables' growth left unused (after a
+    /// full sync, when they hold the whole view).
+    pub(crate) fn shrink(&mut self) {
+        self.elements.values_mut().for_each(Claims::shrink);
     }
 
     /// Adds a render's contributions, recording in `pending` what was
@@ -186,7 +151,7 @@ impl Objects {
             let counts = self.elements.entry(set.clone()).or_default();
             for e in elements {
                 record_holder(pending.as_deref_mut(), set, counts, e);
-                *counts.entry(e.clone()).or_default() += 1;
+                counts.add(e);
             }
         }
     }
@@ -198,10 +163,12 @@ impl Objects {
             return Vec::new();
         };
         if set.interval {
-            let prefixes = elements.keys().filter_map(|e| prefix_of(&e.key));
+            let prefixes = elements
+                .holders(&set.name)
+                .filter_map(|e| prefix_of(&e.key));
             return Element::ranges(table.family, prefixes);
         }
-        holders(&set.name, elements).map(element).collect()
+        elements.holders(&set.name).map(|e| element(&e)).collect()
     }
 
     /// Whether the kernel's table holds exactly these objects: the same
@@ -253,15 +220,8 @@ impl Objects {
                 continue;
             }
             let have = socket.read_elements(table, &want.name)?;
-            let count = self
-                .elements
-                .get(want.name.as_str())
-                .map_or(0, BTreeMap::len);
-            // Ranges merge, so an interval set's count may differ.
-            if !want.interval && have.len() != count {
-                return Ok(false);
-            }
-            if sort(have) != sort(self.kernel_elements(table, want)) {
+            let want = self.kernel_elements(table, want);
+            if have.len() != want.len() || sort(have) != sort(want) {
                 return Ok(false);
             }
         }
@@ -298,8 +258,8 @@ impl Objects {
             };
             // In runs, without a list of them all.
             let mut run = Vec::with_capacity(RUN.min(elements.len()));
-            for e in holders(&set.name, elements) {
-                run.push(element(e));
+            for e in elements.holders(&set.name) {
+                run.push(element(&e));
                 if run.len() == RUN {
                     let full = std::mem::replace(&mut run, Vec::with_capacity(RUN));
                     tx.add_elements(table, &set.name, full);
@@ -354,7 +314,7 @@ impl Objects {
             if set.interval {
                 // Ranges merge, so an interval set is written whole.
                 let changed = keys.iter().any(|(key, was)| {
-                    let now = self.elements.get(set_name).and_then(|e| holder(e, key));
+                    let now = self.elements.get(set_name).and_then(|e| e.holder(key));
                     *was != now
                 });
                 if changed && !is_gone {
@@ -368,7 +328,7 @@ impl Objects {
             let wanted = self.elements.get(set_name);
             let (mut add, mut del) = (Vec::new(), Vec::new());
             for (key, was) in keys {
-                let now = wanted.and_then(|w| holder(w, key));
+                let now = wanted.and_then(|w| w.holder(key));
                 if *was != now {
                     del.extend(was.as_ref().map(element));
                     add.extend(now.as_ref().map(element));
