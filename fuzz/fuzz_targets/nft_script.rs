@@ -68,19 +68,20 @@ fuzz_target!(|data: &[u8]| {
         ..Default::default()
     });
     let Ok(ip) = ep_ip.parse() else { return };
-    let endpoint = EndpointView {
-        ip,
-        endpoint: EndpointInfo::builder(ip)
-            .ports(PortList::new([PortInfo::new(
-                &port_name,
-                protocol,
-                u16::from_be_bytes([head[14], head[15]]),
-            )]))
-            .build(),
-        is_local: head[0] & 2 == 2,
-        cluster: true,
-        local: head[0] & 4 == 4,
+    let info = EndpointInfo::builder(ip)
+        .ports(PortList::new([PortInfo::new(
+            &port_name,
+            protocol,
+            u16::from_be_bytes([head[14], head[15]]),
+        )]))
+        .build();
+    let Some(endpoint) = EndpointView::at(info, ip) else {
+        return;
     };
+    let endpoint = endpoint
+        .with_is_local(head[0] & 2 == 2)
+        .with_cluster(true)
+        .with_local(head[0] & 4 == 4);
     let mut backend = NftBackend::new(Config::default()).dry_run();
     backend.reset();
     let name = svc.service_name();

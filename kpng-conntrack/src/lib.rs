@@ -30,7 +30,7 @@
 //! let endpoint = |ip: &str| {
 //!     let ip = ip.parse().unwrap();
 //!     let endpoint = EndpointInfo::builder(ip).ports(ports.clone()).build();
-//!     EndpointView { ip, endpoint, is_local: false, cluster: true, local: false }
+//!     EndpointView::at(endpoint, ip).unwrap().with_cluster(true)
 //! };
 //! let view = |eps: Vec<EndpointView>| {
 //!     let mut view = NodeView::default();

@@ -76,15 +76,15 @@ fn service_ops(
     let (mut i, mut j) = (0, 0);
     while i < old_endpoints.len() || j < new.endpoints.len() {
         match (old_endpoints.get(i), new.endpoints.get(j)) {
-            (Some(o), Some(n)) if o.ip == n.ip => {
+            (Some(o), Some(n)) if o.ip() == n.ip() => {
                 if o != n {
                     sets.push(ViewOp::SetEndpoint(name.clone(), n.clone()));
                 }
                 i += 1;
                 j += 1;
             }
-            (Some(o), n) if n.is_none_or(|n| o.ip < n.ip) => {
-                ops.push(ViewOp::DeleteEndpoint(name.clone(), o.ip));
+            (Some(o), n) if n.is_none_or(|n| o.ip() < n.ip()) => {
+                ops.push(ViewOp::DeleteEndpoint(name.clone(), o.ip()));
                 i += 1;
             }
             (_, Some(n)) => {

@@ -117,13 +117,14 @@ fn select_family(candidates: &[Candidate<'_>], node: NodeContext<'_>, out: &mut 
 
     for ((c, cluster), local) in candidates.iter().zip(cluster).zip(local) {
         if cluster || local {
-            out.push(EndpointView {
-                ip: c.ip,
-                endpoint: c.endpoint.clone(),
-                is_local: c.is_local,
-                cluster,
-                local,
-            });
+            // A candidate's address is one of its endpoint's.
+            if let Some(view) = EndpointView::at(c.endpoint.clone(), c.ip) {
+                out.push(
+                    view.with_is_local(c.is_local)
+                        .with_cluster(cluster)
+                        .with_local(local),
+                );
+            }
         }
     }
 }
@@ -153,9 +154,9 @@ pub(crate) fn project_service(
         }
         select_family(&candidates, node, &mut view.endpoints);
     }
-    view.endpoints.sort_by_key(|e| e.ip);
+    view.endpoints.sort_by_key(EndpointView::ip);
     // Endpoints are de-duplicated by address; keep the first copy.
-    view.endpoints.dedup_by(|a, b| a.ip == b.ip);
+    view.endpoints.dedup_by(|a, b| a.ip() == b.ip());
     // Views are kept: no growth slack.
     view.endpoints.shrink_to_fit();
     Some(view)

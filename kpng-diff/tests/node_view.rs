@@ -85,7 +85,7 @@ fn svc() -> Service {
 }
 
 fn ips<'a>(it: impl Iterator<Item = &'a kpng_model::view::EndpointView>) -> Vec<IpAddr> {
-    it.map(|e| e.ip).collect()
+    it.map(|e| e.ip()).collect()
 }
 
 fn parse(list: &[&str]) -> Vec<IpAddr> {
@@ -432,7 +432,10 @@ fn endpoint_selection_table() {
             "has_endpoints, {ctx}"
         );
         // Endpoints in neither set are not in the view at all.
-        assert!(view.endpoints.iter().all(|e| e.cluster || e.local), "{ctx}");
+        assert!(
+            view.endpoints.iter().all(|e| e.cluster() || e.local()),
+            "{ctx}"
+        );
     }
 }
 

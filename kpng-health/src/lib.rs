@@ -323,8 +323,8 @@ fn wanted(view: &NodeView) -> BTreeMap<u16, PortState> {
         let local: BTreeSet<std::net::IpAddr> = svc
             .endpoints
             .iter()
-            .filter(|e| e.is_local && e.endpoint.ready())
-            .map(|e| e.endpoint.address())
+            .filter(|e| e.is_local() && e.endpoint().ready())
+            .map(|e| e.endpoint().address())
             .collect();
         ports.insert(
             port,

@@ -47,13 +47,11 @@ fn lb(port: u16) -> Arc<Service> {
 
 fn endpoint(ip: &str, local: bool) -> EndpointView {
     let ip = ip.parse().expect("ip");
-    EndpointView {
-        ip,
-        endpoint: EndpointInfo::new(ip),
-        is_local: local,
-        cluster: true,
-        local,
-    }
+    EndpointView::at(EndpointInfo::new(ip), ip)
+        .expect("its address")
+        .with_is_local(local)
+        .with_cluster(true)
+        .with_local(local)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -52,13 +52,14 @@ async fn syncs_failures_and_ingest_counts_are_scraped() {
     sink.apply(&ViewOp::SetService(svc.clone())).expect("op");
     sink.apply(&ViewOp::SetEndpoint(
         name.clone(),
-        EndpointView {
-            ip: "10.244.1.10".parse().expect("ip"),
-            endpoint: EndpointInfo::new("10.244.1.10".parse().expect("ip")),
-            is_local: true,
-            cluster: true,
-            local: true,
-        },
+        EndpointView::at(
+            EndpointInfo::new("10.244.1.10".parse().expect("ip")),
+            "10.244.1.10".parse().expect("ip"),
+        )
+        .expect("its address")
+        .with_is_local(true)
+        .with_cluster(true)
+        .with_local(true),
     ))
     .expect("op");
     sink.sync(1).expect("sync");

@@ -341,7 +341,7 @@ fn bundled_sample_translates_every_feature() {
     let fe = &view.services[&frontend];
     let v4: Vec<_> = fe
         .cluster_endpoints(IpFamily::V4)
-        .map(|e| e.ip.to_string())
+        .map(|e| e.ip().to_string())
         .collect();
     assert_eq!(v4, ["10.244.3.20"]);
     assert_eq!(
@@ -352,7 +352,7 @@ fn bundled_sample_translates_every_feature() {
     let queue = &view.services[&ServiceName::new("batch", "queue")];
     let q: Vec<_> = queue
         .cluster_endpoints(IpFamily::V4)
-        .map(|e| e.ip.to_string())
+        .map(|e| e.ip().to_string())
         .collect();
     assert_eq!(q, ["10.244.1.60"]);
     assert!(!view.services[&ServiceName::new("shop", "checkout")].has_endpoints(IpFamily::V4));

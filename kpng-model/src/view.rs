@@ -22,37 +22,147 @@ use crate::{Error, Result, ServiceName};
 /// One endpoint address as this node uses it.
 ///
 /// Only endpoints in at least one of the two sets appear in a view:
-/// `cluster` (the cluster-policy endpoints) or `local` (the local-policy
-/// endpoints). An endpoint with both an IPv4 and an IPv6 address appears once
-/// per family, since each family is selected on its own.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
+/// [`cluster`](Self::cluster) (the cluster-policy endpoints) or
+/// [`local`](Self::local) (the local-policy endpoints). An endpoint with
+/// both an IPv4 and an IPv6 address appears once per family, since each
+/// family is selected on its own.
+///
+/// 56 bytes: the endpoint (shared with the store) and a byte of marks; the
+/// address is one of the endpoint's own. Serialized (JSON, YAML) as `ip`,
+/// `endpoint`, `isLocal`, `cluster` and `local`.
+///
+/// ```
+/// use kpng_model::{EndpointInfo, IpFamily};
+/// use kpng_model::view::EndpointView;
+///
+/// let ip = "10.244.1.5".parse()?;
+/// let view = EndpointView::new(EndpointInfo::new(ip), IpFamily::V4)
+///     .expect("an IPv4 endpoint")
+///     .with_cluster(true);
+/// assert_eq!(view.ip(), ip);
+/// assert!(view.cluster() && !view.local() && !view.is_local());
+/// assert!(EndpointView::new(EndpointInfo::new(ip), IpFamily::V6).is_none());
+/// # Ok::<(), std::net::AddrParseError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct EndpointView {
-    /// The address in this family.
-    pub ip: IpAddr,
-    /// The endpoint, with its ports and conditions (shared with the
-    /// store).
-    pub endpoint: EndpointInfo,
-    /// The endpoint runs on this node.
-    pub is_local: bool,
-    /// It is a cluster-policy endpoint: ready (topology-filtered), or
-    /// serving-and-terminating when no endpoint is ready.
-    pub cluster: bool,
-    /// It is a local-policy endpoint: ready on this node, or
-    /// serving-and-terminating on this node when none is ready here.
-    pub local: bool,
+    endpoint: EndpointInfo,
+    marks: u8,
 }
 
+/// The view's address is the endpoint's other one (of the other family).
+const OTHER: u8 = 1;
+const IS_LOCAL: u8 = 2;
+const CLUSTER: u8 = 4;
+const LOCAL: u8 = 8;
+
 impl EndpointView {
+    /// `endpoint` at its address in `family`, in neither set and not on
+    /// this node until told ([`with_cluster`](Self::with_cluster),
+    /// [`with_local`](Self::with_local),
+    /// [`with_is_local`](Self::with_is_local)); `None` when it has no
+    /// address in `family`.
+    pub fn new(endpoint: EndpointInfo, family: IpFamily) -> Option<Self> {
+        let ip = endpoint.address_in(family)?;
+        Self::at(endpoint, ip)
+    }
+
+    /// `endpoint` at `ip`, which must be one of its addresses (`None`
+    /// otherwise).
+    pub fn at(endpoint: EndpointInfo, ip: IpAddr) -> Option<Self> {
+        let marks = if ip == endpoint.address() {
+            0
+        } else if Some(ip) == endpoint.other_address() {
+            OTHER
+        } else {
+            return None;
+        };
+        Some(Self { endpoint, marks })
+    }
+
+    fn mark(mut self, bit: u8, on: bool) -> Self {
+        if on {
+            self.marks |= bit;
+        } else {
+            self.marks &= !bit;
+        }
+        self
+    }
+
+    /// Sets whether it is a cluster-policy endpoint.
+    #[must_use]
+    pub fn with_cluster(self, on: bool) -> Self {
+        self.mark(CLUSTER, on)
+    }
+
+    /// Sets whether it is a local-policy endpoint.
+    #[must_use]
+    pub fn with_local(self, on: bool) -> Self {
+        self.mark(LOCAL, on)
+    }
+
+    /// Sets whether the endpoint runs on this node.
+    #[must_use]
+    pub fn with_is_local(self, on: bool) -> Self {
+        self.mark(IS_LOCAL, on)
+    }
+
+    /// The address in this family.
+    pub fn ip(&self) -> IpAddr {
+        match self.endpoint.other_address() {
+            Some(other) if self.marks & OTHER != 0 => other,
+            _ => self.endpoint.address(),
+        }
+    }
+
+    /// The endpoint, with its ports and conditions (shared with the
+    /// store).
+    pub fn endpoint(&self) -> &EndpointInfo {
+        &self.endpoint
+    }
+
+    /// The endpoint runs on this node.
+    pub fn is_local(&self) -> bool {
+        self.marks & IS_LOCAL != 0
+    }
+
+    /// It is a cluster-policy endpoint: ready (topology-filtered), or
+    /// serving-and-terminating when no endpoint is ready.
+    pub fn cluster(&self) -> bool {
+        self.marks & CLUSTER != 0
+    }
+
+    /// It is a local-policy endpoint: ready on this node, or
+    /// serving-and-terminating on this node when none is ready here.
+    pub fn local(&self) -> bool {
+        self.marks & LOCAL != 0
+    }
+
     /// The address family.
     pub fn family(&self) -> IpFamily {
-        IpFamily::of(&self.ip)
+        IpFamily::of(&self.ip())
     }
 
     /// The endpoint's port for a Service port, matched by port name and
     /// protocol (EndpointSlice ports carry the Service port's name).
     pub fn port(&self, name: &str, protocol: Protocol) -> Option<u16> {
         self.endpoint.port(name, protocol)
+    }
+}
+
+impl serde::Serialize for EndpointView {
+    fn serialize<S: serde::Serializer>(
+        &self,
+        serializer: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut s = serializer.serialize_struct("EndpointView", 5)?;
+        s.serialize_field("ip", &self.ip())?;
+        s.serialize_field("endpoint", &self.endpoint)?;
+        s.serialize_field("isLocal", &self.is_local())?;
+        s.serialize_field("cluster", &self.cluster())?;
+        s.serialize_field("local", &self.local())?;
+        s.end()
     }
 }
 
@@ -64,7 +174,7 @@ pub fn port_targets<'a>(
 ) -> Vec<(IpAddr, u16)> {
     let protocol = Protocol::try_from(port.protocol).unwrap_or(Protocol::Tcp);
     endpoints
-        .filter_map(|e| Some((e.ip, e.port(&port.name, protocol)?)))
+        .filter_map(|e| Some((e.ip(), e.port(&port.name, protocol)?)))
         .collect()
 }
 
@@ -210,14 +320,14 @@ impl ServiceView {
     pub fn cluster_endpoints(&self, family: IpFamily) -> impl Iterator<Item = &EndpointView> {
         self.endpoints
             .iter()
-            .filter(move |e| e.cluster && e.family() == family)
+            .filter(move |e| e.cluster() && e.family() == family)
     }
 
     /// The local-policy endpoints of `family`.
     pub fn local_endpoints(&self, family: IpFamily) -> impl Iterator<Item = &EndpointView> {
         self.endpoints
             .iter()
-            .filter(move |e| e.local && e.family() == family)
+            .filter(move |e| e.local() && e.family() == family)
     }
 
     /// The endpoints ClusterIP traffic goes to: local-policy ones when
@@ -226,7 +336,7 @@ impl ServiceView {
         let local = self.service.internal_traffic_policy == TrafficPolicy::Local as i32;
         self.endpoints
             .iter()
-            .filter(move |e| e.family() == family && if local { e.local } else { e.cluster })
+            .filter(move |e| e.family() == family && if local { e.local() } else { e.cluster() })
     }
 
     /// The endpoints external traffic (NodePorts, externalIPs, LB IPs) from
@@ -236,11 +346,11 @@ impl ServiceView {
         let local = self.service.external_traffic_policy == TrafficPolicy::Local as i32;
         self.endpoints
             .iter()
-            .filter(move |e| e.family() == family && if local { e.local } else { e.cluster })
+            .filter(move |e| e.family() == family && if local { e.local() } else { e.cluster() })
     }
 
     fn endpoint_index(&self, ip: &IpAddr) -> std::result::Result<usize, usize> {
-        self.endpoints.binary_search_by(|e| e.ip.cmp(ip))
+        self.endpoints.binary_search_by(|e| e.ip().cmp(ip))
     }
 }
 
@@ -329,14 +439,14 @@ impl NodeView {
             }
             ViewOp::SetEndpoint(name, endpoint) => {
                 let held = self.service(name)?;
-                if let Ok(i) = held.endpoint_index(&endpoint.ip)
+                if let Ok(i) = held.endpoint_index(&endpoint.ip())
                     && held.endpoints[i] == *endpoint
                 {
                     // Already so: nothing is copied.
                     return Ok(());
                 }
                 let view = self.service_mut(name)?;
-                match view.endpoint_index(&endpoint.ip) {
+                match view.endpoint_index(&endpoint.ip()) {
                     Ok(i) => view.endpoints[i] = endpoint.clone(),
                     Err(i) => {
                         // Grow by a quarter, not double: a view is built one
@@ -497,11 +607,11 @@ pub mod wire {
             ViewOp::SetEndpoint(name, ep) => Change::SetEndpoint(v1::SetEndpoint {
                 service: Some(service_ref(name)),
                 endpoint: Some(v1::EndpointRef {
-                    ip: ep.ip.to_string(),
+                    ip: ep.ip().to_string(),
                     endpoint: Some(ep.endpoint.to_proto()),
-                    is_local: ep.is_local,
-                    cluster: ep.cluster,
-                    local: ep.local,
+                    is_local: ep.is_local(),
+                    cluster: ep.cluster(),
+                    local: ep.local(),
                 }),
             }),
             ViewOp::DeleteEndpoint(name, addr) => Change::DeleteEndpoint(v1::DeleteEndpoint {
@@ -533,16 +643,13 @@ pub mod wire {
                 let ip = ip("set_endpoint.endpoint.ip", &ep.ip)?;
                 let endpoint =
                     crate::EndpointInfo::from_keyed_proto(ip, ep.endpoint.unwrap_or_default())?;
-                ViewOp::SetEndpoint(
-                    name,
-                    EndpointView {
-                        ip,
-                        endpoint,
-                        is_local: ep.is_local,
-                        cluster: ep.cluster,
-                        local: ep.local,
-                    },
-                )
+                // Keyed at `ip`: always one of its addresses.
+                let view = EndpointView::at(endpoint, ip)
+                    .ok_or_else(|| missing("set_endpoint.endpoint.ip"))?
+                    .with_is_local(ep.is_local)
+                    .with_cluster(ep.cluster)
+                    .with_local(ep.local);
+                ViewOp::SetEndpoint(name, view)
             }
             Change::DeleteEndpoint(del) => ViewOp::DeleteEndpoint(
                 service_name(del.service.as_ref())?,
@@ -681,31 +788,29 @@ pub mod compact {
             i
         }
 
-        /// The compact form of an endpoint, or `None` when its view names
-        /// an address the endpoint does not have: it then goes as a plain
-        /// `SetEndpoint`.
+        /// The compact form of an endpoint: its view's address first, the
+        /// endpoint's other one beside it.
         fn endpoint(
             &mut self,
             batch: &mut v1::ViewChanges,
             e: &EndpointView,
-        ) -> Option<v1::CompactEndpoint> {
-            let ep = &e.endpoint;
-            let other = if e.ip == ep.address() {
+        ) -> v1::CompactEndpoint {
+            let ep = e.endpoint();
+            let ip = e.ip();
+            let other = if ip == ep.address() {
                 ep.other_address()
-            } else if Some(e.ip) == ep.other_address() {
-                Some(ep.address())
             } else {
-                return None;
+                Some(ep.address())
             };
             let flag = |on: bool, bit: u32| if on { bit } else { 0 };
             let flags = flag(ep.ready(), READY)
                 | flag(ep.serving(), SERVING)
                 | flag(ep.terminating(), TERMINATING)
-                | flag(e.is_local, IS_LOCAL)
-                | flag(e.cluster, CLUSTER)
-                | flag(e.local, LOCAL);
-            Some(v1::CompactEndpoint {
-                ip: ip_bytes(&e.ip),
+                | flag(e.is_local(), IS_LOCAL)
+                | flag(e.cluster(), CLUSTER)
+                | flag(e.local(), LOCAL);
+            v1::CompactEndpoint {
+                ip: ip_bytes(&ip),
                 flags,
                 node: self.string(batch, ep.node_name()),
                 zone: self.zone(batch, ep.zone()),
@@ -721,7 +826,7 @@ pub mod compact {
                     .map(|n| self.string(batch, n))
                     .collect(),
                 other_address: other.map(|ip| ip_bytes(&ip)).unwrap_or_default(),
-            })
+            }
         }
 
         /// One batch: `ops` in order, runs of endpoints of one Service as
@@ -741,9 +846,8 @@ pub mod compact {
                 }
             };
             for op in ops {
-                if let ViewOp::SetEndpoint(name, endpoint) = op
-                    && let Some(compact) = self.endpoint(&mut batch, endpoint)
-                {
+                if let ViewOp::SetEndpoint(name, endpoint) = op {
+                    let compact = self.endpoint(&mut batch, endpoint);
                     match &mut run {
                         Some((current, endpoints)) if current == name => endpoints.push(compact),
                         _ => {
@@ -866,13 +970,13 @@ pub mod compact {
             if !c.other_address.is_empty() {
                 builder = builder.other_address(ip_from("other_address", &c.other_address)?);
             }
-            Ok(EndpointView {
-                ip,
-                endpoint: builder.intern(interner),
-                is_local: c.flags & IS_LOCAL != 0,
-                cluster: c.flags & CLUSTER != 0,
-                local: c.flags & LOCAL != 0,
-            })
+            // Built at `ip`: always one of its addresses.
+            let view =
+                EndpointView::at(builder.intern(interner), ip).ok_or_else(|| bad_index("ip", 0))?;
+            Ok(view
+                .with_is_local(c.flags & IS_LOCAL != 0)
+                .with_cluster(c.flags & CLUSTER != 0)
+                .with_local(c.flags & LOCAL != 0))
         }
     }
 
@@ -926,13 +1030,11 @@ mod tests {
     fn set(name: &ServiceName, ip: &str, ep: &EndpointInfo, local: bool) -> ViewOp {
         ViewOp::SetEndpoint(
             name.clone(),
-            EndpointView {
-                ip: ip.parse().expect("ip"),
-                endpoint: ep.clone(),
-                is_local: local,
-                cluster: !local,
-                local,
-            },
+            EndpointView::at(ep.clone(), ip.parse().expect("ip"))
+                .expect("one of its addresses")
+                .with_is_local(local)
+                .with_cluster(!local)
+                .with_local(local),
         )
     }
 
@@ -971,7 +1073,7 @@ mod tests {
         view.apply(&set(&web, "10.0.0.1", &ep, false))
             .expect("fits");
         assert!(!Arc::ptr_eq(&view.services[&web], &held.services[&web]));
-        assert!(!view.services[&web].endpoints[0].local);
+        assert!(!view.services[&web].endpoints[0].local());
         // An op for an unknown Service is still refused.
         let other = ServiceName::new("default", "other");
         assert!(
@@ -989,9 +1091,6 @@ mod tests {
         let dns = ServiceName::new("kube-system", "dns");
         let dual = endpoint(&["10.0.0.1", "fd00::1"], "node-a", &["zone-a"]);
         let plain = endpoint(&["10.0.0.2"], "", &[]);
-        // A view address the endpoint does not have: goes as a plain
-        // SetEndpoint.
-        let odd = endpoint(&["10.0.0.4"], "node-b", &[]);
         // Only the first address of a family is kept.
         let two = endpoint(&["10.0.0.4", "10.0.0.5"], "node-a", &[]);
         assert_eq!(two.other_address(), None);
@@ -1007,7 +1106,6 @@ mod tests {
             })),
             set(&web, "10.0.0.1", &dual, true),
             set(&web, "fd00::1", &dual, false),
-            set(&web, "10.0.0.3", &odd, false),
             set(&web, "10.0.0.2", &plain, false),
         ];
         let second = vec![

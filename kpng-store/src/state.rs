@@ -128,6 +128,12 @@ impl Entry {
     pub(crate) fn endpoint(&self, ip: &IpAddr) -> Option<&EndpointInfo> {
         self.find(ip).ok().map(|i| &self.endpoints[i])
     }
+
+    /// Whether both hold equal values.
+    fn same(&self, other: &Entry) -> bool {
+        self.service == other.service
+            && (Arc::ptr_eq(&self.endpoints, &other.endpoints) || self.endpoints == other.endpoints)
+    }
 }
 
 pub(crate) type Services =
@@ -142,6 +148,17 @@ pub(crate) struct State {
 }
 
 impl State {
+    /// Whether both hold equal values under the same keys. O(entries).
+    pub(crate) fn same(&self, other: &State) -> bool {
+        self.len == other.len
+            && self.nodes == other.nodes
+            && self.services.len() == other.services.len()
+            && self
+                .services
+                .iter()
+                .all(|(name, entry)| other.services.get(name).is_some_and(|o| entry.same(o)))
+    }
+
     pub(crate) fn get(&self, key: &Key) -> Option<Value> {
         match key {
             Key::Node(name) => Some(Value::Node(self.nodes.get(name)?.value.clone())),

@@ -123,6 +123,8 @@ impl Store {
             store: self,
             base,
             touched: Vec::new(),
+            overflowed: false,
+            touches: 0,
             writes: 0,
             noops: 0,
             committed: false,
@@ -147,12 +149,16 @@ impl Store {
         self.tx.send_replace(self.snapshot());
     }
 
+    fn clear_log(&mut self) {
+        self.log.clear();
+        self.log_keys = 0;
+    }
+
     fn push_log(&mut self, keys: Vec<Key>) {
         if keys.len() > self.config.log_keys {
             // Too large to keep (a big relist): spans across it fall back to
             // the structural walk. Skip building the entry.
-            self.log.clear();
-            self.log_keys = 0;
+            self.clear_log();
             return;
         }
         let keys: Arc<[Key]> = keys.into();
@@ -183,7 +189,10 @@ impl std::fmt::Debug for Store {
 pub struct Commit {
     /// The new revision, or `None` when nothing changed.
     pub revision: Option<u64>,
-    /// Keys whose value changed.
+    /// Keys whose value changed. For a transaction that touched more keys
+    /// than the change log keeps ([`StoreConfig::log_keys`]: a relist), the
+    /// keys are not kept and this counts its changing writes, of which a
+    /// key written twice counts twice.
     pub changed: usize,
     /// Writes that changed nothing.
     pub noop_writes: u64,
@@ -199,7 +208,13 @@ pub struct Commit {
 pub struct Txn<'a> {
     store: &'a mut Store,
     base: State,
+    /// The keys each changing write touched, until there are more than
+    /// the change log keeps (a relist): then none are kept (at 10k × 10
+    /// they would be ~7 MB for a moment), and `commit` compares states.
     touched: Vec<Key>,
+    overflowed: bool,
+    /// Changing writes (every touch, kept or not).
+    touches: usize,
     writes: u64,
     noops: u64,
     committed: bool,
@@ -271,11 +286,9 @@ impl Txn<'_> {
         let count = changed.len();
         self.writes += count.max(1) as u64;
         self.noops += u64::from(count == 0);
-        self.touched.extend(
-            changed
-                .into_iter()
-                .map(|ip| Key::Endpoint(service.clone(), ip)),
-        );
+        for ip in changed {
+            self.touch(Key::Endpoint(service.clone(), ip));
+        }
         Ok(count)
     }
 
@@ -289,7 +302,7 @@ impl Txn<'_> {
         self.writes += 1;
         let touched = key.clone();
         if self.store.state.write(key, value) {
-            self.touched.push(touched);
+            self.touch(touched);
             true
         } else {
             self.noops += 1;
@@ -301,7 +314,7 @@ impl Txn<'_> {
     pub fn delete(&mut self, key: &Key) -> bool {
         self.writes += 1;
         if self.store.state.remove(key) {
-            self.touched.push(key.clone());
+            self.touch(key.clone());
             true
         } else {
             self.noops += 1;
@@ -320,6 +333,21 @@ impl Txn<'_> {
         doomed.len()
     }
 
+    /// Notes that a write changed the value `key` held.
+    fn touch(&mut self, key: Key) {
+        self.touches += 1;
+        if self.overflowed {
+            return;
+        }
+        if self.touched.len() >= self.store.config.log_keys {
+            // The log could not keep this revision's keys anyway.
+            self.overflowed = true;
+            self.touched = Vec::new();
+            return;
+        }
+        self.touched.push(key);
+    }
+
     /// The value `key` holds in this transaction so far.
     pub fn get(&self, key: &Key) -> Option<Value> {
         self.store.state.get(key)
@@ -329,6 +357,9 @@ impl Txn<'_> {
     /// changed keys in the change log and publishes the snapshot.
     pub fn commit(mut self) -> Commit {
         self.committed = true;
+        if self.overflowed {
+            return self.commit_overflowed();
+        }
         let mut touched = std::mem::take(&mut self.touched);
         // Each touch changed the value it found. A key touched once thus
         // differs from its value before the transaction; only a key touched
@@ -368,6 +399,37 @@ impl Txn<'_> {
         Commit {
             revision,
             changed,
+            noop_writes: self.noops,
+        }
+    }
+
+    /// Commits a transaction that touched more keys than the change log
+    /// keeps: whether anything changed is found by comparing the state
+    /// with the one before, O(entries) as the relist that made it was.
+    /// Readers spanning the revision walk the structures instead of the
+    /// log, as for any revision too large for it.
+    fn commit_overflowed(mut self) -> Commit {
+        let stats = &self.store.stats;
+        stats.writes.fetch_add(self.writes, Ordering::Relaxed);
+        stats.noop_writes.fetch_add(self.noops, Ordering::Relaxed);
+        stats.transactions.fetch_add(1, Ordering::Relaxed);
+        let base = std::mem::take(&mut self.base);
+        if base.same(&self.store.state) {
+            return Commit {
+                revision: None,
+                changed: 0,
+                noop_writes: self.noops,
+            };
+        }
+        stats.revisions.fetch_add(1, Ordering::Relaxed);
+        let store = &mut *self.store;
+        store.revision += 1;
+        store.clear_log();
+        store.publish();
+        tracing::trace!(revision = store.revision, "committed");
+        Commit {
+            revision: Some(store.revision),
+            changed: self.touches,
             noop_writes: self.noops,
         }
     }

@@ -155,6 +155,56 @@ fn change_log_is_bounded() {
     txn.commit();
 }
 
+/// A transaction touching more keys than the change log keeps keeps none
+/// of them: it still makes a revision only when the state changed, and
+/// readers spanning it are told to walk the structures.
+#[test]
+fn a_transaction_larger_than_the_log_keeps_no_keys_and_still_detects_no_change() {
+    let mut config = StoreConfig::default();
+    config.log_keys = 4;
+    let mut store = Store::with_config(config);
+    let name = ServiceName::new("a", "web");
+    let endpoints = |port: u16| {
+        (1..=10u8)
+            .map(|i| {
+                let ip = std::net::IpAddr::from([10, 0, 0, i]);
+                let ports =
+                    kpng_model::endpoint::PortList::new([kpng_model::endpoint::PortInfo::new(
+                        "http",
+                        kpng_model::v1::Protocol::Tcp,
+                        port,
+                    )]);
+                EndpointInfo::builder(ip).ports(ports).build()
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut txn = store.begin();
+    txn.set_service(service("a", "web"));
+    txn.replace_endpoints(&name, &Arc::new(endpoints(80)))
+        .expect("sorted");
+    let commit = txn.commit();
+    assert_eq!(commit.revision, Some(1));
+    assert_eq!(commit.changed, 11);
+    let first = store.snapshot();
+    assert_eq!(first.endpoints(&name).len(), 10);
+
+    // Ten changes and ten set back: no revision.
+    let mut txn = store.begin();
+    txn.replace_endpoints(&name, &Arc::new(endpoints(81)))
+        .expect("sorted");
+    txn.replace_endpoints(&name, &Arc::new(endpoints(80)))
+        .expect("sorted");
+    let commit = txn.commit();
+    assert_eq!((commit.revision, commit.changed), (None, 0));
+
+    // Ten real changes: a revision the log cannot span.
+    let mut txn = store.begin();
+    txn.replace_endpoints(&name, &Arc::new(endpoints(81)))
+        .expect("sorted");
+    assert_eq!(txn.commit().revision, Some(2));
+    assert!(store.snapshot().changed_since(&first).is_none());
+}
+
 #[tokio::test]
 async fn readers_wait_for_newer_revisions_and_sync() {
     let mut store = Store::new();

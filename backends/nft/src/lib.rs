@@ -576,15 +576,12 @@ mod tests {
 
     fn endpoint(ip: &str) -> EndpointView {
         let ip = ip.parse().expect("ip");
-        EndpointView {
-            ip,
-            endpoint: EndpointInfo::builder(ip)
-                .ports(PortList::new([PortInfo::new("http", Protocol::Tcp, 8080)]))
-                .build(),
-            is_local: false,
-            cluster: true,
-            local: false,
-        }
+        let endpoint = EndpointInfo::builder(ip)
+            .ports(PortList::new([PortInfo::new("http", Protocol::Tcp, 8080)]))
+            .build();
+        EndpointView::at(endpoint, ip)
+            .expect("its address")
+            .with_cluster(true)
     }
 
     fn load(backend: &mut NftBackend, name: &str, ip: &str, affinity: bool, eps: &[&str]) {

@@ -598,8 +598,8 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &Config) -> 
     for ip in view
         .endpoints
         .iter()
-        .filter(|e| e.is_local && e.family() == family)
-        .filter_map(|e| fam.bytes(e.ip))
+        .filter(|e| e.is_local() && e.family() == family)
+        .filter_map(|e| fam.bytes(e.ip()))
     {
         render.element(HAIRPIN, Key::of(&[&ip, &ip]), Value::None);
     }
