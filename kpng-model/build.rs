@@ -16,12 +16,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // simple messages; these two it leaves out (they nest repeated
     // messages), so derive them here. A test in `lib.rs` pins all of them.
     let eq_hash = [".kpng.model.v1.Service", ".kpng.model.v1.Endpoint"];
+    // Address sets most Services leave empty are boxed: 8 bytes each
+    // instead of 48 inline (at 10k Services, 1.6 MB of a node proxy's
+    // heap). The ClusterIPs, which nearly every Service has, stay inline.
+    let boxed = [
+        ".kpng.model.v1.Service.external_ips",
+        ".kpng.model.v1.Service.load_balancer_ips",
+        ".kpng.model.v1.Service.load_balancer_proxy_ips",
+        ".kpng.model.v1.Service.load_balancer_source_ranges",
+    ];
     #[cfg(feature = "grpc")]
     {
         // The `Enls` service's client and server too (tonic).
         let mut config = tonic_prost_build::configure();
         for message in eq_hash {
             config = config.message_attribute(message, "#[derive(Eq, Hash)]");
+        }
+        for field in boxed {
+            config = config.boxed(field);
         }
         config.compile_fds(fds)?;
     }
@@ -30,6 +42,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut config = prost_build::Config::new();
         for message in eq_hash {
             config.message_attribute(message, "#[derive(Eq, Hash)]");
+        }
+        for field in boxed {
+            config.boxed(field);
         }
         config.compile_fds(fds)?;
     }

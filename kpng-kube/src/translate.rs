@@ -242,9 +242,10 @@ pub fn service(
         name: svc.metadata.name.clone().unwrap_or_default(),
         r#type: r#type as i32,
         cluster_ips: Some(cluster_ips),
-        external_ips: (!external_ips.is_empty()).then_some(external_ips),
-        load_balancer_ips: (!vips.is_empty()).then(|| IpSet::from_addrs(vips)),
-        load_balancer_proxy_ips: (!proxied.is_empty()).then(|| IpSet::from_addrs(proxied)),
+        external_ips: (!external_ips.is_empty()).then(|| Box::new(external_ips)),
+        load_balancer_ips: (!vips.is_empty()).then(|| Box::new(IpSet::from_addrs(vips))),
+        load_balancer_proxy_ips: (!proxied.is_empty())
+            .then(|| Box::new(IpSet::from_addrs(proxied))),
         ports,
         client_ip_affinity,
         external_traffic_policy: policy(spec.external_traffic_policy.as_deref()) as i32,
@@ -253,7 +254,8 @@ pub fn service(
             Some(p) => ctx.port("spec.healthCheckNodePort", p)?,
             None => 0,
         },
-        load_balancer_source_ranges: (!ranges.is_empty()).then(|| IpSet::from_cidrs(ranges)),
+        load_balancer_source_ranges: (!ranges.is_empty())
+            .then(|| Box::new(IpSet::from_cidrs(ranges))),
         traffic_distribution: spec.traffic_distribution.clone().unwrap_or_default(),
     }))
 }

@@ -198,9 +198,10 @@ impl IpSet {
 }
 
 /// The entries of one family in an optional set (prost models message
-/// fields as `Option`).
-pub fn family_of(set: &Option<IpSet>, family: IpFamily) -> &[String] {
-    set.as_ref().map_or(&[], |s| s.family(family))
+/// fields as `Option`, some of them boxed): `family_of(svc.cluster_ips.as_ref(), ..)`,
+/// `family_of(svc.external_ips.as_deref(), ..)`.
+pub fn family_of(set: Option<&IpSet>, family: IpFamily) -> &[String] {
+    set.map_or(&[], |s| s.family(family))
 }
 
 #[cfg(test)]

@@ -268,10 +268,10 @@ impl ServiceView {
             })
             .collect();
         ServicePlan {
-            cluster_ips: family_of(&svc.cluster_ips, family),
-            external_ips: family_of(&svc.external_ips, family),
-            lb_ips: family_of(&svc.load_balancer_ips, family),
-            source_ranges: family_of(&svc.load_balancer_source_ranges, family),
+            cluster_ips: family_of(svc.cluster_ips.as_ref(), family),
+            external_ips: family_of(svc.external_ips.as_deref(), family),
+            lb_ips: family_of(svc.load_balancer_ips.as_deref(), family),
+            source_ranges: family_of(svc.load_balancer_source_ranges.as_deref(), family),
             itp_local: svc.internal_traffic_policy == TrafficPolicy::Local as i32,
             etp_local: svc.external_traffic_policy == TrafficPolicy::Local as i32,
             affinity: svc

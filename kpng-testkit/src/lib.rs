@@ -184,7 +184,7 @@ impl Cluster {
             r#type: r#type as i32,
             cluster_ips: Some(IpSet::from_addrs([v4(Ipv4Addr::new(10, 96, 0, 0), i + 1)])),
             load_balancer_ips: (r#type == ServiceType::LoadBalancer)
-                .then(|| IpSet::from_addrs([v4(Ipv4Addr::new(172, 30, 0, 0), i + 1)])),
+                .then(|| Box::new(IpSet::from_addrs([v4(Ipv4Addr::new(172, 30, 0, 0), i + 1)]))),
             ports,
             ..Default::default()
         }
