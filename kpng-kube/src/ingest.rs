@@ -104,7 +104,8 @@ pub struct Ingest {
 struct SliceIndex {
     slices: HashMap<SliceKey, SliceContribution>,
     /// The slices of each Service (usually one: a Vec, not a set).
-    by_service: HashMap<ServiceName, Vec<SliceKey>>,
+    /// A boxed slice, not a Vec: no growth slack, 16 bytes less an entry.
+    by_service: HashMap<ServiceName, Box<[SliceKey]>>,
     /// This node: its copy of an address listed twice wins.
     node_name: Option<String>,
 }
@@ -444,7 +445,7 @@ impl SliceIndex {
         let mut affected = BTreeSet::new();
         if let Some(old) = self.slices.remove(&key) {
             if let Some(keys) = self.by_service.get_mut(&old.service) {
-                keys.retain(|k| *k != key);
+                *keys = keys.iter().filter(|k| **k != key).cloned().collect();
                 if keys.is_empty() {
                     self.by_service.remove(&old.service);
                 }
@@ -484,7 +485,9 @@ impl SliceIndex {
     fn link(&mut self, service: &ServiceName, key: &SliceKey) {
         let keys = self.by_service.entry(service.clone()).or_default();
         if let Err(i) = keys.binary_search(key) {
-            keys.insert(i, key.clone());
+            let mut grown = std::mem::take(keys).into_vec();
+            grown.insert(i, key.clone());
+            *keys = grown.into_boxed_slice();
         }
     }
 
@@ -509,7 +512,7 @@ impl SliceIndex {
     /// ports of the copies are merged.
     /// Sorted by address.
     fn merge(&self, service: &ServiceName) -> Arc<Vec<EndpointInfo>> {
-        let keys = self.by_service.get(service).map_or(&[][..], Vec::as_slice);
+        let keys = self.by_service.get(service).map_or(&[][..], |k| &k[..]);
         if let [only] = keys {
             // One slice (the common case): already sorted and de-duplicated.
             return match self.slices.get(only) {

@@ -212,6 +212,9 @@ pub fn service(
         });
     }
     ports.sort_by(|a, b| (&a.name, a.protocol, a.port).cmp(&(&b.name, b.protocol, b.port)));
+    // Kept as long as the Service: no growth slack (a Vec grown by pushes
+    // holds room for four; at 10k Services that was 1.9 MB).
+    ports.shrink_to_fit();
 
     let client_ip_affinity = (spec.session_affinity.as_deref() == Some("ClientIP")).then(|| {
         let timeout = spec

@@ -117,14 +117,14 @@ impl IpSet {
         let mut all: Vec<IpAddr> = addrs.into_iter().collect();
         all.sort();
         all.dedup();
-        let mut set = IpSet::default();
-        for addr in all {
-            match addr {
-                IpAddr::V4(_) => set.v4.push(addr.to_string()),
-                IpAddr::V6(_) => set.v6.push(addr.to_string()),
-            }
+        // Kept for as long as the Service: exact sizes, no growth slack
+        // (at 10k Services that is ~0.7 MB).
+        let text = |addr: &IpAddr| addr.to_string().into_boxed_str().into_string();
+        let (v4, v6): (Vec<IpAddr>, Vec<IpAddr>) = all.into_iter().partition(IpAddr::is_ipv4);
+        IpSet {
+            v4: v4.iter().map(text).collect(),
+            v6: v6.iter().map(text).collect(),
         }
-        set
     }
 
     /// A set of one address.
