@@ -820,63 +820,62 @@ fn expand_env(text: &str) -> String {
     out
 }
 
-/// glibc's malloc gives threads arenas of their own, up to 8 per core,
-/// and memory freed into one arena is not reused by another. kpng's
-/// threads (tokio's workers, blocking threads for the kube client and
-/// child processes) each allocated into their own: 8 to 12 MiB of peak RSS
-/// at 10k Services was such slack. One arena per core keeps the parallel
-/// paths (the API server's streams) as they were. `MALLOC_ARENA_MAX` in
-/// the environment still decides when set.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-#[allow(unsafe_code)]
-fn limit_malloc_arenas() {
-    if std::env::var_os("MALLOC_ARENA_MAX").is_some() {
-        return;
-    }
-    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-    let arenas = i32::try_from(cores).unwrap_or(i32::MAX);
-    // SAFETY: mallopt sets one allocator parameter; it is called first
-    // thing in main, before any other thread exists.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, arenas);
-    }
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn limit_malloc_arenas() {}
-
-/// A node's proxy holds a few large buffers for a moment (a full sync's
-/// batch, the lists' pages). glibc raises its mmap threshold to the size
-/// of each such buffer freed, so the next ones come from the heap and stay
-/// there: a fixed threshold of 256 KiB returns them to the system when
-/// freed. At 10k Services × 10 endpoints that cut the peak RSS of `kpng
-/// kube … to-nft --once` from 79–86 to 76 MiB (`cargo bench -p kpng
-/// --bench rss`). The API server, whose many streams reuse such buffers,
-/// keeps glibc's default. `MALLOC_MMAP_THRESHOLD_` in the environment
-/// still decides when set.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-#[allow(unsafe_code)]
-fn fix_mmap_threshold(cli: &Cli) {
-    let server = match &cli.source {
+/// Whether this process serves the ENLS (`to-api`): many streams at once,
+/// where the allocator's defaults fit. Otherwise it is one node's proxy.
+fn is_server(cli: &Cli) -> bool {
+    match &cli.source {
         Source::File(args) => matches!(args.sink, Sink::ToApi(_)),
         Source::Kube(args) => matches!(args.sink, Sink::ToApi(_)),
         Source::Api(_) => false,
-    };
-    if server || std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_some() {
-        return;
     }
-    // SAFETY: mallopt sets one allocator parameter; it is called before
-    // the runtime starts any thread.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024);
+}
+
+/// Tunes glibc's malloc for what this process is. Variables set in the
+/// environment (`MALLOC_ARENA_MAX`, `MALLOC_MMAP_THRESHOLD_`) still
+/// decide. Figures at 10k Services × 10 endpoints, from `cargo bench -p
+/// kpng --bench rss`.
+///
+/// - **Arenas.** glibc gives threads arenas of their own, up to 8 per
+///   core, and memory freed into one is not reused by another. The API
+///   server, whose streams run in parallel, gets one per core. A node's
+///   proxy does its work one step at a time (ingest, then a sync), so it
+///   gets one: a second arena held ~2 MiB of the dry run's peak (47 → 45
+///   MiB), and before the limit 8 to 12 MiB were such slack.
+/// - **The mmap threshold.** A node's proxy holds a few large buffers for
+///   a moment (a full sync's batch, the lists' pages). glibc raises its
+///   mmap threshold to the size of each such buffer freed, so the next
+///   ones come from the heap and stay there: a fixed threshold of 256 KiB
+///   returns them to the system when freed (the applied sync's peak 79–86
+///   → 76 MiB). The API server, whose streams reuse such buffers, keeps
+///   glibc's default.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+fn tune_malloc(cli: &Cli) {
+    let server = is_server(cli);
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+        let arenas = if server {
+            std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
+        } else {
+            1
+        };
+        // SAFETY: mallopt sets one allocator parameter; it is called
+        // before the runtime starts any thread.
+        unsafe {
+            libc::mallopt(libc::M_ARENA_MAX, i32::try_from(arenas).unwrap_or(i32::MAX));
+        }
+    }
+    if !server && std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_none() {
+        // SAFETY: as above.
+        unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024);
+        }
     }
 }
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn fix_mmap_threshold(_: &Cli) {}
+fn tune_malloc(_: &Cli) {}
 
 fn main() -> ExitCode {
-    limit_malloc_arenas();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -902,7 +901,7 @@ fn main() -> ExitCode {
         }
         _ => Cli::parse(),
     };
-    fix_mmap_threshold(&cli);
+    tune_malloc(&cli);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
