@@ -162,7 +162,7 @@ fn object(doc: impl Doc, config: &TranslateConfig) -> std::result::Result<Option
 
 /// Decodes the documents of a JSON manifest (an object, a `List`, or an
 /// array of objects) without building a tree of values.
-fn parse_json(path: &str, text: &str, config: &TranslateConfig) -> Result<Vec<Object>> {
+fn parse_json(path: &str, text: &str, config: &TranslateConfig, each: Each<'_>) -> Result<()> {
     use serde_json::value::RawValue;
     #[derive(serde::Deserialize)]
     struct ListHead<'a> {
@@ -172,11 +172,10 @@ fn parse_json(path: &str, text: &str, config: &TranslateConfig) -> Result<Vec<Ob
     }
     let invalid =
         |e: serde_json::Error| manifest_error(path, 0, None, format!("invalid JSON: {e}"));
-    let mut objects = Vec::new();
     let mut push = |found: std::result::Result<Option<Object>, String>, document, item| match found
     {
         Ok(Some(o)) => {
-            objects.push(o);
+            each(o);
             Ok(())
         }
         Ok(None) => Ok(()),
@@ -198,8 +197,11 @@ fn parse_json(path: &str, text: &str, config: &TranslateConfig) -> Result<Vec<Ob
             push(object(doc, config), 0, None)?;
         }
     }
-    Ok(objects)
+    Ok(())
 }
+
+/// Where each checked object of a manifest goes, in order.
+type Each<'a> = &'a mut dyn FnMut(Object);
 
 /// Parses manifests from text; `path` names them in errors.
 ///
@@ -216,14 +218,21 @@ pub fn parse_str(path: &str, text: &str) -> Result<Vec<Object>> {
 /// [`Error::Manifest`] for the first document that does not parse, decode
 /// or translate.
 pub fn parse_str_with(path: &str, text: &str, config: &TranslateConfig) -> Result<Vec<Object>> {
+    let mut objects = Vec::new();
+    parse_each(path, text, config, &mut |o| objects.push(o))?;
+    Ok(objects)
+}
+
+/// Checks each object of a manifest, in order, and hands it to `each`
+/// (which may translate it and drop it, so no list of them is held).
+fn parse_each(path: &str, text: &str, config: &TranslateConfig, each: Each<'_>) -> Result<()> {
     let trimmed = text.trim_start();
     if trimmed.starts_with('{') || trimmed.starts_with('[') {
-        return parse_json(path, text, config);
+        return parse_json(path, text, config, each);
     }
     let documents: Vec<Json> = serde_saphyr::from_multiple(text)
         .map_err(|e| manifest_error(path, 0, None, format!("invalid YAML: {e}")))?;
-    let mut objects = Vec::new();
-    for (index, doc) in documents.into_iter().enumerate() {
+    for (index, mut doc) in documents.into_iter().enumerate() {
         if doc.is_null() {
             continue; // an empty document
         }
@@ -231,8 +240,9 @@ pub fn parse_str_with(path: &str, text: &str, config: &TranslateConfig) -> Resul
             return Err(manifest_error(path, index, None, "not an object"));
         }
         if doc.get("kind").and_then(Json::as_str) == Some("List") {
-            let items = match doc.get("items") {
-                Some(Json::Array(items)) => items.clone(),
+            // Taken, not copied: a List is most of its file.
+            let items = match doc.as_object_mut().and_then(|o| o.remove("items")) {
+                Some(Json::Array(items)) => items,
                 Some(Json::Null) | None => Vec::new(),
                 Some(_) => {
                     return Err(manifest_error(path, index, None, "List: items: not a list"));
@@ -242,16 +252,16 @@ pub fn parse_str_with(path: &str, text: &str, config: &TranslateConfig) -> Resul
                 if let Some(o) =
                     object(doc, config).map_err(|m| manifest_error(path, index, Some(item), m))?
                 {
-                    objects.push(o);
+                    each(o);
                 }
             }
         } else if let Some(o) =
             object(doc, config).map_err(|m| manifest_error(path, index, None, m))?
         {
-            objects.push(o);
+            each(o);
         }
     }
-    Ok(objects)
+    Ok(())
 }
 
 /// Reads and parses a manifest file.
@@ -287,6 +297,51 @@ impl Ingest {
         }
         self.finish_relists()
     }
+
+    /// Loads a manifest's text as [`load`](Self::load) loads its objects,
+    /// without holding them: each is checked, translated into the relist
+    /// and dropped as it is parsed (at 10k Services × 10 endpoints the
+    /// decoded objects of a JSON List were ~50 MB). `path` names the
+    /// manifest in errors. Returns the new revision, if anything changed.
+    ///
+    /// # Errors
+    /// [`Error::Manifest`] as [`parse_str`] reports it; nothing of the
+    /// manifest is applied then.
+    pub fn load_str(&mut self, path: &str, text: &str) -> Result<Option<u64>> {
+        let config = self.translate_config().clone();
+        self.begin_node_relist();
+        self.begin_service_relist();
+        self.begin_slice_relist();
+        let parsed = parse_each(path, text, &config, &mut |object| match &object {
+            Object::Service(s) => self.relisted_service(s),
+            Object::EndpointSlice(s) => self.relisted_slice(s),
+            Object::Node(n) => self.relisted_node(n),
+        });
+        match parsed {
+            Ok(()) => Ok(self.finish_relists()),
+            Err(e) => {
+                self.abort_relists();
+                Err(e)
+            }
+        }
+    }
+
+    /// Reads a manifest file and loads it as [`load_str`](Self::load_str)
+    /// does.
+    ///
+    /// # Errors
+    /// [`Error::Read`] when the file cannot be read; [`Error::Manifest`]
+    /// as in [`parse_str`]. Nothing is applied then.
+    pub async fn load_file(&mut self, path: &Path) -> Result<Option<u64>> {
+        let name = path.display().to_string();
+        let text = tokio::fs::read_to_string(path)
+            .await
+            .map_err(|source| Error::Read {
+                path: name.clone(),
+                source,
+            })?;
+        self.load_str(&name, &text)
+    }
 }
 
 /// Loads a manifest file into `ingest`, then (with `poll` set) re-reads it
@@ -296,16 +351,11 @@ impl Ingest {
 ///
 /// # Errors
 /// The first load's [`Error`].
-pub async fn run(
-    path: &Path,
-    ingest: &mut Ingest,
-    config: &TranslateConfig,
-    poll: Option<Duration>,
-) -> Result<()> {
+pub async fn run(path: &Path, ingest: &mut Ingest, poll: Option<Duration>) -> Result<()> {
     let seen = modified(path).await;
-    ingest.load(&read(path, config).await?);
+    ingest.load_file(path).await?;
     if let Some(period) = poll {
-        watch_changes(path, ingest, config, period, seen).await;
+        watch_changes(path, ingest, period, seen).await;
     }
     Ok(())
 }
@@ -316,7 +366,6 @@ pub async fn run(
 pub async fn watch_changes(
     path: &Path,
     ingest: &mut Ingest,
-    config: &TranslateConfig,
     period: Duration,
     mut seen: Option<SystemTime>,
 ) {
@@ -327,9 +376,8 @@ pub async fn watch_changes(
             continue;
         }
         seen = now;
-        match read(path, config).await {
-            Ok(objects) => {
-                let revision = ingest.load(&objects);
+        match ingest.load_file(path).await {
+            Ok(revision) => {
                 tracing::info!(path = %path.display(), ?revision, "manifest reloaded");
             }
             Err(error) => {

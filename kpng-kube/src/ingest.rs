@@ -201,6 +201,16 @@ impl Ingest {
         self.count(1, revision)
     }
 
+    /// The translation settings.
+    pub(crate) fn translate_config(&self) -> &TranslateConfig {
+        &self.config.translate
+    }
+
+    /// Drops every relist in progress, applying nothing of it.
+    pub(crate) fn abort_relists(&mut self) {
+        self.relists = Relists::default();
+    }
+
     /// A relist of Services starts: objects now go to a buffer until
     /// [`finish_service_relist`](Self::finish_service_relist).
     pub fn begin_service_relist(&mut self) {

@@ -357,8 +357,14 @@ fn bundled_sample_translates_every_feature() {
     assert_eq!(q, ["10.244.1.60"]);
     assert!(!view.services[&ServiceName::new("shop", "checkout")].has_endpoints(IpFamily::V4));
 
-    // Loading the same file again changes nothing.
+    // Loading the same file again changes nothing, whole or streamed.
     assert_eq!(ingest.load(&objects), None);
+    assert_eq!(
+        ingest
+            .load_str(file::SAMPLE_CLUSTER_NAME, file::SAMPLE_CLUSTER)
+            .expect("sample loads"),
+        None
+    );
 }
 
 #[test]
@@ -407,6 +413,22 @@ spec:
             .is_err()
     );
     assert_eq!(ingest.reader().snapshot().revision(), 0);
+
+    // Loaded object by object, the same: the error names the same place,
+    // the Service translated before it is dropped with the relist, and a
+    // good file loads afterwards.
+    for (name, text) in [("cluster.yaml", bad_ip), ("state.json", bad_type)] {
+        let streamed = ingest.load_str(name, text).expect_err("bad manifest");
+        let whole = file::parse_str(name, text).expect_err("bad manifest");
+        assert_eq!(streamed.to_string(), whole.to_string());
+    }
+    assert_eq!(ingest.reader().snapshot().revision(), 0);
+    let good = "apiVersion: v1\nkind: Service\nmetadata: {namespace: ns, name: ok}\nspec: {clusterIP: 10.96.0.1}\n";
+    assert_eq!(ingest.load_str("good.yaml", good).expect("good"), Some(1));
+    let snap = ingest.reader().snapshot();
+    let names: Vec<String> = snap.services().map(|(n, _)| n.to_string()).collect();
+    assert_eq!(names, ["ns/ok"]);
+    assert!(snap.is_synced(Kind::Service) && snap.is_synced(Kind::Endpoint));
 }
 
 #[tokio::test]
@@ -425,7 +447,7 @@ async fn watched_file_is_reread_and_diffed_and_a_broken_one_is_not_applied() {
     let watched = path.clone();
     let task = tokio::spawn(async move {
         let poll = Some(std::time::Duration::from_millis(20));
-        file::run(&watched, &mut ingest, &Default::default(), poll).await
+        file::run(&watched, &mut ingest, poll).await
     });
     let wait = |reader: &mut kpng_store::Reader, rev: u64| {
         let mut reader = reader.clone();

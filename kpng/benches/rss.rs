@@ -1,6 +1,8 @@
 //! Peak RSS and time of the `kpng` command syncing 10k Services × 10
 //! endpoints from the API: a test apiserver on loopback serves the lists,
-//! and `kpng kube … to-nft --once --dry-run` runs as a child process. As
+//! and `kpng kube … to-nft --once --dry-run` runs as a child process; so
+//! does `kpng file --input F … --dry-run` on the same cluster written as
+//! one JSON `List`, and an agent streaming from `kpng kube … to-api`. As
 //! root, `kpng kube … to-nft --once` also programs a network namespace the
 //! benchmark makes (and deletes), with the apiserver in it: the real
 //! sync, the kernel transaction included. The peak is `wait4`'s, over
@@ -24,24 +26,31 @@ fn main() {
     let services: usize = arg("--services")
         .and_then(|n| n.parse().ok())
         .unwrap_or(10_000);
+    if let Some(path) = arg("--write") {
+        return write_list(services, &path);
+    }
     match arg("--serve") {
         Some(kubeconfig) => serve(services, &kubeconfig),
         None => measure(services),
     }
 }
 
-/// The test apiserver, in a process of its own: a child's peak RSS as
-/// `wait4` reports it includes the RSS of the process it was spawned from
-/// (the kernel folds the old address space's high-water mark in at exec),
-/// so the parent must stay small, not hold 10k × 10 objects.
-fn serve(services: usize, kubeconfig: &str) {
-    let mut script = Script::default();
+/// The cluster: its Services, their EndpointSlices (10 endpoints each,
+/// on 100 nodes), and node-0.
+fn cluster(
+    services: usize,
+) -> (
+    Vec<serde_json::Value>,
+    Vec<serde_json::Value>,
+    serde_json::Value,
+) {
     let mut svcs = Vec::new();
     let mut slices = Vec::new();
     for i in 0..services {
         let (ns, name) = (format!("ns-{}", i % 50), format!("svc-{i}"));
         let ip = format!("10.96.{}.{}", (i + 1) / 256, (i + 1) % 256);
-        svcs.push(json!({"metadata": {"namespace": ns, "name": name, "resourceVersion": "1"},
+        svcs.push(json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"namespace": ns, "name": name, "resourceVersion": "1"},
             "spec": {"clusterIP": ip, "clusterIPs": [ip], "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}}));
         let eps: Vec<_> = (0..10)
             .map(|j| {
@@ -50,21 +59,39 @@ fn serve(services: usize, kubeconfig: &str) {
                        "conditions": {"ready": true}, "nodeName": format!("node-{}", n % 100)})
             })
             .collect();
-        slices.push(json!({"metadata": {"namespace": ns, "name": format!("{name}-x"), "resourceVersion": "1",
+        slices.push(json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"namespace": ns, "name": format!("{name}-x"), "resourceVersion": "1",
                 "labels": {"kubernetes.io/service-name": name}},
             "addressType": "IPv4", "endpoints": eps, "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]}));
     }
+    let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-0"},
+        "status": {"addresses": [{"type": "InternalIP", "address": "192.168.0.1"}]}});
+    (svcs, slices, node)
+}
+
+/// Writes the cluster as one JSON `List`, as `kubectl get ... -o json`
+/// does, in a process of its own (see [`serve`] for why).
+fn write_list(services: usize, path: &str) {
+    let (svcs, slices, node) = cluster(services);
+    let items: Vec<_> = svcs.into_iter().chain(slices).chain([node]).collect();
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": items});
+    std::fs::write(path, serde_json::to_vec(&list).unwrap()).unwrap();
+}
+
+/// The test apiserver, in a process of its own: a child's peak RSS as
+/// `wait4` reports it includes the RSS of the process it was spawned from
+/// (the kernel folds the old address space's high-water mark in at exec),
+/// so the parent must stay small, not hold 10k × 10 objects.
+fn serve(services: usize, kubeconfig: &str) {
+    let mut script = Script::default();
+    let (svcs, slices, node) = cluster(services);
     script.push(Resource::Services, false, Reply::List("1".into(), svcs));
     script.push(
         Resource::EndpointSlices,
         false,
         Reply::List("1".into(), slices),
     );
-    script.push(
-        Resource::Nodes,
-        false,
-        Reply::List("1".into(), vec![json!({"metadata": {"name": "node-0"}, "status": {"addresses": [{"type": "InternalIP", "address": "192.168.0.1"}]}})]),
-    );
+    script.push(Resource::Nodes, false, Reply::List("1".into(), vec![node]));
 
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let server = runtime.block_on(ApiServer::start(script));
@@ -153,6 +180,31 @@ fn measure(services: usize) {
         "time to the first sync: {secs:.2} s ({pages} list requests, paged by the client's limit; decode, ingest, projection, rendering)"
     );
     println!("{{\"services\":{services},\"peak_rss_mib\":{rss_mib:.1},\"seconds\":{secs:.2}}}");
+
+    // The same cluster from a file: `kubectl get ... -o json` output.
+    let list = dir.join("cluster.json");
+    let wrote = Command::new(std::env::current_exe().unwrap())
+        .args(["--services", &services.to_string(), "--write"])
+        .arg(&list)
+        .status()
+        .unwrap();
+    assert!(wrote.success());
+    let input = list.to_str().unwrap();
+    let size = std::fs::metadata(&list).unwrap().len() as f64 / (1 << 20) as f64;
+    let (file_mib, file_secs) = peak(&[
+        "file",
+        "--input",
+        input,
+        "--node",
+        "node-0",
+        "to-nft",
+        "--once",
+        "--dry-run",
+    ]);
+    println!(
+        "kpng file --input cluster.json ({size:.1} MiB) ... to-nft --once --dry-run: peak RSS {file_mib:.1} MiB  [<= 64 MiB], {file_secs:.2} s"
+    );
+    println!("{{\"file_peak_rss_mib\":{file_mib:.1}}}");
 
     // An agent: `kpng kube … to-api` serves the same cluster (from a
     // fresh apiserver) on a unix socket; `kpng api … to-nft --once

@@ -674,13 +674,11 @@ async fn run(cli: Cli) -> Result<(), Error> {
                 Some(path) => file::modified(path).await,
                 None => None,
             };
-            let objects = match &args.input {
-                Some(path) => file::read(path, &config.translate).await?,
-                None => file::parse_str(file::SAMPLE_CLUSTER_NAME, file::SAMPLE_CLUSTER)?,
+            // Each object is translated as it is parsed, and dropped.
+            match &args.input {
+                Some(path) => ingest.load_file(path).await?,
+                None => ingest.load_str(file::SAMPLE_CLUSTER_NAME, file::SAMPLE_CLUSTER)?,
             };
-            ingest.load(&objects);
-            // The objects are translated: free them before syncing.
-            drop(objects);
             let reader = ingest.reader();
             let once = args.sink.once() || !args.watch;
             // Readers see no new revision once the writer is gone: keep it,
@@ -688,10 +686,9 @@ async fn run(cli: Cli) -> Result<(), Error> {
             let _writer = match (&args.input, args.watch) {
                 (Some(path), true) => {
                     let path = path.clone();
-                    let translate = config.translate.clone();
                     let period = Duration::from_secs(1);
                     tokio::spawn(async move {
-                        file::watch_changes(&path, &mut ingest, &translate, period, since).await;
+                        file::watch_changes(&path, &mut ingest, period, since).await;
                     });
                     None
                 }
