@@ -33,11 +33,13 @@ use kpng_model::ServiceName;
 use kpng_model::v1::{ServiceType, TrafficPolicy};
 use kpng_model::view::{NodeView, ViewOp};
 use kpng_sink::{FullStateSink, IncrementalSink, SinkError};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
+mod http;
 pub mod metrics;
+
+use http::Reply;
 
 /// Errors of the health servers.
 #[derive(Debug, thiserror::Error)]
@@ -218,30 +220,20 @@ impl HealthCheckServer {
             let listener =
                 TcpListener::from_std(std).map_err(|source| Error::Listen { address, source })?;
             let (state, health) = (state.clone(), self.health.clone());
-            tasks.push(tokio::spawn(async move {
-                loop {
-                    let Ok((stream, _)) = listener.accept().await else {
-                        continue;
-                    };
-                    let (state, health) = (state.clone(), health.clone());
-                    tokio::spawn(async move {
-                        let reply = {
-                            let s = state.lock().map(|s| s.clone());
-                            match s {
-                                Ok(s) => service_reply(&s, health.healthy()),
-                                Err(_) => (503, serde_json::json!({})),
-                            }
-                        };
-                        let _ = respond(stream, reply).await;
-                    });
-                }
-            }));
+            // kube-proxy answers on any path.
+            tasks.push(tokio::spawn(http::serve(
+                listener,
+                move |_path| match state.lock() {
+                    Ok(s) => service_reply(&s, health.healthy()),
+                    Err(_) => Reply::json(503, &serde_json::json!({})),
+                },
+            )));
         }
         Ok(tasks)
     }
 }
 
-fn service_reply(state: &PortState, proxy_healthy: bool) -> (u16, serde_json::Value) {
+fn service_reply(state: &PortState, proxy_healthy: bool) -> Reply {
     let ok = state.local_endpoints > 0 && proxy_healthy;
     let body = serde_json::json!({
         "service": {
@@ -251,58 +243,7 @@ fn service_reply(state: &PortState, proxy_healthy: bool) -> (u16, serde_json::Va
         "localEndpoints": state.local_endpoints,
         "serviceProxyHealthy": proxy_healthy,
     });
-    (if ok { 200 } else { 503 }, body)
-}
-
-/// Reads the request head (up to 8 KiB) and writes one JSON response.
-async fn respond(
-    mut stream: TcpStream,
-    (status, body): (u16, serde_json::Value),
-) -> std::io::Result<()> {
-    let mut buf = [0u8; 8192];
-    let mut read = 0;
-    while read < buf.len() {
-        let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf[read..]))
-            .await
-            .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
-        if n == 0 {
-            break;
-        }
-        read += n;
-        if buf[..read].windows(4).any(|w| w == b"\r\n\r\n") {
-            break;
-        }
-    }
-    write_json(&mut stream, status, &body).await
-}
-
-async fn write_json(
-    stream: &mut TcpStream,
-    status: u16,
-    body: &serde_json::Value,
-) -> std::io::Result<()> {
-    write_reply(stream, status, "application/json", &body.to_string()).await
-}
-
-/// Writes one HTTP/1.1 response and closes.
-pub(crate) async fn write_reply(
-    stream: &mut TcpStream,
-    status: u16,
-    content_type: &str,
-    body: &str,
-) -> std::io::Result<()> {
-    let reason = match status {
-        200 => "OK",
-        404 => "Not Found",
-        _ => "Service Unavailable",
-    };
-    let head = format!(
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nX-Content-Type-Options: nosniff\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await?;
-    stream.write_all(body.as_bytes()).await?;
-    stream.shutdown().await
+    Reply::json(if ok { 200 } else { 503 }, &body)
 }
 
 /// The health-check ports a view asks for, with their state.
@@ -405,28 +346,12 @@ impl Drop for HealthCheckServer {
 /// Serves `/healthz` and `/livez` on `listener` until the task is dropped:
 /// `200` while `health` is healthy, `503` otherwise; `404` elsewhere.
 pub async fn serve_healthz(listener: TcpListener, health: ProxyHealth) {
-    loop {
-        let Ok((mut stream, _)) = listener.accept().await else {
-            continue;
-        };
-        let health = health.clone();
-        tokio::spawn(async move {
-            let mut buf = [0u8; 4096];
-            let n = match tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf)).await
-            {
-                Ok(Ok(n)) => n,
-                _ => return,
-            };
-            let head = String::from_utf8_lossy(&buf[..n]);
-            let path = head.split_whitespace().nth(1).unwrap_or("/");
-            let reply = match path.split('?').next() {
-                Some("/healthz" | "/livez") => {
-                    let status = if health.healthy() { 200 } else { 503 };
-                    (status, health.body())
-                }
-                _ => (404, serde_json::json!({"error": "not found"})),
-            };
-            let _ = write_json(&mut stream, reply.0, &reply.1).await;
-        });
-    }
+    http::serve(listener, move |path| match path {
+        "/healthz" | "/livez" => {
+            let status = if health.healthy() { 200 } else { 503 };
+            Reply::json(status, &health.body())
+        }
+        _ => Reply::not_found(),
+    })
+    .await;
 }

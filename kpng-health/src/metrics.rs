@@ -22,7 +22,6 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
 
 struct Inner {
@@ -309,40 +308,18 @@ pub async fn serve_metrics(
     metrics: Metrics,
     store: Option<kpng_store::Reader>,
 ) {
-    loop {
-        let Ok((mut stream, _)) = listener.accept().await else {
-            continue;
-        };
-        let (metrics, store) = (metrics.clone(), store.clone());
-        tokio::spawn(async move {
-            let mut buf = [0u8; 4096];
-            let n = match tokio::time::timeout(
-                std::time::Duration::from_secs(5),
-                stream.read(&mut buf),
-            )
-            .await
-            {
-                Ok(Ok(n)) => n,
-                _ => return,
-            };
-            let head = String::from_utf8_lossy(&buf[..n]);
-            let path = head.split_whitespace().nth(1).unwrap_or("/");
-            if path.split('?').next() != Some("/metrics") {
-                let body = serde_json::json!({"error": "not found"}).to_string();
-                let _ = crate::write_reply(&mut stream, 404, "application/json", &body).await;
-                return;
-            }
-            if let Some(store) = &store {
-                metrics.observe_store(store.stats());
-            }
-            let body = metrics.encode();
-            let _ = crate::write_reply(
-                &mut stream,
-                200,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                &body,
-            )
-            .await;
-        });
-    }
+    crate::http::serve(listener, move |path| {
+        if path != "/metrics" {
+            return crate::Reply::not_found();
+        }
+        if let Some(store) = &store {
+            metrics.observe_store(store.stats());
+        }
+        crate::Reply {
+            status: 200,
+            content_type: "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            body: metrics.encode(),
+        }
+    })
+    .await;
 }

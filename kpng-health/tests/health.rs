@@ -17,7 +17,9 @@ async fn get(port: u16, path: &str) -> Option<(u16, serde_json::Value)> {
         .await
         .ok()?;
     stream
-        .write_all(format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").as_bytes())
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
         .await
         .ok()?;
     let mut text = String::new();
@@ -147,4 +149,94 @@ async fn healthz_reports_stale_syncs() {
     health.synced();
     assert_eq!(get(port, "/healthz").await.expect("served").0, 200);
     assert_eq!(get(port, "/metrics-not-here").await.expect("served").0, 404);
+}
+
+/// Reads one response on a kept-alive connection: status, headers (lower
+/// case) and body, by its Content-Length (none for HEAD).
+async fn read_response(
+    stream: &mut tokio::net::TcpStream,
+    head_only: bool,
+) -> (u16, Vec<(String, String)>, String) {
+    let mut bytes = Vec::new();
+    let mut byte = [0u8; 1];
+    while !bytes.ends_with(b"\r\n\r\n") {
+        let n = stream.read(&mut byte).await.expect("read");
+        assert_eq!(n, 1, "closed mid-head: {}", String::from_utf8_lossy(&bytes));
+        bytes.push(byte[0]);
+    }
+    let head = String::from_utf8(bytes).expect("utf-8");
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|s| s.parse().ok())
+        .expect("status");
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(": "))
+        .map(|(k, v)| (k.to_ascii_lowercase(), v.to_owned()))
+        .collect();
+    let length: usize = headers
+        .iter()
+        .find(|(k, _)| k == "content-length")
+        .and_then(|(_, v)| v.parse().ok())
+        .expect("content-length");
+    let mut body = vec![0u8; if head_only { 0 } else { length }];
+    stream.read_exact(&mut body).await.expect("body");
+    (status, headers, String::from_utf8(body).expect("utf-8"))
+}
+
+/// What issue #16 found by hand: a request split across two writes, HEAD,
+/// several requests on one connection, and methods other than GET.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_takes_split_requests_head_and_keep_alive() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let health = ProxyHealth::new(Duration::from_secs(60));
+    health.queued();
+    health.synced();
+    tokio::spawn(serve_healthz(listener, health.clone()));
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
+    stream.set_nodelay(true).expect("nodelay");
+
+    // The head in two writes, apart in time.
+    stream.write_all(b"GET /heal").await.expect("write");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    stream
+        .write_all(b"thz HTTP/1.1\r\nHost: test\r\n\r\n")
+        .await
+        .expect("write");
+    let (status, headers, body) = read_response(&mut stream, false).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(headers.contains(&("content-type".into(), "application/json".into())));
+    let json: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert!(json["lastUpdated"].is_u64(), "{json}");
+
+    // HEAD on the same connection: the GET's headers, no body.
+    stream
+        .write_all(b"HEAD /healthz HTTP/1.1\r\nHost: test\r\n\r\n")
+        .await
+        .expect("write");
+    let (status, headers, body) = read_response(&mut stream, true).await;
+    assert_eq!(status, 200);
+    assert!(body.is_empty());
+    let length = headers.iter().find(|(k, _)| k == "content-length");
+    assert!(length.is_some_and(|(_, v)| v != "0"), "{headers:?}");
+
+    // Still the same connection: a third request, and a POST refused.
+    stream
+        .write_all(b"GET /livez HTTP/1.1\r\nHost: test\r\n\r\n")
+        .await
+        .expect("write");
+    assert_eq!(read_response(&mut stream, false).await.0, 200);
+    stream
+        .write_all(b"POST /healthz HTTP/1.1\r\nHost: test\r\nContent-Length: 0\r\n\r\n")
+        .await
+        .expect("write");
+    let (status, headers, _) = read_response(&mut stream, false).await;
+    assert_eq!(status, 405);
+    assert!(headers.contains(&("allow".into(), "GET, HEAD".into())));
 }

@@ -89,7 +89,7 @@ async fn syncs_failures_and_ingest_counts_are_scraped() {
         .await
         .expect("connect");
     stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n")
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
         .await
         .expect("write");
     let mut text = String::new();

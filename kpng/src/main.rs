@@ -382,7 +382,10 @@ fn backend(
                     let nft = Nft::new(None);
                     Box::new(Report(aggregated(backend, nft, path, args, metrics), false))
                 }
-                (_, true) => Box::new(Report(backend.dry_run(), true)),
+                (_, true) => Box::new(kpng_health::metrics::Measured::new(
+                    Report(backend.dry_run(), true),
+                    metrics.clone(),
+                )),
                 (None, false) => with_health(
                     kpng_health::metrics::Measured::new(Report(backend, false), metrics.clone()),
                     args,
@@ -420,7 +423,10 @@ fn backend(
                         false,
                     ))
                 }
-                (_, true) => Box::new(Report(backend.dry_run(), true)),
+                (_, true) => Box::new(kpng_health::metrics::Measured::new(
+                    Report(backend.dry_run(), true),
+                    metrics.clone(),
+                )),
                 (None, false) => with_health(
                     kpng_health::metrics::Measured::new(Report(backend, false), metrics.clone()),
                     args,
@@ -431,19 +437,25 @@ fn backend(
 }
 
 /// The metrics of this process, served on `--metrics-bind-address` for the
-/// sinks that program the kernel (not in dry runs).
+/// sinks that program the kernel, dry runs included (how people try kpng).
+/// A dry run beside a running kube-proxy finds its port taken: then it
+/// warns and goes on without serving them.
 fn serve_metrics(
     sink: &Sink,
     store: Option<kpng_store::Reader>,
 ) -> Result<kpng_health::metrics::Metrics, Error> {
     let metrics = kpng_health::metrics::Metrics::new();
-    let Some(args) = sink
-        .args()
-        .filter(|a| !a.dry_run && !a.metrics_bind_address.is_empty())
-    else {
+    let Some(args) = sink.args().filter(|a| !a.metrics_bind_address.is_empty()) else {
         return Ok(metrics);
     };
-    let listener = bind_tcp("--metrics-bind-address", &args.metrics_bind_address)?;
+    let listener = match bind_tcp("--metrics-bind-address", &args.metrics_bind_address) {
+        Ok(listener) => listener,
+        Err(error) if args.dry_run => {
+            tracing::warn!(%error, "metrics not served");
+            return Ok(metrics);
+        }
+        Err(error) => return Err(error),
+    };
     tokio::spawn(kpng_health::metrics::serve_metrics(
         listener,
         metrics.clone(),
