@@ -295,19 +295,41 @@ struct BackendArgs {
     metrics_bind_address: String,
 }
 
+/// A duration in Go's format, as kube-proxy takes it: one or more
+/// number-unit pairs (`1m30s`, `1.5h`, `500ms`), units `ns`, `us` (`µs`),
+/// `ms`, `s`, `m` and `h`; a bare `0` is zero.
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    let bad = || format!("{text:?} is not a duration (e.g. 1s, 500ms, 2m)");
-    let split = text
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .ok_or_else(bad)?;
-    let (number, unit) = text.split_at(split);
-    let number: f64 = number.parse().map_err(|_| bad())?;
-    let seconds = match unit {
-        "ms" => number / 1000.0,
-        "s" => number,
-        "m" => number * 60.0,
-        _ => return Err(bad()),
-    };
+    let bad = || format!("{text:?} is not a duration (Go's format: 1s, 500ms, 1m30s, 1.5h)");
+    if text == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let mut rest = text;
+    let mut seconds = 0.0;
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit() && c != '.')
+            .ok_or_else(bad)?;
+        let (number, tail) = rest.split_at(digits);
+        let number: f64 = number.parse().map_err(|_| bad())?;
+        let unit_len = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_len);
+        let scale = match unit {
+            "ns" => 1e-9,
+            "us" | "µs" | "μs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(bad()),
+        };
+        seconds += number * scale;
+        rest = tail;
+    }
     Duration::try_from_secs_f64(seconds).map_err(|_| bad())
 }
 
@@ -767,48 +789,104 @@ async fn run(cli: Cli) -> Result<(), Error> {
 /// The command line a config file stands for. The file holds the source
 /// (`source: kube`), its flags (`node: …`), the sink (`sink: to-nft`) and
 /// the sink's flags (`flags: {cluster-cidr: …}`), with kube-proxy's flag
-/// names; `${VAR}` takes an environment variable. A `true` flag is given
-/// bare, a `false` one left out.
-fn config_args(path: &str) -> Result<Vec<String>, String> {
+/// names. A string value may name environment variables (`${VAR}`),
+/// expanded after the file is parsed, so a value cannot change the
+/// document; an unset variable is an error that names it. A `true` flag is
+/// given bare, a `false` one left out. Flags given on the command line
+/// after `--config FILE` (`extra`) override the file's.
+fn config_args(path: &str, extra: &[String]) -> Result<Vec<String>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
-    let expanded = expand_env(&text);
     let doc: serde_json::Value =
-        serde_saphyr::from_str(&expanded).map_err(|e| format!("{path}: {e}"))?;
+        serde_saphyr::from_str(&text).map_err(|e| format!("{path}: {e}"))?;
     let map = doc
         .as_object()
         .ok_or_else(|| format!("{path}: expected a mapping"))?;
     let word = |key: &str| {
-        map.get(key)
+        let value = map
+            .get(key)
             .and_then(|v| v.as_str())
-            .map(str::to_owned)
-            .ok_or_else(|| format!("{path}: `{key}` is missing"))
+            .ok_or_else(|| format!("{path}: `{key}` is missing"))?;
+        expand_env(value).map_err(|e| format!("{path}: {key}: {e}"))
     };
-    let flags = |out: &mut Vec<String>, entries: &serde_json::Map<String, serde_json::Value>| {
+    let given: std::collections::BTreeSet<&str> = extra
+        .iter()
+        .filter_map(|a| a.strip_prefix("--"))
+        .map(|a| a.split('=').next().unwrap_or(a))
+        .collect();
+    let flags = |out: &mut Vec<String>,
+                 entries: &mut dyn Iterator<Item = (&String, &serde_json::Value)>|
+     -> Result<(), String> {
         for (key, value) in entries {
+            if given.contains(key.as_str()) {
+                continue; // the command line's wins
+            }
             match value {
                 serde_json::Value::Bool(true) => out.push(format!("--{key}")),
                 serde_json::Value::Bool(false) | serde_json::Value::Null => {}
-                serde_json::Value::String(s) => out.push(format!("--{key}={s}")),
+                serde_json::Value::String(s) => {
+                    let s = expand_env(s).map_err(|e| format!("{path}: {key}: {e}"))?;
+                    out.push(format!("--{key}={s}"));
+                }
                 other => out.push(format!("--{key}={other}")),
             }
         }
+        Ok(())
     };
-    let mut argv = vec!["kpng".to_owned(), word("source")?];
-    let source_flags: serde_json::Map<String, serde_json::Value> = map
+    let source = word("source")?;
+    let sink = word("sink")?;
+    let mut argv = vec!["kpng".to_owned(), source.clone()];
+    let mut source_flags = map
         .iter()
-        .filter(|(k, _)| !["source", "sink", "flags"].contains(&k.as_str()))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    flags(&mut argv, &source_flags);
-    argv.push(word("sink")?);
+        .filter(|(k, _)| !["source", "sink", "flags"].contains(&k.as_str()));
+    flags(&mut argv, &mut source_flags)?;
+    let (extra_source, extra_sink) = split_extra(&source, &sink, extra);
+    argv.extend(extra_source);
+    argv.push(sink);
     if let Some(sink_flags) = map.get("flags").and_then(|v| v.as_object()) {
-        flags(&mut argv, sink_flags);
+        flags(&mut argv, &mut sink_flags.iter())?;
     }
+    argv.extend(extra_sink);
     Ok(argv)
 }
 
-/// Replaces `${NAME}` by the environment variable's value (empty if unset).
-fn expand_env(text: &str) -> String {
+/// Splits command-line flags into the source's and the rest (the sink's,
+/// and any clap will refuse), by the source command's own flags; a flag's
+/// value, when given apart (`--node a`), goes with it.
+fn split_extra(source: &str, sink: &str, extra: &[String]) -> (Vec<String>, Vec<String>) {
+    use clap::CommandFactory as _;
+    let cli = Cli::command();
+    let source_cmd = cli.find_subcommand(source);
+    let sink_cmd = source_cmd.and_then(|c| c.find_subcommand(sink));
+    let takes_value = |cmd: Option<&clap::Command>, name: &str| {
+        cmd.and_then(|c| c.get_arguments().find(|a| a.get_long() == Some(name)))
+            .map(|a| a.get_action().takes_values())
+    };
+    let (mut to_source, mut to_sink) = (Vec::new(), Vec::new());
+    let mut args = extra.iter();
+    while let Some(arg) = args.next() {
+        let Some(long) = arg.strip_prefix("--") else {
+            to_sink.push(arg.clone());
+            continue;
+        };
+        let name = long.split('=').next().unwrap_or(long);
+        let (target, takes) = match (takes_value(source_cmd, name), takes_value(sink_cmd, name)) {
+            (Some(takes), None) => (&mut to_source, takes),
+            (_, Some(takes)) => (&mut to_sink, takes),
+            (None, None) => (&mut to_sink, false),
+        };
+        target.push(arg.clone());
+        if takes && !long.contains('=') {
+            target.extend(args.next().cloned());
+        }
+    }
+    (to_source, to_sink)
+}
+
+/// Replaces each `${NAME}` in `text` by the environment variable's value.
+///
+/// # Errors
+/// The first variable that is not set, by name.
+fn expand_env(text: &str) -> Result<String, String> {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(start) = rest.find("${") {
@@ -816,7 +894,8 @@ fn expand_env(text: &str) -> String {
         match rest[start + 2..].find('}') {
             Some(end) => {
                 let name = &rest[start + 2..start + 2 + end];
-                out.push_str(&std::env::var(name).unwrap_or_default());
+                let value = std::env::var(name).map_err(|_| format!("${{{name}}} is not set"))?;
+                out.push_str(&value);
                 rest = &rest[start + 3 + end..];
             }
             None => {
@@ -826,7 +905,7 @@ fn expand_env(text: &str) -> String {
         }
     }
     out.push_str(rest);
-    out
+    Ok(out)
 }
 
 /// Whether this process serves the ENLS (`to-api`): many streams at once,
@@ -895,7 +974,8 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let cli = match args.get(1).map(String::as_str) {
         Some("--config") => {
-            let argv = match args.get(2).map(|path| config_args(path)) {
+            let extra = args.get(3..).unwrap_or_default();
+            let argv = match args.get(2).map(|path| config_args(path, extra)) {
                 Some(Ok(argv)) => argv,
                 Some(Err(e)) => {
                     eprintln!("error: {e}");
@@ -926,6 +1006,32 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("error: {}", one_line(&e));
             ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::parse_duration;
+
+    #[test]
+    fn durations_take_gos_format() {
+        for (text, want) in [
+            ("1s", Duration::from_secs(1)),
+            ("500ms", Duration::from_millis(500)),
+            ("1m30s", Duration::from_secs(90)),
+            ("1.5h", Duration::from_secs(5400)),
+            ("2h45m", Duration::from_secs(9900)),
+            ("250us", Duration::from_micros(250)),
+            ("0", Duration::ZERO),
+        ] {
+            assert_eq!(parse_duration(text), Ok(want), "{text}");
+        }
+        for bad in ["", "1", "s", "1x", "-1s", "1s2"] {
+            let error = parse_duration(bad).expect_err(bad);
+            assert!(error.contains("Go's format"), "{error}");
         }
     }
 }

@@ -542,3 +542,79 @@ fn a_dry_run_serves_metrics() {
         "one sync counted: {text}"
     );
 }
+
+/// A config file's `${VAR}`s are expanded per value, after parsing: an
+/// unset one is refused by name, and a value with `#` or `: ` in it stays
+/// one value. Flags after `--config FILE` override the file's, whether
+/// they are the source's (`--node`) or the sink's; durations take Go's
+/// format.
+#[test]
+fn config_variables_are_values_and_the_command_line_overrides_the_file() {
+    let config = std::env::temp_dir().join(format!("kpng-config-vars-{}.yaml", std::process::id()));
+    let run = |text: &str, extra: &[&str], env: &[(&str, &str)]| {
+        std::fs::write(&config, text).expect("config");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_kpng"));
+        command.arg("--config").arg(&config).args(extra);
+        command.env("RUST_LOG", "error");
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let out = command.output().expect("kpng");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let base = "source: file\nnode: ${KPNG_TEST_NODE_X}\nsink: to-nft\nflags:\n  dry-run: true\n  once: true\n  cluster-cidr: ${KPNG_TEST_CIDR_X}\n";
+
+    let (code, _, stderr) = run(base, &[], &[("KPNG_TEST_NODE_X", "node-a")]);
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("cluster-cidr: ${KPNG_TEST_CIDR_X} is not set"),
+        "{stderr}"
+    );
+
+    // A value that YAML would have cut at `#` stays whole, and is refused.
+    let (code, _, stderr) = run(
+        base,
+        &[],
+        &[
+            ("KPNG_TEST_NODE_X", "node-a"),
+            ("KPNG_TEST_CIDR_X", "10.244.0.0/16 #x"),
+        ],
+    );
+    assert_ne!(code, 0);
+    assert!(stderr.contains("10.244.0.0/16 #x"), "{stderr}");
+
+    // The command line wins: a source flag and a sink flag, apart and
+    // joined, and a Go duration.
+    let (code, from_file, stderr) = run(
+        base,
+        &[
+            "--node",
+            "node-a",
+            "--cluster-cidr=10.244.0.0/16",
+            "--min-sync-period",
+            "1m30s",
+        ],
+        &[
+            ("KPNG_TEST_NODE_X", "node-b"),
+            ("KPNG_TEST_CIDR_X", "10.0.0.0/8"),
+        ],
+    );
+    let _ = std::fs::remove_file(&config);
+    assert_eq!(code, 0, "{stderr}");
+    let (code, from_flags, _) = kpng(&[
+        "file",
+        "--node",
+        "node-a",
+        "to-nft",
+        "--dry-run",
+        "--once",
+        "--cluster-cidr",
+        "10.244.0.0/16",
+    ]);
+    assert_eq!(code, 0);
+    assert_eq!(from_file, from_flags);
+}
