@@ -180,9 +180,58 @@ struct Listener {
 /// Serves the healthCheckNodePorts of this node's view. See the crate
 /// docs. Must be created and synced within a tokio runtime.
 pub struct HealthCheckServer {
+    bind: Bind,
+    /// The addresses the listeners are on.
     addresses: Vec<IpAddr>,
     health: ProxyHealth,
     listeners: BTreeMap<u16, Listener>,
+}
+
+/// Where the health-check ports listen.
+#[derive(Clone, Debug)]
+enum Bind {
+    /// These addresses.
+    Addresses(Vec<IpAddr>),
+    /// This node's interface addresses in these prefixes, looked up again
+    /// at each sync (`--nodeport-addresses 192.168.0.0/24`).
+    Prefixes(Vec<(IpAddr, u8)>),
+}
+
+impl Bind {
+    fn resolve(&self) -> Vec<IpAddr> {
+        match self {
+            Bind::Addresses(addresses) => addresses.clone(),
+            Bind::Prefixes(prefixes) => {
+                let mut found: Vec<IpAddr> = interface_addresses()
+                    .into_iter()
+                    .filter(|ip| !ip.is_loopback())
+                    .filter(|ip| {
+                        prefixes
+                            .iter()
+                            .any(|p| kpng_model::addr::cidr_contains(*p, *ip))
+                    })
+                    .collect();
+                found.sort();
+                found.dedup();
+                found
+            }
+        }
+    }
+}
+
+/// The addresses of this network namespace's interfaces.
+fn interface_addresses() -> Vec<IpAddr> {
+    let Ok(list) = nix::ifaddrs::getifaddrs() else {
+        tracing::warn!("cannot list the interfaces' addresses");
+        return Vec::new();
+    };
+    list.filter_map(|i| i.address)
+        .filter_map(|a| {
+            a.as_sockaddr_in()
+                .map(|v4| IpAddr::V4(v4.ip()))
+                .or_else(|| a.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip())))
+        })
+        .collect()
 }
 
 impl std::fmt::Debug for HealthCheckServer {
@@ -199,10 +248,29 @@ impl HealthCheckServer {
     /// `health` is reported as `serviceProxyHealthy`.
     pub fn new(addresses: Vec<IpAddr>, health: ProxyHealth) -> Self {
         Self {
+            bind: Bind::Addresses(addresses.clone()),
             addresses,
             health,
             listeners: BTreeMap::new(),
         }
+    }
+
+    /// Listens on this node's interface addresses within `prefixes`
+    /// (kube-proxy's `--nodeport-addresses` as CIDRs; loopback never),
+    /// looked up again at each sync: an address that comes or goes moves
+    /// the listeners with it.
+    pub fn on_prefixes(prefixes: Vec<(IpAddr, u8)>, health: ProxyHealth) -> Self {
+        Self {
+            bind: Bind::Prefixes(prefixes),
+            addresses: Vec::new(),
+            health,
+            listeners: BTreeMap::new(),
+        }
+    }
+
+    /// The addresses listened on (as of the last sync).
+    pub fn addresses(&self) -> &[IpAddr] {
+        &self.addresses
     }
 
     /// The ports served now.
@@ -283,6 +351,17 @@ impl FullStateSink for HealthCheckServer {
     /// the others in place, and closes those no longer wanted. A port that
     /// cannot be opened fails the sync (and is retried with the next).
     fn sync(&mut self, view: &NodeView) -> Result<(), SinkError> {
+        let addresses = self.bind.resolve();
+        if addresses != self.addresses {
+            // Listeners move with the addresses: all are opened again.
+            for (_, listener) in std::mem::take(&mut self.listeners) {
+                for task in listener.tasks {
+                    task.abort();
+                }
+            }
+            tracing::info!(?addresses, "health check addresses");
+            self.addresses = addresses;
+        }
         let wanted = wanted(view);
         let gone: Vec<u16> = self
             .listeners

@@ -197,6 +197,22 @@ impl IpSet {
     }
 }
 
+/// Whether `ip` is in the prefix `(network, length)` (of its family).
+pub fn cidr_contains((network, length): (IpAddr, u8), ip: IpAddr) -> bool {
+    let bits = |a: IpAddr| -> (u128, u8) {
+        match a {
+            IpAddr::V4(v4) => (u128::from(u32::from(v4)) << 96, 32),
+            IpAddr::V6(v6) => (u128::from(v6), 128),
+        }
+    };
+    let ((net, width), (addr, other)) = (bits(network), bits(ip));
+    if width != other || length > width {
+        return false;
+    }
+    let mask = u128::MAX.checked_shl(u32::from(128 - length)).unwrap_or(0);
+    net & mask == addr & mask
+}
+
 /// The entries of one family in an optional set (prost models message
 /// fields as `Option`, some of them boxed): `family_of(svc.cluster_ips.as_ref(), ..)`,
 /// `family_of(svc.external_ips.as_deref(), ..)`.
@@ -207,6 +223,26 @@ pub fn family_of(set: Option<&IpSet>, family: IpFamily) -> &[String] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn prefixes_contain_their_addresses_only() {
+        let ip = |t: &str| t.parse::<IpAddr>().expect("ip");
+        let net = (ip("192.168.0.0"), 24);
+        assert!(cidr_contains(net, ip("192.168.0.2")));
+        assert!(!cidr_contains(net, ip("192.168.1.2")));
+        assert!(
+            !cidr_contains(net, ip("::ffff:192.168.0.2")),
+            "another family"
+        );
+        assert!(cidr_contains((ip("0.0.0.0"), 0), ip("10.1.2.3")));
+        assert!(cidr_contains((ip("10.1.2.3"), 32), ip("10.1.2.3")));
+        assert!(cidr_contains((ip("fd00::"), 64), ip("fd00::5")));
+        assert!(!cidr_contains((ip("fd00::"), 64), ip("fd00:0:0:1::5")));
+        assert!(
+            !cidr_contains((ip("10.0.0.0"), 33), ip("10.0.0.0")),
+            "a bad length"
+        );
+    }
 
     #[test]
     fn ip_sets_are_canonical() {

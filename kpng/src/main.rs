@@ -527,18 +527,19 @@ fn with_health<S: IncrementalSink + Send + 'static>(
         let listener = bind_tcp("--healthz-bind-address", &args.healthz_bind_address)?;
         let health = kpng_health::ProxyHealth::new(args.healthz_timeout);
         tokio::spawn(kpng_health::serve_healthz(listener, health.clone()));
-        let ports_on: Vec<std::net::IpAddr> = match &args.nodeport_addresses {
-            Some(list) => NftConfig::parse_cidrs("--nodeport-addresses", list)?
-                .into_iter()
-                .filter(|(ip, len)| *len == if ip.is_ipv4() { 32 } else { 128 })
-                .map(|(ip, _)| ip)
-                .collect(),
-            None => vec![std::net::Ipv4Addr::UNSPECIFIED.into()],
+        // kube-proxy's way: the node's addresses in the prefixes, or every
+        // address when none is given.
+        let server = match &args.nodeport_addresses {
+            Some(list) => kpng_health::HealthCheckServer::on_prefixes(
+                NftConfig::parse_cidrs("--nodeport-addresses", list)?,
+                health.clone(),
+            ),
+            None => kpng_health::HealthCheckServer::new(
+                vec![std::net::Ipv4Addr::UNSPECIFIED.into()],
+                health.clone(),
+            ),
         };
-        full.push(Box::new(kpng_health::HealthCheckServer::new(
-            ports_on,
-            health.clone(),
-        )));
+        full.push(Box::new(server));
         Box::new(kpng_health::Healthy::new(backend, health))
     };
     if full.is_empty() {

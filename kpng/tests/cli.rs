@@ -618,3 +618,85 @@ fn config_variables_are_values_and_the_command_line_overrides_the_file() {
     assert_eq!(code, 0);
     assert_eq!(from_file, from_flags);
 }
+
+/// `--nodeport-addresses` as a CIDR (as kube-proxy users write it): the
+/// health-check port listens on the node's addresses in it, not on
+/// loopback. It was not served at all (issue #16).
+#[test]
+fn health_check_ports_listen_on_a_nodeport_cidr() {
+    let Some(mut namespace) = Namespace::new("kphcidr") else {
+        return;
+    };
+    let ns = namespace.name.clone();
+    for args in [
+        // No dummy driver on every machine: a veth pair, both ends here.
+        &["link", "add", "hc0", "type", "veth", "peer", "name", "hc1"][..],
+        &["addr", "add", "192.168.51.7/24", "dev", "hc0"],
+        &["link", "set", "hc0", "up"],
+        &["link", "set", "hc1", "up"],
+    ] {
+        let ok = Command::new("ip").args(["-n", &ns]).args(args).status();
+        assert!(ok.is_ok_and(|s| s.success()), "ip {args:?}");
+    }
+    let manifest = std::env::temp_dir().join(format!("{ns}.yaml"));
+    std::fs::write(
+        &manifest,
+        r#"apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Service
+  metadata: {namespace: t, name: front}
+  spec: {type: LoadBalancer, clusterIP: 10.96.0.5, externalTrafficPolicy: Local, healthCheckNodePort: 32124, ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30124}]}
+- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata: {namespace: t, name: front-1, labels: {kubernetes.io/service-name: front}}
+  addressType: IPv4
+  endpoints: [{addresses: [10.244.1.10], nodeName: node-a}]
+  ports: [{name: http, port: 8080, protocol: TCP}]
+"#,
+    )
+    .expect("manifest");
+    let child = namespace
+        .command(&[env!("CARGO_BIN_EXE_kpng"), "file", "--input"])
+        .arg(&manifest)
+        .args([
+            "--node",
+            "node-a",
+            "--watch",
+            "to-nft",
+            "--nodeport-addresses",
+            "192.168.51.0/24",
+            "--healthz-bind-address",
+            "127.0.0.1:10256",
+            "--metrics-bind-address",
+            "",
+        ])
+        .env("RUST_LOG", "error")
+        .spawn()
+        .expect("kpng");
+    namespace.children.push(child);
+    let probe = |url: &str| -> String {
+        let script = format!(
+            "import urllib.request, urllib.error\ntry:\n  r = urllib.request.urlopen('{url}', timeout=2); print(r.status, r.read().decode())\nexcept urllib.error.HTTPError as e: print(e.code, e.read().decode())\nexcept Exception as e: print('ERROR', e)"
+        );
+        let out = namespace
+            .command(&["python3", "-c", &script])
+            .output()
+            .expect("python3");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let mut check = String::new();
+    for _ in 0..50 {
+        check = probe("http://192.168.51.7:32124/");
+        if check.starts_with("200") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(check.starts_with("200"), "{check}");
+    assert!(check.contains(r#""localEndpoints":1"#), "{check}");
+    let loopback = probe("http://127.0.0.1:32124/");
+    assert!(loopback.starts_with("ERROR"), "not on loopback: {loopback}");
+    let _ = std::fs::remove_file(&manifest);
+}
