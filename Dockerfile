@@ -11,4 +11,7 @@ RUN apt-get update \
       nftables iptables iproute2 conntrack ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/target/release/kpng /usr/local/bin/kpng
+# kubeadm's kube-proxy DaemonSet runs /usr/local/bin/kube-proxy
+# --config=... --hostname-override=...: the same image serves it.
+RUN ln -s kpng /usr/local/bin/kube-proxy
 ENTRYPOINT ["/usr/local/bin/kpng"]

@@ -34,6 +34,8 @@ use kpng_store::Store;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+mod kube_proxy;
+
 /// A Kubernetes Service proxy built from kpng-rs crates.
 #[derive(Parser, Debug)]
 #[command(name = "kpng", version, about)]
@@ -850,6 +852,20 @@ fn config_args(path: &str, extra: &[String]) -> Result<Vec<String>, String> {
     Ok(argv)
 }
 
+/// The command line a config file stands for: kube-proxy's own
+/// (`KubeProxyConfiguration`, its warnings logged) or kpng's YAML.
+fn from_config(path: &str, extra: &[String]) -> Result<Vec<String>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+    if !kube_proxy::is_kube_proxy_config(&text) {
+        return config_args(path, extra);
+    }
+    let (argv, warnings) = kube_proxy::command_line(path, &text, extra)?;
+    for warning in warnings {
+        tracing::warn!("not done by kpng: {warning}");
+    }
+    Ok(argv)
+}
+
 /// Splits command-line flags into the source's and the rest (the sink's,
 /// and any clap will refuse), by the source command's own flags; a flag's
 /// value, when given apart (`--node a`), goes with it.
@@ -974,20 +990,23 @@ fn main() -> ExitCode {
         .init();
     let args: Vec<String> = std::env::args().collect();
     let cli = match args.get(1).map(String::as_str) {
-        Some("--config") => {
-            let extra = args.get(3..).unwrap_or_default();
-            let argv = match args.get(2).map(|path| config_args(path, extra)) {
-                Some(Ok(argv)) => argv,
-                Some(Err(e)) => {
+        Some(first) if first == "--config" || first.starts_with("--config=") => {
+            // `--config FILE` or `--config=FILE` (kube-proxy's DaemonSet).
+            let (path, extra) = match first.strip_prefix("--config=") {
+                Some(path) => (Some(path.to_owned()), args.get(2..).unwrap_or_default()),
+                None => (args.get(2).cloned(), args.get(3..).unwrap_or_default()),
+            };
+            let Some(path) = path else {
+                eprintln!("error: --config needs a file");
+                return ExitCode::FAILURE;
+            };
+            match from_config(&path, extra) {
+                Ok(argv) => Cli::parse_from(argv),
+                Err(e) => {
                     eprintln!("error: {e}");
                     return ExitCode::FAILURE;
                 }
-                None => {
-                    eprintln!("error: --config needs a file");
-                    return ExitCode::FAILURE;
-                }
-            };
-            Cli::parse_from(argv)
+            }
         }
         _ => Cli::parse(),
     };

@@ -700,3 +700,68 @@ items:
     assert!(loopback.starts_with("ERROR"), "not on loopback: {loopback}");
     let _ = std::fs::remove_file(&manifest);
 }
+
+/// kubeadm's kube-proxy configuration, unchanged but for where its
+/// kubeconfig is, with the DaemonSet's flags (`--config=…
+/// --hostname-override=…`): kpng reads the cluster from the API (a test
+/// apiserver speaking the list protocol) and programs nftables, here as a
+/// dry run.
+#[test]
+fn kubeadms_kube_proxy_configuration_runs_kpng() {
+    use kpng_testkit::apiserver::{ApiServer, Reply, Resource, Script};
+    use serde_json::json;
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let mut script = Script::default();
+    script.push(
+        Resource::Services,
+        false,
+        Reply::List("1".into(), vec![json!({"metadata": {"namespace": "shop", "name": "cart", "resourceVersion": "1"},
+            "spec": {"clusterIP": "10.96.7.7", "clusterIPs": ["10.96.7.7"], "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}})]),
+    );
+    script.push(
+        Resource::EndpointSlices,
+        false,
+        Reply::List("1".into(), vec![json!({"metadata": {"namespace": "shop", "name": "cart-x", "resourceVersion": "1",
+                "labels": {"kubernetes.io/service-name": "cart"}},
+            "addressType": "IPv4", "endpoints": [{"addresses": ["10.244.3.9"], "conditions": {"ready": true}, "nodeName": "node-b"}],
+            "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]})]),
+    );
+    script.push(
+        Resource::Nodes,
+        false,
+        Reply::List("1".into(), vec![json!({"metadata": {"name": "node-a"}})]),
+    );
+    let server = runtime.block_on(ApiServer::start(script));
+    let dir = std::env::temp_dir().join(format!("kpng-kubeadm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let kubeconfig = dir.join("kubeconfig.conf");
+    std::fs::write(&kubeconfig, server.kubeconfig()).expect("kubeconfig");
+    let config = dir.join("config.conf");
+    let text = include_str!("kubeadm-config.conf").replace(
+        "/var/lib/kube-proxy/kubeconfig.conf",
+        kubeconfig.to_str().expect("path"),
+    );
+    std::fs::write(&config, text).expect("config");
+    let out = Command::new(env!("CARGO_BIN_EXE_kpng"))
+        .arg(format!("--config={}", config.display()))
+        .args([
+            "--hostname-override=node-a",
+            "--dry-run",
+            "--once",
+            "--metrics-bind-address=",
+        ])
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("kpng");
+    let _ = std::fs::remove_dir_all(&dir);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("add table ip kpng"), "{stdout}");
+    assert!(stdout.contains("10.96.7.7 . tcp . 80"), "{stdout}");
+    assert!(stdout.contains("10.244.3.9 . 8080"), "{stdout}");
+    // The ConfigMap asks nothing kpng leaves undone.
+    assert!(!stderr.contains("not done by kpng"), "{stderr}");
+}
