@@ -701,13 +701,10 @@ items:
     let _ = std::fs::remove_file(&manifest);
 }
 
-/// kubeadm's kube-proxy configuration, unchanged but for where its
-/// kubeconfig is, with the DaemonSet's flags (`--config=…
-/// --hostname-override=…`): kpng reads the cluster from the API (a test
-/// apiserver speaking the list protocol) and programs nftables, here as a
-/// dry run.
-#[test]
-fn kubeadms_kube_proxy_configuration_runs_kpng() {
+/// A test apiserver serving one Service (`shop/cart`, 10.96.7.7:80) with
+/// one endpoint (10.244.3.9:8080 on node-b) and node-a, until stdin
+/// closes; its kubeconfig is written to `kubeconfig`.
+fn serve_cart(kubeconfig: &std::path::Path) {
     use kpng_testkit::apiserver::{ApiServer, Reply, Resource, Script};
     use serde_json::json;
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
@@ -732,16 +729,47 @@ fn kubeadms_kube_proxy_configuration_runs_kpng() {
         Reply::List("1".into(), vec![json!({"metadata": {"name": "node-a"}})]),
     );
     let server = runtime.block_on(ApiServer::start(script));
-    let dir = std::env::temp_dir().join(format!("kpng-kubeadm-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let kubeconfig = dir.join("kubeconfig.conf");
-    std::fs::write(&kubeconfig, server.kubeconfig()).expect("kubeconfig");
+    std::fs::write(kubeconfig, server.kubeconfig()).expect("kubeconfig");
+    println!("ready");
+    let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+}
+
+/// kubeadm's `config.conf` with its kubeconfig at `kubeconfig`, written
+/// into `dir`; its path.
+fn kubeadm_config(dir: &std::path::Path, kubeconfig: &std::path::Path) -> std::path::PathBuf {
     let config = dir.join("config.conf");
     let text = include_str!("kubeadm-config.conf").replace(
         "/var/lib/kube-proxy/kubeconfig.conf",
         kubeconfig.to_str().expect("path"),
     );
     std::fs::write(&config, text).expect("config");
+    config
+}
+
+/// kubeadm's kube-proxy configuration, unchanged but for where its
+/// kubeconfig is, with the DaemonSet's flags (`--config=…
+/// --hostname-override=…`): kpng reads the cluster from the API (a test
+/// apiserver speaking the list protocol) and prints its nftables ruleset
+/// (a dry run; the next test applies it).
+#[test]
+fn kubeadms_kube_proxy_configuration_runs_kpng() {
+    let dir = std::env::temp_dir().join(format!("kpng-kubeadm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let kubeconfig = dir.join("kubeconfig.conf");
+    let mut server = Command::new(std::env::current_exe().expect("self"))
+        .args([
+            "serve_cart_helper",
+            "--exact",
+            "--nocapture",
+            "--include-ignored",
+        ])
+        .env("KPNG_TEST_SERVE_CART", &kubeconfig)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("apiserver");
+    wait_ready(&mut server);
+    let config = kubeadm_config(&dir, &kubeconfig);
     let out = Command::new(env!("CARGO_BIN_EXE_kpng"))
         .arg(format!("--config={}", config.display()))
         .args([
@@ -753,6 +781,8 @@ fn kubeadms_kube_proxy_configuration_runs_kpng() {
         .env("RUST_LOG", "warn")
         .output()
         .expect("kpng");
+    drop(server.stdin.take());
+    let _ = server.wait();
     let _ = std::fs::remove_dir_all(&dir);
     let (stdout, stderr) = (
         String::from_utf8_lossy(&out.stdout),
@@ -764,4 +794,89 @@ fn kubeadms_kube_proxy_configuration_runs_kpng() {
     assert!(stdout.contains("10.244.3.9 . 8080"), "{stdout}");
     // The ConfigMap asks nothing kpng leaves undone.
     assert!(!stderr.contains("not done by kpng"), "{stderr}");
+}
+
+/// Serves the cart cluster (see [`serve_cart`]) when a test runs this
+/// binary for it, in whatever namespace it runs in; otherwise nothing.
+#[test]
+#[ignore = "a helper process of other tests"]
+fn serve_cart_helper() {
+    if let Some(kubeconfig) = std::env::var_os("KPNG_TEST_SERVE_CART") {
+        serve_cart(std::path::Path::new(&kubeconfig));
+    }
+}
+
+/// Waits for a helper's `ready` line (the test harness prints its own
+/// lines first).
+fn wait_ready(child: &mut std::process::Child) {
+    use std::io::BufRead as _;
+    let out = child.stdout.take().expect("stdout");
+    let mut lines = std::io::BufReader::new(out).lines();
+    loop {
+        match lines.next() {
+            Some(Ok(line)) if line.trim() == "ready" => break,
+            Some(Ok(_)) => {}
+            _ => panic!("the helper did not start"),
+        }
+    }
+    // Keep draining, so the helper never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+}
+
+/// The same kubeadm configuration applied for real, in a lab: kpng runs in
+/// the node's namespace with the DaemonSet's flags, reads a test apiserver
+/// there, programs nftables, and a pod's connection to the ClusterIP
+/// reaches the endpoint in another namespace.
+#[test]
+fn kubeadms_kube_proxy_configuration_programs_a_node() {
+    if let Some(missing) = kpng_lab::unavailable(&[]) {
+        eprintln!("SKIPPED: {missing}");
+        return;
+    }
+    let mut lab = kpng_lab::Lab::new();
+    lab.host("podc", &["10.244.1.99"], &[]);
+    lab.host("e1", &["10.244.3.9"], &[]);
+    lab.serve("e1", "10.244.3.9");
+    let node = lab.ns("node");
+    let dir = std::env::temp_dir().join(format!("kpng-kubeadm-node-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let kubeconfig = dir.join("kubeconfig.conf");
+    let mut server = Command::new("ip")
+        .args(["netns", "exec", &node])
+        .arg(std::env::current_exe().expect("self"))
+        .args([
+            "serve_cart_helper",
+            "--exact",
+            "--nocapture",
+            "--include-ignored",
+        ])
+        .env("KPNG_TEST_SERVE_CART", &kubeconfig)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("apiserver");
+    wait_ready(&mut server);
+    let config = kubeadm_config(&dir, &kubeconfig);
+    let out = Command::new("ip")
+        .args(["netns", "exec", &node, env!("CARGO_BIN_EXE_kpng")])
+        .arg(format!("--config={}", config.display()))
+        .args([
+            "--hostname-override=node-a",
+            "--once",
+            "--metrics-bind-address=",
+            "--healthz-bind-address=",
+        ])
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("kpng");
+    drop(server.stdin.take());
+    let _ = server.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let reply = lab.once("podc", "tcp", "10.96.7.7", 80);
+    assert!(reply.starts_with("10.244.3.9 "), "{reply}");
 }
