@@ -1,14 +1,19 @@
 //! UDP conntrack cleanup for kpng-rs backends. See the README.
 //!
-//! [`ConntrackCleaner`] compares each node view with the previous one and
-//! deletes the conntrack entries that would keep UDP flows on endpoints
-//! that are gone, or on a rejection that no longer applies. Run it after
-//! the backend (fan the two out, backend first): kube-proxy also cleans up
-//! once the new rules are in place.
+//! [`ConntrackCleaner`] reconciles the kernel's UDP flows with each node
+//! view, as kube-proxy does since it stopped running the `conntrack`
+//! tool: after every sync, the first after a restart included, it dumps
+//! the UDP flows once per family over ctnetlink and deletes each flow to a
+//! Service port whose replies come from an address that no longer serves
+//! that port: an endpoint that left, a Service left with none, a flow that
+//! was rejected or not yet translated, and a Service deleted while this
+//! process ran. A new datagram of such a flow then goes through the rules
+//! again. Run it after the backend (kube-proxy cleans up once the new
+//! rules are in place). It never runs the `conntrack` tool.
 //!
 //! # Example
 //!
-//! What a change would delete, without running anything:
+//! Which flows a view leaves stale, without a kernel:
 //!
 //! ```
 //! use std::sync::Arc;
@@ -17,7 +22,7 @@
 //! use kpng_model::endpoint::{PortInfo, PortList};
 //! use kpng_model::v1::{IpSet, Protocol, Service, ServicePort};
 //! use kpng_model::view::{EndpointView, NodeView, ServiceView};
-//! use kpng_sink::FullStateSink;
+//! use kpng_netfilter::conntrack::{Flow, Tuple};
 //!
 //! let svc = Arc::new(Service {
 //!     namespace: "kube-system".into(),
@@ -27,44 +32,44 @@
 //!     ..Default::default()
 //! });
 //! let ports = PortList::new([PortInfo::new("dns", Protocol::Udp, 5353)]);
-//! let endpoint = |ip: &str| {
-//!     let ip = ip.parse().unwrap();
-//!     let endpoint = EndpointInfo::builder(ip).ports(ports.clone()).build();
-//!     EndpointView::at(endpoint, ip).unwrap().with_cluster(true)
+//! let ip = "10.244.1.10".parse()?;
+//! let endpoint = EndpointView::at(EndpointInfo::builder(ip).ports(ports).build(), ip)
+//!     .unwrap()
+//!     .with_cluster(true);
+//! let mut view = NodeView::default();
+//! view.services.insert(svc.service_name(), Arc::new(ServiceView { service: svc.clone(), endpoints: vec![endpoint] }));
+//! // A client's flow to the DNS Service, answered by `from`.
+//! let flow = |from: &str| Flow {
+//!     original: Tuple { src: "10.244.3.3".parse().unwrap(), dst: "10.96.0.10".parse().unwrap(), src_port: 40000, dst_port: 53 },
+//!     reply: Tuple { src: from.parse().unwrap(), dst: "10.244.3.3".parse().unwrap(), src_port: 5353, dst_port: 40000 },
+//!     zone: 0,
 //! };
-//! let view = |eps: Vec<EndpointView>| {
-//!     let mut view = NodeView::default();
-//!     view.services.insert(svc.service_name(), Arc::new(ServiceView { service: svc.clone(), endpoints: eps }));
-//!     view
-//! };
-//! let mut cleaner = ConntrackCleaner::dry_run();
-//! cleaner.sync(&view(vec![endpoint("10.244.1.10"), endpoint("10.244.2.10")]))?;
-//! cleaner.sync(&view(vec![endpoint("10.244.1.10")]))?;
-//! assert_eq!(
-//!     cleaner.last_deletions(),
-//!     [vec!["-D", "-p", "udp", "--orig-dst", "10.96.0.10", "--orig-port-dst", "53", "--reply-src", "10.244.2.10"]]
-//! );
+//! let flows = [flow("10.244.1.10"), flow("10.244.2.10")];
+//! let cleaner = ConntrackCleaner::new();
+//! // The flow to the endpoint that left is stale; the other stays.
+//! assert_eq!(cleaner.stale(&view, &flows), [flows[1]]);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::path::PathBuf;
 
 use kpng_model::IpFamily;
 use kpng_model::view::{NodeView, ServiceView};
-use kpng_netfilter::process::Process;
+use kpng_netfilter::conntrack::Flow;
+use kpng_netfilter::nft::Socket;
 use kpng_sink::{FullStateSink, SinkError};
 
-/// How long one `conntrack` run may take before it is killed.
-const CONNTRACK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// Deletes stale UDP conntrack entries after each sync. See the crate docs.
+/// Reconciles UDP conntrack flows with each node view. See the crate docs.
 #[derive(Debug, Default)]
 pub struct ConntrackCleaner {
-    command: Vec<String>,
-    dry_run: bool,
-    previous: Option<NodeView>,
-    last: Vec<Vec<String>>,
+    netns: Option<PathBuf>,
+    socket: Option<Socket>,
+    /// The UDP Service addresses and ports seen since the process began:
+    /// a flow to one whose Service went is stale too.
+    known: BTreeSet<(IpAddr, u16)>,
+    last: Vec<Flow>,
 }
 
 /// One UDP Service port in one family: its addresses, its NodePort, and
@@ -106,139 +111,233 @@ fn udp_ports(view: &ServiceView) -> Vec<((IpFamily, u16), UdpPort)> {
     out
 }
 
+/// What a view allows: per Service address and port, and per node port,
+/// the addresses that may answer.
+#[derive(Debug, Default)]
+struct Allowed {
+    addresses: BTreeMap<(IpAddr, u16), BTreeSet<IpAddr>>,
+    node_ports: BTreeMap<u16, BTreeSet<IpAddr>>,
+}
+
+impl Allowed {
+    fn of(view: &NodeView) -> Self {
+        let mut allowed = Self::default();
+        for service in view.services.values() {
+            for ((_, number), port) in udp_ports(service) {
+                for address in port.addresses.iter().filter_map(|a| a.parse().ok()) {
+                    allowed
+                        .addresses
+                        .entry((address, number))
+                        .or_default()
+                        .extend(&port.endpoints);
+                }
+                if let Some(np) = port.node_port {
+                    allowed
+                        .node_ports
+                        .entry(np)
+                        .or_default()
+                        .extend(&port.endpoints);
+                }
+            }
+        }
+        allowed
+    }
+}
+
 impl ConntrackCleaner {
-    /// Runs `conntrack` (e.g. `["conntrack"]`, or `["ip", "netns", "exec",
-    /// NAME, "conntrack"]`).
-    pub fn new(command: Vec<String>) -> Self {
+    /// Cleans the process's own network namespace.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Cleans the network namespace at `path` (`/run/netns/NAME`).
+    pub fn in_netns(path: impl Into<PathBuf>) -> Self {
         Self {
-            command,
+            netns: Some(path.into()),
             ..Self::default()
         }
     }
 
-    /// Computes deletions without running anything.
-    pub fn dry_run() -> Self {
-        Self {
-            dry_run: true,
-            ..Self::default()
-        }
-    }
-
-    /// The `conntrack` arguments of the last sync's deletions.
-    pub fn last_deletions(&self) -> &[Vec<String>] {
+    /// The flows the last sync deleted.
+    pub fn last_deletions(&self) -> &[Flow] {
         &self.last
     }
 
-    /// The deletions from `before` to `after`.
-    fn deletions(before: &NodeView, after: &NodeView) -> Vec<Vec<String>> {
-        let mut out = Vec::new();
-        let udp = |args: &[&str]| -> Vec<String> {
-            ["-D", "-p", "udp"]
-                .iter()
-                .chain(args)
-                .map(|s| (*s).to_owned())
-                .collect()
-        };
-        for (name, old) in &before.services {
-            let new_ports = after
-                .services
-                .get(name)
-                .map(|v| udp_ports(v))
-                .unwrap_or_default();
-            for ((family, number), old_port) in udp_ports(old) {
-                let new_port = new_ports
-                    .iter()
-                    .find(|((f, n), _)| *f == family && *n == number);
-                let kept = new_port.map(|(_, p)| &p.endpoints);
-                for ep in old_port
-                    .endpoints
-                    .iter()
-                    .filter(|ep| kept.is_none_or(|k| !k.contains(ep)))
-                {
-                    let ep = ep.to_string();
-                    for address in &old_port.addresses {
-                        out.push(udp(&[
-                            "--orig-dst",
-                            address,
-                            "--orig-port-dst",
-                            &number.to_string(),
-                            "--reply-src",
-                            &ep,
-                        ]));
-                    }
-                    if let Some(np) = old_port.node_port {
-                        out.push(udp(&[
-                            "--orig-port-dst",
-                            &np.to_string(),
-                            "--reply-src",
-                            &ep,
-                        ]));
-                    }
+    /// The flows of `flows` that `view` leaves stale: to a Service address
+    /// and port (or a node port) of the view, answered from an address
+    /// that does not serve it now; or DNATed to a Service address and port
+    /// this cleaner saw in an earlier view but `view` no longer has.
+    pub fn stale(&self, view: &NodeView, flows: &[Flow]) -> Vec<Flow> {
+        let allowed = Allowed::of(view);
+        flows
+            .iter()
+            .filter(|flow| {
+                let to = (flow.original.dst, flow.original.dst_port);
+                let from = flow.reply.src;
+                if let Some(endpoints) = allowed.addresses.get(&to) {
+                    return !endpoints.contains(&from);
                 }
-            }
-        }
-        for (name, new) in &after.services {
-            let old_ports = before
-                .services
-                .get(name)
-                .map(|v| udp_ports(v))
-                .unwrap_or_default();
-            for ((family, number), port) in udp_ports(new) {
-                let had = old_ports
-                    .iter()
-                    .find(|((f, n), _)| *f == family && *n == number)
-                    .is_some_and(|(_, p)| !p.endpoints.is_empty());
-                if had || port.endpoints.is_empty() {
-                    continue;
+                if let Some(endpoints) = allowed.node_ports.get(&flow.original.dst_port) {
+                    return flow.dnated() && !endpoints.contains(&from);
                 }
-                // From no endpoint to some: flows that were rejected go.
-                for address in &port.addresses {
-                    out.push(udp(&[
-                        "--orig-dst",
-                        address,
-                        "--orig-port-dst",
-                        &number.to_string(),
-                    ]));
-                }
-                if let Some(np) = port.node_port {
-                    out.push(udp(&["--orig-port-dst", &np.to_string()]));
-                }
-            }
-        }
-        out
+                flow.dnated() && self.known.contains(&to)
+            })
+            .copied()
+            .collect()
     }
 
-    fn run(&self, args: &[String]) {
-        let Some((program, prefix)) = self.command.split_first() else {
-            return;
-        };
-        let run = Process::new(std::iter::once(program).chain(prefix).chain(args).cloned())
-            .timeout(CONNTRACK_TIMEOUT)
-            .run();
-        match run {
-            Ok(_) => {}
-            // Exit 1: nothing matched, which is the common case.
-            Err(kpng_netfilter::Error::Command { code: Some(1), .. }) => {}
-            Err(error) => tracing::warn!(?args, %error, "conntrack cleanup failed"),
+    fn socket(&mut self) -> Result<&mut Socket, kpng_netfilter::Error> {
+        match &mut self.socket {
+            Some(socket) => Ok(socket),
+            slot => Ok(slot.insert(Socket::open(self.netns.as_deref())?)),
         }
+    }
+
+    /// Dumps the flows and deletes the stale ones.
+    fn reconcile(&mut self, view: &NodeView) -> Result<Vec<Flow>, kpng_netfilter::Error> {
+        let mut flows = Vec::new();
+        for ipv6 in [false, true] {
+            flows.extend(self.socket()?.udp_flows(ipv6)?);
+        }
+        let stale = self.stale(view, &flows);
+        let mut deleted = Vec::new();
+        for flow in stale {
+            if self.socket()?.delete_flow(&flow)? {
+                deleted.push(flow);
+            }
+        }
+        Ok(deleted)
     }
 }
 
 impl FullStateSink for ConntrackCleaner {
-    /// Deletes what this view change leaves stale. Failures are logged,
+    /// Deletes the flows this view leaves stale. Failures are logged,
     /// never fatal: a stale entry times out on its own.
     fn sync(&mut self, view: &NodeView) -> Result<(), SinkError> {
-        self.last = match &self.previous {
-            Some(before) => Self::deletions(before, view),
-            None => Vec::new(),
-        };
-        if !self.dry_run {
-            for args in &self.last {
-                self.run(args);
+        self.last = match self.reconcile(view) {
+            Ok(deleted) => deleted,
+            Err(error) => {
+                tracing::warn!(%error, "conntrack cleanup failed");
+                // A fresh socket next time.
+                self.socket = None;
+                Vec::new()
             }
+        };
+        if !self.last.is_empty() {
+            tracing::debug!(flows = self.last.len(), "stale UDP flows deleted");
         }
-        // An O(1) copy: the views share their Services.
-        self.previous = Some(view.clone());
+        self.known.extend(Allowed::of(view).addresses.into_keys());
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use kpng_model::EndpointInfo;
+    use kpng_model::endpoint::{PortInfo, PortList};
+    use kpng_model::v1::{IpSet, Protocol, Service, ServicePort};
+    use kpng_model::view::{EndpointView, NodeView, ServiceView};
+    use kpng_netfilter::conntrack::{Flow, Tuple};
+
+    use super::{Allowed, ConntrackCleaner};
+
+    fn view(endpoints: &[&str], node_port: u32) -> NodeView {
+        let svc = Arc::new(Service {
+            namespace: "kube-system".into(),
+            name: "dns".into(),
+            cluster_ips: Some(IpSet::parse_addrs("clusterIPs", ["10.96.0.10"]).expect("ip")),
+            ports: vec![ServicePort {
+                name: "dns".into(),
+                protocol: Protocol::Udp as i32,
+                port: 53,
+                node_port,
+                ..Default::default()
+            }],
+            r#type: if node_port == 0 {
+                0
+            } else {
+                kpng_model::v1::ServiceType::NodePort as i32
+            },
+            ..Default::default()
+        });
+        let ports = PortList::new([PortInfo::new("dns", Protocol::Udp, 5353)]);
+        let eps = endpoints
+            .iter()
+            .map(|e| {
+                let ip = e.parse().expect("ip");
+                EndpointView::at(EndpointInfo::builder(ip).ports(ports.clone()).build(), ip)
+                    .expect("its address")
+                    .with_cluster(true)
+            })
+            .collect();
+        let mut view = NodeView::default();
+        view.services.insert(
+            svc.service_name(),
+            Arc::new(ServiceView {
+                service: svc,
+                endpoints: eps,
+            }),
+        );
+        view
+    }
+
+    fn flow(to: &str, port: u16, from: &str) -> Flow {
+        let ip = |t: &str| t.parse().expect("ip");
+        Flow {
+            original: Tuple {
+                src: ip("10.244.9.9"),
+                dst: ip(to),
+                src_port: 40000,
+                dst_port: port,
+            },
+            reply: Tuple {
+                src: ip(from),
+                dst: ip("10.244.9.9"),
+                src_port: if from == to { port } else { 5353 },
+                dst_port: 40000,
+            },
+            zone: 0,
+        }
+    }
+
+    #[test]
+    fn stale_flows_follow_kube_proxys_reconciler() {
+        let cleaner = ConntrackCleaner::new();
+        // No endpoint: a flow that was not translated (or rejected) goes.
+        let none = view(&[], 0);
+        let untranslated = flow("10.96.0.10", 53, "10.96.0.10");
+        assert_eq!(cleaner.stale(&none, &[untranslated]), [untranslated]);
+        // A flow to something that is not a Service stays.
+        let other = flow("10.1.2.3", 53, "10.1.2.3");
+        assert!(cleaner.stale(&none, &[other]).is_empty());
+        // A node port: translated flows to a gone endpoint go.
+        let np = view(&["10.244.1.10"], 30053);
+        let via_node = flow("192.168.0.5", 30053, "10.244.2.10");
+        let kept = flow("192.168.0.5", 30053, "10.244.1.10");
+        assert_eq!(cleaner.stale(&np, &[via_node, kept]), [via_node]);
+    }
+
+    /// A Service deleted while the cleaner ran: its translated flows go,
+    /// once it has seen the Service in an earlier view.
+    #[test]
+    fn flows_of_a_deleted_service_go() {
+        let mut cleaner = ConntrackCleaner::new();
+        let translated = flow("10.96.0.10", 53, "10.244.1.10");
+        assert!(
+            cleaner
+                .stale(&NodeView::default(), &[translated])
+                .is_empty()
+        );
+        cleaner.known.extend(
+            Allowed::of(&view(&["10.244.1.10"], 0))
+                .addresses
+                .into_keys(),
+        );
+        assert_eq!(
+            cleaner.stale(&NodeView::default(), &[translated]),
+            [translated]
+        );
     }
 }

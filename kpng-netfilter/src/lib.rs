@@ -58,6 +58,7 @@
 //! // socket.apply(&tx)?;
 //! ```
 
+pub mod conntrack;
 pub mod iptables;
 pub mod nft;
 pub mod process;

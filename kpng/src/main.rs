@@ -287,8 +287,8 @@ struct BackendArgs {
     /// How long a change may wait before `/healthz` reports unhealthy.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     healthz_timeout: Duration,
-    /// Do not delete stale UDP conntrack entries after syncs (done with
-    /// the `conntrack` tool when it is installed).
+    /// Do not delete stale UDP conntrack entries after syncs (done over
+    /// ctnetlink, as kube-proxy does).
     #[arg(long)]
     no_conntrack_cleanup: bool,
     /// Where Prometheus metrics are served (`/metrics`, kube-proxy's
@@ -506,22 +506,13 @@ fn with_health<S: IncrementalSink + Send + 'static>(
     backend: S,
     args: &BackendArgs,
 ) -> Result<Box<dyn IncrementalSink + Send>, Error> {
-    let conntrack_found = std::process::Command::new("conntrack")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
     // The full-state sinks (conntrack cleanup, health checks) follow the
     // backend's own node view: no copy of their own (~10 MB at 10k
     // Services × 10 endpoints).
     let mut full: Vec<Box<dyn kpng_sink::FullStateSink + Send>> = Vec::new();
-    match (args.no_conntrack_cleanup, conntrack_found) {
-        (true, _) => {}
-        (false, true) => full.push(Box::new(kpng_conntrack::ConntrackCleaner::new(vec![
-            "conntrack".into(),
-        ]))),
-        (false, false) => {
-            tracing::warn!("conntrack not found: stale UDP flows will not be cleaned up");
-        }
+    if !args.no_conntrack_cleanup {
+        // Over ctnetlink: the `conntrack` tool is never run.
+        full.push(Box::new(kpng_conntrack::ConntrackCleaner::new()));
     }
     let backend: Box<dyn IncrementalSink + Send> = if args.healthz_bind_address.is_empty() {
         Box::new(backend)

@@ -10,7 +10,7 @@ mod elements;
 mod expr;
 mod load;
 mod object;
-mod raw;
+pub(crate) mod raw;
 mod script;
 mod socket;
 mod text;

@@ -119,20 +119,25 @@ impl Socket {
         })
     }
 
-    fn io(what: &'static str) -> impl Fn(Errno) -> Error {
+    /// The socket's descriptor.
+    pub(crate) fn fd(&self) -> &OwnedFd {
+        &self.fd
+    }
+
+    pub(crate) fn io(what: &'static str) -> impl Fn(Errno) -> Error {
         move |errno| Error::Io {
             what,
             source: errno.into(),
         }
     }
 
-    fn take_seqs(&mut self, count: u32) -> u32 {
+    pub(crate) fn take_seqs(&mut self, count: u32) -> u32 {
         let first = self.next_seq;
         self.next_seq = first.wrapping_add(count).max(1);
         first
     }
 
-    fn send_all(&self, bytes: &[u8]) -> Result<(), Error> {
+    pub(crate) fn send_all(&self, bytes: &[u8]) -> Result<(), Error> {
         // A batch goes in one message: the kernel needs the socket's send
         // buffer to hold it whole.
         let want = bytes.len().saturating_add(64 * 1024);

@@ -1,0 +1,361 @@
+//! Connection tracking over ctnetlink, the netlink interface the
+//! `conntrack` tool itself uses: one dump of a family's UDP flows, and
+//! deletes of single flows by their original tuple. kpng never runs the
+//! tool. Messages are built and read by hand from
+//! `linux/netfilter/nfnetlink_conntrack.h`, like the element lists of
+//! [`crate::nft`].
+//!
+//! The socket is [`crate::nft::Socket`]: ctnetlink and nf_tables are both
+//! `NETLINK_NETFILTER` subsystems.
+
+use std::net::IpAddr;
+use std::os::fd::AsRawFd;
+
+use nix::errno::Errno;
+use nix::sys::socket::{self, MsgFlags};
+
+use crate::Error;
+use crate::nft::Socket;
+
+const NFNL_SUBSYS_CTNETLINK: u16 = 1;
+const IPCTNL_MSG_CT_GET: u16 = 1;
+const IPCTNL_MSG_CT_DELETE: u16 = 2;
+const NLM_F_REQUEST: u16 = 0x1;
+const NLM_F_ACK: u16 = 0x4;
+const NLM_F_DUMP: u16 = 0x300;
+const NLMSG_ERROR: u16 = 2;
+const NLMSG_DONE: u16 = 3;
+const NLA_F_NESTED: u16 = 0x8000;
+const NLA_TYPE_MASK: u16 = 0x3fff;
+
+const CTA_TUPLE_ORIG: u16 = 1;
+const CTA_TUPLE_REPLY: u16 = 2;
+const CTA_ZONE: u16 = 18;
+const CTA_TUPLE_IP: u16 = 1;
+const CTA_TUPLE_PROTO: u16 = 2;
+const CTA_IP_V4_SRC: u16 = 1;
+const CTA_IP_V4_DST: u16 = 2;
+const CTA_IP_V6_SRC: u16 = 3;
+const CTA_IP_V6_DST: u16 = 4;
+const CTA_PROTO_NUM: u16 = 1;
+const CTA_PROTO_SRC_PORT: u16 = 2;
+const CTA_PROTO_DST_PORT: u16 = 3;
+
+const IPPROTO_UDP: u8 = 17;
+
+/// One direction of a flow: addresses and ports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Tuple {
+    /// The source address.
+    pub src: IpAddr,
+    /// The destination address.
+    pub dst: IpAddr,
+    /// The source port.
+    pub src_port: u16,
+    /// The destination port.
+    pub dst_port: u16,
+}
+
+/// One UDP flow the kernel tracks: what the client sent to, and where the
+/// replies come from (an endpoint, when the flow was DNATed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Flow {
+    /// The original direction (client to Service address).
+    pub original: Tuple,
+    /// The reply direction (endpoint to client).
+    pub reply: Tuple,
+    /// The conntrack zone (0 for most).
+    pub zone: u16,
+}
+
+impl Flow {
+    /// Whether the flow was DNATed: its replies come from another address
+    /// than the one the client sent to.
+    pub fn dnated(&self) -> bool {
+        self.reply.src != self.original.dst || self.reply.src_port != self.original.dst_port
+    }
+}
+
+/// Appends one attribute (its payload padded to 4 bytes).
+fn attr(out: &mut Vec<u8>, kind: u16, payload: &[u8]) {
+    let len = u16::try_from(4 + payload.len()).unwrap_or(u16::MAX);
+    out.extend_from_slice(&len.to_ne_bytes());
+    out.extend_from_slice(&kind.to_ne_bytes());
+    out.extend_from_slice(payload);
+    out.resize(out.len().next_multiple_of(4), 0);
+}
+
+fn tuple_bytes(tuple: &Tuple) -> Vec<u8> {
+    let mut ip = Vec::new();
+    match (tuple.src, tuple.dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            attr(&mut ip, CTA_IP_V4_SRC, &s.octets());
+            attr(&mut ip, CTA_IP_V4_DST, &d.octets());
+        }
+        (s, d) => {
+            let v6 = |a: IpAddr| match a {
+                IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+                IpAddr::V6(v6) => v6.octets(),
+            };
+            attr(&mut ip, CTA_IP_V6_SRC, &v6(s));
+            attr(&mut ip, CTA_IP_V6_DST, &v6(d));
+        }
+    }
+    let mut proto = Vec::new();
+    attr(&mut proto, CTA_PROTO_NUM, &[IPPROTO_UDP]);
+    attr(
+        &mut proto,
+        CTA_PROTO_SRC_PORT,
+        &tuple.src_port.to_be_bytes(),
+    );
+    attr(
+        &mut proto,
+        CTA_PROTO_DST_PORT,
+        &tuple.dst_port.to_be_bytes(),
+    );
+    let mut out = Vec::new();
+    attr(&mut out, CTA_TUPLE_IP | NLA_F_NESTED, &ip);
+    attr(&mut out, CTA_TUPLE_PROTO | NLA_F_NESTED, &proto);
+    out
+}
+
+/// A ctnetlink request: netlink header, nfgenmsg, attributes.
+fn request(kind: u16, flags: u16, seq: u32, family: u8, attrs: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(16 + 4 + attrs.len()).unwrap_or(u32::MAX);
+    let mut out = Vec::with_capacity(len as usize);
+    out.extend_from_slice(&len.to_ne_bytes());
+    out.extend_from_slice(&((NFNL_SUBSYS_CTNETLINK << 8) | kind).to_ne_bytes());
+    out.extend_from_slice(&flags.to_ne_bytes());
+    out.extend_from_slice(&seq.to_ne_bytes());
+    out.extend_from_slice(&0u32.to_ne_bytes());
+    // nfgenmsg: family, version 0, resource id 0.
+    out.extend_from_slice(&[family, 0, 0, 0]);
+    out.extend_from_slice(attrs);
+    out
+}
+
+/// The attributes in `buf`: (type without flags, payload).
+fn attrs(buf: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        let head = buf.get(at..at + 4)?;
+        let len = usize::from(u16::from_ne_bytes([head[0], head[1]]));
+        let kind = u16::from_ne_bytes([head[2], head[3]]) & NLA_TYPE_MASK;
+        let payload = buf.get(at + 4..at + len.max(4))?;
+        at += len.max(4).next_multiple_of(4);
+        Some((kind, payload))
+    })
+}
+
+fn parse_ip(payload: &[u8]) -> Option<IpAddr> {
+    match payload.len() {
+        4 => Some(IpAddr::from(<[u8; 4]>::try_from(payload).ok()?)),
+        16 => Some(IpAddr::from(<[u8; 16]>::try_from(payload).ok()?)),
+        _ => None,
+    }
+}
+
+/// A tuple's addresses and ports, when it is UDP.
+fn parse_tuple(buf: &[u8]) -> Option<Tuple> {
+    let (mut src, mut dst, mut proto, mut sport, mut dport) = (None, None, None, None, None);
+    for (kind, payload) in attrs(buf) {
+        match kind {
+            CTA_TUPLE_IP => {
+                for (kind, payload) in attrs(payload) {
+                    match kind {
+                        CTA_IP_V4_SRC | CTA_IP_V6_SRC => src = parse_ip(payload),
+                        CTA_IP_V4_DST | CTA_IP_V6_DST => dst = parse_ip(payload),
+                        _ => {}
+                    }
+                }
+            }
+            CTA_TUPLE_PROTO => {
+                for (kind, payload) in attrs(payload) {
+                    let port = || Some(u16::from_be_bytes(payload.get(..2)?.try_into().ok()?));
+                    match kind {
+                        CTA_PROTO_NUM => proto = payload.first().copied(),
+                        CTA_PROTO_SRC_PORT => sport = port(),
+                        CTA_PROTO_DST_PORT => dport = port(),
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    (proto? == IPPROTO_UDP).then_some(())?;
+    Some(Tuple {
+        src: src?,
+        dst: dst?,
+        src_port: sport?,
+        dst_port: dport?,
+    })
+}
+
+/// A dumped flow, when it is UDP.
+fn parse_flow(body: &[u8]) -> Option<Flow> {
+    let (mut original, mut reply, mut zone) = (None, None, 0);
+    for (kind, payload) in attrs(body.get(4..)?) {
+        match kind {
+            CTA_TUPLE_ORIG => original = parse_tuple(payload),
+            CTA_TUPLE_REPLY => reply = parse_tuple(payload),
+            CTA_ZONE => zone = u16::from_be_bytes(payload.get(..2)?.try_into().ok()?),
+            _ => {}
+        }
+    }
+    Some(Flow {
+        original: original?,
+        reply: reply?,
+        zone,
+    })
+}
+
+fn family_byte(ip: IpAddr) -> u8 {
+    match ip {
+        IpAddr::V4(_) => libc::AF_INET as u8,
+        IpAddr::V6(_) => libc::AF_INET6 as u8,
+    }
+}
+
+impl Socket {
+    /// The UDP flows the kernel tracks in one family (`ipv6`: IPv6, else
+    /// IPv4), in one dump.
+    ///
+    /// # Errors
+    /// [`Error::Io`] or [`Error::Decode`].
+    pub fn udp_flows(&mut self, ipv6: bool) -> Result<Vec<Flow>, Error> {
+        let family = if ipv6 { libc::AF_INET6 } else { libc::AF_INET } as u8;
+        let seq = self.take_seqs(1);
+        self.send_all(&request(
+            IPCTNL_MSG_CT_GET,
+            NLM_F_REQUEST | NLM_F_DUMP,
+            seq,
+            family,
+            &[],
+        ))?;
+        let mut flows = Vec::new();
+        let mut buf = vec![0u8; 256 * 1024];
+        loop {
+            let n = socket::recv(self.fd().as_raw_fd(), &mut buf, MsgFlags::empty())
+                .map_err(Self::io("receive a conntrack dump"))?;
+            for message in crate::nft::raw::messages(&buf[..n]) {
+                let message = message.map_err(|what| Error::Decode {
+                    what: format!("a conntrack dump: {what}"),
+                })?;
+                if message.seq != seq {
+                    continue;
+                }
+                match message.kind {
+                    NLMSG_DONE => return Ok(flows),
+                    NLMSG_ERROR => {
+                        let code = message
+                            .body
+                            .get(..4)
+                            .and_then(|b| b.try_into().ok())
+                            .map_or(0, i32::from_ne_bytes);
+                        if code == 0 {
+                            continue;
+                        }
+                        return Err(Error::Io {
+                            what: "dump the conntrack table",
+                            source: Errno::from_raw(-code).into(),
+                        });
+                    }
+                    _ => flows.extend(parse_flow(message.body)),
+                }
+            }
+        }
+    }
+
+    /// Deletes one flow, found by its original tuple (and zone). Returns
+    /// whether it was there (it may have timed out meanwhile).
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the kernel refuses for another reason.
+    pub fn delete_flow(&mut self, flow: &Flow) -> Result<bool, Error> {
+        let mut body = Vec::new();
+        attr(
+            &mut body,
+            CTA_TUPLE_ORIG | NLA_F_NESTED,
+            &tuple_bytes(&flow.original),
+        );
+        if flow.zone != 0 {
+            attr(&mut body, CTA_ZONE, &flow.zone.to_be_bytes());
+        }
+        let seq = self.take_seqs(1);
+        let family = family_byte(flow.original.src);
+        self.send_all(&request(
+            IPCTNL_MSG_CT_DELETE,
+            NLM_F_REQUEST | NLM_F_ACK,
+            seq,
+            family,
+            &body,
+        ))?;
+        let mut buf = vec![0u8; 8 * 1024];
+        loop {
+            let n = socket::recv(self.fd().as_raw_fd(), &mut buf, MsgFlags::empty())
+                .map_err(Self::io("receive a conntrack answer"))?;
+            for message in crate::nft::raw::messages(&buf[..n]) {
+                let message = message.map_err(|what| Error::Decode {
+                    what: format!("a conntrack answer: {what}"),
+                })?;
+                if message.seq != seq || message.kind != NLMSG_ERROR {
+                    continue;
+                }
+                let code = message
+                    .body
+                    .get(..4)
+                    .and_then(|b| b.try_into().ok())
+                    .map_or(0, i32::from_ne_bytes);
+                return match -code {
+                    0 => Ok(true),
+                    e if e == Errno::ENOENT as i32 => Ok(false),
+                    e => Err(Error::Io {
+                        what: "delete a conntrack entry",
+                        source: Errno::from_raw(e).into(),
+                    }),
+                };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Flow, Tuple, parse_flow, request, tuple_bytes};
+
+    /// A flow encoded as a dump answer's body parses back.
+    #[test]
+    fn flows_parse_back() {
+        let ip = |t: &str| t.parse().expect("ip");
+        let flow = Flow {
+            original: Tuple {
+                src: ip("10.244.1.99"),
+                dst: ip("10.96.0.10"),
+                src_port: 40000,
+                dst_port: 53,
+            },
+            reply: Tuple {
+                src: ip("10.244.2.10"),
+                dst: ip("10.244.1.99"),
+                src_port: 5353,
+                dst_port: 40000,
+            },
+            zone: 0,
+        };
+        let mut attrs = Vec::new();
+        super::attr(
+            &mut attrs,
+            super::CTA_TUPLE_ORIG | super::NLA_F_NESTED,
+            &tuple_bytes(&flow.original),
+        );
+        super::attr(
+            &mut attrs,
+            super::CTA_TUPLE_REPLY | super::NLA_F_NESTED,
+            &tuple_bytes(&flow.reply),
+        );
+        let message = request(0, 0, 1, libc::AF_INET as u8, &attrs);
+        assert_eq!(parse_flow(&message[16..]), Some(flow));
+        assert!(flow.dnated());
+    }
+}
