@@ -7,9 +7,12 @@
 //!   `503` otherwise, with the JSON body load balancers and operators read:
 //!   `{"service":{"namespace","name"},"localEndpoints":N,"serviceProxyHealthy":bool}`.
 //!   Listeners follow the view: opened, updated in place, and closed.
-//! - [`ProxyHealth`] tracks the data plane's syncs; [`Healthy`] wraps a
-//!   backend to feed it, and [`serve_healthz`] answers `/healthz` and
-//!   `/livez`: `503` once a change has waited longer than the timeout.
+//! - [`ProxyHealth`] tracks the data plane's syncs and whether this node
+//!   is going away; [`Healthy`] wraps a backend to feed it, and
+//!   [`serve_healthz`] answers `/livez`, `503` once a change has waited
+//!   longer than the timeout, and `/healthz`, `503` then too and while the
+//!   node is being deleted or carries the `ToBeDeletedByClusterAutoscaler`
+//!   taint (KEP-3836), so load balancers stop sending new connections.
 //!
 //! # Example
 //!
@@ -61,6 +64,8 @@ struct SyncState {
     timeout: Duration,
     last_sync: Option<(Instant, SystemTime)>,
     pending_since: Option<Instant>,
+    /// This node is going away (KEP-3836).
+    node_terminating: bool,
 }
 
 /// Whether the proxy keeps its data plane in sync: healthy after the first
@@ -76,7 +81,17 @@ impl ProxyHealth {
             timeout,
             last_sync: None,
             pending_since: None,
+            node_terminating: false,
         })))
+    }
+
+    /// Whether this node is going away: being deleted, or tainted
+    /// `ToBeDeletedByClusterAutoscaler` (KEP-3836). [`Healthy`] sets it
+    /// from the view's node object.
+    pub fn set_node_terminating(&self, terminating: bool) {
+        if let Ok(mut s) = self.0.lock() {
+            s.node_terminating = terminating;
+        }
     }
 
     /// A change is waiting to be applied (the first since the last sync
@@ -95,11 +110,18 @@ impl ProxyHealth {
         }
     }
 
-    /// Whether the proxy is healthy now.
-    pub fn healthy(&self) -> bool {
+    /// Whether the proxy keeps its data plane in sync (`/livez`).
+    pub fn live(&self) -> bool {
         self.0.lock().is_ok_and(|s| {
             s.last_sync.is_some() && s.pending_since.is_none_or(|t| t.elapsed() < s.timeout)
         })
+    }
+
+    /// Whether load balancers should send new connections here
+    /// (`/healthz`, and `serviceProxyHealthy` of the health-check node
+    /// ports): [`live`](Self::live), and this node is not going away.
+    pub fn healthy(&self) -> bool {
+        self.live() && self.0.lock().is_ok_and(|s| !s.node_terminating)
     }
 
     /// The `/healthz` body: the last sync and now, in seconds since the
@@ -112,10 +134,12 @@ impl ProxyHealth {
             .ok()
             .and_then(|s| s.last_sync)
             .map(|(_, t)| seconds(t));
+        let eligible = self.0.lock().is_ok_and(|s| !s.node_terminating);
         serde_json::json!({
             "lastUpdated": last,
             "currentTime": seconds(SystemTime::now()),
             "healthy": self.healthy(),
+            "nodeEligible": eligible,
         })
     }
 }
@@ -143,6 +167,11 @@ impl<S: IncrementalSink> IncrementalSink for Healthy<S> {
     kpng_sink::callbacks_as_ops!(forward);
     fn apply(&mut self, op: &ViewOp) -> Result<(), SinkError> {
         self.health.queued();
+        match op {
+            ViewOp::SetNode(node) => self.health.set_node_terminating(node.terminating),
+            ViewOp::DeleteNode => self.health.set_node_terminating(false),
+            _ => {}
+        }
         self.inner.apply(op)
     }
     fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
@@ -426,8 +455,12 @@ impl Drop for HealthCheckServer {
 /// `200` while `health` is healthy, `503` otherwise; `404` elsewhere.
 pub async fn serve_healthz(listener: TcpListener, health: ProxyHealth) {
     http::serve(listener, move |path| match path {
-        "/healthz" | "/livez" => {
+        "/healthz" => {
             let status = if health.healthy() { 200 } else { 503 };
+            Reply::json(status, &health.body())
+        }
+        "/livez" => {
+            let status = if health.live() { 200 } else { 503 };
             Reply::json(status, &health.body())
         }
         _ => Reply::not_found(),

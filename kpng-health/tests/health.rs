@@ -240,3 +240,50 @@ async fn http_takes_split_requests_head_and_keep_alive() {
     assert_eq!(status, 405);
     assert!(headers.contains(&("allow".into(), "GET, HEAD".into())));
 }
+
+/// KEP-3836: while this node is going away (its object carries the
+/// autoscaler's taint or a deletion time: `Node::terminating`), `/healthz`
+/// answers 503 and `/livez` still 200; it comes back when the node does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_turns_unhealthy_while_the_node_goes_away() {
+    use kpng_health::Healthy;
+    use kpng_model::v1::Node;
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let health = ProxyHealth::new(Duration::from_secs(60));
+    tokio::spawn(serve_healthz(listener, health.clone()));
+    let mut sink = Healthy::new(FullState::new(Noop), health.clone());
+    let node = |terminating| {
+        ViewOp::SetNode(Arc::new(Node {
+            name: "node-a".into(),
+            terminating,
+            ..Default::default()
+        }))
+    };
+    sink.apply(&node(false)).expect("op");
+    sink.sync(1).expect("sync");
+    assert_eq!(get(port, "/healthz").await.expect("served").0, 200);
+
+    sink.apply(&node(true)).expect("op");
+    sink.sync(2).expect("sync");
+    let (status, body) = get(port, "/healthz").await.expect("served");
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["nodeEligible"], false, "{body}");
+    assert_eq!(get(port, "/livez").await.expect("served").0, 200);
+
+    sink.apply(&node(false)).expect("op");
+    sink.sync(3).expect("sync");
+    assert_eq!(get(port, "/healthz").await.expect("served").0, 200);
+}
+
+/// A full-state sink that does nothing.
+struct Noop;
+
+impl kpng_sink::FullStateSink for Noop {
+    fn sync(&mut self, _view: &kpng_model::view::NodeView) -> Result<(), kpng_sink::SinkError> {
+        Ok(())
+    }
+}

@@ -17,8 +17,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
 use serde::{Deserialize, Deserializer};
 
-/// Decodes `metadata` keeping only name, namespace, resourceVersion and
-/// labels.
+/// Decodes `metadata` keeping only name, namespace, resourceVersion,
+/// labels, and whether the object is being deleted.
 fn lean_meta<'de, D: Deserializer<'de>>(deserializer: D) -> Result<ObjectMeta, D::Error> {
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]
@@ -27,6 +27,7 @@ fn lean_meta<'de, D: Deserializer<'de>>(deserializer: D) -> Result<ObjectMeta, D
         namespace: Option<String>,
         resource_version: Option<String>,
         labels: Option<BTreeMap<String, String>>,
+        deletion_timestamp: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
     }
     let lean = Option::<Lean>::deserialize(deserializer)?;
     Ok(lean.map_or_else(ObjectMeta::default, |l| ObjectMeta {
@@ -34,6 +35,7 @@ fn lean_meta<'de, D: Deserializer<'de>>(deserializer: D) -> Result<ObjectMeta, D
         namespace: l.namespace,
         resource_version: l.resource_version,
         labels: l.labels,
+        deletion_timestamp: l.deletion_timestamp,
         ..ObjectMeta::default()
     }))
 }
@@ -44,6 +46,7 @@ fn lean(meta: &ObjectMeta) -> ObjectMeta {
         namespace: meta.namespace.clone(),
         resource_version: meta.resource_version.clone(),
         labels: meta.labels.clone(),
+        deletion_timestamp: meta.deletion_timestamp.clone(),
         ..ObjectMeta::default()
     }
 }
@@ -188,14 +191,33 @@ pub struct NodeStatus {
     pub addresses: Option<Vec<core::NodeAddress>>,
 }
 
-/// A Node: lean metadata (its labels carry the topology) and addresses.
-/// Its conditions, images and capacity, which change with every status
-/// heartbeat, are skipped.
+/// The part of a Node's spec the proxy reads.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct NodeSpec {
+    /// The taints' keys (the cluster autoscaler marks a node it removes).
+    #[serde(default)]
+    pub taints: Option<Vec<TaintKey>>,
+}
+
+/// A taint's key.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct TaintKey {
+    /// The key.
+    #[serde(default)]
+    pub key: String,
+}
+
+/// A Node: lean metadata (its labels carry the topology), its taints'
+/// keys and its addresses. Its conditions, images and capacity, which
+/// change with every status heartbeat, are skipped.
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct Node {
-    /// Name, resourceVersion and labels only.
+    /// Name, resourceVersion, labels and deletion time only.
     #[serde(default, deserialize_with = "lean_meta")]
     pub metadata: ObjectMeta,
+    /// The taints.
+    #[serde(default)]
+    pub spec: Option<NodeSpec>,
     /// The addresses.
     #[serde(default)]
     pub status: Option<NodeStatus>,
@@ -207,6 +229,12 @@ impl From<&core::Node> for Node {
     fn from(n: &core::Node) -> Self {
         Self {
             metadata: lean(&n.metadata),
+            spec: n.spec.as_ref().map(|s| NodeSpec {
+                taints: s
+                    .taints
+                    .as_ref()
+                    .map(|t| t.iter().map(|t| TaintKey { key: t.key.clone() }).collect()),
+            }),
             status: n.status.as_ref().map(|s| NodeStatus {
                 addresses: s.addresses.clone(),
             }),

@@ -22,6 +22,8 @@ pub const SERVICE_PROXY_NAME_LABEL: &str = "service.kubernetes.io/service-proxy-
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 /// The region label of nodes.
 pub const REGION_LABEL: &str = "topology.kubernetes.io/region";
+/// The taint the cluster autoscaler puts on a node it is removing.
+pub const AUTOSCALER_DELETE_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
 /// kube-proxy's default ClientIP affinity timeout, in seconds.
 pub const DEFAULT_AFFINITY_TIMEOUT: u32 = 10_800;
 
@@ -397,10 +399,18 @@ pub fn node(node: &objects::Node) -> Result<Node, TranslateError> {
             addrs.push(ip);
         }
     }
+    // KEP-3836: a node being deleted, or marked for deletion by the
+    // cluster autoscaler, is not a good target for new connections.
+    let tainted = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| t.iter().any(|t| t.key == AUTOSCALER_DELETE_TAINT));
     Ok(Node {
         name: node.metadata.name.clone().unwrap_or_default(),
         zone: label(ZONE_LABEL),
         region: label(REGION_LABEL),
         addresses: (!addrs.is_empty()).then(|| IpSet::from_addrs(addrs)),
+        terminating: node.metadata.deletion_timestamp.is_some() || tainted,
     })
 }

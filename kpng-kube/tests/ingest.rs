@@ -522,3 +522,19 @@ fn full_k8s_openapi_objects_convert_to_the_lean_ones() {
     // ENLS value: a no-op.
     assert_eq!(ingest.apply_service(&svc(web("1"))), None);
 }
+
+/// KEP-3836: a node being deleted, or tainted by the cluster autoscaler,
+/// is `terminating`; other taints and labels change nothing.
+#[test]
+fn nodes_going_away_are_terminating() {
+    use kpng_kube::translate;
+    let plain = node(json!({"metadata": {"name": "n1"},
+        "spec": {"taints": [{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]}}));
+    assert!(!translate::node(&plain).expect("valid").terminating);
+    let tainted = node(json!({"metadata": {"name": "n1"},
+        "spec": {"taints": [{"key": "ToBeDeletedByClusterAutoscaler", "value": "1700000000", "effect": "NoSchedule"}]}}));
+    assert!(translate::node(&tainted).expect("valid").terminating);
+    let deleted =
+        node(json!({"metadata": {"name": "n1", "deletionTimestamp": "2026-11-24T06:00:00Z"}}));
+    assert!(translate::node(&deleted).expect("valid").terminating);
+}

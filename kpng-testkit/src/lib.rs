@@ -118,6 +118,7 @@ impl Cluster {
                     Ipv4Addr::new(192, 168, 0, 0),
                     i + 1,
                 )])),
+                terminating: false,
             })
             .collect::<Vec<_>>();
         let mut cluster = Cluster {
