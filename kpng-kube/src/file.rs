@@ -270,14 +270,17 @@ fn parse_each(path: &str, text: &str, config: &TranslateConfig, each: Each<'_>) 
 /// [`Error::Read`] when the file cannot be read; [`Error::Manifest`] as in
 /// [`parse_str`].
 pub async fn read(path: &Path, config: &TranslateConfig) -> Result<Vec<Object>> {
-    let name = path.display().to_string();
-    let text = tokio::fs::read_to_string(path)
-        .await
-        .map_err(|source| Error::Read {
-            path: name.clone(),
-            source,
-        })?;
+    let (name, text) = read_text(path).await?;
     parse_str_with(&name, &text, config)
+}
+
+/// A file's name (for errors) and text.
+async fn read_text(path: &Path) -> Result<(String, String)> {
+    let name = path.display().to_string();
+    match tokio::fs::read_to_string(path).await {
+        Ok(text) => Ok((name, text)),
+        Err(source) => Err(Error::Read { path: name, source }),
+    }
 }
 
 impl Ingest {
@@ -333,13 +336,7 @@ impl Ingest {
     /// [`Error::Read`] when the file cannot be read; [`Error::Manifest`]
     /// as in [`parse_str`]. Nothing is applied then.
     pub async fn load_file(&mut self, path: &Path) -> Result<Option<u64>> {
-        let name = path.display().to_string();
-        let text = tokio::fs::read_to_string(path)
-            .await
-            .map_err(|source| Error::Read {
-                path: name.clone(),
-                source,
-            })?;
+        let (name, text) = read_text(path).await?;
         self.load_str(&name, &text)
     }
 }

@@ -210,6 +210,14 @@ fn parse_flow(body: &[u8]) -> Option<Flow> {
     })
 }
 
+/// The (negative) errno of an `NLMSG_ERROR` answer's body; 0 for an
+/// acknowledgement.
+fn error_code(body: &[u8]) -> i32 {
+    body.get(..4)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, i32::from_ne_bytes)
+}
+
 fn family_byte(ip: IpAddr) -> u8 {
     match ip {
         IpAddr::V4(_) => libc::AF_INET as u8,
@@ -248,11 +256,7 @@ impl Socket {
                 match message.kind {
                     NLMSG_DONE => return Ok(flows),
                     NLMSG_ERROR => {
-                        let code = message
-                            .body
-                            .get(..4)
-                            .and_then(|b| b.try_into().ok())
-                            .map_or(0, i32::from_ne_bytes);
+                        let code = error_code(message.body);
                         if code == 0 {
                             continue;
                         }
@@ -302,12 +306,7 @@ impl Socket {
                 if message.seq != seq || message.kind != NLMSG_ERROR {
                     continue;
                 }
-                let code = message
-                    .body
-                    .get(..4)
-                    .and_then(|b| b.try_into().ok())
-                    .map_or(0, i32::from_ne_bytes);
-                return match -code {
+                return match -error_code(message.body) {
                     0 => Ok(true),
                     e if e == Errno::ENOENT as i32 => Ok(false),
                     e => Err(Error::Io {

@@ -288,35 +288,57 @@ fn what_a_node_thinks_in_one_command() {
 /// `/healthz`, the health-check node port of a Service with
 /// `externalTrafficPolicy: Local` (200 with one local endpoint), and
 /// Prometheus metrics.
+/// A manifest (its path) with node-a and a LoadBalancer Service with
+/// `externalTrafficPolicy: Local`, its health check on `hc_port`, and one
+/// endpoint on node-a.
+fn front_manifest(tag: &str, hc_port: u16) -> std::path::PathBuf {
+    let manifest = std::env::temp_dir().join(format!("{tag}.yaml"));
+    std::fs::write(
+        &manifest,
+        format!(
+            r#"apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Node
+  metadata: {{name: node-a}}
+  status: {{addresses: [{{type: InternalIP, address: 192.168.50.1}}]}}
+- apiVersion: v1
+  kind: Service
+  metadata: {{namespace: t, name: front}}
+  spec: {{type: LoadBalancer, clusterIP: 10.96.0.5, externalTrafficPolicy: Local, healthCheckNodePort: {hc_port}, ports: [{{name: http, port: 80, targetPort: 8080, nodePort: 30123}}]}}
+- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata: {{namespace: t, name: front-1, labels: {{kubernetes.io/service-name: front}}}}
+  addressType: IPv4
+  endpoints: [{{addresses: [10.244.1.10], nodeName: node-a}}]
+  ports: [{{name: http, port: 8080, protocol: TCP}}]
+"#
+        ),
+    )
+    .expect("manifest");
+    manifest
+}
+
+/// GET `url` from namespace `ns`: `STATUS BODY`, or `ERROR …`.
+fn get_in(ns: &str, url: &str) -> String {
+    let script = format!(
+        "import urllib.request, urllib.error\ntry:\n  r = urllib.request.urlopen('{url}', timeout=2); print(r.status, r.read().decode())\nexcept urllib.error.HTTPError as e: print(e.code, e.read().decode())\nexcept Exception as e: print('ERROR', e)"
+    );
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "python3", "-c", &script])
+        .output()
+        .expect("python3");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
 #[test]
 fn to_nft_serves_healthz_and_health_check_node_ports() {
     let Some(mut namespace) = Namespace::new("kphc") else {
         return;
     };
     let ns = namespace.name.clone();
-    let manifest = std::env::temp_dir().join(format!("{ns}.yaml"));
-    std::fs::write(
-        &manifest,
-        r#"apiVersion: v1
-kind: List
-items:
-- apiVersion: v1
-  kind: Node
-  metadata: {name: node-a}
-  status: {addresses: [{type: InternalIP, address: 192.168.50.1}]}
-- apiVersion: v1
-  kind: Service
-  metadata: {namespace: t, name: front}
-  spec: {type: LoadBalancer, clusterIP: 10.96.0.5, externalTrafficPolicy: Local, healthCheckNodePort: 32123, ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30123}]}
-- apiVersion: discovery.k8s.io/v1
-  kind: EndpointSlice
-  metadata: {namespace: t, name: front-1, labels: {kubernetes.io/service-name: front}}
-  addressType: IPv4
-  endpoints: [{addresses: [10.244.1.10], nodeName: node-a}]
-  ports: [{name: http, port: 8080, protocol: TCP}]
-"#,
-    )
-    .expect("manifest");
+    let manifest = front_manifest(&ns, 32123);
     let child = Command::new("ip")
         .args([
             "netns",
@@ -339,16 +361,7 @@ items:
         .spawn()
         .expect("kpng");
     namespace.children.push(child);
-    let probe = |port: u16, path: &str| -> String {
-        let script = format!(
-            "import urllib.request, urllib.error\ntry:\n  r = urllib.request.urlopen('http://127.0.0.1:{port}{path}', timeout=2); print(r.status, r.read().decode())\nexcept urllib.error.HTTPError as e: print(e.code, e.read().decode())\nexcept Exception as e: print('ERROR', e)"
-        );
-        let out = Command::new("ip")
-            .args(["netns", "exec", &ns, "python3", "-c", &script])
-            .output()
-            .expect("python3");
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
-    };
+    let probe = |port: u16, path: &str| get_in(&ns, &format!("http://127.0.0.1:{port}{path}"));
     let mut healthz = String::new();
     for _ in 0..50 {
         healthz = probe(10256, "/healthz");
@@ -638,25 +651,7 @@ fn health_check_ports_listen_on_a_nodeport_cidr() {
         let ok = Command::new("ip").args(["-n", &ns]).args(args).status();
         assert!(ok.is_ok_and(|s| s.success()), "ip {args:?}");
     }
-    let manifest = std::env::temp_dir().join(format!("{ns}.yaml"));
-    std::fs::write(
-        &manifest,
-        r#"apiVersion: v1
-kind: List
-items:
-- apiVersion: v1
-  kind: Service
-  metadata: {namespace: t, name: front}
-  spec: {type: LoadBalancer, clusterIP: 10.96.0.5, externalTrafficPolicy: Local, healthCheckNodePort: 32124, ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30124}]}
-- apiVersion: discovery.k8s.io/v1
-  kind: EndpointSlice
-  metadata: {namespace: t, name: front-1, labels: {kubernetes.io/service-name: front}}
-  addressType: IPv4
-  endpoints: [{addresses: [10.244.1.10], nodeName: node-a}]
-  ports: [{name: http, port: 8080, protocol: TCP}]
-"#,
-    )
-    .expect("manifest");
+    let manifest = front_manifest(&ns, 32124);
     let child = namespace
         .command(&[env!("CARGO_BIN_EXE_kpng"), "file", "--input"])
         .arg(&manifest)
@@ -676,16 +671,7 @@ items:
         .spawn()
         .expect("kpng");
     namespace.children.push(child);
-    let probe = |url: &str| -> String {
-        let script = format!(
-            "import urllib.request, urllib.error\ntry:\n  r = urllib.request.urlopen('{url}', timeout=2); print(r.status, r.read().decode())\nexcept urllib.error.HTTPError as e: print(e.code, e.read().decode())\nexcept Exception as e: print('ERROR', e)"
-        );
-        let out = namespace
-            .command(&["python3", "-c", &script])
-            .output()
-            .expect("python3");
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
-    };
+    let probe = |url: &str| get_in(&ns, url);
     let mut check = String::new();
     for _ in 0..50 {
         check = probe("http://192.168.51.7:32124/");
