@@ -742,19 +742,7 @@ fn kubeadms_kube_proxy_configuration_runs_kpng() {
     let dir = std::env::temp_dir().join(format!("kpng-kubeadm-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let kubeconfig = dir.join("kubeconfig.conf");
-    let mut server = Command::new(std::env::current_exe().expect("self"))
-        .args([
-            "serve_cart_helper",
-            "--exact",
-            "--nocapture",
-            "--include-ignored",
-        ])
-        .env("KPNG_TEST_SERVE_CART", &kubeconfig)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("apiserver");
-    wait_ready(&mut server);
+    let mut server = start_cart(None, &kubeconfig);
     let config = kubeadm_config(&dir, &kubeconfig);
     let out = Command::new(env!("CARGO_BIN_EXE_kpng"))
         .arg(format!("--config={}", config.display()))
@@ -792,6 +780,34 @@ fn serve_cart_helper() {
     }
 }
 
+/// This test binary as the cart apiserver (see [`serve_cart_helper`]), in
+/// network namespace `netns` or here, once it is ready.
+fn start_cart(netns: Option<&str>, kubeconfig: &std::path::Path) -> std::process::Child {
+    let this = std::env::current_exe().expect("self");
+    let mut command = match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns]).arg(this);
+            c
+        }
+        None => Command::new(this),
+    };
+    let mut server = command
+        .args([
+            "serve_cart_helper",
+            "--exact",
+            "--nocapture",
+            "--include-ignored",
+        ])
+        .env("KPNG_TEST_SERVE_CART", kubeconfig)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("apiserver");
+    wait_ready(&mut server);
+    server
+}
+
 /// Waits for a helper's `ready` line (the test harness prints its own
 /// lines first).
 fn wait_ready(child: &mut std::process::Child) {
@@ -827,21 +843,7 @@ fn kubeadms_kube_proxy_configuration_programs_a_node() {
     let dir = std::env::temp_dir().join(format!("kpng-kubeadm-node-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let kubeconfig = dir.join("kubeconfig.conf");
-    let mut server = Command::new("ip")
-        .args(["netns", "exec", &node])
-        .arg(std::env::current_exe().expect("self"))
-        .args([
-            "serve_cart_helper",
-            "--exact",
-            "--nocapture",
-            "--include-ignored",
-        ])
-        .env("KPNG_TEST_SERVE_CART", &kubeconfig)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("apiserver");
-    wait_ready(&mut server);
+    let mut server = start_cart(Some(&node), &kubeconfig);
     let config = kubeadm_config(&dir, &kubeconfig);
     let out = Command::new("ip")
         .args(["netns", "exec", &node, env!("CARGO_BIN_EXE_kpng")])
