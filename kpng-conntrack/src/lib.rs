@@ -69,6 +69,9 @@ pub struct ConntrackCleaner {
     /// The UDP Service addresses and ports seen since the process began:
     /// a flow to one whose Service went is stale too.
     known: BTreeSet<(IpAddr, u16)>,
+    /// The Service CIDRs: a translated flow to an address in them that no
+    /// Service has is stale, whenever its Service went.
+    service_cidrs: Vec<(IpAddr, u8)>,
     last: Vec<Flow>,
 }
 
@@ -158,6 +161,15 @@ impl ConntrackCleaner {
         }
     }
 
+    /// Knows the cluster's Service CIDRs (`--service-cidr`): then the
+    /// flows of a Service deleted while no cleaner ran (kpng was down) go
+    /// too, as kube-proxy does.
+    #[must_use]
+    pub fn with_service_cidrs(mut self, cidrs: Vec<(IpAddr, u8)>) -> Self {
+        self.service_cidrs = cidrs;
+        self
+    }
+
     /// The flows the last sync deleted.
     pub fn last_deletions(&self) -> &[Flow] {
         &self.last
@@ -166,7 +178,8 @@ impl ConntrackCleaner {
     /// The flows of `flows` that `view` leaves stale: to a Service address
     /// and port (or a node port) of the view, answered from an address
     /// that does not serve it now; or DNATed to a Service address and port
-    /// this cleaner saw in an earlier view but `view` no longer has.
+    /// `view` does not have, which this cleaner saw in an earlier view or
+    /// which is in a Service CIDR it knows.
     pub fn stale(&self, view: &NodeView, flows: &[Flow]) -> Vec<Flow> {
         let allowed = Allowed::of(view);
         flows
@@ -180,7 +193,12 @@ impl ConntrackCleaner {
                 if let Some(endpoints) = allowed.node_ports.get(&flow.original.dst_port) {
                     return flow.dnated() && !endpoints.contains(&from);
                 }
-                flow.dnated() && self.known.contains(&to)
+                let gone = self.known.contains(&to)
+                    || self
+                        .service_cidrs
+                        .iter()
+                        .any(|c| kpng_model::addr::cidr_contains(*c, to.0));
+                flow.dnated() && gone
             })
             .copied()
             .collect()
@@ -338,6 +356,20 @@ mod tests {
         assert_eq!(
             cleaner.stale(&NodeView::default(), &[translated]),
             [translated]
+        );
+    }
+
+    /// A Service deleted while kpng was down: a fresh cleaner knows it by
+    /// the Service CIDRs, and leaves other translated flows alone.
+    #[test]
+    fn flows_to_service_cidrs_that_no_service_has_go() {
+        let cidr = ("10.96.0.0".parse().expect("ip"), 12);
+        let cleaner = ConntrackCleaner::new().with_service_cidrs(vec![cidr]);
+        let orphan = flow("10.96.0.10", 53, "10.244.1.10");
+        let elsewhere = flow("172.17.0.2", 53, "10.244.1.10");
+        assert_eq!(
+            cleaner.stale(&NodeView::default(), &[orphan, elsewhere]),
+            [orphan]
         );
     }
 }

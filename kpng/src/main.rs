@@ -512,7 +512,10 @@ fn with_health<S: IncrementalSink + Send + 'static>(
     let mut full: Vec<Box<dyn kpng_sink::FullStateSink + Send>> = Vec::new();
     if !args.no_conntrack_cleanup {
         // Over ctnetlink: the `conntrack` tool is never run.
-        full.push(Box::new(kpng_conntrack::ConntrackCleaner::new()));
+        let cidrs = NftConfig::parse_cidrs("--service-cidr", &args.service_cidr)?;
+        full.push(Box::new(
+            kpng_conntrack::ConntrackCleaner::new().with_service_cidrs(cidrs),
+        ));
     }
     let backend: Box<dyn IncrementalSink + Send> = if args.healthz_bind_address.is_empty() {
         Box::new(backend)
