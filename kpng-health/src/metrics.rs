@@ -6,7 +6,7 @@
 //! | `kubeproxy_sync_proxy_rules_duration_seconds` | histogram of sync durations |
 //! | `kubeproxy_sync_full_proxy_rules_duration_seconds`, `kubeproxy_sync_partial_proxy_rules_duration_seconds` | the same, per kind of sync |
 //! | `kubeproxy_sync_proxy_rules_last_timestamp_seconds` | the last successful sync |
-//! | `kubeproxy_network_programming_duration_seconds` | from a change reaching the proxy to its rules being applied |
+//! | `kubeproxy_network_programming_duration_seconds` | from an EndpointSlice change's `last-change-trigger-time` to the sync that applied it (with [`Measured::with_store`]; else from a change reaching the proxy) |
 //! | `kpng_sync_failures_total` | failed syncs |
 //! | `kpng_services`, `kpng_endpoints` | in this node's view |
 //! | `kpng_store_writes_total`, `kpng_store_noop_writes_total`, `kpng_revisions_total` | ingest: API events written, those that changed nothing, and revisions made |
@@ -198,6 +198,8 @@ pub struct Measured<S> {
     /// Whether the next sync is a full one (after a reset or a failure).
     full: bool,
     round_started: Option<Instant>,
+    /// The store the synced revisions come from: their trigger times.
+    store: Option<kpng_store::Reader>,
 }
 
 impl<S: IncrementalSink> Measured<S> {
@@ -210,7 +212,19 @@ impl<S: IncrementalSink> Measured<S> {
             own,
             full: true,
             round_started: None,
+            store: None,
         }
+    }
+
+    /// Measures network programming latency as kube-proxy does, from the
+    /// trigger time each EndpointSlice change carries (kept by the store
+    /// for the revision it made, [`kpng_store::Reader::take_triggers`]) to
+    /// the sync that applied it. Without a store (an agent, a file), from
+    /// the first op of a round reaching the sink.
+    #[must_use]
+    pub fn with_store(mut self, store: kpng_store::Reader) -> Self {
+        self.store = Some(store);
+        self
     }
 }
 
@@ -261,8 +275,20 @@ impl<S: IncrementalSink> IncrementalSink for Measured<S> {
                     .duration_since(UNIX_EPOCH)
                     .map_or(0.0, |d| d.as_secs_f64());
                 m.last_sync.set(now);
-                if let Some(started) = self.round_started.take() {
-                    m.programming.observe(started.elapsed().as_secs_f64());
+                let started = self.round_started.take();
+                match &self.store {
+                    Some(store) => {
+                        let applied = SystemTime::now();
+                        for at in store.take_triggers(revision) {
+                            let latency = applied.duration_since(at).unwrap_or_default();
+                            m.programming.observe(latency.as_secs_f64());
+                        }
+                    }
+                    None => {
+                        if let Some(started) = started {
+                            m.programming.observe(started.elapsed().as_secs_f64());
+                        }
+                    }
                 }
                 let view = match &self.own {
                     Some(own) => Some(own.view()),

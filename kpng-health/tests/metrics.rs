@@ -149,3 +149,35 @@ fn a_failed_sync_is_counted() {
         0.0
     );
 }
+
+/// Network programming latency runs from the trigger time an
+/// EndpointSlice change carries (kept by the store for the revision it
+/// made) to the sync that applied that revision, once per revision.
+#[test]
+fn programming_latency_runs_from_the_trigger_time() {
+    let mut store = Store::new();
+    let reader = store.reader();
+    let metrics = Metrics::new();
+    let mut sink = Measured::new(RecordingSink::default(), metrics.clone()).with_store(reader);
+    let svc = Arc::new(Service {
+        namespace: "shop".into(),
+        name: "front".into(),
+        ..Default::default()
+    });
+    // A change triggered two seconds ago.
+    let mut txn = store.begin();
+    txn.set_service((*svc).clone());
+    txn.note_trigger(std::time::SystemTime::now() - std::time::Duration::from_secs(2));
+    let revision = txn.commit().revision.expect("a change");
+    sink.apply(&ViewOp::SetService(svc.clone())).expect("op");
+    sink.sync(revision).expect("sync");
+    let samples = parse(&metrics.encode());
+    let count = "kubeproxy_network_programming_duration_seconds_count";
+    let sum = "kubeproxy_network_programming_duration_seconds_sum";
+    assert_eq!(samples[count], 1.0);
+    assert!(samples[sum] >= 2.0, "{}", samples[sum]);
+    // Taken once: a later sync of the same revision adds nothing.
+    sink.apply(&ViewOp::SetService(svc)).expect("op");
+    sink.sync(revision).expect("sync");
+    assert_eq!(parse(&metrics.encode())[count], 1.0);
+}

@@ -97,6 +97,8 @@ pub struct Ingest {
     stats: IngestStats,
     /// Shares node and zone names, port lists and hints across slices.
     interner: Interner,
+    /// When this ingest began: earlier trigger times are not measured.
+    started: std::time::SystemTime,
 }
 
 /// What each EndpointSlice contributed, and the slices of each Service.
@@ -134,6 +136,7 @@ impl Ingest {
             relists: Relists::default(),
             stats: IngestStats::default(),
             interner: Interner::new(),
+            started: std::time::SystemTime::now(),
         }
     }
 
@@ -265,16 +268,35 @@ impl Ingest {
 
     /// An EndpointSlice was created or changed.
     pub fn apply_slice(&mut self, slice: &objects::EndpointSlice) -> Option<u64> {
+        let trigger = self.trigger_time(&slice.metadata);
         let revision = match self.translate_slice(slice) {
-            Ok(contribution) => self.replace_slice(slice_key(&slice.metadata), contribution),
+            Ok(contribution) => {
+                self.replace_slice(slice_key(&slice.metadata), contribution, trigger)
+            }
             Err(()) => None,
         };
         self.count(1, revision)
     }
 
+    /// When the change a slice carries was triggered, as its controller
+    /// says: kept for the revision it makes, so a proxy can measure
+    /// network programming latency as kube-proxy does. Times from before
+    /// this ingest started are left out, as kube-proxy leaves them out.
+    fn trigger_time(
+        &self,
+        meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    ) -> Option<std::time::SystemTime> {
+        let text = meta
+            .annotations
+            .as_ref()?
+            .get(crate::objects::LAST_CHANGE_TRIGGER_TIME)?;
+        let at = std::time::SystemTime::from(text.parse::<k8s_openapi::jiff::Timestamp>().ok()?);
+        (at >= self.started).then_some(at)
+    }
+
     /// An EndpointSlice was deleted.
     pub fn delete_slice(&mut self, slice: &objects::EndpointSlice) -> Option<u64> {
-        let revision = self.replace_slice(slice_key(&slice.metadata), None);
+        let revision = self.replace_slice(slice_key(&slice.metadata), None, None);
         self.count(1, revision)
     }
 
@@ -324,8 +346,12 @@ impl Ingest {
         &mut self,
         key: SliceKey,
         contribution: Option<SliceContribution>,
+        trigger: Option<std::time::SystemTime>,
     ) -> Option<u64> {
         let mut txn = self.store.begin();
+        if let Some(at) = trigger {
+            txn.note_trigger(at);
+        }
         self.index.replace(&mut txn, key, contribution);
         txn.commit().revision
     }

@@ -18,7 +18,8 @@ use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
 use serde::{Deserialize, Deserializer};
 
 /// Decodes `metadata` keeping only name, namespace, resourceVersion,
-/// labels, and whether the object is being deleted.
+/// labels, whether the object is being deleted, and an EndpointSlice's
+/// trigger time.
 fn lean_meta<'de, D: Deserializer<'de>>(deserializer: D) -> Result<ObjectMeta, D::Error> {
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]
@@ -28,6 +29,7 @@ fn lean_meta<'de, D: Deserializer<'de>>(deserializer: D) -> Result<ObjectMeta, D
         resource_version: Option<String>,
         labels: Option<BTreeMap<String, String>>,
         deletion_timestamp: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+        annotations: Option<BTreeMap<String, String>>,
     }
     let lean = Option::<Lean>::deserialize(deserializer)?;
     Ok(lean.map_or_else(ObjectMeta::default, |l| ObjectMeta {
@@ -36,8 +38,22 @@ fn lean_meta<'de, D: Deserializer<'de>>(deserializer: D) -> Result<ObjectMeta, D
         resource_version: l.resource_version,
         labels: l.labels,
         deletion_timestamp: l.deletion_timestamp,
+        annotations: kept_annotations(l.annotations.as_ref()),
         ..ObjectMeta::default()
     }))
+}
+
+/// The annotation an EndpointSlice's controller sets to when the change it
+/// carries was triggered: the start of network programming latency.
+pub const LAST_CHANGE_TRIGGER_TIME: &str = "endpoints.kubernetes.io/last-change-trigger-time";
+
+/// The annotations kept: the trigger time only.
+fn kept_annotations(all: Option<&BTreeMap<String, String>>) -> Option<BTreeMap<String, String>> {
+    let time = all?.get(LAST_CHANGE_TRIGGER_TIME)?;
+    Some(BTreeMap::from([(
+        LAST_CHANGE_TRIGGER_TIME.to_owned(),
+        time.clone(),
+    )]))
 }
 
 fn lean(meta: &ObjectMeta) -> ObjectMeta {
@@ -47,6 +63,7 @@ fn lean(meta: &ObjectMeta) -> ObjectMeta {
         resource_version: meta.resource_version.clone(),
         labels: meta.labels.clone(),
         deletion_timestamp: meta.deletion_timestamp.clone(),
+        annotations: kept_annotations(meta.annotations.as_ref()),
         ..ObjectMeta::default()
     }
 }

@@ -538,3 +538,35 @@ fn nodes_going_away_are_terminating() {
         node(json!({"metadata": {"name": "n1", "deletionTimestamp": "2026-11-24T06:00:00Z"}}));
     assert!(translate::node(&deleted).expect("valid").terminating);
 }
+
+/// An EndpointSlice's `last-change-trigger-time` is kept for the revision
+/// its change makes (a proxy measures network programming latency from
+/// it); one from before the ingest started is not.
+#[test]
+fn slice_trigger_times_reach_the_store() {
+    let mut ingest = ingest();
+    let reader = ingest.reader();
+    let at = |time: &str, ip: &str| {
+        slice(json!({
+            "metadata": {"namespace": "ns", "name": "web-1", "resourceVersion": "1",
+                "labels": {"kubernetes.io/service-name": "web"},
+                "annotations": {"endpoints.kubernetes.io/last-change-trigger-time": time, "other": "x"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}],
+            "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]
+        }))
+    };
+    let old = ingest
+        .apply_slice(&at("2001-01-01T00:00:00Z", "10.1.0.1"))
+        .expect("a change");
+    assert!(
+        reader.take_triggers(old).is_empty(),
+        "before the ingest started"
+    );
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let revision = ingest.apply_slice(&at(&now, "10.1.0.2")).expect("a change");
+    let taken = reader.take_triggers(revision);
+    assert_eq!(taken.len(), 1);
+    assert!(taken[0] <= std::time::SystemTime::now());
+    assert!(reader.take_triggers(revision).is_empty(), "taken once");
+}

@@ -235,6 +235,20 @@ pub struct Reader {
 }
 
 impl Reader {
+    /// Takes the trigger times of the revisions up to `revision` (see
+    /// [`Txn::note_trigger`](crate::Txn::note_trigger)): one per revision
+    /// that noted one, each taken once. A proxy that has applied
+    /// `revision` observes its network programming latency from them.
+    pub fn take_triggers(&self, revision: u64) -> Vec<std::time::SystemTime> {
+        let Ok(mut triggers) = self.stats.triggers.lock() else {
+            return Vec::new();
+        };
+        let later = triggers.split_off(&revision.saturating_add(1));
+        std::mem::replace(&mut *triggers, later)
+            .into_values()
+            .collect()
+    }
+
     /// The latest snapshot. O(1).
     pub fn snapshot(&self) -> Snapshot {
         self.rx.borrow().clone()

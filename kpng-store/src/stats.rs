@@ -23,6 +23,25 @@ pub(crate) struct SharedStats {
     pub(crate) noop_writes: AtomicU64,
     pub(crate) transactions: AtomicU64,
     pub(crate) revisions: AtomicU64,
+    /// Per revision, the earliest time a change in it was triggered (an
+    /// EndpointSlice's `last-change-trigger-time`), until a reader takes
+    /// it; the oldest go beyond [`MAX_TRIGGERS`].
+    pub(crate) triggers: std::sync::Mutex<std::collections::BTreeMap<u64, std::time::SystemTime>>,
+}
+
+/// How many revisions' trigger times are kept for readers.
+pub(crate) const MAX_TRIGGERS: usize = 4096;
+
+impl SharedStats {
+    /// Records that `revision` holds a change triggered at `at`.
+    pub(crate) fn triggered(&self, revision: u64, at: std::time::SystemTime) {
+        if let Ok(mut triggers) = self.triggers.lock() {
+            triggers.insert(revision, at);
+            while triggers.len() > MAX_TRIGGERS {
+                triggers.pop_first();
+            }
+        }
+    }
 }
 
 impl SharedStats {

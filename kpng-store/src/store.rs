@@ -125,6 +125,7 @@ impl Store {
             touched: Vec::new(),
             overflowed: false,
             touches: 0,
+            trigger: None,
             writes: 0,
             noops: 0,
             committed: false,
@@ -215,6 +216,8 @@ pub struct Txn<'a> {
     overflowed: bool,
     /// Changing writes (every touch, kept or not).
     touches: usize,
+    /// The earliest trigger time noted for this transaction's changes.
+    trigger: Option<std::time::SystemTime>,
     writes: u64,
     noops: u64,
     committed: bool,
@@ -348,6 +351,15 @@ impl Txn<'_> {
         self.touched.push(key);
     }
 
+    /// Notes when the change this transaction writes was triggered (an
+    /// EndpointSlice's `endpoints.kubernetes.io/last-change-trigger-time`).
+    /// If it makes a revision, readers find the earliest such time of it
+    /// with [`Reader::take_triggers`](crate::Reader::take_triggers): the
+    /// start of kube-proxy's network programming latency.
+    pub fn note_trigger(&mut self, at: std::time::SystemTime) {
+        self.trigger = Some(self.trigger.map_or(at, |t| t.min(at)));
+    }
+
     /// The value `key` holds in this transaction so far.
     pub fn get(&self, key: &Key) -> Option<Value> {
         self.store.state.get(key)
@@ -392,6 +404,9 @@ impl Txn<'_> {
             let store = &mut *self.store;
             store.revision += 1;
             store.push_log(touched);
+            if let Some(at) = self.trigger {
+                store.stats.triggered(store.revision, at);
+            }
             store.publish();
             tracing::trace!(revision = store.revision, changed, "committed");
             Some(store.revision)
@@ -425,6 +440,9 @@ impl Txn<'_> {
         let store = &mut *self.store;
         store.revision += 1;
         store.clear_log();
+        if let Some(at) = self.trigger {
+            store.stats.triggered(store.revision, at);
+        }
         store.publish();
         tracing::trace!(revision = store.revision, "committed");
         Commit {

@@ -378,7 +378,17 @@ fn hostname() -> String {
 fn backend(
     sink: &Sink,
     metrics: &kpng_health::metrics::Metrics,
+    store: Option<&kpng_store::Reader>,
 ) -> Result<Box<dyn IncrementalSink + Send>, Error> {
+    // Network programming latency from the EndpointSlices' trigger times
+    // when this process holds the store they went into.
+    let measured = |inner: Box<dyn IncrementalSink + Send>| {
+        let measured = kpng_health::metrics::Measured::new(inner, metrics.clone());
+        match store {
+            Some(store) => measured.with_store(store.clone()),
+            None => measured,
+        }
+    };
     Ok(match sink {
         Sink::ToFile(out) => Box::new(kpng_sink::FullState::new(ViewFile {
             path: out.output.clone(),
@@ -406,14 +416,8 @@ fn backend(
                     let nft = Nft::new(None);
                     Box::new(Report(aggregated(backend, nft, path, args, metrics), false))
                 }
-                (_, true) => Box::new(kpng_health::metrics::Measured::new(
-                    Report(backend.dry_run(), true),
-                    metrics.clone(),
-                )),
-                (None, false) => with_health(
-                    kpng_health::metrics::Measured::new(Report(backend, false), metrics.clone()),
-                    args,
-                )?,
+                (_, true) => Box::new(measured(Box::new(Report(backend.dry_run(), true)))),
+                (None, false) => with_health(measured(Box::new(Report(backend, false))), args)?,
             }
         }
         Sink::ToIptables(ipt) => {
@@ -447,14 +451,8 @@ fn backend(
                         false,
                     ))
                 }
-                (_, true) => Box::new(kpng_health::metrics::Measured::new(
-                    Report(backend.dry_run(), true),
-                    metrics.clone(),
-                )),
-                (None, false) => with_health(
-                    kpng_health::metrics::Measured::new(Report(backend, false), metrics.clone()),
-                    args,
-                )?,
+                (_, true) => Box::new(measured(Box::new(Report(backend.dry_run(), true)))),
+                (None, false) => with_health(measured(Box::new(Report(backend, false))), args)?,
             }
         }
     })
@@ -673,7 +671,7 @@ async fn finish(
     }
     let node = node.ok_or_else(|| Error::Usage("--node is needed by this sink".into()))?;
     let metrics = serve_metrics(sink, Some(reader.clone()))?;
-    let mut backend = backend(sink, &metrics)?;
+    let mut backend = backend(sink, &metrics, Some(&reader))?;
     let mut projector = NodeProjector::new(node);
     let config = match sink.args() {
         Some(args) => drive_config(args, once),
@@ -775,7 +773,7 @@ async fn run(cli: Cli) -> Result<(), Error> {
                 return Err(Error::Usage("--node is needed by this sink".into()));
             }
             let metrics = serve_metrics(&args.sink, None)?;
-            let mut sink = backend(&args.sink, &metrics)?;
+            let mut sink = backend(&args.sink, &metrics, None)?;
             let mut config = kpng_api::AgentConfig::default();
             config.once = args.sink.once();
             Ok(kpng_api::run_agent(&address, &args.node, &mut *sink, &config).await?)
