@@ -299,17 +299,32 @@ pub(crate) fn command_line(
             "kpng tells local traffic by clusterCIDR only",
         );
     }
+    // The conntrack settings: a null is kube-proxy's default, which is
+    // kpng's too.
     let ct = &config.conntrack;
-    let set = |d: &Option<String>| d.as_deref().is_some_and(|d| !is_zero(d));
-    if ct.max_per_core.is_some_and(|v| v != 0)
-        || ct.min.is_some_and(|v| v != 0)
-        || set(&ct.tcp_established_timeout)
-        || set(&ct.tcp_close_wait_timeout)
-        || ct.tcp_be_liberal
-        || !is_zero(&ct.udp_timeout)
-        || !is_zero(&ct.udp_stream_timeout)
-    {
-        warn("conntrack", "kpng does not set the conntrack sysctls yet");
+    if let Some(v) = ct.max_per_core {
+        flags.push(format!("--conntrack-max-per-core={v}"));
+    }
+    if let Some(v) = ct.min {
+        flags.push(format!("--conntrack-min={v}"));
+    }
+    if let Some(v) = &ct.tcp_established_timeout {
+        flags.push(format!("--conntrack-tcp-timeout-established={v}"));
+    }
+    if let Some(v) = &ct.tcp_close_wait_timeout {
+        flags.push(format!("--conntrack-tcp-timeout-close-wait={v}"));
+    }
+    if ct.tcp_be_liberal {
+        flags.push("--conntrack-tcp-be-liberal".to_owned());
+    }
+    if !is_zero(&ct.udp_timeout) {
+        flags.push(format!("--conntrack-udp-timeout={}", ct.udp_timeout));
+    }
+    if !is_zero(&ct.udp_stream_timeout) {
+        flags.push(format!(
+            "--conntrack-udp-timeout-stream={}",
+            ct.udp_stream_timeout
+        ));
     }
     if config.feature_gates.as_ref().is_some_and(|g| !g.is_empty()) {
         warn("featureGates", "kpng has none");
@@ -463,6 +478,7 @@ mod tests {
                 "--min-sync-period=1m30s",
                 "--nodeport-addresses=192.168.0.0/24",
                 "--healthz-bind-address=0.0.0.0:10256",
+                "--conntrack-tcp-be-liberal",
                 "--dry-run",
                 "--cluster-cidr",
                 "10.0.0.0/8",
@@ -473,7 +489,6 @@ mod tests {
             "iptables.localhostNodePorts",
             "nodePortAddresses",
             "detectLocalMode",
-            "conntrack",
         ] {
             assert!(
                 warnings

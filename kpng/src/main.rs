@@ -291,6 +291,30 @@ struct BackendArgs {
     /// ctnetlink, as kube-proxy does).
     #[arg(long)]
     no_conntrack_cleanup: bool,
+    /// kube-proxy's: `nf_conntrack_max` is this times the cores (at least
+    /// `--conntrack-min`); 0 leaves it. Read-only outside the host's
+    /// network namespace: then left, with a warning.
+    #[arg(long, default_value_t = 32_768)]
+    conntrack_max_per_core: u64,
+    /// kube-proxy's: the least `nf_conntrack_max`.
+    #[arg(long, default_value_t = 131_072)]
+    conntrack_min: u64,
+    /// kube-proxy's: idle established TCP flows are forgotten after this
+    /// (0 leaves the sysctl).
+    #[arg(long, default_value = "24h", value_parser = parse_duration)]
+    conntrack_tcp_timeout_established: Duration,
+    /// kube-proxy's: flows in CLOSE_WAIT are forgotten after this.
+    #[arg(long, default_value = "1h", value_parser = parse_duration)]
+    conntrack_tcp_timeout_close_wait: Duration,
+    /// kube-proxy's: out-of-window TCP packets are not marked INVALID.
+    #[arg(long)]
+    conntrack_tcp_be_liberal: bool,
+    /// kube-proxy's: the UDP timeout (0 leaves the sysctl).
+    #[arg(long, default_value = "0", value_parser = parse_duration)]
+    conntrack_udp_timeout: Duration,
+    /// kube-proxy's: the UDP stream timeout (0 leaves the sysctl).
+    #[arg(long, default_value = "0", value_parser = parse_duration)]
+    conntrack_udp_timeout_stream: Duration,
     /// Where Prometheus metrics are served (`/metrics`, kube-proxy's
     /// port); empty: not served.
     #[arg(long, default_value = "127.0.0.1:10249")]
@@ -508,6 +532,18 @@ fn with_health<S: IncrementalSink + Send + 'static>(
     // backend's own node view: no copy of their own (~10 MB at 10k
     // Services × 10 endpoints).
     let mut full: Vec<Box<dyn kpng_sink::FullStateSink + Send>> = Vec::new();
+    // kube-proxy's conntrack settings, once, as it applies them at start.
+    let mut sysctls = kpng_conntrack::Sysctls::default();
+    sysctls.max_per_core = args.conntrack_max_per_core;
+    sysctls.min = args.conntrack_min;
+    sysctls.tcp_established_timeout = args.conntrack_tcp_timeout_established;
+    sysctls.tcp_close_wait_timeout = args.conntrack_tcp_timeout_close_wait;
+    sysctls.tcp_be_liberal = args.conntrack_tcp_be_liberal;
+    sysctls.udp_timeout = args.conntrack_udp_timeout;
+    sysctls.udp_stream_timeout = args.conntrack_udp_timeout_stream;
+    for (sysctl, error) in sysctls.apply() {
+        tracing::warn!(sysctl, %error, "conntrack setting not applied");
+    }
     if !args.no_conntrack_cleanup {
         // Over ctnetlink: the `conntrack` tool is never run.
         let cidrs = NftConfig::parse_cidrs("--service-cidr", &args.service_cidr)?;

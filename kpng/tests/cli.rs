@@ -867,4 +867,17 @@ fn kubeadms_kube_proxy_configuration_programs_a_node() {
     );
     let reply = lab.once("podc", "tcp", "10.96.7.7", 80);
     assert!(reply.starts_with("10.244.3.9 "), "{reply}");
+    // kube-proxy's conntrack settings, applied in the node's namespace (a
+    // fresh one holds 5 days; the ConfigMap's null means kube-proxy's 24 h).
+    let established = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &node,
+            "cat",
+            "/proc/sys/net/netfilter/nf_conntrack_tcp_timeout_established",
+        ])
+        .output()
+        .expect("cat");
+    assert_eq!(String::from_utf8_lossy(&established.stdout).trim(), "86400");
 }
