@@ -15,6 +15,23 @@ fn kpng(args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// The bundled sample's dry run for node-a with the pod CIDR, from flags:
+/// what the config-file tests must print too.
+fn sample_dry_run() -> String {
+    let (code, stdout, stderr) = kpng(&[
+        "file",
+        "--node",
+        "node-a",
+        "to-nft",
+        "--dry-run",
+        "--once",
+        "--cluster-cidr",
+        "10.244.0.0/16",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    stdout
+}
+
 /// A network namespace of the test's own (loopback up), deleted on drop
 /// with the processes started in it; `None` (and SKIPPED printed) when
 /// not root.
@@ -409,17 +426,7 @@ fn a_config_file_is_the_command_line() {
         .output()
         .expect("kpng");
     let _ = std::fs::remove_file(&config);
-    let (code, from_flags, _) = kpng(&[
-        "file",
-        "--node",
-        "node-a",
-        "to-nft",
-        "--dry-run",
-        "--once",
-        "--cluster-cidr",
-        "10.244.0.0/16",
-    ]);
-    assert_eq!(code, 0);
+    let from_flags = sample_dry_run();
     assert!(
         from_file.status.success(),
         "{}",
@@ -618,17 +625,7 @@ fn config_variables_are_values_and_the_command_line_overrides_the_file() {
     );
     let _ = std::fs::remove_file(&config);
     assert_eq!(code, 0, "{stderr}");
-    let (code, from_flags, _) = kpng(&[
-        "file",
-        "--node",
-        "node-a",
-        "to-nft",
-        "--dry-run",
-        "--once",
-        "--cluster-cidr",
-        "10.244.0.0/16",
-    ]);
-    assert_eq!(code, 0);
+    let from_flags = sample_dry_run();
     assert_eq!(from_file, from_flags);
 }
 
