@@ -369,13 +369,51 @@ impl Txn<'_> {
     /// changed keys in the change log and publishes the snapshot.
     pub fn commit(mut self) -> Commit {
         self.committed = true;
-        if self.overflowed {
-            return self.commit_overflowed();
+        // What changed: the keys, for the change log; or, for a
+        // transaction that touched more than the log keeps, whether
+        // anything did, found by comparing the state with the one before
+        // (O(entries), as the relist that made it was). Readers spanning
+        // such a revision walk the structures instead of the log.
+        let (changed, keys) = if self.overflowed {
+            let base = std::mem::take(&mut self.base);
+            let same = base.same(&self.store.state);
+            (if same { 0 } else { self.touches }, None)
+        } else {
+            let keys = self.changed_keys();
+            (keys.len(), Some(keys))
+        };
+        let stats = &self.store.stats;
+        stats.writes.fetch_add(self.writes, Ordering::Relaxed);
+        stats.noop_writes.fetch_add(self.noops, Ordering::Relaxed);
+        stats.transactions.fetch_add(1, Ordering::Relaxed);
+        let revision = (changed > 0).then(|| {
+            let store = &mut *self.store;
+            store.stats.revisions.fetch_add(1, Ordering::Relaxed);
+            store.revision += 1;
+            match keys {
+                Some(keys) => store.push_log(keys),
+                None => store.clear_log(),
+            }
+            if let Some(at) = self.trigger {
+                store.stats.triggered(store.revision, at);
+            }
+            store.publish();
+            tracing::trace!(revision = store.revision, changed, "committed");
+            store.revision
+        });
+        Commit {
+            revision,
+            changed,
+            noop_writes: self.noops,
         }
+    }
+
+    /// The keys whose value differs from before the transaction, each
+    /// once. Each touch changed the value it found, so a key touched once
+    /// differs; only a key touched several times may have been set back,
+    /// so only those are compared.
+    fn changed_keys(&mut self) -> Vec<Key> {
         let mut touched = std::mem::take(&mut self.touched);
-        // Each touch changed the value it found. A key touched once thus
-        // differs from its value before the transaction; only a key touched
-        // several times may have been set back, so only those are compared.
         touched.sort_unstable();
         let (mut kept, mut i) = (0, 0);
         while i < touched.len() {
@@ -391,65 +429,7 @@ impl Txn<'_> {
             i = j;
         }
         touched.truncate(kept);
-
-        let stats = &self.store.stats;
-        stats.writes.fetch_add(self.writes, Ordering::Relaxed);
-        stats.noop_writes.fetch_add(self.noops, Ordering::Relaxed);
-        stats.transactions.fetch_add(1, Ordering::Relaxed);
-        let changed = touched.len();
-        let revision = if touched.is_empty() {
-            None
-        } else {
-            stats.revisions.fetch_add(1, Ordering::Relaxed);
-            let store = &mut *self.store;
-            store.revision += 1;
-            store.push_log(touched);
-            if let Some(at) = self.trigger {
-                store.stats.triggered(store.revision, at);
-            }
-            store.publish();
-            tracing::trace!(revision = store.revision, changed, "committed");
-            Some(store.revision)
-        };
-        Commit {
-            revision,
-            changed,
-            noop_writes: self.noops,
-        }
-    }
-
-    /// Commits a transaction that touched more keys than the change log
-    /// keeps: whether anything changed is found by comparing the state
-    /// with the one before, O(entries) as the relist that made it was.
-    /// Readers spanning the revision walk the structures instead of the
-    /// log, as for any revision too large for it.
-    fn commit_overflowed(mut self) -> Commit {
-        let stats = &self.store.stats;
-        stats.writes.fetch_add(self.writes, Ordering::Relaxed);
-        stats.noop_writes.fetch_add(self.noops, Ordering::Relaxed);
-        stats.transactions.fetch_add(1, Ordering::Relaxed);
-        let base = std::mem::take(&mut self.base);
-        if base.same(&self.store.state) {
-            return Commit {
-                revision: None,
-                changed: 0,
-                noop_writes: self.noops,
-            };
-        }
-        stats.revisions.fetch_add(1, Ordering::Relaxed);
-        let store = &mut *self.store;
-        store.revision += 1;
-        store.clear_log();
-        if let Some(at) = self.trigger {
-            store.stats.triggered(store.revision, at);
-        }
-        store.publish();
-        tracing::trace!(revision = store.revision, "committed");
-        Commit {
-            revision: Some(store.revision),
-            changed: self.touches,
-            noop_writes: self.noops,
-        }
+        touched
     }
 }
 
