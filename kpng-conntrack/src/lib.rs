@@ -184,7 +184,10 @@ impl ConntrackCleaner {
     /// `view` does not have, which this cleaner saw in an earlier view or
     /// which is in a Service CIDR it knows.
     pub fn stale(&self, view: &NodeView, flows: &[Flow]) -> Vec<Flow> {
-        let allowed = Allowed::of(view);
+        self.stale_for(&Allowed::of(view), flows)
+    }
+
+    fn stale_for(&self, allowed: &Allowed, flows: &[Flow]) -> Vec<Flow> {
         flows
             .iter()
             .filter(|flow| {
@@ -215,12 +218,12 @@ impl ConntrackCleaner {
     }
 
     /// Dumps the flows and deletes the stale ones.
-    fn reconcile(&mut self, view: &NodeView) -> Result<Vec<Flow>, kpng_netfilter::Error> {
+    fn reconcile(&mut self, allowed: &Allowed) -> Result<Vec<Flow>, kpng_netfilter::Error> {
         let mut flows = Vec::new();
         for ipv6 in [false, true] {
             flows.extend(self.socket()?.udp_flows(ipv6)?);
         }
-        let stale = self.stale(view, &flows);
+        let stale = self.stale_for(allowed, &flows);
         let mut deleted = Vec::new();
         for flow in stale {
             if self.socket()?.delete_flow(&flow)? {
@@ -235,7 +238,8 @@ impl FullStateSink for ConntrackCleaner {
     /// Deletes the flows this view leaves stale. Failures are logged,
     /// never fatal: a stale entry times out on its own.
     fn sync(&mut self, view: &NodeView) -> Result<(), SinkError> {
-        self.last = match self.reconcile(view) {
+        let allowed = Allowed::of(view);
+        self.last = match self.reconcile(&allowed) {
             Ok(deleted) => deleted,
             Err(error) => {
                 tracing::warn!(%error, "conntrack cleanup failed");
@@ -247,7 +251,7 @@ impl FullStateSink for ConntrackCleaner {
         if !self.last.is_empty() {
             tracing::debug!(flows = self.last.len(), "stale UDP flows deleted");
         }
-        self.known.extend(Allowed::of(view).addresses.into_keys());
+        self.known.extend(allowed.addresses.into_keys());
         Ok(())
     }
 }
