@@ -16,16 +16,10 @@ const VERSIONS: [&str; 2] = [
     "kubeproxy.config.k8s.io/v1alpha2",
 ];
 
-/// Whether `text` is a `KubeProxyConfiguration` (by its `kind`).
-pub(crate) fn is_kube_proxy_config(text: &str) -> bool {
-    serde_saphyr::from_str::<serde_json::Value>(text)
-        .ok()
-        .and_then(|v| {
-            v.get("kind")?
-                .as_str()
-                .map(|k| k == "KubeProxyConfiguration")
-        })
-        .unwrap_or(false)
+/// Whether a config file's document is a `KubeProxyConfiguration` (by
+/// its `kind`).
+pub(crate) fn is_kube_proxy_config(doc: &serde_json::Value) -> bool {
+    doc.get("kind").and_then(serde_json::Value::as_str) == Some("KubeProxyConfiguration")
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -150,7 +144,7 @@ const KUBE_PROXY_FLAGS: [(&str, &str); 2] = [
     ("proxy-mode", "mode"),
 ];
 
-/// The kpng command line `text` (a `KubeProxyConfiguration` read from
+/// The kpng command line `doc` (a `KubeProxyConfiguration` read from
 /// `path`) stands for, with `extra` (the flags after `--config`) applied:
 /// kube-proxy's `--hostname-override` and `--proxy-mode` set those fields,
 /// and kpng's flags (`--cluster-cidr`, `--dry-run`, …) override the
@@ -161,11 +155,9 @@ const KUBE_PROXY_FLAGS: [(&str, &str); 2] = [
 /// unknown API version or a mode kpng has no backend for, each named.
 pub(crate) fn command_line(
     path: &str,
-    text: &str,
+    mut doc: serde_json::Value,
     extra: &[String],
 ) -> Result<(Vec<String>, Vec<String>), String> {
-    let mut doc: serde_json::Value =
-        serde_saphyr::from_str(text).map_err(|e| format!("{path}: {e}"))?;
     let mut rest = Vec::new();
     let mut args = extra.iter();
     while let Some(arg) = args.next() {
@@ -368,16 +360,8 @@ pub(crate) fn command_line(
 
     // kpng's own flags on the command line win over the file's.
     let (extra_source, extra_sink) = crate::split_extra("kube", sink, &rest);
-    let given: Vec<&str> = rest
-        .iter()
-        .filter_map(|a| a.strip_prefix("--"))
-        .map(|a| a.split('=').next().unwrap_or(a))
-        .collect();
-    let keep = |flag: &String| {
-        let name = flag.trim_start_matches("--");
-        let name = name.split('=').next().unwrap_or(name);
-        !given.contains(&name)
-    };
+    let given = crate::given_flags(&rest);
+    let keep = |flag: &String| crate::flag_name(flag).is_none_or(|name| !given.contains(name));
     let mut argv = vec!["kpng".to_owned()];
     argv.push(source.remove(0));
     argv.extend(source.into_iter().filter(keep));
@@ -411,7 +395,21 @@ fn with_port(address: &str, port: u16) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{command_line, is_kube_proxy_config};
+    use super::is_kube_proxy_config;
+
+    /// The document `text` parses to.
+    fn yaml(text: &str) -> serde_json::Value {
+        serde_saphyr::from_str(text).expect("YAML")
+    }
+
+    /// [`super::command_line`] on `text`.
+    fn command_line(
+        path: &str,
+        text: &str,
+        extra: &[String],
+    ) -> Result<(Vec<String>, Vec<String>), String> {
+        super::command_line(path, yaml(text), extra)
+    }
 
     /// The `config.conf` of the `kube-proxy` ConfigMap kubeadm writes
     /// (kubeadm 1.31, `podSubnet: 10.244.0.0/16`), with `mode: nftables`.
@@ -423,7 +421,7 @@ mod tests {
 
     #[test]
     fn kubeadms_config_map_is_a_kpng_command_line() {
-        assert!(is_kube_proxy_config(KUBEADM));
+        assert!(is_kube_proxy_config(&yaml(KUBEADM)));
         let (argv, warnings) = command_line(
             "config.conf",
             KUBEADM,

@@ -825,10 +825,11 @@ async fn run(cli: Cli) -> Result<(), Error> {
 /// document; an unset variable is an error that names it. A `true` flag is
 /// given bare, a `false` one left out. Flags given on the command line
 /// after `--config FILE` (`extra`) override the file's.
-fn config_args(path: &str, extra: &[String]) -> Result<Vec<String>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
-    let doc: serde_json::Value =
-        serde_saphyr::from_str(&text).map_err(|e| format!("{path}: {e}"))?;
+fn config_args(
+    path: &str,
+    doc: &serde_json::Value,
+    extra: &[String],
+) -> Result<Vec<String>, String> {
     let map = doc
         .as_object()
         .ok_or_else(|| format!("{path}: expected a mapping"))?;
@@ -839,11 +840,7 @@ fn config_args(path: &str, extra: &[String]) -> Result<Vec<String>, String> {
             .ok_or_else(|| format!("{path}: `{key}` is missing"))?;
         expand_env(value).map_err(|e| format!("{path}: {key}: {e}"))
     };
-    let given: std::collections::BTreeSet<&str> = extra
-        .iter()
-        .filter_map(|a| a.strip_prefix("--"))
-        .map(|a| a.split('=').next().unwrap_or(a))
-        .collect();
+    let given = given_flags(extra);
     let flags = |out: &mut Vec<String>,
                  entries: &mut dyn Iterator<Item = (&String, &serde_json::Value)>|
      -> Result<(), String> {
@@ -884,14 +881,29 @@ fn config_args(path: &str, extra: &[String]) -> Result<Vec<String>, String> {
 /// (`KubeProxyConfiguration`, its warnings logged) or kpng's YAML.
 fn from_config(path: &str, extra: &[String]) -> Result<Vec<String>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
-    if !kube_proxy::is_kube_proxy_config(&text) {
-        return config_args(path, extra);
+    let doc: serde_json::Value =
+        serde_saphyr::from_str(&text).map_err(|e| format!("{path}: {e}"))?;
+    if !kube_proxy::is_kube_proxy_config(&doc) {
+        return config_args(path, &doc, extra);
     }
-    let (argv, warnings) = kube_proxy::command_line(path, &text, extra)?;
+    let (argv, warnings) = kube_proxy::command_line(path, doc, extra)?;
     for warning in warnings {
         tracing::warn!("not done by kpng: {warning}");
     }
     Ok(argv)
+}
+
+/// The name of a long flag (`--name` or `--name=value`); `None` for
+/// anything else.
+fn flag_name(arg: &str) -> Option<&str> {
+    let long = arg.strip_prefix("--")?;
+    Some(long.split_once('=').map_or(long, |(name, _)| name))
+}
+
+/// The names of the flags given on the command line: they override a
+/// config file's.
+fn given_flags(extra: &[String]) -> std::collections::BTreeSet<&str> {
+    extra.iter().filter_map(|a| flag_name(a)).collect()
 }
 
 /// Splits command-line flags into the source's and the rest (the sink's,
@@ -909,18 +921,17 @@ fn split_extra(source: &str, sink: &str, extra: &[String]) -> (Vec<String>, Vec<
     let (mut to_source, mut to_sink) = (Vec::new(), Vec::new());
     let mut args = extra.iter();
     while let Some(arg) = args.next() {
-        let Some(long) = arg.strip_prefix("--") else {
+        let Some(name) = flag_name(arg) else {
             to_sink.push(arg.clone());
             continue;
         };
-        let name = long.split('=').next().unwrap_or(long);
         let (target, takes) = match (takes_value(source_cmd, name), takes_value(sink_cmd, name)) {
             (Some(takes), None) => (&mut to_source, takes),
             (_, Some(takes)) => (&mut to_sink, takes),
             (None, None) => (&mut to_sink, false),
         };
         target.push(arg.clone());
-        if takes && !long.contains('=') {
+        if takes && !arg.contains('=') {
             target.extend(args.next().cloned());
         }
     }
