@@ -14,8 +14,12 @@ use std::os::fd::AsRawFd;
 use nix::errno::Errno;
 use nix::sys::socket::{self, MsgFlags};
 
+use netlink_packet_core::NLA_F_NESTED;
+
 use crate::Error;
 use crate::nft::Socket;
+use crate::nft::expr::nla;
+use crate::nft::raw::{attributes, error_code};
 
 const NFNL_SUBSYS_CTNETLINK: u16 = 1;
 const IPCTNL_MSG_CT_GET: u16 = 1;
@@ -25,8 +29,6 @@ const NLM_F_ACK: u16 = 0x4;
 const NLM_F_DUMP: u16 = 0x300;
 const NLMSG_ERROR: u16 = 2;
 const NLMSG_DONE: u16 = 3;
-const NLA_F_NESTED: u16 = 0x8000;
-const NLA_TYPE_MASK: u16 = 0x3fff;
 
 const CTA_TUPLE_ORIG: u16 = 1;
 const CTA_TUPLE_REPLY: u16 = 2;
@@ -76,46 +78,29 @@ impl Flow {
     }
 }
 
-/// Appends one attribute (its payload padded to 4 bytes).
-fn attr(out: &mut Vec<u8>, kind: u16, payload: &[u8]) {
-    let len = u16::try_from(4 + payload.len()).unwrap_or(u16::MAX);
-    out.extend_from_slice(&len.to_ne_bytes());
-    out.extend_from_slice(&kind.to_ne_bytes());
-    out.extend_from_slice(payload);
-    out.resize(out.len().next_multiple_of(4), 0);
-}
-
 fn tuple_bytes(tuple: &Tuple) -> Vec<u8> {
     let mut ip = Vec::new();
     match (tuple.src, tuple.dst) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
-            attr(&mut ip, CTA_IP_V4_SRC, &s.octets());
-            attr(&mut ip, CTA_IP_V4_DST, &d.octets());
+            ip.extend(nla(CTA_IP_V4_SRC, &s.octets()));
+            ip.extend(nla(CTA_IP_V4_DST, &d.octets()));
         }
         (s, d) => {
             let v6 = |a: IpAddr| match a {
                 IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
                 IpAddr::V6(v6) => v6.octets(),
             };
-            attr(&mut ip, CTA_IP_V6_SRC, &v6(s));
-            attr(&mut ip, CTA_IP_V6_DST, &v6(d));
+            ip.extend(nla(CTA_IP_V6_SRC, &v6(s)));
+            ip.extend(nla(CTA_IP_V6_DST, &v6(d)));
         }
     }
     let mut proto = Vec::new();
-    attr(&mut proto, CTA_PROTO_NUM, &[IPPROTO_UDP]);
-    attr(
-        &mut proto,
-        CTA_PROTO_SRC_PORT,
-        &tuple.src_port.to_be_bytes(),
-    );
-    attr(
-        &mut proto,
-        CTA_PROTO_DST_PORT,
-        &tuple.dst_port.to_be_bytes(),
-    );
+    proto.extend(nla(CTA_PROTO_NUM, &[IPPROTO_UDP]));
+    proto.extend(nla(CTA_PROTO_SRC_PORT, &tuple.src_port.to_be_bytes()));
+    proto.extend(nla(CTA_PROTO_DST_PORT, &tuple.dst_port.to_be_bytes()));
     let mut out = Vec::new();
-    attr(&mut out, CTA_TUPLE_IP | NLA_F_NESTED, &ip);
-    attr(&mut out, CTA_TUPLE_PROTO | NLA_F_NESTED, &proto);
+    out.extend(nla(CTA_TUPLE_IP | NLA_F_NESTED, &ip));
+    out.extend(nla(CTA_TUPLE_PROTO | NLA_F_NESTED, &proto));
     out
 }
 
@@ -134,19 +119,6 @@ fn request(kind: u16, flags: u16, seq: u32, family: u8, attrs: &[u8]) -> Vec<u8>
     out
 }
 
-/// The attributes in `buf`: (type without flags, payload).
-fn attrs(buf: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
-    let mut at = 0;
-    std::iter::from_fn(move || {
-        let head = buf.get(at..at + 4)?;
-        let len = usize::from(u16::from_ne_bytes([head[0], head[1]]));
-        let kind = u16::from_ne_bytes([head[2], head[3]]) & NLA_TYPE_MASK;
-        let payload = buf.get(at + 4..at + len.max(4))?;
-        at += len.max(4).next_multiple_of(4);
-        Some((kind, payload))
-    })
-}
-
 fn parse_ip(payload: &[u8]) -> Option<IpAddr> {
     match payload.len() {
         4 => Some(IpAddr::from(<[u8; 4]>::try_from(payload).ok()?)),
@@ -158,10 +130,10 @@ fn parse_ip(payload: &[u8]) -> Option<IpAddr> {
 /// A tuple's addresses and ports, when it is UDP.
 fn parse_tuple(buf: &[u8]) -> Option<Tuple> {
     let (mut src, mut dst, mut proto, mut sport, mut dport) = (None, None, None, None, None);
-    for (kind, payload) in attrs(buf) {
+    for (kind, payload) in attributes(buf) {
         match kind {
             CTA_TUPLE_IP => {
-                for (kind, payload) in attrs(payload) {
+                for (kind, payload) in attributes(payload) {
                     match kind {
                         CTA_IP_V4_SRC | CTA_IP_V6_SRC => src = parse_ip(payload),
                         CTA_IP_V4_DST | CTA_IP_V6_DST => dst = parse_ip(payload),
@@ -170,7 +142,7 @@ fn parse_tuple(buf: &[u8]) -> Option<Tuple> {
                 }
             }
             CTA_TUPLE_PROTO => {
-                for (kind, payload) in attrs(payload) {
+                for (kind, payload) in attributes(payload) {
                     let port = || Some(u16::from_be_bytes(payload.get(..2)?.try_into().ok()?));
                     match kind {
                         CTA_PROTO_NUM => proto = payload.first().copied(),
@@ -195,7 +167,7 @@ fn parse_tuple(buf: &[u8]) -> Option<Tuple> {
 /// A dumped flow, when it is UDP.
 fn parse_flow(body: &[u8]) -> Option<Flow> {
     let (mut original, mut reply, mut zone) = (None, None, 0);
-    for (kind, payload) in attrs(body.get(4..)?) {
+    for (kind, payload) in attributes(body.get(4..)?) {
         match kind {
             CTA_TUPLE_ORIG => original = parse_tuple(payload),
             CTA_TUPLE_REPLY => reply = parse_tuple(payload),
@@ -208,14 +180,6 @@ fn parse_flow(body: &[u8]) -> Option<Flow> {
         reply: reply?,
         zone,
     })
-}
-
-/// The (negative) errno of an `NLMSG_ERROR` answer's body; 0 for an
-/// acknowledgement.
-fn error_code(body: &[u8]) -> i32 {
-    body.get(..4)
-        .and_then(|b| b.try_into().ok())
-        .map_or(0, i32::from_ne_bytes)
 }
 
 fn family_byte(ip: IpAddr) -> u8 {
@@ -278,13 +242,12 @@ impl Socket {
     /// [`Error::Io`] when the kernel refuses for another reason.
     pub fn delete_flow(&mut self, flow: &Flow) -> Result<bool, Error> {
         let mut body = Vec::new();
-        attr(
-            &mut body,
+        body.extend(nla(
             CTA_TUPLE_ORIG | NLA_F_NESTED,
             &tuple_bytes(&flow.original),
-        );
+        ));
         if flow.zone != 0 {
-            attr(&mut body, CTA_ZONE, &flow.zone.to_be_bytes());
+            body.extend(nla(CTA_ZONE, &flow.zone.to_be_bytes()));
         }
         let seq = self.take_seqs(1);
         let family = family_byte(flow.original.src);
@@ -321,7 +284,9 @@ impl Socket {
 
 #[cfg(test)]
 mod tests {
-    use super::{Flow, Tuple, parse_flow, request, tuple_bytes};
+    use netlink_packet_core::NLA_F_NESTED;
+
+    use super::{Flow, Tuple, nla, parse_flow, request, tuple_bytes};
 
     /// A flow encoded as a dump answer's body parses back.
     #[test]
@@ -343,16 +308,14 @@ mod tests {
             zone: 0,
         };
         let mut attrs = Vec::new();
-        super::attr(
-            &mut attrs,
-            super::CTA_TUPLE_ORIG | super::NLA_F_NESTED,
+        attrs.extend(nla(
+            super::CTA_TUPLE_ORIG | NLA_F_NESTED,
             &tuple_bytes(&flow.original),
-        );
-        super::attr(
-            &mut attrs,
-            super::CTA_TUPLE_REPLY | super::NLA_F_NESTED,
+        ));
+        attrs.extend(nla(
+            super::CTA_TUPLE_REPLY | NLA_F_NESTED,
             &tuple_bytes(&flow.reply),
-        );
+        ));
         let message = request(0, 0, 1, libc::AF_INET as u8, &attrs);
         assert_eq!(parse_flow(&message[16..]), Some(flow));
         assert!(flow.dnated());

@@ -7,7 +7,7 @@
 
 pub mod build;
 mod elements;
-mod expr;
+pub(crate) mod expr;
 mod load;
 mod object;
 pub(crate) mod raw;

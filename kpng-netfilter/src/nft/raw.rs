@@ -3,7 +3,8 @@
 //! (`VecListAttribute::parse`), so a message of ~400 elements costs ~13 MB
 //! of formatting: reading back 100k elements took a minute. Elements are
 //! the bulk of every large table, so their lists are read here; every
-//! other message still goes through the crate.
+//! other nf_tables message still goes through the crate. The message and
+//! attribute walkers serve ctnetlink too ([`crate::conntrack`]).
 
 use super::expr::{Data, Verdict};
 use super::object::Element;
@@ -24,6 +25,14 @@ pub(crate) fn attributes(mut buf: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
         buf = buf.get(len.next_multiple_of(4)..).unwrap_or_default();
         Some((kind, payload))
     })
+}
+
+/// The (negative) errno of an `NLMSG_ERROR` answer's body; 0 for an
+/// acknowledgement.
+pub(crate) fn error_code(body: &[u8]) -> i32 {
+    body.get(..4)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, i32::from_ne_bytes)
 }
 
 /// One netlink message: its type, its sequence number, its bytes after

@@ -358,10 +358,7 @@ impl Socket {
                     3 => return Ok(out),
                     // NLMSG_ERROR: its errno, negative.
                     2 => {
-                        let code = body
-                            .get(..4)
-                            .and_then(|b| b.try_into().ok())
-                            .map_or(0, i32::from_ne_bytes);
+                        let code = super::raw::error_code(body);
                         if code == 0 {
                             continue;
                         }
