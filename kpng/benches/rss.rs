@@ -260,24 +260,9 @@ fn measure(services: usize) {
 /// The real sync: `kpng kube … to-nft --once` programs a namespace of its
 /// own over netlink, from an apiserver in that namespace.
 fn applied(services: usize, dir: &std::path::Path) {
-    let ns = format!("kpng-rss-{}", std::process::id());
-    struct Netns(String);
-    impl Drop for Netns {
-        fn drop(&mut self) {
-            let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-        }
-    }
-    assert!(
-        Command::new("ip")
-            .args(["netns", "add", &ns])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let _netns = Netns(ns.clone());
-    let _ = Command::new("ip")
-        .args(["-n", &ns, "link", "set", "lo", "up"])
-        .status();
+    // The lab's node namespace (loopback up), deleted with the lab.
+    let lab = kpng_lab::Lab::new();
+    let ns = lab.ns("node");
     let apiserver = ApiServerProcess::start_in(Some(&ns), services, &dir.join("kubeconfig-ns"));
     let exe = env!("CARGO_BIN_EXE_kpng");
     let (mib, secs) = peak_of(
