@@ -736,25 +736,7 @@ fn kubeadm_config(dir: &std::path::Path, kubeconfig: &std::path::Path) -> std::p
 /// (a dry run; the next test applies it).
 #[test]
 fn kubeadms_kube_proxy_configuration_runs_kpng() {
-    let dir = std::env::temp_dir().join(format!("kpng-kubeadm-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let kubeconfig = dir.join("kubeconfig.conf");
-    let mut server = start_cart(None, &kubeconfig);
-    let config = kubeadm_config(&dir, &kubeconfig);
-    let out = Command::new(env!("CARGO_BIN_EXE_kpng"))
-        .arg(format!("--config={}", config.display()))
-        .args([
-            "--hostname-override=node-a",
-            "--dry-run",
-            "--once",
-            "--metrics-bind-address=",
-        ])
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("kpng");
-    drop(server.stdin.take());
-    let _ = server.wait();
-    let _ = std::fs::remove_dir_all(&dir);
+    let out = run_kubeadm(None, &["--dry-run"]);
     let (stdout, stderr) = (
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr),
@@ -765,6 +747,42 @@ fn kubeadms_kube_proxy_configuration_runs_kpng() {
     assert!(stdout.contains("10.244.3.9 . 8080"), "{stdout}");
     // The ConfigMap asks nothing kpng leaves undone.
     assert!(!stderr.contains("not done by kpng"), "{stderr}");
+}
+
+/// kpng as kubeadm's DaemonSet runs it (`--config=… --hostname-override=…`)
+/// with `extra` flags, once, in network namespace `netns` or here, against
+/// the cart apiserver running beside it; its output.
+fn run_kubeadm(netns: Option<&str>, extra: &[&str]) -> std::process::Output {
+    let tag = netns.unwrap_or("here");
+    let dir = std::env::temp_dir().join(format!("kpng-kubeadm-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let kubeconfig = dir.join("kubeconfig.conf");
+    let mut server = start_cart(netns, &kubeconfig);
+    let config = kubeadm_config(&dir, &kubeconfig);
+    let kpng = env!("CARGO_BIN_EXE_kpng");
+    let mut command = match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, kpng]);
+            c
+        }
+        None => Command::new(kpng),
+    };
+    let out = command
+        .arg(format!("--config={}", config.display()))
+        .args([
+            "--hostname-override=node-a",
+            "--once",
+            "--metrics-bind-address=",
+        ])
+        .args(extra)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("kpng");
+    drop(server.stdin.take());
+    let _ = server.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    out
 }
 
 /// Serves the cart cluster (see [`serve_cart`]) when a test runs this
@@ -837,26 +855,7 @@ fn kubeadms_kube_proxy_configuration_programs_a_node() {
     lab.host("e1", &["10.244.3.9"], &[]);
     lab.serve("e1", "10.244.3.9");
     let node = lab.ns("node");
-    let dir = std::env::temp_dir().join(format!("kpng-kubeadm-node-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let kubeconfig = dir.join("kubeconfig.conf");
-    let mut server = start_cart(Some(&node), &kubeconfig);
-    let config = kubeadm_config(&dir, &kubeconfig);
-    let out = Command::new("ip")
-        .args(["netns", "exec", &node, env!("CARGO_BIN_EXE_kpng")])
-        .arg(format!("--config={}", config.display()))
-        .args([
-            "--hostname-override=node-a",
-            "--once",
-            "--metrics-bind-address=",
-            "--healthz-bind-address=",
-        ])
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("kpng");
-    drop(server.stdin.take());
-    let _ = server.wait();
-    let _ = std::fs::remove_dir_all(&dir);
+    let out = run_kubeadm(Some(&node), &["--healthz-bind-address="]);
     assert!(
         out.status.success(),
         "{}",
