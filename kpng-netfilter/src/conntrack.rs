@@ -9,17 +9,15 @@
 //! `NETLINK_NETFILTER` subsystems.
 
 use std::net::IpAddr;
-use std::os::fd::AsRawFd;
 
 use nix::errno::Errno;
-use nix::sys::socket::{self, MsgFlags};
 
 use netlink_packet_core::NLA_F_NESTED;
 
 use crate::Error;
 use crate::nft::Socket;
 use crate::nft::expr::nla;
-use crate::nft::raw::{attributes, error_code};
+use crate::nft::raw::{NLMSG_DONE, NLMSG_ERROR, attributes, error_code};
 
 const NFNL_SUBSYS_CTNETLINK: u16 = 1;
 const IPCTNL_MSG_CT_GET: u16 = 1;
@@ -27,8 +25,6 @@ const IPCTNL_MSG_CT_DELETE: u16 = 2;
 const NLM_F_REQUEST: u16 = 0x1;
 const NLM_F_ACK: u16 = 0x4;
 const NLM_F_DUMP: u16 = 0x300;
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
 
 const CTA_TUPLE_ORIG: u16 = 1;
 const CTA_TUPLE_REPLY: u16 = 2;
@@ -206,33 +202,27 @@ impl Socket {
             &[],
         ))?;
         let mut flows = Vec::new();
-        let mut buf = vec![0u8; 256 * 1024];
-        loop {
-            let n = socket::recv(self.fd().as_raw_fd(), &mut buf, MsgFlags::empty())
-                .map_err(Self::io("receive a conntrack dump"))?;
-            for message in crate::nft::raw::messages(&buf[..n]) {
-                let message = message.map_err(|what| Error::Decode {
-                    what: format!("a conntrack dump: {what}"),
-                })?;
-                if message.seq != seq {
-                    continue;
+        self.answers(
+            seq,
+            "receive a conntrack dump",
+            "a conntrack dump",
+            256 * 1024,
+            |message| match message.kind {
+                NLMSG_DONE => Ok(true),
+                NLMSG_ERROR => match error_code(message.body) {
+                    0 => Ok(false),
+                    code => Err(Error::Io {
+                        what: "dump the conntrack table",
+                        source: Errno::from_raw(-code).into(),
+                    }),
+                },
+                _ => {
+                    flows.extend(parse_flow(message.body));
+                    Ok(false)
                 }
-                match message.kind {
-                    NLMSG_DONE => return Ok(flows),
-                    NLMSG_ERROR => {
-                        let code = error_code(message.body);
-                        if code == 0 {
-                            continue;
-                        }
-                        return Err(Error::Io {
-                            what: "dump the conntrack table",
-                            source: Errno::from_raw(-code).into(),
-                        });
-                    }
-                    _ => flows.extend(parse_flow(message.body)),
-                }
-            }
-        }
+            },
+        )?;
+        Ok(flows)
     }
 
     /// Deletes one flow, found by its original tuple (and zone). Returns
@@ -258,18 +248,17 @@ impl Socket {
             family,
             &body,
         ))?;
-        let mut buf = vec![0u8; 8 * 1024];
-        loop {
-            let n = socket::recv(self.fd().as_raw_fd(), &mut buf, MsgFlags::empty())
-                .map_err(Self::io("receive a conntrack answer"))?;
-            for message in crate::nft::raw::messages(&buf[..n]) {
-                let message = message.map_err(|what| Error::Decode {
-                    what: format!("a conntrack answer: {what}"),
-                })?;
-                if message.seq != seq || message.kind != NLMSG_ERROR {
-                    continue;
+        let mut found = Ok(true);
+        self.answers(
+            seq,
+            "receive a conntrack answer",
+            "a conntrack answer",
+            8 * 1024,
+            |message| {
+                if message.kind != NLMSG_ERROR {
+                    return Ok(false);
                 }
-                return match -error_code(message.body) {
+                found = match -error_code(message.body) {
                     0 => Ok(true),
                     e if e == Errno::ENOENT as i32 => Ok(false),
                     e => Err(Error::Io {
@@ -277,8 +266,10 @@ impl Socket {
                         source: Errno::from_raw(e).into(),
                     }),
                 };
-            }
-        }
+                Ok(true)
+            },
+        )?;
+        found
     }
 }
 

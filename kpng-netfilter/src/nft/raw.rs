@@ -27,6 +27,11 @@ pub(crate) fn attributes(mut buf: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
     })
 }
 
+/// `NLMSG_ERROR`: an error, or (errno 0) an acknowledgement.
+pub(crate) const NLMSG_ERROR: u16 = 2;
+/// `NLMSG_DONE`: the end of a dump.
+pub(crate) const NLMSG_DONE: u16 = 3;
+
 /// The (negative) errno of an `NLMSG_ERROR` answer's body; 0 for an
 /// acknowledgement.
 pub(crate) fn error_code(body: &[u8]) -> i32 {

@@ -22,6 +22,7 @@ use nix::sys::time::TimeVal;
 
 use super::expr::RawExpr;
 use super::object::{DataType, Element, Family, Hook, MapTo, Table};
+use super::raw;
 use super::tx::Transaction;
 use crate::Error;
 
@@ -117,11 +118,6 @@ impl Socket {
             next_seq: 1,
             netns: name,
         })
-    }
-
-    /// The socket's descriptor.
-    pub(crate) fn fd(&self) -> &OwnedFd {
-        &self.fd
     }
 
     pub(crate) fn io(what: &'static str) -> impl Fn(Errno) -> Error {
@@ -341,43 +337,55 @@ impl Socket {
         });
         self.send_dump(table.family, request, seq)?;
         let mut out = Vec::new();
-        let mut buf = vec![0u8; 256 * 1024];
+        self.answers(seq, "receive", "an element dump", 256 * 1024, |message| {
+            match message.kind {
+                raw::NLMSG_DONE => Ok(true),
+                raw::NLMSG_ERROR => match raw::error_code(message.body) {
+                    0 => Ok(false),
+                    // No such table or set: nothing to list.
+                    code if -code == Errno::ENOENT as i32 => {
+                        out.clear();
+                        Ok(true)
+                    }
+                    code => Err(Error::Io {
+                        what: "dump",
+                        source: Errno::from_raw(-code).into(),
+                    }),
+                },
+                _ => {
+                    // After the 4-byte nfgenmsg header: the attributes.
+                    let attributes = message.body.get(4..).unwrap_or_default();
+                    if let (_, Some(list)) = raw::element_message(attributes) {
+                        out.extend(list);
+                    }
+                    Ok(false)
+                }
+            }
+        })?;
+        Ok(out)
+    }
+
+    /// Reads the answers to request `seq` (others are skipped), handing
+    /// each to `each` until it says it was the last (`true`) or fails.
+    /// `receive` and `what` name the reads and the answers in errors.
+    pub(crate) fn answers(
+        &self,
+        seq: u32,
+        receive: &'static str,
+        what: &str,
+        buf_size: usize,
+        mut each: impl FnMut(raw::Message<'_>) -> Result<bool, Error>,
+    ) -> Result<(), Error> {
+        let mut buf = vec![0u8; buf_size];
         loop {
             let n = socket::recv(self.fd.as_raw_fd(), &mut buf, MsgFlags::empty())
-                .map_err(Self::io("receive"))?;
-            for message in super::raw::messages(&buf[..n]) {
-                let message = message.map_err(|what| Error::Decode {
-                    what: format!("an element dump: {what}"),
+                .map_err(Self::io(receive))?;
+            for message in raw::messages(&buf[..n]) {
+                let message = message.map_err(|why| Error::Decode {
+                    what: format!("{what}: {why}"),
                 })?;
-                if message.seq != seq {
-                    continue;
-                }
-                let body = message.body;
-                match message.kind {
-                    // NLMSG_DONE.
-                    3 => return Ok(out),
-                    // NLMSG_ERROR: its errno, negative.
-                    2 => {
-                        let code = super::raw::error_code(body);
-                        if code == 0 {
-                            continue;
-                        }
-                        if -code == Errno::ENOENT as i32 {
-                            return Ok(Vec::new());
-                        }
-                        return Err(Error::Io {
-                            what: "dump",
-                            source: Errno::from_raw(-code).into(),
-                        });
-                    }
-                    _ => {
-                        // After the 4-byte nfgenmsg header: the attributes.
-                        if let (_, Some(list)) =
-                            super::raw::element_message(body.get(4..).unwrap_or_default())
-                        {
-                            out.extend(list);
-                        }
-                    }
+                if message.seq == seq && each(message)? {
+                    return Ok(());
                 }
             }
         }
