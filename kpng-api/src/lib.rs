@@ -70,6 +70,8 @@
 //! # }
 //! ```
 
+mod authority;
+
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -880,12 +882,18 @@ pub async fn connect(address: &Address) -> Result<EnlsClient<tonic::transport::C
 
 /// Serves `server` on a bound unix socket until the task is dropped.
 ///
+/// Clients of any gRPC implementation are served: grpc-core's (Python,
+/// C++, Ruby…) name the socket path as the request's `:authority`, which
+/// the HTTP/2 server cannot parse, and is shown `localhost` instead.
+///
 /// # Errors
 /// When the transport fails.
 pub async fn serve(listener: tokio::net::UnixListener, server: Server) -> Result<(), Error> {
+    use futures::TryStreamExt;
+    let incoming = UnixListenerStream::new(listener).map_ok(authority::FixAuthority::new);
     tonic::transport::Server::builder()
         .add_service(service(server))
-        .serve_with_incoming(UnixListenerStream::new(listener))
+        .serve_with_incoming(incoming)
         .await?;
     Ok(())
 }

@@ -1,0 +1,234 @@
+//! gRPC clients that are not kpng's own, on the unix socket: grpc-core
+//! names the socket path, percent-encoded, as the request's `:authority`,
+//! which the HTTP/2 server under tonic cannot parse. A raw HTTP/2 client
+//! sends exactly that; Python's grpcio (grpc-core itself) runs where it is
+//! installed (`.ci/run` installs it and sets `KPNG_TEST_PYTHON`).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use httlib_hpack::{Decoder, Encoder};
+use kpng_api::{Server, bind_unix, serve};
+use kpng_model::Kind;
+use kpng_model::v1::{WatchEvent, WatchRequest, watch_event::Event};
+use kpng_store::Store;
+use kpng_testkit::{Cluster, ClusterShape};
+use prost::Message;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::UnixStream;
+
+fn serving(test: &str) -> (PathBuf, Store, tokio::task::JoinHandle<()>) {
+    let cluster = Cluster::synthetic(ClusterShape {
+        services: 30,
+        endpoints: 120,
+        nodes: 4,
+        zones: 2,
+    });
+    let mut store = Store::new();
+    cluster.load_into(&mut store);
+    store.mark_synced(Kind::Service);
+    store.mark_synced(Kind::Endpoint);
+    let path =
+        std::env::temp_dir().join(format!("kpng-clients-{test}-{}.sock", std::process::id()));
+    let listener = bind_unix(&path).expect("bind");
+    let server = Server::new(store.reader());
+    let task = tokio::spawn(async move {
+        let _ = serve(listener, server).await;
+    });
+    (path, store, task)
+}
+
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(payload.len()).expect("short").to_be_bytes();
+    let mut f = len[1..].to_vec();
+    f.extend([kind, flags]);
+    f.extend(stream.to_be_bytes());
+    f.extend(payload);
+    f
+}
+
+/// The authority grpc-core sends for `unix:///<path>`.
+fn grpc_core_authority(path: &Path) -> String {
+    path.to_string_lossy()
+        .trim_start_matches('/')
+        .replace('/', "%2F")
+}
+
+/// Watches `node` as grpc-core would, over raw HTTP/2, until the first
+/// sync; returns how many events came before it.
+async fn raw_watch(path: &Path, node: &str) -> usize {
+    let mut socket = UnixStream::connect(path).await.expect("connect");
+    let mut encoder = Encoder::default();
+    let mut block = Vec::new();
+    let authority = grpc_core_authority(path);
+    for (name, value, flags) in [
+        (":method", "POST", 0x10_u8),
+        (":scheme", "http", 0x10),
+        (":path", "/kpng.model.v1.Enls/Watch", 0x2 | 0x4),
+        (":authority", authority.as_str(), 0x2 | 0x4),
+        ("content-type", "application/grpc", 0x2 | 0x4),
+        ("te", "trailers", 0x4),
+    ] {
+        encoder
+            .encode(
+                (name.as_bytes().to_vec(), value.as_bytes().to_vec(), flags),
+                &mut block,
+            )
+            .expect("encode");
+    }
+    let request = WatchRequest {
+        node: node.into(),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    let mut message = vec![0];
+    message.extend(u32::try_from(request.len()).expect("short").to_be_bytes());
+    message.extend(request);
+
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend(frame(0x4, 0, 0, &[]));
+    out.extend(frame(0x1, 0x4, 1, &block));
+    out.extend(frame(0x0, 0x1, 1, &message));
+    socket.write_all(&out).await.expect("write");
+
+    let mut decoder = Decoder::default();
+    let mut grpc = Vec::new();
+    let mut events = 0;
+    loop {
+        let mut header = [0; 9];
+        socket.read_exact(&mut header).await.expect("a frame");
+        let len =
+            usize::from(header[0]) << 16 | usize::from(header[1]) << 8 | usize::from(header[2]);
+        let (kind, flags) = (header[3], header[4]);
+        let mut payload = vec![0; len];
+        socket.read_exact(&mut payload).await.expect("a payload");
+        match kind {
+            // DATA: gRPC messages; give the window back.
+            0x0 => {
+                grpc.extend_from_slice(&payload);
+                let credit = u32::try_from(len).expect("short").to_be_bytes();
+                let mut back = frame(0x8, 0, 0, &credit);
+                back.extend(frame(0x8, 0, 1, &credit));
+                if len > 0 {
+                    socket.write_all(&back).await.expect("window");
+                }
+                while grpc.len() >= 5 {
+                    let size = u32::from_be_bytes(grpc[1..5].try_into().expect("4")) as usize;
+                    if grpc.len() < 5 + size {
+                        break;
+                    }
+                    let event = WatchEvent::decode(&grpc[5..5 + size]).expect("an event");
+                    grpc.drain(..5 + size);
+                    events += 1;
+                    if let Some(Event::Sync(_)) = event.event {
+                        return events;
+                    }
+                }
+            }
+            // HEADERS: the response's; trailers before a sync are a failure.
+            0x1 => {
+                let mut fields = Vec::new();
+                decoder.decode(&mut payload, &mut fields).expect("HPACK");
+                let fields: Vec<_> = fields
+                    .into_iter()
+                    .map(|(n, v, _)| {
+                        format!(
+                            "{}: {}",
+                            String::from_utf8_lossy(&n),
+                            String::from_utf8_lossy(&v)
+                        )
+                    })
+                    .collect();
+                assert!(
+                    flags & 0x1 == 0,
+                    "the stream ended before a sync: {fields:?}"
+                );
+            }
+            0x3 => panic!("RST_STREAM, error code {:?}", &payload),
+            0x4 if flags & 0x1 == 0 => socket
+                .write_all(&frame(0x4, 0x1, 0, &[]))
+                .await
+                .expect("ack"),
+            0x7 => panic!("GOAWAY: {:?}", String::from_utf8_lossy(&payload)),
+            _ => {}
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_naming_the_socket_path_as_authority_is_served() {
+    let (path, _store, task) = serving("raw");
+    let events = tokio::time::timeout(Duration::from_secs(20), raw_watch(&path, "node-1"))
+        .await
+        .expect("a sync within 20 s");
+    assert!(events > 1, "the view's events, then the sync: {events}");
+    task.abort();
+    let _ = std::fs::remove_file(&path);
+}
+
+const PYTHON_WATCH: &str = r#"
+import sys, grpc
+sys.path.insert(0, sys.argv[1])
+from kpng.model.v1 import watch_pb2, watch_pb2_grpc
+stub = watch_pb2_grpc.EnlsStub(grpc.insecure_channel(sys.argv[2]))
+events = 0
+for event in stub.Watch(watch_pb2.WatchRequest(node=sys.argv[3]), timeout=20):
+    events += 1
+    if event.WhichOneof('event') == 'sync':
+        print('synced after', events, 'events')
+        break
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_grpcio_watches_over_the_unix_socket() {
+    let python = std::env::var("KPNG_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    let has_grpc = std::process::Command::new(&python)
+        .args(["-c", "import grpc, grpc_tools"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_grpc {
+        eprintln!("SKIPPED: {python} has no grpcio and grpcio-tools (.ci/run installs them)");
+        return;
+    }
+    let (path, _store, task) = serving("python");
+    let stubs = std::env::temp_dir().join(format!("kpng-clients-stubs-{}", std::process::id()));
+    std::fs::create_dir_all(&stubs).expect("stub dir");
+    let proto = Path::new(env!("CARGO_MANIFEST_DIR")).join("../kpng-model/proto");
+    let generated = std::process::Command::new(&python)
+        .args(["-m", "grpc_tools.protoc"])
+        .arg(format!("-I{}", proto.display()))
+        .arg(format!("--python_out={}", stubs.display()))
+        .arg(format!("--grpc_python_out={}", stubs.display()))
+        .args(["kpng/model/v1/model.proto", "kpng/model/v1/watch.proto"])
+        .output()
+        .expect("protoc");
+    assert!(
+        generated.status.success(),
+        "{}",
+        String::from_utf8_lossy(&generated.stderr)
+    );
+    let target = format!("unix://{}", path.display());
+    let stub_dir = stubs.clone();
+    let run = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("timeout")
+            .arg("60")
+            .arg(&python)
+            .args(["-c", PYTHON_WATCH])
+            .arg(stub_dir)
+            .arg(target)
+            .arg("node-2")
+            .output()
+            .expect("python")
+    })
+    .await
+    .expect("join");
+    task.abort();
+    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_dir_all(&stubs);
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success() && stdout.contains("synced after"),
+        "grpcio's watch: {stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+}
