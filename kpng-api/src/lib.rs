@@ -433,8 +433,8 @@ enum Pending {
     Full(FullView),
 }
 
-/// A whole view sent in batches: the node, then per Service its set and
-/// its endpoints, resumed at (Service, position) between batches.
+/// A whole view sent in batches: the node, the Service CIDRs, then per
+/// Service its set and its endpoints, resumed at (Service, position) between batches.
 struct FullView {
     view: NodeView,
     node_sent: bool,
@@ -457,6 +457,9 @@ impl FullView {
             && let Some(node) = &self.view.node
         {
             out.push(ViewOp::SetNode(node.clone()));
+        }
+        if self.next.is_none() && !self.view.service_cidrs.is_empty() {
+            out.push(ViewOp::SetServiceCidrs(self.view.service_cidrs.clone()));
         }
         let start = match self.next.take() {
             Some(Cursor::Done) => return None,

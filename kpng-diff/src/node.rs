@@ -4,6 +4,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use imbl::ordmap::DiffItem;
+use kpng_model::v1::IpSet;
 use kpng_model::view::{NodeView, ServiceView, ViewOp};
 use kpng_model::{Key, ServiceName};
 use kpng_sink::{IncrementalSink, SinkError};
@@ -31,6 +32,7 @@ pub fn node_view(snapshot: &Snapshot, node_name: &str) -> NodeView {
 pub fn diff_views(a: &NodeView, b: &NodeView) -> Vec<ViewOp> {
     let mut ops = Vec::new();
     node_ops(a, b.node.as_ref(), &mut ops);
+    service_cidr_ops(a, &b.service_cidrs, &mut ops);
     for item in a.services.diff(&b.services) {
         match item {
             DiffItem::Add(_, new) => service_ops(None, Some(new), &mut ops),
@@ -46,6 +48,34 @@ fn node_ops(a: &NodeView, node: Option<&Arc<kpng_model::v1::Node>>, ops: &mut Ve
         (old, Some(new)) if old != Some(new) => ops.push(ViewOp::SetNode(new.clone())),
         (Some(_), None) => ops.push(ViewOp::DeleteNode),
         _ => {}
+    }
+}
+
+/// Appends the op that gives view `a` the Service CIDRs `cidrs`, unless
+/// it has them.
+pub(crate) fn service_cidr_ops(a: &NodeView, cidrs: &Arc<IpSet>, ops: &mut Vec<ViewOp>) {
+    if !Arc::ptr_eq(&a.service_cidrs, cidrs) && a.service_cidrs != *cidrs {
+        ops.push(ViewOp::SetServiceCidrs(cidrs.clone()));
+    }
+}
+
+/// The Service CIDRs at `snapshot`, given the view's: the view's own
+/// `Arc` when they are equal, so views keep sharing it. `keys`, the keys
+/// changed since the view's revision (`None`: unknown), spares the merge
+/// when no ServiceCIDR changed.
+pub(crate) fn service_cidrs_at(
+    snapshot: &Snapshot,
+    keys: Option<&BTreeSet<Key>>,
+    held: &Arc<IpSet>,
+) -> Arc<IpSet> {
+    if keys.is_some_and(|keys| !keys.iter().any(|k| matches!(k, Key::ServiceCidr(_)))) {
+        return held.clone();
+    }
+    let merged = snapshot.merged_service_cidrs();
+    if **held == merged {
+        held.clone()
+    } else {
+        Arc::new(merged)
     }
 }
 
@@ -165,19 +195,22 @@ impl NodeProjector {
     /// given (a full round sends the whole view instead: at 10k × 10 the
     /// list would be 110k ops built for nothing).
     fn advance(&mut self, snapshot: &Snapshot, mut ops: Option<&mut Vec<ViewOp>>) {
-        let affected = match &self.last {
-            None => Affected::All,
-            Some(last) => match snapshot.changed_since(last) {
-                Some(keys) if !keys.contains(&Key::Node(self.node_name.clone())) => {
-                    Affected::Some(services_of(&keys))
-                }
-                _ => Affected::All,
-            },
+        let keys = self
+            .last
+            .as_ref()
+            .and_then(|last| snapshot.changed_since(last));
+        let affected = match &keys {
+            Some(keys) if !keys.contains(&Key::Node(self.node_name.clone())) => {
+                Affected::Some(services_of(keys))
+            }
+            _ => Affected::All,
         };
 
         let node = snapshot.node(&self.node_name).cloned();
+        let service_cidrs = service_cidrs_at(snapshot, keys.as_ref(), &self.view.service_cidrs);
         if let Some(ops) = ops.as_deref_mut() {
             node_ops(&self.view, node.as_ref(), ops);
+            service_cidr_ops(&self.view, &service_cidrs, ops);
         }
         let zone = node.as_ref().map_or("", |n| n.zone.as_str());
         let context = NodeContext {
@@ -214,6 +247,7 @@ impl NodeProjector {
         self.view = NodeView {
             revision: snapshot.revision(),
             node,
+            service_cidrs,
             services,
         };
         self.last = Some(snapshot.clone());
@@ -244,6 +278,10 @@ impl NodeProjector {
             sink.share_view(&self.view);
             if let Some(node) = &self.view.node {
                 sink.apply(&ViewOp::SetNode(node.clone()))?;
+                count += 1;
+            }
+            if !self.view.service_cidrs.is_empty() {
+                sink.apply(&ViewOp::SetServiceCidrs(self.view.service_cidrs.clone()))?;
                 count += 1;
             }
             for (name, view) in &self.view.services {

@@ -18,7 +18,7 @@ use kpng_model::view::{NodeView, ServiceView, ViewDigest, ViewOp};
 use kpng_model::{Key, ServiceName};
 use kpng_store::Snapshot;
 
-use crate::node::{diff_views, services_of};
+use crate::node::{diff_views, service_cidrs_at, services_of};
 use crate::select::{NodeContext, project_service};
 
 type Services = OrdMap<ServiceName, Arc<ServiceView>>;
@@ -206,9 +206,13 @@ impl SharedViews {
 
         // Services unchanged since `prev` keep their view: only those that
         // changed are projected again.
-        let changed: Option<BTreeSet<ServiceName>> = prev
-            .filter(|p| p.zone == zone && p.view.node == node_object)
-            .and_then(|p| snapshot.changed_since(p.snapshot.as_ref()?))
+        let keys = prev.and_then(|p| snapshot.changed_since(p.snapshot.as_ref()?));
+        let held = prev
+            .map(|p| p.view.service_cidrs.clone())
+            .unwrap_or_default();
+        let service_cidrs = service_cidrs_at(&snapshot, keys.as_ref(), &held);
+        let changed: Option<BTreeSet<ServiceName>> = keys
+            .filter(|_| prev.is_some_and(|p| p.zone == zone && p.view.node == node_object))
             .map(|keys| services_of(&keys));
         let context = NodeContext {
             name: &node,
@@ -251,12 +255,15 @@ impl SharedViews {
             digest = digest + term;
             own.insert(name, term);
         }
-        digest = digest + ViewDigest::node_term(node_object.as_deref());
+        digest = digest
+            + ViewDigest::node_term(node_object.as_deref())
+            + ViewDigest::service_cidrs_term(&service_cidrs);
         SharedNodeView {
             node,
             view: NodeView {
                 revision: snapshot.revision(),
                 node: node_object,
+                service_cidrs,
                 services,
             },
             digest,
@@ -424,9 +431,13 @@ pub fn view_changes(old: &Snapshot, new: &SharedNodeView) -> Option<Vec<ViewOp>>
     let mut before = NodeView {
         revision: old.revision(),
         node: new.view.node.clone(),
+        service_cidrs: new.view.service_cidrs.clone(),
         services: OrdMap::new(),
     };
     let mut after = before.clone();
+    if keys.iter().any(|k| matches!(k, Key::ServiceCidr(_))) {
+        before.service_cidrs = Arc::new(old.merged_service_cidrs());
+    }
     for name in names {
         if let Some(view) = project_service(old, name, context) {
             before.services.insert(name.clone(), Arc::new(view));

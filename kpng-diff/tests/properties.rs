@@ -105,10 +105,34 @@ fn write() -> impl Strategy<Value = Write> {
             };
             Write::Set(Key::Node(name.into()), Value::Node(Arc::new(node)))
         });
+    // Two ServiceCIDR objects whose ranges overlap: deleting one keeps
+    // the ranges the other has.
+    let service_cidr = (
+        prop_oneof![Just("kubernetes"), Just("extra")],
+        prop_oneof![Just("10.96.0.0/16"), Just("10.97.0.0/16")],
+        proptest::bool::ANY,
+    )
+        .prop_map(|(name, cidr, v6)| {
+            let mut cidrs = vec![cidr];
+            if v6 {
+                cidrs.push("fd00:96::/112");
+            }
+            let cidr = kpng_model::v1::ServiceCidr {
+                name: name.into(),
+                cidrs: Some(kpng_model::v1::IpSet::parse_cidrs("cidrs", cidrs).expect("cidrs")),
+            };
+            Write::Set(
+                Key::ServiceCidr(name.into()),
+                Value::ServiceCidr(Arc::new(cidr)),
+            )
+        });
     prop_oneof![
         2 => service,
         5 => endpoint,
         1 => node,
+        1 => service_cidr,
+        1 => prop_oneof![Just("kubernetes"), Just("extra")]
+            .prop_map(|n| Write::Delete(Key::ServiceCidr(n.into()))),
         1 => service_name().prop_map(|n| Write::Delete(Key::Service(n))),
         2 => (service_name(), 0..4u8).prop_map(|(n, id)| Write::Delete(Key::Endpoint(n, [10, 0, 0, id].into()))),
         1 => Just(Write::Delete(Key::Node(NODE.into()))),
@@ -197,7 +221,10 @@ proptest! {
             prop_assert_eq!(&applied, &fresh);
             // ... and are exactly what diffing the two views gives.
             prop_assert_eq!(&ops, &diff_views(&previous, &fresh));
-            if previous.services == fresh.services && previous.node == fresh.node {
+            if previous.services == fresh.services
+                && previous.node == fresh.node
+                && previous.service_cidrs == fresh.service_cidrs
+            {
                 prop_assert!(ops.is_empty(), "no op when the view did not change");
             }
             previous = fresh;

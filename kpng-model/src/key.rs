@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::endpoint::EndpointInfo;
-use crate::v1::{Node, Service};
+use crate::v1::{Node, Service, ServiceCidr};
 
 /// The identity of a Service: its namespace and name.
 ///
@@ -120,6 +120,8 @@ impl serde::Serialize for ServiceName {
 pub enum Kind {
     /// Nodes (topology labels and addresses).
     Node,
+    /// ServiceCIDRs (the ranges Service IPs are allocated from).
+    ServiceCidr,
     /// Services.
     Service,
     /// Endpoints (from EndpointSlices).
@@ -128,17 +130,20 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind, in key order.
-    pub const ALL: [Kind; 3] = [Kind::Node, Kind::Service, Kind::Endpoint];
+    pub const ALL: [Kind; 4] = [Kind::Node, Kind::ServiceCidr, Kind::Service, Kind::Endpoint];
 }
 
 /// The key of one ENLS entry.
 ///
-/// Keys order by kind (nodes, Services, endpoints), then by name (see
+/// Keys order by kind (nodes, ServiceCIDRs, Services, endpoints), then by
+/// name (see
 /// [`ServiceName`] for its order), then by address.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Key {
     /// A node, by name.
     Node(Arc<str>),
+    /// A ServiceCIDR, by name.
+    ServiceCidr(Arc<str>),
     /// A Service.
     Service(ServiceName),
     /// An endpoint of a Service, identified by its primary address
@@ -151,16 +156,17 @@ impl Key {
     pub fn kind(&self) -> Kind {
         match self {
             Key::Node(_) => Kind::Node,
+            Key::ServiceCidr(_) => Kind::ServiceCidr,
             Key::Service(_) => Kind::Service,
             Key::Endpoint(..) => Kind::Endpoint,
         }
     }
 
     /// The Service this key belongs to: the Service itself or the owner of
-    /// an endpoint. `None` for nodes.
+    /// an endpoint. `None` for nodes and ServiceCIDRs.
     pub fn service(&self) -> Option<&ServiceName> {
         match self {
-            Key::Node(_) => None,
+            Key::Node(_) | Key::ServiceCidr(_) => None,
             Key::Service(name) | Key::Endpoint(name, _) => Some(name),
         }
     }
@@ -170,6 +176,7 @@ impl fmt::Display for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Key::Node(name) => write!(f, "node/{name}"),
+            Key::ServiceCidr(name) => write!(f, "servicecidr/{name}"),
             Key::Service(name) => write!(f, "service/{name}"),
             Key::Endpoint(name, id) => write!(f, "endpoint/{name}/{id}"),
         }
@@ -199,6 +206,8 @@ impl serde::Serialize for Key {
 pub enum Value {
     /// A node.
     Node(Arc<Node>),
+    /// A ServiceCIDR.
+    ServiceCidr(Arc<ServiceCidr>),
     /// A Service.
     Service(Arc<Service>),
     /// An endpoint.
@@ -210,6 +219,7 @@ impl Value {
     pub fn kind(&self) -> Kind {
         match self {
             Value::Node(_) => Kind::Node,
+            Value::ServiceCidr(_) => Kind::ServiceCidr,
             Value::Service(_) => Kind::Service,
             Value::Endpoint(_) => Kind::Endpoint,
         }
@@ -220,6 +230,7 @@ impl fmt::Debug for Value {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Value::Node(v) => v.fmt(f),
+            Value::ServiceCidr(v) => v.fmt(f),
             Value::Service(v) => v.fmt(f),
             Value::Endpoint(v) => v.fmt(f),
         }
@@ -286,6 +297,10 @@ pub mod wire {
             (Key::Endpoint(name, ip), _) => Change::DeleteEndpoint(endpoint_key(name, ip)),
             (Key::Node(_), Some(Value::Node(n))) => Change::SetNode((**n).clone()),
             (Key::Node(name), _) => Change::DeleteNode(name.to_string()),
+            (Key::ServiceCidr(_), Some(Value::ServiceCidr(c))) => {
+                Change::SetServiceCidr((**c).clone())
+            }
+            (Key::ServiceCidr(name), _) => Change::DeleteServiceCidr(name.to_string()),
         };
         v1::EnlsChange {
             change: Some(change),
@@ -322,6 +337,11 @@ pub mod wire {
                     Some(Value::Node(Arc::new(n))),
                 ),
                 Change::DeleteNode(name) => (Key::Node(name.as_str().into()), None),
+                Change::SetServiceCidr(c) => (
+                    Key::ServiceCidr(c.name.as_str().into()),
+                    Some(Value::ServiceCidr(Arc::new(c))),
+                ),
+                Change::DeleteServiceCidr(name) => (Key::ServiceCidr(name.as_str().into()), None),
             },
         )
     }

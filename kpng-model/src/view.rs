@@ -16,7 +16,7 @@ use imbl::OrdMap;
 
 use crate::addr::IpFamily;
 use crate::endpoint::EndpointInfo;
-use crate::v1::{Node, Protocol, Service, TrafficPolicy};
+use crate::v1::{IpSet, Node, Protocol, Service, TrafficPolicy};
 use crate::{Error, Result, ServiceName};
 
 /// One endpoint address as this node uses it.
@@ -365,21 +365,27 @@ pub struct NodeView {
     /// This node, when the ENLS knows it (its zone drives topology hints,
     /// its addresses the default NodePort addresses).
     pub node: Option<Arc<Node>>,
+    /// The cluster's Service CIDRs: every ServiceCIDR object's ranges,
+    /// merged. An address in them that no Service holds is dropped.
+    pub service_cidrs: Arc<IpSet>,
     /// The Services, by name.
     pub services: OrdMap<ServiceName, Arc<ServiceView>>,
 }
 
 /// One change to a [`NodeView`].
 ///
-/// A diff is a sequence of ops in this order: node ops first, then per
-/// Service (in name order) either one `DeleteService`, or an optional
-/// `SetService` followed by its `DeleteEndpoint`s and `SetEndpoint`s.
+/// A diff is a sequence of ops in this order: node ops first, then
+/// `SetServiceCidrs`, then per Service (in name order) either one
+/// `DeleteService`, or an optional `SetService` followed by its
+/// `DeleteEndpoint`s and `SetEndpoint`s.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub enum ViewOp {
     /// This node's object was created or changed.
     SetNode(Arc<Node>),
     /// This node's object went away.
     DeleteNode,
+    /// The cluster's Service CIDRs changed: all of them (empty: none).
+    SetServiceCidrs(Arc<IpSet>),
     /// A Service was created or its definition changed. A new Service starts
     /// with no endpoints; its endpoints follow as `SetEndpoint`.
     SetService(Arc<Service>),
@@ -413,6 +419,7 @@ impl NodeView {
         match op {
             ViewOp::SetNode(node) => self.node = Some(node.clone()),
             ViewOp::DeleteNode => self.node = None,
+            ViewOp::SetServiceCidrs(cidrs) => self.service_cidrs = cidrs.clone(),
             ViewOp::SetService(service) => {
                 let name = service.service_name();
                 // Already so (a shared view): nothing is copied, not even
@@ -502,7 +509,8 @@ pub struct ViewDigest(u128);
 impl ViewDigest {
     /// The digest of a whole view, from scratch: O(view).
     pub fn of(view: &NodeView) -> Self {
-        let mut digest = Self::node_term(view.node.as_deref());
+        let mut digest =
+            Self::node_term(view.node.as_deref()) + Self::service_cidrs_term(&view.service_cidrs);
         for (name, service) in &view.services {
             digest = digest + Self::service_term(name, service);
         }
@@ -517,6 +525,16 @@ impl ViewDigest {
     /// The term the node object (or its absence) contributes.
     pub fn node_term(node: Option<&Node>) -> Self {
         Self(stable_hash(&("node", node)))
+    }
+
+    /// The term the Service CIDRs contribute: none when there are none
+    /// (a view without them digests as it did before they existed).
+    pub fn service_cidrs_term(cidrs: &IpSet) -> Self {
+        if cidrs.is_empty() {
+            Self::default()
+        } else {
+            Self(stable_hash(&("service-cidrs", cidrs)))
+        }
     }
 
     /// The 16 bytes sent on the wire (big-endian).
@@ -602,6 +620,7 @@ pub mod wire {
         let change = match op {
             ViewOp::SetNode(node) => Change::SetNode((**node).clone()),
             ViewOp::DeleteNode => Change::DeleteNode(true),
+            ViewOp::SetServiceCidrs(cidrs) => Change::SetServiceCidrs((**cidrs).clone()),
             ViewOp::SetService(svc) => Change::SetService((**svc).clone()),
             ViewOp::DeleteService(name) => Change::DeleteService(service_ref(name)),
             ViewOp::SetEndpoint(name, ep) => Change::SetEndpoint(v1::SetEndpoint {
@@ -633,6 +652,7 @@ pub mod wire {
         Ok(match change.change.ok_or_else(|| missing("change"))? {
             Change::SetNode(node) => ViewOp::SetNode(Arc::new(node)),
             Change::DeleteNode(_) => ViewOp::DeleteNode,
+            Change::SetServiceCidrs(cidrs) => ViewOp::SetServiceCidrs(Arc::new(cidrs)),
             Change::SetService(svc) => ViewOp::SetService(Arc::new(svc)),
             Change::DeleteService(r) => ViewOp::DeleteService(service_name(Some(&r))?),
             Change::SetEndpoint(set) => {

@@ -75,7 +75,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use kpng_model::ServiceName;
-use kpng_model::v1::{Node, Service};
+use kpng_model::v1::{IpSet, Node, Service};
 use kpng_model::view::{EndpointView, NodeView, ViewOp};
 
 /// A boxed error from a backend.
@@ -160,6 +160,10 @@ pub trait IncrementalSink {
     /// This node's object went away.
     fn delete_node(&mut self) {}
 
+    /// The cluster's Service CIDRs changed: all of them (empty: none). An
+    /// address in them that no Service holds is dropped.
+    fn set_service_cidrs(&mut self, _cidrs: &Arc<IpSet>) {}
+
     /// A Service was created, or its definition changed. A new Service has
     /// no endpoints until `set_endpoint` adds them.
     fn set_service(&mut self, _service: &Arc<Service>) {}
@@ -208,6 +212,7 @@ pub trait IncrementalSink {
         match op {
             ViewOp::SetNode(node) => self.set_node(node),
             ViewOp::DeleteNode => self.delete_node(),
+            ViewOp::SetServiceCidrs(cidrs) => self.set_service_cidrs(cidrs),
             ViewOp::SetService(service) => self.set_service(service),
             ViewOp::DeleteService(name) => self.delete_service(name),
             ViewOp::SetEndpoint(name, endpoint) => self.set_endpoint(name, endpoint),
@@ -250,6 +255,9 @@ macro_rules! callbacks_as_ops {
         }
         fn delete_node(&mut self) {
             self.$($method).+(&$crate::__model::view::ViewOp::DeleteNode);
+        }
+        fn set_service_cidrs(&mut self, cidrs: &::std::sync::Arc<$crate::__model::v1::IpSet>) {
+            self.$($method).+(&$crate::__model::view::ViewOp::SetServiceCidrs(cidrs.clone()));
         }
         fn set_service(&mut self, service: &::std::sync::Arc<$crate::__model::v1::Service>) {
             self.$($method).+(&$crate::__model::view::ViewOp::SetService(service.clone()));
@@ -501,6 +509,9 @@ macro_rules! forward_incremental_sink {
         fn delete_node(&mut $self) {
             $inner.delete_node()
         }
+        fn set_service_cidrs(&mut $self, cidrs: &Arc<IpSet>) {
+            $inner.set_service_cidrs(cidrs)
+        }
         fn set_service(&mut $self, service: &Arc<Service>) {
             $inner.set_service(service)
         }
@@ -552,6 +563,9 @@ impl<S: IncrementalSink> IncrementalSink for Vec<S> {
     }
     fn delete_node(&mut self) {
         self.iter_mut().for_each(IncrementalSink::delete_node);
+    }
+    fn set_service_cidrs(&mut self, cidrs: &Arc<IpSet>) {
+        self.iter_mut().for_each(|s| s.set_service_cidrs(cidrs));
     }
     fn set_service(&mut self, service: &Arc<Service>) {
         self.iter_mut().for_each(|s| s.set_service(service));

@@ -38,6 +38,7 @@ pub struct ViewTracker {
     view: NodeView,
     dirty: BTreeSet<ServiceName>,
     node_changed: bool,
+    service_cidrs_changed: bool,
     full: bool,
     misfit: Option<kpng_model::Error>,
 }
@@ -48,6 +49,7 @@ impl Default for ViewTracker {
             view: NodeView::default(),
             dirty: BTreeSet::new(),
             node_changed: true,
+            service_cidrs_changed: true,
             full: true,
             misfit: None,
         }
@@ -62,6 +64,8 @@ pub struct Changes {
     pub full: bool,
     /// This node's object changed (its addresses, its zone).
     pub node: bool,
+    /// The cluster's Service CIDRs changed.
+    pub service_cidrs: bool,
     /// The Services to render again (gone ones included: the view no
     /// longer has them).
     pub services: Vec<ServiceName>,
@@ -79,6 +83,7 @@ impl ViewTracker {
     pub fn absorb(&mut self, op: &ViewOp) {
         match op {
             ViewOp::SetNode(_) | ViewOp::DeleteNode => self.node_changed = true,
+            ViewOp::SetServiceCidrs(_) => self.service_cidrs_changed = true,
             ViewOp::SetService(s) => {
                 self.dirty.insert(s.service_name());
             }
@@ -144,9 +149,11 @@ impl ViewTracker {
         };
         self.dirty.clear();
         let node = std::mem::replace(&mut self.node_changed, false) || self.full;
+        let service_cidrs = std::mem::replace(&mut self.service_cidrs_changed, false) || self.full;
         Changes {
             full: self.full,
             node,
+            service_cidrs,
             services,
         }
     }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use imbl::Vector;
 use imbl::ordmap::DiffItem;
-use kpng_model::v1::{Node, Service};
+use kpng_model::v1::{IpSet, Node, Service, ServiceCidr};
 use kpng_model::{EndpointInfo, Key, Kind, ServiceName, Value};
 use tokio::sync::watch;
 
@@ -24,6 +24,7 @@ impl SyncedKinds {
             Kind::Node => 1,
             Kind::Service => 2,
             Kind::Endpoint => 4,
+            Kind::ServiceCidr => 8,
         }
     }
 
@@ -129,6 +130,23 @@ impl Snapshot {
         self.state.nodes.values().map(|n| &n.value)
     }
 
+    /// Every ServiceCIDR, in name order.
+    pub fn service_cidrs(&self) -> impl Iterator<Item = &Arc<ServiceCidr>> {
+        self.state.service_cidrs.values().map(|c| &c.value)
+    }
+
+    /// The cluster's Service CIDRs: every ServiceCIDR's ranges, merged
+    /// (sorted, without repeats). O(ServiceCIDRs), a handful.
+    pub fn merged_service_cidrs(&self) -> IpSet {
+        let prefixes = self
+            .service_cidrs()
+            .filter_map(|c| c.cidrs.as_ref())
+            .flat_map(|set| set.v4.iter().chain(&set.v6))
+            .filter_map(|text| kpng_model::addr::canonical_cidr("cidrs", text).ok())
+            .collect();
+        IpSet::from_cidrs(prefixes)
+    }
+
     /// Every Service, in the store's fixed order (the same on every run,
     /// not alphabetical).
     pub fn services(&self) -> impl Iterator<Item = (&ServiceName, &Arc<Service>)> {
@@ -202,6 +220,13 @@ impl Snapshot {
                 DiffItem::Update { new: (k, _), .. } => k,
             };
             keys.insert(Key::Node(name.clone()));
+        }
+        for item in a.service_cidrs.diff(&b.service_cidrs) {
+            let name = match item {
+                DiffItem::Add(k, _) | DiffItem::Remove(k, _) => k,
+                DiffItem::Update { new: (k, _), .. } => k,
+            };
+            keys.insert(Key::ServiceCidr(name.clone()));
         }
         let empty = Entry::default();
         for (name, new) in b.services.iter() {

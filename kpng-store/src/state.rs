@@ -23,7 +23,7 @@ use std::sync::{Arc, OnceLock};
 
 use imbl::shared_ptr::DefaultSharedPtr;
 use imbl::{GenericHashMap, OrdMap};
-use kpng_model::v1::{Node, Service};
+use kpng_model::v1::{Node, Service, ServiceCidr};
 use kpng_model::{EndpointInfo, Key, Kind, ServiceName, Value};
 use siphasher::sip128::{Hasher128, SipHasher13};
 
@@ -144,6 +144,7 @@ pub(crate) type Services =
 pub(crate) struct State {
     pub(crate) services: Services,
     pub(crate) nodes: OrdMap<Arc<str>, Stored<Node>>,
+    pub(crate) service_cidrs: OrdMap<Arc<str>, Stored<ServiceCidr>>,
     pub(crate) len: usize,
 }
 
@@ -152,6 +153,7 @@ impl State {
     pub(crate) fn same(&self, other: &State) -> bool {
         self.len == other.len
             && self.nodes == other.nodes
+            && self.service_cidrs == other.service_cidrs
             && self.services.len() == other.services.len()
             && self
                 .services
@@ -162,6 +164,9 @@ impl State {
     pub(crate) fn get(&self, key: &Key) -> Option<Value> {
         match key {
             Key::Node(name) => Some(Value::Node(self.nodes.get(name)?.value.clone())),
+            Key::ServiceCidr(name) => Some(Value::ServiceCidr(
+                self.service_cidrs.get(name)?.value.clone(),
+            )),
             Key::Service(name) => Some(Value::Service(
                 self.services.get(name)?.service.as_ref()?.value.clone(),
             )),
@@ -176,6 +181,10 @@ impl State {
         match key {
             Key::Node(name) => {
                 self.nodes.get(name).map(|s| s.digest) == other.nodes.get(name).map(|s| s.digest)
+            }
+            Key::ServiceCidr(name) => {
+                self.service_cidrs.get(name).map(|s| s.digest)
+                    == other.service_cidrs.get(name).map(|s| s.digest)
             }
             Key::Service(name) => {
                 let digest = |state: &State| {
@@ -196,6 +205,9 @@ impl State {
         match (key, value) {
             (Key::Node(name), Value::Node(v)) => {
                 self.nodes.get(name).map(|s| s.digest) == Some(Digest::of(&**v))
+            }
+            (Key::ServiceCidr(name), Value::ServiceCidr(v)) => {
+                self.service_cidrs.get(name).map(|s| s.digest) == Some(Digest::of(&**v))
             }
             (Key::Service(name), Value::Service(v)) => {
                 self.services
@@ -227,6 +239,11 @@ impl State {
             (Key::Node(name), Value::Node(value)) => {
                 let digest = Digest::of(&*value);
                 self.nodes.insert(name, Stored { digest, value }).is_none()
+            }
+            (Key::ServiceCidr(name), Value::ServiceCidr(value)) => {
+                let digest = Digest::of(&*value);
+                let stored = Stored { digest, value };
+                self.service_cidrs.insert(name, stored).is_none()
             }
             (Key::Service(name), Value::Service(value)) => {
                 let digest = Digest::of(&*value);
@@ -290,6 +307,7 @@ impl State {
     pub(crate) fn remove(&mut self, key: &Key) -> bool {
         let removed = match key {
             Key::Node(name) => self.nodes.remove(name).is_some(),
+            Key::ServiceCidr(name) => self.service_cidrs.remove(name).is_some(),
             Key::Service(name) | Key::Endpoint(name, _) => {
                 let Some(entry) = self.services.get_mut(name) else {
                     return false;
@@ -320,6 +338,11 @@ impl State {
     pub(crate) fn keys(&self, kind: Kind) -> Box<dyn Iterator<Item = Key> + '_> {
         match kind {
             Kind::Node => Box::new(self.nodes.keys().map(|n| Key::Node(n.clone()))),
+            Kind::ServiceCidr => Box::new(
+                self.service_cidrs
+                    .keys()
+                    .map(|n| Key::ServiceCidr(n.clone())),
+            ),
             Kind::Service => Box::new(
                 self.services
                     .iter()
@@ -334,7 +357,8 @@ impl State {
         }
     }
 
-    /// Every entry, as keys and values: nodes in name order, then per
+    /// Every entry, as keys and values: nodes in name order, ServiceCIDRs
+    /// in name order, then per
     /// Service (in the map's fixed order) the Service and its endpoints in
     /// address order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (Key, Value)> + '_ {
@@ -342,6 +366,12 @@ impl State {
             .nodes
             .iter()
             .map(|(n, v)| (Key::Node(n.clone()), Value::Node(v.value.clone())));
+        let cidrs = self.service_cidrs.iter().map(|(n, v)| {
+            (
+                Key::ServiceCidr(n.clone()),
+                Value::ServiceCidr(v.value.clone()),
+            )
+        });
         let services = self.services.iter().flat_map(|(name, entry)| {
             let service = entry
                 .service
@@ -355,7 +385,7 @@ impl State {
             });
             service.chain(endpoints)
         });
-        nodes.chain(services)
+        nodes.chain(cidrs).chain(services)
     }
 }
 

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use kpng_model::v1::{Node, Service};
+use kpng_model::v1::{Node, Service, ServiceCidr};
 use kpng_model::{EndpointInfo, Key, Kind, ServiceName, Value};
 use tokio::sync::watch;
 
@@ -299,6 +299,12 @@ impl Txn<'_> {
     pub fn set_node(&mut self, node: Node) -> bool {
         let key = Key::Node(node.name.as_str().into());
         self.write(key, Value::Node(Arc::new(node)))
+    }
+
+    /// Sets a ServiceCIDR, keyed by its name.
+    pub fn set_service_cidr(&mut self, cidr: ServiceCidr) -> bool {
+        let key = Key::ServiceCidr(cidr.name.as_str().into());
+        self.write(key, Value::ServiceCidr(Arc::new(cidr)))
     }
 
     fn write(&mut self, key: Key, value: Value) -> bool {
