@@ -123,11 +123,16 @@ fn udp_ports(view: &ServiceView) -> Vec<((IpFamily, u16), UdpPort)> {
 struct Allowed {
     addresses: BTreeMap<(IpAddr, u16), BTreeSet<IpAddr>>,
     node_ports: BTreeMap<u16, BTreeSet<IpAddr>>,
+    /// The cluster's Service CIDRs (its ServiceCIDR objects).
+    service_cidrs: Vec<(IpAddr, u8)>,
 }
 
 impl Allowed {
     fn of(view: &NodeView) -> Self {
-        let mut allowed = Self::default();
+        let mut allowed = Self {
+            service_cidrs: view.service_cidrs_with(&[]),
+            ..Self::default()
+        };
         for service in view.services.values() {
             for ((_, number), port) in udp_ports(service) {
                 for address in port.addresses.iter().filter_map(|a| a.parse().ok()) {
@@ -166,7 +171,8 @@ impl ConntrackCleaner {
 
     /// Knows the cluster's Service CIDRs (`--service-cidr`): then the
     /// flows of a Service deleted while no cleaner ran (kpng was down) go
-    /// too, as kube-proxy does.
+    /// too, as kube-proxy does. The ServiceCIDRs the view carries count
+    /// as well; this is for clusters without them.
     #[must_use]
     pub fn with_service_cidrs(mut self, cidrs: Vec<(IpAddr, u8)>) -> Self {
         self.service_cidrs = cidrs;
@@ -200,9 +206,7 @@ impl ConntrackCleaner {
                     return flow.dnated() && !endpoints.contains(&from);
                 }
                 let gone = self.known.contains(&to)
-                    || self
-                        .service_cidrs
-                        .iter()
+                    || (self.service_cidrs.iter().chain(&allowed.service_cidrs))
                         .any(|c| kpng_model::addr::cidr_contains(*c, to.0));
                 flow.dnated() && gone
             })

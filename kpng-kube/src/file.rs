@@ -28,6 +28,8 @@ pub enum Object {
     EndpointSlice(Box<objects::EndpointSlice>),
     /// A Node.
     Node(Box<objects::Node>),
+    /// A ServiceCIDR.
+    ServiceCidr(Box<objects::ServiceCidr>),
 }
 
 /// The sample cluster bundled with the crate: several namespaces, every
@@ -147,6 +149,11 @@ fn object(doc: impl Doc, config: &TranslateConfig) -> std::result::Result<Option
             let node: objects::Node = doc.decode().map_err(fail)?;
             translate::node(&node).map_err(|e| e.to_string())?;
             Object::Node(Box::new(node))
+        }
+        "ServiceCIDR" => {
+            let cidr: objects::ServiceCidr = doc.decode().map_err(fail)?;
+            translate::service_cidr(&cidr).map_err(|e| e.to_string())?;
+            Object::ServiceCidr(Box::new(cidr))
         }
         "" => return Err(format!("{label}: no kind")),
         other => {
@@ -288,17 +295,29 @@ impl Ingest {
     /// relist of every kind does, in one transaction, and marks every kind
     /// synced. Returns the new revision, if anything changed.
     pub fn load(&mut self, objects: &[Object]) -> Option<u64> {
-        self.begin_node_relist();
-        self.begin_service_relist();
-        self.begin_slice_relist();
+        self.begin_every_relist();
         for object in objects {
-            match object {
-                Object::Service(s) => self.relisted_service(s),
-                Object::EndpointSlice(s) => self.relisted_slice(s),
-                Object::Node(n) => self.relisted_node(n),
-            }
+            self.relisted(object);
         }
         self.finish_relists()
+    }
+
+    /// Starts a relist of every kind a manifest holds.
+    fn begin_every_relist(&mut self) {
+        self.begin_node_relist();
+        self.begin_service_cidr_relist();
+        self.begin_service_relist();
+        self.begin_slice_relist();
+    }
+
+    /// One object of a manifest, into the relist of its kind.
+    fn relisted(&mut self, object: &Object) {
+        match object {
+            Object::Service(s) => self.relisted_service(s),
+            Object::EndpointSlice(s) => self.relisted_slice(s),
+            Object::Node(n) => self.relisted_node(n),
+            Object::ServiceCidr(c) => self.relisted_service_cidr(c),
+        }
     }
 
     /// Loads a manifest's text as [`load`](Self::load) loads its objects,
@@ -312,14 +331,8 @@ impl Ingest {
     /// manifest is applied then.
     pub fn load_str(&mut self, path: &str, text: &str) -> Result<Option<u64>> {
         let config = self.translate_config().clone();
-        self.begin_node_relist();
-        self.begin_service_relist();
-        self.begin_slice_relist();
-        let parsed = parse_each(path, text, &config, &mut |object| match &object {
-            Object::Service(s) => self.relisted_service(s),
-            Object::EndpointSlice(s) => self.relisted_slice(s),
-            Object::Node(n) => self.relisted_node(n),
-        });
+        self.begin_every_relist();
+        let parsed = parse_each(path, text, &config, &mut |object| self.relisted(&object));
         match parsed {
             Ok(()) => Ok(self.finish_relists()),
             Err(e) => {

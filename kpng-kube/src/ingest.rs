@@ -80,6 +80,7 @@ struct Relists {
     services: Option<Vec<(Key, Option<kpng_model::v1::Service>)>>,
     slices: Option<HashMap<SliceKey, SliceContribution>>,
     nodes: Option<Vec<kpng_model::v1::Node>>,
+    service_cidrs: Option<Vec<kpng_model::v1::ServiceCidr>>,
 }
 
 /// Fills a [`Store`] from Kubernetes objects, with kube-proxy's translation
@@ -363,11 +364,16 @@ impl Ingest {
         let services = self.relists.services.take();
         let slices = self.relists.slices.take();
         let nodes = self.relists.nodes.take();
+        let service_cidrs = self.relists.service_cidrs.take();
         let mut txn = self.store.begin();
         let mut synced = Vec::new();
         if let Some(nodes) = nodes {
             swap_nodes(&mut txn, nodes);
             synced.push(Kind::Node);
+        }
+        if let Some(cidrs) = service_cidrs {
+            swap_service_cidrs(&mut txn, cidrs);
+            synced.push(Kind::ServiceCidr);
         }
         if let Some(services) = services {
             swap_services(&mut txn, services);
@@ -454,6 +460,78 @@ impl Ingest {
         self.begin_node_relist();
         list.into_iter().for_each(|n| self.relisted_node(n));
         self.finish_node_relist()
+    }
+
+    // ---- ServiceCIDRs ----
+
+    /// A ServiceCIDR was created or changed.
+    pub fn apply_service_cidr(&mut self, cidr: &objects::ServiceCidr) -> Option<u64> {
+        let revision = match translate::service_cidr(cidr) {
+            Ok(translated) => {
+                let mut txn = self.store.begin();
+                txn.set_service_cidr(translated);
+                txn.commit().revision
+            }
+            Err(e) => {
+                self.translate_error(&e);
+                None
+            }
+        };
+        self.count(1, revision)
+    }
+
+    /// A ServiceCIDR was deleted.
+    pub fn delete_service_cidr(&mut self, cidr: &objects::ServiceCidr) -> Option<u64> {
+        let mut txn = self.store.begin();
+        txn.delete(&Key::ServiceCidr(
+            cidr.metadata.name.as_deref().unwrap_or_default().into(),
+        ));
+        let revision = txn.commit().revision;
+        self.count(1, revision)
+    }
+
+    /// A relist of ServiceCIDRs starts.
+    pub fn begin_service_cidr_relist(&mut self) {
+        self.relists.service_cidrs = Some(Vec::new());
+    }
+
+    /// One object of the relist in progress (or, outside a relist, an
+    /// apply).
+    pub fn relisted_service_cidr(&mut self, cidr: &objects::ServiceCidr) {
+        if self.relists.service_cidrs.is_none() {
+            self.apply_service_cidr(cidr);
+            return;
+        }
+        self.stats.events += 1;
+        match translate::service_cidr(cidr) {
+            Ok(translated) => {
+                if let Some(buffer) = self.relists.service_cidrs.as_mut() {
+                    buffer.push(translated);
+                }
+            }
+            Err(e) => self.translate_error(&e),
+        }
+    }
+
+    /// The relist is complete: swap the ServiceCIDRs in one transaction
+    /// and mark them synced.
+    pub fn finish_service_cidr_relist(&mut self) -> Option<u64> {
+        let listed = self.relists.service_cidrs.take().unwrap_or_default();
+        let mut txn = self.store.begin();
+        swap_service_cidrs(&mut txn, listed);
+        let revision = txn.commit().revision;
+        self.store.mark_synced(Kind::ServiceCidr);
+        self.count(0, revision)
+    }
+
+    /// Replaces every ServiceCIDR with `list`, as a relist does.
+    pub fn relist_service_cidrs<'a>(
+        &mut self,
+        list: impl IntoIterator<Item = &'a objects::ServiceCidr>,
+    ) -> Option<u64> {
+        self.begin_service_cidr_relist();
+        list.into_iter().for_each(|c| self.relisted_service_cidr(c));
+        self.finish_service_cidr_relist()
     }
 }
 
@@ -610,14 +688,44 @@ fn swap_services(txn: &mut Txn<'_>, listed: Vec<(Key, Option<kpng_model::v1::Ser
 
 /// Replaces every Node with `listed`, in `txn`.
 fn swap_nodes(txn: &mut Txn<'_>, listed: Vec<kpng_model::v1::Node>) {
-    let keep: BTreeSet<Key> = listed
-        .iter()
-        .map(|n| Key::Node(n.name.as_str().into()))
-        .collect();
-    for node in listed {
-        txn.set_node(node);
+    swap_named(
+        txn,
+        Kind::Node,
+        listed,
+        |n| Key::Node(n.name.as_str().into()),
+        |txn, n| {
+            txn.set_node(n);
+        },
+    );
+}
+
+/// Replaces every ServiceCIDR with `listed`, in `txn`.
+fn swap_service_cidrs(txn: &mut Txn<'_>, listed: Vec<kpng_model::v1::ServiceCidr>) {
+    swap_named(
+        txn,
+        Kind::ServiceCidr,
+        listed,
+        |c| Key::ServiceCidr(c.name.as_str().into()),
+        |txn, c| {
+            txn.set_service_cidr(c);
+        },
+    );
+}
+
+/// Replaces every entry of `kind` with `listed`: sets each (no revision
+/// for what did not change) and deletes the entries not listed.
+fn swap_named<T>(
+    txn: &mut Txn<'_>,
+    kind: Kind,
+    listed: Vec<T>,
+    key: impl Fn(&T) -> Key,
+    set: impl Fn(&mut Txn<'_>, T),
+) {
+    let keep: BTreeSet<Key> = listed.iter().map(key).collect();
+    for item in listed {
+        set(txn, item);
     }
-    txn.retain(Kind::Node, |k| keep.contains(k));
+    txn.retain(kind, |k| keep.contains(k));
 }
 
 fn write_service(txn: &mut Txn<'_>, key: Key, translated: Option<kpng_model::v1::Service>) {

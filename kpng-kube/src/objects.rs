@@ -258,3 +258,43 @@ impl From<&core::Node> for Node {
         }
     }
 }
+
+/// The part of a ServiceCIDR's spec the proxy reads.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct ServiceCidrSpec {
+    /// The ranges (`spec.cidrs`): at most one per IP family.
+    #[serde(default)]
+    pub cidrs: Option<Vec<String>>,
+}
+
+/// A ServiceCIDR (`networking.k8s.io/v1`, GA in Kubernetes 1.33): a range
+/// the cluster allocates Service IPs from. Its status is skipped.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct ServiceCidr {
+    /// Name and resourceVersion only.
+    #[serde(default, deserialize_with = "lean_meta")]
+    pub metadata: ObjectMeta,
+    /// The ranges.
+    #[serde(default)]
+    pub spec: Option<ServiceCidrSpec>,
+}
+
+resource!(
+    ServiceCidr,
+    ClusterResourceScope,
+    "ServiceCIDR",
+    "networking.k8s.io",
+    "v1",
+    "servicecidrs"
+);
+
+impl From<&k8s_openapi::api::networking::v1::ServiceCIDR> for ServiceCidr {
+    fn from(c: &k8s_openapi::api::networking::v1::ServiceCIDR) -> Self {
+        Self {
+            metadata: lean(&c.metadata),
+            spec: c.spec.as_ref().map(|s| ServiceCidrSpec {
+                cidrs: s.cidrs.clone(),
+            }),
+        }
+    }
+}

@@ -7,8 +7,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kpng_model::addr::canonical_ip;
 use kpng_model::endpoint::{Interner, PortInfo, PortList};
 use kpng_model::v1::{
-    ClientIpAffinity, Endpoint, IpSet, Node, Protocol, Service, ServicePort, ServiceType,
-    TrafficPolicy, service_port::TargetPort,
+    ClientIpAffinity, Endpoint, IpSet, Node, Protocol, Service, ServiceCidr, ServicePort,
+    ServiceType, TrafficPolicy, service_port::TargetPort,
 };
 use kpng_model::{EndpointInfo, ServiceName};
 
@@ -412,5 +412,28 @@ pub fn node(node: &objects::Node) -> Result<Node, TranslateError> {
         region: label(REGION_LABEL),
         addresses: (!addrs.is_empty()).then(|| IpSet::from_addrs(addrs)),
         terminating: node.metadata.deletion_timestamp.is_some() || tainted,
+    })
+}
+
+/// Translates a ServiceCIDR: its name and ranges.
+///
+/// # Errors
+/// A range that is not a CIDR, named in the error.
+pub fn service_cidr(cidr: &objects::ServiceCidr) -> Result<ServiceCidr, TranslateError> {
+    let ctx = Ctx {
+        kind: "ServiceCIDR",
+        meta: &cidr.metadata,
+    };
+    let listed = cidr.spec.as_ref().and_then(|s| s.cidrs.as_ref());
+    let mut prefixes = Vec::new();
+    for (i, text) in listed.into_iter().flatten().enumerate() {
+        let field = format!("spec.cidrs[{i}]");
+        let prefix = kpng_model::addr::canonical_cidr(&field, text)
+            .map_err(|_| ctx.err(field, format!("invalid CIDR {text:?}")))?;
+        prefixes.push(prefix);
+    }
+    Ok(ServiceCidr {
+        name: cidr.metadata.name.clone().unwrap_or_default(),
+        cidrs: (!prefixes.is_empty()).then(|| IpSet::from_cidrs(prefixes)),
     })
 }

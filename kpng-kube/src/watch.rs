@@ -1,5 +1,5 @@
-//! The API source: kube-runtime watchers for Services, EndpointSlices and
-//! Nodes, feeding an [`Ingest`].
+//! The API source: kube-runtime watchers for Services, EndpointSlices,
+//! Nodes and ServiceCIDRs, feeding an [`Ingest`].
 
 use futures::stream::{BoxStream, StreamExt};
 use kube::Api;
@@ -39,6 +39,7 @@ enum Update {
     Service(Event<objects::Service>),
     Slice(Event<objects::EndpointSlice>),
     Node(Event<objects::Node>),
+    ServiceCidr(Event<objects::ServiceCidr>),
     Error(&'static str, watcher::Error),
 }
 
@@ -91,19 +92,57 @@ pub async fn run(client: kube::Client, ingest: &mut Ingest, config: WatchConfig)
             Update::Slice,
         ),
         watch(
-            Api::<objects::Node>::all(client),
+            Api::<objects::Node>::all(client.clone()),
             nodes_config,
             "Node",
             Update::Node,
         ),
+        watch(
+            Api::<objects::ServiceCidr>::all(client),
+            base,
+            "ServiceCIDR",
+            Update::ServiceCidr,
+        ),
     ];
     let mut updates = futures::stream::select_all(streams);
+    let mut unserved = Unserved::default();
     while let Some(update) = updates.next().await {
-        handle(ingest, update);
+        handle(ingest, update, &mut unserved);
     }
 }
 
-fn handle(ingest: &mut Ingest, update: Update) {
+/// Kinds the API server answered `404 Not Found` for, each logged once at
+/// warning level: ServiceCIDRs before Kubernetes 1.33, or with
+/// `networking.k8s.io/v1` turned off.
+#[derive(Default)]
+struct Unserved(Vec<&'static str>);
+
+impl Unserved {
+    /// Whether `error` says the resource is not served; the first time
+    /// for a kind, logs what that means.
+    fn note(&mut self, kind: &'static str, error: &watcher::Error) -> bool {
+        let status = match error {
+            watcher::Error::InitialListFailed(kube::Error::Api(s))
+            | watcher::Error::WatchStartFailed(kube::Error::Api(s)) => s.code,
+            watcher::Error::WatchError(s) => s.code,
+            _ => return false,
+        };
+        if status != 404 {
+            return false;
+        }
+        if !self.0.contains(&kind) {
+            self.0.push(kind);
+            tracing::warn!(
+                kind,
+                "the API server does not serve this kind (404); the drop of unallocated \
+                 Service IPs follows --service-cidr only; retrying with backoff"
+            );
+        }
+        true
+    }
+}
+
+fn handle(ingest: &mut Ingest, update: Update, unserved: &mut Unserved) {
     match update {
         Update::Service(event) => match event {
             Event::Init => ingest.begin_service_relist(),
@@ -126,6 +165,16 @@ fn handle(ingest: &mut Ingest, update: Update) {
             Event::Apply(o) => drop(ingest.apply_node(&o)),
             Event::Delete(o) => drop(ingest.delete_node(&o)),
         },
+        Update::ServiceCidr(event) => match event {
+            Event::Init => ingest.begin_service_cidr_relist(),
+            Event::InitApply(o) => ingest.relisted_service_cidr(&o),
+            Event::InitDone => log_relist("ServiceCIDR", ingest.finish_service_cidr_relist()),
+            Event::Apply(o) => drop(ingest.apply_service_cidr(&o)),
+            Event::Delete(o) => drop(ingest.delete_service_cidr(&o)),
+        },
+        Update::Error(kind, error) if unserved.note(kind, &error) => {
+            tracing::debug!(kind, %error, "not served; retrying with backoff");
+        }
         Update::Error(kind, error) => {
             tracing::warn!(kind, %error, "watch error; retrying with backoff");
         }

@@ -570,3 +570,51 @@ fn slice_trigger_times_reach_the_store() {
     assert!(taken[0] <= std::time::SystemTime::now());
     assert!(reader.take_triggers(revision).is_empty(), "taken once");
 }
+
+fn cidr(v: serde_json::Value) -> kpng_kube::objects::ServiceCidr {
+    serde_json::from_value(v).expect("valid ServiceCIDR")
+}
+
+#[test]
+fn service_cidrs_make_revisions_only_when_their_ranges_change() {
+    let mut ingest = ingest();
+    let kubernetes = |rv: &str, cidrs: serde_json::Value| {
+        cidr(
+            json!({"metadata": {"name": "kubernetes", "resourceVersion": rv},
+                    "spec": {"cidrs": cidrs}, "status": {"conditions": []}}),
+        )
+    };
+    let first = ingest.apply_service_cidr(&kubernetes("1", json!(["10.96.0.0/12"])));
+    assert!(first.is_some());
+    // A status or resourceVersion change alone makes no revision.
+    assert_eq!(
+        ingest.apply_service_cidr(&kubernetes("2", json!(["10.96.0.0/12"]))),
+        None
+    );
+    // A second range (dual stack) does; every node view carries the merge.
+    assert!(
+        ingest
+            .apply_service_cidr(&kubernetes("3", json!(["10.96.0.0/12", "fd00::/108"])))
+            .is_some()
+    );
+    let snapshot = ingest.reader().snapshot();
+    let view = node_view(&snapshot, "node-a");
+    assert_eq!(view.service_cidrs.v4, ["10.96.0.0/12"]);
+    assert_eq!(view.service_cidrs.v6, ["fd00::/108"]);
+    // A relist without it deletes it, in one revision.
+    assert!(ingest.relist_service_cidrs([]).is_some());
+    assert!(ingest.reader().snapshot().is_synced(Kind::ServiceCidr));
+    assert!(
+        node_view(&ingest.reader().snapshot(), "node-a")
+            .service_cidrs
+            .v4
+            .is_empty()
+    );
+
+    // A range that is not a CIDR is refused by name, and nothing changes.
+    let bad = cidr(json!({"metadata": {"name": "bad"}, "spec": {"cidrs": ["10.0.0.0/33"]}}));
+    assert_eq!(ingest.apply_service_cidr(&bad), None);
+    assert_eq!(ingest.stats().errors, 1);
+    let err = kpng_kube::translate::service_cidr(&bad).expect_err("refused");
+    assert!(err.to_string().contains("spec.cidrs[0]"), "{err}");
+}

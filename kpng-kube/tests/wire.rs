@@ -40,8 +40,19 @@ fn script(services: Vec<Reply>) -> Script {
     script
 }
 
-/// Runs the API source against `server` and waits until `done` holds.
+/// Runs the API source against `server` and waits until every kind is
+/// synced and `done` holds.
 async fn run_until(server: &ApiServer, done: impl Fn(&Snapshot) -> bool) -> Snapshot {
+    run_until_synced(server, &Kind::ALL, done).await
+}
+
+/// Runs the API source against `server` and waits until `kinds` are
+/// synced and `done` holds.
+async fn run_until_synced(
+    server: &ApiServer,
+    kinds: &[Kind],
+    done: impl Fn(&Snapshot) -> bool,
+) -> Snapshot {
     let mut ingest = Ingest::new(Store::new(), IngestConfig::for_node("node-a"));
     let mut reader: Reader = ingest.reader();
     let client = kube::Client::try_from(kube::Config::new(server.url.parse().expect("url")))
@@ -50,7 +61,7 @@ async fn run_until(server: &ApiServer, done: impl Fn(&Snapshot) -> bool) -> Snap
         tokio::spawn(async move { watch::run(client, &mut ingest, WatchConfig::default()).await });
     let snapshot = tokio::time::timeout(
         Duration::from_secs(30),
-        reader.wait(|s| s.synced().contains_all(&Kind::ALL) && done(s)),
+        reader.wait(|s| s.synced().contains_all(kinds) && done(s)),
     )
     .await
     .expect("converged within 30 s")
@@ -245,4 +256,79 @@ async fn slow_responses_are_waited_for() {
     assert!(started.elapsed() >= delay * 2, "both replies were late");
     assert_eq!(names(&snap), ["a", "b"]);
     assert_eq!(snap.revision(), 2);
+}
+
+fn service_cidr(name: &str, rv: &str, cidrs: &[&str]) -> Value {
+    json!({"metadata": {"name": name, "resourceVersion": rv}, "spec": {"cidrs": cidrs}})
+}
+
+fn merged(s: &Snapshot) -> Vec<String> {
+    let merged = s.merged_service_cidrs();
+    merged.v4.into_iter().chain(merged.v6).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_cidrs_are_listed_and_watched_into_the_enls() {
+    let mut script = Script::default();
+    script.push(
+        Resource::ServiceCidrs,
+        false,
+        Reply::List(
+            "20".into(),
+            vec![service_cidr(
+                "kubernetes",
+                "20",
+                &["10.96.0.0/12", "fd00:96::/108"],
+            )],
+        ),
+    );
+    script.push(
+        Resource::ServiceCidrs,
+        true,
+        Reply::Watch(vec![
+            event("ADDED", service_cidr("extra", "21", &["10.200.0.0/16"])),
+            event("MODIFIED", service_cidr("extra", "22", &["10.201.0.0/16"])),
+            event(
+                "DELETED",
+                service_cidr("kubernetes", "23", &["10.96.0.0/12", "fd00:96::/108"]),
+            ),
+        ]),
+    );
+    let server = ApiServer::start(script).await;
+    let snap = run_until(&server, |s| merged(s) == ["10.201.0.0/16"]).await;
+    // The list = 1, ADDED = 2, MODIFIED = 3, DELETED = 4; the other
+    // kinds' empty lists make none.
+    assert_eq!(snap.revision(), 4);
+    assert!(
+        server.requests().iter().any(
+            |r| r.starts_with("/apis/networking.k8s.io/v1/servicecidrs?")
+                && r.contains("watch=true")
+        ),
+        "{:?}",
+        server.requests()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_that_does_not_serve_service_cidrs_still_syncs() {
+    let mut script = script(vec![Reply::List(
+        "10".into(),
+        vec![service("a", "10", "10.96.0.1", 80)],
+    )]);
+    script.unserve(Resource::ServiceCidrs);
+    let server = ApiServer::start(script).await;
+    let snap = run_until_synced(&server, &[Kind::Node, Kind::Service, Kind::Endpoint], |s| {
+        s.service(&ServiceName::new("ns", "a")).is_some()
+    })
+    .await;
+    assert!(!snap.is_synced(Kind::ServiceCidr), "never listed");
+    assert!(merged(&snap).is_empty());
+    assert!(
+        server
+            .requests()
+            .iter()
+            .any(|r| r.starts_with("/apis/networking.k8s.io/v1/servicecidrs?")),
+        "asked for: {:?}",
+        server.requests()
+    );
 }

@@ -280,6 +280,10 @@ macro_rules! scenario_tests {
             $crate::scenarios::traffic_policies_fallback_hints_reject_and_drop::<$b>();
         }
         #[test]
+        fn service_cidrs_added_and_removed_change_what_is_dropped() {
+            $crate::scenarios::service_cidrs_added_and_removed_change_what_is_dropped::<$b>();
+        }
+        #[test]
         fn nodeports_listen_only_on_the_nodeport_addresses_never_on_loopback() {
             $crate::scenarios::nodeports_listen_only_on_the_nodeport_addresses_never_on_loopback::<
                 $b,

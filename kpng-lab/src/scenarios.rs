@@ -282,6 +282,76 @@ pub fn traffic_policies_fallback_hints_reject_and_drop<B: LabBackend>() {
     assert_eq!(lab.once("podc", "tcp", "10.96.0.99", 80), "TIMEOUT");
 }
 
+/// A ServiceCIDR object (`networking.k8s.io/v1`).
+pub fn service_cidr(name: &str, cidrs: &[&str]) -> String {
+    format!(
+        r#"
+- apiVersion: networking.k8s.io/v1
+  kind: ServiceCIDR
+  metadata: {{name: {name}}}
+  spec: {{cidrs: [{}]}}
+"#,
+        cidrs.join(", ")
+    )
+}
+
+/// The cluster's ServiceCIDR objects set what is dropped, beside
+/// `--service-cidr` (10.96.0.0/16 in the lab): a range added is dropped
+/// from the next sync on, one removed is not, and a range that contains
+/// the flag's merges with it. Two hosts hold addresses in those ranges, so
+/// a connection reaches them unless the proxy drops it.
+pub fn service_cidrs_added_and_removed_change_what_is_dropped<B: LabBackend>() {
+    crate::require_lab!(B);
+    let mut lab = lab();
+    let (far, near) = ("10.200.0.7", "10.97.0.5");
+    for (name, ip) in [("far", far), ("near", near)] {
+        lab.host(name, &[ip], &[]);
+        lab.serve(name, ip);
+    }
+    let mut proxy = Proxy::<B>::new(&lab, &Settings::lab());
+    let live = service(
+        "live",
+        "{clusterIP: 10.96.0.50, ports: [{name: http, port: 80, targetPort: 8080}]}",
+        ALL3,
+    );
+    let reached = |ip: &str| lab.once("podc", "tcp", ip, 8080).starts_with(ip);
+    let dropped = |ip: &str| lab.once("podc", "tcp", ip, 8080) == "TIMEOUT";
+
+    proxy
+        .load(&manifest(std::slice::from_ref(&live)))
+        .expect("sync");
+    settle();
+    assert!(dropped("10.96.0.99"), "the flag's range");
+    assert!(reached(far) && reached(near), "no ServiceCIDR yet");
+
+    // Added: one new range, and one containing the flag's.
+    let kubernetes = service_cidr("kubernetes", &["10.96.0.0/12"]);
+    let extra = service_cidr("extra", &["10.200.0.0/16"]);
+    proxy
+        .load(&manifest(&[live.clone(), kubernetes.clone(), extra]))
+        .expect("sync with ServiceCIDRs");
+    settle();
+    assert!(dropped(far) && dropped(near) && dropped("10.96.0.99"));
+    let lines = lab.connect("podc", "tcp", "10.96.0.50", 80, 10);
+    assert_eq!(
+        endpoints(&lines).len(),
+        3,
+        "the live Service still served: {lines:?}"
+    );
+    assert!(
+        !proxy.backend.last_full(),
+        "a ServiceCIDR change is incremental"
+    );
+
+    // Removed: "extra" goes, "kubernetes" stays.
+    proxy
+        .load(&manifest(&[live, kubernetes]))
+        .expect("sync without extra");
+    settle();
+    assert!(reached(far), "extra's range no longer dropped");
+    assert!(dropped(near) && dropped("10.96.0.99"));
+}
+
 /// NodePorts only on `--nodeport-addresses`, never on loopback.
 pub fn nodeports_listen_only_on_the_nodeport_addresses_never_on_loopback<B: LabBackend>() {
     crate::require_lab!(B);

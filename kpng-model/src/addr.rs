@@ -213,6 +213,32 @@ pub fn cidr_contains((network, length): (IpAddr, u8), ip: IpAddr) -> bool {
     net & mask == addr & mask
 }
 
+/// The prefixes of `prefixes` that no other one contains, sorted: what
+/// an nftables interval set (which refuses overlaps) or a list of DROP
+/// rules needs from ranges that may nest, such as a `--service-cidr` flag
+/// beside the cluster's ServiceCIDR objects.
+///
+/// ```
+/// use kpng_model::addr::outermost;
+/// let p = |s: &str| kpng_model::addr::canonical_cidr("cidr", s).expect("cidr");
+/// let merged = outermost([p("10.96.0.0/16"), p("10.96.0.0/12"), p("10.200.0.0/24"), p("fd00::/64")]);
+/// assert_eq!(merged, [p("10.96.0.0/12"), p("10.200.0.0/24"), p("fd00::/64")]);
+/// ```
+pub fn outermost(prefixes: impl IntoIterator<Item = (IpAddr, u8)>) -> Vec<(IpAddr, u8)> {
+    let mut all: Vec<(IpAddr, u8)> = prefixes.into_iter().collect();
+    // Shortest first: whatever contains a prefix comes before it.
+    all.sort_by_key(|&(ip, len)| (len, ip));
+    all.dedup();
+    let mut kept: Vec<(IpAddr, u8)> = Vec::new();
+    for prefix in all {
+        if !kept.iter().any(|&k| cidr_contains(k, prefix.0)) {
+            kept.push(prefix);
+        }
+    }
+    kept.sort_unstable();
+    kept
+}
+
 /// The entries of one family in an optional set (prost models message
 /// fields as `Option`, some of them boxed): `family_of(svc.cluster_ips.as_ref(), ..)`,
 /// `family_of(svc.external_ips.as_deref(), ..)`.

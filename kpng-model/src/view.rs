@@ -409,6 +409,20 @@ impl NodeView {
             .filter(|ip| !ip.is_loopback())
     }
 
+    /// The Service CIDRs to drop unallocated addresses in: the cluster's
+    /// (its ServiceCIDR objects) and `configured` ones (a `--service-cidr`
+    /// flag, for clusters without ServiceCIDRs), nested ranges merged
+    /// ([`outermost`](crate::addr::outermost)).
+    pub fn service_cidrs_with(&self, configured: &[(IpAddr, u8)]) -> Vec<(IpAddr, u8)> {
+        let cluster = self
+            .service_cidrs
+            .v4
+            .iter()
+            .chain(&self.service_cidrs.v6)
+            .filter_map(|text| crate::addr::canonical_cidr("serviceCidrs", text).ok());
+        crate::addr::outermost(cluster.chain(configured.iter().copied()))
+    }
+
     /// Applies one op.
     ///
     /// # Errors

@@ -23,6 +23,8 @@ pub enum Resource {
     EndpointSlices,
     /// `/api/v1/nodes`
     Nodes,
+    /// `/apis/networking.k8s.io/v1/servicecidrs`
+    ServiceCidrs,
 }
 
 impl Resource {
@@ -39,6 +41,12 @@ impl Script {
             .entry((resource.path(), watch))
             .or_default()
             .push_back(reply);
+    }
+
+    /// Answers `404 Not Found` for `resource`, as an apiserver that does
+    /// not serve it (ServiceCIDRs before Kubernetes 1.33).
+    pub fn unserve(&mut self, resource: Resource) {
+        self.unserved.push(resource.path());
     }
 }
 
@@ -76,6 +84,8 @@ pub struct Script {
     /// A list being paged through (`limit`/`continue`), per resource: its
     /// resourceVersion and the items not yet served.
     paging: HashMap<&'static str, (String, VecDeque<Value>)>,
+    /// Resources answered `404 Not Found`.
+    unserved: Vec<&'static str>,
 }
 
 /// A running test apiserver.
@@ -86,7 +96,7 @@ pub struct ApiServer {
     script: Arc<Mutex<Script>>,
 }
 
-const RESOURCES: [(&str, &str, &str); 3] = [
+const RESOURCES: [(&str, &str, &str); 4] = [
     ("/api/v1/services", "v1", "Service"),
     (
         "/apis/discovery.k8s.io/v1/endpointslices",
@@ -94,6 +104,11 @@ const RESOURCES: [(&str, &str, &str); 3] = [
         "EndpointSlice",
     ),
     ("/api/v1/nodes", "v1", "Node"),
+    (
+        "/apis/networking.k8s.io/v1/servicecidrs",
+        "networking.k8s.io/v1",
+        "ServiceCIDR",
+    ),
 ];
 
 impl ApiServer {
@@ -147,8 +162,15 @@ async fn serve(mut socket: TcpStream, script: Arc<Mutex<Script>>) {
     let target = head.split_whitespace().nth(1).unwrap_or("/").to_string();
     let (path, query) = target.split_once('?').unwrap_or((&target, ""));
     let watch = query.split('&').any(|kv| kv == "watch=true");
-    let Some((resource, api_version, kind)) = RESOURCES.iter().find(|(p, ..)| *p == path).copied()
-    else {
+    let unserved = script
+        .lock()
+        .map(|mut s| {
+            s.requests.push(target.clone());
+            s.unserved.contains(&path)
+        })
+        .unwrap_or(true);
+    let found = RESOURCES.iter().find(|(p, ..)| *p == path).copied();
+    let Some((resource, api_version, kind)) = found.filter(|_| !unserved) else {
         let _ = socket
             .write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
             .await;
@@ -168,7 +190,6 @@ async fn serve(mut socket: TcpStream, script: Arc<Mutex<Script>>) {
         let Ok(mut script) = script.lock() else {
             return;
         };
-        script.requests.push(target.clone());
         if watch {
             script
                 .replies

@@ -99,7 +99,9 @@ fn tools(family: IpFamily) -> kpng_netfilter::iptables::Family {
 pub struct Config {
     /// `--cluster-cidr`: the pod CIDRs, to tell pod traffic apart.
     pub cluster_cidrs: Vec<(IpAddr, u8)>,
-    /// `--service-cidr`: traffic to unallocated addresses in it is dropped.
+    /// `--service-cidr`: traffic to unallocated addresses in it is
+    /// dropped, as in the cluster's ServiceCIDRs (which the node view
+    /// carries); for clusters without ServiceCIDR objects.
     pub service_cidrs: Vec<(IpAddr, u8)>,
     /// `--nodeport-addresses`: where NodePorts listen. `None`: the node's
     /// own addresses (from its Node object). Loopback is never used.
@@ -246,6 +248,9 @@ pub struct IptablesBackend {
     families: [FamilyState; 2],
     last_script: String,
     last: SyncStats,
+    /// `config.service_cidrs` as configured; the config holds these and
+    /// the cluster's ServiceCIDRs, merged.
+    configured_cidrs: Vec<(IpAddr, u8)>,
 }
 
 impl std::fmt::Debug for IptablesBackend {
@@ -267,6 +272,7 @@ impl IptablesBackend {
                 prefix: config.command_prefix.clone(),
                 mode: config.mode,
             },
+            configured_cidrs: config.service_cidrs.clone(),
             config,
             run: Run::Apply,
             tracker: ViewTracker::default(),
@@ -359,11 +365,26 @@ impl IptablesBackend {
     /// Re-renders what changed; returns how many Services were rendered.
     fn refresh(&mut self) -> usize {
         let changes = self.tracker.take_changes();
-        let (full, names) = (changes.full, changes.services);
+        let (full, mut names) = (changes.full, changes.services);
+        let mut renew = changes.node;
+        if changes.service_cidrs {
+            let view = self.tracker.view();
+            let merged = view.service_cidrs_with(&self.configured_cidrs);
+            if merged != self.config.service_cidrs {
+                // Where a Service's REJECT rules go depends on them:
+                // every Service is rendered again.
+                self.config.service_cidrs = merged;
+                renew = true;
+                let all: std::collections::BTreeSet<ServiceName> = names
+                    .into_iter()
+                    .chain(view.services.keys().cloned())
+                    .collect();
+                names = all.into_iter().collect();
+            }
+        }
         for (i, family) in IpFamily::BOTH.into_iter().enumerate() {
-            let globals = changes
-                .node
-                .then(|| render::globals(&self.config, family, &self.node_ips(family)));
+            let globals =
+                renew.then(|| render::globals(&self.config, family, &self.node_ips(family)));
             let state = &mut self.families[i];
             if full {
                 let applied = state.applied.take();

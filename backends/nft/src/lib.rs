@@ -107,7 +107,9 @@ pub struct Config {
     pub table: String,
     /// `--cluster-cidr`: the pod CIDRs, to tell pod traffic apart.
     pub cluster_cidrs: Vec<(IpAddr, u8)>,
-    /// `--service-cidr`: traffic to unallocated addresses in it is dropped.
+    /// `--service-cidr`: traffic to unallocated addresses in it is
+    /// dropped, as in the cluster's ServiceCIDRs (which the node view
+    /// carries); for clusters without ServiceCIDR objects.
     pub service_cidrs: Vec<(IpAddr, u8)>,
     /// `--nodeport-addresses`: where NodePorts listen. `None`: the node's
     /// own addresses (from its Node object). Loopback is never used.
@@ -233,6 +235,9 @@ pub struct NftBackend {
     generation: u64,
     /// Whether the first sync looked for tables a previous run left.
     looked: bool,
+    /// The Service CIDRs dropped: the configured ones and the cluster's
+    /// ServiceCIDRs, merged.
+    service_cidrs: Vec<(IpAddr, u8)>,
 }
 
 impl std::fmt::Debug for NftBackend {
@@ -260,6 +265,7 @@ impl NftBackend {
             generation: 0,
             looked: false,
             last: SyncStats::default(),
+            service_cidrs: Vec::new(),
         }
     }
 
@@ -369,7 +375,7 @@ impl NftBackend {
                 .map(|ip| (ip, if ip.is_ipv4() { 32 } else { 128 }))
                 .collect(),
         };
-        render::globals(Fam(family), &self.config, &node_ips)
+        render::globals(Fam(family), &self.config, &node_ips, &self.service_cidrs)
     }
 
     /// Re-renders what changed since the last sync into the desired
@@ -377,8 +383,15 @@ impl NftBackend {
     fn refresh(&mut self) -> usize {
         let changes = self.tracker.take_changes();
         let (full, names) = (changes.full, changes.services);
+        if changes.service_cidrs {
+            self.service_cidrs = self
+                .tracker
+                .view()
+                .service_cidrs_with(&self.config.service_cidrs);
+        }
         for (i, family) in IpFamily::BOTH.into_iter().enumerate() {
-            let globals = (changes.node || full).then(|| self.globals(family));
+            let renew = changes.node || changes.service_cidrs || full;
+            let globals = renew.then(|| self.globals(family));
             let state = &mut self.families[i];
             if full {
                 *state = FamilyState::default();

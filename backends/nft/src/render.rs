@@ -690,7 +690,12 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &Config) -> 
 /// The table's fixed part for one family: its maps and sets, its base
 /// chains and their rules, and the global elements (NodePort addresses,
 /// CIDRs).
-pub(crate) fn globals(fam: Fam, config: &Config, node_ips: &[(IpAddr, u8)]) -> Render {
+pub(crate) fn globals(
+    fam: Fam,
+    config: &Config,
+    node_ips: &[(IpAddr, u8)],
+    service_cidrs: &[(IpAddr, u8)],
+) -> Render {
     let mut render = Render::default();
     let f = fam.family();
     let addr = fam.addr_type();
@@ -715,7 +720,7 @@ pub(crate) fn globals(fam: Fam, config: &Config, node_ips: &[(IpAddr, u8)]) -> R
     for (set, list) in [
         (NODEPORT_IPS, node_ips),
         (CLUSTER_CIDRS, &config.cluster_cidrs[..]),
-        (SERVICE_CIDRS, &config.service_cidrs[..]),
+        (SERVICE_CIDRS, service_cidrs),
     ] {
         for (ip, len) in list {
             render.element(set, prefix_key(fam, *ip, *len), Value::None);
