@@ -17,6 +17,8 @@ use prost::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
+mod common;
+
 fn serving(test: &str) -> (PathBuf, Store, tokio::task::JoinHandle<()>) {
     let cluster = Cluster::synthetic(ClusterShape {
         services: 30,
@@ -168,19 +170,25 @@ async fn a_client_naming_the_socket_path_as_authority_is_served() {
 
 const PYTHON_WATCH: &str = r#"
 import sys, grpc
-sys.path.insert(0, sys.argv[1])
+stubs, target, node = sys.argv[1:4]
+sys.path.insert(0, stubs)
 from kpng.model.v1 import watch_pb2, watch_pb2_grpc
-stub = watch_pb2_grpc.EnlsStub(grpc.insecure_channel(sys.argv[2]))
+if len(sys.argv) > 4:
+    ca, cert, key = (open(f, 'rb').read() for f in sys.argv[4:7])
+    creds = grpc.ssl_channel_credentials(ca, key, cert)
+    channel = grpc.secure_channel(target, creds, options=[('grpc.ssl_target_name_override', 'localhost')])
+else:
+    channel = grpc.insecure_channel(target)
 events = 0
-for event in stub.Watch(watch_pb2.WatchRequest(node=sys.argv[3]), timeout=20):
+for event in watch_pb2_grpc.EnlsStub(channel).Watch(watch_pb2.WatchRequest(node=node), timeout=20):
     events += 1
     if event.WhichOneof('event') == 'sync':
         print('synced after', events, 'events')
         break
 "#;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn python_grpcio_watches_over_the_unix_socket() {
+/// Python with grpcio and grpcio-tools, or `None` (the test then skips).
+fn python() -> Option<String> {
     let python = std::env::var("KPNG_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
     let has_grpc = std::process::Command::new(&python)
         .args(["-c", "import grpc, grpc_tools"])
@@ -188,10 +196,14 @@ async fn python_grpcio_watches_over_the_unix_socket() {
         .is_ok_and(|o| o.status.success());
     if !has_grpc {
         eprintln!("SKIPPED: {python} has no grpcio and grpcio-tools (.ci/run installs them)");
-        return;
     }
-    let (path, _store, task) = serving("python");
-    let stubs = std::env::temp_dir().join(format!("kpng-clients-stubs-{}", std::process::id()));
+    has_grpc.then_some(python)
+}
+
+/// Runs grpcio's watch of node-2 at `target` (with `tls` files: CA,
+/// certificate, key) and checks it synced.
+async fn python_watch(python: String, test: &str, target: String, tls: Vec<PathBuf>) {
+    let stubs = std::env::temp_dir().join(format!("kpng-clients-{test}-{}", std::process::id()));
     std::fs::create_dir_all(&stubs).expect("stub dir");
     let proto = Path::new(env!("CARGO_MANIFEST_DIR")).join("../kpng-model/proto");
     let generated = std::process::Command::new(&python)
@@ -202,12 +214,6 @@ async fn python_grpcio_watches_over_the_unix_socket() {
         .args(["kpng/model/v1/model.proto", "kpng/model/v1/watch.proto"])
         .output()
         .expect("protoc");
-    assert!(
-        generated.status.success(),
-        "{}",
-        String::from_utf8_lossy(&generated.stderr)
-    );
-    let target = format!("unix://{}", path.display());
     let stub_dir = stubs.clone();
     let run = tokio::task::spawn_blocking(move || {
         std::process::Command::new("timeout")
@@ -217,18 +223,69 @@ async fn python_grpcio_watches_over_the_unix_socket() {
             .arg(stub_dir)
             .arg(target)
             .arg("node-2")
+            .args(tls)
             .output()
             .expect("python")
     })
     .await
     .expect("join");
-    task.abort();
-    let _ = std::fs::remove_file(&path);
     let _ = std::fs::remove_dir_all(&stubs);
+    assert!(
+        generated.status.success(),
+        "{}",
+        String::from_utf8_lossy(&generated.stderr)
+    );
     let stdout = String::from_utf8_lossy(&run.stdout);
     assert!(
         run.status.success() && stdout.contains("synced after"),
         "grpcio's watch: {stdout}\n{}",
         String::from_utf8_lossy(&run.stderr)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_grpcio_watches_over_the_unix_socket() {
+    let Some(python) = python() else { return };
+    let (path, _store, task) = serving("python");
+    let target = format!("unix://{}", path.display());
+    python_watch(python, "unix", target, Vec::new()).await;
+    task.abort();
+    let _ = std::fs::remove_file(&path);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_grpcio_watches_over_tcp_with_mutual_tls() {
+    let Some(python) = python() else { return };
+    let (path, store, task) = serving("tls");
+    task.abort();
+    let _ = std::fs::remove_file(&path);
+    let pki = common::pki();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let tls = kpng_api::Tls {
+        cert: pki.server.0.clone(),
+        key: pki.server.1.clone(),
+        ca: pki.ca.clone(),
+    };
+    let server = Server::new(store.reader());
+    let serving = tokio::spawn(async move { kpng_api::serve_tcp(listener, server, &tls).await });
+    let dir = std::env::temp_dir().join(format!("kpng-clients-pki-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("pki dir");
+    let files: Vec<PathBuf> = [
+        ("ca", &pki.ca),
+        ("cert", &pki.client.0),
+        ("key", &pki.client.1),
+    ]
+    .into_iter()
+    .map(|(name, pem)| {
+        let file = dir.join(name);
+        std::fs::write(&file, pem).expect("pem");
+        file
+    })
+    .collect();
+    python_watch(python, "tls", addr.to_string(), files).await;
+    serving.abort();
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -14,6 +14,9 @@ use kpng_sink::{FullState, FullStateSink, IncrementalSink, SinkError};
 use kpng_store::Store;
 use kpng_testkit::{Cluster, ClusterShape};
 
+mod common;
+use common::pki;
+
 fn cluster() -> Cluster {
     Cluster::synthetic(ClusterShape {
         services: 30,
@@ -205,47 +208,6 @@ async fn a_slow_watcher_gets_merged_revisions_not_a_queue() {
     assert!(syncs <= 50, "{syncs} syncs for 2,000 revisions");
     serving.abort();
     let _ = std::fs::remove_file(&path);
-}
-
-/// Certificates for a test: a CA, a server certificate for `localhost`, a
-/// client certificate, and one from another CA.
-struct Pki {
-    ca: String,
-    server: (String, String),
-    client: (String, String),
-    stranger: (String, String),
-}
-
-fn pki() -> Pki {
-    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
-    let ca_params = |name: &str| {
-        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, name);
-        params
-    };
-    let ca =
-        CertifiedIssuer::self_signed(ca_params("kpng test CA"), KeyPair::generate().expect("key"))
-            .expect("ca");
-    let other =
-        CertifiedIssuer::self_signed(ca_params("another CA"), KeyPair::generate().expect("key"))
-            .expect("ca");
-    let leaf = |names: &[&str], issuer: &CertifiedIssuer<'_, KeyPair>| {
-        let key = KeyPair::generate().expect("key");
-        let params =
-            CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
-                .expect("params");
-        let cert = params.signed_by(&key, issuer).expect("sign");
-        (cert.pem(), key.serialize_pem())
-    };
-    Pki {
-        ca: ca.pem(),
-        server: leaf(&["localhost"], &ca),
-        client: leaf(&["node-1"], &ca),
-        stranger: leaf(&["node-1"], &other),
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
