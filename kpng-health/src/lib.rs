@@ -57,6 +57,9 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A thread panicked while it held the listeners' lock.
+    #[error("the health check listeners' lock is poisoned")]
+    Poisoned,
 }
 
 #[derive(Debug)]
@@ -202,18 +205,82 @@ struct PortState {
 }
 
 struct Listener {
+    port: u16,
     state: Arc<Mutex<PortState>>,
-    tasks: Vec<JoinHandle<()>>,
+    /// A task per address, each serving its own socket.
+    tasks: BTreeMap<IpAddr, JoinHandle<()>>,
+}
+
+impl Listener {
+    fn close(&self) {
+        self.tasks.values().for_each(JoinHandle::abort);
+    }
+
+    /// Listens on exactly `addresses`: closes the sockets on others and
+    /// opens the missing ones (those already open stay, so a port never
+    /// goes away on an address that keeps it). The first address that
+    /// cannot be opened is the error; the others are still opened.
+    fn cover(&mut self, addresses: &[IpAddr], health: &ProxyHealth) -> Result<(), Error> {
+        self.tasks.retain(|ip, task| {
+            let keep = addresses.contains(ip);
+            if !keep {
+                task.abort();
+            }
+            keep
+        });
+        let mut failure = None;
+        for ip in addresses {
+            if self.tasks.contains_key(ip) {
+                continue;
+            }
+            match open(SocketAddr::new(*ip, self.port), &self.state, health) {
+                Ok(task) => {
+                    self.tasks.insert(*ip, task);
+                }
+                Err(e) => {
+                    failure.get_or_insert(e);
+                }
+            }
+        }
+        failure.map_or(Ok(()), Err)
+    }
+}
+
+/// The addresses the listeners are on, and the open ports: shared by
+/// syncs and by the task that follows the node's address changes.
+#[derive(Default)]
+struct Ports {
+    addresses: Vec<IpAddr>,
+    listeners: BTreeMap<u16, Listener>,
+}
+
+impl Ports {
+    /// Moves every listener to `addresses`, and opens what an earlier
+    /// attempt could not. The first socket that cannot be opened is the
+    /// error; the next sync or address change tries it again.
+    fn rebind(&mut self, addresses: Vec<IpAddr>, health: &ProxyHealth) -> Result<(), Error> {
+        if addresses != self.addresses {
+            tracing::info!(?addresses, "health check addresses");
+            self.addresses = addresses;
+        }
+        let mut failure = None;
+        for listener in self.listeners.values_mut() {
+            if let Err(e) = listener.cover(&self.addresses, health) {
+                failure.get_or_insert(e);
+            }
+        }
+        failure.map_or(Ok(()), Err)
+    }
 }
 
 /// Serves the healthCheckNodePorts of this node's view. See the crate
 /// docs. Must be created and synced within a tokio runtime.
 pub struct HealthCheckServer {
-    bind: Bind,
-    /// The addresses the listeners are on.
-    addresses: Vec<IpAddr>,
+    bind: Arc<Bind>,
     health: ProxyHealth,
-    listeners: BTreeMap<u16, Listener>,
+    ports: Arc<Mutex<Ports>>,
+    /// The task that moves the listeners when the node's addresses change.
+    follower: Option<JoinHandle<()>>,
 }
 
 /// Where the health-check ports listen.
@@ -221,8 +288,8 @@ pub struct HealthCheckServer {
 enum Bind {
     /// These addresses.
     Addresses(Vec<IpAddr>),
-    /// This node's interface addresses in these prefixes, looked up again
-    /// at each sync (`--nodeport-addresses 192.168.0.0/24`).
+    /// This node's interface addresses in these prefixes
+    /// (`--nodeport-addresses 192.168.0.0/24`), followed as they change.
     Prefixes(Vec<(IpAddr, u8)>),
 }
 
@@ -263,11 +330,91 @@ fn interface_addresses() -> Vec<IpAddr> {
         .collect()
 }
 
+/// Interface address changes in this network namespace: an rtnetlink
+/// socket in the IPv4 and IPv6 address groups, read without parsing (any
+/// message means "look again").
+struct AddressEvents(tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>);
+
+impl AddressEvents {
+    #[allow(unsafe_code)]
+    fn open() -> std::io::Result<Self> {
+        use nix::sys::socket::{
+            self, AddressFamily, NetlinkAddr, SockFlag, SockProtocol, SockType,
+        };
+        use std::os::fd::AsRawFd;
+        const RTMGRP_IPV4_IFADDR: u32 = 0x10;
+        const RTMGRP_IPV6_IFADDR: u32 = 0x100;
+        let fd = socket::socket(
+            AddressFamily::Netlink,
+            SockType::Raw,
+            SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+            SockProtocol::NetlinkRoute,
+        )?;
+        let groups = NetlinkAddr::new(0, RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR);
+        socket::bind(fd.as_raw_fd(), &groups)?;
+        let interest = tokio::io::Interest::READABLE;
+        // SAFETY: an `OwnedFd` is an open descriptor that stays open, and
+        // the same, until it is dropped, and the `AsyncFd` owns it.
+        let fd = unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, interest) };
+        Ok(Self(fd.map_err(|e| e.into_parts().1)?))
+    }
+
+    /// Waits until an address was added or removed; reads every message
+    /// pending, so a burst of changes wakes once.
+    async fn changed(&self) -> std::io::Result<()> {
+        use nix::errno::Errno;
+        use nix::sys::socket::{MsgFlags, recv};
+        use std::os::fd::AsRawFd;
+        let mut buf = [0u8; 8192];
+        loop {
+            let mut ready = self.0.readable().await?;
+            let mut any = false;
+            loop {
+                match recv(self.0.get_ref().as_raw_fd(), &mut buf, MsgFlags::empty()) {
+                    Ok(_) => any = true,
+                    // Messages were lost: something changed.
+                    Err(Errno::ENOBUFS) => any = true,
+                    Err(Errno::EAGAIN) => {
+                        ready.clear_ready();
+                        break;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            if any {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Moves the listeners whenever the node's addresses change.
+async fn follow(
+    events: AddressEvents,
+    bind: Arc<Bind>,
+    ports: Arc<Mutex<Ports>>,
+    health: ProxyHealth,
+) {
+    loop {
+        if let Err(error) = events.changed().await {
+            tracing::warn!(%error, "no longer following address changes; at each sync only");
+            return;
+        }
+        let addresses = bind.resolve();
+        let Ok(mut ports) = ports.lock() else {
+            return;
+        };
+        if let Err(error) = ports.rebind(addresses, &health) {
+            tracing::warn!(%error, "a health check port did not move; the next sync retries");
+        }
+    }
+}
+
 impl std::fmt::Debug for HealthCheckServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HealthCheckServer")
-            .field("addresses", &self.addresses)
-            .field("ports", &self.listeners.keys().collect::<Vec<_>>())
+            .field("addresses", &self.addresses())
+            .field("ports", &self.ports())
             .finish()
     }
 }
@@ -276,58 +423,81 @@ impl HealthCheckServer {
     /// Listens on `addresses` (kube-proxy: every node address, `0.0.0.0`);
     /// `health` is reported as `serviceProxyHealthy`.
     pub fn new(addresses: Vec<IpAddr>, health: ProxyHealth) -> Self {
+        let ports = Ports {
+            addresses: addresses.clone(),
+            ..Ports::default()
+        };
         Self {
-            bind: Bind::Addresses(addresses.clone()),
-            addresses,
+            bind: Arc::new(Bind::Addresses(addresses)),
             health,
-            listeners: BTreeMap::new(),
+            ports: Arc::new(Mutex::new(ports)),
+            follower: None,
         }
     }
 
     /// Listens on this node's interface addresses within `prefixes`
-    /// (kube-proxy's `--nodeport-addresses` as CIDRs; loopback never),
-    /// looked up again at each sync: an address that comes or goes moves
-    /// the listeners with it.
+    /// (kube-proxy's `--nodeport-addresses` as CIDRs; loopback never).
+    /// The listeners follow the addresses: an address added or removed
+    /// (rtnetlink tells) moves them at once, and each sync looks again.
     pub fn on_prefixes(prefixes: Vec<(IpAddr, u8)>, health: ProxyHealth) -> Self {
+        let bind = Arc::new(Bind::Prefixes(prefixes));
+        let ports = Arc::new(Mutex::new(Ports::default()));
+        let follower = match AddressEvents::open() {
+            Ok(events) => Some(tokio::spawn(follow(
+                events,
+                bind.clone(),
+                ports.clone(),
+                health.clone(),
+            ))),
+            Err(error) => {
+                tracing::warn!(%error, "cannot follow address changes; looked up at each sync");
+                None
+            }
+        };
         Self {
-            bind: Bind::Prefixes(prefixes),
-            addresses: Vec::new(),
+            bind,
             health,
-            listeners: BTreeMap::new(),
+            ports,
+            follower,
         }
     }
 
-    /// The addresses listened on (as of the last sync).
-    pub fn addresses(&self) -> &[IpAddr] {
-        &self.addresses
+    /// The addresses listened on now.
+    pub fn addresses(&self) -> Vec<IpAddr> {
+        self.ports
+            .lock()
+            .map(|p| p.addresses.clone())
+            .unwrap_or_default()
     }
 
     /// The ports served now.
     pub fn ports(&self) -> BTreeSet<u16> {
-        self.listeners.keys().copied().collect()
+        self.ports
+            .lock()
+            .map(|p| p.listeners.keys().copied().collect())
+            .unwrap_or_default()
     }
+}
 
-    fn open(&self, port: u16, state: &Arc<Mutex<PortState>>) -> Result<Vec<JoinHandle<()>>, Error> {
-        let mut tasks = Vec::new();
-        for ip in &self.addresses {
-            let address = SocketAddr::new(*ip, port);
-            let std = std::net::TcpListener::bind(address)
-                .and_then(|l| l.set_nonblocking(true).map(|()| l))
-                .map_err(|source| Error::Listen { address, source })?;
-            let listener =
-                TcpListener::from_std(std).map_err(|source| Error::Listen { address, source })?;
-            let (state, health) = (state.clone(), self.health.clone());
-            // kube-proxy answers on any path.
-            tasks.push(tokio::spawn(http::serve(
-                listener,
-                move |_path| match state.lock() {
-                    Ok(s) => service_reply(&s, health.healthy()),
-                    Err(_) => Reply::json(503, &serde_json::json!({})),
-                },
-            )));
-        }
-        Ok(tasks)
-    }
+/// Opens `address`, served by a task answering from `state`.
+fn open(
+    address: SocketAddr,
+    state: &Arc<Mutex<PortState>>,
+    health: &ProxyHealth,
+) -> Result<JoinHandle<()>, Error> {
+    let listener = std::net::TcpListener::bind(address)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .and_then(TcpListener::from_std)
+        .map_err(|source| Error::Listen { address, source })?;
+    let (state, health) = (state.clone(), health.clone());
+    // kube-proxy answers on any path.
+    Ok(tokio::spawn(http::serve(
+        listener,
+        move |_path| match state.lock() {
+            Ok(s) => service_reply(&s, health.healthy()),
+            Err(_) => Reply::json(503, &serde_json::json!({})),
+        },
+    )))
 }
 
 fn service_reply(state: &PortState, proxy_healthy: bool) -> Reply {
@@ -380,73 +550,53 @@ impl FullStateSink for HealthCheckServer {
     /// the others in place, and closes those no longer wanted. A port that
     /// cannot be opened fails the sync (and is retried with the next).
     fn sync(&mut self, view: &NodeView) -> Result<(), SinkError> {
+        let failed = |e| SinkError::backend("health checks", e);
         let addresses = self.bind.resolve();
-        if addresses != self.addresses {
-            // Listeners move with the addresses: all are opened again.
-            for (_, listener) in std::mem::take(&mut self.listeners) {
-                for task in listener.tasks {
-                    task.abort();
-                }
-            }
-            tracing::info!(?addresses, "health check addresses");
-            self.addresses = addresses;
-        }
+        let Ok(mut ports) = self.ports.lock() else {
+            return Err(failed(Error::Poisoned));
+        };
+        let mut failure = ports.rebind(addresses, &self.health).err();
         let wanted = wanted(view);
-        let gone: Vec<u16> = self
-            .listeners
-            .keys()
-            .filter(|p| !wanted.contains_key(p))
-            .copied()
-            .collect();
-        for port in gone {
-            if let Some(listener) = self.listeners.remove(&port) {
-                for task in listener.tasks {
-                    task.abort();
-                }
+        ports.listeners.retain(|port, listener| {
+            let keep = wanted.contains_key(port);
+            if !keep {
+                listener.close();
                 tracing::info!(port, "health check port closed");
             }
-        }
-        let mut failure = None;
+            keep
+        });
         for (port, state) in wanted {
-            match self.listeners.get(&port) {
-                Some(listener) => {
-                    if let Ok(mut current) = listener.state.lock() {
-                        *current = state;
-                    }
+            if let Some(listener) = ports.listeners.get(&port) {
+                if let Ok(mut current) = listener.state.lock() {
+                    *current = state;
                 }
-                None => {
-                    let shared = Arc::new(Mutex::new(state));
-                    match self.open(port, &shared) {
-                        Ok(tasks) => {
-                            tracing::info!(port, "health check port open");
-                            self.listeners.insert(
-                                port,
-                                Listener {
-                                    state: shared,
-                                    tasks,
-                                },
-                            );
-                        }
-                        Err(e) => {
-                            failure.get_or_insert(e);
-                        }
-                    }
+                continue;
+            }
+            let mut listener = Listener {
+                port,
+                state: Arc::new(Mutex::new(state)),
+                tasks: BTreeMap::new(),
+            };
+            let opened = listener.cover(&ports.addresses, &self.health);
+            match opened {
+                Ok(()) => tracing::info!(port, "health check port open"),
+                Err(e) => {
+                    failure.get_or_insert(e);
                 }
             }
+            ports.listeners.insert(port, listener);
         }
-        match failure {
-            Some(e) => Err(SinkError::backend("health checks", e)),
-            None => Ok(()),
-        }
+        failure.map_or(Ok(()), |e| Err(failed(e)))
     }
 }
 
 impl Drop for HealthCheckServer {
     fn drop(&mut self) {
-        for listener in self.listeners.values() {
-            for task in &listener.tasks {
-                task.abort();
-            }
+        if let Some(follower) = &self.follower {
+            follower.abort();
+        }
+        if let Ok(ports) = self.ports.lock() {
+            ports.listeners.values().for_each(Listener::close);
         }
     }
 }

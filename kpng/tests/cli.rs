@@ -681,6 +681,24 @@ fn health_check_ports_listen_on_a_nodeport_cidr() {
     assert!(check.contains(r#""localEndpoints":1"#), "{check}");
     let loopback = probe("http://127.0.0.1:32124/");
     assert!(loopback.starts_with("ERROR"), "not on loopback: {loopback}");
+
+    // The listeners follow the node's addresses between syncs (nothing in
+    // the manifest changes, so no sync comes): an address added in the
+    // CIDR is served.
+    let ip = |args: &[&str]| {
+        let ok = Command::new("ip").args(["-n", &ns]).args(args).status();
+        assert!(ok.is_ok_and(|s| s.success()), "ip {args:?}");
+    };
+    ip(&["addr", "add", "192.168.51.8/24", "dev", "hc0"]);
+    let mut added = String::new();
+    for _ in 0..50 {
+        added = probe("http://192.168.51.8:32124/");
+        if added.starts_with("200") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(added.starts_with("200"), "on the added address: {added}");
     let _ = std::fs::remove_file(&manifest);
 }
 
