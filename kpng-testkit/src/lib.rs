@@ -22,6 +22,7 @@
 #[cfg(feature = "apiserver")]
 pub mod apiserver;
 mod counting;
+pub mod semantics;
 
 pub use counting::{CountingAllocator, proc_status_kib};
 

@@ -1,0 +1,43 @@
+//! What the backend makes of each Service behaviour of docs/semantics.md:
+//! the dry run of one small cluster per behaviour (`kpng_testkit::semantics`),
+//! less what the node alone gives, as insta snapshots. A ruleset change
+//! shows as a diff to review, and no root is needed.
+//! `INSTA_UPDATE=always cargo test -p kpng-backend-iptables --test render`
+//! writes new snapshots (then review them with `git diff`).
+
+use std::collections::HashSet;
+
+use kpng_backend_iptables::{Config, IptablesBackend};
+use kpng_diff::NodeProjector;
+use kpng_kube::{Ingest, IngestConfig, file};
+use kpng_store::Store;
+use kpng_testkit::semantics;
+
+/// The dry run's text for `manifest`, the first (full) sync.
+fn render(manifest: &str) -> String {
+    let objects = file::parse_str("case.yaml", manifest).expect("valid manifest");
+    let mut ingest = Ingest::new(Store::new(), IngestConfig::for_node(semantics::NODE));
+    ingest.load(&objects);
+    let mut config = Config::default();
+    config.cluster_cidrs =
+        Config::parse_cidrs("--cluster-cidr", "10.244.0.0/16,fd00:10:244::/48").expect("cidrs");
+    let mut backend = IptablesBackend::new(config).dry_run();
+    let mut projector = NodeProjector::new(semantics::NODE);
+    projector
+        .sync_into(&ingest.reader().snapshot(), &mut backend)
+        .expect("dry run");
+    backend.last_script().to_owned()
+}
+
+#[test]
+fn each_service_behaviour_renders_as_its_snapshot() {
+    let baseline: HashSet<String> = render(semantics::BASELINE)
+        .lines()
+        .map(String::from)
+        .collect();
+    for (name, manifest) in semantics::cases() {
+        let text = render(&manifest);
+        let added: Vec<&str> = text.lines().filter(|l| !baseline.contains(*l)).collect();
+        insta::assert_snapshot!(name, added.join("\n"));
+    }
+}
