@@ -476,3 +476,43 @@ pub async fn run<S: Subsystem + Send>(
         }
     }
 }
+
+/// An aggregator shared by its producers, its flush loop and its socket
+/// (held only for a publish or a flush, never across an await).
+pub type SharedAggregator<S> = std::sync::Arc<std::sync::Mutex<Aggregator<S>>>;
+
+/// An aggregator of `subsystem` run in this process with `backend` as its
+/// producer `name`: its flush loop ([`run`]), rate-limited by `limiter`,
+/// and its socket ([`socket::serve`]) at `path`, where producers in other
+/// processes publish. Returns the sink to drive (the backend, publishing)
+/// and the aggregator, to observe. Spawns both on the current tokio
+/// runtime; a socket that fails is logged.
+pub fn spawn_with_producer<B>(
+    backend: B,
+    name: &str,
+    subsystem: B::Subsystem,
+    path: &std::path::Path,
+    limiter: kpng_diff::SyncLimiter,
+) -> (Publisher<B>, SharedAggregator<B::Subsystem>)
+where
+    B: Producer,
+    B::Subsystem: Send + 'static,
+    <B::Subsystem as Subsystem>::Key:
+        serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
+    <B::Subsystem as Subsystem>::Value:
+        serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static,
+{
+    let aggregator = std::sync::Arc::new(std::sync::Mutex::new(Aggregator::new(subsystem)));
+    let (changed, rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(run(aggregator.clone(), rx, limiter));
+    let (served, path) = (aggregator.clone(), path.to_owned());
+    tokio::spawn(async move {
+        if let Err(e) = socket::serve(&path, served, changed).await {
+            tracing::error!(error = %e, "the aggregator socket failed");
+        }
+    });
+    (
+        Publisher::new(backend, name, aggregator.clone()),
+        aggregator,
+    )
+}

@@ -101,6 +101,14 @@ impl<B: Producer> Publisher<B> {
     }
 }
 
+/// The backend's last round. No script: what reaches the kernel is the
+/// aggregator's transaction, merged with other producers'.
+impl<B: Producer + kpng_sink::RoundReport> kpng_sink::RoundReport for Publisher<B> {
+    fn last_round(&self) -> kpng_sink::RoundSummary {
+        self.backend().last_round()
+    }
+}
+
 impl<B: Producer> IncrementalSink for Publisher<B> {
     fn reset(&mut self) {
         self.backend.reset();

@@ -337,6 +337,13 @@ pub use kpng_model as __model;
 mod tracker;
 pub use tracker::{Changes, ViewTracker};
 
+#[cfg(feature = "file")]
+mod file;
+#[cfg(feature = "file")]
+pub use file::ViewFile;
+mod report;
+pub use report::{Logged, RoundReport, RoundSummary};
+
 /// Drives a [`FullStateSink`] from incremental ops: it keeps the node view,
 /// applies each op to it, and hands the whole view to the inner sink at each
 /// sync. The view is a persistent map, so keeping it costs no copy.

@@ -359,9 +359,10 @@ pub(crate) fn command_line(
     );
 
     // kpng's own flags on the command line win over the file's.
-    let (extra_source, extra_sink) = crate::split_extra("kube", sink, &rest);
-    let given = crate::given_flags(&rest);
-    let keep = |flag: &String| crate::flag_name(flag).is_none_or(|name| !given.contains(name));
+    let (extra_source, extra_sink) = crate::config::split_extra("kube", sink, &rest);
+    let given = crate::config::given_flags(&rest);
+    let keep =
+        |flag: &String| crate::config::flag_name(flag).is_none_or(|name| !given.contains(name));
     let mut argv = vec!["kpng".to_owned()];
     argv.push(source.remove(0));
     argv.extend(source.into_iter().filter(keep));

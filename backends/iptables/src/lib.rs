@@ -264,6 +264,16 @@ impl std::fmt::Debug for IptablesBackend {
     }
 }
 
+/// The last round: its stats, and its iptables-restore batches.
+impl kpng_sink::RoundReport for IptablesBackend {
+    fn last_round(&self) -> kpng_sink::RoundSummary {
+        kpng_sink::RoundSummary::new(self.last.full, self.last.rules)
+    }
+    fn write_script(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        out.write_all(self.last_script.as_bytes())
+    }
+}
+
 impl IptablesBackend {
     /// A backend that applies its batches with `iptables-restore`.
     pub fn new(config: Config) -> Self {

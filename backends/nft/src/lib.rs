@@ -250,6 +250,20 @@ impl std::fmt::Debug for NftBackend {
     }
 }
 
+/// The last round: its stats, and (when kept) its transaction as an nft
+/// script.
+impl kpng_sink::RoundReport for NftBackend {
+    fn last_round(&self) -> kpng_sink::RoundSummary {
+        kpng_sink::RoundSummary::new(self.last.full, self.last.commands)
+    }
+    fn write_script(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        match &self.last_tx {
+            Some(tx) => write!(out, "{tx}"),
+            None => Ok(()),
+        }
+    }
+}
+
 impl NftBackend {
     /// A backend that programs the kernel.
     pub fn new(config: Config) -> Self {

@@ -1,0 +1,328 @@
+//! The command line: a source, then a sink, with kube-proxy's flag names.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::Error;
+
+/// A Kubernetes Service proxy built from kpng-rs crates.
+#[derive(Parser, Debug)]
+#[command(name = "kpng", version, about)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) source: Source,
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum Source {
+    /// Read Kubernetes manifests (kubectl get ... -o yaml, multi-document
+    /// YAML or JSON); with no --input, the bundled sample cluster.
+    File(FileArgs),
+    /// Watch the Kubernetes API.
+    Kube(KubeArgs),
+    /// Stream this node's view from a kpng server (`... to-api`).
+    Api(ApiArgs),
+}
+
+/// Mutual TLS files, for `tcp://` addresses.
+#[derive(Args, Debug, Default)]
+pub(crate) struct TlsArgs {
+    /// This side's certificate (PEM).
+    #[arg(long)]
+    pub(crate) tls_cert: Option<PathBuf>,
+    /// This side's private key (PEM).
+    #[arg(long)]
+    pub(crate) tls_key: Option<PathBuf>,
+    /// The CA the peer's certificate must chain to (PEM).
+    #[arg(long)]
+    pub(crate) tls_ca: Option<PathBuf>,
+}
+
+impl TlsArgs {
+    pub(crate) fn address(&self, uri: &str) -> Result<kpng_api::Address, Error> {
+        let tls = match (&self.tls_cert, &self.tls_key, &self.tls_ca) {
+            (Some(cert), Some(key), Some(ca)) => Some(kpng_api::Tls::from_files(cert, key, ca)?),
+            (None, None, None) => None,
+            _ => {
+                return Err(Error::Usage(
+                    "--tls-cert, --tls-key and --tls-ca go together".into(),
+                ));
+            }
+        };
+        Ok(kpng_api::Address::parse(uri, tls)?)
+    }
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct ApiArgs {
+    /// The server: `unix:///run/kpng.sock` (or a socket path), or
+    /// `tcp://host:port` with the `--tls-*` files.
+    #[arg(long)]
+    pub(crate) api: String,
+    #[command(flatten)]
+    pub(crate) tls: TlsArgs,
+    /// This node's name (not needed by `to-api`, which serves them all).
+    #[arg(long, default_value = "")]
+    pub(crate) node: String,
+    #[command(subcommand)]
+    pub(crate) sink: Sink,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct FileArgs {
+    /// The manifest file.
+    #[arg(long)]
+    pub(crate) input: Option<PathBuf>,
+    /// This node's name (default: node-a for the bundled sample, else the
+    /// hostname).
+    #[arg(long)]
+    pub(crate) node: Option<String>,
+    /// Re-read the file when it changes, and keep syncing.
+    #[arg(long)]
+    pub(crate) watch: bool,
+    /// Serve only Services labelled with this service-proxy-name.
+    #[arg(long)]
+    pub(crate) proxy_name: Option<String>,
+    #[command(subcommand)]
+    pub(crate) sink: Sink,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct KubeArgs {
+    /// A kubeconfig file (default: in-cluster, then ~/.kube/config).
+    #[arg(long)]
+    pub(crate) kubeconfig: Option<PathBuf>,
+    /// This node's name (needed by every sink but `to-api`, which serves
+    /// every node).
+    #[arg(long)]
+    pub(crate) node: Option<String>,
+    /// Serve only Services labelled with this service-proxy-name.
+    #[arg(long)]
+    pub(crate) proxy_name: Option<String>,
+    #[command(subcommand)]
+    pub(crate) sink: Sink,
+}
+
+// The variant names are the command's sink words (`to-nft`, `to-api`…).
+#[allow(clippy::enum_variant_names)]
+#[derive(Subcommand, Debug)]
+pub(crate) enum Sink {
+    /// Program nftables (tables `ip kpng` and `ip6 kpng`).
+    ToNft(NftArgs),
+    /// Program iptables and ip6tables in kube-proxy's layout.
+    ToIptables(IptablesArgs),
+    /// Serve the ENLS to node agents (`kpng api ... to-nft`).
+    ToApi(ListenArgs),
+    /// Write this node's view as YAML at each sync (for debugging).
+    ToFile(OutputArgs),
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct ListenArgs {
+    /// Where: `unix:///run/kpng.sock` (or a socket path; mode 0600), or
+    /// `tcp://host:port` with the `--tls-*` files (clients without a
+    /// certificate from the CA are refused).
+    #[arg(long)]
+    pub(crate) listen: String,
+    #[command(flatten)]
+    pub(crate) tls: TlsArgs,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct OutputArgs {
+    /// The file, replaced whole at each sync; `-`: standard output.
+    #[arg(long)]
+    pub(crate) output: PathBuf,
+    /// `yaml` or `json`.
+    #[arg(long, default_value = "yaml", value_parser = ["yaml", "json"])]
+    pub(crate) format: String,
+    /// Exit after the first write.
+    #[arg(long)]
+    pub(crate) once: bool,
+}
+
+impl Sink {
+    /// The backend flags, for the sinks that program the kernel.
+    pub(crate) fn args(&self) -> Option<&BackendArgs> {
+        match self {
+            Sink::ToNft(args) => Some(&args.common),
+            Sink::ToIptables(args) => Some(&args.common),
+            Sink::ToApi(_) | Sink::ToFile(_) => None,
+        }
+    }
+
+    pub(crate) fn once(&self) -> bool {
+        match self {
+            Sink::ToFile(out) => out.once,
+            other => other.args().is_some_and(|a| a.once),
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct NftArgs {
+    /// Run through an aggregator served on this unix socket (mode 0600):
+    /// the proxy is one producer, and other processes (a CNI, a firewall)
+    /// publish their nftables tables there; everything is applied in one
+    /// rate-limited transaction.
+    #[arg(long)]
+    pub(crate) aggregator_socket: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) common: BackendArgs,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct IptablesArgs {
+    /// Run through an aggregator served on this unix socket (mode 0600):
+    /// the proxy publishes its `KUBE-` chains, other processes theirs.
+    #[arg(long)]
+    pub(crate) aggregator_socket: Option<PathBuf>,
+    /// Which iptables: `nft`, `legacy`, or `auto` (the one that already
+    /// holds rules, as kube-proxy picks).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "nft", "legacy"])]
+    pub(crate) iptables_mode: String,
+    #[command(flatten)]
+    pub(crate) common: BackendArgs,
+}
+
+/// The flags every backend takes, with kube-proxy's names.
+#[derive(Args, Debug)]
+pub(crate) struct BackendArgs {
+    /// Print the rules instead of applying them.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+    /// Exit after the first successful sync (non-zero if it failed).
+    #[arg(long)]
+    pub(crate) once: bool,
+    /// The pod CIDRs, comma-separated (traffic from them is not
+    /// masqueraded; it short-circuits externalTrafficPolicy Local).
+    #[arg(long, default_value = "")]
+    pub(crate) cluster_cidr: String,
+    /// The Service CIDRs, comma-separated (unallocated addresses in them
+    /// are dropped).
+    #[arg(long, default_value = "")]
+    pub(crate) service_cidr: String,
+    /// Where NodePorts listen, comma-separated CIDRs (default: the node's
+    /// addresses).
+    #[arg(long)]
+    pub(crate) nodeport_addresses: Option<String>,
+    /// Masquerade all Service traffic.
+    #[arg(long)]
+    pub(crate) masquerade_all: bool,
+    /// The mark bit that asks for masquerade.
+    #[arg(long, default_value_t = 14, value_parser = clap::value_parser!(u8).range(0..=31))]
+    pub(crate) masquerade_bit: u8,
+    /// The least time between syncs after a burst (e.g. 1s, 500ms).
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub(crate) min_sync_period: Duration,
+    /// Syncs allowed back to back before --min-sync-period applies.
+    #[arg(long, default_value_t = 2)]
+    pub(crate) sync_burst: u32,
+    /// Where `/healthz` and `/livez` are served (kube-proxy's port);
+    /// empty: not served. Health-check node ports of Services with
+    /// `externalTrafficPolicy: Local` are served on `--nodeport-addresses`
+    /// (all addresses by default) whenever this is set.
+    #[arg(long, default_value = "0.0.0.0:10256")]
+    pub(crate) healthz_bind_address: String,
+    /// How long a change may wait before `/healthz` reports unhealthy.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub(crate) healthz_timeout: Duration,
+    /// Do not delete stale UDP conntrack entries after syncs (done over
+    /// ctnetlink, as kube-proxy does).
+    #[arg(long)]
+    pub(crate) no_conntrack_cleanup: bool,
+    /// kube-proxy's: `nf_conntrack_max` is this times the cores (at least
+    /// `--conntrack-min`); 0 leaves it. Read-only outside the host's
+    /// network namespace: then left, with a warning.
+    #[arg(long, default_value_t = 32_768)]
+    pub(crate) conntrack_max_per_core: u64,
+    /// kube-proxy's: the least `nf_conntrack_max`.
+    #[arg(long, default_value_t = 131_072)]
+    pub(crate) conntrack_min: u64,
+    /// kube-proxy's: idle established TCP flows are forgotten after this
+    /// (0 leaves the sysctl).
+    #[arg(long, default_value = "24h", value_parser = parse_duration)]
+    pub(crate) conntrack_tcp_timeout_established: Duration,
+    /// kube-proxy's: flows in CLOSE_WAIT are forgotten after this.
+    #[arg(long, default_value = "1h", value_parser = parse_duration)]
+    pub(crate) conntrack_tcp_timeout_close_wait: Duration,
+    /// kube-proxy's: out-of-window TCP packets are not marked INVALID.
+    #[arg(long)]
+    pub(crate) conntrack_tcp_be_liberal: bool,
+    /// kube-proxy's: the UDP timeout (0 leaves the sysctl).
+    #[arg(long, default_value = "0", value_parser = parse_duration)]
+    pub(crate) conntrack_udp_timeout: Duration,
+    /// kube-proxy's: the UDP stream timeout (0 leaves the sysctl).
+    #[arg(long, default_value = "0", value_parser = parse_duration)]
+    pub(crate) conntrack_udp_timeout_stream: Duration,
+    /// Where Prometheus metrics are served (`/metrics`, kube-proxy's
+    /// port); empty: not served.
+    #[arg(long, default_value = "127.0.0.1:10249")]
+    pub(crate) metrics_bind_address: String,
+}
+
+/// A duration in Go's format, as kube-proxy takes it: one or more
+/// number-unit pairs (`1m30s`, `1.5h`, `500ms`), units `ns`, `us` (`µs`),
+/// `ms`, `s`, `m` and `h`; a bare `0` is zero.
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+    let bad = || format!("{text:?} is not a duration (Go's format: 1s, 500ms, 1m30s, 1.5h)");
+    if text == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let mut rest = text;
+    let mut seconds = 0.0;
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit() && c != '.')
+            .ok_or_else(bad)?;
+        let (number, tail) = rest.split_at(digits);
+        let number: f64 = number.parse().map_err(|_| bad())?;
+        let unit_len = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_len);
+        let scale = match unit {
+            "ns" => 1e-9,
+            "us" | "µs" | "μs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(bad()),
+        };
+        seconds += number * scale;
+        rest = tail;
+    }
+    Duration::try_from_secs_f64(seconds).map_err(|_| bad())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::parse_duration;
+
+    #[test]
+    fn durations_take_gos_format() {
+        for (text, want) in [
+            ("1s", Duration::from_secs(1)),
+            ("500ms", Duration::from_millis(500)),
+            ("1m30s", Duration::from_secs(90)),
+            ("1.5h", Duration::from_secs(5400)),
+            ("2h45m", Duration::from_secs(9900)),
+            ("250us", Duration::from_micros(250)),
+            ("0", Duration::ZERO),
+        ] {
+            assert_eq!(parse_duration(text), Ok(want), "{text}");
+        }
+        for bad in ["", "1", "s", "1x", "-1s", "1s2"] {
+            let error = parse_duration(bad).expect_err(bad);
+            assert!(error.contains("Go's format"), "{error}");
+        }
+    }
+}
