@@ -14,7 +14,8 @@
 use std::error::Error;
 
 use kpng_backend_nft::{Config, NftBackend};
-use kpng_diff::{DriveConfig, NodeProjector, drive};
+use kpng_diff::NodeProjector;
+use kpng_drive::{DriveConfig, drive};
 use kpng_kube::watch::{self, NodeScope, WatchConfig};
 use kpng_kube::{Ingest, IngestConfig, file};
 use kpng_store::Store;

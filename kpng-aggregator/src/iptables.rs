@@ -26,7 +26,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use kpng_diff::MapOp;
+use kpng_store::MapOp;
 use kpng_store::MapSnapshot;
 use serde::{Deserialize, Serialize};
 

@@ -18,7 +18,7 @@
 //!   each producer's change is then tried on its own; the ones the kernel
 //!   refuses are rolled back in that producer's state and reported to it,
 //!   the others land.
-//! - **Rate limit**: [`kpng_diff::SyncLimiter`], the one the backends use.
+//! - **Rate limit**: [`kpng_drive::SyncLimiter`], the one the backends use.
 //!
 //! The subsystems are [`nft::Nft`] and [`iptables::Iptables`]; see their
 //! docs for the ordering between producers. Any backend implementing
@@ -66,8 +66,7 @@ pub use publisher::{Producer, Publisher};
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 
-use kpng_diff::{MapOp, diff_maps};
-use kpng_store::{MapSnapshot, RevMap};
+use kpng_store::{MapOp, MapSnapshot, RevMap, diff_maps};
 
 /// Errors of the aggregator.
 #[derive(Debug, thiserror::Error)]
@@ -455,7 +454,7 @@ impl<S: Subsystem> Aggregator<S> {
 pub async fn run<S: Subsystem + Send>(
     aggregator: std::sync::Arc<std::sync::Mutex<Aggregator<S>>>,
     mut changed: tokio::sync::mpsc::Receiver<()>,
-    mut limiter: kpng_diff::SyncLimiter,
+    mut limiter: kpng_drive::SyncLimiter,
 ) where
     S::Key: Send,
     S::Value: Send,
@@ -492,7 +491,7 @@ pub fn spawn_with_producer<B>(
     name: &str,
     subsystem: B::Subsystem,
     path: &std::path::Path,
-    limiter: kpng_diff::SyncLimiter,
+    limiter: kpng_drive::SyncLimiter,
 ) -> (Publisher<B>, SharedAggregator<B::Subsystem>)
 where
     B: Producer,

@@ -31,10 +31,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::PathBuf;
 
-use kpng_diff::MapOp;
 use kpng_netfilter::nft::{
     BaseChain, Chain, Data, Element, Expr, MapTo, Rule, Set, Socket, Table, Transaction,
 };
+use kpng_store::MapOp;
 use kpng_store::MapSnapshot;
 
 use crate::Subsystem;

@@ -19,7 +19,7 @@
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use kpng_diff::MapOp;
+use kpng_store::MapOp;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};

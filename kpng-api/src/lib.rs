@@ -948,38 +948,6 @@ impl Default for AgentConfig {
     }
 }
 
-/// Reconnect delays: exponential, capped, with jitter.
-#[derive(Debug)]
-struct Backoff {
-    first: Duration,
-    max: Duration,
-    next: Duration,
-}
-
-impl Backoff {
-    fn new(config: &AgentConfig) -> Self {
-        Self {
-            first: config.retry,
-            max: config.max_retry.max(config.retry),
-            next: config.retry,
-        }
-    }
-
-    fn reset(&mut self) {
-        self.next = self.first;
-    }
-
-    /// The next delay: uniform in [d/2, d] for the current step d, which
-    /// then doubles up to the cap.
-    fn next_delay(&mut self) -> Duration {
-        let step = self.next;
-        self.next = (step * 2).min(self.max);
-        let half = step / 2;
-        let span = u64::try_from((step - half).as_nanos()).unwrap_or(u64::MAX);
-        half + Duration::from_nanos(random_u64() % span.saturating_add(1))
-    }
-}
-
 /// What an agent holds: the server instance and revision of its view,
 /// and the view's digest.
 #[derive(Clone, Debug, Default)]
@@ -1017,7 +985,7 @@ pub async fn run_agent<S: IncrementalSink + ?Sized>(
     config: &AgentConfig,
 ) -> Result<(), Error> {
     let mut held = Held::default();
-    let mut backoff = Backoff::new(config);
+    let mut backoff = kpng_drive::Backoff::new(config.retry, config.max_retry);
     loop {
         match session(address, node, sink, &mut held, config).await {
             Ok(()) if config.once => return Ok(()),
@@ -1108,7 +1076,7 @@ pub async fn run_mirror(
     config: &AgentConfig,
 ) -> Result<(), Error> {
     let mut held = Held::default();
-    let mut backoff = Backoff::new(config);
+    let mut backoff = kpng_drive::Backoff::new(config.retry, config.max_retry);
     loop {
         match mirror_session(address, store, &mut held, config).await {
             Ok(()) if config.once => return Ok(()),

@@ -18,10 +18,9 @@
 //!   on it with only the node's own Services added: what a server
 //!   streaming thousands of nodes' views holds per node is what is that
 //!   node's own ([`SharedNodeView`]).
-//! - **The driver.** [`drive`] keeps a sink in line with a store: it waits
-//!   for the initial lists, rate-limits syncs with [`SyncLimiter`] (bursts
-//!   of revisions collapse into one transaction), and retries failures with
-//!   backoff and a full round.
+//!
+//! All of it is pure: no runtime, no clock. What drives a sink over time
+//! (rate limits, retries) is `kpng-drive`'s.
 //!
 //! # The node view rules
 //!
@@ -75,7 +74,6 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-mod drive;
 mod node;
 mod select;
 mod shared;
@@ -83,7 +81,6 @@ mod shared;
 use kpng_model::{Key, Value};
 use kpng_store::{Snapshot, Txn};
 
-pub use drive::{DriveConfig, SyncLimiter, drive};
 pub use node::{NodeProjector, SyncReport, diff_views, node_view};
 pub use shared::{SharedNodeView, SharedStats, SharedViews, view_changes};
 
@@ -147,37 +144,6 @@ pub fn apply<'a>(
 }
 
 /// The README's examples, compiled and run as doctests.
-/// One difference between two revisions of a [`kpng_store::RevMap`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum MapOp<K, V> {
-    /// The key now holds this value (created or changed).
-    Set(K, V),
-    /// The key went away.
-    Delete(K),
-}
-
-/// The ops that turn map revision `a` into `b`, in key order. Parts the
-/// two revisions share are skipped without being compared, so two
-/// revisions of one map diff in O(changes × log size).
-pub fn diff_maps<K, V>(
-    a: &kpng_store::MapSnapshot<K, V>,
-    b: &kpng_store::MapSnapshot<K, V>,
-) -> Vec<MapOp<K, V>>
-where
-    K: Ord + Clone,
-    V: Clone + PartialEq,
-{
-    use imbl::ordmap::DiffItem;
-    a.entries()
-        .diff(b.entries())
-        .map(|item| match item {
-            DiffItem::Add(k, v) => MapOp::Set(k.clone(), v.clone()),
-            DiffItem::Update { new: (k, v), .. } => MapOp::Set(k.clone(), v.clone()),
-            DiffItem::Remove(k, _) => MapOp::Delete(k.clone()),
-        })
-        .collect()
-}
-
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;

@@ -14,10 +14,11 @@ use std::time::{Duration, Instant};
 
 use kpng_aggregator::Aggregator;
 use kpng_aggregator::nft::{Family, Fragment, Nft, Value, element_key};
-use kpng_diff::{MapOp, SyncLimiter};
+use kpng_drive::SyncLimiter;
 use kpng_lab::{Lab, unavailable};
 use kpng_netfilter::nft::build::{Load, lookup};
 use kpng_netfilter::nft::{BaseChain, ChainType, DataType, Expr, Hook, Set};
+use kpng_store::MapOp;
 
 fn arg(name: &str, default: u64) -> u64 {
     let args: Vec<String> = std::env::args().collect();

@@ -4,11 +4,11 @@
 
 use kpng_aggregator::nft::{Family, Fragment, Nft, Value, chain_key};
 use kpng_aggregator::{Aggregator, Error};
-use kpng_diff::MapOp;
 use kpng_lab::scenarios::{E1, EXT_IN, EXT_OUT, NODE_IP, POD_CLIENT};
 use kpng_lab::{Lab, settle, unavailable};
 use kpng_netfilter::nft::build::{Load, dnat_to, equals, lookup, verdict};
 use kpng_netfilter::nft::{BaseChain, ChainType, DataType, Element, Expr, Hook, Set, Verdict};
+use kpng_store::MapOp;
 
 fn lab() -> Option<Lab> {
     if let Some(why) = unavailable(&["nft"]) {
@@ -281,7 +281,7 @@ fn a_producer_in_another_process_publishes_over_the_unix_socket() {
     runtime.spawn(kpng_aggregator::run(
         agg.clone(),
         rx,
-        kpng_diff::SyncLimiter::new(Duration::from_millis(50), 2),
+        kpng_drive::SyncLimiter::new(Duration::from_millis(50), 2),
     ));
     runtime.spawn({
         let (agg, path) = (agg.clone(), path.clone());

@@ -58,7 +58,7 @@ mod stats;
 mod store;
 
 pub use kpng_model::{Key, Kind, ServiceName, Value};
-pub use map::{MapSnapshot, MapTxn, RevMap};
+pub use map::{MapOp, MapSnapshot, MapTxn, RevMap, diff_maps};
 pub use snapshot::{Reader, Snapshot, SyncedKinds};
 pub use stats::Stats;
 pub use store::{Commit, Store, StoreConfig, Txn};

@@ -5,7 +5,7 @@
 //! The ENLS [`Store`](crate::Store) is specialised for Services and their
 //! endpoints; [`RevMap`] is the same idea for other desired states, such as
 //! the fragments producers publish to `kpng-aggregator`. Its snapshots
-//! share structure, so `kpng-diff`'s `diff_maps` skips what two revisions
+//! share structure, so [`diff_maps`] skips what two revisions
 //! share.
 
 use imbl::OrdMap;
@@ -163,6 +163,34 @@ impl<K: Ord + Clone, V: Clone + PartialEq> MapTxn<'_, K, V> {
         };
         Some(self.map.current.revision)
     }
+}
+
+/// One difference between two revisions of a [`RevMap`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MapOp<K, V> {
+    /// The key now holds this value (created or changed).
+    Set(K, V),
+    /// The key went away.
+    Delete(K),
+}
+
+/// The ops that turn map revision `a` into `b`, in key order. Parts the
+/// two revisions share are skipped without being compared, so two
+/// revisions of one map diff in O(changes × log size).
+pub fn diff_maps<K, V>(a: &MapSnapshot<K, V>, b: &MapSnapshot<K, V>) -> Vec<MapOp<K, V>>
+where
+    K: Ord + Clone,
+    V: Clone + PartialEq,
+{
+    use imbl::ordmap::DiffItem;
+    a.entries()
+        .diff(b.entries())
+        .map(|item| match item {
+            DiffItem::Add(k, v) => MapOp::Set(k.clone(), v.clone()),
+            DiffItem::Update { new: (k, v), .. } => MapOp::Set(k.clone(), v.clone()),
+            DiffItem::Remove(k, _) => MapOp::Delete(k.clone()),
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -25,7 +25,8 @@ use kpng_aggregator::iptables::{Iptables, Runner};
 use kpng_aggregator::nft::Nft;
 use kpng_backend_iptables::{Config as IptablesConfig, IptablesBackend, Mode as IptablesMode};
 use kpng_backend_nft::{Config as NftConfig, NftBackend};
-use kpng_diff::{DriveConfig, NodeProjector, drive};
+use kpng_diff::NodeProjector;
+use kpng_drive::{DriveConfig, drive};
 use kpng_kube::watch::{NodeScope, WatchConfig};
 use kpng_kube::{Ingest, IngestConfig, file};
 use kpng_sink::{IncrementalSink, Logged};
@@ -257,7 +258,7 @@ where
     <B::Subsystem as Subsystem>::Key: Serialize + DeserializeOwned + Send + Sync + 'static,
     <B::Subsystem as Subsystem>::Value: Serialize + DeserializeOwned + Send + Sync + 'static,
 {
-    let limiter = kpng_diff::SyncLimiter::new(args.min_sync_period, args.sync_burst);
+    let limiter = kpng_drive::SyncLimiter::new(args.min_sync_period, args.sync_burst);
     let (publisher, aggregator) =
         kpng_aggregator::spawn_with_producer(backend, "kpng", subsystem, path, limiter);
     let metrics = metrics.clone();

@@ -7,7 +7,9 @@ use kpng_sink::{IncrementalSink, SinkError};
 use kpng_store::Reader;
 use tokio::time::Instant;
 
-use crate::NodeProjector;
+use kpng_diff::NodeProjector;
+
+use crate::Backoff;
 
 /// A token bucket that spaces syncs: at most `burst` syncs back to back,
 /// then one per `min_interval` (kube-proxy's `--min-sync-period`, default
@@ -67,7 +69,7 @@ pub struct DriveConfig {
     /// How many syncs may run back to back.
     pub burst: u32,
     /// The first retry delay after a failed sync; it doubles up to
-    /// `max_retry`.
+    /// `max_retry`, each delay jittered ([`Backoff`]).
     pub retry: Duration,
     /// The longest retry delay.
     pub max_retry: Duration,
@@ -94,7 +96,7 @@ impl Default for DriveConfig {
 /// Keeps `sink` in line with the node view of `projector`'s node, as the
 /// store behind `reader` changes: waits for the initial lists, then syncs
 /// each new revision (rate-limited; bursts collapse), retrying failures
-/// with exponential backoff and a full round. Returns after the first
+/// with a jittered exponential [`Backoff`] and a full round. Returns after the first
 /// successful sync with `once`, or when the store writer goes away.
 ///
 /// The sink is called on this task; a sink that blocks (running `nft`,
@@ -113,23 +115,23 @@ pub async fn drive<S: IncrementalSink + ?Sized>(
         return Ok(());
     }
     let mut limiter = SyncLimiter::new(config.min_sync_period, config.burst);
-    let mut retry = config.retry;
+    let mut backoff = Backoff::new(config.retry, config.max_retry);
     loop {
         limiter.acquire().await;
         let snapshot = reader.snapshot();
         match projector.sync_into(&snapshot, sink) {
             Ok(_) if config.once => return Ok(()),
             Ok(_) => {
-                retry = config.retry;
+                backoff.reset();
                 if reader.newer_than(snapshot.revision()).await.is_err() {
                     return Ok(());
                 }
             }
             Err(e) if config.once => return Err(e),
             Err(e) => {
+                let retry = backoff.next_delay();
                 tracing::warn!(error = %e, retry_in = ?retry, "sync failed; retrying with a full sync");
                 tokio::time::sleep(retry).await;
-                retry = (retry * 2).min(config.max_retry);
             }
         }
     }

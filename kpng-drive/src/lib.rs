@@ -1,0 +1,60 @@
+//! The runtime of kpng-rs: what keeps a sink in line with the cluster over
+//! time, around the pure parts (the store, the node view of `kpng-diff`,
+//! the sink contract).
+//!
+//! - [`drive`] keeps a sink in line with one node's view as the store
+//!   changes: it waits for the initial lists, spaces syncs with a
+//!   [`SyncLimiter`] (bursts of revisions collapse into one transaction),
+//!   and retries a failed sync with a full round after a [`Backoff`].
+//! - [`SyncLimiter`]: kube-proxy's `--min-sync-period` as a token bucket.
+//! - [`Backoff`]: exponential, capped and jittered delays, for the driver,
+//!   the API agent and the mirror.
+//!
+//! # Example
+//!
+//! ```
+//! use kpng_diff::NodeProjector;
+//! use kpng_drive::{DriveConfig, drive};
+//! use kpng_model::Kind;
+//! use kpng_model::v1::Service;
+//! use kpng_sink::{FullState, FullStateSink, SinkError};
+//! use kpng_store::Store;
+//!
+//! struct Count(usize);
+//! impl FullStateSink for Count {
+//!     fn sync(&mut self, view: &kpng_model::view::NodeView) -> Result<(), SinkError> {
+//!         self.0 = view.services.len();
+//!         Ok(())
+//!     }
+//! }
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
+//! let mut store = Store::new();
+//! let mut txn = store.begin();
+//! txn.set_service(Service { namespace: "default".into(), name: "web".into(), ..Default::default() });
+//! txn.commit();
+//! store.mark_synced(Kind::Service);
+//! store.mark_synced(Kind::Endpoint);
+//!
+//! let mut sink = FullState::new(Count(0));
+//! let mut config = DriveConfig::default();
+//! config.once = true;
+//! drive(store.reader(), &mut NodeProjector::new("node-a"), &mut sink, &config).await?;
+//! assert_eq!(sink.inner().0, 1);
+//! # Ok::<(), SinkError>(())
+//! # })?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+#![deny(missing_docs)]
+
+mod backoff;
+mod drive;
+
+pub use backoff::Backoff;
+pub use drive::{DriveConfig, SyncLimiter, drive};
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
