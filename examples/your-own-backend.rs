@@ -2,8 +2,9 @@
 use kpng_diff::NodeProjector;
 use kpng_model::endpoint::{PortInfo, PortList};
 use kpng_model::v1::{IpSet, Protocol, Service, ServicePort};
+use kpng_model::view::ViewOp;
 use kpng_model::{EndpointInfo, IpFamily};
-use kpng_sink::{IncrementalSink, SinkError, ViewTracker, tracked_view};
+use kpng_sink::{IncrementalSink, SinkError, ViewTracker};
 use kpng_store::Store;
 
 /// Our data plane: here, lines of text.
@@ -13,30 +14,36 @@ struct Printer {
 }
 
 impl IncrementalSink for Printer {
-    // reset, apply and the callbacks: the tracker keeps the node view.
-    tracked_view!(tracker);
+    // The tracker keeps the node view and what changed.
+    fn reset(&mut self) {
+        self.tracker.reset();
+    }
+
+    fn apply(&mut self, op: &ViewOp) -> Result<(), SinkError> {
+        self.tracker.absorb(op)
+    }
 
     fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
-        self.tracker.check()?;
-        let changes = self.tracker.take_changes();
-        for name in &changes.services {
-            match self.tracker.view().services.get(name) {
-                None => println!("r{revision}: remove {name}"),
-                Some(view) => {
-                    let plan = view.plan(IpFamily::V4);
-                    for port in &plan.ports {
-                        for vip in plan.cluster_ips {
-                            println!(
-                                "r{revision}: {vip}:{} {} -> {:?}",
-                                port.number, port.protocol, port.cluster
-                            );
+        // One round: every Service on a full round, else the changed ones.
+        self.tracker.round(|changes, view| {
+            for name in &changes.services {
+                match view.services.get(name) {
+                    None => println!("r{revision}: remove {name}"),
+                    Some(service) => {
+                        let plan = service.plan(IpFamily::V4);
+                        for port in &plan.ports {
+                            for vip in plan.cluster_ips {
+                                println!(
+                                    "r{revision}: {vip}:{} {} -> {:?}",
+                                    port.number, port.protocol, port.cluster
+                                );
+                            }
                         }
                     }
                 }
             }
-        }
-        self.tracker.synced(true);
-        Ok(())
+            Ok(())
+        })
     }
 }
 

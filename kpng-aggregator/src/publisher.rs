@@ -94,11 +94,6 @@ impl<B: Producer> Publisher<B> {
         }
         Ok(())
     }
-
-    fn apply_op(&mut self, op: &ViewOp) {
-        // Buffered like any op; errors surface at sync.
-        let _ = self.backend.apply(op);
-    }
 }
 
 /// The backend's last round. No script: what reaches the kernel is the
@@ -113,7 +108,6 @@ impl<B: Producer> IncrementalSink for Publisher<B> {
     fn reset(&mut self) {
         self.backend.reset();
     }
-    kpng_sink::callbacks_as_ops!(apply_op);
     fn apply(&mut self, op: &ViewOp) -> Result<(), SinkError> {
         self.backend.apply(op)
     }

@@ -57,18 +57,11 @@ impl IncrementalSink for Counting {
         self.1.0.lock().expect("lock").1 += 1;
         self.0.reset();
     }
-    kpng_sink::callbacks_as_ops!(apply_op);
     fn apply(&mut self, op: &kpng_model::view::ViewOp) -> Result<(), SinkError> {
         self.0.apply(op)
     }
     fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
         self.0.sync(revision)
-    }
-}
-
-impl Counting {
-    fn apply_op(&mut self, op: &kpng_model::view::ViewOp) {
-        let _ = self.0.apply(op);
     }
 }
 

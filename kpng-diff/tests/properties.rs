@@ -326,14 +326,12 @@ proptest! {
     fn shared_view_and_ops_agree(txns in txns()) {
         #[derive(Default)]
         struct OpsOnly { view: NodeView }
-        impl OpsOnly {
-            fn absorb(&mut self, op: &ViewOp) {
-                self.view.apply(op).expect("ops fit the view they build");
-            }
-        }
         impl IncrementalSink for OpsOnly {
             fn reset(&mut self) { self.view = NodeView::default(); }
-            kpng_sink::callbacks_as_ops!(absorb);
+            fn apply(&mut self, op: &ViewOp) -> Result<(), SinkError> {
+                self.view.apply(op).expect("ops fit the view they build");
+                Ok(())
+            }
             fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
                 self.view.revision = revision;
                 Ok(())
@@ -342,12 +340,12 @@ proptest! {
         #[derive(Default)]
         struct Tracked { tracker: ViewTracker, changed: Vec<ServiceName>, full: bool }
         impl IncrementalSink for Tracked {
-            kpng_sink::tracked_view!(tracker);
+            fn reset(&mut self) { self.tracker.reset(); }
+            fn apply(&mut self, op: &ViewOp) -> Result<(), SinkError> { self.tracker.absorb(op) }
+            fn share_view(&mut self, view: &NodeView) { self.tracker.share(view); }
             fn sync(&mut self, _revision: u64) -> Result<(), SinkError> {
-                self.tracker.check()?;
-                let changes = self.tracker.take_changes();
-                (self.full, self.changed) = (changes.full, changes.services);
-                self.tracker.synced(true);
+                let (full, changed) = self.tracker.round(|changes, _| Ok((changes.full, changes.services.clone())))?;
+                (self.full, self.changed) = (full, changed);
                 Ok(())
             }
         }

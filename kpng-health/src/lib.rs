@@ -167,7 +167,6 @@ impl<S: IncrementalSink> IncrementalSink for Healthy<S> {
         self.health.queued();
         self.inner.reset();
     }
-    kpng_sink::callbacks_as_ops!(forward);
     fn apply(&mut self, op: &ViewOp) -> Result<(), SinkError> {
         self.health.queued();
         match op {
@@ -187,13 +186,6 @@ impl<S: IncrementalSink> IncrementalSink for Healthy<S> {
     }
     fn share_view(&mut self, view: &kpng_model::view::NodeView) {
         self.inner.share_view(view);
-    }
-}
-
-impl<S: IncrementalSink> Healthy<S> {
-    fn forward(&mut self, op: &ViewOp) {
-        // Buffered by the inner sink; errors surface at sync.
-        let _ = self.apply(op);
     }
 }
 

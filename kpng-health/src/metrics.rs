@@ -236,7 +236,9 @@ impl<S> Measured<S> {
 
     fn note(&mut self, op: &ViewOp) {
         if let Some(own) = &mut self.own {
-            own.absorb(op);
+            // Only what changed is read from it; a misfit is the inner
+            // sink's to report.
+            let _ = own.absorb(op);
         }
         self.round_started.get_or_insert_with(Instant::now);
     }
@@ -251,7 +253,6 @@ impl<S: IncrementalSink> IncrementalSink for Measured<S> {
         self.round_started.get_or_insert_with(Instant::now);
         self.inner.reset();
     }
-    kpng_sink::callbacks_as_ops!(forward);
     fn apply(&mut self, op: &ViewOp) -> Result<(), SinkError> {
         self.note(op);
         self.inner.apply(op)
@@ -317,13 +318,6 @@ impl<S: IncrementalSink> IncrementalSink for Measured<S> {
             own.share(view);
         }
         self.inner.share_view(view);
-    }
-}
-
-impl<S: IncrementalSink> Measured<S> {
-    fn forward(&mut self, op: &ViewOp) {
-        // Buffered by the inner sink; errors surface at sync.
-        let _ = self.apply(op);
     }
 }
 

@@ -146,19 +146,11 @@ impl IncrementalSink for LegacyIptables {
     fn reset(&mut self) {
         self.0.reset();
     }
-    kpng_sink::callbacks_as_ops!(absorb);
     fn apply(&mut self, op: &kpng_model::view::ViewOp) -> Result<(), SinkError> {
         self.0.apply(op)
     }
     fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
         self.0.sync(revision)
-    }
-}
-
-impl LegacyIptables {
-    fn absorb(&mut self, op: &kpng_model::view::ViewOp) {
-        // Buffered; errors surface at sync.
-        let _ = self.0.apply(op);
     }
 }
 

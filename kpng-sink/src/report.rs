@@ -1,12 +1,7 @@
 //! What a backend's last round did ([`RoundReport`]), and [`Logged`],
 //! which tells it after each round.
 
-use std::net::IpAddr;
-use std::sync::Arc;
-
-use kpng_model::ServiceName;
-use kpng_model::v1::{IpSet, Node, Service};
-use kpng_model::view::{EndpointView, NodeView, ViewOp};
+use kpng_model::view::{NodeView, ViewOp};
 
 use crate::{IncrementalSink, SinkError};
 
@@ -54,6 +49,9 @@ pub trait RoundReport {
 /// #[derive(Default)]
 /// struct Counter(usize);
 /// impl IncrementalSink for Counter {
+///     fn apply(&mut self, _: &kpng_model::view::ViewOp) -> Result<(), SinkError> {
+///         Ok(())
+///     }
 ///     fn sync(&mut self, _: u64) -> Result<(), SinkError> {
 ///         self.0 += 1;
 ///         Ok(())
@@ -101,27 +99,6 @@ impl<S> Logged<S> {
 impl<S: IncrementalSink + RoundReport> IncrementalSink for Logged<S> {
     fn reset(&mut self) {
         self.inner.reset();
-    }
-    fn set_node(&mut self, node: &Arc<Node>) {
-        self.inner.set_node(node);
-    }
-    fn delete_node(&mut self) {
-        self.inner.delete_node();
-    }
-    fn set_service_cidrs(&mut self, cidrs: &Arc<IpSet>) {
-        self.inner.set_service_cidrs(cidrs);
-    }
-    fn set_service(&mut self, service: &Arc<Service>) {
-        self.inner.set_service(service);
-    }
-    fn delete_service(&mut self, name: &ServiceName) {
-        self.inner.delete_service(name);
-    }
-    fn set_endpoint(&mut self, service: &ServiceName, endpoint: &EndpointView) {
-        self.inner.set_endpoint(service, endpoint);
-    }
-    fn delete_endpoint(&mut self, service: &ServiceName, ip: IpAddr) {
-        self.inner.delete_endpoint(service, ip);
     }
     fn apply(&mut self, op: &ViewOp) -> Result<(), SinkError> {
         self.inner.apply(op)

@@ -9,13 +9,17 @@ use crate::SinkError;
 
 /// What an incremental backend remembers between rounds: the node view as
 /// the ops built it, which Services changed since the last sync, whether
-/// this node's object changed, whether the next sync must rewrite
-/// everything, and the first op that did not fit the view.
+/// this node's object or the Service CIDRs changed, and whether the next
+/// round must rewrite everything.
 ///
-/// A backend feeds it every op ([`absorb`](Self::absorb)), and at `sync`
-/// asks what to render ([`take_changes`](Self::take_changes)), then says
-/// how the sync went ([`synced`](Self::synced)): the first round, any
-/// round after `reset`, and any round after a failure are full.
+/// A backend feeds it every op ([`absorb`](Self::absorb)) and at `sync`
+/// renders one [`round`](Self::round): the closure gets what changed and
+/// the view, and its outcome decides whether the next round is full. The
+/// first round, any round after `reset`, and any round after a failure
+/// are full. A backend whose sync does not fit in one closure calls
+/// [`take_changes`](Self::take_changes) and then [`synced`](Self::synced);
+/// a round never confirmed with `synced(true)` counts as failed, so a
+/// forgotten step costs a full round, never a wrong one.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -25,11 +29,12 @@ use crate::SinkError;
 ///
 /// let mut tracker = ViewTracker::default();
 /// let web = Service { namespace: "default".into(), name: "web".into(), ..Default::default() };
-/// tracker.absorb(&ViewOp::SetService(Arc::new(web)));
-/// tracker.check()?;
-/// let changes = tracker.take_changes();
-/// assert!(changes.full && changes.services.len() == 1);
-/// tracker.synced(true);
+/// tracker.absorb(&ViewOp::SetService(Arc::new(web)))?;
+/// let rendered = tracker.round(|changes, view| {
+///     assert!(changes.full);
+///     Ok(changes.services.len() + view.services.len())
+/// })?;
+/// assert_eq!(rendered, 2);
 /// assert!(!tracker.take_changes().full, "the next round is incremental");
 /// # Ok::<(), kpng_sink::SinkError>(())
 /// ```
@@ -40,7 +45,8 @@ pub struct ViewTracker {
     node_changed: bool,
     service_cidrs_changed: bool,
     full: bool,
-    misfit: Option<kpng_model::Error>,
+    /// A round began (`take_changes`) and was not confirmed (`synced`).
+    pending: bool,
 }
 
 impl Default for ViewTracker {
@@ -51,7 +57,7 @@ impl Default for ViewTracker {
             node_changed: true,
             service_cidrs_changed: true,
             full: true,
-            misfit: None,
+            pending: false,
         }
     }
 }
@@ -77,10 +83,12 @@ impl ViewTracker {
         *self = Self::default();
     }
 
-    /// Applies one op to the view and notes what it touched. An op that
-    /// does not fit is kept for [`check`](Self::check) (callbacks cannot
-    /// fail).
-    pub fn absorb(&mut self, op: &ViewOp) {
+    /// Applies one op to the view and notes what it touched.
+    ///
+    /// # Errors
+    /// [`SinkError::View`] for an op that does not fit the view (out of
+    /// order); the next round is then full.
+    pub fn absorb(&mut self, op: &ViewOp) -> Result<(), SinkError> {
         match op {
             ViewOp::SetNode(_) | ViewOp::DeleteNode => self.node_changed = true,
             ViewOp::SetServiceCidrs(_) => self.service_cidrs_changed = true,
@@ -92,41 +100,25 @@ impl ViewTracker {
             }
         }
         if let Err(e) = self.view.apply(op) {
-            self.misfit.get_or_insert(e);
+            self.full = true;
+            return Err(e.into());
         }
+        Ok(())
     }
 
     /// Takes `view`, the view this round's ops lead to, in place of the
     /// one they build (see [`IncrementalSink::share_view`]): an O(1)
     /// clone that shares its Services with the caller's. The ops absorbed
     /// after it still mark what changed, and find their changes made.
-    /// Ignored once an op of the round did not fit (the round fails).
     ///
     /// [`IncrementalSink::share_view`]: crate::IncrementalSink::share_view
     pub fn share(&mut self, view: &NodeView) {
-        if self.misfit.is_none() {
-            self.view = view.clone();
-        }
+        self.view = view.clone();
     }
 
     /// The view as of the ops absorbed so far.
     pub fn view(&self) -> &NodeView {
         &self.view
-    }
-
-    /// Fails with the first op of the round that did not fit the view;
-    /// the next round is then full.
-    ///
-    /// # Errors
-    /// [`SinkError::View`].
-    pub fn check(&mut self) -> Result<(), SinkError> {
-        match self.misfit.take() {
-            Some(e) => {
-                self.full = true;
-                Err(e.into())
-            }
-            None => Ok(()),
-        }
     }
 
     /// Whether the next round rewrites everything.
@@ -140,8 +132,13 @@ impl ViewTracker {
     }
 
     /// What to render this round, and forgets it: every Service on a full
-    /// round, else the changed ones.
+    /// round, else the changed ones. Begins the round: confirm it with
+    /// [`synced`](Self::synced), or the next one is full.
     pub fn take_changes(&mut self) -> Changes {
+        if std::mem::replace(&mut self.pending, true) {
+            // The previous round was never confirmed.
+            self.full = true;
+        }
         let services = if self.full {
             self.view.services.keys().cloned().collect()
         } else {
@@ -160,6 +157,23 @@ impl ViewTracker {
 
     /// Records how the round's sync went: a failure makes the next full.
     pub fn synced(&mut self, ok: bool) {
+        self.pending = false;
         self.full = !ok;
+    }
+
+    /// One round: what changed ([`take_changes`](Self::take_changes)) and
+    /// the view go to `render`, and its outcome is recorded
+    /// ([`synced`](Self::synced)): nothing to remember.
+    ///
+    /// # Errors
+    /// `render`'s; the next round is then full.
+    pub fn round<T>(
+        &mut self,
+        render: impl FnOnce(&Changes, &NodeView) -> Result<T, SinkError>,
+    ) -> Result<T, SinkError> {
+        let changes = self.take_changes();
+        let result = render(&changes, &self.view);
+        self.synced(result.is_ok());
+        result
     }
 }

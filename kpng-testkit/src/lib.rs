@@ -31,7 +31,7 @@ use std::sync::Arc;
 
 use kpng_model::endpoint::{Interner, PortInfo, PortList};
 use kpng_model::v1::{IpSet, Node, Protocol, Service, ServicePort, ServiceType};
-use kpng_model::view::{EndpointView, ViewOp};
+use kpng_model::view::ViewOp;
 use kpng_model::{EndpointInfo, ServiceName};
 use kpng_sink::{IncrementalSink, SinkError};
 
@@ -217,7 +217,7 @@ impl Cluster {
 pub enum Call {
     /// `reset()`.
     Reset,
-    /// Any set or delete, as the equivalent op.
+    /// An op.
     Op(ViewOp),
     /// `sync(revision)`.
     Sync(u64),
@@ -237,33 +237,15 @@ impl RecordingSink {
     pub fn take(&mut self) -> Vec<Call> {
         std::mem::take(&mut self.calls)
     }
-
-    fn record(&mut self, op: ViewOp) {
-        self.calls.push(Call::Op(op));
-    }
 }
 
 impl IncrementalSink for RecordingSink {
     fn reset(&mut self) {
         self.calls.push(Call::Reset);
     }
-    fn set_node(&mut self, node: &Arc<Node>) {
-        self.record(ViewOp::SetNode(node.clone()));
-    }
-    fn delete_node(&mut self) {
-        self.record(ViewOp::DeleteNode);
-    }
-    fn set_service(&mut self, service: &Arc<Service>) {
-        self.record(ViewOp::SetService(service.clone()));
-    }
-    fn delete_service(&mut self, name: &ServiceName) {
-        self.record(ViewOp::DeleteService(name.clone()));
-    }
-    fn set_endpoint(&mut self, service: &ServiceName, endpoint: &EndpointView) {
-        self.record(ViewOp::SetEndpoint(service.clone(), endpoint.clone()));
-    }
-    fn delete_endpoint(&mut self, service: &ServiceName, ip: IpAddr) {
-        self.record(ViewOp::DeleteEndpoint(service.clone(), ip));
+    fn apply(&mut self, op: &ViewOp) -> Result<(), SinkError> {
+        self.calls.push(Call::Op(op.clone()));
+        Ok(())
     }
     fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
         self.calls.push(Call::Sync(revision));

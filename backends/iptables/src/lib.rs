@@ -498,10 +498,23 @@ impl IptablesBackend {
 }
 
 impl IncrementalSink for IptablesBackend {
-    kpng_sink::tracked_view!(tracker);
+    fn reset(&mut self) {
+        self.tracker.reset();
+    }
+
+    fn apply(&mut self, op: &kpng_model::view::ViewOp) -> Result<(), SinkError> {
+        self.tracker.absorb(op)
+    }
+
+    fn view(&self) -> Option<&kpng_model::view::NodeView> {
+        Some(self.tracker.view())
+    }
+
+    fn share_view(&mut self, view: &kpng_model::view::NodeView) {
+        self.tracker.share(view);
+    }
 
     fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
-        self.tracker.check()?;
         let start = Instant::now();
         if self.run == Run::Print {
             // A dry run never reads the kernel: it writes everything.

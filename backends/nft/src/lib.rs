@@ -495,13 +495,26 @@ impl NftBackend {
 }
 
 impl IncrementalSink for NftBackend {
-    kpng_sink::tracked_view!(tracker);
+    fn reset(&mut self) {
+        self.tracker.reset();
+    }
+
+    fn apply(&mut self, op: &kpng_model::view::ViewOp) -> Result<(), SinkError> {
+        self.tracker.absorb(op)
+    }
+
+    fn view(&self) -> Option<&kpng_model::view::NodeView> {
+        Some(self.tracker.view())
+    }
+
+    fn share_view(&mut self, view: &kpng_model::view::NodeView) {
+        self.tracker.share(view);
+    }
 
     /// Renders what changed and applies it in one transaction. On failure
     /// the kernel keeps its previous ruleset and the next sync is a full
     /// one.
     fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
-        self.tracker.check()?;
         let start = Instant::now();
         let services = self.refresh();
         let (mut tx, full) = self.transaction();
