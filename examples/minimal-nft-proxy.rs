@@ -1,17 +1,7 @@
-//! A complete Kubernetes Service proxy on nftables, in one short file.
-//!
-//! ```text
-//! # from a manifest (default: the bundled sample cluster), one sync:
-//! cargo run -p kpng-examples --example minimal-nft-proxy -- [--input FILE] [--node N] [--dry-run]
-//! # from the API, forever:
-//! cargo run -p kpng-examples --example minimal-nft-proxy -- --kube --node "$NODE_NAME"
-//! ```
-//!
-//! Ingest (`kpng-kube`) fills the store, the driver (`kpng-diff`) projects
-//! it onto this node and rate-limits syncs, and the nftables backend
-//! (`kpng-backend-nft`) programs the kernel. Applying rules needs root.
-
-use std::error::Error;
+//! A complete Kubernetes Service proxy on nftables, in one short file. It
+//! reads a manifest (default: the bundled sample cluster) and syncs once,
+//! or with `--kube` watches the API for ever; applying rules needs root.
+//! `cargo run -p kpng-examples --example minimal-nft-proxy -- [--input FILE] [--node N] [--dry-run] [--kube]`
 
 use kpng_backend_nft::{Config, NftBackend};
 use kpng_diff::NodeProjector;
@@ -21,7 +11,7 @@ use kpng_kube::{Ingest, IngestConfig, file};
 use kpng_store::Store;
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn Error>> {
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (mut input, mut node, mut kube, mut dry_run) = (None, "node-a".to_string(), false, false);
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -33,26 +23,20 @@ async fn main() -> Result<(), Box<dyn Error>> {
             other => return Err(format!("unknown argument {other}").into()),
         }
     }
-
-    // The source: the API (watched for ever) or a manifest (read once).
+    // The source: the API (the watch task owns the ingest) or a manifest
+    // (read once; the ingest is kept, or the store would close).
     let mut ingest = Ingest::new(Store::new(), IngestConfig::for_node(node.as_str()));
     let reader = ingest.reader();
-    // Readers see no new revision once the writer is gone: keep it.
-    let _writer = if kube {
+    let mut watching = WatchConfig::default();
+    watching.nodes = NodeScope::Only(node.clone());
+    if kube {
         let client = kube::Client::try_default().await?;
-        let mut config = WatchConfig::default();
-        config.nodes = NodeScope::Only(node.clone());
-        tokio::spawn(async move { watch::run(client, &mut ingest, config).await });
-        None
+        tokio::spawn(watch::run(client, ingest, watching));
+    } else if let Some(path) = &input {
+        ingest.load_str(path, &std::fs::read_to_string(path)?)?;
     } else {
-        let objects = match &input {
-            Some(path) => file::parse_str(path, &std::fs::read_to_string(path)?)?,
-            None => file::parse_str(file::SAMPLE_CLUSTER_NAME, file::SAMPLE_CLUSTER)?,
-        };
-        ingest.load(&objects);
-        Some(ingest)
-    };
-
+        ingest.load_str(file::SAMPLE_CLUSTER_NAME, file::SAMPLE_CLUSTER)?;
+    }
     // The sink: nftables, with kube-proxy's usual settings.
     let mut config = Config::default();
     config.cluster_cidrs = Config::parse_cidrs("--cluster-cidr", "10.244.0.0/16")?;
@@ -61,17 +45,9 @@ async fn main() -> Result<(), Box<dyn Error>> {
     if dry_run {
         backend = backend.dry_run();
     }
-
     // The driver: wait for the initial lists, then sync every revision.
-    let mut drive_config = DriveConfig::default();
-    drive_config.once = !kube;
-    drive(
-        reader,
-        &mut NodeProjector::new(node.as_str()),
-        &mut backend,
-        &drive_config,
-    )
-    .await?;
+    let (mut projector, config) = (NodeProjector::new(node.as_str()), DriveConfig::default());
+    drive(reader, &mut projector, &mut backend, &config.once(!kube)).await?;
     if dry_run {
         print!("{}", backend.last_script());
     }

@@ -80,6 +80,43 @@ pub struct DriveConfig {
     pub wait_for: Vec<Kind>,
 }
 
+impl DriveConfig {
+    /// Spaces syncs by `period` after a burst (`--min-sync-period`).
+    #[must_use]
+    pub fn min_sync_period(mut self, period: Duration) -> Self {
+        self.min_sync_period = period;
+        self
+    }
+
+    /// Lets `burst` syncs run back to back.
+    #[must_use]
+    pub fn burst(mut self, burst: u32) -> Self {
+        self.burst = burst;
+        self
+    }
+
+    /// Retries a failed sync after `first`, doubling up to `max`.
+    #[must_use]
+    pub fn retry(mut self, first: Duration, max: Duration) -> Self {
+        (self.retry, self.max_retry) = (first, max);
+        self
+    }
+
+    /// Stops after the first successful sync when `once` holds.
+    #[must_use]
+    pub fn once(mut self, once: bool) -> Self {
+        self.once = once;
+        self
+    }
+
+    /// Programs nothing before these kinds' initial lists are complete.
+    #[must_use]
+    pub fn wait_for(mut self, kinds: impl IntoIterator<Item = Kind>) -> Self {
+        self.wait_for = kinds.into_iter().collect();
+        self
+    }
+}
+
 impl Default for DriveConfig {
     fn default() -> Self {
         Self {

@@ -61,15 +61,17 @@ where
         .boxed()
 }
 
-/// Watches the API through `client` and feeds `ingest` until the task is
-/// dropped.
+/// Watches the API through `client` and feeds `ingest`, which it owns,
+/// until the task is dropped: `tokio::spawn(watch::run(client, ingest,
+/// config))`, after taking the ingest's reader. Readers see the store
+/// close when the task ends.
 ///
 /// Each kind is watched with kube-runtime's `watcher` and its default
 /// backoff. Every (re)list, after a reconnect or a `410 Gone`, is applied
 /// as one transaction when it completes; each kind is marked synced after
 /// its first complete list. Errors are logged and retried: they never end
 /// the watch.
-pub async fn run(client: kube::Client, ingest: &mut Ingest, config: WatchConfig) {
+pub async fn run(client: kube::Client, mut ingest: Ingest, config: WatchConfig) {
     let mut base = watcher::Config::default();
     if config.streaming_lists {
         base = base.streaming_lists();
@@ -107,7 +109,7 @@ pub async fn run(client: kube::Client, ingest: &mut Ingest, config: WatchConfig)
     let mut updates = futures::stream::select_all(streams);
     let mut unserved = Unserved::default();
     while let Some(update) = updates.next().await {
-        handle(ingest, update, &mut unserved);
+        handle(&mut ingest, update, &mut unserved);
     }
 }
 

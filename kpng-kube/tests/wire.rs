@@ -53,12 +53,11 @@ async fn run_until_synced(
     kinds: &[Kind],
     done: impl Fn(&Snapshot) -> bool,
 ) -> Snapshot {
-    let mut ingest = Ingest::new(Store::new(), IngestConfig::for_node("node-a"));
+    let ingest = Ingest::new(Store::new(), IngestConfig::for_node("node-a"));
     let mut reader: Reader = ingest.reader();
     let client = kube::Client::try_from(kube::Config::new(server.url.parse().expect("url")))
         .expect("client");
-    let task =
-        tokio::spawn(async move { watch::run(client, &mut ingest, WatchConfig::default()).await });
+    let task = tokio::spawn(watch::run(client, ingest, WatchConfig::default()));
     let snapshot = tokio::time::timeout(
         Duration::from_secs(30),
         reader.wait(|s| s.synced().contains_all(kinds) && done(s)),

@@ -368,7 +368,7 @@ async fn run(cli: Cli) -> Result<(), Error> {
             if let Some(name) = &args.proxy_name {
                 config = config.with_proxy_name(name);
             }
-            let mut ingest = Ingest::new(Store::new(), config);
+            let ingest = Ingest::new(Store::new(), config);
             let reader = ingest.reader();
             let mut watch = WatchConfig::default();
             // A server for every node watches every Node; a node-local
@@ -377,7 +377,7 @@ async fn run(cli: Cli) -> Result<(), Error> {
                 (Sink::ToApi(_), _) | (_, None) => NodeScope::All,
                 (_, Some(node)) => NodeScope::Only(node.clone()),
             };
-            tokio::spawn(async move { kpng_kube::watch::run(client, &mut ingest, watch).await });
+            tokio::spawn(kpng_kube::watch::run(client, ingest, watch));
             let once = args.sink.once();
             finish(reader, args.node.as_deref(), &args.sink, once).await
         }
