@@ -1,0 +1,244 @@
+//! The agent: a node's view streamed into a sink, and the mirror of the
+//! whole ENLS.
+
+use std::time::Duration;
+
+use kpng_model::entries;
+use kpng_model::v1::enls_client::EnlsClient;
+use kpng_model::v1::global_event::Event as GlobalKind;
+use kpng_model::v1::{WatchRequest, watch_event::Event};
+use kpng_model::view::compact;
+use kpng_sink::IncrementalSink;
+
+use crate::Error;
+use crate::transport::{Address, connect};
+
+/// Settings of [`run_agent`] and [`run_mirror`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct AgentConfig {
+    /// The first reconnect delay; it doubles up to `max_retry`, and each
+    /// delay is drawn at random between half of it and all of it, so that
+    /// agents cut off together do not come back together.
+    pub retry: Duration,
+    /// The longest reconnect delay.
+    pub max_retry: Duration,
+    /// Return after the first successful sync.
+    pub once: bool,
+    /// Ask the server to compress the stream (zstd): worth it over a
+    /// network, not over a local unix socket. Off by default.
+    pub compress: bool,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        Self {
+            retry: Duration::from_millis(200),
+            max_retry: Duration::from_secs(10),
+            once: false,
+            compress: false,
+        }
+    }
+}
+
+/// What an agent holds: the server instance and revision of its view,
+/// and the view's digest.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Held {
+    instance: u64,
+    revision: u64,
+    digest: Vec<u8>,
+}
+
+impl Held {
+    fn request(&self, node: &str) -> WatchRequest {
+        WatchRequest {
+            node: node.to_owned(),
+            since_revision: self.revision,
+            since_instance: self.instance,
+            since_digest: self.digest.clone(),
+        }
+    }
+}
+
+/// Keeps `sink` in line with `node`'s view from the server at `address`:
+/// connects (retrying with jittered backoff), streams, applies each batch
+/// and syncs at each `sync`; after a disconnect it resumes from the
+/// revision it holds, or, on a restarted server or another replica, from
+/// the digest of the view it holds. A sink failure makes it start over
+/// from a full view. Returns after the first sync with `once`; otherwise
+/// runs until dropped.
+///
+/// # Errors
+/// With `once`, the first failure; otherwise never.
+pub async fn run_agent<S: IncrementalSink + ?Sized>(
+    address: &Address,
+    node: &str,
+    sink: &mut S,
+    config: &AgentConfig,
+) -> Result<(), Error> {
+    let mut held = Held::default();
+    let mut backoff = kpng_drive::Backoff::new(config.retry, config.max_retry);
+    loop {
+        match session(address, node, sink, &mut held, config).await {
+            Ok(()) if config.once => return Ok(()),
+            Ok(()) => backoff.reset(),
+            Err(e) if config.once => return Err(e),
+            Err(e) => {
+                tracing::warn!(error = %e, revision = held.revision, "ENLS watch lost; reconnecting");
+                if matches!(e, Error::Sink(_)) {
+                    // The sink's state is unknown: start over.
+                    held = Held::default();
+                }
+            }
+        }
+        tokio::time::sleep(backoff.next_delay()).await;
+    }
+}
+
+pub(crate) async fn client(
+    address: &Address,
+    config: &AgentConfig,
+) -> Result<EnlsClient<tonic::transport::Channel>, Error> {
+    let client = connect(address).await?;
+    Ok(if config.compress {
+        client.accept_compressed(tonic::codec::CompressionEncoding::Zstd)
+    } else {
+        client
+    })
+}
+
+/// One connection: streams until it ends (or, with `once`, until the
+/// first sync).
+pub(crate) async fn session<S: IncrementalSink + ?Sized>(
+    address: &Address,
+    node: &str,
+    sink: &mut S,
+    held: &mut Held,
+    config: &AgentConfig,
+) -> Result<(), Error> {
+    let mut stream = client(address, config)
+        .await?
+        .watch(held.request(node))
+        .await?
+        .into_inner();
+    let (mut instance, mut digest) = (0, Vec::new());
+    let mut decoder = compact::Decoder::new();
+    while let Some(message) = stream.message().await? {
+        match message.event {
+            Some(Event::Instance(id)) => instance = id,
+            Some(Event::Reset(_)) => {
+                // What is held is gone, whatever happens next.
+                *held = Held::default();
+                sink.reset();
+            }
+            Some(Event::Changes(changes)) => {
+                decoder.batch(changes, |op| sink.apply(&op).map_err(Error::from))?;
+            }
+            Some(Event::Digest(d)) => digest = d,
+            Some(Event::Sync(revision)) => {
+                decoder.end_round();
+                sink.sync(revision)?;
+                *held = Held {
+                    instance,
+                    revision,
+                    digest: std::mem::take(&mut digest),
+                };
+                if config.once {
+                    return Ok(());
+                }
+            }
+            None => {}
+        }
+    }
+    Ok(())
+}
+
+/// Keeps `store` a copy of the whole ENLS of the server at `address` (the
+/// global watch), for a server that serves another's ENLS: connects
+/// (retrying with backoff), applies each revision's changes as one
+/// transaction, resumes after a disconnect, and marks every kind synced
+/// after the first revision. Returns after the first revision with
+/// `once`; otherwise runs until dropped.
+///
+/// # Errors
+/// With `once`, the first failure; otherwise never.
+pub async fn run_mirror(
+    address: &Address,
+    store: &mut kpng_store::Store,
+    config: &AgentConfig,
+) -> Result<(), Error> {
+    let mut held = Held::default();
+    let mut backoff = kpng_drive::Backoff::new(config.retry, config.max_retry);
+    loop {
+        match mirror_session(address, store, &mut held, config).await {
+            Ok(()) if config.once => return Ok(()),
+            Ok(()) => backoff.reset(),
+            Err(e) if config.once => return Err(e),
+            Err(e) => {
+                tracing::warn!(error = %e, "ENLS global watch lost; reconnecting");
+            }
+        }
+        tokio::time::sleep(backoff.next_delay()).await;
+    }
+}
+
+pub(crate) async fn mirror_session(
+    address: &Address,
+    store: &mut kpng_store::Store,
+    held: &mut Held,
+    config: &AgentConfig,
+) -> Result<(), Error> {
+    use kpng_model::Kind;
+    let mut stream = client(address, config)
+        .await?
+        .watch_all(held.request(""))
+        .await?
+        .into_inner();
+    let (mut instance, mut reset, mut pending) = (0, false, Vec::new());
+    while let Some(message) = stream.message().await? {
+        match message.event {
+            Some(GlobalKind::Instance(id)) => instance = id,
+            Some(GlobalKind::Reset(_)) => reset = true,
+            Some(GlobalKind::Changes(changes)) => {
+                for change in changes.changes {
+                    pending.push(entries::from_wire(change)?);
+                }
+            }
+            Some(GlobalKind::Sync(revision)) => {
+                let mut txn = store.begin();
+                if std::mem::take(&mut reset) {
+                    for kind in [Kind::Node, Kind::Service, Kind::Endpoint] {
+                        txn.retain(kind, |_| false);
+                    }
+                }
+                for (key, value) in pending.drain(..) {
+                    match value {
+                        Some(value) => {
+                            txn.set(key, value).map_err(|e| {
+                                Error::Address(format!("the server sent a mismatched entry: {e}"))
+                            })?;
+                        }
+                        None => {
+                            txn.delete(&key);
+                        }
+                    }
+                }
+                txn.commit();
+                for kind in [Kind::Node, Kind::Service, Kind::Endpoint] {
+                    store.mark_synced(kind);
+                }
+                *held = Held {
+                    instance,
+                    revision,
+                    digest: Vec::new(),
+                };
+                if config.once {
+                    return Ok(());
+                }
+            }
+            None => {}
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,598 @@
+//! The server: node views and the global ENLS, streamed to watchers.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::Stream;
+use kpng_diff::{SharedNodeView, SharedViews, view_changes};
+use kpng_model::ServiceName;
+use kpng_model::entries;
+use kpng_model::v1::enls_server::{Enls, EnlsServer};
+use kpng_model::v1::global_event::Event as GlobalKind;
+use kpng_model::v1::{EnlsChanges, GlobalEvent, WatchEvent, WatchRequest, watch_event::Event};
+use kpng_model::view::{NodeView, ViewDigest, ViewOp, compact};
+use kpng_store::{Reader, Snapshot};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+/// Changes per message: a full view of 10k Services × 10 endpoints goes as
+/// ~110 messages, none near gRPC's 4 MiB limit.
+pub(crate) const CHANGES_PER_MESSAGE: usize = 1000;
+/// Revisions the server remembers for resuming agents.
+pub(crate) const HISTORY: usize = 256;
+/// Messages queued per agent before the server waits for it.
+pub(crate) const QUEUE: usize = 4;
+/// Full views streamed at once, by default ([`Server::with_initial_views`]).
+pub const INITIAL_VIEWS: usize = 16;
+/// How long one full view may hold its turn: a watcher that reads it more
+/// slowly goes on, but lets the next one start.
+pub(crate) const INITIAL_TURN: Duration = Duration::from_secs(10);
+
+/// The watch service over a store. Cloning shares it.
+///
+/// Memory: what every node's view shares is held once ([`SharedViews`]:
+/// one base view per zone); each open node stream holds what is its
+/// node's own, plus a queue of at most a few messages. A full view is
+/// streamed in batches as the watcher reads it, never built whole, and at
+/// most [`INITIAL_VIEWS`] full views are in flight at once: the others
+/// wait their turn, so a reconnect storm or thousands of agents starting
+/// together cost time, not memory.
+#[derive(Clone, Debug)]
+pub struct Server {
+    reader: Reader,
+    history: Arc<Mutex<VecDeque<Snapshot>>>,
+    /// Drawn at start: revisions of another instance mean nothing here.
+    instance: u64,
+    /// Bumped to end every open stream (agents reconnect).
+    closing: Arc<tokio::sync::watch::Sender<u64>>,
+    /// What the nodes' views share.
+    shared: SharedViews,
+    /// Full views in flight.
+    initial: Arc<tokio::sync::Semaphore>,
+    counters: Arc<Counters>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    open: AtomicUsize,
+    full: AtomicU64,
+    resumed: AtomicU64,
+    by_digest: AtomicU64,
+}
+
+/// What a [`Server`] has done so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ServerStats {
+    /// Watch streams open now.
+    pub open_streams: usize,
+    /// Streams that started with a reset and a full view.
+    pub full_views: u64,
+    /// Streams that resumed from a revision this instance remembers.
+    pub resumed: u64,
+    /// Streams that resumed on the digest of the view the watcher holds
+    /// (after a restart, or from another replica): no reset, no transfer.
+    pub resumed_by_digest: u64,
+}
+
+/// Decrements the open-stream count when a stream ends.
+pub(crate) struct Open(Arc<Counters>);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// What a watcher holds when it (re)connects.
+#[derive(Debug, Default)]
+pub(crate) struct Since {
+    instance: u64,
+    revision: u64,
+    digest: Vec<u8>,
+}
+
+impl From<&WatchRequest> for Since {
+    fn from(request: &WatchRequest) -> Self {
+        Self {
+            instance: request.since_instance,
+            revision: request.since_revision,
+            digest: request.since_digest.clone(),
+        }
+    }
+}
+
+impl Server {
+    /// Serves the store behind `reader`. Agents are answered once the
+    /// initial lists are synced.
+    pub fn new(reader: Reader) -> Self {
+        let server = Self {
+            reader,
+            history: Arc::new(Mutex::new(VecDeque::with_capacity(HISTORY))),
+            instance: instance_id(),
+            closing: Arc::new(tokio::sync::watch::Sender::new(0)),
+            shared: SharedViews::new(),
+            initial: Arc::new(tokio::sync::Semaphore::new(INITIAL_VIEWS)),
+            counters: Arc::default(),
+        };
+        server.remember(server.reader.snapshot());
+        server
+    }
+
+    /// At most `n` (at least 1) full views streamed at once; watchers
+    /// that need one wait their turn. The default is [`INITIAL_VIEWS`].
+    #[must_use]
+    pub fn with_initial_views(mut self, n: usize) -> Self {
+        self.initial = Arc::new(tokio::sync::Semaphore::new(n.max(1)));
+        self
+    }
+
+    /// This server instance's id (agents resume only within it).
+    pub fn instance(&self) -> u64 {
+        self.instance
+    }
+
+    /// What the server has done so far.
+    pub fn stats(&self) -> ServerStats {
+        let c = &self.counters;
+        ServerStats {
+            open_streams: c.open.load(Ordering::Relaxed),
+            full_views: c.full.load(Ordering::Relaxed),
+            resumed: c.resumed.load(Ordering::Relaxed),
+            resumed_by_digest: c.by_digest.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Ends every open watch stream; agents reconnect (and resume). Use it
+    /// before shutting the server down: a stream never ends on its own.
+    pub fn close_streams(&self) {
+        self.closing.send_modify(|generation| *generation += 1);
+    }
+
+    fn remember(&self, snapshot: Snapshot) {
+        if let Ok(mut history) = self.history.lock() {
+            if history
+                .back()
+                .is_some_and(|s| s.revision() >= snapshot.revision())
+            {
+                return;
+            }
+            if history.len() == HISTORY {
+                history.pop_front();
+            }
+            history.push_back(snapshot);
+        }
+    }
+
+    fn at(&self, revision: u64) -> Option<Snapshot> {
+        let history = self.history.lock().ok()?;
+        history.iter().find(|s| s.revision() == revision).cloned()
+    }
+
+    /// Streams `feed` into `tx` until the watcher goes away or the store
+    /// closes: the instance; then the changes since what the watcher
+    /// holds, or a reset and the whole view (waiting its turn); then per
+    /// revision the changes and a sync.
+    async fn pump<F: Feed>(
+        self,
+        mut feed: F,
+        since: Since,
+        tx: mpsc::Sender<Result<F::Message, Status>>,
+    ) {
+        self.counters.open.fetch_add(1, Ordering::Relaxed);
+        let _open = Open(self.counters.clone());
+        let mut reader = self.reader.clone();
+        let Ok(mut snapshot) = reader
+            .synced(&[kpng_model::Kind::Service, kpng_model::Kind::Endpoint])
+            .await
+        else {
+            return;
+        };
+        if tx.send(Ok(F::instance(self.instance))).await.is_err() {
+            return;
+        }
+        let old = self
+            .at(since.revision)
+            .filter(|_| since.revision > 0 && since.instance == self.instance);
+        let mut permit = None;
+        match feed.resume(&self, old.as_ref(), &since.digest, &snapshot) {
+            Some(Resumed::FromRevision) => {
+                self.counters.resumed.fetch_add(1, Ordering::Relaxed);
+            }
+            Some(Resumed::ByDigest) => {
+                self.counters.by_digest.fetch_add(1, Ordering::Relaxed);
+            }
+            None => {
+                if tx.send(Ok(F::reset())).await.is_err() {
+                    return;
+                }
+                // Waits its turn; the view is taken when it comes.
+                let turn = tokio::select! {
+                    turn = self.initial.clone().acquire_owned() => turn,
+                    () = tx.closed() => return,
+                };
+                let Ok(turn) = turn else {
+                    return;
+                };
+                // A watcher that stalls mid-view gives its turn up after
+                // a while, so stalled watchers cannot starve the others.
+                permit = Some(tokio::spawn(async move {
+                    tokio::time::sleep(INITIAL_TURN).await;
+                    drop(turn);
+                }));
+                snapshot = reader.snapshot();
+                feed.full(&self, &snapshot);
+                self.counters.full.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let mut closing = self.closing.subscribe();
+        closing.mark_unchanged();
+        let mut first = true;
+        loop {
+            self.remember(snapshot.clone());
+            let mut sent = false;
+            // One batch at a time, made when the queue has room.
+            while let Some(message) = feed.next_message() {
+                sent = true;
+                if tx.send(Ok(message)).await.is_err() {
+                    return;
+                }
+            }
+            if sent || first {
+                if let Some(digest) = feed.digest()
+                    && tx.send(Ok(digest)).await.is_err()
+                {
+                    return;
+                }
+                if tx.send(Ok(F::sync(feed.revision()))).await.is_err() {
+                    return;
+                }
+            }
+            first = false;
+            if let Some(turn) = permit.take() {
+                turn.abort();
+            }
+            // Waits here while the watcher is slow (the queue is full
+            // above), then takes the latest revision: the ones between
+            // merge.
+            snapshot = tokio::select! {
+                next = reader.newer_than(feed.revision()) => match next {
+                    Ok(next) => next,
+                    Err(_) => return,
+                },
+                _ = closing.changed() => return,
+                // A watcher that went away frees its stream now, not at
+                // the next revision.
+                () = tx.closed() => return,
+            };
+            feed.advance(&self, &snapshot);
+        }
+    }
+}
+
+/// How a stream started without a full view.
+pub(crate) enum Resumed {
+    /// From a revision this instance remembers: the changes since.
+    FromRevision,
+    /// The watcher's view has the current view's digest: nothing to send.
+    ByDigest,
+}
+
+/// What differs between the node watch and the global watch.
+pub(crate) trait Feed: Send + 'static {
+    /// A stream message.
+    type Message: Send + 'static;
+    fn instance(id: u64) -> Self::Message;
+    fn reset() -> Self::Message;
+    fn sync(revision: u64) -> Self::Message;
+    /// Starts from what the watcher holds (`old`, a remembered snapshot,
+    /// or the digest of its view), when that can be done without a full
+    /// view.
+    fn resume(
+        &mut self,
+        server: &Server,
+        old: Option<&Snapshot>,
+        digest: &[u8],
+        snapshot: &Snapshot,
+    ) -> Option<Resumed>;
+    /// Starts from nothing: the whole state at `snapshot` is pending.
+    fn full(&mut self, server: &Server, snapshot: &Snapshot);
+    /// Moves to `snapshot`: its changes are pending.
+    fn advance(&mut self, server: &Server, snapshot: &Snapshot);
+    /// The next batch of pending changes, or `None` when all are out.
+    fn next_message(&mut self) -> Option<Self::Message>;
+    /// The message sent before each sync, if any (the round ends there).
+    fn digest(&mut self) -> Option<Self::Message>;
+    /// The revision reached.
+    fn revision(&self) -> u64;
+}
+
+/// One node's view, as `ViewChange`s.
+pub(crate) struct NodeFeed {
+    /// The node's view as last sent (its node name included).
+    view: SharedNodeView,
+    pending: Pending,
+    /// The round's tables (compact endpoints).
+    encoder: compact::Encoder,
+}
+
+/// Changes still to send.
+pub(crate) enum Pending {
+    None,
+    Ops(std::vec::IntoIter<ViewOp>),
+    /// The whole view, from a cursor.
+    Full(FullView),
+}
+
+/// A whole view sent in batches: the node, the Service CIDRs, then per
+/// Service its set and its endpoints, resumed at (Service, position) between batches.
+pub(crate) struct FullView {
+    view: NodeView,
+    node_sent: bool,
+    /// Where the next batch starts (`None`: at the beginning).
+    next: Option<Cursor>,
+}
+
+pub(crate) enum Cursor {
+    /// At a Service and a position in it (0: the Service itself, i: its
+    /// endpoint i - 1).
+    At(ServiceName, usize),
+    /// Everything was sent.
+    Done,
+}
+
+impl FullView {
+    fn next_batch(&mut self) -> Option<Vec<ViewOp>> {
+        let mut out = Vec::new();
+        if !std::mem::replace(&mut self.node_sent, true)
+            && let Some(node) = &self.view.node
+        {
+            out.push(ViewOp::SetNode(node.clone()));
+        }
+        if self.next.is_none() && !self.view.service_cidrs.is_empty() {
+            out.push(ViewOp::SetServiceCidrs(self.view.service_cidrs.clone()));
+        }
+        let start = match self.next.take() {
+            Some(Cursor::Done) => return None,
+            Some(Cursor::At(name, i)) => Some((name, i)),
+            None => None,
+        };
+        let services = match &start {
+            Some((name, _)) => self.view.services.range(name.clone()..),
+            None => self.view.services.range::<_, ServiceName>(..),
+        };
+        for (name, service) in services {
+            let from = match &start {
+                Some((at, i)) if at == name => *i,
+                _ => 0,
+            };
+            for i in from..=service.endpoints.len() {
+                if out.len() == CHANGES_PER_MESSAGE {
+                    self.next = Some(Cursor::At(name.clone(), i));
+                    return Some(out);
+                }
+                let op = match i.checked_sub(1).and_then(|e| service.endpoints.get(e)) {
+                    None => ViewOp::SetService(service.service.clone()),
+                    Some(endpoint) => ViewOp::SetEndpoint(name.clone(), endpoint.clone()),
+                };
+                out.push(op);
+            }
+        }
+        self.next = Some(Cursor::Done);
+        (!out.is_empty()).then_some(out)
+    }
+}
+
+impl Feed for NodeFeed {
+    type Message = WatchEvent;
+    fn instance(id: u64) -> WatchEvent {
+        event(Event::Instance(id))
+    }
+    fn reset() -> WatchEvent {
+        event(Event::Reset(true))
+    }
+    fn sync(revision: u64) -> WatchEvent {
+        event(Event::Sync(revision))
+    }
+    fn resume(
+        &mut self,
+        server: &Server,
+        old: Option<&Snapshot>,
+        digest: &[u8],
+        snapshot: &Snapshot,
+    ) -> Option<Resumed> {
+        let view = server.shared.project(self.view.node_name(), snapshot);
+        let resumed = if let Some(ops) = old.and_then(|old| view_changes(old, &view)) {
+            self.pending = Pending::Ops(ops.into_iter());
+            Resumed::FromRevision
+        } else if ViewDigest::from_bytes(digest) == Some(view.digest()) {
+            Resumed::ByDigest
+        } else {
+            return None;
+        };
+        self.view = view;
+        Some(resumed)
+    }
+    fn full(&mut self, server: &Server, snapshot: &Snapshot) {
+        self.view = server.shared.project(self.view.node_name(), snapshot);
+        self.pending = Pending::Full(FullView {
+            view: self.view.view().clone(),
+            node_sent: false,
+            next: None,
+        });
+    }
+    fn advance(&mut self, server: &Server, snapshot: &Snapshot) {
+        let ops = server.shared.update(&mut self.view, snapshot);
+        if !ops.is_empty() {
+            self.pending = Pending::Ops(ops.into_iter());
+        }
+    }
+    fn next_message(&mut self) -> Option<WatchEvent> {
+        let ops = match &mut self.pending {
+            Pending::None => None,
+            Pending::Ops(ops) => {
+                let batch: Vec<_> = ops.take(CHANGES_PER_MESSAGE).collect();
+                (!batch.is_empty()).then_some(batch)
+            }
+            Pending::Full(full) => full.next_batch(),
+        };
+        match ops {
+            Some(ops) => Some(event(Event::Changes(self.encoder.batch(&ops)))),
+            None => {
+                self.pending = Pending::None;
+                None
+            }
+        }
+    }
+    fn digest(&mut self) -> Option<WatchEvent> {
+        // The round ends with the sync that follows.
+        self.encoder.end_round();
+        Some(event(Event::Digest(self.view.digest().to_bytes().to_vec())))
+    }
+    fn revision(&self) -> u64 {
+        self.view.view().revision
+    }
+}
+
+/// The whole ENLS, as `EnlsChange`s.
+pub(crate) struct GlobalFeed {
+    previous: Snapshot,
+    pending: std::vec::IntoIter<kpng_diff::Op>,
+}
+
+impl GlobalFeed {
+    fn diff_to(&mut self, snapshot: &Snapshot) {
+        self.pending = kpng_diff::diff(&self.previous, snapshot).into_iter();
+        self.previous = snapshot.clone();
+    }
+}
+
+impl Feed for GlobalFeed {
+    type Message = GlobalEvent;
+    fn instance(id: u64) -> GlobalEvent {
+        global(GlobalKind::Instance(id))
+    }
+    fn reset() -> GlobalEvent {
+        global(GlobalKind::Reset(true))
+    }
+    fn sync(revision: u64) -> GlobalEvent {
+        global(GlobalKind::Sync(revision))
+    }
+    fn resume(
+        &mut self,
+        _: &Server,
+        old: Option<&Snapshot>,
+        _: &[u8],
+        snapshot: &Snapshot,
+    ) -> Option<Resumed> {
+        self.previous = old?.clone();
+        self.diff_to(snapshot);
+        Some(Resumed::FromRevision)
+    }
+    fn full(&mut self, _: &Server, snapshot: &Snapshot) {
+        self.previous = kpng_store::Store::new().snapshot();
+        self.diff_to(snapshot);
+    }
+    fn advance(&mut self, _: &Server, snapshot: &Snapshot) {
+        self.diff_to(snapshot);
+    }
+    fn next_message(&mut self) -> Option<GlobalEvent> {
+        let changes: Vec<_> = self
+            .pending
+            .by_ref()
+            .take(CHANGES_PER_MESSAGE)
+            .map(|op| match op {
+                kpng_diff::Op::Set(k, v) => entries::to_wire(&k, Some(&v)),
+                kpng_diff::Op::Delete(k) => entries::to_wire(&k, None),
+            })
+            .collect();
+        (!changes.is_empty()).then(|| global(GlobalKind::Changes(EnlsChanges { changes })))
+    }
+    fn digest(&mut self) -> Option<GlobalEvent> {
+        None
+    }
+    fn revision(&self) -> u64 {
+        self.previous.revision()
+    }
+}
+
+/// A random server instance id (from the OS's random source, via the
+/// standard library's hasher keys).
+pub(crate) fn instance_id() -> u64 {
+    random_u64().max(1)
+}
+
+/// A random number: the standard library's hasher keys are drawn from the
+/// OS's random source, and the clock makes each call differ.
+pub(crate) fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    hasher.finish()
+}
+
+pub(crate) fn event(event: Event) -> WatchEvent {
+    WatchEvent { event: Some(event) }
+}
+
+pub(crate) fn global(event: GlobalKind) -> GlobalEvent {
+    GlobalEvent { event: Some(event) }
+}
+
+/// The gRPC service, with compression negotiated: a watcher that accepts
+/// zstd or gzip gets it.
+pub(crate) fn service(server: Server) -> EnlsServer<Server> {
+    use tonic::codec::CompressionEncoding::{Gzip, Zstd};
+    EnlsServer::new(server)
+        .send_compressed(Zstd)
+        .send_compressed(Gzip)
+        .accept_compressed(Zstd)
+        .accept_compressed(Gzip)
+}
+
+#[tonic::async_trait]
+impl Enls for Server {
+    type WatchStream = Pin<Box<dyn Stream<Item = Result<WatchEvent, Status>> + Send>>;
+    type WatchAllStream = Pin<Box<dyn Stream<Item = Result<GlobalEvent, Status>> + Send>>;
+
+    async fn watch_all(
+        &self,
+        request: Request<WatchRequest>,
+    ) -> Result<Response<Self::WatchAllStream>, Status> {
+        let request = request.into_inner();
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let feed = GlobalFeed {
+            previous: kpng_store::Store::new().snapshot(),
+            pending: Vec::new().into_iter(),
+        };
+        tokio::spawn(self.clone().pump(feed, Since::from(&request), tx));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn watch(
+        &self,
+        request: Request<WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let request = request.into_inner();
+        if request.node.is_empty() {
+            return Err(Status::invalid_argument("name a node"));
+        }
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let since = Since::from(&request);
+        let feed = NodeFeed {
+            view: SharedNodeView::empty(request.node),
+            pending: Pending::None,
+            encoder: compact::Encoder::new(),
+        };
+        tokio::spawn(self.clone().pump(feed, since, tx));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
