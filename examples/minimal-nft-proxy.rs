@@ -3,11 +3,12 @@
 //! or with `--kube` watches the API for ever; applying rules needs root.
 //! `cargo run -p kpng-examples --example minimal-nft-proxy -- [--input FILE] [--node N] [--dry-run] [--kube]`
 
-use kpng_backend_nft::{Config, NftBackend};
+use kpng_backend_nft::{NftBackend, NftConfig};
 use kpng_diff::NodeProjector;
 use kpng_drive::{DriveConfig, drive};
 use kpng_kube::watch::{self, NodeScope, WatchConfig};
 use kpng_kube::{Ingest, IngestConfig, file};
+use kpng_sink::ProxyConfig;
 use kpng_store::Store;
 
 #[tokio::main]
@@ -38,10 +39,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         ingest.load_str(file::SAMPLE_CLUSTER_NAME, file::SAMPLE_CLUSTER)?;
     }
     // The sink: nftables, with kube-proxy's usual settings.
-    let mut config = Config::default();
-    config.cluster_cidrs = Config::parse_cidrs("--cluster-cidr", "10.244.0.0/16")?;
-    config.service_cidrs = Config::parse_cidrs("--service-cidr", "10.96.0.0/12")?;
-    let mut backend = NftBackend::new(config);
+    let proxy = ProxyConfig::default().cluster_cidrs(["10.244.0.0/16".parse()?]);
+    let proxy = proxy.service_cidrs(["10.96.0.0/12".parse()?]);
+    let mut backend = NftBackend::new(NftConfig::new(proxy));
     if dry_run {
         backend = backend.dry_run();
     }

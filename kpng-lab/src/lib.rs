@@ -40,6 +40,28 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// kube-proxy's settings these flags give.
+    ///
+    /// # Panics
+    /// On a list that is not comma-separated CIDRs.
+    pub fn proxy(&self) -> kpng_sink::ProxyConfig {
+        let nets = |list: &str| -> Vec<kpng_sink::IpNet> {
+            list.split(',')
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .map(|c| c.parse().expect("a CIDR"))
+                .collect()
+        };
+        let mut proxy = kpng_sink::ProxyConfig::default()
+            .cluster_cidrs(nets(&self.cluster_cidr))
+            .service_cidrs(nets(&self.service_cidr))
+            .masquerade_all(self.masquerade_all);
+        if let Some(list) = &self.nodeport_addresses {
+            proxy = proxy.nodeport_addresses(nets(list));
+        }
+        proxy
+    }
+
     /// The lab's usual networks: pods in 10.244.0.0/16, Services in
     /// 10.96.0.0/16.
     pub fn lab() -> Self {
@@ -78,16 +100,7 @@ impl LabBackend for NftBackend {
     const TOOLS: &'static [&'static str] = &["nft"];
 
     fn in_lab(lab: &Lab, settings: &Settings) -> Self {
-        use kpng_backend_nft::Config;
-        let mut config = Config::default();
-        config.cluster_cidrs =
-            Config::parse_cidrs("--cluster-cidr", &settings.cluster_cidr).expect("cidr");
-        config.service_cidrs =
-            Config::parse_cidrs("--service-cidr", &settings.service_cidr).expect("cidr");
-        config.nodeport_addresses = settings.nodeport_addresses.as_ref().map(|list| {
-            Config::parse_cidrs("--nodeport-addresses", list).expect("nodeport addresses")
-        });
-        config.masquerade_all = settings.masquerade_all;
+        let config = kpng_backend_nft::NftConfig::new(settings.proxy());
         NftBackend::new(config.in_netns(&lab.ns("node")))
     }
     fn last_full(&self) -> bool {
@@ -188,16 +201,7 @@ fn iptables_in_lab(
     mode: Option<kpng_backend_iptables::Mode>,
 ) -> IptablesBackend {
     {
-        use kpng_backend_iptables::Config;
-        let mut config = Config::default();
-        config.cluster_cidrs =
-            Config::parse_cidrs("--cluster-cidr", &settings.cluster_cidr).expect("cidr");
-        config.service_cidrs =
-            Config::parse_cidrs("--service-cidr", &settings.service_cidr).expect("cidr");
-        config.nodeport_addresses = settings.nodeport_addresses.as_ref().map(|list| {
-            Config::parse_cidrs("--nodeport-addresses", list).expect("nodeport addresses")
-        });
-        config.masquerade_all = settings.masquerade_all;
+        let mut config = kpng_backend_iptables::IptablesConfig::new(settings.proxy());
         config.mode = mode;
         IptablesBackend::new(config.in_netns(&lab.ns("node")))
     }

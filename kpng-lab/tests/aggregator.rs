@@ -220,7 +220,7 @@ fn a_publication_the_kernel_refuses_is_rolled_back_while_others_land() {
 #[test]
 fn the_nft_backend_runs_through_the_aggregator_beside_a_firewall() {
     use kpng_aggregator::Publisher;
-    use kpng_backend_nft::{Config, NftBackend};
+    use kpng_backend_nft::{NftBackend, NftConfig};
 
     use kpng_lab::Proxy;
     use std::sync::{Arc, Mutex};
@@ -230,9 +230,7 @@ fn the_nft_backend_runs_through_the_aggregator_beside_a_firewall() {
     }
     let lab = kpng_lab::scenarios::lab();
     let agg = Arc::new(Mutex::new(aggregator(&lab)));
-    let mut config = Config::default();
-    config.cluster_cidrs = Config::parse_cidrs("--cluster-cidr", "10.244.0.0/16").expect("cidr");
-    config.service_cidrs = Config::parse_cidrs("--service-cidr", "10.96.0.0/16").expect("cidr");
+    let config = NftConfig::new(kpng_lab::Settings::lab().proxy());
     let mut proxy = Proxy::with(Publisher::new(
         NftBackend::new(config),
         "proxy",
@@ -367,7 +365,7 @@ print(f.readline().strip())
 fn the_iptables_backend_runs_through_the_aggregator_beside_a_cni() {
     use kpng_aggregator::Publisher;
     use kpng_aggregator::iptables::{Family, Fragment, Iptables, Runner, Table};
-    use kpng_backend_iptables::{Config, IptablesBackend};
+    use kpng_backend_iptables::{IptablesBackend, IptablesConfig};
 
     use kpng_lab::Proxy;
     use std::sync::{Arc, Mutex};
@@ -383,9 +381,7 @@ fn the_iptables_backend_runs_through_the_aggregator_beside_a_cni() {
         mode: None,
     };
     let agg = Arc::new(Mutex::new(Aggregator::new(Iptables::new(runner))));
-    let mut config = Config::default();
-    config.cluster_cidrs = Config::parse_cidrs("--cluster-cidr", "10.244.0.0/16").expect("cidr");
-    config.service_cidrs = Config::parse_cidrs("--service-cidr", "10.96.0.0/16").expect("cidr");
+    let config = IptablesConfig::new(kpng_lab::Settings::lab().proxy());
     let mut proxy = Proxy::with(Publisher::new(
         IptablesBackend::new(config),
         "proxy",

@@ -11,14 +11,12 @@ mod legacy {
     kpng_lab::scenario_tests!(kpng_lab::LegacyIptables);
 }
 
-use kpng_backend_iptables::{Config, Mode};
+use kpng_backend_iptables::{IptablesConfig, Mode};
 use kpng_lab::scenarios::{ALL3, E1, E3, lab, manifest, service};
 use kpng_lab::{LabBackend, Proxy, Settings, endpoints, iptables_tool, require_lab, settle};
 
-fn iptables_config(lab: &kpng_lab::Lab, mode: Option<Mode>) -> Config {
-    let mut config = Config::default();
-    config.cluster_cidrs = Config::parse_cidrs("--cluster-cidr", "10.244.0.0/16").expect("cidr");
-    config.service_cidrs = Config::parse_cidrs("--service-cidr", "10.96.0.0/16").expect("cidr");
+fn iptables_config(lab: &kpng_lab::Lab, mode: Option<Mode>) -> IptablesConfig {
+    let mut config = IptablesConfig::new(Settings::lab().proxy());
     config.mode = mode;
     config.in_netns(&lab.ns("node"))
 }

@@ -196,7 +196,7 @@ fn endpoint_moves_change_elements_only_and_a_refused_batch_keeps_the_old_rules()
 /// and converges.
 #[test]
 fn an_unreachable_kernel_is_a_clear_error_and_the_next_sync_converges() {
-    use kpng_backend_nft::Config;
+    use kpng_backend_nft::NftConfig;
     use kpng_health::metrics::{Measured, Metrics};
     require_lab!(NftBackend);
     let lab = lab();
@@ -206,8 +206,7 @@ fn an_unreachable_kernel_is_a_clear_error_and_the_next_sync_converges() {
     proxy.load(&manifest(&[web(ALL3)])).expect("sync");
     let before = NftBackend::dump(&lab);
 
-    let mut config = Config::default();
-    config.cluster_cidrs = Config::parse_cidrs("--cluster-cidr", "10.244.0.0/16").expect("cidr");
+    let config = NftConfig::new(Settings::lab().proxy());
     let missing = format!("{}-no-such-ns", lab.prefix);
     let metrics = Metrics::new();
     let mut broken = Proxy::with(Measured::new(

@@ -216,6 +216,10 @@ mod file;
 pub use file::ViewFile;
 mod report;
 pub use report::{Logged, RoundReport, RoundSummary};
+mod config;
+pub use config::ProxyConfig;
+/// Typed CIDRs, as [`ProxyConfig`] takes them.
+pub use ipnet::IpNet;
 
 /// Drives a [`FullStateSink`] from incremental ops: it keeps the node view,
 /// applies each op to it, and hands the whole view to the inner sink at each

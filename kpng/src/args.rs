@@ -263,6 +263,32 @@ pub(crate) struct BackendArgs {
     pub(crate) metrics_bind_address: String,
 }
 
+impl BackendArgs {
+    /// kube-proxy's settings these flags give.
+    ///
+    /// # Errors
+    /// [`Error::Usage`] naming the flag whose value is not a CIDR list.
+    pub(crate) fn proxy(&self) -> Result<kpng_sink::ProxyConfig, Error> {
+        let nets = |flag: &str, text: &str| -> Result<Vec<kpng_sink::IpNet>, Error> {
+            let prefixes = kpng_model::addr::parse_cidr_flag(flag, text)
+                .map_err(|value| Error::Usage(format!("invalid {flag}: {value:?}")))?;
+            Ok(prefixes
+                .into_iter()
+                .filter_map(|(addr, len)| kpng_sink::IpNet::new(addr, len).ok())
+                .collect())
+        };
+        let mut proxy = kpng_sink::ProxyConfig::default()
+            .cluster_cidrs(nets("--cluster-cidr", &self.cluster_cidr)?)
+            .service_cidrs(nets("--service-cidr", &self.service_cidr)?)
+            .masquerade_all(self.masquerade_all)
+            .masquerade_bit(self.masquerade_bit);
+        if let Some(list) = &self.nodeport_addresses {
+            proxy = proxy.nodeport_addresses(nets("--nodeport-addresses", list)?);
+        }
+        Ok(proxy)
+    }
+}
+
 /// A duration in Go's format, as kube-proxy takes it: one or more
 /// number-unit pairs (`1m30s`, `1.5h`, `500ms`), units `ns`, `us` (`µs`),
 /// `ms`, `s`, `m` and `h`; a bare `0` is zero.

@@ -23,8 +23,8 @@ use clap::Parser;
 use kpng_aggregator::Subsystem;
 use kpng_aggregator::iptables::{Iptables, Runner};
 use kpng_aggregator::nft::Nft;
-use kpng_backend_iptables::{Config as IptablesConfig, IptablesBackend, Mode as IptablesMode};
-use kpng_backend_nft::{Config as NftConfig, NftBackend};
+use kpng_backend_iptables::{IptablesBackend, IptablesConfig, Mode as IptablesMode};
+use kpng_backend_nft::{NftBackend, NftConfig};
 use kpng_diff::NodeProjector;
 use kpng_drive::{DriveConfig, drive};
 use kpng_kube::watch::{NodeScope, WatchConfig};
@@ -107,16 +107,7 @@ fn backend(
         }
         Sink::ToNft(nft) => {
             let args = &nft.common;
-            let mut config = NftConfig::default();
-            config.cluster_cidrs = NftConfig::parse_cidrs("--cluster-cidr", &args.cluster_cidr)?;
-            config.service_cidrs = NftConfig::parse_cidrs("--service-cidr", &args.service_cidr)?;
-            if let Some(list) = &args.nodeport_addresses {
-                config.nodeport_addresses =
-                    Some(NftConfig::parse_cidrs("--nodeport-addresses", list)?);
-            }
-            config.masquerade_all = args.masquerade_all;
-            config.masquerade_bit = args.masquerade_bit;
-            let backend = NftBackend::new(config);
+            let backend = NftBackend::new(NftConfig::new(args.proxy()?));
             match (&nft.aggregator_socket, args.dry_run) {
                 (Some(path), false) => {
                     let nft = Nft::new(None);
@@ -130,17 +121,7 @@ fn backend(
         }
         Sink::ToIptables(ipt) => {
             let args = &ipt.common;
-            let mut config = IptablesConfig::default();
-            config.cluster_cidrs =
-                IptablesConfig::parse_cidrs("--cluster-cidr", &args.cluster_cidr)?;
-            config.service_cidrs =
-                IptablesConfig::parse_cidrs("--service-cidr", &args.service_cidr)?;
-            if let Some(list) = &args.nodeport_addresses {
-                config.nodeport_addresses =
-                    Some(IptablesConfig::parse_cidrs("--nodeport-addresses", list)?);
-            }
-            config.masquerade_all = args.masquerade_all;
-            config.masquerade_bit = args.masquerade_bit;
+            let mut config = IptablesConfig::new(args.proxy()?);
             config.mode = match ipt.iptables_mode.as_str() {
                 "nft" => Some(IptablesMode::Nft),
                 "legacy" => Some(IptablesMode::Legacy),
@@ -225,18 +206,17 @@ fn with_health<S: IncrementalSink + Send + 'static>(
     for (sysctl, error) in sysctls.apply() {
         tracing::warn!(sysctl, %error, "conntrack setting not applied");
     }
+    let proxy = args.proxy()?;
     let mut companions = kpng_health::Companions::new();
     if !args.no_conntrack_cleanup {
-        let cidrs = NftConfig::parse_cidrs("--service-cidr", &args.service_cidr)?;
-        companions =
-            companions.follower(kpng_conntrack::ConntrackCleaner::new().with_service_cidrs(cidrs));
+        let cleaner = kpng_conntrack::ConntrackCleaner::new();
+        companions = companions.follower(cleaner.with_service_cidrs(proxy.service_prefixes()));
     }
     if !args.healthz_bind_address.is_empty() {
         let listener = bind_tcp("--healthz-bind-address", &args.healthz_bind_address)?;
         companions = companions.healthz(listener, args.healthz_timeout);
     }
-    if let Some(list) = &args.nodeport_addresses {
-        let prefixes = NftConfig::parse_cidrs("--nodeport-addresses", list)?;
+    if let Some(prefixes) = proxy.nodeport_prefixes() {
         companions = companions.health_check_prefixes(prefixes);
     }
     Ok(companions.around(backend))

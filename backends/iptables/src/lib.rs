@@ -22,7 +22,7 @@
 //!   Chains it does not own are never touched; the jumps from the built-in
 //!   chains are inserted once. A failed restore changes nothing in the
 //!   tables it failed in, and the next sync is a full one.
-//! - **Modes**: iptables-nft or iptables-legacy, as set in [`Config::mode`],
+//! - **Modes**: iptables-nft or iptables-legacy, as set in [`IptablesConfig::mode`],
 //!   or detected as kube-proxy does: the mode that already holds rules.
 //!
 //! # Example
@@ -31,12 +31,12 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use kpng_backend_iptables::{Config, IptablesBackend};
+//! use kpng_backend_iptables::{IptablesConfig, IptablesBackend};
 //! use kpng_model::v1::{IpSet, Service, ServicePort, Protocol};
 //! use kpng_model::view::ViewOp;
 //! use kpng_sink::IncrementalSink;
 //!
-//! let mut backend = IptablesBackend::new(Config::default()).dry_run();
+//! let mut backend = IptablesBackend::new(IptablesConfig::default()).dry_run();
 //! let svc = Service {
 //!     namespace: "default".into(),
 //!     name: "web".into(),
@@ -58,9 +58,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::time::Instant;
 
-use kpng_model::addr::{cidrs_in, parse_cidr_flag};
 use kpng_model::{IpFamily, ServiceName};
-use kpng_sink::{IncrementalSink, SinkError, ViewTracker};
+use kpng_sink::{IncrementalSink, ProxyConfig, SinkError, ViewTracker};
 
 use kpng_netfilter::iptables::{Batch, Jump, Plan, Runner, apply_batches};
 use render::{DISPATCH, HOOKS, Render};
@@ -73,14 +72,6 @@ pub enum Error {
     /// back).
     #[error(transparent)]
     Apply(#[from] kpng_netfilter::Error),
-    /// A setting is invalid.
-    #[error("invalid {field}: {value:?}")]
-    Config {
-        /// The setting.
-        field: &'static str,
-        /// Its value.
-        value: String,
-    },
 }
 
 pub use kpng_netfilter::iptables::{ChainKey, Family, Mode, Table};
@@ -93,74 +84,78 @@ fn tools(family: IpFamily) -> kpng_netfilter::iptables::Family {
     }
 }
 
-/// Settings of the backend, named after kube-proxy's flags.
+/// Settings of the iptables backend: kube-proxy's ([`ProxyConfig`]), and
+/// how the iptables tools run.
+///
+/// ```
+/// use kpng_backend_iptables::IptablesConfig;
+/// use kpng_sink::ProxyConfig;
+///
+/// let proxy = ProxyConfig::default().cluster_cidrs(["10.244.0.0/16".parse()?]);
+/// let config = IptablesConfig::new(proxy).in_netns("node-a");
+/// assert_eq!(config.command_prefix, ["ip", "netns", "exec", "node-a"]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Debug)]
 #[non_exhaustive]
-pub struct Config {
-    /// `--cluster-cidr`: the pod CIDRs, to tell pod traffic apart.
-    pub cluster_cidrs: Vec<(IpAddr, u8)>,
-    /// `--service-cidr`: traffic to unallocated addresses in it is
-    /// dropped, as in the cluster's ServiceCIDRs (which the node view
-    /// carries); for clusters without ServiceCIDR objects.
-    pub service_cidrs: Vec<(IpAddr, u8)>,
-    /// `--nodeport-addresses`: where NodePorts listen. `None`: the node's
-    /// own addresses (from its Node object). Loopback is never used.
-    pub nodeport_addresses: Option<Vec<(IpAddr, u8)>>,
-    /// `--masquerade-all`.
-    pub masquerade_all: bool,
-    /// `--masquerade-bit` (default 14).
-    pub masquerade_bit: u8,
+pub struct IptablesConfig {
+    /// kube-proxy's settings.
+    pub proxy: ProxyConfig,
     /// iptables-nft or -legacy; `None` (default): detected on the first
     /// sync, as kube-proxy does.
     pub mode: Option<Mode>,
     /// A command prefix the iptables tools run under (default none; e.g.
     /// `ip netns exec NAME`).
     pub command_prefix: Vec<String>,
+    /// The Service CIDRs dropped: `proxy.service_cidrs` and the cluster's
+    /// ServiceCIDRs, merged (kept up to date by the backend).
+    pub(crate) service_cidrs: Vec<(IpAddr, u8)>,
 }
 
-impl Default for Config {
+impl Default for IptablesConfig {
     fn default() -> Self {
+        Self::new(ProxyConfig::default())
+    }
+}
+
+impl IptablesConfig {
+    /// The tools detected on the first sync, run here, with `proxy`.
+    pub fn new(proxy: ProxyConfig) -> Self {
         Self {
-            cluster_cidrs: Vec::new(),
-            service_cidrs: Vec::new(),
-            nodeport_addresses: None,
-            masquerade_all: false,
-            masquerade_bit: 14,
+            service_cidrs: proxy.service_prefixes(),
+            proxy,
             mode: None,
             command_prefix: Vec::new(),
         }
     }
-}
 
-impl Config {
-    /// Parses CIDR lists as kube-proxy's flags take them
-    /// (`10.244.0.0/16,fd00::/64`).
-    ///
-    /// # Errors
-    /// [`Error::Config`] naming the flag and the bad value.
-    pub fn parse_cidrs(field: &'static str, text: &str) -> Result<Vec<(IpAddr, u8)>, Error> {
-        parse_cidr_flag(field, text).map_err(|value| Error::Config { field, value })
+    /// Uses iptables-nft or -legacy, not the one detected.
+    #[must_use]
+    pub fn mode(mut self, mode: Mode) -> Self {
+        self.mode = Some(mode);
+        self
     }
 
     /// Runs the iptables tools in the network namespace `name`.
+    #[must_use]
     pub fn in_netns(mut self, name: &str) -> Self {
         self.command_prefix = ["ip", "netns", "exec", name].map(String::from).to_vec();
         self
     }
 
     pub(crate) fn masquerade_mark(&self) -> u32 {
-        1u32 << u32::from(self.masquerade_bit.min(31))
+        self.proxy.masquerade_mark()
     }
 
     pub(crate) fn cluster_cidrs(&self, family: IpFamily) -> Vec<String> {
-        cidrs_in(&self.cluster_cidrs, family)
+        self.proxy.cluster_cidrs_in(family)
     }
 }
 
 /// What the last sync did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct SyncStats {
+pub struct IptablesSyncStats {
     /// Whether it rewrote everything.
     pub full: bool,
     /// Rules written.
@@ -241,14 +236,14 @@ enum Run {
 
 /// The iptables backend. See the crate docs.
 pub struct IptablesBackend {
-    config: Config,
+    config: IptablesConfig,
     run: Run,
     runner: Runner,
     tracker: ViewTracker,
     families: [FamilyState; 2],
     last_script: String,
-    last: SyncStats,
-    /// `config.service_cidrs` as configured; the config holds these and
+    last: IptablesSyncStats,
+    /// `config.proxy.service_cidrs`; the config's `service_cidrs` holds these and
     /// the cluster's ServiceCIDRs, merged.
     configured_cidrs: Vec<(IpAddr, u8)>,
 }
@@ -276,19 +271,19 @@ impl kpng_sink::RoundReport for IptablesBackend {
 
 impl IptablesBackend {
     /// A backend that applies its batches with `iptables-restore`.
-    pub fn new(config: Config) -> Self {
+    pub fn new(config: IptablesConfig) -> Self {
         Self {
             runner: Runner {
                 prefix: config.command_prefix.clone(),
                 mode: config.mode,
             },
-            configured_cidrs: config.service_cidrs.clone(),
+            configured_cidrs: config.proxy.service_prefixes(),
             config,
             run: Run::Apply,
             tracker: ViewTracker::default(),
             families: Default::default(),
             last_script: String::new(),
-            last: SyncStats::default(),
+            last: IptablesSyncStats::default(),
         }
     }
 
@@ -339,7 +334,7 @@ impl IptablesBackend {
     }
 
     /// What the last sync did.
-    pub fn last_sync(&self) -> &SyncStats {
+    pub fn last_sync(&self) -> &IptablesSyncStats {
         &self.last
     }
 
@@ -349,16 +344,17 @@ impl IptablesBackend {
     }
 
     /// The settings.
-    pub fn config(&self) -> &Config {
+    pub fn config(&self) -> &IptablesConfig {
         &self.config
     }
 
     /// The addresses NodePorts listen on, in one family.
     fn node_ips(&self, family: IpFamily) -> Vec<String> {
-        match &self.config.nodeport_addresses {
-            Some(cidrs) => cidrs_in(cidrs, family)
-                .into_iter()
-                .filter(|c| !c.starts_with("127.") && !c.starts_with("::1/"))
+        match &self.config.proxy.nodeport_addresses {
+            Some(cidrs) => cidrs
+                .iter()
+                .filter(|c| IpFamily::of(&c.network()) == family && !c.network().is_loopback())
+                .map(ToString::to_string)
                 .collect(),
             None => self
                 .tracker
@@ -521,9 +517,9 @@ impl IncrementalSink for IptablesBackend {
             self.tracker.force_full();
         }
         let full = self.tracker.full();
-        self.last = SyncStats {
+        self.last = IptablesSyncStats {
             full,
-            ..SyncStats::default()
+            ..IptablesSyncStats::default()
         };
         self.last.services = self.refresh();
         let result = self.apply_all(full);

@@ -24,7 +24,7 @@ use kpng_model::view::ServiceView;
 use kpng_model::{IpFamily, ServiceName};
 use siphasher::sip128::{Hasher128, SipHasher13};
 
-use crate::Config;
+use crate::IptablesConfig;
 use kpng_model::addr::cidrs_in;
 
 pub(crate) use kpng_netfilter::iptables::{ChainKey, Table};
@@ -120,7 +120,7 @@ fn target(ip: IpAddr, port: u16) -> String {
 }
 
 /// The mark rules of the masquerade bit.
-pub(crate) fn mark(config: &Config) -> String {
+pub(crate) fn mark(config: &IptablesConfig) -> String {
     let m = config.masquerade_mark();
     format!("{m:#x}/{m:#x}")
 }
@@ -180,7 +180,7 @@ fn balance(
 }
 
 /// Renders one Service for one family.
-pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &Config) -> Render {
+pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &IptablesConfig) -> Render {
     let mut render = Render::default();
     let name: ServiceName = view.service.service_name();
     let plan = view.plan(family);
@@ -246,7 +246,7 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &Config) -> 
         let masq = |ips: &[String]| -> Vec<String> {
             ips.iter()
                 .filter_map(|ip| {
-                    if config.masquerade_all {
+                    if config.proxy.masquerade_all {
                         Some(format!("{} {mark_masq}", dst(ip)))
                     } else if pod_cidrs.is_empty() {
                         None
@@ -384,7 +384,7 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &Config) -> 
 /// The chains every family has, whatever the Services: masquerading, the
 /// forward rules, and the tails of the dispatch chains (NodePort
 /// addresses, the Service-CIDR drop).
-pub(crate) fn globals(config: &Config, family: IpFamily, node_ips: &[String]) -> Render {
+pub(crate) fn globals(config: &IptablesConfig, family: IpFamily, node_ips: &[String]) -> Render {
     let mut render = Render::default();
     let m = config.masquerade_mark();
     render.chains.insert(

@@ -7,9 +7,10 @@
 
 use std::collections::HashSet;
 
-use kpng_backend_iptables::{Config, IptablesBackend};
+use kpng_backend_iptables::{IptablesBackend, IptablesConfig};
 use kpng_diff::NodeProjector;
 use kpng_kube::{Ingest, IngestConfig, file};
+use kpng_sink::ProxyConfig;
 use kpng_store::Store;
 use kpng_testkit::semantics;
 
@@ -18,9 +19,9 @@ fn render(manifest: &str) -> String {
     let objects = file::parse_str("case.yaml", manifest).expect("valid manifest");
     let mut ingest = Ingest::new(Store::new(), IngestConfig::for_node(semantics::NODE));
     ingest.load(&objects);
-    let mut config = Config::default();
-    config.cluster_cidrs =
-        Config::parse_cidrs("--cluster-cidr", "10.244.0.0/16,fd00:10:244::/48").expect("cidrs");
+    let proxy = ProxyConfig::default()
+        .cluster_cidrs(["10.244.0.0/16", "fd00:10:244::/48"].map(|c| c.parse().expect("cidr")));
+    let config = IptablesConfig::new(proxy);
     let mut backend = IptablesBackend::new(config).dry_run();
     let mut projector = NodeProjector::new(semantics::NODE);
     projector

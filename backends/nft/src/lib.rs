@@ -36,12 +36,12 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use kpng_backend_nft::{Config, NftBackend};
+//! use kpng_backend_nft::{NftConfig, NftBackend};
 //! use kpng_model::v1::{IpSet, Service, ServicePort, Protocol};
 //! use kpng_model::view::ViewOp;
 //! use kpng_sink::IncrementalSink;
 //!
-//! let mut backend = NftBackend::new(Config::default()).dry_run();
+//! let mut backend = NftBackend::new(NftConfig::default()).dry_run();
 //! let svc = Service {
 //!     namespace: "default".into(),
 //!     name: "web".into(),
@@ -66,9 +66,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use kpng_model::IpFamily;
-use kpng_model::addr::{cidrs_in, parse_cidr_flag};
 use kpng_model::view::NodeView;
-use kpng_sink::{IncrementalSink, SinkError, ViewTracker};
+use kpng_sink::{IncrementalSink, ProxyConfig, SinkError, ViewTracker};
 
 use kpng_netfilter::nft::{self, Transaction};
 use objects::{Objects, Pending};
@@ -89,76 +88,68 @@ pub enum Error {
         /// Why.
         message: String,
     },
-    /// A setting is invalid.
-    #[error("invalid {field}: {value:?}")]
-    Config {
-        /// The setting.
-        field: &'static str,
-        /// Its value.
-        value: String,
-    },
 }
 
-/// Settings of the backend, named after kube-proxy's flags.
+/// Settings of the nftables backend: kube-proxy's ([`ProxyConfig`]),
+/// and where its tables go.
+///
+/// ```
+/// use kpng_backend_nft::NftConfig;
+/// use kpng_sink::ProxyConfig;
+///
+/// let proxy = ProxyConfig::default().cluster_cidrs(["10.244.0.0/16".parse()?]);
+/// let config = NftConfig::new(proxy).table("kpng").in_netns("node-a");
+/// assert_eq!(config.netns.as_deref(), Some(std::path::Path::new("/run/netns/node-a")));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Debug)]
 #[non_exhaustive]
-pub struct Config {
+pub struct NftConfig {
+    /// kube-proxy's settings.
+    pub proxy: ProxyConfig,
     /// The table name in each family (default `kpng`).
     pub table: String,
-    /// `--cluster-cidr`: the pod CIDRs, to tell pod traffic apart.
-    pub cluster_cidrs: Vec<(IpAddr, u8)>,
-    /// `--service-cidr`: traffic to unallocated addresses in it is
-    /// dropped, as in the cluster's ServiceCIDRs (which the node view
-    /// carries); for clusters without ServiceCIDR objects.
-    pub service_cidrs: Vec<(IpAddr, u8)>,
-    /// `--nodeport-addresses`: where NodePorts listen. `None`: the node's
-    /// own addresses (from its Node object). Loopback is never used.
-    pub nodeport_addresses: Option<Vec<(IpAddr, u8)>>,
-    /// `--masquerade-all`.
-    pub masquerade_all: bool,
-    /// `--masquerade-bit` (default 14).
-    pub masquerade_bit: u8,
     /// The network namespace to program, as a path (`/run/netns/NAME`);
     /// `None`: the process's own.
     pub netns: Option<PathBuf>,
 }
 
-impl Default for Config {
+impl Default for NftConfig {
     fn default() -> Self {
-        Self {
-            table: "kpng".into(),
-            cluster_cidrs: Vec::new(),
-            service_cidrs: Vec::new(),
-            nodeport_addresses: None,
-            masquerade_all: false,
-            masquerade_bit: 14,
-            netns: None,
-        }
+        Self::new(ProxyConfig::default())
     }
 }
 
-impl Config {
-    /// Parses CIDR lists as kube-proxy's flags take them
-    /// (`10.244.0.0/16,fd00::/64`).
-    ///
-    /// # Errors
-    /// [`Error::Config`] naming the flag and the bad value.
-    pub fn parse_cidrs(field: &'static str, text: &str) -> Result<Vec<(IpAddr, u8)>, Error> {
-        parse_cidr_flag(field, text).map_err(|value| Error::Config { field, value })
+impl NftConfig {
+    /// Tables named `kpng`, in this network namespace, with `proxy`.
+    pub fn new(proxy: ProxyConfig) -> Self {
+        Self {
+            proxy,
+            table: "kpng".into(),
+            netns: None,
+        }
+    }
+
+    /// Names the table in each family.
+    #[must_use]
+    pub fn table(mut self, name: impl Into<String>) -> Self {
+        self.table = name.into();
+        self
     }
 
     /// Programs the network namespace `name` (`/run/netns/NAME`).
+    #[must_use]
     pub fn in_netns(mut self, name: &str) -> Self {
         self.netns = Some(PathBuf::from("/run/netns").join(name));
         self
     }
 
     pub(crate) fn masquerade_mark(&self) -> u32 {
-        1u32 << u32::from(self.masquerade_bit.min(31))
+        self.proxy.masquerade_mark()
     }
 
     pub(crate) fn cluster_cidrs(&self, family: IpFamily) -> Vec<String> {
-        cidrs_in(&self.cluster_cidrs, family)
+        self.proxy.cluster_cidrs_in(family)
     }
 }
 
@@ -198,7 +189,7 @@ pub struct TableContent {
 /// What the last sync did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct SyncStats {
+pub struct NftSyncStats {
     /// Whether it replaced a table (both, or one family's).
     pub full: bool,
     /// Changes in its transaction (each add, delete or flush of an
@@ -217,7 +208,7 @@ pub struct SyncStats {
 
 /// The nftables backend. See the crate docs.
 pub struct NftBackend {
-    config: Config,
+    config: NftConfig,
     mode: Mode,
     keep_scripts: bool,
     tracker: ViewTracker,
@@ -226,7 +217,7 @@ pub struct NftBackend {
     families: [FamilyState; 2],
     /// The last transaction, kept in dry-run mode or when asked.
     last_tx: Option<Transaction>,
-    last: SyncStats,
+    last: NftSyncStats,
     /// The netlink socket, opened on first use and kept (closing one
     /// costs the kernel ~15 ms); dropped after a failure, so the next
     /// transaction starts on a fresh one.
@@ -266,7 +257,7 @@ impl kpng_sink::RoundReport for NftBackend {
 
 impl NftBackend {
     /// A backend that programs the kernel.
-    pub fn new(config: Config) -> Self {
+    pub fn new(config: NftConfig) -> Self {
         Self {
             config,
             mode: Mode::Apply,
@@ -278,7 +269,7 @@ impl NftBackend {
             socket: None,
             generation: 0,
             looked: false,
-            last: SyncStats::default(),
+            last: NftSyncStats::default(),
             service_cidrs: Vec::new(),
         }
     }
@@ -316,12 +307,12 @@ impl NftBackend {
     }
 
     /// What the last sync did.
-    pub fn last_sync(&self) -> &SyncStats {
+    pub fn last_sync(&self) -> &NftSyncStats {
         &self.last
     }
 
     /// The settings.
-    pub fn config(&self) -> &Config {
+    pub fn config(&self) -> &NftConfig {
         &self.config
     }
 
@@ -380,8 +371,8 @@ impl NftBackend {
     /// The table's fixed part for one family, with the NodePort addresses
     /// and CIDRs.
     fn globals(&self, family: IpFamily) -> Render {
-        let node_ips: Vec<(IpAddr, u8)> = match &self.config.nodeport_addresses {
-            Some(cidrs) => cidrs.clone(),
+        let node_ips: Vec<(IpAddr, u8)> = match self.config.proxy.nodeport_prefixes() {
+            Some(cidrs) => cidrs,
             None => self
                 .tracker
                 .view()
@@ -401,7 +392,7 @@ impl NftBackend {
             self.service_cidrs = self
                 .tracker
                 .view()
-                .service_cidrs_with(&self.config.service_cidrs);
+                .service_cidrs_with(&self.config.proxy.service_prefixes());
         }
         for (i, family) in IpFamily::BOTH.into_iter().enumerate() {
             let renew = changes.node || changes.service_cidrs || full;
@@ -542,7 +533,7 @@ impl IncrementalSink for NftBackend {
             Mode::Apply => self.send(&tx),
         };
         let kernel_micros = kernel_start.elapsed().as_micros();
-        self.last = SyncStats {
+        self.last = NftSyncStats {
             full,
             commands: tx.len(),
             services,
@@ -594,7 +585,7 @@ mod tests {
     use kpng_model::view::{EndpointView, ViewOp};
     use kpng_sink::IncrementalSink;
 
-    use super::{Config, NftBackend};
+    use super::{NftBackend, NftConfig};
 
     fn service(name: &str, ip: &str, affinity: bool) -> Arc<Service> {
         Arc::new(Service {
@@ -640,7 +631,7 @@ mod tests {
     /// use are made, and a change writes only what changed.
     #[test]
     fn syncs_make_the_objects_in_use_and_changes_write_only_the_change() {
-        let mut backend = NftBackend::new(Config::default()).dry_run();
+        let mut backend = NftBackend::new(NftConfig::default()).dry_run();
         backend.reset();
         load(
             &mut backend,

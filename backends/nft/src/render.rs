@@ -24,7 +24,7 @@ use kpng_netfilter::nft::{
     Verdict,
 };
 
-use crate::Config;
+use crate::NftConfig;
 
 /// Verdict map: (address, protocol, port) to the Service chain.
 pub(crate) const SERVICE_IPS: &str = "service-ips";
@@ -355,7 +355,7 @@ impl Shared {
 }
 
 /// The masquerade mark, set.
-fn mark(config: &Config) -> Vec<Expr> {
+fn mark(config: &NftConfig) -> Vec<Expr> {
     build::mark_set_or(config.masquerade_mark())
 }
 
@@ -364,7 +364,7 @@ fn mark(config: &Config) -> Vec<Expr> {
 /// local (or cluster-wide) set.
 fn policy_rules(
     fam: Fam,
-    config: &Config,
+    config: &NftConfig,
     kind: Kind,
     local: bool,
     mut select: impl FnMut(bool) -> Verdict,
@@ -373,7 +373,7 @@ fn policy_rules(
     let has_cidrs = !config.cluster_cidrs(fam.0).is_empty();
     let mut rules = Vec::new();
     if kind == Kind::Svc {
-        if config.masquerade_all {
+        if config.proxy.masquerade_all {
             rules.push(mark(config));
         } else if has_cidrs {
             // Traffic from outside the pod network is masqueraded.
@@ -419,7 +419,7 @@ fn policy_rules(
 
 struct PortCtx<'a> {
     fam: Fam,
-    config: &'a Config,
+    config: &'a NftConfig,
     id: String,
     proto: u8,
     port: u16,
@@ -571,7 +571,7 @@ fn addrs(fam: Fam, texts: &[String]) -> Vec<Vec<u8>> {
 }
 
 /// Renders one Service for one family.
-pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &Config) -> Render {
+pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &NftConfig) -> Render {
     let mut render = Render::default();
     let fam = Fam(family);
     let name = view.service.service_name();
@@ -692,7 +692,7 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &Config) -> 
 /// CIDRs).
 pub(crate) fn globals(
     fam: Fam,
-    config: &Config,
+    config: &NftConfig,
     node_ips: &[(IpAddr, u8)],
     service_cidrs: &[(IpAddr, u8)],
 ) -> Render {
@@ -719,7 +719,7 @@ pub(crate) fn globals(
     }
     for (set, list) in [
         (NODEPORT_IPS, node_ips),
-        (CLUSTER_CIDRS, &config.cluster_cidrs[..]),
+        (CLUSTER_CIDRS, &config.proxy.cluster_prefixes()[..]),
         (SERVICE_CIDRS, service_cidrs),
     ] {
         for (ip, len) in list {
