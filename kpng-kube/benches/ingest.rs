@@ -21,6 +21,8 @@
 
 use std::time::Instant;
 
+use kube::runtime::watcher::Event as WatchEvent;
+
 use kpng_kube::objects::{EndpointSlice, Node, Service};
 use kpng_kube::{Ingest, IngestConfig};
 use kpng_store::Store;
@@ -411,19 +413,19 @@ fn generate(args: &Args) -> (Vec<Event>, Vec<Event>) {
 fn replay(ingest: &mut Ingest, e: &Event, relist: bool) -> (u64, u64, bool) {
     let t0 = Instant::now();
     macro_rules! step {
-        ($ty:ty, $relisted:ident, $apply:ident, $delete:ident) => {{
+        ($ty:ty) => {{
             let obj: $ty = serde_json::from_slice(&e.json).unwrap();
-            let t1 = Instant::now();
-            let changed = if relist {
-                ingest.$relisted(&obj);
-                false
+            let event = if relist {
+                WatchEvent::InitApply(obj)
             } else if e.delete {
-                ingest.$delete(&obj).is_some()
+                WatchEvent::Delete(obj)
             } else {
-                ingest.$apply(&obj).is_some()
+                WatchEvent::Apply(obj)
             };
+            let t1 = Instant::now();
+            let changed = ingest.apply_watcher_event(&event).is_some() && !relist;
             let t2 = Instant::now();
-            drop(obj);
+            drop(event);
             (
                 (t1 - t0).as_nanos() as u64,
                 (t2 - t1).as_nanos() as u64,
@@ -432,9 +434,9 @@ fn replay(ingest: &mut Ingest, e: &Event, relist: bool) -> (u64, u64, bool) {
         }};
     }
     match e.obj {
-        Obj::Service => step!(Service, relisted_service, apply_service, delete_service),
-        Obj::Slice => step!(EndpointSlice, relisted_slice, apply_slice, delete_slice),
-        Obj::Node => step!(Node, relisted_node, apply_node, delete_node),
+        Obj::Service => step!(Service),
+        Obj::Slice => step!(EndpointSlice),
+        Obj::Node => step!(Node),
     }
 }
 
@@ -466,18 +468,25 @@ fn main() {
         for (kind, begin, finish) in [
             (
                 Obj::Node,
-                Ingest::begin_node_relist as fn(&mut Ingest),
-                Ingest::finish_node_relist as fn(&mut Ingest) -> Option<u64>,
+                (|i: &mut Ingest| {
+                    i.apply_watcher_event(&WatchEvent::<Node>::Init);
+                }) as fn(&mut Ingest),
+                (|i: &mut Ingest| i.apply_watcher_event(&WatchEvent::<Node>::InitDone))
+                    as fn(&mut Ingest) -> Option<u64>,
             ),
             (
                 Obj::Service,
-                Ingest::begin_service_relist,
-                Ingest::finish_service_relist,
+                |i: &mut Ingest| {
+                    i.apply_watcher_event(&WatchEvent::<Service>::Init);
+                },
+                |i: &mut Ingest| i.apply_watcher_event(&WatchEvent::<Service>::InitDone),
             ),
             (
                 Obj::Slice,
-                Ingest::begin_slice_relist,
-                Ingest::finish_slice_relist,
+                |i: &mut Ingest| {
+                    i.apply_watcher_event(&WatchEvent::<EndpointSlice>::Init);
+                },
+                |i: &mut Ingest| i.apply_watcher_event(&WatchEvent::<EndpointSlice>::InitDone),
             ),
         ] {
             begin(&mut ingest);

@@ -13,6 +13,8 @@ use kpng_model::endpoint::{Interner, PortList};
 use kpng_model::{EndpointInfo, Key, Kind, ServiceName};
 use kpng_store::{Reader, Store, Txn};
 
+use kube::runtime::watcher::Event;
+
 use crate::objects;
 use crate::translate::{self, SliceContribution, TranslateConfig, TranslateError};
 
@@ -161,6 +163,60 @@ impl Ingest {
         self.stats
     }
 
+    /// Applies one watch event, as kube-runtime's `watcher` yields them
+    /// (what a reflector's `apply_watcher_event` does for a cache):
+    ///
+    /// - `Apply` and `Delete` write the object's translation, or delete
+    ///   it, in one transaction: a new revision only when the ENLS changes;
+    /// - `Init` starts a relist of the object's kind, `InitApply` buffers
+    ///   an object of it, and `InitDone` swaps the kind's contents for
+    ///   what was listed in one transaction (what vanished is deleted) and
+    ///   marks the kind synced.
+    ///
+    /// Returns the revision made, if any. An object that does not
+    /// translate is counted ([`IngestStats::errors`]), logged and skipped.
+    ///
+    /// ```
+    /// use kpng_kube::{Ingest, IngestConfig, objects::Service};
+    /// use kube::runtime::watcher::Event;
+    ///
+    /// let mut ingest = Ingest::new(kpng_store::Store::new(), IngestConfig::for_node("node-a"));
+    /// let web: Service = serde_json::from_value(serde_json::json!({
+    ///     "metadata": {"namespace": "default", "name": "web"},
+    ///     "spec": {"clusterIP": "10.96.0.10", "ports": [{"name": "http", "port": 80}]}
+    /// }))?;
+    /// assert!(ingest.apply_watcher_event(&Event::Apply(web.clone())).is_some());
+    /// assert!(ingest.apply_watcher_event(&Event::Apply(web)).is_none(), "no change, no revision");
+    /// # Ok::<(), serde_json::Error>(())
+    /// ```
+    pub fn apply_watcher_event<K: Watched>(&mut self, event: &Event<K>) -> Option<u64> {
+        match event {
+            Event::Apply(object) => object.apply(self),
+            Event::Delete(object) => object.delete(self),
+            Event::Init => {
+                K::begin_relist(self);
+                None
+            }
+            Event::InitApply(object) => {
+                object.relisted(self);
+                None
+            }
+            Event::InitDone => K::finish_relist(self),
+        }
+    }
+
+    /// Replaces every object of `list`'s kind with `list`, as a relist
+    /// does (`Init`, an `InitApply` each, `InitDone`): one transaction, and
+    /// a revision only when something changed.
+    pub fn relist<'a, K: Watched + 'a>(
+        &mut self,
+        list: impl IntoIterator<Item = &'a K>,
+    ) -> Option<u64> {
+        K::begin_relist(self);
+        list.into_iter().for_each(|object| object.relisted(self));
+        K::finish_relist(self)
+    }
+
     fn count(&mut self, events: u64, revision: Option<u64>) -> Option<u64> {
         self.stats.events += events;
         if revision.is_some() {
@@ -184,7 +240,7 @@ impl Ingest {
     }
 
     /// A Service was created or changed. Returns the new revision, if any.
-    pub fn apply_service(&mut self, svc: &objects::Service) -> Option<u64> {
+    pub(crate) fn apply_service(&mut self, svc: &objects::Service) -> Option<u64> {
         let revision = match self.translate_service(svc) {
             Ok(translated) => {
                 let key = service_key(&svc.metadata);
@@ -198,7 +254,7 @@ impl Ingest {
     }
 
     /// A Service was deleted.
-    pub fn delete_service(&mut self, svc: &objects::Service) -> Option<u64> {
+    pub(crate) fn delete_service(&mut self, svc: &objects::Service) -> Option<u64> {
         let mut txn = self.store.begin();
         txn.delete(&service_key(&svc.metadata));
         let revision = txn.commit().revision;
@@ -217,13 +273,13 @@ impl Ingest {
 
     /// A relist of Services starts: objects now go to a buffer until
     /// [`finish_service_relist`](Self::finish_service_relist).
-    pub fn begin_service_relist(&mut self) {
+    pub(crate) fn begin_service_relist(&mut self) {
         self.relists.services = Some(Vec::new());
     }
 
     /// One object of the relist in progress (or, outside a relist, an
     /// apply).
-    pub fn relisted_service(&mut self, svc: &objects::Service) {
+    pub(crate) fn relisted_service(&mut self, svc: &objects::Service) {
         if self.relists.services.is_none() {
             self.apply_service(svc);
             return;
@@ -239,23 +295,13 @@ impl Ingest {
 
     /// The relist is complete: swap the Services' contents in one
     /// transaction and mark Services synced.
-    pub fn finish_service_relist(&mut self) -> Option<u64> {
+    pub(crate) fn finish_service_relist(&mut self) -> Option<u64> {
         let listed = self.relists.services.take().unwrap_or_default();
         let mut txn = self.store.begin();
         swap_services(&mut txn, listed);
         let revision = txn.commit().revision;
         self.store.mark_synced(Kind::Service);
         self.count(0, revision)
-    }
-
-    /// Replaces every Service with `list`, as a relist does.
-    pub fn relist_services<'a>(
-        &mut self,
-        list: impl IntoIterator<Item = &'a objects::Service>,
-    ) -> Option<u64> {
-        self.begin_service_relist();
-        list.into_iter().for_each(|s| self.relisted_service(s));
-        self.finish_service_relist()
     }
 
     // ---- EndpointSlices ----
@@ -268,7 +314,7 @@ impl Ingest {
     }
 
     /// An EndpointSlice was created or changed.
-    pub fn apply_slice(&mut self, slice: &objects::EndpointSlice) -> Option<u64> {
+    pub(crate) fn apply_slice(&mut self, slice: &objects::EndpointSlice) -> Option<u64> {
         let trigger = self.trigger_time(&slice.metadata);
         let revision = match self.translate_slice(slice) {
             Ok(contribution) => {
@@ -296,19 +342,19 @@ impl Ingest {
     }
 
     /// An EndpointSlice was deleted.
-    pub fn delete_slice(&mut self, slice: &objects::EndpointSlice) -> Option<u64> {
+    pub(crate) fn delete_slice(&mut self, slice: &objects::EndpointSlice) -> Option<u64> {
         let revision = self.replace_slice(slice_key(&slice.metadata), None, None);
         self.count(1, revision)
     }
 
     /// A relist of EndpointSlices starts.
-    pub fn begin_slice_relist(&mut self) {
+    pub(crate) fn begin_slice_relist(&mut self) {
         self.relists.slices = Some(HashMap::new());
     }
 
     /// One object of the relist in progress (or, outside a relist, an
     /// apply).
-    pub fn relisted_slice(&mut self, slice: &objects::EndpointSlice) {
+    pub(crate) fn relisted_slice(&mut self, slice: &objects::EndpointSlice) {
         if self.relists.slices.is_none() {
             self.apply_slice(slice);
             return;
@@ -324,23 +370,13 @@ impl Ingest {
 
     /// The relist is complete: swap the endpoints in one transaction and
     /// mark endpoints synced.
-    pub fn finish_slice_relist(&mut self) -> Option<u64> {
+    pub(crate) fn finish_slice_relist(&mut self) -> Option<u64> {
         let listed = self.relists.slices.take().unwrap_or_default();
         let mut txn = self.store.begin();
         self.index.swap(&mut txn, listed);
         let revision = txn.commit().revision;
         self.store.mark_synced(Kind::Endpoint);
         self.count(0, revision)
-    }
-
-    /// Replaces every EndpointSlice with `list`, as a relist does.
-    pub fn relist_slices<'a>(
-        &mut self,
-        list: impl IntoIterator<Item = &'a objects::EndpointSlice>,
-    ) -> Option<u64> {
-        self.begin_slice_relist();
-        list.into_iter().for_each(|s| self.relisted_slice(s));
-        self.finish_slice_relist()
     }
 
     fn replace_slice(
@@ -393,7 +429,7 @@ impl Ingest {
     // ---- Nodes ----
 
     /// A Node was created or changed.
-    pub fn apply_node(&mut self, node: &objects::Node) -> Option<u64> {
+    pub(crate) fn apply_node(&mut self, node: &objects::Node) -> Option<u64> {
         let revision = match translate::node(node) {
             Ok(translated) => {
                 let mut txn = self.store.begin();
@@ -409,7 +445,7 @@ impl Ingest {
     }
 
     /// A Node was deleted.
-    pub fn delete_node(&mut self, node: &objects::Node) -> Option<u64> {
+    pub(crate) fn delete_node(&mut self, node: &objects::Node) -> Option<u64> {
         let mut txn = self.store.begin();
         txn.delete(&Key::Node(
             node.metadata.name.as_deref().unwrap_or_default().into(),
@@ -419,13 +455,13 @@ impl Ingest {
     }
 
     /// A relist of Nodes starts.
-    pub fn begin_node_relist(&mut self) {
+    pub(crate) fn begin_node_relist(&mut self) {
         self.relists.nodes = Some(Vec::new());
     }
 
     /// One object of the relist in progress (or, outside a relist, an
     /// apply).
-    pub fn relisted_node(&mut self, node: &objects::Node) {
+    pub(crate) fn relisted_node(&mut self, node: &objects::Node) {
         if self.relists.nodes.is_none() {
             self.apply_node(node);
             return;
@@ -443,7 +479,7 @@ impl Ingest {
 
     /// The relist is complete: swap the Nodes in one transaction and mark
     /// Nodes synced.
-    pub fn finish_node_relist(&mut self) -> Option<u64> {
+    pub(crate) fn finish_node_relist(&mut self) -> Option<u64> {
         let listed = self.relists.nodes.take().unwrap_or_default();
         let mut txn = self.store.begin();
         swap_nodes(&mut txn, listed);
@@ -452,20 +488,10 @@ impl Ingest {
         self.count(0, revision)
     }
 
-    /// Replaces every Node with `list`, as a relist does.
-    pub fn relist_nodes<'a>(
-        &mut self,
-        list: impl IntoIterator<Item = &'a objects::Node>,
-    ) -> Option<u64> {
-        self.begin_node_relist();
-        list.into_iter().for_each(|n| self.relisted_node(n));
-        self.finish_node_relist()
-    }
-
     // ---- ServiceCIDRs ----
 
     /// A ServiceCIDR was created or changed.
-    pub fn apply_service_cidr(&mut self, cidr: &objects::ServiceCidr) -> Option<u64> {
+    pub(crate) fn apply_service_cidr(&mut self, cidr: &objects::ServiceCidr) -> Option<u64> {
         let revision = match translate::service_cidr(cidr) {
             Ok(translated) => {
                 let mut txn = self.store.begin();
@@ -481,7 +507,7 @@ impl Ingest {
     }
 
     /// A ServiceCIDR was deleted.
-    pub fn delete_service_cidr(&mut self, cidr: &objects::ServiceCidr) -> Option<u64> {
+    pub(crate) fn delete_service_cidr(&mut self, cidr: &objects::ServiceCidr) -> Option<u64> {
         let mut txn = self.store.begin();
         txn.delete(&Key::ServiceCidr(
             cidr.metadata.name.as_deref().unwrap_or_default().into(),
@@ -491,13 +517,13 @@ impl Ingest {
     }
 
     /// A relist of ServiceCIDRs starts.
-    pub fn begin_service_cidr_relist(&mut self) {
+    pub(crate) fn begin_service_cidr_relist(&mut self) {
         self.relists.service_cidrs = Some(Vec::new());
     }
 
     /// One object of the relist in progress (or, outside a relist, an
     /// apply).
-    pub fn relisted_service_cidr(&mut self, cidr: &objects::ServiceCidr) {
+    pub(crate) fn relisted_service_cidr(&mut self, cidr: &objects::ServiceCidr) {
         if self.relists.service_cidrs.is_none() {
             self.apply_service_cidr(cidr);
             return;
@@ -515,23 +541,13 @@ impl Ingest {
 
     /// The relist is complete: swap the ServiceCIDRs in one transaction
     /// and mark them synced.
-    pub fn finish_service_cidr_relist(&mut self) -> Option<u64> {
+    pub(crate) fn finish_service_cidr_relist(&mut self) -> Option<u64> {
         let listed = self.relists.service_cidrs.take().unwrap_or_default();
         let mut txn = self.store.begin();
         swap_service_cidrs(&mut txn, listed);
         let revision = txn.commit().revision;
         self.store.mark_synced(Kind::ServiceCidr);
         self.count(0, revision)
-    }
-
-    /// Replaces every ServiceCIDR with `list`, as a relist does.
-    pub fn relist_service_cidrs<'a>(
-        &mut self,
-        list: impl IntoIterator<Item = &'a objects::ServiceCidr>,
-    ) -> Option<u64> {
-        self.begin_service_cidr_relist();
-        list.into_iter().for_each(|c| self.relisted_service_cidr(c));
-        self.finish_service_cidr_relist()
     }
 }
 
@@ -739,3 +755,83 @@ fn write_service(txn: &mut Txn<'_>, key: Key, translated: Option<kpng_model::v1:
         }
     }
 }
+
+/// A Kubernetes object the ingest reads from watch events: the lean
+/// [`objects`] (Services, EndpointSlices, Nodes, ServiceCIDRs). Sealed:
+/// the ENLS knows these kinds only.
+pub trait Watched: sealed::Sealed {
+    #[doc(hidden)]
+    fn apply(&self, ingest: &mut Ingest) -> Option<u64>;
+    #[doc(hidden)]
+    fn delete(&self, ingest: &mut Ingest) -> Option<u64>;
+    #[doc(hidden)]
+    fn begin_relist(ingest: &mut Ingest);
+    #[doc(hidden)]
+    fn relisted(&self, ingest: &mut Ingest);
+    #[doc(hidden)]
+    fn finish_relist(ingest: &mut Ingest) -> Option<u64>;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for crate::objects::Service {}
+    impl Sealed for crate::objects::EndpointSlice {}
+    impl Sealed for crate::objects::Node {}
+    impl Sealed for crate::objects::ServiceCidr {}
+}
+
+/// Implements [`Watched`] for a kind with its five ingest methods.
+macro_rules! watched {
+    ($ty:ty, $apply:ident, $delete:ident, $begin:ident, $relisted:ident, $finish:ident) => {
+        impl Watched for $ty {
+            fn apply(&self, ingest: &mut Ingest) -> Option<u64> {
+                ingest.$apply(self)
+            }
+            fn delete(&self, ingest: &mut Ingest) -> Option<u64> {
+                ingest.$delete(self)
+            }
+            fn begin_relist(ingest: &mut Ingest) {
+                ingest.$begin();
+            }
+            fn relisted(&self, ingest: &mut Ingest) {
+                ingest.$relisted(self);
+            }
+            fn finish_relist(ingest: &mut Ingest) -> Option<u64> {
+                ingest.$finish()
+            }
+        }
+    };
+}
+
+watched!(
+    objects::Service,
+    apply_service,
+    delete_service,
+    begin_service_relist,
+    relisted_service,
+    finish_service_relist
+);
+watched!(
+    objects::EndpointSlice,
+    apply_slice,
+    delete_slice,
+    begin_slice_relist,
+    relisted_slice,
+    finish_slice_relist
+);
+watched!(
+    objects::Node,
+    apply_node,
+    delete_node,
+    begin_node_relist,
+    relisted_node,
+    finish_node_relist
+);
+watched!(
+    objects::ServiceCidr,
+    apply_service_cidr,
+    delete_service_cidr,
+    begin_service_cidr_relist,
+    relisted_service_cidr,
+    finish_service_cidr_relist
+);

@@ -37,7 +37,10 @@ pub mod objects;
 pub mod translate;
 pub mod watch;
 
-pub use ingest::{Ingest, IngestConfig, IngestStats};
+pub use ingest::{Ingest, IngestConfig, IngestStats, Watched};
+/// A watch event, as kube-runtime's `watcher` yields them and
+/// [`Ingest::apply_watcher_event`] takes them.
+pub use kube::runtime::watcher::Event as WatchEvent;
 
 /// Errors of the ingest crate.
 #[derive(Debug, thiserror::Error)]

@@ -146,40 +146,24 @@ impl Unserved {
 
 fn handle(ingest: &mut Ingest, update: Update, unserved: &mut Unserved) {
     match update {
-        Update::Service(event) => match event {
-            Event::Init => ingest.begin_service_relist(),
-            Event::InitApply(o) => ingest.relisted_service(&o),
-            Event::InitDone => log_relist("Service", ingest.finish_service_relist()),
-            Event::Apply(o) => drop(ingest.apply_service(&o)),
-            Event::Delete(o) => drop(ingest.delete_service(&o)),
-        },
-        Update::Slice(event) => match event {
-            Event::Init => ingest.begin_slice_relist(),
-            Event::InitApply(o) => ingest.relisted_slice(&o),
-            Event::InitDone => log_relist("EndpointSlice", ingest.finish_slice_relist()),
-            Event::Apply(o) => drop(ingest.apply_slice(&o)),
-            Event::Delete(o) => drop(ingest.delete_slice(&o)),
-        },
-        Update::Node(event) => match event {
-            Event::Init => ingest.begin_node_relist(),
-            Event::InitApply(o) => ingest.relisted_node(&o),
-            Event::InitDone => log_relist("Node", ingest.finish_node_relist()),
-            Event::Apply(o) => drop(ingest.apply_node(&o)),
-            Event::Delete(o) => drop(ingest.delete_node(&o)),
-        },
-        Update::ServiceCidr(event) => match event {
-            Event::Init => ingest.begin_service_cidr_relist(),
-            Event::InitApply(o) => ingest.relisted_service_cidr(&o),
-            Event::InitDone => log_relist("ServiceCIDR", ingest.finish_service_cidr_relist()),
-            Event::Apply(o) => drop(ingest.apply_service_cidr(&o)),
-            Event::Delete(o) => drop(ingest.delete_service_cidr(&o)),
-        },
+        Update::Service(event) => apply(ingest, "Service", &event),
+        Update::Slice(event) => apply(ingest, "EndpointSlice", &event),
+        Update::Node(event) => apply(ingest, "Node", &event),
+        Update::ServiceCidr(event) => apply(ingest, "ServiceCIDR", &event),
         Update::Error(kind, error) if unserved.note(kind, &error) => {
             tracing::debug!(kind, %error, "not served; retrying with backoff");
         }
         Update::Error(kind, error) => {
             tracing::warn!(kind, %error, "watch error; retrying with backoff");
         }
+    }
+}
+
+/// One event into the ingest; a completed list is logged.
+fn apply<K: crate::Watched>(ingest: &mut Ingest, kind: &str, event: &Event<K>) {
+    let revision = ingest.apply_watcher_event(event);
+    if let Event::InitDone = event {
+        log_relist(kind, revision);
     }
 }
 

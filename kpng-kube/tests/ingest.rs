@@ -1,6 +1,7 @@
 //! Translation rules, event suppression and relists, against the real
 //! store, with objects decoded from JSON as the apiserver sends them.
 
+use kube::runtime::watcher::Event;
 use std::net::IpAddr;
 
 use kpng_diff::node_view;
@@ -50,26 +51,32 @@ fn ip(s: &str) -> IpAddr {
 #[test]
 fn metadata_only_changes_make_no_revision() {
     let mut ingest = ingest();
-    assert_eq!(ingest.apply_service(&svc(web("1"))), Some(1));
+    assert_eq!(
+        ingest.apply_watcher_event(&Event::Apply(svc(web("1")))),
+        Some(1)
+    );
     // New resourceVersion, labels, annotations and managedFields: no-op.
     let mut changed = web("2");
     changed["metadata"]["labels"] = json!({"app": "web"});
     changed["metadata"]["annotations"] =
         json!({"control-plane.alpha.kubernetes.io/leader": "{\"holderIdentity\":\"x\"}"});
     changed["metadata"]["managedFields"] = json!([{"manager": "kubectl", "operation": "Update"}]);
-    assert_eq!(ingest.apply_service(&svc(changed)), None);
+    assert_eq!(
+        ingest.apply_watcher_event(&Event::Apply(svc(changed))),
+        None
+    );
 
     let eps = json!([{"addresses": ["10.1.0.1"], "nodeName": "node-a",
                       "targetRef": {"kind": "Pod", "name": "web-1", "resourceVersion": "5"}}]);
     assert_eq!(
-        ingest.apply_slice(&slice(web_slice("web-1", "1", eps, 8080))),
+        ingest.apply_watcher_event(&Event::Apply(slice(web_slice("web-1", "1", eps, 8080)))),
         Some(2)
     );
     // targetRef details and resourceVersion change: no-op.
     let eps = json!([{"addresses": ["10.1.0.1"], "nodeName": "node-a",
                       "targetRef": {"kind": "Pod", "name": "web-1", "resourceVersion": "9", "uid": "u"}}]);
     assert_eq!(
-        ingest.apply_slice(&slice(web_slice("web-1", "2", eps, 8080))),
+        ingest.apply_watcher_event(&Event::Apply(slice(web_slice("web-1", "2", eps, 8080)))),
         None
     );
 
@@ -81,8 +88,14 @@ fn metadata_only_changes_make_no_revision() {
                        "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": hb}]}
         }))
     };
-    assert_eq!(ingest.apply_node(&n("2026-11-22T00:00:00Z")), Some(3));
-    assert_eq!(ingest.apply_node(&n("2026-11-22T00:00:10Z")), None);
+    assert_eq!(
+        ingest.apply_watcher_event(&Event::Apply(n("2026-11-22T00:00:00Z"))),
+        Some(3)
+    );
+    assert_eq!(
+        ingest.apply_watcher_event(&Event::Apply(n("2026-11-22T00:00:10Z"))),
+        None
+    );
 
     let stats = ingest.stats();
     assert_eq!((stats.events, stats.revisions), (6, 3));
@@ -92,15 +105,25 @@ fn metadata_only_changes_make_no_revision() {
 #[test]
 fn readiness_change_is_a_revision_and_reaches_the_node_view() {
     let mut ingest = ingest();
-    ingest.apply_service(&svc(web("1")));
+    ingest.apply_watcher_event(&Event::Apply(svc(web("1"))));
     let eps = |ready: bool| json!([{"addresses": ["10.1.0.1"], "nodeName": "node-b", "conditions": {"ready": ready}}]);
-    ingest.apply_slice(&slice(web_slice("web-1", "1", eps(true), 8080)));
+    ingest.apply_watcher_event(&Event::Apply(slice(web_slice(
+        "web-1",
+        "1",
+        eps(true),
+        8080,
+    ))));
     let name = ServiceName::new("ns", "web");
     let view = node_view(&ingest.reader().snapshot(), "node-a");
     assert!(view.services[&name].has_endpoints(IpFamily::V4));
     assert!(
         ingest
-            .apply_slice(&slice(web_slice("web-1", "2", eps(false), 8080)))
+            .apply_watcher_event(&Event::Apply(slice(web_slice(
+                "web-1",
+                "2",
+                eps(false),
+                8080
+            ))))
             .is_some()
     );
     let view = node_view(&ingest.reader().snapshot(), "node-a");
@@ -110,14 +133,16 @@ fn readiness_change_is_a_revision_and_reaches_the_node_view() {
 #[test]
 fn endpoints_are_deduplicated_across_slices_preferring_the_local_copy() {
     let mut ingest = ingest();
-    ingest.apply_service(&svc(web("1")));
+    ingest.apply_watcher_event(&Event::Apply(svc(web("1"))));
     // The same address in two slices: the copy on node-a (this node) wins,
     // whatever the slice order; named ports resolved per slice are merged.
     let remote = json!([{"addresses": ["10.1.0.1"], "nodeName": "node-b"}]);
     let local =
         json!([{"addresses": ["10.1.0.1"], "nodeName": "node-a"}, {"addresses": ["10.1.0.2"]}]);
-    ingest.apply_slice(&slice(web_slice("a-slice", "1", remote, 8080)));
-    ingest.apply_slice(&slice(web_slice("b-slice", "1", local, 8080)));
+    ingest.apply_watcher_event(&Event::Apply(slice(web_slice(
+        "a-slice", "1", remote, 8080,
+    ))));
+    ingest.apply_watcher_event(&Event::Apply(slice(web_slice("b-slice", "1", local, 8080))));
     let snap = ingest.reader().snapshot();
     let name = ServiceName::new("ns", "web");
     let eps: Vec<_> = snap
@@ -134,7 +159,12 @@ fn endpoints_are_deduplicated_across_slices_preferring_the_local_copy() {
     );
 
     // Deleting the local slice: the remote copy takes over, 10.1.0.2 goes.
-    ingest.delete_slice(&slice(web_slice("b-slice", "2", json!([]), 8080)));
+    ingest.apply_watcher_event(&Event::Delete(slice(web_slice(
+        "b-slice",
+        "2",
+        json!([]),
+        8080,
+    ))));
     let snap = ingest.reader().snapshot();
     let eps: Vec<_> = snap
         .endpoints(&name)
@@ -150,11 +180,14 @@ fn slices_that_kube_proxy_ignores_are_ignored() {
     // No service-name label.
     let mut unowned = web_slice("x", "1", json!([{"addresses": ["10.1.0.1"]}]), 80);
     unowned["metadata"]["labels"] = json!({});
-    assert_eq!(ingest.apply_slice(&slice(unowned)), None);
+    assert_eq!(
+        ingest.apply_watcher_event(&Event::Apply(slice(unowned))),
+        None
+    );
     // FQDN.
     let mut fqdn = web_slice("y", "1", json!([{"addresses": ["web.example.com"]}]), 80);
     fqdn["addressType"] = json!("FQDN");
-    assert_eq!(ingest.apply_slice(&slice(fqdn)), None);
+    assert_eq!(ingest.apply_watcher_event(&Event::Apply(slice(fqdn))), None);
     // Ports without a name or a port are dropped; only the first address
     // of an endpoint is used; unset conditions resolve as kube-proxy does.
     let mut s = web_slice(
@@ -164,7 +197,11 @@ fn slices_that_kube_proxy_ignores_are_ignored() {
         80,
     );
     s["ports"] = json!([{"port": 80}, {"name": "noport"}, {"name": "http", "port": 8080}]);
-    assert!(ingest.apply_slice(&slice(s)).is_some());
+    assert!(
+        ingest
+            .apply_watcher_event(&Event::Apply(slice(s)))
+            .is_some()
+    );
     let snap = ingest.reader().snapshot();
     let eps = snap.endpoints(&ServiceName::new("ns", "web"));
     assert_eq!(eps.len(), 1);
@@ -192,19 +229,33 @@ fn services_that_produce_no_state_are_skipped_or_removed() {
                       "spec": {"clusterIP": "10.96.0.7"}});
     let other = json!({"metadata": {"namespace": "ns", "name": "o", "labels": {"service.kubernetes.io/service-proxy-name": "other"}},
                        "spec": {"clusterIP": "10.96.0.8"}});
-    assert_eq!(ingest.apply_service(&svc(headless)), None);
-    assert_eq!(ingest.apply_service(&svc(external)), None);
     assert_eq!(
-        ingest.apply_service(&svc(mine)),
+        ingest.apply_watcher_event(&Event::Apply(svc(headless))),
+        None
+    );
+    assert_eq!(
+        ingest.apply_watcher_event(&Event::Apply(svc(external))),
+        None
+    );
+    assert_eq!(
+        ingest.apply_watcher_event(&Event::Apply(svc(mine))),
         Some(1),
         "labelled with our proxy name"
     );
-    assert_eq!(ingest.apply_service(&svc(other)), None);
+    assert_eq!(ingest.apply_watcher_event(&Event::Apply(svc(other))), None);
     // A Service that becomes headless leaves the store.
-    assert!(ingest.apply_service(&svc(web("1"))).is_some());
+    assert!(
+        ingest
+            .apply_watcher_event(&Event::Apply(svc(web("1"))))
+            .is_some()
+    );
     let became =
         json!({"metadata": {"namespace": "ns", "name": "web"}, "spec": {"clusterIP": "None"}});
-    assert!(ingest.apply_service(&svc(became)).is_some());
+    assert!(
+        ingest
+            .apply_watcher_event(&Event::Apply(svc(became)))
+            .is_some()
+    );
     assert_eq!(ingest.reader().snapshot().services().count(), 1);
 }
 
@@ -218,12 +269,12 @@ fn relists_swap_contents_and_unchanged_ones_make_no_revision() {
     b["spec"]["clusterIPs"] = json!(["10.96.0.6"]);
     let b = svc(b);
     assert!(!ingest.reader().snapshot().is_synced(Kind::Service));
-    assert_eq!(ingest.relist_services([&a, &b]), Some(1));
+    assert_eq!(ingest.relist([&a, &b]), Some(1));
     assert!(ingest.reader().snapshot().is_synced(Kind::Service));
     // The same list again (after a reconnect): no revision.
-    assert_eq!(ingest.relist_services([&a, &b]), None);
+    assert_eq!(ingest.relist([&a, &b]), None);
     // `other` vanished during an outage: deleted, in one revision.
-    assert_eq!(ingest.relist_services([&a]), Some(2));
+    assert_eq!(ingest.relist([&a]), Some(2));
     assert_eq!(ingest.reader().snapshot().services().count(), 1);
 
     let s1 = slice(web_slice(
@@ -238,9 +289,9 @@ fn relists_swap_contents_and_unchanged_ones_make_no_revision() {
         json!([{"addresses": ["10.1.0.2"]}]),
         80,
     ));
-    assert_eq!(ingest.relist_slices([&s1, &s2]), Some(3));
-    assert_eq!(ingest.relist_slices([&s1, &s2]), None);
-    assert_eq!(ingest.relist_slices([&s2]), Some(4));
+    assert_eq!(ingest.relist([&s1, &s2]), Some(3));
+    assert_eq!(ingest.relist([&s1, &s2]), None);
+    assert_eq!(ingest.relist([&s2]), Some(4));
     let snap = ingest.reader().snapshot();
     let eps: Vec<_> = snap
         .endpoints(&ServiceName::new("ns", "web"))
@@ -517,10 +568,16 @@ fn full_k8s_openapi_objects_convert_to_the_lean_ones() {
     let full: k8s_openapi::api::core::v1::Service =
         serde_json::from_value(web("1")).expect("full Service");
     let mut ingest = ingest();
-    assert_eq!(ingest.apply_service(&Service::from(&full)), Some(1));
+    assert_eq!(
+        ingest.apply_watcher_event(&Event::Apply(Service::from(&full))),
+        Some(1)
+    );
     // Decoding the lean type straight from the same JSON gives the same
     // ENLS value: a no-op.
-    assert_eq!(ingest.apply_service(&svc(web("1"))), None);
+    assert_eq!(
+        ingest.apply_watcher_event(&Event::Apply(svc(web("1")))),
+        None
+    );
 }
 
 /// KEP-3836: a node being deleted, or tainted by the cluster autoscaler,
@@ -557,14 +614,16 @@ fn slice_trigger_times_reach_the_store() {
         }))
     };
     let old = ingest
-        .apply_slice(&at("2001-01-01T00:00:00Z", "10.1.0.1"))
+        .apply_watcher_event(&Event::Apply(at("2001-01-01T00:00:00Z", "10.1.0.1")))
         .expect("a change");
     assert!(
         reader.take_triggers(old).is_empty(),
         "before the ingest started"
     );
     let now = k8s_openapi::jiff::Timestamp::now().to_string();
-    let revision = ingest.apply_slice(&at(&now, "10.1.0.2")).expect("a change");
+    let revision = ingest
+        .apply_watcher_event(&Event::Apply(at(&now, "10.1.0.2")))
+        .expect("a change");
     let taken = reader.take_triggers(revision);
     assert_eq!(taken.len(), 1);
     assert!(taken[0] <= std::time::SystemTime::now());
@@ -584,17 +643,20 @@ fn service_cidrs_make_revisions_only_when_their_ranges_change() {
                     "spec": {"cidrs": cidrs}, "status": {"conditions": []}}),
         )
     };
-    let first = ingest.apply_service_cidr(&kubernetes("1", json!(["10.96.0.0/12"])));
+    let first = ingest.apply_watcher_event(&Event::Apply(kubernetes("1", json!(["10.96.0.0/12"]))));
     assert!(first.is_some());
     // A status or resourceVersion change alone makes no revision.
     assert_eq!(
-        ingest.apply_service_cidr(&kubernetes("2", json!(["10.96.0.0/12"]))),
+        ingest.apply_watcher_event(&Event::Apply(kubernetes("2", json!(["10.96.0.0/12"])))),
         None
     );
     // A second range (dual stack) does; every node view carries the merge.
     assert!(
         ingest
-            .apply_service_cidr(&kubernetes("3", json!(["10.96.0.0/12", "fd00::/108"])))
+            .apply_watcher_event(&Event::Apply(kubernetes(
+                "3",
+                json!(["10.96.0.0/12", "fd00::/108"])
+            )))
             .is_some()
     );
     let snapshot = ingest.reader().snapshot();
@@ -602,7 +664,8 @@ fn service_cidrs_make_revisions_only_when_their_ranges_change() {
     assert_eq!(view.service_cidrs.v4, ["10.96.0.0/12"]);
     assert_eq!(view.service_cidrs.v6, ["fd00::/108"]);
     // A relist without it deletes it, in one revision.
-    assert!(ingest.relist_service_cidrs([]).is_some());
+    let none: [kpng_kube::objects::ServiceCidr; 0] = [];
+    assert!(ingest.relist(&none).is_some());
     assert!(ingest.reader().snapshot().is_synced(Kind::ServiceCidr));
     assert!(
         node_view(&ingest.reader().snapshot(), "node-a")
@@ -613,7 +676,7 @@ fn service_cidrs_make_revisions_only_when_their_ranges_change() {
 
     // A range that is not a CIDR is refused by name, and nothing changes.
     let bad = cidr(json!({"metadata": {"name": "bad"}, "spec": {"cidrs": ["10.0.0.0/33"]}}));
-    assert_eq!(ingest.apply_service_cidr(&bad), None);
+    assert_eq!(ingest.apply_watcher_event(&Event::Apply(bad.clone())), None);
     assert_eq!(ingest.stats().errors, 1);
     let err = kpng_kube::translate::service_cidr(&bad).expect_err("refused");
     assert!(err.to_string().contains("spec.cidrs[0]"), "{err}");

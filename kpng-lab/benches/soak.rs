@@ -16,6 +16,7 @@
 //! node's ruleset equals a clean full sync of the final state.
 #![allow(missing_docs, clippy::unwrap_used)]
 
+use kpng_kube::WatchEvent as Event;
 use std::time::Instant;
 
 use kpng_backend_nft::NftBackend;
@@ -97,13 +98,13 @@ fn main() {
         "status": {"addresses": [{"type": "InternalIP", "address": "192.168.0.1"}]}
     }))
     .unwrap();
-    ingest.apply_node(&node);
+    ingest.apply_watcher_event(&Event::Apply(node.clone()));
     // Each Service starts with one or two ready endpoints.
     let mut slices: Vec<Vec<(u32, bool)>> = Vec::new();
     let mut next = 1u32;
     for i in 0..services {
         let svc: Service = serde_json::from_slice(&service_json(i)).unwrap();
-        ingest.apply_service(&svc);
+        ingest.apply_watcher_event(&Event::Apply(svc.clone()));
         let eps: Vec<(u32, bool)> = (0..1 + i % 2)
             .map(|_| {
                 next += 1;
@@ -111,7 +112,7 @@ fn main() {
             })
             .collect();
         let slice: EndpointSlice = serde_json::from_slice(&slice_json(i, 1, &eps)).unwrap();
-        ingest.apply_slice(&slice);
+        ingest.apply_watcher_event(&Event::Apply(slice.clone()));
         slices.push(eps);
     }
     let store_revisions = |ingest: &Ingest| ingest.reader().stats().revisions;
@@ -155,7 +156,7 @@ fn main() {
             // Bytes as the apiserver sends them, decoded and translated.
             let slice: EndpointSlice =
                 serde_json::from_slice(&slice_json(i, version, eps)).unwrap();
-            ingest.apply_slice(&slice);
+            ingest.apply_watcher_event(&Event::Apply(slice.clone()));
             // One sync per simulated second.
             if event % (per_minute / 60).max(1) == 0 {
                 projector
