@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::hash::Hasher;
 use std::net::IpAddr;
 
-use kpng_model::view::ServiceView;
+use kpng_model::view::{PortPlan, ServicePlan, ServiceView};
 use kpng_model::{IpFamily, ServiceName};
 use siphasher::sip128::{Hasher128, SipHasher13};
 
@@ -179,206 +179,285 @@ fn balance(
     rules
 }
 
-/// Renders one Service for one family.
+/// Renders one Service for one family: per port, the firewall drops, then
+/// either rejects (no endpoint) or the balancing chains, the ClusterIPs'
+/// jumps and the external paths; last, the rejects of unknown ports.
 pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &IptablesConfig) -> Render {
     let mut render = Render::default();
     let name: ServiceName = view.service.service_name();
     let plan = view.plan(family);
-    let (cluster_ips, external_ips, lb_ips) = (plan.cluster_ips, plan.external_ips, plan.lb_ips);
-    let ranges = plan.source_ranges;
-    let (itp_local, etp_local, affinity) = (plan.itp_local, plan.etp_local, plan.affinity);
     let pod_cidrs = config.cluster_cidrs(family);
-    let mark_masq = format!("-j {MARK_MASQ}");
-
     for port in &plan.ports {
-        let (proto, number, node_port) = (port.protocol, port.number, port.node_port);
-        let port_name = format!("{name}:{}/{proto}", port.port.name);
-        let svc_chain = hash_name("KUBE-SVC-", &port_name);
-        let svl_chain = hash_name("KUBE-SVL-", &port_name);
-        let ext_chain = hash_name("KUBE-EXT-", &port_name);
-        let fw_chain = hash_name("KUBE-FW-", &port_name);
-        let (cluster, local) = (&port.cluster, &port.local);
-        let dst = |ip: &str| {
-            format!(
-                "-d {} -p {proto} -m {proto} --dport {number}",
-                host(ip, family)
-            )
-        };
-        let np_dst =
-            |np: u16| format!("-m addrtype --dst-type LOCAL -p {proto} -m {proto} --dport {np}");
-        let externals = || external_ips.iter().chain(lb_ips.iter());
-
-        // LB source ranges: traffic the nat table did not take through
-        // KUBE-FW is dropped here.
-        if !ranges.is_empty() {
-            for lb in lb_ips {
-                render.push(
-                    Table::Filter,
-                    PROXY_FIREWALL,
-                    format!("{} -j DROP", dst(lb)),
-                );
-            }
-        }
-
-        if cluster.is_empty() {
-            // No usable endpoint anywhere: every address rejects.
-            for ip in cluster_ips {
-                render.push(Table::Filter, SERVICES, format!("{} -j REJECT", dst(ip)));
-            }
-            for ip in externals() {
-                render.push(
-                    Table::Filter,
-                    EXTERNAL_SERVICES,
-                    format!("{} -j REJECT", dst(ip)),
-                );
-            }
-            if let Some(np) = node_port {
-                render.push(
-                    Table::Filter,
-                    EXTERNAL_SERVICES,
-                    format!("{} -j REJECT", np_dst(np)),
-                );
-            }
+        let port = PortRender::new(&name, &plan, port, family, config, &pod_cidrs);
+        port.firewall_drops(&mut render);
+        if port.port.cluster.is_empty() {
+            port.reject_everywhere(&mut render);
             continue;
         }
+        port.balancing_chains(&mut render);
+        port.cluster_ip_jumps(&mut render);
+        port.external_paths(&mut render);
+    }
+    unknown_ports(&mut render, plan.cluster_ips, family, config);
+    render
+}
 
-        // ClusterIP traffic from outside the pod network is masqueraded.
-        let masq = |ips: &[String]| -> Vec<String> {
-            ips.iter()
-                .filter_map(|ip| {
-                    if config.proxy.masquerade_all {
-                        Some(format!("{} {mark_masq}", dst(ip)))
-                    } else if pod_cidrs.is_empty() {
-                        None
-                    } else {
-                        let not_pods: Vec<String> =
-                            pod_cidrs.iter().map(|c| format!("! -s {c}")).collect();
-                        Some(format!("{} {} {mark_masq}", not_pods.join(" "), dst(ip)))
-                    }
-                })
-                .collect()
-        };
-        let svc_rules = balance(
-            &mut render,
-            &port_name,
+/// One port of one Service in one family, with its chain names and
+/// matches: what each phase of [`service`] renders from.
+struct PortRender<'a> {
+    plan: &'a ServicePlan<'a>,
+    port: &'a PortPlan<'a>,
+    family: IpFamily,
+    config: &'a IptablesConfig,
+    pod_cidrs: &'a [String],
+    /// `ns/name:port/proto`, what chain names hash.
+    port_name: String,
+    svc_chain: String,
+    svl_chain: String,
+    ext_chain: String,
+    fw_chain: String,
+    mark_masq: String,
+}
+
+impl<'a> PortRender<'a> {
+    fn new(
+        name: &ServiceName,
+        plan: &'a ServicePlan<'a>,
+        port: &'a PortPlan<'a>,
+        family: IpFamily,
+        config: &'a IptablesConfig,
+        pod_cidrs: &'a [String],
+    ) -> Self {
+        let port_name = format!("{name}:{}/{}", port.port.name, port.protocol);
+        Self {
+            plan,
+            port,
+            family,
+            config,
+            pod_cidrs,
+            svc_chain: hash_name("KUBE-SVC-", &port_name),
+            svl_chain: hash_name("KUBE-SVL-", &port_name),
+            ext_chain: hash_name("KUBE-EXT-", &port_name),
+            fw_chain: hash_name("KUBE-FW-", &port_name),
+            port_name,
+            mark_masq: format!("-j {MARK_MASQ}"),
+        }
+    }
+
+    /// Matches traffic to `ip` on this port.
+    fn dst(&self, ip: &str) -> String {
+        let proto = self.port.protocol;
+        format!(
+            "-d {} -p {proto} -m {proto} --dport {}",
+            host(ip, self.family),
+            self.port.number
+        )
+    }
+
+    /// Matches traffic to this node on NodePort `np`.
+    fn node_port_dst(&self, np: u16) -> String {
+        let proto = self.port.protocol;
+        format!("-m addrtype --dst-type LOCAL -p {proto} -m {proto} --dport {np}")
+    }
+
+    /// LB source ranges: traffic to an LB IP that the nat table did not
+    /// take through KUBE-FW is dropped here.
+    fn firewall_drops(&self, render: &mut Render) {
+        if self.plan.source_ranges.is_empty() {
+            return;
+        }
+        for lb in self.plan.lb_ips {
+            let rule = format!("{} -j DROP", self.dst(lb));
+            render.push(Table::Filter, PROXY_FIREWALL, rule);
+        }
+    }
+
+    /// No usable endpoint anywhere: every address of the port rejects.
+    fn reject_everywhere(&self, render: &mut Render) {
+        for ip in self.plan.cluster_ips {
+            render.push(
+                Table::Filter,
+                SERVICES,
+                format!("{} -j REJECT", self.dst(ip)),
+            );
+        }
+        for ip in self.plan.externals() {
+            let rule = format!("{} -j REJECT", self.dst(ip));
+            render.push(Table::Filter, EXTERNAL_SERVICES, rule);
+        }
+        if let Some(np) = self.port.node_port {
+            let rule = format!("{} -j REJECT", self.node_port_dst(np));
+            render.push(Table::Filter, EXTERNAL_SERVICES, rule);
+        }
+    }
+
+    /// The masquerade rules for traffic to `ips`: from outside the pod
+    /// network, or all of it with `--masquerade-all`.
+    fn masquerade(&self, ips: &[String]) -> Vec<String> {
+        let mark = &self.mark_masq;
+        ips.iter()
+            .filter_map(|ip| {
+                if self.config.proxy.masquerade_all {
+                    Some(format!("{} {mark}", self.dst(ip)))
+                } else if self.pod_cidrs.is_empty() {
+                    None
+                } else {
+                    let not_pods: Vec<String> =
+                        self.pod_cidrs.iter().map(|c| format!("! -s {c}")).collect();
+                    Some(format!("{} {} {mark}", not_pods.join(" "), self.dst(ip)))
+                }
+            })
+            .collect()
+    }
+
+    /// KUBE-SVC (cluster policy) and, when a Local policy has local
+    /// endpoints, KUBE-SVL.
+    fn balancing_chains(&self, render: &mut Render) {
+        let (plan, port) = (self.plan, self.port);
+        let (proto, affinity) = (port.protocol, plan.affinity);
+        let masq = self.masquerade(plan.cluster_ips);
+        let rules = balance(
+            render,
+            &self.port_name,
             proto,
-            cluster,
+            &port.cluster,
             affinity,
-            masq(cluster_ips),
+            masq,
         );
         render
             .chains
-            .insert((Table::Nat, svc_chain.clone()), svc_rules);
-        if (itp_local || etp_local) && !local.is_empty() {
-            let svl_masq = if itp_local {
-                masq(cluster_ips)
+            .insert((Table::Nat, self.svc_chain.clone()), rules);
+        if (plan.itp_local || plan.etp_local) && !port.local.is_empty() {
+            let masq = if plan.itp_local {
+                self.masquerade(plan.cluster_ips)
             } else {
                 Vec::new()
             };
-            let svl_rules = balance(&mut render, &port_name, proto, local, affinity, svl_masq);
+            let rules = balance(render, &self.port_name, proto, &port.local, affinity, masq);
             render
                 .chains
-                .insert((Table::Nat, svl_chain.clone()), svl_rules);
+                .insert((Table::Nat, self.svl_chain.clone()), rules);
         }
+    }
 
-        // ClusterIPs.
-        for ip in cluster_ips {
-            if itp_local && local.is_empty() {
-                render.push(Table::Filter, SERVICES, format!("{} -j DROP", dst(ip)));
+    /// Each ClusterIP jumps to its policy's chain, or drops (iTP Local
+    /// with no local endpoint).
+    fn cluster_ip_jumps(&self, render: &mut Render) {
+        let itp_local = self.plan.itp_local;
+        for ip in self.plan.cluster_ips {
+            if itp_local && self.port.local.is_empty() {
+                render.push(Table::Filter, SERVICES, format!("{} -j DROP", self.dst(ip)));
             } else {
-                let chain = if itp_local { &svl_chain } else { &svc_chain };
-                render.push(Table::Nat, SERVICES, format!("{} -j {chain}", dst(ip)));
-            }
-        }
-
-        // External addresses and NodePorts go through KUBE-EXT.
-        let has_external = externals().next().is_some() || node_port.is_some();
-        if !has_external {
-            continue;
-        }
-        let mut ext_rules = Vec::new();
-        if etp_local {
-            for cidr in &pod_cidrs {
-                // Pods short-circuit to every endpoint, unmasqueraded.
-                ext_rules.push(format!("-s {cidr} -j {svc_chain}"));
-            }
-            // The node itself: masqueraded, to every endpoint.
-            ext_rules.push(format!("-m addrtype --src-type LOCAL {mark_masq}"));
-            ext_rules.push(format!("-m addrtype --src-type LOCAL -j {svc_chain}"));
-            if !local.is_empty() {
-                ext_rules.push(format!("-j {svl_chain}"));
-            }
-        } else {
-            ext_rules.push(mark_masq.clone());
-            ext_rules.push(format!("-j {svc_chain}"));
-        }
-        render
-            .chains
-            .insert((Table::Nat, ext_chain.clone()), ext_rules);
-        let no_local = etp_local && local.is_empty();
-        for ip in external_ips {
-            render.push(Table::Nat, SERVICES, format!("{} -j {ext_chain}", dst(ip)));
-            if no_local {
-                render.push(
-                    Table::Filter,
-                    EXTERNAL_SERVICES,
-                    format!("{} -j DROP", dst(ip)),
-                );
-            }
-        }
-        if !lb_ips.is_empty() {
-            let lb_target = if ranges.is_empty() {
-                &ext_chain
-            } else {
-                let rules = ranges
-                    .iter()
-                    .map(|r| format!("-s {r} -j {ext_chain}"))
-                    .collect();
-                render.chains.insert((Table::Nat, fw_chain.clone()), rules);
-                &fw_chain
-            };
-            for ip in lb_ips {
-                render.push(Table::Nat, SERVICES, format!("{} -j {lb_target}", dst(ip)));
-                if no_local {
-                    render.push(
-                        Table::Filter,
-                        EXTERNAL_SERVICES,
-                        format!("{} -j DROP", dst(ip)),
-                    );
-                }
-            }
-        }
-        if let Some(np) = node_port {
-            render.push(
-                Table::Nat,
-                NODEPORTS,
-                format!("-p {proto} -m {proto} --dport {np} -j {ext_chain}"),
-            );
-            if no_local {
-                render.push(
-                    Table::Filter,
-                    EXTERNAL_SERVICES,
-                    format!("{} -j DROP", np_dst(np)),
-                );
+                let chain = if itp_local {
+                    &self.svl_chain
+                } else {
+                    &self.svc_chain
+                };
+                render.push(Table::Nat, SERVICES, format!("{} -j {chain}", self.dst(ip)));
             }
         }
     }
-    // Unknown ports on a live ClusterIP: whatever the nat table left with
-    // that address is refused. Behind the Service-CIDR jump when there is
-    // one (see `globals`).
+
+    /// External addresses and the NodePort go through KUBE-EXT (and LB
+    /// IPs with source ranges through KUBE-FW first).
+    fn external_paths(&self, render: &mut Render) {
+        let (plan, port) = (self.plan, self.port);
+        if plan.externals().next().is_none() && port.node_port.is_none() {
+            return;
+        }
+        render
+            .chains
+            .insert((Table::Nat, self.ext_chain.clone()), self.ext_rules());
+        let no_local = plan.etp_local && port.local.is_empty();
+        let ext_chain = &self.ext_chain;
+        let drop = |render: &mut Render, matched: String| {
+            if no_local {
+                render.push(
+                    Table::Filter,
+                    EXTERNAL_SERVICES,
+                    format!("{matched} -j DROP"),
+                );
+            }
+        };
+        for ip in plan.external_ips {
+            render.push(
+                Table::Nat,
+                SERVICES,
+                format!("{} -j {ext_chain}", self.dst(ip)),
+            );
+            drop(render, self.dst(ip));
+        }
+        if !plan.lb_ips.is_empty() {
+            let lb_target = if plan.source_ranges.is_empty() {
+                ext_chain
+            } else {
+                let rules = plan
+                    .source_ranges
+                    .iter()
+                    .map(|r| format!("-s {r} -j {ext_chain}"))
+                    .collect();
+                render
+                    .chains
+                    .insert((Table::Nat, self.fw_chain.clone()), rules);
+                &self.fw_chain
+            };
+            for ip in plan.lb_ips {
+                render.push(
+                    Table::Nat,
+                    SERVICES,
+                    format!("{} -j {lb_target}", self.dst(ip)),
+                );
+                drop(render, self.dst(ip));
+            }
+        }
+        if let Some(np) = port.node_port {
+            let proto = port.protocol;
+            let rule = format!("-p {proto} -m {proto} --dport {np} -j {ext_chain}");
+            render.push(Table::Nat, NODEPORTS, rule);
+            drop(render, self.node_port_dst(np));
+        }
+    }
+
+    /// KUBE-EXT: with eTP Local, pods go to every endpoint unmasqueraded,
+    /// the node itself masqueraded, others to the local ones; with eTP
+    /// Cluster, everything masqueraded to every endpoint.
+    fn ext_rules(&self) -> Vec<String> {
+        let (svc_chain, mark_masq) = (&self.svc_chain, &self.mark_masq);
+        if !self.plan.etp_local {
+            return vec![mark_masq.clone(), format!("-j {svc_chain}")];
+        }
+        let mut rules: Vec<String> = self
+            .pod_cidrs
+            .iter()
+            .map(|cidr| format!("-s {cidr} -j {svc_chain}"))
+            .collect();
+        rules.push(format!("-m addrtype --src-type LOCAL {mark_masq}"));
+        rules.push(format!("-m addrtype --src-type LOCAL -j {svc_chain}"));
+        if !self.port.local.is_empty() {
+            rules.push(format!("-j {}", self.svl_chain));
+        }
+        rules
+    }
+}
+
+/// Unknown ports on a live ClusterIP: whatever the nat table left with
+/// that address is refused. Behind the Service-CIDR jump when there is one
+/// (see [`globals`]).
+fn unknown_ports(
+    render: &mut Render,
+    cluster_ips: &[String],
+    family: IpFamily,
+    config: &IptablesConfig,
+) {
     let chain = if cidrs_in(&config.service_cidrs, family).is_empty() {
         SERVICES
     } else {
         CLUSTER_IPS
     };
     for ip in cluster_ips {
-        render.push(
-            Table::Filter,
-            chain,
-            format!("-d {} -j REJECT", host(ip, family)),
-        );
+        let rule = format!("-d {} -j REJECT", host(ip, family));
+        render.push(Table::Filter, chain, rule);
     }
-    render
 }
 
 /// The chains every family has, whatever the Services: masquerading, the
