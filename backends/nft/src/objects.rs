@@ -274,17 +274,46 @@ impl Objects {
     /// chains flushed and filled, elements deleted then added, and what is
     /// gone emptied, then deleted once nothing points at it.
     pub(crate) fn incremental(&self, table: &Table, pending: &Pending, tx: &mut Transaction) {
-        let now_set = |name: &str| self.sets.get(name).map(|(s, _)| s);
-        let now_chain = |name: &str| self.chains.get(name).map(|(c, _)| c);
         for (name, was) in &pending.sets {
-            if let (None, Some(set)) = (was, now_set(name)) {
+            if let (None, Some(set)) = (was, self.set(name)) {
                 tx.add_set(table, set.clone());
             }
         }
+        let gone_chains = self.write_chains(table, pending, tx);
+        self.write_elements(table, pending, tx);
+        // Gone chains may point at each other (an affinity chain's rules
+        // name its endpoint sets, its map names its endpoint chains):
+        // empty them all, delete the sets, then the chains.
+        for name in &gone_chains {
+            tx.flush_chain(table, name);
+        }
+        for (name, was) in &pending.sets {
+            if was.is_some() && self.set(name).is_none() {
+                tx.delete_set(table, name);
+            }
+        }
+        for name in gone_chains {
+            tx.delete_chain(table, name);
+        }
+    }
+
+    fn set(&self, name: &str) -> Option<&Set> {
+        self.sets.get(name).map(|(s, _)| s)
+    }
+
+    /// Adds new chains and flushes changed ones, then fills both (once
+    /// every chain exists: rules may point at each other). Returns the
+    /// chains that are gone, for the caller to remove last.
+    fn write_chains<'p>(
+        &self,
+        table: &Table,
+        pending: &'p Pending,
+        tx: &mut Transaction,
+    ) -> Vec<&'p String> {
         let mut refill = Vec::new();
-        let mut gone_chains = Vec::new();
+        let mut gone = Vec::new();
         for (name, was) in &pending.chains {
-            match (was, now_chain(name)) {
+            match (was, self.chains.get(name).map(|(c, _)| c)) {
                 (None, Some(chain)) => {
                     tx.add_chain(table, chain_of(name, chain));
                     refill.push((name, chain));
@@ -293,30 +322,39 @@ impl Objects {
                     tx.flush_chain(table, name);
                     refill.push((name, chain));
                 }
-                (Some(_), None) => gone_chains.push(name),
+                (Some(_), None) => gone.push(name),
                 _ => {}
             }
         }
-        // Filled once every chain exists: rules may point at each other.
         for (name, chain) in refill {
             for rule in &chain.rules {
                 tx.add_rule(table, Rule::new(name.as_str(), rule.clone()));
             }
         }
+        gone
+    }
+
+    /// The elements `pending` touched: deleted, then added (an interval
+    /// set, whose ranges merge, is written whole). Elements of a set that
+    /// goes are deleted too: a verdict map's elements hold the chains
+    /// they point at.
+    fn write_elements(&self, table: &Table, pending: &Pending, tx: &mut Transaction) {
         let mut adds = Vec::new();
         for (set_name, keys) in &pending.elements {
-            let set = now_set(set_name)
-                .or_else(|| pending.sets.get(set_name.as_ref()).and_then(Option::as_ref));
-            let Some(set) = set else { continue };
-            let is_new = matches!(pending.sets.get(set_name.as_ref()), Some(None));
-            let is_gone = now_set(set_name).is_none();
+            let was_set = pending.sets.get(set_name.as_ref());
+            let Some(set) = self
+                .set(set_name)
+                .or_else(|| was_set.and_then(Option::as_ref))
+            else {
+                continue;
+            };
+            let (is_new, is_gone) = (matches!(was_set, Some(None)), self.set(set_name).is_none());
             tx.describe(table, set);
+            let wanted = self.elements.get(set_name);
             if set.interval {
-                // Ranges merge, so an interval set is written whole.
-                let changed = keys.iter().any(|(key, was)| {
-                    let now = self.elements.get(set_name).and_then(|e| e.holder(key));
-                    *was != now
-                });
+                let changed = keys
+                    .iter()
+                    .any(|(key, was)| *was != wanted.and_then(|e| e.holder(key)));
                 if changed && !is_gone {
                     if !is_new {
                         tx.flush_set(table, set_name);
@@ -325,7 +363,6 @@ impl Objects {
                 }
                 continue;
             }
-            let wanted = self.elements.get(set_name);
             let (mut add, mut del) = (Vec::new(), Vec::new());
             for (key, was) in keys {
                 let now = wanted.and_then(|w| w.holder(key));
@@ -334,8 +371,6 @@ impl Objects {
                     add.extend(now.as_ref().map(element));
                 }
             }
-            // Elements of a set that goes are deleted too: a verdict map's
-            // elements hold the chains they point at.
             tx.delete_elements(table, set_name, del);
             if !is_gone {
                 adds.push((set_name, add));
@@ -343,20 +378,6 @@ impl Objects {
         }
         for (set, elements) in adds {
             tx.add_elements(table, set, elements);
-        }
-        // Gone chains may point at each other (an affinity chain's rules
-        // name its endpoint sets, its map names its endpoint chains):
-        // empty them all, delete the sets, then the chains.
-        for name in &gone_chains {
-            tx.flush_chain(table, name);
-        }
-        for (name, was) in &pending.sets {
-            if was.is_some() && now_set(name).is_none() {
-                tx.delete_set(table, name);
-            }
-        }
-        for name in gone_chains {
-            tx.delete_chain(table, name);
         }
     }
 }
