@@ -440,7 +440,9 @@ fn write_table(state: &MapSnapshot<Key, Value>, table: &TableName, tx: &mut Tran
     }
 }
 
-/// The transaction that turns `before` into `after`, given their diff.
+/// The transaction that turns `before` into `after`, given their diff:
+/// tables that cannot change in place replaced whole, then the in-place
+/// changes of the others ([`InPlace`]), then the tables that are gone.
 fn transaction(
     before: &MapSnapshot<Key, Value>,
     after: &MapSnapshot<Key, Value>,
@@ -454,13 +456,39 @@ fn transaction(
     for ((table, _), set) in sets_after.iter().chain(sets_before.iter()) {
         tx.describe(&table.table(), set);
     }
-    // A full apply, and any table whose epoch, base chain hooks or set
-    // declarations changed (the kernel cannot change those in place), is
-    // replaced whole.
-    let mut replaced: BTreeSet<&TableName> = BTreeSet::new();
-    if full {
-        replaced.extend(tables_after.iter().copied());
+    let replaced = replaced_tables(before, ops, full.then_some(&tables_after));
+    for table in &replaced {
+        let t = table.table();
+        tx.add_table(&t).delete_table(&t).add_table(&t);
+        write_table(after, table, &mut tx);
     }
+    let gone_tables: BTreeSet<&TableName> =
+        tables_before.difference(&tables_after).copied().collect();
+    let mut in_place = InPlace::default();
+    for op in ops {
+        let table = match op {
+            MapOp::Set(k, _) | MapOp::Delete(k) => &k.table,
+        };
+        if !replaced.contains(table) && !gone_tables.contains(table) {
+            in_place.note(op, before, &sets_before, &sets_after, &mut tx);
+        }
+    }
+    in_place.write(after, &sets_before, &mut tx);
+    for table in gone_tables {
+        tx.delete_table(&table.table());
+    }
+    tx
+}
+
+/// The tables replaced whole: all of `all` (a full apply), and any table
+/// whose epoch, base chain hooks or set declarations changed (the kernel
+/// cannot change those in place).
+fn replaced_tables<'a>(
+    before: &MapSnapshot<Key, Value>,
+    ops: &'a [MapOp<Key, Value>],
+    all: Option<&BTreeSet<&'a TableName>>,
+) -> BTreeSet<&'a TableName> {
+    let mut replaced: BTreeSet<&TableName> = all.cloned().unwrap_or_default();
     for op in ops {
         let MapOp::Set(key, new) = op else { continue };
         let changed_kind = match (before.get(key), new) {
@@ -473,28 +501,52 @@ fn transaction(
             replaced.insert(&key.table);
         }
     }
-    for table in &replaced {
-        let t = table.table();
-        tx.add_table(&t).delete_table(&t).add_table(&t);
-        write_table(after, table, &mut tx);
-    }
-    let gone_tables: BTreeSet<&TableName> =
-        tables_before.difference(&tables_after).copied().collect();
-    let in_place = |k: &Key| !replaced.contains(&k.table) && !gone_tables.contains(&k.table);
-    let interval = |k: &Key, set: &str| {
-        sets_after
-            .get(&(&k.table, set))
-            .or_else(|| sets_before.get(&(&k.table, set)))
-            .is_some_and(|s| s.interval)
-    };
-    let (mut new_chains, mut refill, mut gone_chains) = (Vec::new(), Vec::new(), Vec::new());
-    type Runs<'a> = BTreeMap<(&'a TableName, &'a String), Vec<Element>>;
-    let (mut adds, mut deletes): (Runs<'_>, Runs<'_>) = Default::default();
-    let mut rewritten: BTreeSet<(&TableName, &str)> = BTreeSet::new();
-    let mut gone_sets = Vec::new();
-    for op in ops {
+    replaced
+}
+
+/// Elements per (table, set), in one batch each.
+type Runs<'a> = BTreeMap<(&'a TableName, &'a String), Vec<Element>>;
+
+/// The in-place changes of the tables that stay, gathered from the ops
+/// and written in the order the kernel needs.
+#[derive(Default)]
+struct InPlace<'a> {
+    new_chains: Vec<(&'a Key, &'a String, Option<BaseChain>)>,
+    refill: Vec<(&'a Key, &'a String, &'a Vec<Vec<Expr>>, bool)>,
+    gone_chains: Vec<(&'a Key, &'a String)>,
+    gone_sets: Vec<(&'a Key, &'a String)>,
+    adds: Runs<'a>,
+    deletes: Runs<'a>,
+    /// Interval sets, whose ranges are rewritten whole.
+    rewritten: BTreeSet<(&'a TableName, &'a str)>,
+}
+
+impl<'a> InPlace<'a> {
+    /// Notes one op (tables and sets new in place are added at once).
+    fn note(
+        &mut self,
+        op: &'a MapOp<Key, Value>,
+        before: &MapSnapshot<Key, Value>,
+        sets_before: &BTreeMap<(&TableName, &str), &Set>,
+        sets_after: &BTreeMap<(&TableName, &str), &Set>,
+        tx: &mut Transaction,
+    ) {
+        let interval = |k: &Key, set: &str| {
+            sets_after
+                .get(&(&k.table, set))
+                .or_else(|| sets_before.get(&(&k.table, set)))
+                .is_some_and(|s| s.interval)
+        };
+        let mut delete_old = |k: &'a Key, set: &'a String, key: &ElementKey| {
+            if let Some(old) = before.get(k) {
+                self.deletes
+                    .entry((&k.table, set))
+                    .or_default()
+                    .push(element_of(key, old));
+            }
+        };
         match op {
-            MapOp::Set(k, v) if in_place(k) => match (&k.object, v) {
+            MapOp::Set(k, v) => match (&k.object, v) {
                 (Object::Table, _) if before.get(k).is_none() => {
                     tx.add_table(&k.table.table());
                 }
@@ -503,105 +555,95 @@ fn transaction(
                 }
                 (Object::Chain(name), Value::Chain { base, rules }) => {
                     if before.get(k).is_none() {
-                        new_chains.push((k, name, *base));
+                        self.new_chains.push((k, name, *base));
                     }
-                    refill.push((k, name, rules, before.get(k).is_some()));
+                    self.refill.push((k, name, rules, before.get(k).is_some()));
                 }
                 (Object::Element(set, _), _) if interval(k, set) => {
-                    rewritten.insert((&k.table, set.as_str()));
+                    self.rewritten.insert((&k.table, set.as_str()));
                 }
                 (Object::Element(set, key), v) => {
-                    if let Some(old) = before.get(k) {
-                        deletes
-                            .entry((&k.table, set))
-                            .or_default()
-                            .push(element_of(key, old));
-                    }
-                    adds.entry((&k.table, set))
+                    delete_old(k, set, key);
+                    self.adds
+                        .entry((&k.table, set))
                         .or_default()
                         .push(element_of(key, v));
                 }
                 _ => {}
             },
-            MapOp::Delete(k) if in_place(k) => match &k.object {
-                Object::Chain(name) => gone_chains.push((k, name)),
-                Object::Set(name) => gone_sets.push((k, name)),
+            MapOp::Delete(k) => match &k.object {
+                Object::Chain(name) => self.gone_chains.push((k, name)),
+                Object::Set(name) => self.gone_sets.push((k, name)),
                 Object::Element(set, _) if interval(k, set) => {
                     if sets_after.contains_key(&(&k.table, set.as_str())) {
-                        rewritten.insert((&k.table, set.as_str()));
+                        self.rewritten.insert((&k.table, set.as_str()));
                     }
                 }
-                Object::Element(set, key) => {
-                    if let Some(old) = before.get(k) {
-                        deletes
-                            .entry((&k.table, set))
-                            .or_default()
-                            .push(element_of(key, old));
-                    }
-                }
+                Object::Element(set, key) => delete_old(k, set, key),
                 Object::Table => {}
             },
-            _ => {}
         }
     }
-    for (k, name, base) in new_chains {
-        tx.add_chain(
-            &k.table.table(),
-            Chain {
+
+    /// Writes what was noted: new chains, then their rules (once every
+    /// chain exists: rules may point at each other), element deletes
+    /// before adds (a changed value is both), interval sets whole, and
+    /// last what is gone: chains emptied (they may point at each other and
+    /// at sets), then sets deleted, then chains.
+    fn write(
+        self,
+        after: &MapSnapshot<Key, Value>,
+        sets_before: &BTreeMap<(&TableName, &str), &Set>,
+        tx: &mut Transaction,
+    ) {
+        for (k, name, base) in self.new_chains {
+            let chain = Chain {
                 name: name.clone(),
                 base,
-            },
-        );
-    }
-    // Filled once every chain exists: rules may point at each other.
-    for (k, name, rules, existed) in refill {
-        let t = k.table.table();
-        if existed {
-            tx.flush_chain(&t, name);
+            };
+            tx.add_chain(&k.table.table(), chain);
         }
-        for rule in rules {
-            tx.add_rule(&t, Rule::new(name.as_str(), rule.clone()));
+        for (k, name, rules, existed) in self.refill {
+            let t = k.table.table();
+            if existed {
+                tx.flush_chain(&t, name);
+            }
+            for rule in rules {
+                tx.add_rule(&t, Rule::new(name.as_str(), rule.clone()));
+            }
+        }
+        for ((table, set), elements) in self.deletes {
+            tx.delete_elements(&table.table(), set, elements);
+        }
+        for ((table, set), elements) in self.adds {
+            tx.add_elements(&table.table(), set, elements);
+        }
+        for (table, set) in self.rewritten {
+            let t = table.table();
+            if sets_before.contains_key(&(table, set)) {
+                tx.flush_set(&t, set);
+            }
+            let elements: Vec<Element> = after
+                .entries()
+                .iter()
+                .filter(|(k, _)| &k.table == table)
+                .filter_map(|(k, v)| match &k.object {
+                    Object::Element(s, key) if s == set => Some(element_of(key, v)),
+                    _ => None,
+                })
+                .collect();
+            tx.add_elements(&t, set, elements);
+        }
+        for (k, name) in &self.gone_chains {
+            tx.flush_chain(&k.table.table(), name);
+        }
+        for (k, name) in self.gone_sets {
+            tx.delete_set(&k.table.table(), name);
+        }
+        for (k, name) in self.gone_chains {
+            tx.delete_chain(&k.table.table(), name);
         }
     }
-    // Deletes before adds: a changed value is a delete and an add.
-    for ((table, set), elements) in deletes {
-        tx.delete_elements(&table.table(), set, elements);
-    }
-    for ((table, set), elements) in adds {
-        tx.add_elements(&table.table(), set, elements);
-    }
-    // Ranges are rewritten whole: a changed range is a changed pair.
-    for (table, set) in rewritten {
-        let t = table.table();
-        if sets_before.contains_key(&(table, set)) {
-            tx.flush_set(&t, set);
-        }
-        let elements: Vec<Element> = after
-            .entries()
-            .iter()
-            .filter(|(k, _)| &k.table == table)
-            .filter_map(|(k, v)| match &k.object {
-                Object::Element(s, key) if s == set => Some(element_of(key, v)),
-                _ => None,
-            })
-            .collect();
-        tx.add_elements(&t, set, elements);
-    }
-    // What is gone: chains emptied (they may point at each other and at
-    // sets), then sets deleted, then chains.
-    for (k, name) in &gone_chains {
-        tx.flush_chain(&k.table.table(), name);
-    }
-    for (k, name) in gone_sets {
-        tx.delete_set(&k.table.table(), name);
-    }
-    for (k, name) in gone_chains {
-        tx.delete_chain(&k.table.table(), name);
-    }
-    for table in gone_tables {
-        tx.delete_table(&table.table());
-    }
-    tx
 }
 
 impl Subsystem for Nft {
