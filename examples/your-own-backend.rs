@@ -1,7 +1,7 @@
 //! A backend in one file: it prints what a data plane would program.
 use kpng_diff::NodeProjector;
 use kpng_model::endpoint::{PortInfo, PortList};
-use kpng_model::v1::{IpSet, Protocol, Service, ServicePort};
+use kpng_model::v1::{Protocol, Service, ServicePort};
 use kpng_model::view::ViewOp;
 use kpng_model::{EndpointInfo, IpFamily};
 use kpng_sink::{IncrementalSink, SinkError, ViewTracker};
@@ -49,18 +49,9 @@ impl IncrementalSink for Printer {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut store = Store::new();
-    let web = Service {
-        namespace: "default".into(),
-        name: "web".into(),
-        cluster_ips: Some(IpSet::parse_addrs("clusterIPs", ["10.96.0.10"])?),
-        ports: vec![ServicePort {
-            name: "http".into(),
-            protocol: Protocol::Tcp as i32,
-            port: 80,
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
+    let web = Service::new("default", "web")
+        .with_cluster_ips(["10.96.0.10".parse()?])
+        .with_port(ServicePort::new("http", Protocol::Tcp, 80));
     let name = web.service_name();
     // Every endpoint of a slice shares one port list.
     let ports = PortList::new([PortInfo::new("http", Protocol::Tcp, 8080)]);

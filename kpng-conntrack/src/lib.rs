@@ -20,17 +20,15 @@
 //! use kpng_conntrack::ConntrackCleaner;
 //! use kpng_model::EndpointInfo;
 //! use kpng_model::endpoint::{PortInfo, PortList};
-//! use kpng_model::v1::{IpSet, Protocol, Service, ServicePort};
+//! use kpng_model::v1::{Protocol, Service, ServicePort};
 //! use kpng_model::view::{EndpointView, NodeView, ServiceView};
 //! use kpng_netfilter::conntrack::{Flow, Tuple};
 //!
-//! let svc = Arc::new(Service {
-//!     namespace: "kube-system".into(),
-//!     name: "dns".into(),
-//!     cluster_ips: Some(IpSet::parse_addrs("clusterIPs", ["10.96.0.10"])?),
-//!     ports: vec![ServicePort { name: "dns".into(), protocol: Protocol::Udp as i32, port: 53, ..Default::default() }],
-//!     ..Default::default()
-//! });
+//! let svc = Arc::new(
+//!     Service::new("kube-system", "dns")
+//!         .with_cluster_ips(["10.96.0.10".parse()?])
+//!         .with_port(ServicePort::new("dns", Protocol::Udp, 53)),
+//! );
 //! let ports = PortList::new([PortInfo::new("dns", Protocol::Udp, 5353)]);
 //! let ip = "10.244.1.10".parse()?;
 //! let endpoint = EndpointView::at(EndpointInfo::builder(ip).ports(ports).build(), ip)

@@ -510,8 +510,8 @@ fn wanted(view: &NodeView) -> BTreeMap<u16, PortState> {
     let mut ports = BTreeMap::new();
     for (name, svc) in &view.services {
         let s = &svc.service;
-        let eligible = s.r#type == ServiceType::LoadBalancer as i32
-            && s.external_traffic_policy == TrafficPolicy::Local as i32;
+        let eligible = s.r#type() == ServiceType::LoadBalancer
+            && s.external_traffic_policy() == TrafficPolicy::Local;
         let Ok(port) = u16::try_from(s.health_check_node_port) else {
             continue;
         };

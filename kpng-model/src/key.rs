@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::endpoint::EndpointInfo;
-use crate::v1::{Node, Service, ServiceCidr};
+use crate::v1::{IpSet, Node, Protocol, Service, ServiceCidr, ServicePort, ServiceType};
 
 /// The identity of a Service: its namespace and name.
 ///
@@ -241,6 +241,65 @@ impl Service {
     /// The key of this Service.
     pub fn service_name(&self) -> ServiceName {
         ServiceName::new(self.namespace.as_str(), self.name.as_str())
+    }
+
+    /// A `ClusterIP` Service `namespace/name`, with no address or port
+    /// yet: for tests and for sources other than Kubernetes. Its enums
+    /// read back typed through prost's getters (`r#type()`,
+    /// `internal_traffic_policy()`).
+    ///
+    /// ```
+    /// use kpng_model::v1::{Protocol, Service, ServicePort, ServiceType};
+    ///
+    /// let web = Service::new("default", "web")
+    ///     .with_type(ServiceType::NodePort)
+    ///     .with_cluster_ips(["10.96.0.10".parse()?])
+    ///     .with_port(ServicePort::new("http", Protocol::Tcp, 80));
+    /// assert_eq!(web.r#type(), ServiceType::NodePort);
+    /// assert_eq!(web.ports[0].protocol(), Protocol::Tcp);
+    /// # Ok::<(), std::net::AddrParseError>(())
+    /// ```
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+            ..Self::default()
+        }
+    }
+
+    /// Sets the type.
+    #[must_use]
+    pub fn with_type(mut self, kind: ServiceType) -> Self {
+        self.set_type(kind);
+        self
+    }
+
+    /// Sets the ClusterIPs (canonical, split by family).
+    #[must_use]
+    pub fn with_cluster_ips(mut self, ips: impl IntoIterator<Item = IpAddr>) -> Self {
+        self.cluster_ips = Some(IpSet::from_addrs(ips));
+        self
+    }
+
+    /// Adds a port.
+    #[must_use]
+    pub fn with_port(mut self, port: ServicePort) -> Self {
+        self.ports.push(port);
+        self
+    }
+}
+
+impl ServicePort {
+    /// A port as a Service spec lists it: its name, protocol and number
+    /// (the target port, a node port: set the fields).
+    pub fn new(name: impl Into<String>, protocol: Protocol, port: u16) -> Self {
+        let mut new = Self {
+            name: name.into(),
+            port: u32::from(port),
+            ..Self::default()
+        };
+        new.set_protocol(protocol);
+        new
     }
 }
 

@@ -22,21 +22,12 @@
 //! # Example
 //!
 //! ```
-//! use kpng_model::v1::{IpSet, Protocol, Service, ServicePort, ServiceType};
+//! use kpng_model::v1::{Protocol, Service, ServicePort, ServiceType};
 //!
-//! let service = Service {
-//!     namespace: "default".into(),
-//!     name: "web".into(),
-//!     r#type: ServiceType::ClusterIp as i32,
-//!     cluster_ips: Some(IpSet::parse_addrs("clusterIPs", ["10.96.0.10"])?),
-//!     ports: vec![ServicePort {
-//!         name: "http".into(),
-//!         protocol: Protocol::Tcp as i32,
-//!         port: 80,
-//!         ..Default::default()
-//!     }],
-//!     ..Default::default()
-//! };
+//! let service = Service::new("default", "web")
+//!     .with_type(ServiceType::ClusterIp)
+//!     .with_cluster_ips(["10.96.0.10".parse()?])
+//!     .with_port(ServicePort::new("http", Protocol::Tcp, 80));
 //!
 //! // Canonical proto3 JSON, readable for debugging ...
 //! let json = serde_json::to_string(&service)?;

@@ -272,8 +272,8 @@ impl ServiceView {
             external_ips: family_of(svc.external_ips.as_deref(), family),
             lb_ips: family_of(svc.load_balancer_ips.as_deref(), family),
             source_ranges: family_of(svc.load_balancer_source_ranges.as_deref(), family),
-            itp_local: svc.internal_traffic_policy == TrafficPolicy::Local as i32,
-            etp_local: svc.external_traffic_policy == TrafficPolicy::Local as i32,
+            itp_local: svc.internal_traffic_policy() == TrafficPolicy::Local,
+            etp_local: svc.external_traffic_policy() == TrafficPolicy::Local,
             affinity: svc
                 .client_ip_affinity
                 .as_ref()
@@ -333,7 +333,7 @@ impl ServiceView {
     /// The endpoints ClusterIP traffic goes to: local-policy ones when
     /// `internalTrafficPolicy: Local`, cluster-policy ones otherwise.
     pub fn internal_endpoints(&self, family: IpFamily) -> impl Iterator<Item = &EndpointView> {
-        let local = self.service.internal_traffic_policy == TrafficPolicy::Local as i32;
+        let local = self.service.internal_traffic_policy() == TrafficPolicy::Local;
         self.endpoints
             .iter()
             .filter(move |e| e.family() == family && if local { e.local() } else { e.cluster() })
@@ -343,7 +343,7 @@ impl ServiceView {
     /// outside the cluster goes to: local-policy ones when
     /// `externalTrafficPolicy: Local`, cluster-policy ones otherwise.
     pub fn external_endpoints(&self, family: IpFamily) -> impl Iterator<Item = &EndpointView> {
-        let local = self.service.external_traffic_policy == TrafficPolicy::Local as i32;
+        let local = self.service.external_traffic_policy() == TrafficPolicy::Local;
         self.endpoints
             .iter()
             .filter(move |e| e.family() == family && if local { e.local() } else { e.cluster() })

@@ -32,18 +32,14 @@
 //! ```
 //! use std::sync::Arc;
 //! use kpng_backend_iptables::{IptablesConfig, IptablesBackend};
-//! use kpng_model::v1::{IpSet, Service, ServicePort, Protocol};
+//! use kpng_model::v1::{Protocol, Service, ServicePort};
 //! use kpng_model::view::ViewOp;
 //! use kpng_sink::IncrementalSink;
 //!
 //! let mut backend = IptablesBackend::new(IptablesConfig::default()).dry_run();
-//! let svc = Service {
-//!     namespace: "default".into(),
-//!     name: "web".into(),
-//!     cluster_ips: Some(IpSet::parse_addrs("clusterIPs", ["10.96.0.10"])?),
-//!     ports: vec![ServicePort { name: "http".into(), protocol: Protocol::Tcp as i32, port: 80, ..Default::default() }],
-//!     ..Default::default()
-//! };
+//! let svc = Service::new("default", "web")
+//!     .with_cluster_ips(["10.96.0.10".parse()?])
+//!     .with_port(ServicePort::new("http", Protocol::Tcp, 80));
 //! backend.reset();
 //! backend.apply(&ViewOp::SetService(Arc::new(svc)))?;
 //! backend.sync(1)?;
