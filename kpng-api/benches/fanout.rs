@@ -263,8 +263,8 @@ fn server(socket: &Path) {
     let cluster = cluster(services, nodes);
     let mut store = Store::new();
     cluster.load_into(&mut store);
-    store.mark_synced(Kind::Service);
-    store.mark_synced(Kind::Endpoint);
+    store.mark_listed(Kind::Service);
+    store.mark_listed(Kind::Endpoint);
     let (name, endpoint) = cluster.endpoints[12_345 % cluster.endpoints.len()].clone();
     drop(cluster);
     let flipped = |ready: bool| endpoint.with_conditions(ready, ready, false);

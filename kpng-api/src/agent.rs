@@ -226,7 +226,7 @@ pub(crate) async fn mirror_session(
                 }
                 txn.commit();
                 for kind in [Kind::Node, Kind::Service, Kind::Endpoint] {
-                    store.mark_synced(kind);
+                    store.mark_listed(kind);
                 }
                 *held = Held {
                     instance,

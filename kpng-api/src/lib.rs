@@ -45,8 +45,8 @@
 //! let mut txn = store.begin();
 //! txn.set_service(Service { namespace: "default".into(), name: "web".into(), ..Default::default() });
 //! txn.commit();
-//! store.mark_synced(kpng_model::Kind::Service);
-//! store.mark_synced(kpng_model::Kind::Endpoint);
+//! store.mark_listed(kpng_model::Kind::Service);
+//! store.mark_listed(kpng_model::Kind::Endpoint);
 //!
 //! let path = std::env::temp_dir().join(format!("kpng-api-doc-{}.sock", std::process::id()));
 //! let server = Server::new(store.reader());

@@ -187,7 +187,7 @@ impl Server {
         let _open = Open(self.counters.clone());
         let mut reader = self.reader.clone();
         let Ok(mut snapshot) = reader
-            .synced(&[kpng_model::Kind::Service, kpng_model::Kind::Endpoint])
+            .listed(&[kpng_model::Kind::Service, kpng_model::Kind::Endpoint])
             .await
         else {
             return;

@@ -28,8 +28,8 @@ fn serving(test: &str) -> (PathBuf, Store, tokio::task::JoinHandle<()>) {
     });
     let mut store = Store::new();
     cluster.load_into(&mut store);
-    store.mark_synced(Kind::Service);
-    store.mark_synced(Kind::Endpoint);
+    store.mark_listed(Kind::Service);
+    store.mark_listed(Kind::Endpoint);
     let path =
         std::env::temp_dir().join(format!("kpng-clients-{test}-{}.sock", std::process::id()));
     let listener = bind_unix(&path).expect("bind");

@@ -42,8 +42,8 @@ fn watchers_that_come_and_go_do_not_grow_the_server() {
     });
     let mut store = Store::new();
     cluster.load_into(&mut store);
-    store.mark_synced(Kind::Service);
-    store.mark_synced(Kind::Endpoint);
+    store.mark_listed(Kind::Service);
+    store.mark_listed(Kind::Endpoint);
     drop(cluster);
     let path = std::env::temp_dir().join(format!("kpng-api-memory-{}.sock", std::process::id()));
     let server = Server::new(store.reader());

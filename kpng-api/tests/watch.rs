@@ -29,8 +29,8 @@ fn cluster() -> Cluster {
 fn store(cluster: &Cluster) -> Store {
     let mut store = Store::new();
     cluster.load_into(&mut store);
-    store.mark_synced(Kind::Service);
-    store.mark_synced(Kind::Endpoint);
+    store.mark_listed(Kind::Service);
+    store.mark_listed(Kind::Endpoint);
     store
 }
 

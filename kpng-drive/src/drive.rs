@@ -148,7 +148,7 @@ pub async fn drive<S: IncrementalSink + ?Sized>(
     sink: &mut S,
     config: &DriveConfig,
 ) -> Result<(), SinkError> {
-    if reader.synced(&config.wait_for).await.is_err() {
+    if reader.listed(&config.wait_for).await.is_err() {
         return Ok(());
     }
     let mut limiter = SyncLimiter::new(config.min_sync_period, config.burst);

@@ -33,8 +33,8 @@
 //! let mut txn = store.begin();
 //! txn.set_service(Service { namespace: "default".into(), name: "web".into(), ..Default::default() });
 //! txn.commit();
-//! store.mark_synced(Kind::Service);
-//! store.mark_synced(Kind::Endpoint);
+//! store.mark_listed(Kind::Service);
+//! store.mark_listed(Kind::Endpoint);
 //!
 //! let mut sink = FullState::new(Count(0));
 //! let mut config = DriveConfig::default();

@@ -300,7 +300,7 @@ impl Ingest {
         let mut txn = self.store.begin();
         swap_services(&mut txn, listed);
         let revision = txn.commit().revision;
-        self.store.mark_synced(Kind::Service);
+        self.store.mark_listed(Kind::Service);
         self.count(0, revision)
     }
 
@@ -375,7 +375,7 @@ impl Ingest {
         let mut txn = self.store.begin();
         self.index.swap(&mut txn, listed);
         let revision = txn.commit().revision;
-        self.store.mark_synced(Kind::Endpoint);
+        self.store.mark_listed(Kind::Endpoint);
         self.count(0, revision)
     }
 
@@ -421,7 +421,7 @@ impl Ingest {
         }
         let revision = txn.commit().revision;
         for kind in synced {
-            self.store.mark_synced(kind);
+            self.store.mark_listed(kind);
         }
         self.count(0, revision)
     }
@@ -484,7 +484,7 @@ impl Ingest {
         let mut txn = self.store.begin();
         swap_nodes(&mut txn, listed);
         let revision = txn.commit().revision;
-        self.store.mark_synced(Kind::Node);
+        self.store.mark_listed(Kind::Node);
         self.count(0, revision)
     }
 
@@ -546,7 +546,7 @@ impl Ingest {
         let mut txn = self.store.begin();
         swap_service_cidrs(&mut txn, listed);
         let revision = txn.commit().revision;
-        self.store.mark_synced(Kind::ServiceCidr);
+        self.store.mark_listed(Kind::ServiceCidr);
         self.count(0, revision)
     }
 }

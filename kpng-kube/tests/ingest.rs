@@ -268,9 +268,9 @@ fn relists_swap_contents_and_unchanged_ones_make_no_revision() {
     b["spec"]["clusterIP"] = json!("10.96.0.6");
     b["spec"]["clusterIPs"] = json!(["10.96.0.6"]);
     let b = svc(b);
-    assert!(!ingest.reader().snapshot().is_synced(Kind::Service));
+    assert!(!ingest.reader().snapshot().is_listed(Kind::Service));
     assert_eq!(ingest.relist([&a, &b]), Some(1));
-    assert!(ingest.reader().snapshot().is_synced(Kind::Service));
+    assert!(ingest.reader().snapshot().is_listed(Kind::Service));
     // The same list again (after a reconnect): no revision.
     assert_eq!(ingest.relist([&a, &b]), None);
     // `other` vanished during an outage: deleted, in one revision.
@@ -299,7 +299,7 @@ fn relists_swap_contents_and_unchanged_ones_make_no_revision() {
         .map(|e| e.address())
         .collect();
     assert_eq!(eps, [ip("10.1.0.2")]);
-    assert!(snap.is_synced(Kind::Endpoint));
+    assert!(snap.is_listed(Kind::Endpoint));
 }
 
 #[test]
@@ -329,7 +329,7 @@ fn bundled_sample_translates_every_feature() {
         ]
     );
     assert_eq!(snap.nodes().count(), 3);
-    assert!(Kind::ALL.iter().all(|k| snap.is_synced(*k)));
+    assert!(Kind::ALL.iter().all(|k| snap.is_listed(*k)));
 
     let api = snap.service(&ServiceName::new("web", "api")).expect("api");
     assert_eq!(api.r#type, ServiceType::LoadBalancer as i32);
@@ -479,7 +479,7 @@ spec:
     let snap = ingest.reader().snapshot();
     let names: Vec<String> = snap.services().map(|(n, _)| n.to_string()).collect();
     assert_eq!(names, ["ns/ok"]);
-    assert!(snap.is_synced(Kind::Service) && snap.is_synced(Kind::Endpoint));
+    assert!(snap.is_listed(Kind::Service) && snap.is_listed(Kind::Endpoint));
 }
 
 #[tokio::test]
@@ -666,7 +666,7 @@ fn service_cidrs_make_revisions_only_when_their_ranges_change() {
     // A relist without it deletes it, in one revision.
     let none: [kpng_kube::objects::ServiceCidr; 0] = [];
     assert!(ingest.relist(&none).is_some());
-    assert!(ingest.reader().snapshot().is_synced(Kind::ServiceCidr));
+    assert!(ingest.reader().snapshot().is_listed(Kind::ServiceCidr));
     assert!(
         node_view(&ingest.reader().snapshot(), "node-a")
             .service_cidrs

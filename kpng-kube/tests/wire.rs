@@ -60,7 +60,7 @@ async fn run_until_synced(
     let task = tokio::spawn(watch::run(client, ingest, WatchConfig::default()));
     let snapshot = tokio::time::timeout(
         Duration::from_secs(30),
-        reader.wait(|s| s.synced().contains_all(kinds) && done(s)),
+        reader.wait(|s| s.listed().contains_all(kinds) && done(s)),
     )
     .await
     .expect("converged within 30 s")
@@ -320,7 +320,7 @@ async fn a_cluster_that_does_not_serve_service_cidrs_still_syncs() {
         s.service(&ServiceName::new("ns", "a")).is_some()
     })
     .await;
-    assert!(!snap.is_synced(Kind::ServiceCidr), "never listed");
+    assert!(!snap.is_listed(Kind::ServiceCidr), "never listed");
     assert!(merged(&snap).is_empty());
     assert!(
         server

@@ -13,12 +13,12 @@
 //!   only when a transaction changed at least one value.
 //! - **Many readers.** A [`Reader`] is cloneable. It takes [`Snapshot`]s
 //!   tagged with their revision, and async code can wait for a revision newer
-//!   than the one it has, or for the initial lists to be synced.
+//!   than the one it has, or for the initial lists to be complete.
 //! - **A bounded change log.** Each snapshot knows which keys the recent
 //!   revisions touched, so `kpng-diff` computes a diff in O(changed keys),
 //!   falling back to a structural diff when the older snapshot is out of the
 //!   log.
-//! - **Startup gating.** Per-kind "synced" flags tell consumers when every
+//! - **Startup gating.** Per-kind "listed" flags tell consumers when every
 //!   source finished its initial list; nothing downstream should act before
 //!   (kube-proxy waits the same way).
 //!
@@ -46,9 +46,9 @@
 //! let snapshot = reader.snapshot();
 //! assert_eq!(snapshot.revision(), 1);
 //! assert!(snapshot.service(&ServiceName::new("default", "web")).is_some());
-//! assert!(!snapshot.is_synced(Kind::Service));
-//! store.mark_synced(Kind::Service);
-//! assert!(reader.snapshot().is_synced(Kind::Service));
+//! assert!(!snapshot.is_listed(Kind::Service));
+//! store.mark_listed(Kind::Service);
+//! assert!(reader.snapshot().is_listed(Kind::Service));
 //! ```
 
 pub mod map;
@@ -59,7 +59,7 @@ mod store;
 
 pub use kpng_model::{Key, Kind, ServiceName, Value};
 pub use map::{MapOp, MapSnapshot, MapTxn, RevMap, diff_maps};
-pub use snapshot::{Reader, Snapshot, SyncedKinds};
+pub use snapshot::{ListedKinds, Reader, Snapshot};
 pub use stats::Stats;
 pub use store::{Commit, Store, StoreConfig, Txn};
 

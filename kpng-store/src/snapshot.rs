@@ -16,9 +16,9 @@ use crate::{Error, Result};
 
 /// Which kinds have finished their initial list.
 #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub struct SyncedKinds(u8);
+pub struct ListedKinds(u8);
 
-impl SyncedKinds {
+impl ListedKinds {
     fn bit(kind: Kind) -> u8 {
         match kind {
             Kind::Node => 1,
@@ -28,12 +28,12 @@ impl SyncedKinds {
         }
     }
 
-    /// Whether `kind` is synced.
+    /// Whether `kind` finished its initial list.
     pub fn contains(self, kind: Kind) -> bool {
         self.0 & Self::bit(kind) != 0
     }
 
-    /// Whether every kind in `kinds` is synced.
+    /// Whether every kind in `kinds` finished its initial list.
     pub fn contains_all(self, kinds: &[Kind]) -> bool {
         kinds.iter().all(|k| self.contains(*k))
     }
@@ -45,7 +45,7 @@ impl SyncedKinds {
     }
 }
 
-impl fmt::Debug for SyncedKinds {
+impl fmt::Debug for ListedKinds {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_set()
             .entries(Kind::ALL.iter().filter(|k| self.contains(**k)))
@@ -65,7 +65,7 @@ pub struct Snapshot {
     pub(crate) store_id: u64,
     pub(crate) revision: u64,
     pub(crate) state: State,
-    pub(crate) synced: SyncedKinds,
+    pub(crate) listed: ListedKinds,
     pub(crate) log: ChangeLog,
 }
 
@@ -106,13 +106,13 @@ impl Snapshot {
     }
 
     /// Which kinds have finished their initial list.
-    pub fn synced(&self) -> SyncedKinds {
-        self.synced
+    pub fn listed(&self) -> ListedKinds {
+        self.listed
     }
 
     /// Whether `kind` finished its initial list.
-    pub fn is_synced(&self, kind: Kind) -> bool {
-        self.synced.contains(kind)
+    pub fn is_listed(&self, kind: Kind) -> bool {
+        self.listed.contains(kind)
     }
 
     /// A Service by name.
@@ -247,7 +247,7 @@ impl fmt::Debug for Snapshot {
         f.debug_struct("Snapshot")
             .field("revision", &self.revision)
             .field("entries", &self.state.len)
-            .field("synced", &self.synced)
+            .field("listed", &self.listed)
             .finish()
     }
 }
@@ -299,8 +299,8 @@ impl Reader {
     ///
     /// # Errors
     /// [`Error::Closed`] when the writer is dropped first.
-    pub async fn synced(&mut self, kinds: &[Kind]) -> Result<Snapshot> {
-        self.wait(|s| s.synced.contains_all(kinds)).await
+    pub async fn listed(&mut self, kinds: &[Kind]) -> Result<Snapshot> {
+        self.wait(|s| s.listed.contains_all(kinds)).await
     }
 
     /// Waits until `ready` holds for the latest snapshot.

@@ -7,7 +7,7 @@ use kpng_model::v1::{Node, Service, ServiceCidr};
 use kpng_model::{EndpointInfo, Key, Kind, ServiceName, Value};
 use tokio::sync::watch;
 
-use crate::snapshot::{ChangeLog, Reader, Snapshot, SyncedKinds};
+use crate::snapshot::{ChangeLog, ListedKinds, Reader, Snapshot};
 use crate::state::State;
 use crate::stats::{SharedStats, Stats};
 use crate::{Error, Result};
@@ -43,7 +43,7 @@ pub struct Store {
     id: u64,
     revision: u64,
     state: State,
-    synced: SyncedKinds,
+    listed: ListedKinds,
     log: ChangeLog,
     log_keys: usize,
     tx: watch::Sender<Snapshot>,
@@ -69,7 +69,7 @@ impl Store {
             store_id: id,
             revision: 0,
             state: State::default(),
-            synced: SyncedKinds::default(),
+            listed: ListedKinds::default(),
             log: ChangeLog::new(),
         };
         let (tx, _) = watch::channel(snapshot);
@@ -78,7 +78,7 @@ impl Store {
             id,
             revision: 0,
             state: State::default(),
-            synced: SyncedKinds::default(),
+            listed: ListedKinds::default(),
             log: ChangeLog::new(),
             log_keys: 0,
             tx,
@@ -100,7 +100,7 @@ impl Store {
             store_id: self.id,
             revision: self.revision,
             state: self.state.clone(),
-            synced: self.synced,
+            listed: self.listed,
             log: self.log.clone(),
         }
     }
@@ -134,16 +134,16 @@ impl Store {
 
     /// Marks `kind` as having finished its initial list, and tells readers.
     /// Setting a flag does not make a revision: the ENLS did not change.
-    pub fn mark_synced(&mut self, kind: Kind) {
-        if self.synced.insert(kind) {
-            tracing::debug!(?kind, revision = self.revision, "kind synced");
+    pub fn mark_listed(&mut self, kind: Kind) {
+        if self.listed.insert(kind) {
+            tracing::debug!(?kind, revision = self.revision, "kind listed");
             self.publish();
         }
     }
 
-    /// Which kinds are synced.
-    pub fn synced(&self) -> SyncedKinds {
-        self.synced
+    /// Which kinds finished their initial list.
+    pub fn listed(&self) -> ListedKinds {
+        self.listed
     }
 
     fn publish(&self) {
@@ -179,7 +179,7 @@ impl std::fmt::Debug for Store {
         f.debug_struct("Store")
             .field("revision", &self.revision)
             .field("entries", &self.state.len)
-            .field("synced", &self.synced)
+            .field("listed", &self.listed)
             .finish()
     }
 }

@@ -217,7 +217,7 @@ async fn readers_wait_for_newer_revisions_and_sync() {
         let mut reader = reader.clone();
         async move {
             reader
-                .synced(&[Kind::Service, Kind::Endpoint])
+                .listed(&[Kind::Service, Kind::Endpoint])
                 .await
                 .map(|s| s.revision())
         }
@@ -232,9 +232,9 @@ async fn readers_wait_for_newer_revisions_and_sync() {
         .expect("joined")
         .expect("open");
     assert_eq!(rev, 1);
-    store.mark_synced(Kind::Service);
+    store.mark_listed(Kind::Service);
     assert!(!synced.is_finished());
-    store.mark_synced(Kind::Endpoint);
+    store.mark_listed(Kind::Endpoint);
     let rev = tokio::time::timeout(Duration::from_secs(5), synced)
         .await
         .expect("woken")
