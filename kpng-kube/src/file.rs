@@ -304,8 +304,8 @@ impl Ingest {
 
     /// Starts a relist of every kind a manifest holds.
     fn begin_every_relist(&mut self) {
-        self.begin_node_relist();
-        self.begin_service_cidr_relist();
+        self.begin_named_relist::<objects::Node>();
+        self.begin_named_relist::<objects::ServiceCidr>();
         self.begin_service_relist();
         self.begin_slice_relist();
     }
@@ -315,8 +315,8 @@ impl Ingest {
         match object {
             Object::Service(s) => self.relisted_service(s),
             Object::EndpointSlice(s) => self.relisted_slice(s),
-            Object::Node(n) => self.relisted_node(n),
-            Object::ServiceCidr(c) => self.relisted_service_cidr(c),
+            Object::Node(n) => self.relisted_named(n.as_ref()),
+            Object::ServiceCidr(c) => self.relisted_named(c.as_ref()),
         }
     }
 

@@ -78,7 +78,7 @@ fn service_key(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta
 
 /// Relist buffers: what a relist has delivered so far, per kind.
 #[derive(Default)]
-struct Relists {
+pub(crate) struct Relists {
     services: Option<Vec<(Key, Option<kpng_model::v1::Service>)>>,
     slices: Option<HashMap<SliceKey, SliceContribution>>,
     nodes: Option<Vec<kpng_model::v1::Node>>,
@@ -404,11 +404,11 @@ impl Ingest {
         let mut txn = self.store.begin();
         let mut synced = Vec::new();
         if let Some(nodes) = nodes {
-            swap_nodes(&mut txn, nodes);
+            swap_named::<objects::Node>(&mut txn, nodes);
             synced.push(Kind::Node);
         }
         if let Some(cidrs) = service_cidrs {
-            swap_service_cidrs(&mut txn, cidrs);
+            swap_named::<objects::ServiceCidr>(&mut txn, cidrs);
             synced.push(Kind::ServiceCidr);
         }
         if let Some(services) = services {
@@ -426,14 +426,14 @@ impl Ingest {
         self.count(0, revision)
     }
 
-    // ---- Nodes ----
+    // ---- Nodes and ServiceCIDRs: cluster objects kept by name ----
 
-    /// A Node was created or changed.
-    pub(crate) fn apply_node(&mut self, node: &objects::Node) -> Option<u64> {
-        let revision = match translate::node(node) {
-            Ok(translated) => {
+    /// A named object was created or changed.
+    fn apply_named<T: Named>(&mut self, object: &T) -> Option<u64> {
+        let revision = match object.translate() {
+            Ok(entry) => {
                 let mut txn = self.store.begin();
-                txn.set_node(translated);
+                T::set(&mut txn, entry);
                 txn.commit().revision
             }
             Err(e) => {
@@ -444,109 +444,45 @@ impl Ingest {
         self.count(1, revision)
     }
 
-    /// A Node was deleted.
-    pub(crate) fn delete_node(&mut self, node: &objects::Node) -> Option<u64> {
+    /// A named object was deleted.
+    fn delete_named<T: Named>(&mut self, object: &T) -> Option<u64> {
         let mut txn = self.store.begin();
-        txn.delete(&Key::Node(
-            node.metadata.name.as_deref().unwrap_or_default().into(),
-        ));
+        txn.delete(&T::key(object.name()));
         let revision = txn.commit().revision;
         self.count(1, revision)
     }
 
-    /// A relist of Nodes starts.
-    pub(crate) fn begin_node_relist(&mut self) {
-        self.relists.nodes = Some(Vec::new());
+    /// A relist of a named kind starts.
+    pub(crate) fn begin_named_relist<T: Named>(&mut self) {
+        *T::buffer(&mut self.relists) = Some(Vec::new());
     }
 
     /// One object of the relist in progress (or, outside a relist, an
     /// apply).
-    pub(crate) fn relisted_node(&mut self, node: &objects::Node) {
-        if self.relists.nodes.is_none() {
-            self.apply_node(node);
+    pub(crate) fn relisted_named<T: Named>(&mut self, object: &T) {
+        if T::buffer(&mut self.relists).is_none() {
+            self.apply_named(object);
             return;
         }
         self.stats.events += 1;
-        match translate::node(node) {
-            Ok(translated) => {
-                if let Some(buffer) = self.relists.nodes.as_mut() {
-                    buffer.push(translated);
+        match object.translate() {
+            Ok(entry) => {
+                if let Some(buffer) = T::buffer(&mut self.relists).as_mut() {
+                    buffer.push(entry);
                 }
             }
             Err(e) => self.translate_error(&e),
         }
     }
 
-    /// The relist is complete: swap the Nodes in one transaction and mark
-    /// Nodes synced.
-    pub(crate) fn finish_node_relist(&mut self) -> Option<u64> {
-        let listed = self.relists.nodes.take().unwrap_or_default();
+    /// The relist is complete: swap the kind's objects in one transaction
+    /// and mark it listed.
+    fn finish_named_relist<T: Named>(&mut self) -> Option<u64> {
+        let listed = T::buffer(&mut self.relists).take().unwrap_or_default();
         let mut txn = self.store.begin();
-        swap_nodes(&mut txn, listed);
+        swap_named::<T>(&mut txn, listed);
         let revision = txn.commit().revision;
-        self.store.mark_listed(Kind::Node);
-        self.count(0, revision)
-    }
-
-    // ---- ServiceCIDRs ----
-
-    /// A ServiceCIDR was created or changed.
-    pub(crate) fn apply_service_cidr(&mut self, cidr: &objects::ServiceCidr) -> Option<u64> {
-        let revision = match translate::service_cidr(cidr) {
-            Ok(translated) => {
-                let mut txn = self.store.begin();
-                txn.set_service_cidr(translated);
-                txn.commit().revision
-            }
-            Err(e) => {
-                self.translate_error(&e);
-                None
-            }
-        };
-        self.count(1, revision)
-    }
-
-    /// A ServiceCIDR was deleted.
-    pub(crate) fn delete_service_cidr(&mut self, cidr: &objects::ServiceCidr) -> Option<u64> {
-        let mut txn = self.store.begin();
-        txn.delete(&Key::ServiceCidr(
-            cidr.metadata.name.as_deref().unwrap_or_default().into(),
-        ));
-        let revision = txn.commit().revision;
-        self.count(1, revision)
-    }
-
-    /// A relist of ServiceCIDRs starts.
-    pub(crate) fn begin_service_cidr_relist(&mut self) {
-        self.relists.service_cidrs = Some(Vec::new());
-    }
-
-    /// One object of the relist in progress (or, outside a relist, an
-    /// apply).
-    pub(crate) fn relisted_service_cidr(&mut self, cidr: &objects::ServiceCidr) {
-        if self.relists.service_cidrs.is_none() {
-            self.apply_service_cidr(cidr);
-            return;
-        }
-        self.stats.events += 1;
-        match translate::service_cidr(cidr) {
-            Ok(translated) => {
-                if let Some(buffer) = self.relists.service_cidrs.as_mut() {
-                    buffer.push(translated);
-                }
-            }
-            Err(e) => self.translate_error(&e),
-        }
-    }
-
-    /// The relist is complete: swap the ServiceCIDRs in one transaction
-    /// and mark them synced.
-    pub(crate) fn finish_service_cidr_relist(&mut self) -> Option<u64> {
-        let listed = self.relists.service_cidrs.take().unwrap_or_default();
-        let mut txn = self.store.begin();
-        swap_service_cidrs(&mut txn, listed);
-        let revision = txn.commit().revision;
-        self.store.mark_listed(Kind::ServiceCidr);
+        self.store.mark_listed(T::KIND);
         self.count(0, revision)
     }
 }
@@ -702,46 +638,82 @@ fn swap_services(txn: &mut Txn<'_>, listed: Vec<(Key, Option<kpng_model::v1::Ser
     txn.retain(Kind::Service, |k| keep.contains(k));
 }
 
-/// Replaces every Node with `listed`, in `txn`.
-fn swap_nodes(txn: &mut Txn<'_>, listed: Vec<kpng_model::v1::Node>) {
-    swap_named(
-        txn,
-        Kind::Node,
-        listed,
-        |n| Key::Node(n.name.as_str().into()),
-        |txn, n| {
-            txn.set_node(n);
-        },
-    );
-}
-
-/// Replaces every ServiceCIDR with `listed`, in `txn`.
-fn swap_service_cidrs(txn: &mut Txn<'_>, listed: Vec<kpng_model::v1::ServiceCidr>) {
-    swap_named(
-        txn,
-        Kind::ServiceCidr,
-        listed,
-        |c| Key::ServiceCidr(c.name.as_str().into()),
-        |txn, c| {
-            txn.set_service_cidr(c);
-        },
-    );
-}
-
-/// Replaces every entry of `kind` with `listed`: sets each (no revision
-/// for what did not change) and deletes the entries not listed.
-fn swap_named<T>(
-    txn: &mut Txn<'_>,
-    kind: Kind,
-    listed: Vec<T>,
-    key: impl Fn(&T) -> Key,
-    set: impl Fn(&mut Txn<'_>, T),
-) {
-    let keep: BTreeSet<Key> = listed.iter().map(key).collect();
-    for item in listed {
-        set(txn, item);
+/// Replaces every object of `T`'s kind with `listed`, in `txn`: sets
+/// each (no revision for what did not change) and deletes the ones not
+/// listed.
+fn swap_named<T: Named>(txn: &mut Txn<'_>, listed: Vec<T::Entry>) {
+    let keep: BTreeSet<Key> = listed.iter().map(T::entry_key).collect();
+    for entry in listed {
+        T::set(txn, entry);
     }
-    txn.retain(kind, |k| keep.contains(k));
+    txn.retain(T::KIND, |k| keep.contains(k));
+}
+
+/// A cluster object the store keeps by name (Nodes, ServiceCIDRs): what
+/// differs between them, for the steps they share.
+pub(crate) trait Named {
+    /// What the store holds.
+    type Entry;
+    /// Its kind.
+    const KIND: Kind;
+    /// Its name.
+    fn name(&self) -> &str;
+    /// What the store holds for it.
+    fn translate(&self) -> Result<Self::Entry, TranslateError>;
+    /// The key of a name.
+    fn key(name: &str) -> Key;
+    /// The key of a stored entry.
+    fn entry_key(entry: &Self::Entry) -> Key;
+    /// Stores an entry.
+    fn set(txn: &mut Txn<'_>, entry: Self::Entry);
+    /// The relist buffer of the kind.
+    fn buffer(relists: &mut Relists) -> &mut Option<Vec<Self::Entry>>;
+}
+
+impl Named for objects::Node {
+    type Entry = kpng_model::v1::Node;
+    const KIND: Kind = Kind::Node;
+    fn name(&self) -> &str {
+        self.metadata.name.as_deref().unwrap_or_default()
+    }
+    fn translate(&self) -> Result<Self::Entry, TranslateError> {
+        translate::node(self)
+    }
+    fn key(name: &str) -> Key {
+        Key::Node(name.into())
+    }
+    fn entry_key(entry: &Self::Entry) -> Key {
+        Self::key(&entry.name)
+    }
+    fn set(txn: &mut Txn<'_>, entry: Self::Entry) {
+        txn.set_node(entry);
+    }
+    fn buffer(relists: &mut Relists) -> &mut Option<Vec<Self::Entry>> {
+        &mut relists.nodes
+    }
+}
+
+impl Named for objects::ServiceCidr {
+    type Entry = kpng_model::v1::ServiceCidr;
+    const KIND: Kind = Kind::ServiceCidr;
+    fn name(&self) -> &str {
+        self.metadata.name.as_deref().unwrap_or_default()
+    }
+    fn translate(&self) -> Result<Self::Entry, TranslateError> {
+        translate::service_cidr(self)
+    }
+    fn key(name: &str) -> Key {
+        Key::ServiceCidr(name.into())
+    }
+    fn entry_key(entry: &Self::Entry) -> Key {
+        Self::key(&entry.name)
+    }
+    fn set(txn: &mut Txn<'_>, entry: Self::Entry) {
+        txn.set_service_cidr(entry);
+    }
+    fn buffer(relists: &mut Relists) -> &mut Option<Vec<Self::Entry>> {
+        &mut relists.service_cidrs
+    }
 }
 
 fn write_service(txn: &mut Txn<'_>, key: Key, translated: Option<kpng_model::v1::Service>) {
@@ -819,19 +791,28 @@ watched!(
     relisted_slice,
     finish_slice_relist
 );
-watched!(
-    objects::Node,
-    apply_node,
-    delete_node,
-    begin_node_relist,
-    relisted_node,
-    finish_node_relist
-);
-watched!(
-    objects::ServiceCidr,
-    apply_service_cidr,
-    delete_service_cidr,
-    begin_service_cidr_relist,
-    relisted_service_cidr,
-    finish_service_cidr_relist
-);
+/// Implements [`Watched`] for a kind kept by name ([`Named`]).
+macro_rules! watched_by_name {
+    ($ty:ty) => {
+        impl Watched for $ty {
+            fn apply(&self, ingest: &mut Ingest) -> Option<u64> {
+                ingest.apply_named(self)
+            }
+            fn delete(&self, ingest: &mut Ingest) -> Option<u64> {
+                ingest.delete_named(self)
+            }
+            fn begin_relist(ingest: &mut Ingest) {
+                ingest.begin_named_relist::<$ty>();
+            }
+            fn relisted(&self, ingest: &mut Ingest) {
+                ingest.relisted_named(self);
+            }
+            fn finish_relist(ingest: &mut Ingest) -> Option<u64> {
+                ingest.finish_named_relist::<$ty>()
+            }
+        }
+    };
+}
+
+watched_by_name!(objects::Node);
+watched_by_name!(objects::ServiceCidr);
