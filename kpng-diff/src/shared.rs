@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use imbl::OrdMap;
+use kpng_model::v1::IpSet;
 use kpng_model::view::{NodeView, ServiceView, ViewDigest, ViewOp};
 use kpng_model::{Key, ServiceName};
 use kpng_store::Snapshot;
@@ -70,6 +71,9 @@ struct Hub {
     names: HashMap<ServiceName, Vec<Arc<str>>>,
     /// Per node, the Services that name it.
     by_node: HashMap<Arc<str>, BTreeSet<ServiceName>>,
+    /// The cluster's Service CIDRs at `snapshot`: one `Arc` every node's
+    /// view shares.
+    service_cidrs: Arc<IpSet>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -187,7 +191,7 @@ impl SharedViews {
         snapshot: &Snapshot,
         prev: Option<&SharedNodeView>,
     ) -> SharedNodeView {
-        let (snapshot, node_object, zone, base, own_names) = {
+        let (snapshot, node_object, zone, base, own_names, service_cidrs) = {
             let mut hub = self.lock();
             hub.advance(snapshot);
             let Some(snapshot) = hub.snapshot.clone() else {
@@ -201,16 +205,13 @@ impl SharedViews {
                 .get(&node)
                 .map(|s| s.iter().cloned().collect())
                 .unwrap_or_default();
-            (snapshot, node_object, zone, base, own_names)
+            let service_cidrs = hub.service_cidrs.clone();
+            (snapshot, node_object, zone, base, own_names, service_cidrs)
         };
 
         // Services unchanged since `prev` keep their view: only those that
         // changed are projected again.
         let keys = prev.and_then(|p| snapshot.changed_since(p.snapshot.as_ref()?));
-        let held = prev
-            .map(|p| p.view.service_cidrs.clone())
-            .unwrap_or_default();
-        let service_cidrs = service_cidrs_at(&snapshot, keys.as_ref(), &held);
         let changed: Option<BTreeSet<ServiceName>> = keys
             .filter(|_| prev.is_some_and(|p| p.zone == zone && p.view.node == node_object))
             .map(|keys| services_of(&keys));
@@ -293,14 +294,17 @@ fn named_nodes<'a>(snapshot: &'a Snapshot, name: &ServiceName) -> Vec<&'a str> {
 impl Hub {
     /// Brings the index and every base to `snapshot`, when it is newer.
     fn advance(&mut self, snapshot: &Snapshot) {
-        let names: Vec<ServiceName> = match &self.snapshot {
+        let keys = match &self.snapshot {
             Some(old) if old.revision() >= snapshot.revision() => return,
             // From the change log, or a walk that skips what both share.
-            Some(old) => services_of(&snapshot.keys_to_compare(old))
-                .into_iter()
-                .collect(),
+            Some(old) => Some(snapshot.keys_to_compare(old)),
+            None => None,
+        };
+        let names: Vec<ServiceName> = match &keys {
+            Some(keys) => services_of(keys).into_iter().collect(),
             None => snapshot.service_names().cloned().collect(),
         };
+        self.service_cidrs = service_cidrs_at(snapshot, keys.as_ref(), &self.service_cidrs);
         for name in &names {
             self.reindex(snapshot, name);
         }
