@@ -103,9 +103,6 @@ pub struct IptablesConfig {
     /// A command prefix the iptables tools run under (default none; e.g.
     /// `ip netns exec NAME`).
     pub command_prefix: Vec<String>,
-    /// The Service CIDRs dropped: `proxy.service_cidrs` and the cluster's
-    /// ServiceCIDRs, merged (kept up to date by the backend).
-    pub(crate) service_cidrs: Vec<(IpAddr, u8)>,
 }
 
 impl Default for IptablesConfig {
@@ -118,7 +115,6 @@ impl IptablesConfig {
     /// The tools detected on the first sync, run here, with `proxy`.
     pub fn new(proxy: ProxyConfig) -> Self {
         Self {
-            service_cidrs: proxy.service_prefixes(),
             proxy,
             mode: None,
             command_prefix: Vec::new(),
@@ -239,9 +235,9 @@ pub struct IptablesBackend {
     families: [FamilyState; 2],
     last_script: String,
     last: IptablesSyncStats,
-    /// `config.proxy.service_cidrs`; the config's `service_cidrs` holds these and
-    /// the cluster's ServiceCIDRs, merged.
-    configured_cidrs: Vec<(IpAddr, u8)>,
+    /// The Service CIDRs dropped: `config.proxy.service_cidrs` and the
+    /// cluster's ServiceCIDRs, merged.
+    service_cidrs: Vec<(IpAddr, u8)>,
 }
 
 impl std::fmt::Debug for IptablesBackend {
@@ -273,7 +269,7 @@ impl IptablesBackend {
                 prefix: config.command_prefix.clone(),
                 mode: config.mode,
             },
-            configured_cidrs: config.proxy.service_prefixes(),
+            service_cidrs: config.proxy.service_prefixes(),
             config,
             run: Run::Apply,
             tracker: ViewTracker::default(),
@@ -371,11 +367,11 @@ impl IptablesBackend {
         let mut renew = changes.node;
         if changes.service_cidrs {
             let view = self.tracker.view();
-            let merged = view.service_cidrs_with(&self.configured_cidrs);
-            if merged != self.config.service_cidrs {
+            let merged = view.service_cidrs_with(&self.config.proxy.service_prefixes());
+            if merged != self.service_cidrs {
                 // Where a Service's REJECT rules go depends on them:
                 // every Service is rendered again.
-                self.config.service_cidrs = merged;
+                self.service_cidrs = merged;
                 renew = true;
                 let all: std::collections::BTreeSet<ServiceName> = names
                     .into_iter()
@@ -385,8 +381,9 @@ impl IptablesBackend {
             }
         }
         for (i, family) in IpFamily::BOTH.into_iter().enumerate() {
+            let cidrs = &self.service_cidrs;
             let globals =
-                renew.then(|| render::globals(&self.config, family, &self.node_ips(family)));
+                renew.then(|| render::globals(&self.config, family, &self.node_ips(family), cidrs));
             let state = &mut self.families[i];
             if full {
                 let applied = state.applied.take();
@@ -408,7 +405,7 @@ impl IptablesBackend {
                     .view()
                     .services
                     .get(name)
-                    .map(|view| render::service(view, family, &self.config));
+                    .map(|view| render::service(view, family, &self.config, cidrs));
                 state.replace(old.as_ref(), new.as_ref());
                 if let Some(new) = new {
                     state.renders.insert(name.clone(), new);

@@ -182,7 +182,12 @@ fn balance(
 /// Renders one Service for one family: per port, the firewall drops, then
 /// either rejects (no endpoint) or the balancing chains, the ClusterIPs'
 /// jumps and the external paths; last, the rejects of unknown ports.
-pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &IptablesConfig) -> Render {
+pub(crate) fn service(
+    view: &ServiceView,
+    family: IpFamily,
+    config: &IptablesConfig,
+    service_cidrs: &[(IpAddr, u8)],
+) -> Render {
     let mut render = Render::default();
     let name: ServiceName = view.service.service_name();
     let plan = view.plan(family);
@@ -198,7 +203,7 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &IptablesCon
         port.cluster_ip_jumps(&mut render);
         port.external_paths(&mut render);
     }
-    unknown_ports(&mut render, plan.cluster_ips, family, config);
+    unknown_ports(&mut render, plan.cluster_ips, family, service_cidrs);
     render
 }
 
@@ -447,9 +452,9 @@ fn unknown_ports(
     render: &mut Render,
     cluster_ips: &[String],
     family: IpFamily,
-    config: &IptablesConfig,
+    service_cidrs: &[(IpAddr, u8)],
 ) {
-    let chain = if cidrs_in(&config.service_cidrs, family).is_empty() {
+    let chain = if cidrs_in(service_cidrs, family).is_empty() {
         SERVICES
     } else {
         CLUSTER_IPS
@@ -463,7 +468,12 @@ fn unknown_ports(
 /// The chains every family has, whatever the Services: masquerading, the
 /// forward rules, and the tails of the dispatch chains (NodePort
 /// addresses, the Service-CIDR drop).
-pub(crate) fn globals(config: &IptablesConfig, family: IpFamily, node_ips: &[String]) -> Render {
+pub(crate) fn globals(
+    config: &IptablesConfig,
+    family: IpFamily,
+    node_ips: &[String],
+    service_cidrs: &[(IpAddr, u8)],
+) -> Render {
     let mut render = Render::default();
     let m = config.masquerade_mark();
     render.chains.insert(
@@ -489,7 +499,7 @@ pub(crate) fn globals(config: &IptablesConfig, family: IpFamily, node_ips: &[Str
     for ip in node_ips {
         render.push(Table::Nat, SERVICES, format!("-d {ip} -j {NODEPORTS}"));
     }
-    for cidr in cidrs_in(&config.service_cidrs, family) {
+    for cidr in cidrs_in(service_cidrs, family) {
         render.push(
             Table::Filter,
             SERVICES,
