@@ -107,7 +107,8 @@ fn backend(
         }
         Sink::ToNft(nft) => {
             let args = &nft.common;
-            let backend = NftBackend::new(NftConfig::new(args.proxy()?));
+            let proxy = args.proxy()?;
+            let backend = NftBackend::new(NftConfig::new(proxy.clone()));
             match (&nft.aggregator_socket, args.dry_run) {
                 (Some(path), false) => {
                     let nft = Nft::new(None);
@@ -116,12 +117,15 @@ fn backend(
                 (_, true) => Box::new(measured(Box::new(
                     Logged::new(backend.dry_run()).printing_scripts(),
                 ))),
-                (None, false) => with_health(measured(Box::new(Logged::new(backend))), args)?,
+                (None, false) => {
+                    with_health(measured(Box::new(Logged::new(backend))), args, &proxy)?
+                }
             }
         }
         Sink::ToIptables(ipt) => {
             let args = &ipt.common;
-            let mut config = IptablesConfig::new(args.proxy()?);
+            let proxy = args.proxy()?;
+            let mut config = IptablesConfig::new(proxy.clone());
             config.mode = match ipt.iptables_mode.as_str() {
                 "nft" => Some(IptablesMode::Nft),
                 "legacy" => Some(IptablesMode::Legacy),
@@ -142,7 +146,9 @@ fn backend(
                 (_, true) => Box::new(measured(Box::new(
                     Logged::new(backend.dry_run()).printing_scripts(),
                 ))),
-                (None, false) => with_health(measured(Box::new(Logged::new(backend))), args)?,
+                (None, false) => {
+                    with_health(measured(Box::new(Logged::new(backend))), args, &proxy)?
+                }
             }
         }
     })
@@ -194,6 +200,7 @@ fn bind_tcp(flag: &str, value: &str) -> Result<tokio::net::TcpListener, Error> {
 fn with_health<S: IncrementalSink + Send + 'static>(
     backend: S,
     args: &BackendArgs,
+    proxy: &kpng_sink::ProxyConfig,
 ) -> Result<Box<dyn IncrementalSink + Send>, Error> {
     let mut sysctls = kpng_conntrack::Sysctls::default();
     sysctls.max_per_core = args.conntrack_max_per_core;
@@ -206,7 +213,6 @@ fn with_health<S: IncrementalSink + Send + 'static>(
     for (sysctl, error) in sysctls.apply() {
         tracing::warn!(sysctl, %error, "conntrack setting not applied");
     }
-    let proxy = args.proxy()?;
     let mut companions = kpng_health::Companions::new();
     if !args.no_conntrack_cleanup {
         let cleaner = kpng_conntrack::ConntrackCleaner::new();
