@@ -349,6 +349,19 @@ fn get_in(ns: &str, url: &str) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
+/// `get_in(ns, url)` until it answers `200` (5 s at most); the last answer.
+fn get_200_in(ns: &str, url: &str) -> String {
+    let mut answer = String::new();
+    for _ in 0..50 {
+        answer = get_in(ns, url);
+        if answer.starts_with("200") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    answer
+}
+
 #[test]
 fn to_nft_serves_healthz_and_health_check_node_ports() {
     let Some(mut namespace) = Namespace::new("kphc") else {
@@ -379,14 +392,7 @@ fn to_nft_serves_healthz_and_health_check_node_ports() {
         .expect("kpng");
     namespace.children.push(child);
     let probe = |port: u16, path: &str| get_in(&ns, &format!("http://127.0.0.1:{port}{path}"));
-    let mut healthz = String::new();
-    for _ in 0..50 {
-        healthz = probe(10256, "/healthz");
-        if healthz.starts_with("200") {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    let healthz = get_200_in(&ns, "http://127.0.0.1:10256/healthz");
     assert!(healthz.starts_with("200"), "{healthz}");
     let check = probe(32123, "/");
     assert!(check.starts_with("200"), "{check}");
@@ -638,16 +644,15 @@ fn health_check_ports_listen_on_a_nodeport_cidr() {
         return;
     };
     let ns = namespace.name.clone();
-    for args in [
-        // No dummy driver on every machine: a veth pair, both ends here.
-        &["link", "add", "hc0", "type", "veth", "peer", "name", "hc1"][..],
-        &["addr", "add", "192.168.51.7/24", "dev", "hc0"],
-        &["link", "set", "hc0", "up"],
-        &["link", "set", "hc1", "up"],
-    ] {
+    let ip = |args: &[&str]| {
         let ok = Command::new("ip").args(["-n", &ns]).args(args).status();
         assert!(ok.is_ok_and(|s| s.success()), "ip {args:?}");
-    }
+    };
+    // No dummy driver on every machine: a veth pair, both ends here.
+    ip(&["link", "add", "hc0", "type", "veth", "peer", "name", "hc1"]);
+    ip(&["addr", "add", "192.168.51.7/24", "dev", "hc0"]);
+    ip(&["link", "set", "hc0", "up"]);
+    ip(&["link", "set", "hc1", "up"]);
     let manifest = front_manifest(&ns, 32124);
     let child = namespace
         .command(&[env!("CARGO_BIN_EXE_kpng"), "file", "--input"])
@@ -668,36 +673,17 @@ fn health_check_ports_listen_on_a_nodeport_cidr() {
         .spawn()
         .expect("kpng");
     namespace.children.push(child);
-    let probe = |url: &str| get_in(&ns, url);
-    let mut check = String::new();
-    for _ in 0..50 {
-        check = probe("http://192.168.51.7:32124/");
-        if check.starts_with("200") {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    let check = get_200_in(&ns, "http://192.168.51.7:32124/");
     assert!(check.starts_with("200"), "{check}");
     assert!(check.contains(r#""localEndpoints":1"#), "{check}");
-    let loopback = probe("http://127.0.0.1:32124/");
+    let loopback = get_in(&ns, "http://127.0.0.1:32124/");
     assert!(loopback.starts_with("ERROR"), "not on loopback: {loopback}");
 
     // The listeners follow the node's addresses between syncs (nothing in
     // the manifest changes, so no sync comes): an address added in the
     // CIDR is served.
-    let ip = |args: &[&str]| {
-        let ok = Command::new("ip").args(["-n", &ns]).args(args).status();
-        assert!(ok.is_ok_and(|s| s.success()), "ip {args:?}");
-    };
     ip(&["addr", "add", "192.168.51.8/24", "dev", "hc0"]);
-    let mut added = String::new();
-    for _ in 0..50 {
-        added = probe("http://192.168.51.8:32124/");
-        if added.starts_with("200") {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    let added = get_200_in(&ns, "http://192.168.51.8:32124/");
     assert!(added.starts_with("200"), "on the added address: {added}");
     let _ = std::fs::remove_file(&manifest);
 }
