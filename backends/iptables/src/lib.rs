@@ -134,14 +134,6 @@ impl IptablesConfig {
         self.command_prefix = ["ip", "netns", "exec", name].map(String::from).to_vec();
         self
     }
-
-    pub(crate) fn masquerade_mark(&self) -> u32 {
-        self.proxy.masquerade_mark()
-    }
-
-    pub(crate) fn cluster_cidrs(&self, family: IpFamily) -> Vec<String> {
-        self.proxy.cluster_cidrs_in(family)
-    }
 }
 
 /// What the last sync did.

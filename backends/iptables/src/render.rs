@@ -121,7 +121,7 @@ fn target(ip: IpAddr, port: u16) -> String {
 
 /// The mark rules of the masquerade bit.
 pub(crate) fn mark(config: &IptablesConfig) -> String {
-    let m = config.masquerade_mark();
+    let m = config.proxy.masquerade_mark();
     format!("{m:#x}/{m:#x}")
 }
 
@@ -191,7 +191,7 @@ pub(crate) fn service(
     let mut render = Render::default();
     let name: ServiceName = view.service.service_name();
     let plan = view.plan(family);
-    let pod_cidrs = config.cluster_cidrs(family);
+    let pod_cidrs = config.proxy.cluster_cidrs_in(family);
     for port in &plan.ports {
         let port = PortRender::new(&name, &plan, port, family, config, &pod_cidrs);
         port.firewall_drops(&mut render);
@@ -475,7 +475,7 @@ pub(crate) fn globals(
     service_cidrs: &[(IpAddr, u8)],
 ) -> Render {
     let mut render = Render::default();
-    let m = config.masquerade_mark();
+    let m = config.proxy.masquerade_mark();
     render.chains.insert(
         (Table::Nat, MARK_MASQ.into()),
         vec![format!("-j MARK --or-mark {m:#x}")],

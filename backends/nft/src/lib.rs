@@ -139,14 +139,6 @@ impl NftConfig {
         self.netns = Some(PathBuf::from("/run/netns").join(name));
         self
     }
-
-    pub(crate) fn masquerade_mark(&self) -> u32 {
-        self.proxy.masquerade_mark()
-    }
-
-    pub(crate) fn cluster_cidrs(&self, family: IpFamily) -> Vec<String> {
-        self.proxy.cluster_cidrs_in(family)
-    }
 }
 
 /// How a sync reaches the kernel.

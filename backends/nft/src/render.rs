@@ -356,7 +356,7 @@ impl Shared {
 
 /// The masquerade mark, set.
 fn mark(config: &NftConfig) -> Vec<Expr> {
-    build::mark_set_or(config.masquerade_mark())
+    build::mark_set_or(config.proxy.masquerade_mark())
 }
 
 /// The rules of a chain for traffic of `kind` under a `local` (or Cluster)
@@ -370,7 +370,7 @@ fn policy_rules(
     mut select: impl FnMut(bool) -> Verdict,
 ) -> Vec<Vec<Expr>> {
     let saddr = [Load::Saddr(fam.family())];
-    let has_cidrs = !config.cluster_cidrs(fam.0).is_empty();
+    let has_cidrs = !config.proxy.cluster_cidrs_in(fam.0).is_empty();
     let mut rules = Vec::new();
     if kind == Kind::Svc {
         if config.proxy.masquerade_all {
@@ -727,7 +727,7 @@ pub(crate) fn globals(
         }
     }
 
-    let m = config.masquerade_mark();
+    let m = config.proxy.masquerade_mark();
     let daddr = [Load::Daddr(f)];
     let vip_key = [Load::Daddr(f), Load::L4Proto, Load::Dport];
     let np_key = [Load::L4Proto, Load::Dport];
