@@ -19,7 +19,8 @@ use tokio::net::UnixStream;
 
 mod common;
 
-fn serving(test: &str) -> (PathBuf, Store, tokio::task::JoinHandle<()>) {
+/// A store of 30 Services, its lists complete.
+fn store() -> Store {
     let cluster = Cluster::synthetic(ClusterShape {
         services: 30,
         endpoints: 120,
@@ -30,6 +31,12 @@ fn serving(test: &str) -> (PathBuf, Store, tokio::task::JoinHandle<()>) {
     cluster.load_into(&mut store);
     store.mark_listed(Kind::Service);
     store.mark_listed(Kind::Endpoint);
+    store
+}
+
+/// A server of [`store`] on a unix socket of its own.
+fn serving(test: &str) -> (PathBuf, Store, tokio::task::JoinHandle<()>) {
+    let store = store();
     let path =
         std::env::temp_dir().join(format!("kpng-clients-{test}-{}.sock", std::process::id()));
     let listener = bind_unix(&path).expect("bind");
@@ -256,9 +263,7 @@ async fn python_grpcio_watches_over_the_unix_socket() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_grpcio_watches_over_tcp_with_mutual_tls() {
     let Some(python) = python() else { return };
-    let (path, store, task) = serving("tls");
-    task.abort();
-    let _ = std::fs::remove_file(&path);
+    let store = store();
     let pki = common::pki();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
