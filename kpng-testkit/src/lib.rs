@@ -6,6 +6,8 @@
 //! - [`RecordingSink`] is an [`IncrementalSink`] that records every call and
 //!   can be told to fail, for testing drivers.
 //! - [`CountingAllocator`] counts live heap bytes, for memory benchmarks.
+//! - [`bpf`]: a bpf file system, a cgroup and a network namespace of a
+//!   test's own, removed on drop, for eBPF data-path tests.
 //! - `apiserver` (feature `apiserver`): a test apiserver that speaks the
 //!   Kubernetes list/watch protocol on a loopback port, from a script.
 //!
@@ -21,6 +23,7 @@
 
 #[cfg(feature = "apiserver")]
 pub mod apiserver;
+pub mod bpf;
 mod counting;
 pub mod semantics;
 

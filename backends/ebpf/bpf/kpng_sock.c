@@ -1,0 +1,443 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// Socket-level load balancing for kpng-rs: cgroup sock_addr programs that
+// send a socket straight to a Service's endpoint, so no packet of the
+// connection is translated.
+//
+// Built by clang (the command is in src/object.rs); the object is checked
+// in beside this file, and a test rebuilds it and compares.
+//
+// The maps are written by the backend (src/maps.rs spells the same
+// layouts in Rust); every multi-byte address and port is in network order.
+
+#include <linux/bpf.h>
+#include <linux/in.h>
+#include <bpf/bpf_helpers.h>
+
+#define FAMILY_V4 4
+#define FAMILY_V6 6
+
+#define EPERM 1
+#define ECONNREFUSED 111
+
+// What a Service does when its endpoint set is empty.
+#define EMPTY_REJECT 1 // no endpoint at all: refuse, as a REJECT does
+#define EMPTY_DROP 2   // endpoints, but none for a Local policy: drop
+
+// Lookups of one program: the Service address the socket asked for.
+struct frontend {
+	__u32 addr[4]; // IPv4: addr[0], the rest zero
+	__u16 port;
+	__u8 proto; // IPPROTO_TCP, _UDP or _SCTP
+	__u8 family;
+};
+
+struct service {
+	__u32 set;	// its endpoint set
+	__u32 affinity; // ClientIP affinity timeout in seconds; 0: none
+	__u32 flags;	// EMPTY_*
+	__u32 pad;
+};
+
+struct set_key {
+	__u32 set;
+	__u32 index;
+};
+
+struct endpoint {
+	__u32 addr[4];
+	__u16 port;
+	__u8 family;
+	__u8 pad;
+};
+
+struct member_key {
+	__u32 set;
+	struct endpoint endpoint;
+};
+
+struct affinity_key {
+	__u64 netns; // the client: its network namespace (a pod)
+	__u32 set;
+	__u32 pad;
+};
+
+struct affinity_value {
+	struct endpoint endpoint;
+	__u32 pad;
+	__u64 last_ns;
+};
+
+struct reverse_key {
+	__u64 cookie; // the socket
+	struct endpoint endpoint;
+	__u32 pad;
+};
+
+struct live_key {
+	__u32 addr[4];
+	__u8 family;
+	__u8 pad[3];
+};
+
+struct cidr_key {
+	__u32 prefixlen; // in bits, counting the family byte
+	__u8 family;
+	__u8 addr[16];
+	__u8 pad[3];
+};
+
+// Frontend (a Service address, port and protocol) -> its service record.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1 << 20);
+	__type(key, struct frontend);
+	__type(value, struct service);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kpng_services SEC(".maps");
+
+// Endpoint set -> how many endpoints it holds (slots 0..count-1).
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1 << 20);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kpng_sets SEC(".maps");
+
+// (set, slot) -> endpoint.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1 << 22);
+	__type(key, struct set_key);
+	__type(value, struct endpoint);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kpng_slots SEC(".maps");
+
+// (set, endpoint) -> present: whether a remembered endpoint is still in
+// its set.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1 << 22);
+	__type(key, struct member_key);
+	__type(value, __u8);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kpng_members SEC(".maps");
+
+// ClientIP affinity: (client, set) -> the endpoint it last got, and when.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1 << 18);
+	__type(key, struct affinity_key);
+	__type(value, struct affinity_value);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kpng_affinity SEC(".maps");
+
+// (socket, endpoint) -> the Service address it asked for: what
+// getpeername and a UDP reply show.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1 << 18);
+	__type(key, struct reverse_key);
+	__type(value, struct endpoint);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kpng_reverse SEC(".maps");
+
+// ClusterIPs in use: a port no Service serves on them is refused.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1 << 18);
+	__type(key, struct live_key);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kpng_live SEC(".maps");
+
+// The Service CIDRs: an address in them that no Service holds is dropped.
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1024);
+	__type(key, struct cidr_key);
+	__type(value, __u8);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kpng_cidrs SEC(".maps");
+
+// Counters, read by the backend: translated, refused, dropped.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 4);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kpng_counters SEC(".maps");
+
+#define COUNT_TRANSLATED 0
+#define COUNT_REFUSED 1
+#define COUNT_DROPPED 2
+#define COUNT_MISSING 3 // a slot below a set's count was absent (a bug)
+
+static __always_inline void count(__u32 what)
+{
+	__u64 *n = bpf_map_lookup_elem(&kpng_counters, &what);
+	if (n)
+		*n += 1;
+}
+
+// The verdicts of `pick`.
+#define PASS 0	    // not a Service address: leave the socket alone
+#define TRANSLATE 1 // `out` holds the endpoint
+#define REFUSE 2    // fail as a REJECT does (ECONNREFUSED)
+#define DROP 3	    // fail as a DROP would (EPERM, at once)
+
+static __always_inline int no_service(struct frontend *fe)
+{
+	struct live_key live = {};
+	struct cidr_key cidr = {};
+	int i;
+
+	for (i = 0; i < 4; i++)
+		live.addr[i] = fe->addr[i];
+	live.family = fe->family;
+	if (bpf_map_lookup_elem(&kpng_live, &live))
+		return REFUSE;
+	cidr.prefixlen = 8 + (fe->family == FAMILY_V4 ? 32 : 128);
+	cidr.family = fe->family;
+	__builtin_memcpy(cidr.addr, fe->addr, 16);
+	if (bpf_map_lookup_elem(&kpng_cidrs, &cidr))
+		return DROP;
+	return PASS;
+}
+
+// The endpoint for a socket of `netns` asking for `fe`.
+static __always_inline int pick(struct frontend *fe, __u64 netns,
+				struct endpoint *out)
+{
+	struct service *svc;
+	__u32 *countp, n;
+	struct set_key slot;
+	struct endpoint *ep;
+	struct affinity_key akey = {};
+	struct affinity_value *aff;
+	struct member_key member = {};
+	__u64 now = 0;
+
+	svc = bpf_map_lookup_elem(&kpng_services, fe);
+	if (!svc)
+		return no_service(fe);
+	countp = bpf_map_lookup_elem(&kpng_sets, &svc->set);
+	n = countp ? *countp : 0;
+	if (n == 0)
+		return (svc->flags & EMPTY_REJECT) ? REFUSE : DROP;
+
+	if (svc->affinity) {
+		now = bpf_ktime_get_ns();
+		akey.netns = netns;
+		akey.set = svc->set;
+		aff = bpf_map_lookup_elem(&kpng_affinity, &akey);
+		if (aff && now - aff->last_ns <= (__u64)svc->affinity * 1000000000ULL) {
+			member.set = svc->set;
+			member.endpoint = aff->endpoint;
+			if (bpf_map_lookup_elem(&kpng_members, &member)) {
+				*out = aff->endpoint;
+				aff->last_ns = now;
+				return TRANSLATE;
+			}
+		}
+	}
+
+	slot.set = svc->set;
+	slot.index = bpf_get_prandom_u32() % n;
+	ep = bpf_map_lookup_elem(&kpng_slots, &slot);
+	if (!ep) {
+		count(COUNT_MISSING);
+		return DROP;
+	}
+	*out = *ep;
+	if (svc->affinity) {
+		struct affinity_value value = {};
+
+		value.endpoint = *ep;
+		value.last_ns = now;
+		bpf_map_update_elem(&kpng_affinity, &akey, &value, BPF_ANY);
+	}
+	return TRANSLATE;
+}
+
+static __always_inline void remember(__u64 cookie, struct endpoint *ep,
+				     struct frontend *fe)
+{
+	struct reverse_key key = {};
+	struct endpoint service = {};
+	int i;
+
+	key.cookie = cookie;
+	key.endpoint = *ep;
+	for (i = 0; i < 4; i++)
+		service.addr[i] = fe->addr[i];
+	service.port = fe->port;
+	service.family = fe->family;
+	bpf_map_update_elem(&kpng_reverse, &key, &service, BPF_ANY);
+}
+
+static __always_inline int verdict(int what)
+{
+	if (what == REFUSE) {
+		count(COUNT_REFUSED);
+		bpf_set_retval(-ECONNREFUSED);
+		return 0;
+	}
+	count(COUNT_DROPPED);
+	bpf_set_retval(-EPERM);
+	return 0;
+}
+
+static __always_inline int forward4(struct bpf_sock_addr *ctx)
+{
+	struct frontend fe = {};
+	struct endpoint ep;
+	int what;
+
+	fe.addr[0] = ctx->user_ip4;
+	fe.port = (__u16)ctx->user_port;
+	fe.proto = (__u8)ctx->protocol;
+	fe.family = FAMILY_V4;
+	what = pick(&fe, bpf_get_netns_cookie(ctx), &ep);
+	if (what == PASS)
+		return 1;
+	if (what != TRANSLATE)
+		return verdict(what);
+	if (ep.family != FAMILY_V4)
+		return verdict(DROP);
+	ctx->user_ip4 = ep.addr[0];
+	ctx->user_port = (__u32)ep.port;
+	remember(bpf_get_socket_cookie(ctx), &ep, &fe);
+	count(COUNT_TRANSLATED);
+	return 1;
+}
+
+static __always_inline int forward6(struct bpf_sock_addr *ctx)
+{
+	struct frontend fe = {};
+	struct endpoint ep;
+	int what;
+
+	fe.addr[0] = ctx->user_ip6[0];
+	fe.addr[1] = ctx->user_ip6[1];
+	fe.addr[2] = ctx->user_ip6[2];
+	fe.addr[3] = ctx->user_ip6[3];
+	fe.port = (__u16)ctx->user_port;
+	fe.proto = (__u8)ctx->protocol;
+	fe.family = FAMILY_V6;
+	what = pick(&fe, bpf_get_netns_cookie(ctx), &ep);
+	if (what == PASS)
+		return 1;
+	if (what != TRANSLATE)
+		return verdict(what);
+	if (ep.family != FAMILY_V6)
+		return verdict(DROP);
+	ctx->user_ip6[0] = ep.addr[0];
+	ctx->user_ip6[1] = ep.addr[1];
+	ctx->user_ip6[2] = ep.addr[2];
+	ctx->user_ip6[3] = ep.addr[3];
+	ctx->user_port = (__u32)ep.port;
+	remember(bpf_get_socket_cookie(ctx), &ep, &fe);
+	count(COUNT_TRANSLATED);
+	return 1;
+}
+
+// The address a peer shows: the Service's, when the socket was sent to
+// one of its endpoints.
+static __always_inline int reverse4(struct bpf_sock_addr *ctx)
+{
+	struct reverse_key key = {};
+	struct endpoint *service;
+
+	key.cookie = bpf_get_socket_cookie(ctx);
+	key.endpoint.addr[0] = ctx->user_ip4;
+	key.endpoint.port = (__u16)ctx->user_port;
+	key.endpoint.family = FAMILY_V4;
+	service = bpf_map_lookup_elem(&kpng_reverse, &key);
+	if (service) {
+		ctx->user_ip4 = service->addr[0];
+		ctx->user_port = (__u32)service->port;
+	}
+	return 1;
+}
+
+static __always_inline int reverse6(struct bpf_sock_addr *ctx)
+{
+	struct reverse_key key = {};
+	struct endpoint *service;
+
+	key.cookie = bpf_get_socket_cookie(ctx);
+	key.endpoint.addr[0] = ctx->user_ip6[0];
+	key.endpoint.addr[1] = ctx->user_ip6[1];
+	key.endpoint.addr[2] = ctx->user_ip6[2];
+	key.endpoint.addr[3] = ctx->user_ip6[3];
+	key.endpoint.port = (__u16)ctx->user_port;
+	key.endpoint.family = FAMILY_V6;
+	service = bpf_map_lookup_elem(&kpng_reverse, &key);
+	if (service) {
+		ctx->user_ip6[0] = service->addr[0];
+		ctx->user_ip6[1] = service->addr[1];
+		ctx->user_ip6[2] = service->addr[2];
+		ctx->user_ip6[3] = service->addr[3];
+		ctx->user_port = (__u32)service->port;
+	}
+	return 1;
+}
+
+SEC("cgroup/connect4")
+int kpng_connect4(struct bpf_sock_addr *ctx)
+{
+	return forward4(ctx);
+}
+
+SEC("cgroup/connect6")
+int kpng_connect6(struct bpf_sock_addr *ctx)
+{
+	return forward6(ctx);
+}
+
+SEC("cgroup/sendmsg4")
+int kpng_sendmsg4(struct bpf_sock_addr *ctx)
+{
+	return forward4(ctx);
+}
+
+SEC("cgroup/sendmsg6")
+int kpng_sendmsg6(struct bpf_sock_addr *ctx)
+{
+	return forward6(ctx);
+}
+
+SEC("cgroup/recvmsg4")
+int kpng_recvmsg4(struct bpf_sock_addr *ctx)
+{
+	return reverse4(ctx);
+}
+
+SEC("cgroup/recvmsg6")
+int kpng_recvmsg6(struct bpf_sock_addr *ctx)
+{
+	return reverse6(ctx);
+}
+
+SEC("cgroup/getpeername4")
+int kpng_getpeername4(struct bpf_sock_addr *ctx)
+{
+	return reverse4(ctx);
+}
+
+SEC("cgroup/getpeername6")
+int kpng_getpeername6(struct bpf_sock_addr *ctx)
+{
+	return reverse6(ctx);
+}
+
+char LICENSE[] SEC("license") = "Apache-2.0";

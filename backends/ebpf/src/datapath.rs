@@ -1,0 +1,270 @@
+//! Loading the object, pinning its maps and links under a bpffs
+//! directory, attaching the programs to a cgroup, and adopting what a
+//! previous run left.
+//!
+//! Under the pin directory (`/sys/fs/bpf/kpng` by default):
+//!
+//! ```text
+//! v-<object digest>/maps/kpng_services, kpng_slots, ...
+//! v-<object digest>/links-<cgroup inode>/kpng_connect4, ...
+//! ```
+//!
+//! A pinned link keeps its program attached after the process exits: the
+//! data path outlives kpng. A restart with the same object opens the same
+//! maps (their contents intact) and finds its links pinned, so it attaches
+//! nothing; a new object gets a directory of its own, attaches beside the
+//! old one, and then removes the old pins (detaching the old programs).
+
+use std::fs::File;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use aya::EbpfLoader;
+use aya::maps::lpm_trie::LpmTrie;
+use aya::maps::{HashMap, MapData, PerCpuArray};
+use aya::programs::links::{FdLink, PinnedLink};
+use aya::programs::{CgroupAttachMode, CgroupSockAddr};
+
+use crate::Error;
+use crate::object::{OBJECT, PROGRAMS, digest};
+use crate::tables::Kernel;
+
+/// The default pin directory.
+pub const DEFAULT_PIN_PATH: &str = "/sys/fs/bpf/kpng";
+
+/// The file system type of bpffs in `/proc/self/mountinfo`.
+const BPF_FS: &str = "bpf";
+
+/// The mount point and file system type of the mount holding `path`
+/// (from `/proc/self/mountinfo`).
+fn mount_of(path: &Path) -> Option<(PathBuf, String)> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let mut best: Option<(PathBuf, String)> = None;
+    for line in info.lines() {
+        let (left, right) = line.split_once(" - ")?;
+        let point = PathBuf::from(left.split(' ').nth(4)?.replace("\\040", " "));
+        let fstype = right.split(' ').next()?.to_string();
+        if path.starts_with(&point)
+            && best
+                .as_ref()
+                .is_none_or(|(b, _)| point.as_os_str().len() >= b.as_os_str().len())
+        {
+            best = Some((point, fstype));
+        }
+    }
+    best
+}
+
+/// The cgroup v2 root: where `to-ebpf` attaches by default.
+pub fn cgroup2_root() -> Option<PathBuf> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    info.lines().find_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        if right.split(' ').next()? != "cgroup2" {
+            return None;
+        }
+        Some(PathBuf::from(left.split(' ').nth(4)?))
+    })
+}
+
+/// Fails unless `dir` (or, when it does not exist yet, its parent) is on
+/// a bpf file system.
+fn check_bpffs(dir: &Path) -> Result<(), Error> {
+    let probe = if dir.exists() {
+        dir.to_path_buf()
+    } else {
+        dir.parent().unwrap_or(dir).to_path_buf()
+    };
+    let probe = probe.canonicalize().unwrap_or(probe);
+    match mount_of(&probe) {
+        Some((_, fstype)) if fstype == BPF_FS => Ok(()),
+        _ => Err(Error::NotBpffs {
+            path: dir.to_path_buf(),
+        }),
+    }
+}
+
+fn pin_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::Pin {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// The maps and links of one object, attached to one cgroup.
+pub(crate) struct Datapath {
+    pub(crate) kernel: Kernel,
+    counters: PerCpuArray<MapData, u64>,
+    /// Whether every program was found attached (pinned) already.
+    pub(crate) adopted: bool,
+}
+
+impl std::fmt::Debug for Datapath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Datapath")
+            .field("adopted", &self.adopted)
+            .finish()
+    }
+}
+
+/// What the programs counted since they were first attached.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Counters {
+    /// Sockets sent to an endpoint.
+    pub translated: u64,
+    /// Sockets refused (no endpoint; an unknown port on a ClusterIP).
+    pub refused: u64,
+    /// Sockets dropped (a Local policy without a local endpoint; an
+    /// unallocated Service address).
+    pub dropped: u64,
+    /// Slots found missing below a set's count: always 0 unless the
+    /// backend has a bug.
+    pub missing: u64,
+}
+
+impl Datapath {
+    /// Loads the object (or opens its pinned maps), attaches its programs
+    /// to `cgroup` (or adopts the pinned links), and removes the pins of
+    /// any other object or cgroup under `pin_path`.
+    pub(crate) fn open(pin_path: &Path, cgroup: &Path) -> Result<Self, Error> {
+        check_bpffs(pin_path)?;
+        let version = pin_path.join(format!("v-{:016x}", digest()));
+        let maps_dir = version.join("maps");
+        std::fs::create_dir_all(&maps_dir).map_err(pin_err(&maps_dir))?;
+        let cgroup_file = File::open(cgroup).map_err(|source| Error::Cgroup {
+            path: cgroup.to_path_buf(),
+            source,
+        })?;
+        let inode = cgroup_file
+            .metadata()
+            .map_err(|source| Error::Cgroup {
+                path: cgroup.to_path_buf(),
+                source,
+            })?
+            .ino();
+        let links_dir = version.join(format!("links-{inode}"));
+        std::fs::create_dir_all(&links_dir).map_err(pin_err(&links_dir))?;
+
+        let mut ebpf = EbpfLoader::new()
+            .default_map_pin_directory(&maps_dir)
+            .load(OBJECT)
+            .map_err(|e| Error::Load(Box::new(e)))?;
+        let mut adopted = true;
+        for (name, _) in PROGRAMS {
+            let pin = links_dir.join(name);
+            if pin.exists() && PinnedLink::from_pin(&pin).is_ok() {
+                continue;
+            }
+            adopted = false;
+            let program: &mut CgroupSockAddr = ebpf
+                .program_mut(name)
+                .ok_or(Error::Missing { name })?
+                .try_into()
+                .map_err(|source| Error::Program { name, source })?;
+            program
+                .load()
+                .map_err(|source| Error::Program { name, source })?;
+            // A link (aya makes one on kernels >= 5.7) always runs beside
+            // other programs of the cgroup; the kernel refuses attach flags
+            // for links, so the mode is the one with none.
+            let id = program
+                .attach(&cgroup_file, CgroupAttachMode::Single)
+                .map_err(|source| Error::Program { name, source })?;
+            let link = program
+                .take_link(id)
+                .map_err(|source| Error::Program { name, source })?;
+            let link: FdLink = link
+                .try_into()
+                .map_err(|source| Error::Link { name, source })?;
+            if pin.exists() {
+                std::fs::remove_file(&pin).map_err(pin_err(&pin))?;
+            }
+            link.pin(&pin).map_err(|source| Error::PinLink {
+                path: pin.clone(),
+                source,
+            })?;
+        }
+        // Older objects' pins, and other cgroups' links: ours replace them.
+        for dir in [pin_path, version.as_path()] {
+            let entries = std::fs::read_dir(dir).map_err(pin_err(dir))?;
+            for entry in entries.flatten() {
+                let path = entry.path();
+                if path != version && path != links_dir && path != maps_dir {
+                    tracing::info!(path = %path.display(), "removing an older object's or cgroup's pins");
+                    std::fs::remove_dir_all(&path).map_err(pin_err(&path))?;
+                }
+            }
+        }
+        let take = |ebpf: &mut aya::Ebpf, name: &'static str| {
+            ebpf.take_map(name).ok_or(Error::Missing { name })
+        };
+        let wrap = |map: &'static str| move |source| Error::Map { map, source };
+        let kernel = Kernel {
+            services: HashMap::try_from(take(&mut ebpf, "kpng_services")?)
+                .map_err(wrap("kpng_services"))?,
+            sets: HashMap::try_from(take(&mut ebpf, "kpng_sets")?).map_err(wrap("kpng_sets"))?,
+            slots: HashMap::try_from(take(&mut ebpf, "kpng_slots")?).map_err(wrap("kpng_slots"))?,
+            members: HashMap::try_from(take(&mut ebpf, "kpng_members")?)
+                .map_err(wrap("kpng_members"))?,
+            live: HashMap::try_from(take(&mut ebpf, "kpng_live")?).map_err(wrap("kpng_live"))?,
+            cidrs: LpmTrie::try_from(take(&mut ebpf, "kpng_cidrs")?).map_err(wrap("kpng_cidrs"))?,
+        };
+        let counters = PerCpuArray::try_from(take(&mut ebpf, "kpng_counters")?)
+            .map_err(wrap("kpng_counters"))?;
+        tracing::info!(
+            pins = %version.display(),
+            cgroup = %cgroup.display(),
+            adopted,
+            "eBPF programs attached"
+        );
+        Ok(Self {
+            kernel,
+            counters,
+            adopted,
+        })
+    }
+
+    /// The programs' counters, summed over CPUs.
+    pub(crate) fn counters(&self) -> Result<Counters, Error> {
+        let read = |i: u32| -> Result<u64, Error> {
+            let values = self.counters.get(&i, 0).map_err(|source| Error::Map {
+                map: "kpng_counters",
+                source,
+            })?;
+            Ok(values.iter().sum())
+        };
+        Ok(Counters {
+            translated: read(0)?,
+            refused: read(1)?,
+            dropped: read(2)?,
+            missing: read(3)?,
+        })
+    }
+}
+
+/// Removes everything kpng pinned under `pin_path`: its links (which
+/// detaches its programs from their cgroups) and its maps, then the
+/// directory when nothing else is in it. Only kpng's own entries
+/// (`v-<digest>`) are touched. Returns whether there was anything.
+pub fn cleanup(pin_path: &Path) -> Result<bool, Error> {
+    if !pin_path.exists() {
+        return Ok(false);
+    }
+    check_bpffs(pin_path)?;
+    let mut any = false;
+    let entries = std::fs::read_dir(pin_path).map_err(pin_err(pin_path))?;
+    for entry in entries.flatten() {
+        if entry.file_name().to_string_lossy().starts_with("v-") {
+            let path = entry.path();
+            std::fs::remove_dir_all(&path).map_err(pin_err(&path))?;
+            any = true;
+        }
+    }
+    // Not when it is the mount point itself, or holds others' pins.
+    let _ = std::fs::remove_dir(pin_path);
+    if any {
+        tracing::info!(path = %pin_path.display(), "eBPF programs detached and maps removed");
+    }
+    Ok(any)
+}

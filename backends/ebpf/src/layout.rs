@@ -1,0 +1,265 @@
+//! The maps' keys and values as bytes, in the layouts `bpf/kpng_sock.c`
+//! declares: addresses and ports in network order, set numbers, counts
+//! and flags in the host's order.
+
+use std::fmt;
+use std::net::IpAddr;
+
+/// The protocols, as the kernel numbers them.
+pub(crate) const TCP: u8 = 6;
+pub(crate) const UDP: u8 = 17;
+pub(crate) const SCTP: u8 = 132;
+
+/// `EMPTY_REJECT`: no endpoint at all; a connect is refused.
+pub(crate) const EMPTY_REJECT: u32 = 1;
+/// `EMPTY_DROP`: endpoints, but none for a Local policy; dropped.
+pub(crate) const EMPTY_DROP: u32 = 2;
+
+/// The protocol number of an nft-style name.
+pub(crate) fn proto_number(name: &str) -> u8 {
+    match name {
+        "udp" => UDP,
+        "sctp" => SCTP,
+        _ => TCP,
+    }
+}
+
+fn proto_name(number: u8) -> &'static str {
+    match number {
+        UDP => "udp",
+        SCTP => "sctp",
+        _ => "tcp",
+    }
+}
+
+/// 16 bytes of address (IPv4 in the first 4) and the family byte (4, 6).
+fn addr_bytes(ip: IpAddr) -> ([u8; 16], u8) {
+    let mut out = [0u8; 16];
+    match ip {
+        IpAddr::V4(v4) => {
+            out[..4].copy_from_slice(&v4.octets());
+            (out, 4)
+        }
+        IpAddr::V6(v6) => (v6.octets(), 6),
+    }
+}
+
+fn addr_of(bytes: &[u8], family: u8) -> IpAddr {
+    let mut a = [0u8; 16];
+    a.copy_from_slice(&bytes[..16]);
+    if family == 4 {
+        IpAddr::from([a[0], a[1], a[2], a[3]])
+    } else {
+        IpAddr::from(a)
+    }
+}
+
+/// Where a socket asks to go: a Service address, port and protocol
+/// (`struct frontend`, 20 bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct Frontend {
+    pub(crate) ip: IpAddr,
+    pub(crate) port: u16,
+    pub(crate) proto: u8,
+}
+
+impl Frontend {
+    pub(crate) fn key(&self) -> [u8; 20] {
+        let (addr, family) = addr_bytes(self.ip);
+        let mut out = [0u8; 20];
+        out[..16].copy_from_slice(&addr);
+        out[16..18].copy_from_slice(&self.port.to_be_bytes());
+        out[18] = self.proto;
+        out[19] = family;
+        out
+    }
+
+    pub(crate) fn from_key(key: &[u8; 20]) -> Self {
+        Self {
+            ip: addr_of(key, key[19]),
+            port: u16::from_be_bytes([key[16], key[17]]),
+            proto: key[18],
+        }
+    }
+}
+
+impl fmt::Display for Frontend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {} {}", self.ip, proto_name(self.proto), self.port)
+    }
+}
+
+/// An endpoint: address and port (`struct endpoint`, 20 bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct Endpoint {
+    pub(crate) ip: IpAddr,
+    pub(crate) port: u16,
+}
+
+impl Endpoint {
+    pub(crate) fn bytes(&self) -> [u8; 20] {
+        let (addr, family) = addr_bytes(self.ip);
+        let mut out = [0u8; 20];
+        out[..16].copy_from_slice(&addr);
+        out[16..18].copy_from_slice(&self.port.to_be_bytes());
+        out[18] = family;
+        out
+    }
+
+    pub(crate) fn from_bytes(bytes: &[u8]) -> Self {
+        Self {
+            ip: addr_of(bytes, bytes[18]),
+            port: u16::from_be_bytes([bytes[16], bytes[17]]),
+        }
+    }
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.ip {
+            IpAddr::V4(ip) => write!(f, "{ip}:{}", self.port),
+            IpAddr::V6(ip) => write!(f, "[{ip}]:{}", self.port),
+        }
+    }
+}
+
+/// A Service record (`struct service`, 16 bytes): its endpoint set, its
+/// affinity timeout and what an empty set does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Record {
+    pub(crate) set: u32,
+    pub(crate) affinity: u32,
+    pub(crate) flags: u32,
+}
+
+impl Record {
+    pub(crate) fn bytes(&self) -> [u8; 16] {
+        let mut out = [0u8; 16];
+        out[..4].copy_from_slice(&self.set.to_ne_bytes());
+        out[4..8].copy_from_slice(&self.affinity.to_ne_bytes());
+        out[8..12].copy_from_slice(&self.flags.to_ne_bytes());
+        out
+    }
+
+    pub(crate) fn from_bytes(bytes: &[u8; 16]) -> Self {
+        let word =
+            |i: usize| u32::from_ne_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
+        Self {
+            set: word(0),
+            affinity: word(4),
+            flags: word(8),
+        }
+    }
+}
+
+impl fmt::Display for Record {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "set {}", self.set)?;
+        if self.affinity > 0 {
+            write!(f, " affinity {}s", self.affinity)?;
+        }
+        match self.flags {
+            EMPTY_REJECT => write!(f, " empty: reject"),
+            EMPTY_DROP => write!(f, " empty: drop"),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// `struct set_key`: a set and a slot.
+pub(crate) fn slot_key(set: u32, index: u32) -> [u8; 8] {
+    let mut out = [0u8; 8];
+    out[..4].copy_from_slice(&set.to_ne_bytes());
+    out[4..].copy_from_slice(&index.to_ne_bytes());
+    out
+}
+
+/// The set of a slot key or member key (its first word).
+pub(crate) fn set_of(key: &[u8]) -> u32 {
+    u32::from_ne_bytes([key[0], key[1], key[2], key[3]])
+}
+
+/// `struct member_key`: a set and an endpoint.
+pub(crate) fn member_key(set: u32, endpoint: &Endpoint) -> [u8; 24] {
+    let mut out = [0u8; 24];
+    out[..4].copy_from_slice(&set.to_ne_bytes());
+    out[4..].copy_from_slice(&endpoint.bytes());
+    out
+}
+
+/// `struct live_key`: a ClusterIP in use.
+pub(crate) fn live_key(ip: IpAddr) -> [u8; 20] {
+    let (addr, family) = addr_bytes(ip);
+    let mut out = [0u8; 20];
+    out[..16].copy_from_slice(&addr);
+    out[16] = family;
+    out
+}
+
+/// The address of a live key.
+pub(crate) fn live_ip(key: &[u8; 20]) -> IpAddr {
+    addr_of(key, key[16])
+}
+
+/// The data part of `struct cidr_key` (after its prefix length): the
+/// family byte, then the address; and the prefix length, in bits,
+/// counting the family byte.
+pub(crate) fn cidr_key(ip: IpAddr, len: u8) -> (u32, [u8; 20]) {
+    let (addr, family) = addr_bytes(ip);
+    let mut out = [0u8; 20];
+    out[0] = family;
+    out[1..17].copy_from_slice(&addr);
+    (8 + u32::from(len), out)
+}
+
+/// The range of a CIDR key.
+pub(crate) fn cidr_of(len: u32, data: &[u8; 20]) -> (IpAddr, u8) {
+    let prefix = u8::try_from(len.saturating_sub(8)).unwrap_or(u8::MAX);
+    (addr_of(&data[1..17], data[0]), prefix)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_read_back_as_written() {
+        for ip in ["10.96.0.10", "fd00::a"] {
+            let fe = Frontend {
+                ip: ip.parse().expect("ip"),
+                port: 443,
+                proto: UDP,
+            };
+            assert_eq!(Frontend::from_key(&fe.key()), fe);
+            let ep = Endpoint {
+                ip: ip.parse().expect("ip"),
+                port: 8443,
+            };
+            assert_eq!(Endpoint::from_bytes(&ep.bytes()), ep);
+            assert_eq!(live_ip(&live_key(fe.ip)), fe.ip);
+            let (len, data) = cidr_key(fe.ip, 12);
+            assert_eq!(cidr_of(len, &data), (fe.ip, 12));
+        }
+        let record = Record {
+            set: 7,
+            affinity: 10800,
+            flags: EMPTY_DROP,
+        };
+        assert_eq!(Record::from_bytes(&record.bytes()), record);
+        assert_eq!(set_of(&slot_key(9, 3)), 9);
+    }
+
+    #[test]
+    fn addresses_and_ports_are_in_network_order() {
+        let fe = Frontend {
+            ip: "10.96.0.10".parse().expect("ip"),
+            port: 80,
+            proto: TCP,
+        };
+        let key = fe.key();
+        assert_eq!(&key[..4], &[10, 96, 0, 10]);
+        assert_eq!(&key[4..16], &[0; 12]);
+        assert_eq!(&key[16..18], &[0, 80]);
+        assert_eq!((key[18], key[19]), (6, 4));
+    }
+}

@@ -1,0 +1,451 @@
+//! The eBPF backend of kpng-rs: socket-level load balancing.
+//!
+//! [`EbpfBackend`] is a [`kpng_sink::IncrementalSink`], like the
+//! netfilter backends, fed the same node view. Instead of rules that
+//! translate packets, it writes BPF maps read by cgroup `sock_addr`
+//! programs (`connect4/6`, `sendmsg4/6`, `recvmsg4/6`, `getpeername4/6`):
+//! when a socket of the cgroup connects (or sends a datagram) to a
+//! Service address, the program picks an endpoint and the socket goes
+//! straight to it. No packet of the connection is translated, so there
+//! is no conntrack entry, no masquerade and no per-packet cost.
+//!
+//! - **Served**: ClusterIPs, and the NodePorts, external IPs and LB IPs a
+//!   socket of the node or its pods asks for. Traffic arriving from
+//!   outside the node has no socket here; the `kpng` command hands it to
+//!   the nftables backend in the same process (docs/semantics.md says row
+//!   by row which serves what).
+//! - **Selection** comes from the node view's plan, as in the netfilter
+//!   backends: ready, serving and terminating fallbacks, the Local
+//!   policies, topology. ClientIP affinity is kept per client network
+//!   namespace (a pod; the node's own sockets share one) in an LRU map,
+//!   with the Service's timeout.
+//! - **Failures** as kube-proxy's: no endpoint at all, or an unknown port
+//!   on a live ClusterIP, fails the connect with `ECONNREFUSED`; a Local
+//!   policy without a local endpoint, or an unallocated address in the
+//!   Service CIDRs, fails it with `EPERM`, at once, where a dropped packet
+//!   would make it time out.
+//! - **Replies**: `getpeername` and UDP `recvmsg` show the Service
+//!   address, not the endpoint's.
+//! - **Updates** change only what changed, in an order where every
+//!   Service stays whole: see the `state` module's docs.
+//! - **Restarts**: maps and links are pinned under a bpffs directory;
+//!   the programs stay attached while kpng is down, connections keep
+//!   working, and a restart adopts them. [`cleanup`] removes everything.
+//!
+//! # Example
+//!
+//! A dry run writes to an in-memory copy of the maps and prints each
+//! write; it needs no kernel:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use kpng_backend_ebpf::{EbpfBackend, EbpfConfig};
+//! use kpng_model::v1::{Protocol, Service, ServicePort};
+//! use kpng_model::view::ViewOp;
+//! use kpng_sink::IncrementalSink;
+//!
+//! let mut backend = EbpfBackend::dry_run(EbpfConfig::default());
+//! let svc = Service::new("default", "web")
+//!     .with_cluster_ips(["10.96.0.10".parse()?])
+//!     .with_port(ServicePort::new("http", Protocol::Tcp, 80));
+//! backend.reset();
+//! backend.apply(&ViewOp::SetService(Arc::new(svc)))?;
+//! backend.sync(1)?;
+//! // No endpoint: a connect to the ClusterIP is refused.
+//! assert!(backend.last_writes().contains(&"set services 10.96.0.10 tcp 80 : set 1 empty: reject".to_string()));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod datapath;
+mod layout;
+pub mod object;
+mod state;
+mod tables;
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use kpng_model::ServiceName;
+use kpng_model::view::NodeView;
+use kpng_sink::{IncrementalSink, ProxyConfig, SinkError, ViewTracker};
+
+use datapath::Datapath;
+pub use datapath::{Counters, DEFAULT_PIN_PATH, cgroup2_root, cleanup};
+use state::{State, contribution, nodeport_ips};
+use tables::{Recorder, Tables};
+
+/// Errors of the eBPF backend.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The object could not be loaded (a map created or opened).
+    #[error("loading the BPF object: {0}")]
+    Load(#[source] Box<aya::EbpfError>),
+    /// The object lacks a program or map the backend needs.
+    #[error("the BPF object has no `{name}`")]
+    Missing {
+        /// The program or map.
+        name: &'static str,
+    },
+    /// The kernel refused a program (its verifier, or the attach).
+    #[error("program {name}: {source}")]
+    Program {
+        /// The program.
+        name: &'static str,
+        /// Why.
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+    /// A program's link could not be kept.
+    #[error("program {name}: {source}")]
+    Link {
+        /// The program.
+        name: &'static str,
+        /// Why.
+        #[source]
+        source: aya::programs::links::LinkError,
+    },
+    /// A link could not be pinned.
+    #[error("pinning {}: {source}", path.display())]
+    PinLink {
+        /// The pin.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: aya::pin::PinError,
+    },
+    /// The pin directory is not on a bpf file system.
+    #[error("{} is not on a bpf file system: mount one (`mount -t bpf bpf /sys/fs/bpf`) or choose another pin path", path.display())]
+    NotBpffs {
+        /// The pin directory.
+        path: PathBuf,
+    },
+    /// A pin (a file or directory on bpffs) could not be made, read or
+    /// removed.
+    #[error("{}: {source}", path.display())]
+    Pin {
+        /// The pin.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The cgroup to attach to could not be opened.
+    #[error("cgroup {}: {source}", path.display())]
+    Cgroup {
+        /// The cgroup directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A map write, delete or read failed.
+    #[error("map {map}: {source}")]
+    Map {
+        /// The map.
+        map: &'static str,
+        /// Why.
+        #[source]
+        source: aya::maps::MapError,
+    },
+    /// A key or value of the wrong size (a bug).
+    #[error("map {map}: {len} bytes do not fit its layout")]
+    Layout {
+        /// The map.
+        map: &'static str,
+        /// The size given.
+        len: usize,
+    },
+}
+
+/// Settings of the eBPF backend: kube-proxy's ([`ProxyConfig`]), the
+/// cgroup to attach to, and where to pin.
+///
+/// ```
+/// use kpng_backend_ebpf::EbpfConfig;
+/// use kpng_sink::ProxyConfig;
+///
+/// let config = EbpfConfig::new(ProxyConfig::default())
+///     .cgroup("/sys/fs/cgroup/kubepods")
+///     .pin_path("/sys/fs/bpf/kpng");
+/// assert_eq!(config.cgroup.to_str(), Some("/sys/fs/cgroup/kubepods"));
+/// ```
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct EbpfConfig {
+    /// kube-proxy's settings.
+    pub proxy: ProxyConfig,
+    /// The cgroup (v2) whose sockets are served, with its descendants
+    /// (default: the cgroup v2 root, so every process of the node).
+    pub cgroup: PathBuf,
+    /// The bpffs directory for pins (default `/sys/fs/bpf/kpng`).
+    pub pin_path: PathBuf,
+}
+
+impl Default for EbpfConfig {
+    fn default() -> Self {
+        Self::new(ProxyConfig::default())
+    }
+}
+
+impl EbpfConfig {
+    /// The cgroup v2 root and the default pin path, with `proxy`.
+    pub fn new(proxy: ProxyConfig) -> Self {
+        Self {
+            proxy,
+            cgroup: cgroup2_root().unwrap_or_else(|| PathBuf::from("/sys/fs/cgroup")),
+            pin_path: PathBuf::from(DEFAULT_PIN_PATH),
+        }
+    }
+
+    /// Serves the sockets of `path` (a cgroup v2 directory).
+    #[must_use]
+    pub fn cgroup(mut self, path: impl Into<PathBuf>) -> Self {
+        self.cgroup = path.into();
+        self
+    }
+
+    /// Pins under `path` (on a bpf file system).
+    #[must_use]
+    pub fn pin_path(mut self, path: impl Into<PathBuf>) -> Self {
+        self.pin_path = path.into();
+        self
+    }
+}
+
+/// What the last sync did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EbpfSyncStats {
+    /// Whether it rewrote every Service (the first sync, one after a
+    /// failure).
+    pub full: bool,
+    /// Map elements written or deleted.
+    pub writes: usize,
+    /// Services looked at.
+    pub services: usize,
+    /// Endpoint sets and Service records held after it.
+    pub sets: usize,
+    /// See `sets`.
+    pub records: usize,
+    /// Time taken, in microseconds.
+    pub micros: u128,
+    /// Whether the programs were found attached by a previous run.
+    pub adopted: bool,
+}
+
+enum Target {
+    Kernel(Box<Datapath>),
+    DryRun(Recorder),
+}
+
+/// The eBPF backend. See the crate docs.
+pub struct EbpfBackend {
+    config: EbpfConfig,
+    tracker: ViewTracker,
+    state: State,
+    target: Target,
+    last: EbpfSyncStats,
+    last_writes: Vec<String>,
+    keep_writes: bool,
+}
+
+impl std::fmt::Debug for EbpfBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EbpfBackend")
+            .field("config", &self.config)
+            .field("last", &self.last)
+            .finish()
+    }
+}
+
+impl EbpfBackend {
+    /// Loads the programs (or adopts those a previous run pinned),
+    /// attaches them to the configured cgroup and opens the maps.
+    pub fn attach(config: EbpfConfig) -> Result<Self, Error> {
+        let datapath = Datapath::open(&config.pin_path, &config.cgroup)?;
+        Ok(Self::with_target(config, Target::Kernel(Box::new(datapath))))
+    }
+
+    /// A backend that writes an in-memory copy of the maps and keeps each
+    /// sync's writes as text (`--dry-run`); it touches no kernel.
+    pub fn dry_run(config: EbpfConfig) -> Self {
+        let mut backend = Self::with_target(config, Target::DryRun(Recorder::default()));
+        backend.keep_writes = true;
+        backend
+    }
+
+    fn with_target(config: EbpfConfig, target: Target) -> Self {
+        Self {
+            config,
+            tracker: ViewTracker::default(),
+            state: State::default(),
+            target,
+            last: EbpfSyncStats::default(),
+            last_writes: Vec::new(),
+            keep_writes: false,
+        }
+    }
+
+    /// What the last sync did.
+    pub fn last_sync(&self) -> &EbpfSyncStats {
+        &self.last
+    }
+
+    /// The last sync's writes as text, one per element (dry runs only).
+    pub fn last_writes(&self) -> &[String] {
+        &self.last_writes
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &EbpfConfig {
+        &self.config
+    }
+
+    /// What the programs counted (zero in a dry run).
+    pub fn counters(&self) -> Result<Counters, Error> {
+        match &self.target {
+            Target::Kernel(datapath) => datapath.counters(),
+            Target::DryRun(_) => Ok(Counters::default()),
+        }
+    }
+
+    /// Makes the next sync a full one.
+    pub fn force_full(&mut self) {
+        self.tracker.force_full();
+    }
+
+    fn round(&mut self) -> Result<(bool, usize), SinkError> {
+        let Self {
+            tracker,
+            state,
+            target,
+            config,
+            ..
+        } = self;
+        let tables: &mut dyn Tables = match target {
+            Target::Kernel(datapath) => &mut datapath.kernel,
+            Target::DryRun(recorder) => recorder,
+        };
+        tracker.round(|changes, view| {
+            sync_round(state, tables, config, view, changes)
+                .map_err(|e| SinkError::backend("ebpf", e))
+        })
+    }
+}
+
+/// One round's writes.
+fn sync_round(
+    state: &mut State,
+    tables: &mut dyn Tables,
+    config: &EbpfConfig,
+    view: &NodeView,
+    changes: &kpng_sink::Changes,
+) -> Result<(bool, usize), Error> {
+    state.begin_round();
+    let prefixes = config.proxy.nodeport_prefixes();
+    let node_ips = nodeport_ips(view, prefixes.as_deref());
+    let cidrs = view.service_cidrs_with(&config.proxy.service_prefixes());
+    if changes.full {
+        let mut services = view
+            .services
+            .iter()
+            .map(|(name, service)| (name.clone(), contribution(service, &node_ips)));
+        state.replace_all(tables, &mut services, &cidrs)?;
+        return Ok((true, view.services.len()));
+    }
+    if changes.service_cidrs {
+        state.set_cidrs(tables, &cidrs, false)?;
+    }
+    // The node's addresses are where NodePorts are reached: a change of
+    // them touches every Service (rare).
+    let names: Vec<ServiceName> = if changes.node {
+        let mut all: Vec<ServiceName> = view.services.keys().cloned().collect();
+        all.extend(state.services().cloned());
+        all.sort();
+        all.dedup();
+        all
+    } else {
+        changes.services.clone()
+    };
+    for name in &names {
+        let new = view
+            .services
+            .get(name)
+            .map(|service| contribution(service, &node_ips))
+            .unwrap_or_default();
+        state.update_service(tables, name, new)?;
+    }
+    Ok((false, names.len()))
+}
+
+impl kpng_sink::RoundReport for EbpfBackend {
+    fn last_round(&self) -> kpng_sink::RoundSummary {
+        kpng_sink::RoundSummary::new(self.last.full, self.last.writes)
+    }
+    fn write_script(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        for line in &self.last_writes {
+            writeln!(out, "{line}")?;
+        }
+        Ok(())
+    }
+}
+
+impl IncrementalSink for EbpfBackend {
+    fn reset(&mut self) {
+        self.tracker.reset();
+    }
+
+    fn apply(&mut self, op: &kpng_model::view::ViewOp) -> Result<(), SinkError> {
+        self.tracker.absorb(op)
+    }
+
+    fn view(&self) -> Option<&NodeView> {
+        Some(self.tracker.view())
+    }
+
+    fn share_view(&mut self, view: &NodeView) {
+        self.tracker.share(view);
+    }
+
+    /// Writes what changed. Map writes are not transactional: each one is
+    /// atomic, and their order keeps every Service whole, but a failed
+    /// round leaves the Services it reached updated and the others as
+    /// they were; the next sync then rewrites everything.
+    fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
+        let start = Instant::now();
+        let result = self.round();
+        let writes = self.state.take_writes();
+        if let Target::DryRun(recorder) = &mut self.target {
+            let lines = recorder.take_lines();
+            if self.keep_writes {
+                self.last_writes = lines;
+            }
+        }
+        let (sets, records) = self.state.sizes();
+        let adopted = matches!(&self.target, Target::Kernel(d) if d.adopted);
+        let (full, services) = match &result {
+            Ok(done) => *done,
+            Err(_) => (false, 0),
+        };
+        self.last = EbpfSyncStats {
+            full,
+            writes,
+            services,
+            sets,
+            records,
+            micros: start.elapsed().as_micros(),
+            adopted,
+        };
+        match &result {
+            Ok(_) => tracing::debug!(revision, full, writes, "ebpf sync applied"),
+            Err(e) => tracing::warn!(revision, error = %e, "ebpf sync failed"),
+        }
+        result.map(|_| ())
+    }
+}
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -1,0 +1,277 @@
+//! Where the backend's writes go: the kernel's BPF maps (through aya), or
+//! an in-memory copy that records each write as a line of text (dry runs
+//! and tests). Both take keys and values as the bytes of
+//! [`layout`](crate::layout).
+
+use std::collections::BTreeMap;
+
+use aya::maps::lpm_trie::{Key, LpmTrie};
+use aya::maps::{HashMap, MapData};
+
+use crate::Error;
+use crate::layout::{self, Endpoint, Frontend, Record};
+
+/// The maps the backend writes, by their names in the object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum Table {
+    Services,
+    Sets,
+    Slots,
+    Members,
+    Live,
+    Cidrs,
+}
+
+impl Table {
+    /// The map's name in the object (and its pin's file name).
+    pub(crate) fn map_name(self) -> &'static str {
+        match self {
+            Table::Services => "kpng_services",
+            Table::Sets => "kpng_sets",
+            Table::Slots => "kpng_slots",
+            Table::Members => "kpng_members",
+            Table::Live => "kpng_live",
+            Table::Cidrs => "kpng_cidrs",
+        }
+    }
+
+    fn short(self) -> &'static str {
+        &self.map_name()[5..]
+    }
+
+    /// One element, as a dry run prints it.
+    pub(crate) fn describe(self, key: &[u8], value: Option<&[u8]>) -> String {
+        let fixed = |bytes: &[u8]| -> [u8; 20] {
+            let mut out = [0u8; 20];
+            let n = bytes.len().min(20);
+            out[..n].copy_from_slice(&bytes[..n]);
+            out
+        };
+        let word = |bytes: &[u8], at: usize| -> u32 {
+            let mut w = [0u8; 4];
+            w.copy_from_slice(&bytes[at..at + 4]);
+            u32::from_ne_bytes(w)
+        };
+        let key_text = match self {
+            Table::Services => Frontend::from_key(&fixed(key)).to_string(),
+            Table::Sets => word(key, 0).to_string(),
+            Table::Slots => format!("{}/{}", word(key, 0), word(key, 4)),
+            Table::Members => format!("{} {}", word(key, 0), Endpoint::from_bytes(&key[4..])),
+            Table::Live => layout::live_ip(&fixed(key)).to_string(),
+            Table::Cidrs => {
+                let (ip, len) = layout::cidr_of(word(key, 0), &fixed(&key[4..]));
+                format!("{ip}/{len}")
+            }
+        };
+        let value_text = match (self, value) {
+            (_, None) => None,
+            (Table::Services, Some(v)) => {
+                let mut b = [0u8; 16];
+                b.copy_from_slice(&v[..16]);
+                Some(Record::from_bytes(&b).to_string())
+            }
+            (Table::Sets, Some(v)) => Some(format!("{} endpoints", word(v, 0))),
+            (Table::Slots, Some(v)) => Some(Endpoint::from_bytes(v).to_string()),
+            (Table::Members | Table::Live | Table::Cidrs, Some(_)) => None,
+        };
+        match value_text {
+            Some(v) => format!("{} {key_text} : {v}", self.short()),
+            None => format!("{} {key_text}", self.short()),
+        }
+    }
+}
+
+/// What the backend writes to.
+pub(crate) trait Tables {
+    /// Sets one element (adds it or replaces its value in one step).
+    fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), Error>;
+    /// Deletes one element; a missing one is not an error.
+    fn delete(&mut self, table: Table, key: &[u8]) -> Result<(), Error>;
+    /// Every key of a table.
+    fn keys(&self, table: Table) -> Result<Vec<Vec<u8>>, Error>;
+}
+
+/// An in-memory copy of the maps: what a dry run writes, line by line.
+#[derive(Debug, Default)]
+pub(crate) struct Recorder {
+    pub(crate) tables: BTreeMap<Table, BTreeMap<Vec<u8>, Vec<u8>>>,
+    /// The writes since the last `take_lines`, as text.
+    pub(crate) lines: Vec<String>,
+}
+
+impl Recorder {
+    pub(crate) fn take_lines(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.lines)
+    }
+
+    #[cfg(test)]
+    pub(crate) fn get(&self, table: Table, key: &[u8]) -> Option<&[u8]> {
+        self.tables.get(&table)?.get(key).map(Vec::as_slice)
+    }
+}
+
+impl Tables for Recorder {
+    fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), Error> {
+        self.lines
+            .push(format!("set {}", table.describe(key, Some(value))));
+        self.tables
+            .entry(table)
+            .or_default()
+            .insert(key.to_vec(), value.to_vec());
+        Ok(())
+    }
+
+    fn delete(&mut self, table: Table, key: &[u8]) -> Result<(), Error> {
+        self.lines
+            .push(format!("delete {}", table.describe(key, None)));
+        if let Some(t) = self.tables.get_mut(&table) {
+            t.remove(key);
+        }
+        Ok(())
+    }
+
+    fn keys(&self, table: Table) -> Result<Vec<Vec<u8>>, Error> {
+        Ok(self
+            .tables
+            .get(&table)
+            .map(|t| t.keys().cloned().collect())
+            .unwrap_or_default())
+    }
+}
+
+/// The kernel's maps, opened from their pins.
+pub(crate) struct Kernel {
+    pub(crate) services: HashMap<MapData, [u8; 20], [u8; 16]>,
+    pub(crate) sets: HashMap<MapData, u32, u32>,
+    pub(crate) slots: HashMap<MapData, [u8; 8], [u8; 20]>,
+    pub(crate) members: HashMap<MapData, [u8; 24], u8>,
+    pub(crate) live: HashMap<MapData, [u8; 20], u32>,
+    pub(crate) cidrs: LpmTrie<MapData, [u8; 20], u8>,
+}
+
+impl std::fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Kernel")
+    }
+}
+
+fn array<const N: usize>(table: Table, bytes: &[u8]) -> Result<[u8; N], Error> {
+    bytes.try_into().map_err(|_| Error::Layout {
+        map: table.map_name(),
+        len: bytes.len(),
+    })
+}
+
+fn word(table: Table, bytes: &[u8]) -> Result<u32, Error> {
+    Ok(u32::from_ne_bytes(array::<4>(table, bytes)?))
+}
+
+fn cidr(bytes: &[u8]) -> Result<Key<[u8; 20]>, Error> {
+    let all: [u8; 24] = array(Table::Cidrs, bytes)?;
+    let len = u32::from_ne_bytes([all[0], all[1], all[2], all[3]]);
+    let mut data = [0u8; 20];
+    data.copy_from_slice(&all[4..]);
+    Ok(Key::new(len, data))
+}
+
+/// The bytes of a CIDR key as [`Tables`] takes them: the prefix length,
+/// then the data.
+pub(crate) fn cidr_bytes(len: u32, data: &[u8; 20]) -> [u8; 24] {
+    let mut out = [0u8; 24];
+    out[..4].copy_from_slice(&len.to_ne_bytes());
+    out[4..].copy_from_slice(data);
+    out
+}
+
+fn missing_ok(result: Result<(), aya::maps::MapError>, map: &'static str) -> Result<(), Error> {
+    match result {
+        Ok(()) => Ok(()),
+        Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+        Err(aya::maps::MapError::SyscallError(e))
+            if e.io_error.kind() == std::io::ErrorKind::NotFound =>
+        {
+            Ok(())
+        }
+        Err(source) => Err(Error::Map { map, source }),
+    }
+}
+
+impl Tables for Kernel {
+    fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), Error> {
+        let map = table.map_name();
+        let wrap = |source| Error::Map { map, source };
+        match table {
+            Table::Services => self
+                .services
+                .insert(array(table, key)?, array::<16>(table, value)?, 0)
+                .map_err(wrap),
+            Table::Sets => self
+                .sets
+                .insert(word(table, key)?, word(table, value)?, 0)
+                .map_err(wrap),
+            Table::Slots => self
+                .slots
+                .insert(array(table, key)?, array::<20>(table, value)?, 0)
+                .map_err(wrap),
+            Table::Members => self
+                .members
+                .insert(array(table, key)?, 1u8, 0)
+                .map_err(wrap),
+            Table::Live => self.live.insert(array(table, key)?, 1u32, 0).map_err(wrap),
+            Table::Cidrs => self.cidrs.insert(&cidr(key)?, 1u8, 0).map_err(wrap),
+        }
+    }
+
+    fn delete(&mut self, table: Table, key: &[u8]) -> Result<(), Error> {
+        let map = table.map_name();
+        let result = match table {
+            Table::Services => self.services.remove(&array(table, key)?),
+            Table::Sets => self.sets.remove(&word(table, key)?),
+            Table::Slots => self.slots.remove(&array(table, key)?),
+            Table::Members => self.members.remove(&array(table, key)?),
+            Table::Live => self.live.remove(&array(table, key)?),
+            Table::Cidrs => self.cidrs.remove(&cidr(key)?),
+        };
+        missing_ok(result, map)
+    }
+
+    fn keys(&self, table: Table) -> Result<Vec<Vec<u8>>, Error> {
+        let map = table.map_name();
+        let wrap = |source| Error::Map { map, source };
+        match table {
+            Table::Services => self
+                .services
+                .keys()
+                .map(|k| k.map(|k| k.to_vec()).map_err(wrap))
+                .collect(),
+            Table::Sets => self
+                .sets
+                .keys()
+                .map(|k| k.map(|k| k.to_ne_bytes().to_vec()).map_err(wrap))
+                .collect(),
+            Table::Slots => self
+                .slots
+                .keys()
+                .map(|k| k.map(|k| k.to_vec()).map_err(wrap))
+                .collect(),
+            Table::Members => self
+                .members
+                .keys()
+                .map(|k| k.map(|k| k.to_vec()).map_err(wrap))
+                .collect(),
+            Table::Live => self
+                .live
+                .keys()
+                .map(|k| k.map(|k| k.to_vec()).map_err(wrap))
+                .collect(),
+            Table::Cidrs => self
+                .cidrs
+                .keys()
+                .map(|k| {
+                    k.map(|k| cidr_bytes(k.prefix_len(), &k.data()).to_vec())
+                        .map_err(wrap)
+                })
+                .collect(),
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! The checked-in BPF object is what its C source builds to.
+//!
+//! clang (Debian's clang 14, with `libbpf-dev`) rebuilds `bpf/kpng_sock.c`
+//! with the crate's own arguments ([`CLANG_ARGS`]) and the result must
+//! equal `bpf/kpng_sock.o` byte for byte. CI installs clang, so there a
+//! missing clang fails the test; elsewhere it prints SKIPPED.
+//! `KPNG_BLESS=1 cargo test -p kpng-backend-ebpf --test object` writes
+//! the new object after a change of the source.
+
+use std::path::Path;
+use std::process::Command;
+
+use kpng_backend_ebpf::object::{CLANG_ARGS, OBJECT, OBJECT_FILE, SOURCE, SOURCE_FILE};
+
+#[test]
+fn the_checked_in_object_is_what_the_source_builds_to() {
+    let bpf = Path::new(env!("CARGO_MANIFEST_DIR")).join("bpf");
+    let source = std::fs::read_to_string(bpf.join(SOURCE_FILE)).expect("source");
+    assert_eq!(source, SOURCE);
+    let out = std::env::temp_dir().join(format!("kpng-sock-{}.o", std::process::id()));
+    let built = Command::new("clang")
+        .current_dir(&bpf)
+        .args(CLANG_ARGS)
+        .arg(&out)
+        .output();
+    let built = match built {
+        Ok(built) => built,
+        Err(e) if std::env::var_os("CI").is_none() => {
+            eprintln!("SKIPPED: clang: {e} (apt-get install clang libbpf-dev)");
+            return;
+        }
+        Err(e) => panic!("clang: {e}; CI must install clang and libbpf-dev"),
+    };
+    assert!(
+        built.status.success(),
+        "clang failed: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let fresh = std::fs::read(&out).expect("built object");
+    let _ = std::fs::remove_file(&out);
+    if std::env::var_os("KPNG_BLESS").is_some() {
+        std::fs::write(bpf.join(OBJECT_FILE), &fresh).expect("write the object");
+        return;
+    }
+    assert!(
+        fresh == OBJECT,
+        "bpf/{OBJECT_FILE} is not what bpf/{SOURCE_FILE} builds to ({} bytes built, {} checked in): \
+         run `KPNG_BLESS=1 cargo test -p kpng-backend-ebpf --test object` and commit the object",
+        fresh.len(),
+        OBJECT.len()
+    );
+}
