@@ -7,6 +7,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use kpng_testkit::bpf::{BpfFs, TestCgroup, in_cgroup_and_netns};
+
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 
 const SERVER: &str = r#"
@@ -104,7 +106,15 @@ pub struct Lab {
     namespaces: Vec<String>,
     servers: Vec<Child>,
     links: usize,
+    /// A bpffs and a cgroup for eBPF backends, made on first use; removed
+    /// after the namespaces (field order), detaching whatever is left.
+    bpf: std::sync::OnceLock<(BpfFs, TestCgroup)>,
 }
+
+/// The hosts whose sockets are this node's: the node itself, the pod
+/// client and e1 (the endpoint pod on this node). An eBPF backend serves
+/// their sockets; the other hosts stand for other machines.
+pub const LOCAL_HOSTS: [&str; 3] = ["node", "podc", "e1"];
 
 impl Drop for Lab {
     fn drop(&mut self) {
@@ -141,6 +151,7 @@ impl Lab {
             namespaces: Vec::new(),
             servers: Vec::new(),
             links: 0,
+            bpf: std::sync::OnceLock::new(),
         };
         lab.namespace("node");
         for s in ["net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"] {
@@ -327,21 +338,19 @@ impl Lab {
         port: u16,
         count: usize,
     ) -> Vec<String> {
-        let out = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &self.ns(from),
-                "python3",
-                "-c",
-                CLIENT,
-                proto,
-                host,
-                &port.to_string(),
-                &count.to_string(),
-            ])
-            .output()
-            .expect("client");
+        let (port, count) = (port.to_string(), count.to_string());
+        let args = ["python3", "-c", CLIENT, proto, host, &port, &count];
+        let mut command = match self.bpf.get() {
+            Some((_, cgroup)) if LOCAL_HOSTS.contains(&from) => {
+                in_cgroup_and_netns(&cgroup.path, &self.ns(from), &args)
+            }
+            _ => {
+                let mut command = Command::new("ip");
+                command.args(["netns", "exec", &self.ns(from)]).args(args);
+                command
+            }
+        };
+        let out = command.output().expect("client");
         String::from_utf8_lossy(&out.stdout)
             .lines()
             .map(str::to_owned)
@@ -400,6 +409,21 @@ impl Lab {
     /// deleted with the lab: a scratch kernel to compare rulesets in.
     pub fn scratch(&mut self, name: &str) -> String {
         self.namespace(name)
+    }
+
+    /// The lab's cgroup and bpffs pin directory, for an eBPF backend:
+    /// made on first use; from then on the sockets of [`LOCAL_HOSTS`] are
+    /// made in that cgroup.
+    ///
+    /// # Panics
+    /// When they cannot be made (see `kpng_testkit::bpf::unavailable`).
+    pub fn bpf_env(&self) -> (std::path::PathBuf, std::path::PathBuf) {
+        let (fs, cgroup) = self.bpf.get_or_init(|| {
+            let fs = BpfFs::new(&format!("{}-bpf", self.prefix)).expect("a bpffs");
+            let cgroup = TestCgroup::new(&format!("{}-cg", self.prefix)).expect("a cgroup");
+            (fs, cgroup)
+        });
+        (cgroup.path.clone(), fs.path.join("kpng"))
     }
 
     /// Runs `args` in the node namespace; its standard output.

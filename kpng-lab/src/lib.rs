@@ -14,8 +14,9 @@ pub mod bench;
 mod lab;
 pub mod scenarios;
 
-pub use lab::{Lab, endpoints, run, settle, unavailable};
+pub use lab::{LOCAL_HOSTS, Lab, endpoints, run, settle, unavailable};
 
+use kpng_backend_ebpf::{EbpfBackend, EbpfConfig};
 use kpng_backend_iptables::IptablesBackend;
 use kpng_backend_nft::NftBackend;
 use kpng_diff::NodeProjector;
@@ -93,6 +94,16 @@ pub trait LabBackend: IncrementalSink + Sized {
     fn dump(lab: &Lab) -> String;
     /// Removes everything the backend programmed in the lab's node.
     fn clear(lab: &Lab);
+    /// Whether the backend serves this node's sockets before any packet
+    /// is sent (socket-level load balancing): then nothing is translated,
+    /// so nothing is masqueraded (hairpin included), and what a packet
+    /// path drops fails the connect at once instead of timing out. The
+    /// scenarios state each difference where it shows.
+    const SOCKETS: bool = false;
+    /// Why the backend cannot run here beyond its tools, if it cannot.
+    fn unavailable() -> Option<String> {
+        None
+    }
 }
 
 impl LabBackend for NftBackend {
@@ -147,6 +158,75 @@ impl LabBackend for IptablesBackend {
     }
     fn clear(lab: &Lab) {
         iptables_clear(lab, iptables_word());
+    }
+}
+
+/// The eBPF backend as `kpng … to-ebpf` runs it: the sockets of the
+/// node's cgroup (here the lab's, holding the [`LOCAL_HOSTS`]' clients)
+/// are balanced by its programs; traffic from outside the node goes to the
+/// nftables backend in the same process.
+#[derive(Debug)]
+pub struct EbpfWithNft {
+    /// The socket-level backend.
+    pub ebpf: EbpfBackend,
+    /// The nftables backend, for traffic no local socket sent.
+    pub nft: NftBackend,
+}
+
+impl IncrementalSink for EbpfWithNft {
+    fn reset(&mut self) {
+        self.ebpf.reset();
+        self.nft.reset();
+    }
+    fn apply(&mut self, op: &kpng_model::view::ViewOp) -> Result<(), SinkError> {
+        self.ebpf.apply(op)?;
+        self.nft.apply(op)
+    }
+    fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
+        let ebpf = self.ebpf.sync(revision);
+        let nft = self.nft.sync(revision);
+        ebpf.and(nft)
+    }
+}
+
+impl LabBackend for EbpfWithNft {
+    const NAME: &'static str = "ebpf+nftables";
+    const TOOLS: &'static [&'static str] = &["nft"];
+    const SOCKETS: bool = true;
+
+    fn in_lab(lab: &Lab, settings: &Settings) -> Self {
+        let (cgroup, pins) = lab.bpf_env();
+        let config = EbpfConfig::new(settings.proxy())
+            .cgroup(cgroup)
+            .pin_path(pins);
+        EbpfWithNft {
+            ebpf: EbpfBackend::attach(config).expect("the eBPF programs attach"),
+            nft: NftBackend::in_lab(lab, settings),
+        }
+    }
+    fn last_full(&self) -> bool {
+        self.ebpf.last_sync().full && self.nft.last_sync().full
+    }
+    fn last_commands(&self) -> usize {
+        self.ebpf.last_sync().writes + self.nft.last_sync().commands
+    }
+    fn last_note(&self) -> String {
+        format!(
+            "{} map writes, {} nft commands",
+            self.ebpf.last_sync().writes,
+            self.nft.last_sync().commands
+        )
+    }
+    fn dump(lab: &Lab) -> String {
+        NftBackend::dump(lab)
+    }
+    fn clear(lab: &Lab) {
+        NftBackend::clear(lab);
+        let (_, pins) = lab.bpf_env();
+        let _ = kpng_backend_ebpf::cleanup(&pins);
+    }
+    fn unavailable() -> Option<String> {
+        kpng_testkit::bpf::unavailable()
     }
 }
 
@@ -251,7 +331,9 @@ fn iptables_word() -> &'static str {
 #[macro_export]
 macro_rules! require_lab {
     ($b:ty) => {
-        if let Some(why) = $crate::unavailable(<$b as $crate::LabBackend>::TOOLS) {
+        if let Some(why) = $crate::unavailable(<$b as $crate::LabBackend>::TOOLS)
+            .or_else(<$b as $crate::LabBackend>::unavailable)
+        {
             eprintln!("SKIPPED: {why}");
             return;
         }

@@ -26,6 +26,17 @@ pub(crate) enum Source {
     Api(ApiArgs),
 }
 
+impl Source {
+    /// The sink the command ends with.
+    pub(crate) fn sink(&self) -> &Sink {
+        match self {
+            Source::File(args) => &args.sink,
+            Source::Kube(args) => &args.sink,
+            Source::Api(args) => &args.sink,
+        }
+    }
+}
+
 /// Mutual TLS files, for `tcp://` addresses.
 #[derive(Args, Debug, Default)]
 pub(crate) struct TlsArgs {
@@ -113,6 +124,9 @@ pub(crate) enum Sink {
     ToNft(NftArgs),
     /// Program iptables and ip6tables in kube-proxy's layout.
     ToIptables(IptablesArgs),
+    /// Load-balance sockets in eBPF (cgroup programs); traffic from
+    /// outside the node goes to the nftables backend in this process.
+    ToEbpf(EbpfArgs),
     /// Serve the ENLS to node agents (`kpng api ... to-nft`).
     ToApi(ListenArgs),
     /// Write this node's view as YAML at each sync (for debugging).
@@ -149,6 +163,7 @@ impl Sink {
         match self {
             Sink::ToNft(args) => Some(&args.common),
             Sink::ToIptables(args) => Some(&args.common),
+            Sink::ToEbpf(args) => Some(&args.common),
             Sink::ToApi(_) | Sink::ToFile(_) => None,
         }
     }
@@ -183,6 +198,31 @@ pub(crate) struct IptablesArgs {
     /// holds rules, as kube-proxy picks).
     #[arg(long, default_value = "auto", value_parser = ["auto", "nft", "legacy"])]
     pub(crate) iptables_mode: String,
+    #[command(flatten)]
+    pub(crate) common: BackendArgs,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct EbpfArgs {
+    /// The cgroup (v2) whose sockets are load-balanced, with every cgroup
+    /// below it (default: the cgroup v2 root: every process of the node,
+    /// its pods included).
+    #[arg(long)]
+    pub(crate) cgroup_path: Option<PathBuf>,
+    /// Where the programs' links and maps are pinned: a directory on a
+    /// bpf file system. They stay attached while kpng restarts, and a
+    /// restart adopts them.
+    #[arg(long, default_value = kpng_backend_ebpf::DEFAULT_PIN_PATH)]
+    pub(crate) bpf_pin_path: PathBuf,
+    /// What serves traffic that no socket of the cgroup sent (NodePorts,
+    /// external IPs and LB IPs reached from outside the node): `nft`, the
+    /// nftables backend in this process, or `none`.
+    #[arg(long, default_value = "nft", value_parser = ["nft", "none"])]
+    pub(crate) north_south: String,
+    /// Detach the programs and remove the pinned maps (and the nftables
+    /// tables of `--north-south nft`), then exit.
+    #[arg(long)]
+    pub(crate) cleanup: bool,
     #[command(flatten)]
     pub(crate) common: BackendArgs,
 }

@@ -9,6 +9,7 @@
 //! kpng api --api unix:///run/kpng.sock --node N to-nft | to-iptables | to-file --output state.yaml
 //! kpng api --api tcp://server:7443 --tls-cert C --tls-key K --tls-ca CA to-api --listen unix:///run/kpng.sock
 //! kpng api --api unix:///run/kpng.sock --node N to-file --output - --format json --once   # what does node N think
+//! kpng kube [--kubeconfig F] --node N to-ebpf [--cgroup-path CG] [--bpf-pin-path DIR] [--north-south nft|none] [--cleanup] [backend flags]
 //! kpng kube [--kubeconfig F] --node N to-iptables [--iptables-mode auto|nft|legacy] [--aggregator-socket PATH] [backend flags]
 //! ```
 //!
@@ -23,6 +24,7 @@ use clap::Parser;
 use kpng_aggregator::Subsystem;
 use kpng_aggregator::iptables::{Iptables, Runner};
 use kpng_aggregator::nft::Nft;
+use kpng_backend_ebpf::{EbpfBackend, EbpfConfig};
 use kpng_backend_iptables::{IptablesBackend, IptablesConfig, Mode as IptablesMode};
 use kpng_backend_nft::{NftBackend, NftConfig};
 use kpng_diff::NodeProjector;
@@ -49,6 +51,8 @@ enum Error {
     Nft(#[from] kpng_backend_nft::Error),
     #[error(transparent)]
     Iptables(#[from] kpng_backend_iptables::Error),
+    #[error(transparent)]
+    Ebpf(#[from] kpng_backend_ebpf::Error),
     #[error(transparent)]
     Sync(#[from] kpng_sink::SinkError),
     #[error("kubernetes client: {0}")]
@@ -122,6 +126,7 @@ fn backend(
                 }
             }
         }
+        Sink::ToEbpf(ebpf) => ebpf_backend(ebpf, &measured)?,
         Sink::ToIptables(ipt) => {
             let args = &ipt.common;
             let proxy = args.proxy()?;
@@ -152,6 +157,56 @@ fn backend(
             }
         }
     })
+}
+
+/// The eBPF backend, with the nftables backend beside it for traffic from
+/// outside the node (`--north-south nft`).
+fn ebpf_backend(
+    ebpf: &args::EbpfArgs,
+    measured: &dyn Fn(
+        Box<dyn IncrementalSink + Send>,
+    ) -> kpng_health::metrics::Measured<Box<dyn IncrementalSink + Send>>,
+) -> Result<Box<dyn IncrementalSink + Send>, Error> {
+    let args = &ebpf.common;
+    let proxy = args.proxy()?;
+    let mut config = EbpfConfig::new(proxy.clone()).pin_path(&ebpf.bpf_pin_path);
+    if let Some(path) = &ebpf.cgroup_path {
+        config = config.cgroup(path);
+    }
+    let nft = (ebpf.north_south == "nft").then(|| NftBackend::new(NftConfig::new(proxy.clone())));
+    let mut sinks: Vec<Box<dyn IncrementalSink + Send>> = Vec::new();
+    if args.dry_run {
+        sinks.push(Box::new(
+            Logged::new(EbpfBackend::dry_run(config)).printing_scripts(),
+        ));
+        if let Some(nft) = nft {
+            sinks.push(Box::new(Logged::new(nft.dry_run()).printing_scripts()));
+        }
+        return Ok(Box::new(measured(Box::new(sinks))));
+    }
+    sinks.push(Box::new(Logged::new(EbpfBackend::attach(config)?)));
+    if let Some(nft) = nft {
+        sinks.push(Box::new(Logged::new(nft)));
+    }
+    with_health(measured(Box::new(sinks)), args, &proxy)
+}
+
+/// `to-ebpf --cleanup`: detaches the programs, removes the pins, and
+/// deletes the nftables tables of `--north-south nft`.
+fn ebpf_cleanup(ebpf: &args::EbpfArgs) -> Result<(), Error> {
+    let pins = kpng_backend_ebpf::cleanup(&ebpf.bpf_pin_path)?;
+    let tables = if ebpf.north_south == "nft" {
+        NftBackend::cleanup(&NftConfig::new(ebpf.common.proxy()?))?
+    } else {
+        0
+    };
+    tracing::info!(
+        pins = %ebpf.bpf_pin_path.display(),
+        removed = pins,
+        nft_tables = tables,
+        "cleaned up"
+    );
+    Ok(())
 }
 
 /// The metrics of this process, served on `--metrics-bind-address` for the
@@ -295,6 +350,11 @@ async fn finish(
 }
 
 async fn run(cli: Cli) -> Result<(), Error> {
+    if let Sink::ToEbpf(ebpf) = cli.source.sink()
+        && ebpf.cleanup
+    {
+        return ebpf_cleanup(ebpf);
+    }
     match cli.source {
         Source::File(args) => {
             let node = args.node.clone().unwrap_or_else(|| {

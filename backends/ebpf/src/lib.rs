@@ -264,7 +264,10 @@ impl EbpfBackend {
     /// attaches them to the configured cgroup and opens the maps.
     pub fn attach(config: EbpfConfig) -> Result<Self, Error> {
         let datapath = Datapath::open(&config.pin_path, &config.cgroup)?;
-        Ok(Self::with_target(config, Target::Kernel(Box::new(datapath))))
+        Ok(Self::with_target(
+            config,
+            Target::Kernel(Box::new(datapath)),
+        ))
     }
 
     /// A backend that writes an in-memory copy of the maps and keeps each

@@ -168,6 +168,14 @@ pub(crate) fn contribution(view: &ServiceView, node_ips: &[IpAddr]) -> Contribut
             }
         }
     }
+    // Only the sets a record leads to (a family with no address of the
+    // Service needs none).
+    let used: BTreeSet<&SetName> = out.records.values().map(|c| &c.set).collect();
+    let sets = std::mem::take(&mut out.sets);
+    out.sets = sets
+        .into_iter()
+        .filter(|(name, _)| used.contains(name))
+        .collect();
     out
 }
 
@@ -592,7 +600,13 @@ mod tests {
 
     impl Checked {
         fn check(&mut self) {
-            for (key, value) in self.inner.tables.get(&Table::Services).cloned().unwrap_or_default() {
+            for (key, value) in self
+                .inner
+                .tables
+                .get(&Table::Services)
+                .cloned()
+                .unwrap_or_default()
+            {
                 let mut v = [0u8; 16];
                 v.copy_from_slice(&value);
                 let record = Record::from_bytes(&v);
@@ -603,10 +617,15 @@ mod tests {
                     .unwrap_or(0);
                 for i in 0..count {
                     match self.inner.get(Table::Slots, &slot_key(record.set, i)) {
-                        None => self.violations.push(format!("{key:?}: slot {i} of {count} missing")),
-                        Some(ep) if !self.allowed.contains(&Endpoint::from_bytes(ep)) => self
+                        None => self
                             .violations
-                            .push(format!("slot {i}: {} is not an endpoint", Endpoint::from_bytes(ep))),
+                            .push(format!("{key:?}: slot {i} of {count} missing")),
+                        Some(ep) if !self.allowed.contains(&Endpoint::from_bytes(ep)) => {
+                            self.violations.push(format!(
+                                "slot {i}: {} is not an endpoint",
+                                Endpoint::from_bytes(ep)
+                            ))
+                        }
                         Some(_) => {}
                     }
                 }
@@ -662,7 +681,11 @@ mod tests {
             Claim {
                 set,
                 affinity: 0,
-                flags: if eps.is_empty() { EMPTY_REJECT } else { EMPTY_DROP },
+                flags: if eps.is_empty() {
+                    EMPTY_REJECT
+                } else {
+                    EMPTY_DROP
+                },
             },
         );
         c.live.insert(frontend().ip);
@@ -682,7 +705,10 @@ mod tests {
             .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
             .unwrap_or(0);
         (0..count)
-            .filter_map(|i| t.get(Table::Slots, &slot_key(set, i)).map(Endpoint::from_bytes))
+            .filter_map(|i| {
+                t.get(Table::Slots, &slot_key(set, i))
+                    .map(Endpoint::from_bytes)
+            })
             .collect()
     }
 
@@ -742,14 +768,32 @@ mod tests {
                     port: 80,
                     proto: crate::layout::TCP,
                 };
-                (fe, SetName { service: gone.clone(), ..claim.set.clone() }, claim)
+                (
+                    fe,
+                    SetName {
+                        service: gone.clone(),
+                        ..claim.set.clone()
+                    },
+                    claim,
+                )
             })
             .map(|(fe, set, claim)| (fe, Claim { set, ..claim }))
             .collect();
         other.sets = other
             .sets
             .into_values()
-            .map(|eps| (SetName { service: gone.clone(), port: 80, proto: crate::layout::TCP, v6: false, local: false }, eps))
+            .map(|eps| {
+                (
+                    SetName {
+                        service: gone.clone(),
+                        port: 80,
+                        proto: crate::layout::TCP,
+                        v6: false,
+                        local: false,
+                    },
+                    eps,
+                )
+            })
             .collect();
         other.live = [IpAddr::from([10, 96, 0, 99])].into();
         old.update_service(&mut t, &gone, other).expect("other");

@@ -299,6 +299,25 @@ impl NftBackend {
         &self.last
     }
 
+    /// Deletes the backend's tables (both families) from the kernel, as
+    /// `kube-proxy --cleanup` does; returns how many there were.
+    pub fn cleanup(config: &NftConfig) -> Result<usize, Error> {
+        let mut socket = nft::Socket::open(config.netns.as_deref())?;
+        let mut deleted = 0;
+        for family in IpFamily::BOTH {
+            let table = nft::Table::new(Fam(family).family(), config.table.as_str());
+            let mut tx = Transaction::new();
+            tx.delete_table(&table);
+            match socket.apply(&tx) {
+                Ok(()) => deleted += 1,
+                Err(kpng_netfilter::Error::Refused { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(deleted)
+    }
+
     /// The settings.
     pub fn config(&self) -> &NftConfig {
         &self.config
