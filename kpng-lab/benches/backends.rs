@@ -1,12 +1,13 @@
 //! Each backend's figures, side by side in one run (as root):
 //!
 //! ```text
-//! cargo bench -p kpng-lab --bench backends [-- nft|iptables]
+//! cargo bench -p kpng-lab --bench backends [-- nft|iptables|ebpf]
 //! ```
 #![allow(missing_docs)]
 
 use kpng_backend_iptables::IptablesBackend;
 use kpng_backend_nft::NftBackend;
+use kpng_lab::EbpfOnly;
 
 fn main() {
     let only: Vec<String> = std::env::args()
@@ -20,6 +21,18 @@ fn main() {
                 "<= 2000 ms; kube-proxy nft: ~9 min at 10k x 2",
                 "<= 10 ms, O(1); kube-proxy: 141 ms",
                 ">= 0.9",
+                "kernel netfilter per packet",
+            ],
+            true,
+        );
+    }
+    if wanted("ebpf") {
+        kpng_lab::bench::run::<EbpfOnly>(
+            [
+                "<= 200 ms",
+                "<= 0.100 ms",
+                "sockets connect straight to the pod: ~1",
+                ">= 0.98",
             ],
             true,
         );
@@ -30,6 +43,7 @@ fn main() {
                 "kube-proxy iptables: minutes at 10k, with partial syncs after",
                 "kube-proxy: rewrites the dispatch chains, O(services)",
                 "O(n) per new connection: expected well under 1",
+                "kernel netfilter per packet",
             ],
             false,
         );

@@ -69,8 +69,19 @@ fn real_service(store: &mut Store) {
 
 /// New connections per second from the pod client to the real Service.
 fn connection_rate(lab: &Lab, count: usize) -> f64 {
+    connection_rate_to(lab, ("10.100.0.1", 80), count)
+}
+
+/// New connections per second from the pod client straight to the real
+/// Service's endpoint, e1: what a connection through the Service is
+/// compared with.
+fn direct_rate(lab: &Lab, count: usize) -> f64 {
+    connection_rate_to(lab, ("10.244.1.10", 8080), count)
+}
+
+fn connection_rate_to(lab: &Lab, (host, port): (&str, u16), count: usize) -> f64 {
     let start = Instant::now();
-    let lines = lab.connect("podc", "tcp", "10.100.0.1", 80, count);
+    let lines = lab.connect("podc", "tcp", host, port, count);
     let secs = start.elapsed().as_secs_f64();
     let ok = lines
         .iter()
@@ -83,6 +94,17 @@ fn connection_rate(lab: &Lab, count: usize) -> f64 {
         &lines[..lines.len().min(3)]
     );
     count as f64 / secs
+}
+
+/// 2,000 connections through the Service and 2,000 straight to its pod,
+/// in 4 alternating rounds of 500; the rates of each.
+fn rates(lab: &Lab) -> (f64, f64) {
+    let (mut via, mut direct) = (0.0, 0.0);
+    for _ in 0..4 {
+        via += 500.0 / connection_rate(lab, 500);
+        direct += 500.0 / direct_rate(lab, 500);
+    }
+    (2000.0 / via, 2000.0 / direct)
 }
 
 /// A cluster of `services` × 10 endpoints. `simple`: every Service a
@@ -135,8 +157,8 @@ fn full_sync<B: LabBackend>(
 /// kube-proxy references printed in brackets: full sync at 10k, one
 /// change at 10k, connection-rate ratio. `extended` adds a mixed cluster
 /// and a restart at 10k (minutes each for iptables, so left out there).
-pub fn run<B: LabBackend>(refs: [&str; 3], extended: bool) {
-    if let Some(why) = crate::unavailable(B::TOOLS) {
+pub fn run<B: LabBackend>(refs: [&str; 4], extended: bool) {
+    if let Some(why) = crate::unavailable(B::TOOLS).or_else(B::unavailable) {
         println!("SKIPPED: {why}");
         return;
     }
@@ -148,8 +170,10 @@ pub fn run<B: LabBackend>(refs: [&str; 3], extended: bool) {
     // The data plane with 10 Services programmed.
     let (small_ms, small_commands, ..) = full_sync::<B>(&lab, 10, true);
     settle();
+    // Through the Service and straight to the pod, interleaved, so that
+    // the machine's drift hits both alike.
     let _ = connection_rate(&lab, 200);
-    let rate_10 = connection_rate(&lab, 2000);
+    let (rate_10, direct_10) = rates(&lab);
 
     let (ms_1k, commands_1k, ..) = full_sync::<B>(&lab, 1_000, true);
     let mut extra = Vec::new();
@@ -176,7 +200,8 @@ pub fn run<B: LabBackend>(refs: [&str; 3], extended: bool) {
     }
     settle();
     let _ = connection_rate(&lab, 200);
-    let rate_10k = connection_rate(&lab, 2000);
+    let (rate_10k, direct_10k) = rates(&lab);
+    let memory = backend.last_note();
 
     // One change at 10k: an endpoint goes not-ready, then ready again.
     let cluster = cluster(10_000, true);
@@ -243,7 +268,7 @@ pub fn run<B: LabBackend>(refs: [&str; 3], extended: bool) {
         .map(|(note, n)| format!("{n}/20 {note}"))
         .collect();
     let notes = notes.join(", ");
-    let [full_ref, change_ref, ratio_ref] = refs;
+    let [full_ref, change_ref, ratio_ref, direct_ref] = refs;
     println!(
         "kpng {} backend (goals and kube-proxy references in brackets)",
         B::NAME
@@ -259,7 +284,7 @@ pub fn run<B: LabBackend>(refs: [&str; 3], extended: bool) {
         println!("{line}");
     }
     println!(
-        "one endpoint change at 10k, median of 20: {change_median:>7.2} ms  ({commands_median} commands; {notes})  [{change_ref}]"
+        "one endpoint change at 10k, median of 20: {change_median:>7.3} ms  ({commands_median} commands; {notes})  [{change_ref}]"
     );
     println!(
         "a Service with chains of its own (ClientIP affinity, 3 endpoints) added at 10k, median of 10: {own_add:>7.2} ms; deleted: {own_del:.2} ms  [<= 2 ms]"
@@ -268,8 +293,24 @@ pub fn run<B: LabBackend>(refs: [&str; 3], extended: bool) {
     println!("new connections/s through a ClusterIP, 10k services: {rate_10k:>7.0}");
     println!("ratio 10k / 10: {:.3}  [{ratio_ref}]", rate_10k / rate_10);
     println!(
-        "{{\"backend\":\"{}\",\"full_sync_ms_1k\":{ms_1k:.1},\"full_sync_ms_10k\":{ms_10k:.1},\"change_ms_10k\":{change_median:.2},\"change_commands_10k\":{commands_median},\"own_chains_add_ms_10k\":{own_add:.2},\"own_chains_delete_ms_10k\":{own_del:.2},\"conn_rate_10\":{rate_10:.0},\"conn_rate_10k\":{rate_10k:.0},\"conn_rate_ratio\":{:.3}}}",
+        "through a ClusterIP / straight to the pod: 10 services {:.3}, 10k services {:.3}  ({direct_10:.0} and {direct_10k:.0} straight)  [{direct_ref}]",
+        rate_10 / direct_10,
+        rate_10k / direct_10k
+    );
+    let (rss, peak) = (
+        kpng_testkit::proc_status_kib(None, "VmRSS:"),
+        kpng_testkit::proc_status_kib(None, "VmHWM:"),
+    );
+    println!(
+        "memory: this process {:.1} MiB (peak {:.1} MiB; no child process); after the 10k sync: {memory}",
+        rss as f64 / 1024.0,
+        peak as f64 / 1024.0
+    );
+    println!(
+        "{{\"backend\":\"{}\",\"full_sync_ms_1k\":{ms_1k:.1},\"full_sync_ms_10k\":{ms_10k:.1},\"change_ms_10k\":{change_median:.2},\"change_commands_10k\":{commands_median},\"own_chains_add_ms_10k\":{own_add:.2},\"own_chains_delete_ms_10k\":{own_del:.2},\"conn_rate_10\":{rate_10:.0},\"conn_rate_10k\":{rate_10k:.0},\"conn_rate_ratio\":{:.3},\"via_service_vs_direct_10\":{:.3},\"via_service_vs_direct_10k\":{:.3}}}",
         B::NAME,
-        rate_10k / rate_10
+        rate_10k / rate_10,
+        rate_10 / direct_10,
+        rate_10k / direct_10k
     );
 }

@@ -230,6 +230,69 @@ impl LabBackend for EbpfWithNft {
     }
 }
 
+/// The eBPF backend alone, with no netfilter backend beside it: what its
+/// benchmark measures (the lab's clients of [`LOCAL_HOSTS`] are in its
+/// cgroup).
+#[derive(Debug)]
+pub struct EbpfOnly(pub EbpfBackend);
+
+impl IncrementalSink for EbpfOnly {
+    fn reset(&mut self) {
+        self.0.reset();
+    }
+    fn apply(&mut self, op: &kpng_model::view::ViewOp) -> Result<(), SinkError> {
+        self.0.apply(op)
+    }
+    fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
+        self.0.sync(revision)
+    }
+}
+
+impl LabBackend for EbpfOnly {
+    const NAME: &'static str = "ebpf";
+    const TOOLS: &'static [&'static str] = &[];
+    const SOCKETS: bool = true;
+
+    fn in_lab(lab: &Lab, settings: &Settings) -> Self {
+        let (cgroup, pins) = lab.bpf_env();
+        let config = EbpfConfig::new(settings.proxy())
+            .cgroup(cgroup)
+            .pin_path(pins);
+        EbpfOnly(EbpfBackend::attach(config).expect("the eBPF programs attach"))
+    }
+    fn last_full(&self) -> bool {
+        self.0.last_sync().full
+    }
+    fn last_commands(&self) -> usize {
+        self.0.last_sync().writes
+    }
+    fn last_note(&self) -> String {
+        let stats = self.0.last_sync();
+        format!(
+            "{} sets, {} records, the backend's sync {:.1} ms; kernel maps {:.1} MiB{}",
+            stats.sets,
+            stats.records,
+            stats.micros as f64 / 1e3,
+            kpng_backend_ebpf::map_memory() as f64 / (1024.0 * 1024.0),
+            if stats.adopted {
+                "; adopted the pinned programs"
+            } else {
+                ""
+            }
+        )
+    }
+    fn dump(lab: &Lab) -> String {
+        NftBackend::dump(lab)
+    }
+    fn clear(lab: &Lab) {
+        let (_, pins) = lab.bpf_env();
+        let _ = kpng_backend_ebpf::cleanup(&pins);
+    }
+    fn unavailable() -> Option<String> {
+        kpng_testkit::bpf::unavailable()
+    }
+}
+
 /// The iptables backend forced to iptables-legacy, so the scenarios run
 /// against both modes in one test run.
 #[derive(Debug)]

@@ -41,7 +41,7 @@ struct service {
 
 struct set_key {
 	__u32 set;
-	__u32 index;
+	__u32 page; // endpoints page*8 .. page*8+7
 };
 
 struct endpoint {
@@ -49,6 +49,16 @@ struct endpoint {
 	__u16 port;
 	__u8 family;
 	__u8 pad;
+};
+
+#define PAGE 8
+
+// A page of a set's slots. Page 0 also holds the set's endpoint count:
+// one element write changes the count and the first slots together.
+struct page {
+	__u32 count; // page 0 only
+	__u32 pad;
+	struct endpoint slot[PAGE];
 };
 
 struct member_key {
@@ -91,38 +101,28 @@ struct cidr_key {
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 1 << 20);
+	__uint(max_entries, 1 << 19);
 	__type(key, struct frontend);
 	__type(value, struct service);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } kpng_services SEC(".maps");
 
-// Endpoint set -> how many endpoints it holds (slots 0..count-1).
+// (set, page) -> up to 8 endpoints; page 0 holds the count.
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 1 << 20);
-	__type(key, __u32);
-	__type(value, __u32);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} kpng_sets SEC(".maps");
-
-// (set, slot) -> endpoint.
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 1 << 22);
+	__uint(max_entries, 1 << 19);
 	__type(key, struct set_key);
-	__type(value, struct endpoint);
+	__type(value, struct page);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } kpng_slots SEC(".maps");
 
 // (set, endpoint) -> present: whether a remembered endpoint is still in
-// its set.
+// its set (sets of Services with ClientIP affinity only).
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 1 << 22);
+	__uint(max_entries, 1 << 18);
 	__type(key, struct member_key);
 	__type(value, __u8);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
@@ -131,7 +131,7 @@ struct {
 // ClientIP affinity: (client, set) -> the endpoint it last got, and when.
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 1 << 18);
+	__uint(max_entries, 1 << 16);
 	__type(key, struct affinity_key);
 	__type(value, struct affinity_value);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
@@ -141,7 +141,7 @@ struct {
 // getpeername and a UDP reply show.
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 1 << 18);
+	__uint(max_entries, 1 << 17);
 	__type(key, struct reverse_key);
 	__type(value, struct endpoint);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
@@ -151,7 +151,7 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 1 << 18);
+	__uint(max_entries, 1 << 17);
 	__type(key, struct live_key);
 	__type(value, __u32);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
@@ -179,7 +179,7 @@ struct {
 #define COUNT_TRANSLATED 0
 #define COUNT_REFUSED 1
 #define COUNT_DROPPED 2
-#define COUNT_MISSING 3 // a slot below a set's count was absent (a bug)
+#define COUNT_MISSING 3 // a page below a set's count was absent (a bug)
 
 static __always_inline void count(__u32 what)
 {
@@ -218,19 +218,20 @@ static __always_inline int pick(struct frontend *fe, __u64 netns,
 				struct endpoint *out)
 {
 	struct service *svc;
-	__u32 *countp, n;
-	struct set_key slot;
-	struct endpoint *ep;
+	struct page *first, *page;
+	struct set_key key = {};
 	struct affinity_key akey = {};
 	struct affinity_value *aff;
 	struct member_key member = {};
 	__u64 now = 0;
+	__u32 n, i;
 
 	svc = bpf_map_lookup_elem(&kpng_services, fe);
 	if (!svc)
 		return no_service(fe);
-	countp = bpf_map_lookup_elem(&kpng_sets, &svc->set);
-	n = countp ? *countp : 0;
+	key.set = svc->set;
+	first = bpf_map_lookup_elem(&kpng_slots, &key);
+	n = first ? first->count : 0;
 	if (n == 0)
 		return (svc->flags & EMPTY_REJECT) ? REFUSE : DROP;
 
@@ -250,18 +251,21 @@ static __always_inline int pick(struct frontend *fe, __u64 netns,
 		}
 	}
 
-	slot.set = svc->set;
-	slot.index = bpf_get_prandom_u32() % n;
-	ep = bpf_map_lookup_elem(&kpng_slots, &slot);
-	if (!ep) {
-		count(COUNT_MISSING);
-		return DROP;
+	i = bpf_get_prandom_u32() % n;
+	page = first;
+	if (i >= PAGE) {
+		key.page = i / PAGE;
+		page = bpf_map_lookup_elem(&kpng_slots, &key);
+		if (!page) {
+			count(COUNT_MISSING);
+			return DROP;
+		}
 	}
-	*out = *ep;
+	*out = page->slot[i % PAGE];
 	if (svc->affinity) {
 		struct affinity_value value = {};
 
-		value.endpoint = *ep;
+		value.endpoint = *out;
 		value.last_ns = now;
 		bpf_map_update_elem(&kpng_affinity, &akey, &value, BPF_ANY);
 	}

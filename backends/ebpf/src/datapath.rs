@@ -118,8 +118,8 @@ pub struct Counters {
     /// Sockets dropped (a Local policy without a local endpoint; an
     /// unallocated Service address).
     pub dropped: u64,
-    /// Slots found missing below a set's count: always 0 unless the
-    /// backend has a bug.
+    /// Pages of slots found missing below a set's count: always 0 unless
+    /// the backend has a bug.
     pub missing: u64,
 }
 
@@ -203,7 +203,6 @@ impl Datapath {
         let kernel = Kernel {
             services: HashMap::try_from(take(&mut ebpf, "kpng_services")?)
                 .map_err(wrap("kpng_services"))?,
-            sets: HashMap::try_from(take(&mut ebpf, "kpng_sets")?).map_err(wrap("kpng_sets"))?,
             slots: HashMap::try_from(take(&mut ebpf, "kpng_slots")?).map_err(wrap("kpng_slots"))?,
             members: HashMap::try_from(take(&mut ebpf, "kpng_members")?)
                 .map_err(wrap("kpng_members"))?,
@@ -241,6 +240,42 @@ impl Datapath {
             missing: read(3)?,
         })
     }
+}
+
+/// The kernel memory of kpng's maps (`kpng_*`) this process holds open,
+/// as the kernel counts it (`memlock` in `/proc/self/fdinfo`, which from
+/// Linux 6.4 on is what a map uses, its elements included), each map
+/// once.
+pub fn map_memory() -> u64 {
+    let Ok(fds) = std::fs::read_dir("/proc/self/fdinfo") else {
+        return 0;
+    };
+    let mut seen = std::collections::HashSet::new();
+    let mut total = 0;
+    for fd in fds.flatten() {
+        let Ok(info) = std::fs::read_to_string(fd.path()) else {
+            continue;
+        };
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        };
+        let (Some(id), Some(memlock)) = (field("map_id:"), field("memlock:")) else {
+            continue;
+        };
+        let Ok(id32) = u32::try_from(id) else {
+            continue;
+        };
+        let ours = aya::maps::MapInfo::from_id(id32)
+            .ok()
+            .and_then(|m| m.name_as_str().map(|n| n.starts_with("kpng_")))
+            .unwrap_or(false);
+        if ours && seen.insert(id) {
+            total += memlock;
+        }
+    }
+    total
 }
 
 /// Removes everything kpng pinned under `pin_path`: its links (which

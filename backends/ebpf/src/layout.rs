@@ -166,17 +166,51 @@ impl fmt::Display for Record {
     }
 }
 
-/// `struct set_key`: a set and a slot.
-pub(crate) fn slot_key(set: u32, index: u32) -> [u8; 8] {
+/// Endpoints a page of a set holds (`PAGE`).
+pub(crate) const PAGE: usize = 8;
+
+/// `struct set_key`: a set and a page of its slots.
+pub(crate) fn slot_key(set: u32, page: u32) -> [u8; 8] {
     let mut out = [0u8; 8];
     out[..4].copy_from_slice(&set.to_ne_bytes());
-    out[4..].copy_from_slice(&index.to_ne_bytes());
+    out[4..].copy_from_slice(&page.to_ne_bytes());
     out
+}
+
+/// The set and page of a slot key.
+pub(crate) fn slot_of(key: &[u8]) -> (u32, u32) {
+    (
+        set_of(key),
+        u32::from_ne_bytes([key[4], key[5], key[6], key[7]]),
+    )
 }
 
 /// The set of a slot key or member key (its first word).
 pub(crate) fn set_of(key: &[u8]) -> u32 {
     u32::from_ne_bytes([key[0], key[1], key[2], key[3]])
+}
+
+/// `struct page`: the count (meaningful in page 0 only) and up to
+/// [`PAGE`] endpoints (`None`: an unused slot, zeros).
+pub(crate) fn page_bytes(count: u32, slots: &[Option<Endpoint>]) -> [u8; 168] {
+    let mut out = [0u8; 168];
+    out[..4].copy_from_slice(&count.to_ne_bytes());
+    for (i, slot) in slots.iter().take(PAGE).enumerate() {
+        if let Some(ep) = slot {
+            out[8 + 20 * i..28 + 20 * i].copy_from_slice(&ep.bytes());
+        }
+    }
+    out
+}
+
+/// The count and the endpoints of a page (unused slots included).
+pub(crate) fn page_of(bytes: &[u8]) -> (u32, Vec<Endpoint>) {
+    let count = u32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+    let slots = (0..PAGE)
+        .filter(|i| bytes.len() >= 28 + 20 * i)
+        .map(|i| Endpoint::from_bytes(&bytes[8 + 20 * i..28 + 20 * i]))
+        .collect();
+    (count, slots)
 }
 
 /// `struct member_key`: a set and an endpoint.
@@ -246,7 +280,13 @@ mod tests {
             flags: EMPTY_DROP,
         };
         assert_eq!(Record::from_bytes(&record.bytes()), record);
-        assert_eq!(set_of(&slot_key(9, 3)), 9);
+        assert_eq!(slot_of(&slot_key(9, 3)), (9, 3));
+        let ep = Endpoint {
+            ip: "10.244.0.1".parse().expect("ip"),
+            port: 8080,
+        };
+        let (count, slots) = page_of(&page_bytes(11, &[Some(ep), None]));
+        assert_eq!((count, slots[0], slots.len()), (11, ep, PAGE));
     }
 
     #[test]

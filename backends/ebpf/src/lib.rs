@@ -70,7 +70,7 @@ use kpng_model::view::NodeView;
 use kpng_sink::{IncrementalSink, ProxyConfig, SinkError, ViewTracker};
 
 use datapath::Datapath;
-pub use datapath::{Counters, DEFAULT_PIN_PATH, cgroup2_root, cleanup};
+pub use datapath::{Counters, DEFAULT_PIN_PATH, cgroup2_root, cleanup, map_memory};
 use state::{State, contribution, nodeport_ips};
 use tables::{Recorder, Tables};
 
@@ -353,12 +353,12 @@ fn sync_round(
         let mut services = view
             .services
             .iter()
-            .map(|(name, service)| (name.clone(), contribution(service, &node_ips)));
+            .map(|(name, service)| (name.clone(), contribution(name, service, &node_ips)));
         state.replace_all(tables, &mut services, &cidrs)?;
         return Ok((true, view.services.len()));
     }
     if changes.service_cidrs {
-        state.set_cidrs(tables, &cidrs, false)?;
+        state.set_cidrs(tables, &cidrs)?;
     }
     // The node's addresses are where NodePorts are reached: a change of
     // them touches every Service (rare).
@@ -375,7 +375,7 @@ fn sync_round(
         let new = view
             .services
             .get(name)
-            .map(|service| contribution(service, &node_ips))
+            .map(|service| contribution(name, service, &node_ips))
             .unwrap_or_default();
         state.update_service(tables, name, new)?;
     }

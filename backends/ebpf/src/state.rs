@@ -2,21 +2,27 @@
 //!
 //! Each Service contributes records (one per Service address, port and
 //! protocol a local socket may ask for), endpoint sets (one per port,
-//! family and policy) and its live ClusterIPs. A round compares a changed
-//! Service's new contribution with its last one and writes the
-//! difference, in an order that keeps every Service usable at every
-//! moment:
+//! family and policy) and its live ClusterIPs. A set's slots are kept in
+//! pages of 8 endpoints (`kpng_slots`), page 0 holding the count. A round
+//! compares a changed Service's new contribution with its last one and
+//! writes the difference, in an order that keeps every Service usable at
+//! every moment:
 //!
-//! - a set is changed in place, slot by slot: new endpoints take the
-//!   slots of gone ones, the set grows by writing slots past its count and
-//!   then the count, and shrinks by moving its last endpoints into the
-//!   holes and then lowering the count. A connection reads one count and
-//!   one slot, and every slot below every count it can read holds an
-//!   endpoint of the set as it was or as it is becoming;
+//! - a set is changed in place: new endpoints take the slots of gone
+//!   ones, the set grows past its end, and holes left are filled with its
+//!   last endpoints. Only the pages that changed are written, page 0 (the
+//!   count) last; pages beyond the new count are deleted after it. A
+//!   connection reads the count and then one slot, and every slot below
+//!   either count holds an endpoint of the set as it was or as it is
+//!   becoming;
 //! - a new set is written whole before any record points at it, and a
 //!   set is deleted only after the records that pointed at it;
 //! - a deleted set's number is reused one round later, never in the round
 //!   a program may still have read it in.
+//!
+//! A full round (the first, or one after a failure) adopts what the maps
+//! hold: sets its records lead to are changed in place, and only what no
+//! Service wants is deleted, last.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
@@ -26,7 +32,8 @@ use kpng_model::{IpFamily, ServiceName};
 
 use crate::Error;
 use crate::layout::{
-    self, EMPTY_DROP, EMPTY_REJECT, Endpoint, Frontend, Record, member_key, proto_number, slot_key,
+    self, EMPTY_DROP, EMPTY_REJECT, Endpoint, Frontend, PAGE, Record, member_key, page_bytes,
+    proto_number, slot_key,
 };
 use crate::tables::{Table, Tables, cidr_bytes};
 
@@ -94,9 +101,12 @@ fn parse(ips: &[String]) -> impl Iterator<Item = IpAddr> + '_ {
 ///   (see docs/semantics.md).
 /// - A port with no endpoint at all is refused; a Local policy with no
 ///   local endpoint drops.
-pub(crate) fn contribution(view: &ServiceView, node_ips: &[IpAddr]) -> Contribution {
+pub(crate) fn contribution(
+    service: &ServiceName,
+    view: &ServiceView,
+    node_ips: &[IpAddr],
+) -> Contribution {
     let mut out = Contribution::default();
-    let service = view.name();
     for family in IpFamily::BOTH {
         let plan = view.plan(family);
         let v6 = family == IpFamily::V6;
@@ -182,7 +192,26 @@ pub(crate) fn contribution(view: &ServiceView, node_ips: &[IpAddr]) -> Contribut
 #[derive(Debug)]
 struct SetState {
     id: u32,
+    /// The endpoints in slot order, as the maps hold them.
     slots: Vec<Endpoint>,
+    /// Whether its members are in `kpng_members` (a set of a Service with
+    /// ClientIP affinity).
+    members: bool,
+}
+
+/// What the maps held when a full round began, for it to adopt.
+#[derive(Debug, Default)]
+struct Found {
+    /// Each record's set, by frontend.
+    records: HashMap<Frontend, u32>,
+    /// Each set's endpoints in slot order.
+    sets: HashMap<u32, Vec<Endpoint>>,
+    /// The live ClusterIPs.
+    live: HashSet<IpAddr>,
+    /// The keys of every page (set, page).
+    pages: Vec<(u32, u32)>,
+    /// The keys of every member.
+    members: Vec<Vec<u8>>,
 }
 
 /// The maps as written, and how to change them.
@@ -193,7 +222,7 @@ pub(crate) struct State {
     /// Who asks for each frontend; the first Service by name wins, the
     /// others wait their turn (two Services claiming one external IP and
     /// port).
-    claims: BTreeMap<Frontend, BTreeMap<ServiceName, Claim>>,
+    claims: HashMap<Frontend, Vec<(ServiceName, Claim)>>,
     records: HashMap<Frontend, Record>,
     live: HashMap<IpAddr, usize>,
     cidrs: BTreeSet<(IpAddr, u8)>,
@@ -201,8 +230,15 @@ pub(crate) struct State {
     free: Vec<u32>,
     /// Set numbers freed this round: reusable from the next one.
     quarantine: Vec<u32>,
+    /// During a full round: what the maps held, not yet adopted.
+    found: Option<Found>,
     /// Element writes and deletes since the last `take_writes`.
     writes: usize,
+}
+
+/// The page of slot `i`.
+fn page_of_slot(i: usize) -> usize {
+    i / PAGE
 }
 
 impl State {
@@ -251,94 +287,179 @@ impl State {
         self.next_id
     }
 
-    /// Replaces everything: `services` are written as new, then whatever
-    /// the maps held before (a previous run's, or a failed round's) and
-    /// no longer want is deleted. Records are replaced in place, so a
-    /// Service present before and after stays reachable throughout.
+    /// Reads back what the maps hold: each set's endpoints (from its
+    /// pages), each record, the live ClusterIPs and the CIDRs.
+    fn read_back(t: &dyn Tables) -> Result<(Found, HashMap<Frontend, Record>, u32), Error> {
+        let mut found = Found::default();
+        let mut records = HashMap::new();
+        let mut max_id = 0;
+        for key in t.keys(Table::Services)? {
+            let (Ok(k), Some(value)) = (
+                <[u8; 20]>::try_from(key.as_slice()),
+                t.get(Table::Services, &key)?,
+            ) else {
+                continue;
+            };
+            let Ok(v) = <[u8; 16]>::try_from(value.as_slice()) else {
+                continue;
+            };
+            let record = Record::from_bytes(&v);
+            let frontend = Frontend::from_key(&k);
+            found.records.insert(frontend, record.set);
+            records.insert(frontend, record);
+            max_id = max_id.max(record.set);
+        }
+        let mut pages: HashMap<u32, BTreeMap<u32, Vec<u8>>> = HashMap::new();
+        for key in t.keys(Table::Slots)? {
+            let (set, page) = layout::slot_of(&key);
+            max_id = max_id.max(set);
+            found.pages.push((set, page));
+            if let Some(value) = t.get(Table::Slots, &key)? {
+                pages.entry(set).or_default().insert(page, value);
+            }
+        }
+        let paged: HashSet<u32> = pages.keys().copied().collect();
+        for (set, pages) in pages {
+            let Some(first) = pages.get(&0) else { continue };
+            let (count, _) = layout::page_of(first);
+            let count = count as usize;
+            let mut slots = Vec::with_capacity(count);
+            for i in 0..count {
+                let Some(page) = pages.get(&index(page_of_slot(i))) else {
+                    break;
+                };
+                slots.push(layout::page_of(page).1[i % PAGE]);
+            }
+            if slots.len() == count {
+                found.sets.insert(set, slots);
+            }
+        }
+        // A record's set with no page at all is an empty one.
+        for set in found.records.values() {
+            if !paged.contains(set) {
+                found.sets.entry(*set).or_default();
+            }
+        }
+        for key in t.keys(Table::Members)? {
+            max_id = max_id.max(layout::set_of(&key));
+            found.members.push(key);
+        }
+        for key in t.keys(Table::Live)? {
+            if let Ok(k) = <[u8; 20]>::try_from(key.as_slice()) {
+                found.live.insert(layout::live_ip(&k));
+            }
+        }
+        Ok((found, records, max_id))
+    }
+
+    /// Replaces everything with `services`, adopting what the maps hold
+    /// (a previous run's, or what a failed round left): a set whose record
+    /// the maps hold is taken as it is and changed in place, so a restart
+    /// onto the same state writes nothing and one onto another state
+    /// writes the difference; whatever the maps hold and no Service wants
+    /// is deleted last.
     pub(crate) fn replace_all(
         &mut self,
         t: &mut dyn Tables,
         services: &mut dyn Iterator<Item = (ServiceName, Contribution)>,
         cidrs: &[(IpAddr, u8)],
     ) -> Result<(), Error> {
-        let old_sets: HashSet<u32> = [Table::Sets, Table::Slots, Table::Members]
-            .into_iter()
-            .map(|table| t.keys(table))
-            .collect::<Result<Vec<_>, _>>()?
+        let (found, records, max_id) = Self::read_back(t)?;
+        let kernel_cidrs: BTreeSet<(IpAddr, u8)> = t
+            .keys(Table::Cidrs)?
             .iter()
-            .flatten()
-            .map(|k| layout::set_of(k))
+            .filter_map(|key| {
+                let data = <[u8; 20]>::try_from(key.get(4..)?).ok()?;
+                let len = u32::from_ne_bytes(key.get(..4)?.try_into().ok()?);
+                Some(layout::cidr_of(len, &data))
+            })
             .collect();
-        let old_services = t.keys(Table::Services)?;
-        let old_live = t.keys(Table::Live)?;
-        let old_cidrs = t.keys(Table::Cidrs)?;
         let writes = self.writes;
         *self = State {
-            next_id: old_sets.iter().copied().max().unwrap_or(0),
+            next_id: max_id,
+            records,
+            cidrs: kernel_cidrs,
+            found: Some(found),
             writes,
             ..State::default()
         };
         for (name, contribution) in services {
             self.update_service(t, &name, contribution)?;
         }
-        self.set_cidrs(t, cidrs, true)?;
-        for key in old_services {
-            let mut fe = [0u8; 20];
-            if key.len() == 20 {
-                fe.copy_from_slice(&key);
-            }
-            if !self.records.contains_key(&Frontend::from_key(&fe)) {
-                self.delete(t, Table::Services, &key)?;
+        self.set_cidrs(t, cidrs)?;
+        let found = self.found.take().unwrap_or_default();
+        // Records nobody claims.
+        let stale: Vec<Frontend> = self
+            .records
+            .keys()
+            .filter(|f| !self.claims.contains_key(f))
+            .copied()
+            .collect();
+        for frontend in stale {
+            self.records.remove(&frontend);
+            self.delete(t, Table::Services, &frontend.key())?;
+        }
+        // Sets not adopted, and any page of a set no one holds.
+        let kept: HashSet<u32> = self.sets.values().map(|s| s.id).collect();
+        let mut gone: BTreeSet<u32> = BTreeSet::new();
+        // (The pages read back are all there is of such sets: the round
+        // wrote only pages of kept ones.) Page 0 first: the set is empty
+        // from then on.
+        let mut stale: Vec<(u32, u32)> = found
+            .pages
+            .iter()
+            .filter(|(set, _)| !kept.contains(set))
+            .copied()
+            .collect();
+        stale.sort_unstable_by_key(|&(set, page)| (page != 0, set, page));
+        for (set, page) in stale {
+            self.delete(t, Table::Slots, &slot_key(set, page))?;
+            gone.insert(set);
+        }
+        // Members: exactly those of the sets that keep them.
+        let want: HashSet<[u8; 24]> = self
+            .sets
+            .values()
+            .filter(|s| s.members)
+            .flat_map(|s| s.slots.iter().map(move |ep| member_key(s.id, ep)))
+            .collect();
+        let have: HashSet<Vec<u8>> = found.members.into_iter().collect();
+        for key in &want {
+            if !have.contains(key.as_slice()) {
+                self.put(t, Table::Members, key, &[1])?;
             }
         }
-        for table in [Table::Sets, Table::Slots, Table::Members] {
-            for key in t.keys(table)? {
-                if old_sets.contains(&layout::set_of(&key)) {
-                    self.delete(t, table, &key)?;
-                }
+        for key in have {
+            let wanted = <[u8; 24]>::try_from(key.as_slice()).is_ok_and(|k| want.contains(&k));
+            if !wanted {
+                gone.insert(layout::set_of(&key));
+                self.delete(t, Table::Members, &key)?;
             }
         }
-        for key in old_live {
-            let mut k = [0u8; 20];
-            if key.len() == 20 {
-                k.copy_from_slice(&key);
-            }
-            if !self.live.contains_key(&layout::live_ip(&k)) {
-                self.delete(t, Table::Live, &key)?;
+        for ip in found.live {
+            if !self.live.contains_key(&ip) {
+                self.delete(t, Table::Live, &layout::live_key(ip))?;
             }
         }
-        for key in old_cidrs {
-            let mut data = [0u8; 20];
-            if key.len() == 24 {
-                data.copy_from_slice(&key[4..]);
-            }
-            let len = u32::from_ne_bytes([key[0], key[1], key[2], key[3]]);
-            if !self.cidrs.contains(&layout::cidr_of(len, &data)) {
-                self.delete(t, Table::Cidrs, &key)?;
-            }
-        }
-        self.quarantine.extend(old_sets);
+        self.quarantine
+            .extend(gone.into_iter().filter(|id| !kept.contains(id)));
         Ok(())
     }
 
-    /// Writes the Service CIDRs; `fresh`: the maps' own are being
-    /// replaced by the caller, so only additions are written here.
+    /// Makes the Service CIDRs `cidrs`: writes the new, deletes the gone.
     pub(crate) fn set_cidrs(
         &mut self,
         t: &mut dyn Tables,
         cidrs: &[(IpAddr, u8)],
-        fresh: bool,
     ) -> Result<(), Error> {
         let want: BTreeSet<(IpAddr, u8)> = cidrs.iter().copied().collect();
         for &(ip, len) in want.difference(&self.cidrs.clone()) {
             let (bits, data) = layout::cidr_key(ip, len);
             self.put(t, Table::Cidrs, &cidr_bytes(bits, &data), &[1])?;
         }
-        if !fresh {
-            for &(ip, len) in self.cidrs.clone().difference(&want) {
-                let (bits, data) = layout::cidr_key(ip, len);
-                self.delete(t, Table::Cidrs, &cidr_bytes(bits, &data))?;
-            }
+        for &(ip, len) in self.cidrs.clone().difference(&want) {
+            let (bits, data) = layout::cidr_key(ip, len);
+            self.delete(t, Table::Cidrs, &cidr_bytes(bits, &data))?;
         }
         self.cidrs = want;
         Ok(())
@@ -361,8 +482,19 @@ impl State {
         }
         // 1. Sets first: whole before any record points at them.
         for (set, endpoints) in &new.sets {
-            if old.sets.get(set) != Some(endpoints) {
-                self.write_set(t, set, endpoints)?;
+            let members = new
+                .records
+                .values()
+                .any(|c| c.affinity > 0 && &c.set == set);
+            let unchanged = old.sets.get(set) == Some(endpoints)
+                && self.sets.get(set).is_some_and(|s| s.members == members);
+            if !unchanged {
+                let hint = new
+                    .records
+                    .iter()
+                    .filter(|(_, c)| &c.set == set)
+                    .find_map(|(f, _)| self.found.as_ref()?.records.get(f).copied());
+                self.write_set(t, set, endpoints, members, hint)?;
             }
         }
         // 2. Records.
@@ -370,19 +502,17 @@ impl State {
         for (frontend, claim) in &old.records {
             if new.records.get(frontend) != Some(claim) {
                 if let Some(claims) = self.claims.get_mut(frontend) {
-                    claims.remove(name);
+                    claims.retain(|(n, _)| n != name);
                 }
                 touched.insert(*frontend);
             }
         }
         for (frontend, claim) in &new.records {
-            // A record whose set was rewritten in place needs no write;
-            // one that changed, or is new, does.
             if old.records.get(frontend) != Some(claim) {
-                self.claims
-                    .entry(*frontend)
-                    .or_default()
-                    .insert(name.clone(), claim.clone());
+                let claims = self.claims.entry(*frontend).or_default();
+                // Kept in name order: the first claimant wins.
+                let at = claims.partition_point(|(n, _)| n < name);
+                claims.insert(at, (name.clone(), claim.clone()));
                 touched.insert(*frontend);
             }
         }
@@ -407,7 +537,8 @@ impl State {
         for ip in new.live.difference(&old.live) {
             let n = self.live.entry(*ip).or_default();
             *n += 1;
-            if *n == 1 {
+            let held = self.found.as_ref().is_some_and(|f| f.live.contains(ip));
+            if *n == 1 && !held {
                 self.put(t, Table::Live, &layout::live_key(*ip), &1u32.to_ne_bytes())?;
             }
         }
@@ -423,8 +554,8 @@ impl State {
         let winner = self
             .claims
             .get(&frontend)
-            .and_then(|c| c.values().next())
-            .and_then(|claim| {
+            .and_then(|c| c.first())
+            .and_then(|(_, claim)| {
                 let set = self.sets.get(&claim.set)?;
                 Some(Record {
                     set: set.id,
@@ -432,7 +563,7 @@ impl State {
                     flags: claim.flags,
                 })
             });
-        if self.claims.get(&frontend).is_some_and(BTreeMap::is_empty) {
+        if self.claims.get(&frontend).is_some_and(Vec::is_empty) {
             self.claims.remove(&frontend);
         }
         match winner {
@@ -451,82 +582,86 @@ impl State {
         Ok(())
     }
 
-    /// Makes set `name` hold `want` (a new set, or one changed in place).
+    /// Makes set `name` hold `want`: a set it has, changed in place; one
+    /// the maps held before a full round (`hint`: the set a record of it
+    /// led to), adopted and changed in place; or a new one.
     fn write_set(
         &mut self,
         t: &mut dyn Tables,
         name: &SetName,
         want: &[Endpoint],
+        members: bool,
+        hint: Option<u32>,
     ) -> Result<(), Error> {
-        let Some(mut set) = self.sets.remove(name) else {
-            let id = self.alloc();
-            for (i, ep) in want.iter().enumerate() {
-                self.put(t, Table::Members, &member_key(id, ep), &[1])?;
-                self.put(t, Table::Slots, &slot_key(id, index(i)), &ep.bytes())?;
-            }
-            self.put(
-                t,
-                Table::Sets,
-                &id.to_ne_bytes(),
-                &index(want.len()).to_ne_bytes(),
-            )?;
-            self.sets.insert(
-                name.clone(),
-                SetState {
-                    id,
-                    slots: want.to_vec(),
-                },
-            );
-            return Ok(());
+        let adopted = hint.and_then(|id| {
+            let slots = self.found.as_mut()?.sets.remove(&id)?;
+            Some(SetState {
+                id,
+                slots,
+                // Members are reconciled at the end of a full round.
+                members,
+            })
+        });
+        let mut set = match (self.sets.remove(name), adopted) {
+            (Some(set), _) | (None, Some(set)) => set,
+            (None, None) => SetState {
+                id: self.alloc(),
+                slots: Vec::new(),
+                members,
+            },
         };
-        let result = self.change_set(t, &mut set, want);
+        let result = self.change_set(t, &mut set, want, members);
         self.sets.insert(name.clone(), set);
         result
     }
 
+    /// Takes `set` to `want`: gone endpoints' slots take new ones, the
+    /// set grows past its end, and holes left are filled from its end;
+    /// then only the pages that changed are written, the count (page 0)
+    /// last.
     fn change_set(
         &mut self,
         t: &mut dyn Tables,
         set: &mut SetState,
         want: &[Endpoint],
+        members: bool,
     ) -> Result<(), Error> {
         let id = set.id;
-        let have: HashSet<Endpoint> = set.slots.iter().copied().collect();
+        if set.slots.is_empty() {
+            return self.fill_set(t, set, want, members);
+        }
+        let old = set.slots.clone();
+        let have: HashSet<Endpoint> = old.iter().copied().collect();
         let wanted: HashSet<Endpoint> = want.iter().copied().collect();
         let added: Vec<Endpoint> = want.iter().copied().filter(|e| !have.contains(e)).collect();
-        let holes: Vec<usize> = (0..set.slots.len())
-            .filter(|&i| !wanted.contains(&set.slots[i]))
+        let removed: Vec<Endpoint> = old
+            .iter()
+            .copied()
+            .filter(|e| !wanted.contains(e))
             .collect();
-        let removed: Vec<Endpoint> = holes.iter().map(|&i| set.slots[i]).collect();
-        let old_len = set.slots.len();
-        for ep in &added {
-            self.put(t, Table::Members, &member_key(id, ep), &[1])?;
-        }
-        // New endpoints take the gone ones' slots, then go past the end.
-        let mut added = added.into_iter();
-        let mut left: Vec<usize> = Vec::new();
-        for &hole in &holes {
-            match added.next() {
-                Some(ep) => {
-                    set.slots[hole] = ep;
-                    self.put(t, Table::Slots, &slot_key(id, index(hole)), &ep.bytes())?;
-                }
-                None => left.push(hole),
+        let keep_members = self.found.is_none();
+        if keep_members && members {
+            let all: &[Endpoint] = if set.members { &added } else { want };
+            for ep in all {
+                self.put(t, Table::Members, &member_key(id, ep), &[1])?;
             }
         }
-        for ep in added {
-            self.put(
-                t,
-                Table::Slots,
-                &slot_key(id, index(set.slots.len())),
-                &ep.bytes(),
-            )?;
-            set.slots.push(ep);
+
+        // The new arrangement.
+        let mut slots = old.clone();
+        let holes: Vec<usize> = (0..slots.len())
+            .filter(|&i| !wanted.contains(&slots[i]))
+            .collect();
+        let mut added_iter = added.iter().copied();
+        let mut left: std::collections::VecDeque<usize> = std::collections::VecDeque::new();
+        for &hole in &holes {
+            match added_iter.next() {
+                Some(ep) => slots[hole] = ep,
+                None => left.push_back(hole),
+            }
         }
-        // Holes left: fill each, lowest first, with the last endpoint
-        // that stays; the tail beyond is cut below.
-        let mut left: std::collections::VecDeque<usize> = left.into();
-        let mut len = set.slots.len();
+        slots.extend(added_iter);
+        let mut len = slots.len();
         loop {
             while len > 0 && left.back() == Some(&(len - 1)) {
                 left.pop_back();
@@ -535,27 +670,106 @@ impl State {
             let Some(hole) = left.pop_front() else {
                 break;
             };
-            let ep = set.slots[len - 1];
-            set.slots[hole] = ep;
-            self.put(t, Table::Slots, &slot_key(id, index(hole)), &ep.bytes())?;
+            slots[hole] = slots[len - 1];
             len -= 1;
         }
-        set.slots.truncate(len);
-        let new_len = len;
-        if new_len != old_len {
+        slots.truncate(len);
+
+        // The pages to write: those with a slot that changed, below the
+        // larger count. Pages other than the first keep the old tail
+        // until the count drops, so that a reader of the old count finds
+        // endpoints there.
+        let (old_len, new_len) = (old.len(), slots.len());
+        let content = |i: usize| -> Option<Endpoint> {
+            slots.get(i).copied().or_else(|| old.get(i).copied())
+        };
+        let pages = old_len.max(new_len).div_ceil(PAGE);
+        for page in 1..pages {
+            let range = page * PAGE..(page + 1) * PAGE;
+            let dirty = range.clone().any(|i| content(i) != old.get(i).copied());
+            if dirty && page * PAGE < new_len {
+                let page_slots: Vec<Option<Endpoint>> = range.map(content).collect();
+                self.put(
+                    t,
+                    Table::Slots,
+                    &slot_key(id, index(page)),
+                    &page_bytes(0, &page_slots),
+                )?;
+            }
+        }
+        let first_dirty = new_len != old_len || (0..PAGE).any(|i| slots.get(i) != old.get(i));
+        if first_dirty {
+            if new_len == 0 {
+                self.delete(t, Table::Slots, &slot_key(id, 0))?;
+            } else {
+                let page_slots: Vec<Option<Endpoint>> =
+                    (0..PAGE).map(|i| slots.get(i).copied()).collect();
+                self.put(
+                    t,
+                    Table::Slots,
+                    &slot_key(id, 0),
+                    &page_bytes(index(new_len), &page_slots),
+                )?;
+            }
+        }
+        for page in new_len.div_ceil(PAGE).max(1)..old_len.div_ceil(PAGE) {
+            self.delete(t, Table::Slots, &slot_key(id, index(page)))?;
+        }
+        if keep_members {
+            let gone: Vec<Endpoint> = if set.members && !members {
+                old.clone()
+            } else if members {
+                removed
+            } else {
+                Vec::new()
+            };
+            for ep in &gone {
+                self.delete(t, Table::Members, &member_key(id, ep))?;
+            }
+        }
+        set.slots = slots;
+        set.members = members;
+        Ok(())
+    }
+
+    /// Fills an empty set: its members, its pages after the first, then
+    /// the first (the count).
+    fn fill_set(
+        &mut self,
+        t: &mut dyn Tables,
+        set: &mut SetState,
+        want: &[Endpoint],
+        members: bool,
+    ) -> Result<(), Error> {
+        let id = set.id;
+        if members && self.found.is_none() {
+            for ep in want {
+                self.put(t, Table::Members, &member_key(id, ep), &[1])?;
+            }
+        }
+        let page = |n: usize| -> Vec<Option<Endpoint>> {
+            (n * PAGE..(n + 1) * PAGE)
+                .map(|i| want.get(i).copied())
+                .collect()
+        };
+        for n in (1..want.len().div_ceil(PAGE)).rev() {
             self.put(
                 t,
-                Table::Sets,
-                &id.to_ne_bytes(),
-                &index(new_len).to_ne_bytes(),
+                Table::Slots,
+                &slot_key(id, index(n)),
+                &page_bytes(0, &page(n)),
             )?;
         }
-        for i in new_len..old_len {
-            self.delete(t, Table::Slots, &slot_key(id, index(i)))?;
+        if !want.is_empty() {
+            self.put(
+                t,
+                Table::Slots,
+                &slot_key(id, 0),
+                &page_bytes(index(want.len()), &page(0)),
+            )?;
         }
-        for ep in &removed {
-            self.delete(t, Table::Members, &member_key(id, ep))?;
-        }
+        set.slots = want.to_vec();
+        set.members = members;
         Ok(())
     }
 
@@ -563,17 +777,21 @@ impl State {
         let Some(set) = self.sets.remove(name) else {
             return Ok(());
         };
-        self.delete(t, Table::Sets, &set.id.to_ne_bytes())?;
-        for (i, ep) in set.slots.iter().enumerate() {
-            self.delete(t, Table::Slots, &slot_key(set.id, index(i)))?;
-            self.delete(t, Table::Members, &member_key(set.id, ep))?;
+        // The count first (page 0): the set is empty from then on.
+        for page in 0..set.slots.len().div_ceil(PAGE) {
+            self.delete(t, Table::Slots, &slot_key(set.id, index(page)))?;
+        }
+        if set.members {
+            for ep in &set.slots {
+                self.delete(t, Table::Members, &member_key(set.id, ep))?;
+            }
         }
         self.quarantine.push(set.id);
         Ok(())
     }
 }
 
-/// A slot number: sets hold far fewer than 2^32 endpoints.
+/// A slot or page number: sets hold far fewer than 2^32 endpoints.
 fn index(i: usize) -> u32 {
     u32::try_from(i).unwrap_or(u32::MAX)
 }
@@ -588,6 +806,33 @@ mod tests {
     use super::*;
     use crate::tables::Recorder;
 
+    /// The endpoints a frontend's record leads to, in slot order, reading
+    /// the count and the pages as a program does; `Err` names a page
+    /// missing below the count.
+    fn lookup(t: &Recorder, frontend: &Frontend) -> Result<Vec<Endpoint>, String> {
+        let Some(value) = t.value(Table::Services, &frontend.key()) else {
+            return Ok(Vec::new());
+        };
+        let mut v = [0u8; 16];
+        v.copy_from_slice(value);
+        let set = Record::from_bytes(&v).set;
+        let Some(first) = t.value(Table::Slots, &slot_key(set, 0)) else {
+            return Ok(Vec::new());
+        };
+        let (count, _) = layout::page_of(first);
+        (0..count as usize)
+            .map(|i| {
+                let page = t
+                    .value(Table::Slots, &slot_key(set, index(i / PAGE)))
+                    .ok_or(format!(
+                        "page {} of set {set} missing, count {count}",
+                        i / PAGE
+                    ))?;
+                Ok(layout::page_of(page).1[i % PAGE])
+            })
+            .collect()
+    }
+
     /// A recorder that checks, after every single write, that every
     /// record's set is whole: each slot below its count holds an endpoint
     /// of the set as it was or as it is becoming.
@@ -600,33 +845,26 @@ mod tests {
 
     impl Checked {
         fn check(&mut self) {
-            for (key, value) in self
+            let frontends: Vec<Frontend> = self
                 .inner
                 .tables
                 .get(&Table::Services)
-                .cloned()
-                .unwrap_or_default()
-            {
-                let mut v = [0u8; 16];
-                v.copy_from_slice(&value);
-                let record = Record::from_bytes(&v);
-                let count = self
-                    .inner
-                    .get(Table::Sets, &record.set.to_ne_bytes())
-                    .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
-                    .unwrap_or(0);
-                for i in 0..count {
-                    match self.inner.get(Table::Slots, &slot_key(record.set, i)) {
-                        None => self
-                            .violations
-                            .push(format!("{key:?}: slot {i} of {count} missing")),
-                        Some(ep) if !self.allowed.contains(&Endpoint::from_bytes(ep)) => {
-                            self.violations.push(format!(
-                                "slot {i}: {} is not an endpoint",
-                                Endpoint::from_bytes(ep)
-                            ))
+                .map(|t| {
+                    t.keys()
+                        .filter_map(|k| <[u8; 20]>::try_from(k.as_slice()).ok())
+                        .map(|k| Frontend::from_key(&k))
+                        .collect()
+                })
+                .unwrap_or_default();
+            for frontend in frontends {
+                match lookup(&self.inner, &frontend) {
+                    Err(e) => self.violations.push(e),
+                    Ok(eps) => {
+                        for ep in eps {
+                            if !self.allowed.contains(&ep) {
+                                self.violations.push(format!("{ep} is not an endpoint"));
+                            }
                         }
-                        Some(_) => {}
                     }
                 }
             }
@@ -647,6 +885,9 @@ mod tests {
         fn keys(&self, table: Table) -> Result<Vec<Vec<u8>>, Error> {
             self.inner.keys(table)
         }
+        fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+            self.inner.get(table, key)
+        }
     }
 
     fn endpoint(i: u8) -> Endpoint {
@@ -656,17 +897,17 @@ mod tests {
         }
     }
 
-    fn frontend() -> Frontend {
+    fn frontend(i: u8) -> Frontend {
         Frontend {
-            ip: IpAddr::from([10, 96, 0, 10]),
+            ip: IpAddr::from([10, 96, 0, i]),
             port: 80,
             proto: crate::layout::TCP,
         }
     }
 
-    /// One Service, one port, its ClusterIP on the endpoints `eps`.
-    fn single(eps: &[Endpoint]) -> (ServiceName, Contribution) {
-        let service = ServiceName::new("t", "web");
+    /// Service `web-<i>`, one port, its ClusterIP 10.96.0.<i> on `eps`.
+    fn single(i: u8, eps: &[Endpoint], affinity: bool) -> (ServiceName, Contribution) {
+        let service = ServiceName::new("t", format!("web-{i}"));
         let set = SetName {
             service: service.clone(),
             port: 80,
@@ -677,10 +918,10 @@ mod tests {
         let mut c = Contribution::default();
         c.sets.insert(set.clone(), eps.to_vec());
         c.records.insert(
-            frontend(),
+            frontend(i),
             Claim {
                 set,
-                affinity: 0,
+                affinity: if affinity { 60 } else { 0 },
                 flags: if eps.is_empty() {
                     EMPTY_REJECT
                 } else {
@@ -688,38 +929,25 @@ mod tests {
                 },
             },
         );
-        c.live.insert(frontend().ip);
+        c.live.insert(frontend(i).ip);
         (service, c)
     }
 
-    /// The endpoints the maps hold for the frontend, in slot order.
-    fn held(t: &Recorder) -> Vec<Endpoint> {
-        let Some(value) = t.get(Table::Services, &frontend().key()) else {
-            return Vec::new();
-        };
-        let mut v = [0u8; 16];
-        v.copy_from_slice(value);
-        let set = Record::from_bytes(&v).set;
-        let count = t
-            .get(Table::Sets, &set.to_ne_bytes())
-            .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
-            .unwrap_or(0);
-        (0..count)
-            .filter_map(|i| {
-                t.get(Table::Slots, &slot_key(set, i))
-                    .map(Endpoint::from_bytes)
-            })
-            .collect()
+    fn sorted(mut eps: Vec<Endpoint>) -> Vec<Endpoint> {
+        eps.sort();
+        eps
     }
 
     proptest! {
-        /// Any sequence of endpoint lists: after every single write the
-        /// Service is whole; after each round the maps hold exactly the
-        /// endpoints asked for, each once, with no slot or member left
-        /// over; and a round writes O(change) elements.
+        /// Any sequence of endpoint lists (up to 40 endpoints: 5 pages):
+        /// after every single write the Service is whole; after each round
+        /// the maps hold exactly the endpoints asked for, each once, with
+        /// no page or member left over; and a round writes O(change)
+        /// elements.
         #[test]
         fn sets_change_in_place_and_stay_whole(
-            steps in proptest::collection::vec(proptest::collection::btree_set(0u8..16, 0..10), 1..12)
+            steps in proptest::collection::vec(proptest::collection::btree_set(0u8..48, 0..40), 1..10),
+            affinity in any::<bool>(),
         ) {
             let mut state = State::default();
             let mut t = Checked::default();
@@ -728,89 +956,75 @@ mod tests {
                 state.begin_round();
                 let want: Vec<Endpoint> = step.iter().map(|&i| endpoint(i)).collect();
                 t.allowed = before.iter().chain(&want).copied().collect();
-                let (name, c) = single(&want);
+                let (name, c) = single(1, &want, affinity);
                 state.take_writes();
                 state.update_service(&mut t, &name, c).expect("update");
                 prop_assert!(t.violations.is_empty(), "{:?}", t.violations);
-                let mut got = held(&t.inner);
-                got.sort();
-                let mut sorted = want.clone();
-                sorted.sort();
-                prop_assert_eq!(&got, &sorted);
-                let slots = t.inner.keys(Table::Slots).expect("keys").len();
+                let got = lookup(&t.inner, &frontend(1)).expect("whole");
+                prop_assert_eq!(sorted(got), sorted(want.clone()));
+                let pages = t.inner.keys(Table::Slots).expect("keys").len();
+                prop_assert_eq!(pages, want.len().div_ceil(PAGE));
                 let members = t.inner.keys(Table::Members).expect("keys").len();
-                prop_assert_eq!((slots, members), (want.len(), want.len()));
+                prop_assert_eq!(members, if affinity { want.len() } else { 0 });
                 let added = want.iter().filter(|e| !before.contains(e)).count();
                 let removed = before.iter().filter(|e| !want.contains(e)).count();
                 let writes = state.take_writes();
-                // + the count, and the record (its flags follow the set's
-                // emptiness) and live ClusterIP the first time.
-                prop_assert!(writes <= 2 * added + 3 * removed + 3, "{} writes for +{} -{}", writes, added, removed);
+                // Pages: at most one per endpoint added or removed, one
+                // per page moved from or deleted, and page 0; members:
+                // one per endpoint added or removed; the record and live
+                // ClusterIP the first time.
+                let bound = if affinity { 3 } else { 2 } * (added + removed) + 3;
+                prop_assert!(writes <= bound, "{} writes for +{} -{}", writes, added, removed);
                 before = want;
             }
         }
-    }
 
-    #[test]
-    fn replacing_all_keeps_what_is_wanted_and_deletes_the_rest() {
-        let mut t = Recorder::default();
-        let mut old = State::default();
-        let (name, c) = single(&[endpoint(1), endpoint(2)]);
-        old.update_service(&mut t, &name, c).expect("old");
-        let gone = ServiceName::new("t", "gone");
-        let mut other = single(&[endpoint(3)]).1;
-        other.records = other
-            .records
-            .into_values()
-            .map(|claim| {
-                let fe = Frontend {
-                    ip: IpAddr::from([10, 96, 0, 99]),
-                    port: 80,
-                    proto: crate::layout::TCP,
-                };
-                (
-                    fe,
-                    SetName {
-                        service: gone.clone(),
-                        ..claim.set.clone()
-                    },
-                    claim,
-                )
-            })
-            .map(|(fe, set, claim)| (fe, Claim { set, ..claim }))
-            .collect();
-        other.sets = other
-            .sets
-            .into_values()
-            .map(|eps| {
-                (
-                    SetName {
-                        service: gone.clone(),
-                        port: 80,
-                        proto: crate::layout::TCP,
-                        v6: false,
-                        local: false,
-                    },
-                    eps,
-                )
-            })
-            .collect();
-        other.live = [IpAddr::from([10, 96, 0, 99])].into();
-        old.update_service(&mut t, &gone, other).expect("other");
+        /// A full round onto what another run left adopts it: onto the
+        /// same state it writes nothing, onto another it writes no more
+        /// than rewriting would, and the maps end as a fresh run's would.
+        #[test]
+        fn a_full_round_adopts_what_the_maps_hold(
+            old in proptest::collection::vec(proptest::collection::btree_set(0u8..48, 0..20), 1..5),
+            new in proptest::collection::vec(proptest::collection::btree_set(0u8..48, 0..20), 1..5),
+        ) {
+            let services = |lists: &[BTreeSet<u8>]| -> Vec<(ServiceName, Contribution)> {
+                lists
+                    .iter()
+                    .enumerate()
+                    .map(|(i, l)| {
+                        let eps: Vec<Endpoint> = l.iter().map(|&e| endpoint(e)).collect();
+                        single(u8::try_from(i).unwrap_or(0), &eps, i % 2 == 1)
+                    })
+                    .collect()
+            };
+            let mut t = Recorder::default();
+            let mut first = State::default();
+            first.replace_all(&mut t, &mut services(&old).into_iter(), &[]).expect("first run");
 
-        // A new process: its state is empty; the maps hold the old run's.
-        let mut new = State::default();
-        let (name, c) = single(&[endpoint(2), endpoint(4)]);
-        new.replace_all(&mut t, &mut std::iter::once((name, c)), &[])
-            .expect("replace");
-        let mut got = held(&t);
-        got.sort();
-        assert_eq!(got, vec![endpoint(2), endpoint(4)]);
-        // Only the new set's elements are left, and one record.
-        assert_eq!(t.keys(Table::Services).expect("keys").len(), 1);
-        assert_eq!(t.keys(Table::Sets).expect("keys").len(), 1);
-        assert_eq!(t.keys(Table::Slots).expect("keys").len(), 2);
-        assert_eq!(t.keys(Table::Members).expect("keys").len(), 2);
-        assert_eq!(t.keys(Table::Live).expect("keys").len(), 1);
+            // A restart onto the same state: nothing written.
+            let mut same = State::default();
+            same.replace_all(&mut t, &mut services(&old).into_iter(), &[]).expect("same");
+            prop_assert_eq!(same.take_writes(), 0);
+
+            // A restart onto another state: the maps end as a fresh run's.
+            let mut other = State::default();
+            other.replace_all(&mut t, &mut services(&new).into_iter(), &[]).expect("other");
+            let mut fresh_t = Recorder::default();
+            let mut fresh = State::default();
+            fresh.replace_all(&mut fresh_t, &mut services(&new).into_iter(), &[]).expect("fresh");
+            prop_assert!(other.take_writes() <= fresh.take_writes() + t.keys(Table::Slots).map(|k| k.len()).unwrap_or(0) + 64);
+            for (i, list) in new.iter().enumerate() {
+                let want: Vec<Endpoint> = list.iter().map(|&e| endpoint(e)).collect();
+                let got = lookup(&t, &frontend(u8::try_from(i).unwrap_or(0))).expect("whole");
+                prop_assert_eq!(sorted(got), sorted(want));
+            }
+            for table in [Table::Services, Table::Slots, Table::Members, Table::Live] {
+                prop_assert_eq!(
+                    t.keys(table).expect("keys").len(),
+                    fresh_t.keys(table).expect("keys").len(),
+                    "{:?}", table
+                );
+            }
+        }
     }
 }

@@ -15,7 +15,6 @@ use crate::layout::{self, Endpoint, Frontend, Record};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) enum Table {
     Services,
-    Sets,
     Slots,
     Members,
     Live,
@@ -27,7 +26,6 @@ impl Table {
     pub(crate) fn map_name(self) -> &'static str {
         match self {
             Table::Services => "kpng_services",
-            Table::Sets => "kpng_sets",
             Table::Slots => "kpng_slots",
             Table::Members => "kpng_members",
             Table::Live => "kpng_live",
@@ -54,7 +52,6 @@ impl Table {
         };
         let key_text = match self {
             Table::Services => Frontend::from_key(&fixed(key)).to_string(),
-            Table::Sets => word(key, 0).to_string(),
             Table::Slots => format!("{}/{}", word(key, 0), word(key, 4)),
             Table::Members => format!("{} {}", word(key, 0), Endpoint::from_bytes(&key[4..])),
             Table::Live => layout::live_ip(&fixed(key)).to_string(),
@@ -70,8 +67,21 @@ impl Table {
                 b.copy_from_slice(&v[..16]);
                 Some(Record::from_bytes(&b).to_string())
             }
-            (Table::Sets, Some(v)) => Some(format!("{} endpoints", word(v, 0))),
-            (Table::Slots, Some(v)) => Some(Endpoint::from_bytes(v).to_string()),
+            (Table::Slots, Some(v)) => {
+                let (count, slots) = layout::page_of(v);
+                let page = word(key, 4);
+                let used = if page == 0 {
+                    count.min(8) as usize
+                } else {
+                    slots.iter().take_while(|e| e.port != 0).count()
+                };
+                let list: Vec<String> = slots[..used].iter().map(ToString::to_string).collect();
+                Some(if page == 0 {
+                    format!("{count} endpoints: {}", list.join(", "))
+                } else {
+                    list.join(", ")
+                })
+            }
             (Table::Members | Table::Live | Table::Cidrs, Some(_)) => None,
         };
         match value_text {
@@ -89,6 +99,8 @@ pub(crate) trait Tables {
     fn delete(&mut self, table: Table, key: &[u8]) -> Result<(), Error>;
     /// Every key of a table.
     fn keys(&self, table: Table) -> Result<Vec<Vec<u8>>, Error>;
+    /// One element's value.
+    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, Error>;
 }
 
 /// An in-memory copy of the maps: what a dry run writes, line by line.
@@ -105,7 +117,7 @@ impl Recorder {
     }
 
     #[cfg(test)]
-    pub(crate) fn get(&self, table: Table, key: &[u8]) -> Option<&[u8]> {
+    pub(crate) fn value(&self, table: Table, key: &[u8]) -> Option<&[u8]> {
         self.tables.get(&table)?.get(key).map(Vec::as_slice)
     }
 }
@@ -137,13 +149,16 @@ impl Tables for Recorder {
             .map(|t| t.keys().cloned().collect())
             .unwrap_or_default())
     }
+
+    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+        Ok(self.tables.get(&table).and_then(|t| t.get(key)).cloned())
+    }
 }
 
 /// The kernel's maps, opened from their pins.
 pub(crate) struct Kernel {
     pub(crate) services: HashMap<MapData, [u8; 20], [u8; 16]>,
-    pub(crate) sets: HashMap<MapData, u32, u32>,
-    pub(crate) slots: HashMap<MapData, [u8; 8], [u8; 20]>,
+    pub(crate) slots: HashMap<MapData, [u8; 8], [u8; 168]>,
     pub(crate) members: HashMap<MapData, [u8; 24], u8>,
     pub(crate) live: HashMap<MapData, [u8; 20], u32>,
     pub(crate) cidrs: LpmTrie<MapData, [u8; 20], u8>,
@@ -160,10 +175,6 @@ fn array<const N: usize>(table: Table, bytes: &[u8]) -> Result<[u8; N], Error> {
         map: table.map_name(),
         len: bytes.len(),
     })
-}
-
-fn word(table: Table, bytes: &[u8]) -> Result<u32, Error> {
-    Ok(u32::from_ne_bytes(array::<4>(table, bytes)?))
 }
 
 fn cidr(bytes: &[u8]) -> Result<Key<[u8; 20]>, Error> {
@@ -196,7 +207,37 @@ fn missing_ok(result: Result<(), aya::maps::MapError>, map: &'static str) -> Res
     }
 }
 
+fn found<T: AsRef<[u8]>>(
+    result: Result<T, aya::maps::MapError>,
+    map: &'static str,
+) -> Result<Option<Vec<u8>>, Error> {
+    match result {
+        Ok(v) => Ok(Some(v.as_ref().to_vec())),
+        Err(aya::maps::MapError::KeyNotFound) => Ok(None),
+        Err(aya::maps::MapError::SyscallError(e))
+            if e.io_error.kind() == std::io::ErrorKind::NotFound =>
+        {
+            Ok(None)
+        }
+        Err(source) => Err(Error::Map { map, source }),
+    }
+}
+
 impl Tables for Kernel {
+    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+        let map = table.map_name();
+        match table {
+            Table::Services => found(self.services.get(&array(table, key)?, 0), map),
+            Table::Slots => found(self.slots.get(&array(table, key)?, 0), map),
+            Table::Members => found(self.members.get(&array(table, key)?, 0).map(|v| [v]), map),
+            Table::Live => found(
+                self.live.get(&array(table, key)?, 0).map(u32::to_ne_bytes),
+                map,
+            ),
+            Table::Cidrs => found(self.cidrs.get(&cidr(key)?, 0).map(|v| [v]), map),
+        }
+    }
+
     fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), Error> {
         let map = table.map_name();
         let wrap = |source| Error::Map { map, source };
@@ -205,13 +246,9 @@ impl Tables for Kernel {
                 .services
                 .insert(array(table, key)?, array::<16>(table, value)?, 0)
                 .map_err(wrap),
-            Table::Sets => self
-                .sets
-                .insert(word(table, key)?, word(table, value)?, 0)
-                .map_err(wrap),
             Table::Slots => self
                 .slots
-                .insert(array(table, key)?, array::<20>(table, value)?, 0)
+                .insert(array(table, key)?, array::<168>(table, value)?, 0)
                 .map_err(wrap),
             Table::Members => self
                 .members
@@ -226,7 +263,6 @@ impl Tables for Kernel {
         let map = table.map_name();
         let result = match table {
             Table::Services => self.services.remove(&array(table, key)?),
-            Table::Sets => self.sets.remove(&word(table, key)?),
             Table::Slots => self.slots.remove(&array(table, key)?),
             Table::Members => self.members.remove(&array(table, key)?),
             Table::Live => self.live.remove(&array(table, key)?),
@@ -243,11 +279,6 @@ impl Tables for Kernel {
                 .services
                 .keys()
                 .map(|k| k.map(|k| k.to_vec()).map_err(wrap))
-                .collect(),
-            Table::Sets => self
-                .sets
-                .keys()
-                .map(|k| k.map(|k| k.to_ne_bytes().to_vec()).map_err(wrap))
                 .collect(),
             Table::Slots => self
                 .slots
