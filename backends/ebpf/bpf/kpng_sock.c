@@ -147,6 +147,35 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } kpng_reverse SEC(".maps");
 
+// Datagrams of an unconnected UDP socket to one Service address stay
+// with one endpoint while they keep coming (as a conntrack flow does):
+// (socket, frontend) -> the endpoint, where it was found, and when.
+struct flow_key {
+	__u64 cookie;
+	struct frontend frontend;
+	__u32 pad;
+};
+
+struct flow_value {
+	struct endpoint endpoint;
+	__u32 set;
+	__u32 index;
+	__u32 pad;
+	__u64 last_ns;
+};
+
+// A flow idle this long is balanced again (the kernel's default UDP
+// conntrack timeout).
+#define FLOW_IDLE_NS (30ULL * 1000000000ULL)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1 << 16);
+	__type(key, struct flow_key);
+	__type(value, struct flow_value);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kpng_flows SEC(".maps");
+
 // ClusterIPs in use: a port no Service serves on them is refused.
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -213,10 +242,21 @@ static __always_inline int no_service(struct frontend *fe)
 	return PASS;
 }
 
-// The endpoint for a socket of `netns` asking for `fe`.
-static __always_inline int pick(struct frontend *fe, __u64 netns,
+static __always_inline int same(struct endpoint *a, struct endpoint *b)
+{
+	return a->addr[0] == b->addr[0] && a->addr[1] == b->addr[1] &&
+	       a->addr[2] == b->addr[2] && a->addr[3] == b->addr[3] &&
+	       a->port == b->port && a->family == b->family;
+}
+
+// The endpoint for a socket of `netns` asking for `fe`; `flow`: the
+// socket's cookie when its datagrams are to stay with one endpoint
+// (sendmsg), 0 otherwise.
+static __always_inline int pick(struct frontend *fe, __u64 netns, __u64 flow,
 				struct endpoint *out)
 {
+	struct flow_key fkey = {};
+	struct flow_value *f;
 	struct service *svc;
 	struct page *first, *page;
 	struct set_key key = {};
@@ -251,6 +291,28 @@ static __always_inline int pick(struct frontend *fe, __u64 netns,
 		}
 	}
 
+	if (flow) {
+		if (!now)
+			now = bpf_ktime_get_ns();
+		fkey.cookie = flow;
+		fkey.frontend = *fe;
+		f = bpf_map_lookup_elem(&kpng_flows, &fkey);
+		if (f && f->set == svc->set && f->index < n &&
+		    now - f->last_ns <= FLOW_IDLE_NS) {
+			// Still in the slot it was found in: still an endpoint.
+			page = first;
+			if (f->index >= PAGE) {
+				key.page = f->index / PAGE;
+				page = bpf_map_lookup_elem(&kpng_slots, &key);
+			}
+			if (page && same(&page->slot[f->index & (PAGE - 1)], &f->endpoint)) {
+				*out = f->endpoint;
+				f->last_ns = now;
+				return TRANSLATE;
+			}
+		}
+	}
+
 	i = bpf_get_prandom_u32() % n;
 	page = first;
 	if (i >= PAGE) {
@@ -268,6 +330,15 @@ static __always_inline int pick(struct frontend *fe, __u64 netns,
 		value.endpoint = *out;
 		value.last_ns = now;
 		bpf_map_update_elem(&kpng_affinity, &akey, &value, BPF_ANY);
+	}
+	if (flow) {
+		struct flow_value value = {};
+
+		value.endpoint = *out;
+		value.set = svc->set;
+		value.index = i;
+		value.last_ns = now;
+		bpf_map_update_elem(&kpng_flows, &fkey, &value, BPF_ANY);
 	}
 	return TRANSLATE;
 }
@@ -300,7 +371,7 @@ static __always_inline int verdict(int what)
 	return 0;
 }
 
-static __always_inline int forward4(struct bpf_sock_addr *ctx)
+static __always_inline int forward4(struct bpf_sock_addr *ctx, int datagram)
 {
 	struct frontend fe = {};
 	struct endpoint ep;
@@ -310,7 +381,8 @@ static __always_inline int forward4(struct bpf_sock_addr *ctx)
 	fe.port = (__u16)ctx->user_port;
 	fe.proto = (__u8)ctx->protocol;
 	fe.family = FAMILY_V4;
-	what = pick(&fe, bpf_get_netns_cookie(ctx), &ep);
+	what = pick(&fe, bpf_get_netns_cookie(ctx),
+		    datagram ? bpf_get_socket_cookie(ctx) : 0, &ep);
 	if (what == PASS)
 		return 1;
 	if (what != TRANSLATE)
@@ -324,7 +396,7 @@ static __always_inline int forward4(struct bpf_sock_addr *ctx)
 	return 1;
 }
 
-static __always_inline int forward6(struct bpf_sock_addr *ctx)
+static __always_inline int forward6(struct bpf_sock_addr *ctx, int datagram)
 {
 	struct frontend fe = {};
 	struct endpoint ep;
@@ -337,7 +409,8 @@ static __always_inline int forward6(struct bpf_sock_addr *ctx)
 	fe.port = (__u16)ctx->user_port;
 	fe.proto = (__u8)ctx->protocol;
 	fe.family = FAMILY_V6;
-	what = pick(&fe, bpf_get_netns_cookie(ctx), &ep);
+	what = pick(&fe, bpf_get_netns_cookie(ctx),
+		    datagram ? bpf_get_socket_cookie(ctx) : 0, &ep);
 	if (what == PASS)
 		return 1;
 	if (what != TRANSLATE)
@@ -399,25 +472,25 @@ static __always_inline int reverse6(struct bpf_sock_addr *ctx)
 SEC("cgroup/connect4")
 int kpng_connect4(struct bpf_sock_addr *ctx)
 {
-	return forward4(ctx);
+	return forward4(ctx, 0);
 }
 
 SEC("cgroup/connect6")
 int kpng_connect6(struct bpf_sock_addr *ctx)
 {
-	return forward6(ctx);
+	return forward6(ctx, 0);
 }
 
 SEC("cgroup/sendmsg4")
 int kpng_sendmsg4(struct bpf_sock_addr *ctx)
 {
-	return forward4(ctx);
+	return forward4(ctx, 1);
 }
 
 SEC("cgroup/sendmsg6")
 int kpng_sendmsg6(struct bpf_sock_addr *ctx)
 {
-	return forward6(ctx);
+	return forward6(ctx, 1);
 }
 
 SEC("cgroup/recvmsg4")

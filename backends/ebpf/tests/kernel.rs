@@ -542,3 +542,71 @@ fn cleanup_detaches_everything() {
     assert!(!cleanup(&pins).expect("cleanup again"));
     let _ = &node.fs;
 }
+
+/// One unconnected UDP socket sending `count` datagrams to `host:port`;
+/// the endpoint of each reply.
+const DATAGRAMS: &str = r#"
+import socket, sys
+host, port, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(2)
+for _ in range(count):
+    s.sendto(b"hi", (host, port))
+    print(s.recvfrom(200)[0].decode().split()[0], flush=True)
+"#;
+
+#[test]
+fn an_unconnected_udp_socket_stays_with_one_endpoint_while_it_is_one() {
+    let Some(mut node) = node() else { return };
+    let all = [(E1, NODE), (E2, "node-b"), (E3, "node-c")];
+    node.proxy
+        .load(&[service("dns", &cluster_ip("10.96.0.53"), &eps(&all))]);
+    let run = |node: &Node| -> Vec<String> {
+        let out = node
+            .cgroup
+            .command(&node.ns.name, &["python3", "-c", DATAGRAMS, "10.96.0.53", "53", "20"])
+            .output()
+            .expect("client");
+        String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect()
+    };
+    // As a conntrack flow would: every datagram of the socket to one
+    // endpoint.
+    let replies = run(&node);
+    assert_eq!(replies.len(), 20, "{replies:?}");
+    let first: std::collections::BTreeSet<&String> = replies.iter().collect();
+    assert_eq!(first.len(), 1, "{replies:?}");
+    // Over many sockets, every endpoint.
+    let lines = node.connect("udp", "10.96.0.53", 53, 30);
+    assert_eq!(reached(&lines).len(), 3, "{lines:?}");
+    // A socket that lives on while its endpoint goes: its next datagrams
+    // go to another endpoint, and stay there.
+    let script = format!("{DATAGRAMS}\nsys.stdin.readline()\nfor _ in range(count):\n    s.sendto(b'hi', (host, port))\n    print(s.recvfrom(200)[0].decode().split()[0], flush=True)\n");
+    let mut held = node
+        .cgroup
+        .command(&node.ns.name, &["python3", "-u", "-c", &script, "10.96.0.53", "53", "10"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("client");
+    let mut out = std::io::BufReader::new(held.stdout.take().expect("stdout"));
+    let mut read = |n: usize| -> Vec<String> {
+        (0..n)
+            .map(|_| {
+                let mut line = String::new();
+                std::io::BufRead::read_line(&mut out, &mut line).expect("a reply");
+                line.trim().to_owned()
+            })
+            .collect()
+    };
+    let before = read(10);
+    let gone = before[0].clone();
+    assert!(before.iter().all(|e| *e == gone), "{before:?}");
+    let left: Vec<(&str, &str)> = all.into_iter().filter(|(ip, _)| *ip != gone).collect();
+    node.proxy
+        .load(&[service("dns", &cluster_ip("10.96.0.53"), &eps(&left))]);
+    use std::io::Write;
+    held.stdin.take().expect("stdin").write_all(b"\n").expect("write");
+    let after = read(10);
+    let _ = held.wait();
+    assert!(!after.contains(&gone), "{after:?}");
+    assert!(after.iter().all(|e| *e == after[0]), "{after:?}");
+}
