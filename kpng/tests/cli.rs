@@ -881,3 +881,148 @@ fn kubeadms_kube_proxy_configuration_programs_a_node() {
         .expect("cat");
     assert_eq!(String::from_utf8_lossy(&established.stdout).trim(), "86400");
 }
+
+#[test]
+fn to_ebpf_dry_run_prints_the_map_writes_and_the_nft_rules_beside_them() {
+    let args = ["file", "to-ebpf", "--dry-run", "--metrics-bind-address", ""];
+    let (code, stdout, stderr) = kpng(&args);
+    assert_eq!(code, 0, "{stderr}");
+    // kube-dns on node-a: a record per ClusterIP port, each leading to a
+    // set of its two endpoints; the endpoint-less checkout refuses.
+    assert!(
+        stdout.contains("set services 10.96.0.10 udp 53 : set "),
+        "{stdout}"
+    );
+    assert!(stdout.contains("2 endpoints: 10.244.1.5:53, 10.244.2.7:53"));
+    assert!(stdout.contains("set services 10.96.20.20 tcp 443 : set 1 empty: reject"));
+    assert!(stdout.contains("set live 10.96.0.10"));
+    // ipMode Proxy is not programmed.
+    assert!(!stdout.contains("198.51.100.11"));
+    // Traffic from outside the node: the nftables backend's transaction.
+    assert!(stdout.contains("add table ip kpng"), "{stdout}");
+    let (code, alone, stderr) = kpng(&[&args[..], &["--north-south", "none"]].concat());
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!alone.contains("add table"), "{alone}");
+}
+
+/// As root with cgroup v2: `to-ebpf --once` attaches to a test cgroup and
+/// pins in a test bpffs, and exits (it runs in the machine's namespace,
+/// since `ip netns exec` hides the cgroup tree: the conntrack sysctl flags
+/// are 0, which leaves the machine's sysctls alone); its programs stay attached and serve
+/// a client in that cgroup; `--cleanup` detaches them. A pin path off
+/// bpffs is refused with a clear error.
+#[test]
+fn to_ebpf_programs_a_cgroup_that_outlives_the_command_and_cleanup_removes_it() {
+    use kpng_testkit::bpf::{BpfFs, TestCgroup, TestNetns, unavailable};
+    if let Some(why) = unavailable() {
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
+    let fs = BpfFs::new("kpng-cli-bpf").expect("bpffs");
+    let cgroup = TestCgroup::new("kpng-cli-cg").expect("cgroup");
+    let ns = TestNetns::new("kpc").expect("netns");
+    ns.sh("ip addr add 10.244.1.20/32 dev lo").expect("addr");
+    let manifest = std::env::temp_dir().join(format!("kpng-ebpf-{}.yaml", std::process::id()));
+    std::fs::write(
+        &manifest,
+        r#"apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Service
+  metadata: {namespace: t, name: web}
+  spec: {clusterIP: 10.96.0.10, ports: [{name: http, port: 80, targetPort: 8080}]}
+- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata: {namespace: t, name: web-1, labels: {kubernetes.io/service-name: web}}
+  addressType: IPv4
+  endpoints: [{addresses: [10.244.1.20], nodeName: node-a}]
+  ports: [{name: http, port: 8080, protocol: TCP}]
+"#,
+    )
+    .expect("manifest");
+    let pins = fs.path.join("kpng");
+    let cgroup_path = cgroup.path.to_string_lossy().into_owned();
+    let pin_path = pins.to_string_lossy().into_owned();
+    let manifest_path = manifest.to_string_lossy().into_owned();
+    let mut args = vec![
+        "file",
+        "--input",
+        &manifest_path,
+        "--node",
+        "node-a",
+        "to-ebpf",
+        "--once",
+        "--cgroup-path",
+        &cgroup_path,
+        "--bpf-pin-path",
+        &pin_path,
+        "--north-south",
+        "none",
+        "--healthz-bind-address",
+        "",
+        "--metrics-bind-address",
+        "",
+        "--no-conntrack-cleanup",
+        "--conntrack-max-per-core",
+        "0",
+        "--conntrack-tcp-timeout-established",
+        "0",
+        "--conntrack-tcp-timeout-close-wait",
+        "0",
+    ];
+    let (code, _, stderr) = kpng(&args);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(pins.exists());
+
+    // The command is gone; its programs serve the cgroup's sockets.
+    let serve = "import socket; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((\"10.244.1.20\", 8080)); s.listen(8); print(\"ready\", flush=True)\nwhile True:\n    c, a = s.accept(); c.sendall(b\"web\\n\"); c.close()";
+    let mut server = Command::new("ip")
+        .args(["netns", "exec", &ns.name, "python3", "-u", "-c", serve])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("server");
+    let mut ready = String::new();
+    if let Some(out) = server.stdout.take() {
+        use std::io::BufRead;
+        let _ = std::io::BufReader::new(out).read_line(&mut ready);
+    }
+    assert_eq!(ready.trim(), "ready");
+    let client = "import socket\ntry:\n    s = socket.create_connection((\"10.96.0.10\", 80), timeout=2); print(s.recv(10).decode().strip())\nexcept OSError as e:\n    print(type(e).__name__)";
+    let connect = || {
+        let out = cgroup
+            .command(&ns.name, &["python3", "-c", client])
+            .output()
+            .expect("client");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    assert_eq!(connect(), "web");
+
+    // --cleanup: detached, unpinned.
+    args.retain(|a| *a != "--once");
+    args.push("--cleanup");
+    let (code, _, stderr) = kpng(&args);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!pins.exists());
+    assert_ne!(connect(), "web");
+    let _ = server.kill();
+    let _ = server.wait();
+
+    // A pin path that is not on a bpf file system: one clear line.
+    let off = std::env::temp_dir().to_string_lossy().into_owned();
+    let bad: Vec<&str> = args
+        .iter()
+        .map(|a| {
+            if *a == pin_path.as_str() {
+                off.as_str()
+            } else {
+                a
+            }
+        })
+        .filter(|a| *a != "--cleanup")
+        .collect();
+    let (code, _, stderr) = kpng(&bad);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("is not on a bpf file system"), "{stderr}");
+    let _ = std::fs::remove_file(&manifest);
+}

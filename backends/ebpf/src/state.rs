@@ -111,6 +111,12 @@ pub(crate) fn contribution(
         let plan = view.plan(family);
         let v6 = family == IpFamily::V6;
         let cluster_ips: Vec<IpAddr> = parse(plan.cluster_ips).collect();
+        if cluster_ips.is_empty() {
+            // Not a Service of this family (single stack): nothing of it
+            // here, its NodePorts included, as kube-proxy's proxier of
+            // that family does not know it.
+            continue;
+        }
         let lb_ips: Vec<IpAddr> = if plan.source_ranges.is_empty() {
             parse(plan.lb_ips).collect()
         } else {

@@ -563,10 +563,16 @@ fn an_unconnected_udp_socket_stays_with_one_endpoint_while_it_is_one() {
     let run = |node: &Node| -> Vec<String> {
         let out = node
             .cgroup
-            .command(&node.ns.name, &["python3", "-c", DATAGRAMS, "10.96.0.53", "53", "20"])
+            .command(
+                &node.ns.name,
+                &["python3", "-c", DATAGRAMS, "10.96.0.53", "53", "20"],
+            )
             .output()
             .expect("client");
-        String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect()
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect()
     };
     // As a conntrack flow would: every datagram of the socket to one
     // endpoint.
@@ -579,10 +585,15 @@ fn an_unconnected_udp_socket_stays_with_one_endpoint_while_it_is_one() {
     assert_eq!(reached(&lines).len(), 3, "{lines:?}");
     // A socket that lives on while its endpoint goes: its next datagrams
     // go to another endpoint, and stay there.
-    let script = format!("{DATAGRAMS}\nsys.stdin.readline()\nfor _ in range(count):\n    s.sendto(b'hi', (host, port))\n    print(s.recvfrom(200)[0].decode().split()[0], flush=True)\n");
+    let script = format!(
+        "{DATAGRAMS}\nsys.stdin.readline()\nfor _ in range(count):\n    s.sendto(b'hi', (host, port))\n    print(s.recvfrom(200)[0].decode().split()[0], flush=True)\n"
+    );
     let mut held = node
         .cgroup
-        .command(&node.ns.name, &["python3", "-u", "-c", &script, "10.96.0.53", "53", "10"])
+        .command(
+            &node.ns.name,
+            &["python3", "-u", "-c", &script, "10.96.0.53", "53", "10"],
+        )
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -604,7 +615,11 @@ fn an_unconnected_udp_socket_stays_with_one_endpoint_while_it_is_one() {
     node.proxy
         .load(&[service("dns", &cluster_ip("10.96.0.53"), &eps(&left))]);
     use std::io::Write;
-    held.stdin.take().expect("stdin").write_all(b"\n").expect("write");
+    held.stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"\n")
+        .expect("write");
     let after = read(10);
     let _ = held.wait();
     assert!(!after.contains(&gone), "{after:?}");
