@@ -395,12 +395,13 @@ impl State {
         self.set_cidrs(t, cidrs)?;
         let found = self.found.take().unwrap_or_default();
         // Records nobody claims.
-        let stale: Vec<Frontend> = self
+        let mut stale: Vec<Frontend> = self
             .records
             .keys()
             .filter(|f| !self.claims.contains_key(f))
             .copied()
             .collect();
+        stale.sort_unstable();
         for frontend in stale {
             self.records.remove(&frontend);
             self.delete(t, Table::Services, &frontend.key())?;
@@ -423,13 +424,13 @@ impl State {
             gone.insert(set);
         }
         // Members: exactly those of the sets that keep them.
-        let want: HashSet<[u8; 24]> = self
+        let want: BTreeSet<[u8; 24]> = self
             .sets
             .values()
             .filter(|s| s.members)
             .flat_map(|s| s.slots.iter().map(move |ep| member_key(s.id, ep)))
             .collect();
-        let have: HashSet<Vec<u8>> = found.members.into_iter().collect();
+        let have: BTreeSet<Vec<u8>> = found.members.into_iter().collect();
         for key in &want {
             if !have.contains(key.as_slice()) {
                 self.put(t, Table::Members, key, &[1])?;
@@ -442,7 +443,9 @@ impl State {
                 self.delete(t, Table::Members, &key)?;
             }
         }
-        for ip in found.live {
+        let mut found_live: Vec<IpAddr> = found.live.into_iter().collect();
+        found_live.sort_unstable();
+        for ip in found_live {
             if !self.live.contains_key(&ip) {
                 self.delete(t, Table::Live, &layout::live_key(ip))?;
             }
