@@ -80,31 +80,38 @@ fn direct_rate(lab: &Lab, count: usize) -> f64 {
 }
 
 fn connection_rate_to(lab: &Lab, (host, port): (&str, u16), count: usize) -> f64 {
-    let start = Instant::now();
-    let lines = lab.connect("podc", "tcp", host, port, count);
-    let secs = start.elapsed().as_secs_f64();
-    let ok = lines
-        .iter()
-        .filter(|l| l.starts_with("10.244.1.10"))
-        .count();
-    assert_eq!(
-        ok,
-        count,
-        "every connection answered: {:?}",
-        &lines[..lines.len().min(3)]
+    let (ok, rate) = lab.connect_rate("podc", host, port, count);
+    // Tens of thousands of connections from one client to one server
+    // within a minute: the odd SYN meets a full accept queue, and its
+    // retry after 1 s can miss the client's 2 s timeout.
+    assert!(
+        ok * 100 >= count * 99,
+        "{ok} of {count} connections to {host}:{port} answered"
     );
-    count as f64 / secs
+    rate
 }
 
-/// 2,000 connections through the Service and 2,000 straight to its pod,
-/// in 4 alternating rounds of 500; the rates of each.
-fn rates(lab: &Lab) -> (f64, f64) {
-    let (mut via, mut direct) = (0.0, 0.0);
-    for _ in 0..4 {
-        via += 500.0 / connection_rate(lab, 500);
-        direct += 500.0 / direct_rate(lab, 500);
+/// Connections through the Service and straight to its pod, in 10 pairs
+/// of rounds of 500 (alternating which goes first, so that the machine's
+/// drift hits both alike): the rate of each over all rounds, and the
+/// median of the pairs' ratios (through the Service / straight).
+fn rates(lab: &Lab) -> (f64, f64, f64) {
+    let (mut via, mut direct, mut ratios) = (0.0, 0.0, Vec::new());
+    for round in 0..10 {
+        let (v, d) = if round % 2 == 0 {
+            let v = connection_rate(lab, 500);
+            (v, direct_rate(lab, 500))
+        } else {
+            let d = direct_rate(lab, 500);
+            (connection_rate(lab, 500), d)
+        };
+        via += 500.0 / v;
+        direct += 500.0 / d;
+        ratios.push(v / d);
     }
-    (2000.0 / via, 2000.0 / direct)
+    ratios.sort_by(f64::total_cmp);
+    let median = (ratios[4] + ratios[5]) / 2.0;
+    (5_000.0 / via, 5_000.0 / direct, median)
 }
 
 /// A cluster of `services` × 10 endpoints. `simple`: every Service a
@@ -173,7 +180,7 @@ pub fn run<B: LabBackend>(refs: [&str; 4], extended: bool) {
     // Through the Service and straight to the pod, interleaved, so that
     // the machine's drift hits both alike.
     let _ = connection_rate(&lab, 200);
-    let (rate_10, direct_10) = rates(&lab);
+    let (rate_10, direct_10, ratio_direct_10) = rates(&lab);
 
     let (ms_1k, commands_1k, ..) = full_sync::<B>(&lab, 1_000, true);
     let mut extra = Vec::new();
@@ -200,7 +207,7 @@ pub fn run<B: LabBackend>(refs: [&str; 4], extended: bool) {
     }
     settle();
     let _ = connection_rate(&lab, 200);
-    let (rate_10k, direct_10k) = rates(&lab);
+    let (rate_10k, direct_10k, ratio_direct_10k) = rates(&lab);
     let memory = backend.last_note();
 
     // One change at 10k: an endpoint goes not-ready, then ready again.
@@ -293,9 +300,7 @@ pub fn run<B: LabBackend>(refs: [&str; 4], extended: bool) {
     println!("new connections/s through a ClusterIP, 10k services: {rate_10k:>7.0}");
     println!("ratio 10k / 10: {:.3}  [{ratio_ref}]", rate_10k / rate_10);
     println!(
-        "through a ClusterIP / straight to the pod: 10 services {:.3}, 10k services {:.3}  ({direct_10:.0} and {direct_10k:.0} straight)  [{direct_ref}]",
-        rate_10 / direct_10,
-        rate_10k / direct_10k
+        "through a ClusterIP / straight to the pod, median of 10 paired rounds: 10 services {ratio_direct_10:.3}, 10k services {ratio_direct_10k:.3}  ({direct_10:.0} and {direct_10k:.0}/s straight)  [{direct_ref}]"
     );
     let (rss, peak) = (
         kpng_testkit::proc_status_kib(None, "VmRSS:"),
@@ -310,7 +315,7 @@ pub fn run<B: LabBackend>(refs: [&str; 4], extended: bool) {
         "{{\"backend\":\"{}\",\"full_sync_ms_1k\":{ms_1k:.1},\"full_sync_ms_10k\":{ms_10k:.1},\"change_ms_10k\":{change_median:.2},\"change_commands_10k\":{commands_median},\"own_chains_add_ms_10k\":{own_add:.2},\"own_chains_delete_ms_10k\":{own_del:.2},\"conn_rate_10\":{rate_10:.0},\"conn_rate_10k\":{rate_10k:.0},\"conn_rate_ratio\":{:.3},\"via_service_vs_direct_10\":{:.3},\"via_service_vs_direct_10k\":{:.3}}}",
         B::NAME,
         rate_10k / rate_10,
-        rate_10 / direct_10,
-        rate_10k / direct_10k
+        ratio_direct_10,
+        ratio_direct_10k
     );
 }

@@ -64,6 +64,26 @@ for _ in range(count):
     print(out, flush=True)
 "#;
 
+/// `count` TCP connections, each reading the server's line; prints how
+/// many were answered and the seconds the loop took (the interpreter's
+/// start is not counted).
+const RATE_CLIENT: &str = r#"
+import socket, sys, time
+host, port, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+ok = 0
+t = time.monotonic()
+for _ in range(count):
+    try:
+        s = socket.socket(fam, socket.SOCK_STREAM); s.settimeout(2)
+        s.connect((host, port))
+        if s.recv(200): ok += 1
+        s.close()
+    except OSError:
+        pass
+print(ok, time.monotonic() - t, flush=True)
+"#;
+
 /// Why the lab cannot run here with `tools`, if it cannot.
 pub fn unavailable(tools: &[&str]) -> Option<String> {
     let uid = Command::new("id").arg("-u").output().ok()?;
@@ -357,6 +377,33 @@ impl Lab {
             .collect()
     }
 
+    /// `count` TCP connections from host `from` to `host:port`, timed
+    /// inside the client: how many were answered, and connections per
+    /// second.
+    pub fn connect_rate(&self, from: &str, host: &str, port: u16, count: usize) -> (usize, f64) {
+        let (port, count) = (port.to_string(), count.to_string());
+        let args = ["python3", "-c", RATE_CLIENT, host, &port, &count];
+        let mut command = match self.bpf.get() {
+            Some((_, cgroup)) if LOCAL_HOSTS.contains(&from) => {
+                in_cgroup_and_netns(&cgroup.path, &self.ns(from), &args)
+            }
+            _ => {
+                let mut command = Command::new("ip");
+                command.args(["netns", "exec", &self.ns(from)]).args(args);
+                command
+            }
+        };
+        let out = command.output().expect("client");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut words = text.split_whitespace();
+        let ok: usize = words.next().and_then(|w| w.parse().ok()).unwrap_or(0);
+        let secs: f64 = words
+            .next()
+            .and_then(|w| w.parse().ok())
+            .unwrap_or(f64::INFINITY);
+        (ok, ok as f64 / secs)
+    }
+
     /// One connection; its line.
     pub fn once(&self, from: &str, proto: &str, host: &str, port: u16) -> String {
         self.connect(from, proto, host, port, 1)
@@ -409,6 +456,12 @@ impl Lab {
     /// deleted with the lab: a scratch kernel to compare rulesets in.
     pub fn scratch(&mut self, name: &str) -> String {
         self.namespace(name)
+    }
+
+    /// The node's ends of the lab's links (`k1`, `k2`, …), in the node
+    /// namespace.
+    pub fn node_links(&self) -> Vec<String> {
+        (1..=self.links).map(|i| format!("k{i}")).collect()
     }
 
     /// The lab's cgroup and bpffs pin directory, for an eBPF backend:

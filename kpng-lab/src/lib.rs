@@ -161,10 +161,12 @@ impl LabBackend for IptablesBackend {
     }
 }
 
-/// The eBPF backend as `kpng … to-ebpf` runs it: the sockets of the
-/// node's cgroup (here the lab's, holding the [`LOCAL_HOSTS`]' clients)
-/// are balanced by its programs; traffic from outside the node goes to the
-/// nftables backend in the same process.
+/// The eBPF backend as `kpng … to-ebpf --tc-interfaces …` runs it: the
+/// sockets of the node's cgroup (here the lab's, holding the
+/// [`LOCAL_HOSTS`]' clients) are balanced by its socket programs, packets
+/// from outside to `externalTrafficPolicy: Local` Services by its tc
+/// programs on every node link, and the rest of the traffic from outside
+/// by the nftables backend in the same process.
 #[derive(Debug)]
 pub struct EbpfWithNft {
     /// The socket-level backend.
@@ -198,7 +200,9 @@ impl LabBackend for EbpfWithNft {
         let (cgroup, pins) = lab.bpf_env();
         let config = EbpfConfig::new(settings.proxy())
             .cgroup(cgroup)
-            .pin_path(pins);
+            .pin_path(pins)
+            .tc_interfaces(lab.node_links())
+            .tc_in_netns(&lab.ns("node"));
         EbpfWithNft {
             ebpf: EbpfBackend::attach(config).expect("the eBPF programs attach"),
             nft: NftBackend::in_lab(lab, settings),

@@ -50,3 +50,70 @@ fn the_ebpf_backend_alone_serves_the_node_s_sockets() {
     assert_eq!(counters.missing, 0);
     EbpfWithNft::clear(&lab);
 }
+
+/// With no nftables backend, packets from outside to a Service with
+/// `externalTrafficPolicy: Local` are served by the tc programs on the
+/// node's links: its NodePort, external IP and LB IP reach the local
+/// endpoint with the client address kept, the LB IP's source ranges drop
+/// other sources, and replies come from the Service address (or the TCP
+/// handshake would fail). A `Cluster` Service's NodePort, which needs
+/// masquerade, is left to the node's stack: with no nftables backend
+/// nothing serves it, and the node refuses.
+#[test]
+fn tc_programs_serve_external_traffic_to_local_policy_services() {
+    use kpng_lab::scenarios::{EXT_IN, EXT_OUT, NODE_IP, service_with_status};
+    require_lab!(EbpfWithNft);
+    let lab = lab();
+    let (cgroup, pins) = lab.bpf_env();
+    let config = EbpfConfig::new(Settings::lab().proxy())
+        .cgroup(cgroup)
+        .pin_path(pins)
+        .tc_interfaces(lab.node_links())
+        .tc_in_netns(&lab.ns("node"));
+    let mut proxy = Proxy::with(EbpfBackend::attach(config).expect("attach"));
+    let local_two = "[{addresses: [10.244.1.10], nodeName: node-a}, {addresses: [10.244.2.10], nodeName: node-b}]";
+    proxy
+        .load(&manifest(&[
+            service_with_status(
+                "lb",
+                "{type: LoadBalancer, clusterIP: 10.96.0.21, externalIPs: [192.0.2.50], externalTrafficPolicy: Local, loadBalancerSourceRanges: [203.0.113.0/24], ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30081}, {name: dns, port: 53, protocol: UDP, targetPort: 5353, nodePort: 30053}]}",
+                "{loadBalancer: {ingress: [{ip: 198.51.100.10}]}}",
+                local_two,
+            ),
+            service(
+                "cluster",
+                "{type: NodePort, clusterIP: 10.96.0.20, ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30080}]}",
+                ALL3,
+            ),
+        ]))
+        .expect("sync");
+    settle();
+    for (host, port) in [(NODE_IP, 30081), ("192.0.2.50", 80), ("198.51.100.10", 80)] {
+        let lines = lab.connect("ext", "tcp", host, port, 10);
+        assert!(
+            lines.iter().all(|l| l == &format!("{E1} {EXT_IN}")),
+            "{host}:{port}: {lines:?}"
+        );
+    }
+    // UDP too, each datagram's flow to the local endpoint.
+    let lines = lab.connect("ext", "udp", NODE_IP, 30053, 5);
+    assert!(
+        lines.len() == 5 && lines.iter().all(|l| l == &format!("{E1} {EXT_IN}")),
+        "{lines:?}"
+    );
+    // Source ranges: outside them, the LB IP drops; the NodePort serves.
+    assert_eq!(lab.once("ext2", "tcp", "198.51.100.10", 80), "TIMEOUT");
+    assert_eq!(
+        lab.once("ext2", "tcp", NODE_IP, 30081),
+        format!("{E1} {EXT_OUT}")
+    );
+    // externalTrafficPolicy Cluster: not the tc programs' (masquerade).
+    assert!(
+        lab.once("ext", "tcp", NODE_IP, 30080)
+            .starts_with("REFUSED"),
+        "left to the node's stack"
+    );
+    let rules = lab.in_node(&["nft", "list", "ruleset"]);
+    assert!(rules.trim().is_empty(), "no netfilter rule: {rules}");
+    EbpfWithNft::clear(&lab);
+}

@@ -214,6 +214,13 @@ pub(crate) struct EbpfArgs {
     /// restart adopts them.
     #[arg(long, default_value = kpng_backend_ebpf::DEFAULT_PIN_PATH)]
     pub(crate) bpf_pin_path: PathBuf,
+    /// The node's interfaces that face outside, comma-separated: tc
+    /// programs there serve packets from outside to Services with
+    /// `externalTrafficPolicy: Local` (NodePorts, external IPs, LB IPs:
+    /// DNAT to a local endpoint, the client address kept, source ranges).
+    /// Default: none (the nftables backend serves them).
+    #[arg(long, default_value = "")]
+    pub(crate) tc_interfaces: String,
     /// What serves traffic that no socket of the cgroup sent (NodePorts,
     /// external IPs and LB IPs reached from outside the node): `nft`, the
     /// nftables backend in this process, or `none`.

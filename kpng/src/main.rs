@@ -9,7 +9,7 @@
 //! kpng api --api unix:///run/kpng.sock --node N to-nft | to-iptables | to-file --output state.yaml
 //! kpng api --api tcp://server:7443 --tls-cert C --tls-key K --tls-ca CA to-api --listen unix:///run/kpng.sock
 //! kpng api --api unix:///run/kpng.sock --node N to-file --output - --format json --once   # what does node N think
-//! kpng kube [--kubeconfig F] --node N to-ebpf [--cgroup-path CG] [--bpf-pin-path DIR] [--north-south nft|none] [--cleanup] [backend flags]
+//! kpng kube [--kubeconfig F] --node N to-ebpf [--cgroup-path CG] [--tc-interfaces eth0,…] [--bpf-pin-path DIR] [--north-south nft|none] [--cleanup] [backend flags]
 //! kpng kube [--kubeconfig F] --node N to-iptables [--iptables-mode auto|nft|legacy] [--aggregator-socket PATH] [backend flags]
 //! ```
 //!
@@ -173,6 +173,12 @@ fn ebpf_backend(
     if let Some(path) = &ebpf.cgroup_path {
         config = config.cgroup(path);
     }
+    config = config.tc_interfaces(
+        ebpf.tc_interfaces
+            .split(',')
+            .map(str::trim)
+            .filter(|i| !i.is_empty()),
+    );
     let nft = (ebpf.north_south == "nft").then(|| NftBackend::new(NftConfig::new(proxy.clone())));
     let mut sinks: Vec<Box<dyn IncrementalSink + Send>> = Vec::new();
     if args.dry_run {

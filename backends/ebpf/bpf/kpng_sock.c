@@ -11,7 +11,10 @@
 // layouts in Rust); every multi-byte address and port is in network order.
 
 #include <linux/bpf.h>
+#include <linux/if_ether.h>
 #include <linux/in.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 
 #define FAMILY_V4 4
@@ -515,6 +518,378 @@ SEC("cgroup/getpeername6")
 int kpng_getpeername6(struct bpf_sock_addr *ctx)
 {
 	return reverse6(ctx);
+}
+
+// ---------------------------------------------------------------------
+// North-south: tc programs on the node's interfaces, for packets from
+// outside the node to a Service with `externalTrafficPolicy: Local`
+// (NodePorts on the node's addresses, external IPs, LB IPs). At ingress
+// the destination is rewritten to a local endpoint (the client address is
+// kept, as kube-proxy keeps it); at egress the endpoint's replies get the
+// Service address back. Everything else goes on to the node's stack
+// (the nftables backend serves it: masquerade for `Cluster`, REJECT).
+
+// (flags of an external record)
+#define EXT_RANGES 4 // loadBalancerSourceRanges: other sources are dropped
+
+// Frontend -> record (set: the local endpoints; flags: EMPTY_* and
+// EXT_RANGES; affinity).
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1 << 17);
+	__type(key, struct frontend);
+	__type(value, struct service);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kpng_external SEC(".maps");
+
+// (frontend, source prefix) -> allowed: an LPM trie whose keys are the
+// frontend's 20 bytes, then a source address; the prefix length counts
+// the frontend's 160 bits.
+struct range_key {
+	__u32 prefixlen;
+	struct frontend frontend;
+	__u32 addr[4];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1 << 14);
+	__type(key, struct range_key);
+	__type(value, __u8);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kpng_ranges SEC(".maps");
+
+// A client (address and port) of a frontend.
+struct conn_key {
+	__u32 client[4];
+	__u16 client_port;
+	__u8 proto;
+	__u8 family;
+	struct frontend frontend;
+};
+
+// Its endpoint, and when it last sent.
+struct conn_value {
+	struct endpoint endpoint;
+	__u32 pad;
+	__u64 last_ns;
+};
+
+// The flows: every packet of a client's flow goes to the endpoint its
+// first went to (as a conntrack entry keeps it).
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1 << 17);
+	__type(key, struct conn_key);
+	__type(value, struct conn_value);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kpng_ext_flows SEC(".maps");
+
+// A reply's key: the client and the endpoint it was sent to.
+struct reply_key {
+	__u32 client[4];
+	__u16 client_port;
+	__u8 proto;
+	__u8 family;
+	struct endpoint endpoint;
+};
+
+// The reverse: (client, endpoint) -> the frontend, for the replies.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1 << 17);
+	__type(key, struct reply_key);
+	__type(value, struct frontend);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kpng_ext_replies SEC(".maps");
+
+// ClientIP affinity of external clients: (client address, set).
+struct ext_affinity_key {
+	__u32 client[4];
+	__u32 set;
+	__u32 family;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1 << 16);
+	__type(key, struct ext_affinity_key);
+	__type(value, struct affinity_value);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kpng_ext_affinity SEC(".maps");
+
+#define ETH_P_IPV4 0x0800
+#define ETH_P_IPV6_ 0x86DD
+#define IP_MF 0x2000
+#define IP_OFFSET 0x1FFF
+#define TCP_FLAG_SYN 0x02
+#define TCP_FLAG_ACK 0x10
+
+// A parsed packet: where its addresses, ports and checksums are.
+struct packet {
+	__u32 saddr[4];
+	__u32 daddr[4];
+	__u16 sport;
+	__u16 dport;
+	__u8 proto;
+	__u8 family;
+	__u8 syn; // a TCP SYN without ACK: a new connection
+	__u8 pad;
+	__u32 saddr_off;
+	__u32 daddr_off;
+	__u32 l4_off;
+	__u32 csum_off;	   // the L4 checksum
+	__u32 ip_csum_off; // IPv4 only, else 0
+};
+
+static __always_inline int parse(struct __sk_buff *skb, struct packet *p)
+{
+	__u16 eth_proto;
+	__u8 byte;
+
+	if (bpf_skb_load_bytes(skb, 12, &eth_proto, 2))
+		return 0;
+	if (eth_proto == bpf_htons(ETH_P_IPV4)) {
+		__u16 frag;
+
+		if (bpf_skb_load_bytes(skb, ETH_HLEN, &byte, 1))
+			return 0;
+		if ((byte >> 4) != 4)
+			return 0;
+		p->l4_off = ETH_HLEN + (byte & 0xf) * 4;
+		if (bpf_skb_load_bytes(skb, ETH_HLEN + 6, &frag, 2))
+			return 0;
+		if (frag & bpf_htons(IP_MF | IP_OFFSET))
+			return 0; // fragments go on to the stack
+		if (bpf_skb_load_bytes(skb, ETH_HLEN + 9, &p->proto, 1))
+			return 0;
+		p->family = FAMILY_V4;
+		p->saddr_off = ETH_HLEN + 12;
+		p->daddr_off = ETH_HLEN + 16;
+		p->ip_csum_off = ETH_HLEN + 10;
+		if (bpf_skb_load_bytes(skb, p->saddr_off, &p->saddr[0], 4) ||
+		    bpf_skb_load_bytes(skb, p->daddr_off, &p->daddr[0], 4))
+			return 0;
+	} else if (eth_proto == bpf_htons(ETH_P_IPV6_)) {
+		if (bpf_skb_load_bytes(skb, ETH_HLEN + 6, &p->proto, 1))
+			return 0;
+		p->family = FAMILY_V6;
+		p->l4_off = ETH_HLEN + 40; // extension headers go on to the stack
+		p->saddr_off = ETH_HLEN + 8;
+		p->daddr_off = ETH_HLEN + 24;
+		p->ip_csum_off = 0;
+		if (bpf_skb_load_bytes(skb, p->saddr_off, p->saddr, 16) ||
+		    bpf_skb_load_bytes(skb, p->daddr_off, p->daddr, 16))
+			return 0;
+	} else {
+		return 0;
+	}
+	if (p->proto == IPPROTO_TCP) {
+		p->csum_off = p->l4_off + 16;
+		if (bpf_skb_load_bytes(skb, p->l4_off + 13, &byte, 1))
+			return 0;
+		p->syn = (byte & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN;
+	} else if (p->proto == IPPROTO_UDP) {
+		p->csum_off = p->l4_off + 6;
+	} else {
+		return 0;
+	}
+	if (bpf_skb_load_bytes(skb, p->l4_off, &p->sport, 2) ||
+	    bpf_skb_load_bytes(skb, p->l4_off + 2, &p->dport, 2))
+		return 0;
+	return 1;
+}
+
+// Rewrites the address at `off` (and the checksums over it).
+static __always_inline int rewrite_addr(struct __sk_buff *skb, struct packet *p,
+					__u32 off, __u32 *old, __u32 *new)
+{
+	__u64 l4_flags = BPF_F_PSEUDO_HDR;
+
+	if (p->proto == IPPROTO_UDP)
+		l4_flags |= BPF_F_MARK_MANGLED_0;
+	if (p->family == FAMILY_V4) {
+		if (bpf_l4_csum_replace(skb, p->csum_off, old[0], new[0], l4_flags | 4))
+			return 0;
+		if (bpf_l3_csum_replace(skb, p->ip_csum_off, old[0], new[0], 4))
+			return 0;
+		return !bpf_skb_store_bytes(skb, off, new, 4, 0);
+	}
+	__s64 diff = bpf_csum_diff(old, 16, new, 16, 0);
+
+	if (bpf_l4_csum_replace(skb, p->csum_off, 0, diff, l4_flags))
+		return 0;
+	return !bpf_skb_store_bytes(skb, off, new, 16, 0);
+}
+
+static __always_inline int rewrite_port(struct __sk_buff *skb, struct packet *p,
+					__u32 off, __u16 old, __u16 new)
+{
+	__u64 l4_flags = 2;
+
+	if (p->proto == IPPROTO_UDP)
+		l4_flags |= BPF_F_MARK_MANGLED_0;
+	if (bpf_l4_csum_replace(skb, p->csum_off, old, new, l4_flags))
+		return 0;
+	return !bpf_skb_store_bytes(skb, off, &new, 2, 0);
+}
+
+// The local endpoint for a new flow of `p` to `svc`: its client's
+// affinity, or one at random.
+static __always_inline int pick_external(struct packet *p, struct service *svc,
+					 struct endpoint *out, __u64 now)
+{
+	struct set_key key = {};
+	struct page *first, *page;
+	struct ext_affinity_key akey = {};
+	struct affinity_value *aff;
+	struct member_key member = {};
+	__u32 n, i;
+
+	key.set = svc->set;
+	first = bpf_map_lookup_elem(&kpng_slots, &key);
+	n = first ? first->count : 0;
+	if (n == 0)
+		return 0;
+	if (svc->affinity) {
+		__builtin_memcpy(akey.client, p->saddr, 16);
+		akey.set = svc->set;
+		akey.family = p->family;
+		aff = bpf_map_lookup_elem(&kpng_ext_affinity, &akey);
+		if (aff && now - aff->last_ns <= (__u64)svc->affinity * 1000000000ULL) {
+			member.set = svc->set;
+			member.endpoint = aff->endpoint;
+			if (bpf_map_lookup_elem(&kpng_members, &member)) {
+				*out = aff->endpoint;
+				aff->last_ns = now;
+				return 1;
+			}
+		}
+	}
+	i = bpf_get_prandom_u32() % n;
+	page = first;
+	if (i >= PAGE) {
+		key.page = i / PAGE;
+		page = bpf_map_lookup_elem(&kpng_slots, &key);
+		if (!page) {
+			count(COUNT_MISSING);
+			return 0;
+		}
+	}
+	*out = page->slot[i % PAGE];
+	if (svc->affinity) {
+		struct affinity_value value = {};
+
+		value.endpoint = *out;
+		value.last_ns = now;
+		bpf_map_update_elem(&kpng_ext_affinity, &akey, &value, BPF_ANY);
+	}
+	return 1;
+}
+
+SEC("classifier")
+int kpng_tc_ingress(struct __sk_buff *skb)
+{
+	struct packet p = {};
+	struct frontend fe = {};
+	struct service *svc;
+	struct conn_key ckey = {};
+	struct conn_value *flow, value = {};
+	struct reply_key rkey = {};
+	struct endpoint ep;
+	__u64 now;
+
+	if (!parse(skb, &p))
+		return TC_ACT_OK;
+	__builtin_memcpy(fe.addr, p.daddr, 16);
+	fe.port = p.dport;
+	fe.proto = p.proto;
+	fe.family = p.family;
+	svc = bpf_map_lookup_elem(&kpng_external, &fe);
+	if (!svc)
+		return TC_ACT_OK;
+	if (svc->flags & EXT_RANGES) {
+		struct range_key range = {};
+
+		range.prefixlen = 160 + (p.family == FAMILY_V4 ? 32 : 128);
+		range.frontend = fe;
+		__builtin_memcpy(range.addr, p.saddr, 16);
+		if (!bpf_map_lookup_elem(&kpng_ranges, &range)) {
+			count(COUNT_DROPPED);
+			return TC_ACT_SHOT;
+		}
+	}
+	now = bpf_ktime_get_ns();
+	__builtin_memcpy(ckey.client, p.saddr, 16);
+	ckey.client_port = p.sport;
+	ckey.proto = p.proto;
+	ckey.family = p.family;
+	ckey.frontend = fe;
+	flow = bpf_map_lookup_elem(&kpng_ext_flows, &ckey);
+	// A flow keeps its endpoint while it is not idle 30 s; a TCP
+	// connection keeps it until a new one (a SYN) reuses its ports.
+	if (flow && (now - flow->last_ns <= FLOW_IDLE_NS ||
+		     (p.proto == IPPROTO_TCP && !p.syn))) {
+		ep = flow->endpoint;
+		flow->last_ns = now;
+	} else {
+		if (!pick_external(&p, svc, &ep, now)) {
+			if (svc->flags & EMPTY_REJECT)
+				return TC_ACT_OK; // the stack refuses it
+			count(COUNT_DROPPED);
+			return TC_ACT_SHOT;
+		}
+		value.endpoint = ep;
+		value.last_ns = now;
+		bpf_map_update_elem(&kpng_ext_flows, &ckey, &value, BPF_ANY);
+	}
+	__builtin_memcpy(rkey.client, p.saddr, 16);
+	rkey.client_port = p.sport;
+	rkey.proto = p.proto;
+	rkey.family = p.family;
+	rkey.endpoint = ep;
+	bpf_map_update_elem(&kpng_ext_replies, &rkey, &fe, BPF_ANY);
+
+	if (ep.family != p.family)
+		return TC_ACT_SHOT;
+	if (!rewrite_addr(skb, &p, p.daddr_off, p.daddr, ep.addr))
+		return TC_ACT_SHOT;
+	if (ep.port != p.dport &&
+	    !rewrite_port(skb, &p, p.l4_off + 2, p.dport, ep.port))
+		return TC_ACT_SHOT;
+	count(COUNT_TRANSLATED);
+	return TC_ACT_OK;
+}
+
+SEC("classifier")
+int kpng_tc_egress(struct __sk_buff *skb)
+{
+	struct packet p = {};
+	struct reply_key rkey = {};
+	struct frontend *fe;
+	__u32 addr[4];
+
+	if (!parse(skb, &p))
+		return TC_ACT_OK;
+	__builtin_memcpy(rkey.client, p.daddr, 16);
+	rkey.client_port = p.dport;
+	rkey.proto = p.proto;
+	rkey.family = p.family;
+	__builtin_memcpy(rkey.endpoint.addr, p.saddr, 16);
+	rkey.endpoint.port = p.sport;
+	rkey.endpoint.family = p.family;
+	fe = bpf_map_lookup_elem(&kpng_ext_replies, &rkey);
+	if (!fe)
+		return TC_ACT_OK;
+	__builtin_memcpy(addr, fe->addr, 16);
+	if (!rewrite_addr(skb, &p, p.saddr_off, p.saddr, addr))
+		return TC_ACT_SHOT;
+	if (fe->port != p.sport &&
+	    !rewrite_port(skb, &p, p.l4_off, p.sport, fe->port))
+		return TC_ACT_SHOT;
+	return TC_ACT_OK;
 }
 
 char LICENSE[] SEC("license") = "Apache-2.0";

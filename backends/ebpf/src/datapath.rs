@@ -127,7 +127,7 @@ impl Datapath {
     /// Loads the object (or opens its pinned maps), attaches its programs
     /// to `cgroup` (or adopts the pinned links), and removes the pins of
     /// any other object or cgroup under `pin_path`.
-    pub(crate) fn open(pin_path: &Path, cgroup: &Path) -> Result<Self, Error> {
+    pub(crate) fn open(pin_path: &Path, cgroup: &Path, tc: &Tc) -> Result<Self, Error> {
         check_bpffs(pin_path)?;
         let version = pin_path.join(format!("v-{:016x}", digest()));
         let maps_dir = version.join("maps");
@@ -185,12 +185,18 @@ impl Datapath {
                 source,
             })?;
         }
-        // Older objects' pins, and other cgroups' links: ours replace them.
+        let tc_dirs = attach_tc(&mut ebpf, &version, tc, &mut adopted)?;
+        // Older objects' pins, and other cgroups' and interfaces' links:
+        // ours replace them.
         for dir in [pin_path, version.as_path()] {
             let entries = std::fs::read_dir(dir).map_err(pin_err(dir))?;
             for entry in entries.flatten() {
                 let path = entry.path();
-                if path != version && path != links_dir && path != maps_dir {
+                if path != version
+                    && path != links_dir
+                    && path != maps_dir
+                    && !tc_dirs.contains(&path)
+                {
                     tracing::info!(path = %path.display(), "removing an older object's or cgroup's pins");
                     std::fs::remove_dir_all(&path).map_err(pin_err(&path))?;
                 }
@@ -208,6 +214,10 @@ impl Datapath {
                 .map_err(wrap("kpng_members"))?,
             live: HashMap::try_from(take(&mut ebpf, "kpng_live")?).map_err(wrap("kpng_live"))?,
             cidrs: LpmTrie::try_from(take(&mut ebpf, "kpng_cidrs")?).map_err(wrap("kpng_cidrs"))?,
+            external: HashMap::try_from(take(&mut ebpf, "kpng_external")?)
+                .map_err(wrap("kpng_external"))?,
+            ranges: LpmTrie::try_from(take(&mut ebpf, "kpng_ranges")?)
+                .map_err(wrap("kpng_ranges"))?,
         };
         let counters = PerCpuArray::try_from(take(&mut ebpf, "kpng_counters")?)
             .map_err(wrap("kpng_counters"))?;
@@ -240,6 +250,106 @@ impl Datapath {
             missing: read(3)?,
         })
     }
+}
+
+/// Where the tc programs go: the node's interfaces that face outside,
+/// by name, in the network namespace `netns` (a path such as
+/// `/run/netns/NAME`; `None`: the process's own).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Tc {
+    pub(crate) interfaces: Vec<String>,
+    pub(crate) netns: Option<PathBuf>,
+}
+
+/// Attaches the tc programs (ingress and egress) to every interface of
+/// `tc`, or adopts their pinned links; returns the pin directories in use.
+fn attach_tc(
+    ebpf: &mut aya::Ebpf,
+    version: &Path,
+    tc: &Tc,
+    adopted: &mut bool,
+) -> Result<Vec<PathBuf>, Error> {
+    use aya::programs::SchedClassifier;
+    use aya::programs::tc::TcAttachType;
+
+    if tc.interfaces.is_empty() {
+        return Ok(Vec::new());
+    }
+    let netns_file = match &tc.netns {
+        Some(path) => Some(File::open(path).map_err(|source| Error::Netns {
+            path: path.clone(),
+            source,
+        })?),
+        None => None,
+    };
+    let netns_id = match &netns_file {
+        Some(file) => file.metadata().map(|m| m.ino()).unwrap_or(0),
+        None => std::fs::metadata("/proc/self/ns/net")
+            .map(|m| m.ino())
+            .unwrap_or(0),
+    };
+    let mut dirs = Vec::new();
+    for interface in &tc.interfaces {
+        let dir = version.join(format!("tc-{netns_id}-{interface}"));
+        dirs.push(dir.clone());
+        std::fs::create_dir_all(&dir).map_err(pin_err(&dir))?;
+        for (name, side) in [
+            ("kpng_tc_ingress", TcAttachType::Ingress),
+            ("kpng_tc_egress", TcAttachType::Egress),
+        ] {
+            let pin = dir.join(name);
+            if pin.exists() && PinnedLink::from_pin(&pin).is_ok() {
+                continue;
+            }
+            *adopted = false;
+            let program: &mut SchedClassifier = ebpf
+                .program_mut(name)
+                .ok_or(Error::Missing { name })?
+                .try_into()
+                .map_err(|source| Error::Program { name, source })?;
+            if program.fd().is_err() {
+                program
+                    .load()
+                    .map_err(|source| Error::Program { name, source })?;
+            }
+            // In the namespace of the interfaces (setns affects this
+            // thread only, so a scoped one does it).
+            let link =
+                std::thread::scope(|scope| {
+                    scope
+                        .spawn(|| -> Result<FdLink, Error> {
+                            if let Some(file) = &netns_file {
+                                nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET)
+                                    .map_err(|e| Error::Netns {
+                                        path: tc.netns.clone().unwrap_or_default(),
+                                        source: e.into(),
+                                    })?;
+                            }
+                            let id = program.attach(interface, side).map_err(|source| {
+                                Error::Interface {
+                                    interface: interface.clone(),
+                                    source,
+                                }
+                            })?;
+                            let link = program
+                                .take_link(id)
+                                .map_err(|source| Error::Program { name, source })?;
+                            link.try_into()
+                                .map_err(|source| Error::Link { name, source })
+                        })
+                        .join()
+                        .unwrap_or(Err(Error::Thread))
+                })?;
+            if pin.exists() {
+                std::fs::remove_file(&pin).map_err(pin_err(&pin))?;
+            }
+            link.pin(&pin).map_err(|source| Error::PinLink {
+                path: pin.clone(),
+                source,
+            })?;
+        }
+    }
+    Ok(dirs)
 }
 
 /// The kernel memory of kpng's maps (`kpng_*`) this process holds open,

@@ -158,11 +158,15 @@ impl fmt::Display for Record {
         if self.affinity > 0 {
             write!(f, " affinity {}s", self.affinity)?;
         }
-        match self.flags {
-            EMPTY_REJECT => write!(f, " empty: reject"),
-            EMPTY_DROP => write!(f, " empty: drop"),
-            _ => Ok(()),
+        match self.flags & !EXT_RANGES {
+            EMPTY_REJECT => write!(f, " empty: reject")?,
+            EMPTY_DROP => write!(f, " empty: drop")?,
+            _ => {}
         }
+        if self.flags & EXT_RANGES != 0 {
+            write!(f, " source ranges")?;
+        }
+        Ok(())
     }
 }
 
@@ -244,6 +248,28 @@ pub(crate) fn cidr_key(ip: IpAddr, len: u8) -> (u32, [u8; 20]) {
     out[0] = family;
     out[1..17].copy_from_slice(&addr);
     (8 + u32::from(len), out)
+}
+
+/// `EXT_RANGES`: an external record whose sources are checked against
+/// `kpng_ranges`.
+pub(crate) const EXT_RANGES: u32 = 4;
+
+/// `struct range_key` as [`Tables`](crate::tables::Tables) takes it: the
+/// prefix length (the frontend's 160 bits, then the range's), the
+/// frontend, the range's address.
+pub(crate) fn range_key(frontend: &Frontend, ip: IpAddr, len: u8) -> [u8; 40] {
+    let (addr, _) = addr_bytes(ip);
+    let mut out = [0u8; 40];
+    out[..4].copy_from_slice(&(160 + u32::from(len)).to_ne_bytes());
+    out[4..24].copy_from_slice(&frontend.key());
+    out[24..].copy_from_slice(&addr);
+    out
+}
+
+/// The source range of a range key's data (after its prefix length).
+pub(crate) fn range_of(len: u32, data: &[u8]) -> (IpAddr, u8) {
+    let prefix = u8::try_from(len.saturating_sub(160)).unwrap_or(u8::MAX);
+    (addr_of(&data[20..36], data[19]), prefix)
 }
 
 /// The range of a CIDR key.

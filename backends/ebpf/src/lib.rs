@@ -148,6 +148,28 @@ pub enum Error {
         #[source]
         source: aya::maps::MapError,
     },
+    /// The network namespace of the tc interfaces could not be entered.
+    #[error("network namespace {}: {source}", path.display())]
+    Netns {
+        /// Its path.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A tc program could not be attached to an interface (no such
+    /// interface, or the kernel refused).
+    #[error("interface {interface}: {source}")]
+    Interface {
+        /// The interface.
+        interface: String,
+        /// Why.
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+    /// The thread that attaches tc programs in their namespace panicked.
+    #[error("the thread attaching tc programs panicked")]
+    Thread,
     /// A key or value of the wrong size (a bug).
     #[error("map {map}: {len} bytes do not fit its layout")]
     Layout {
@@ -180,6 +202,13 @@ pub struct EbpfConfig {
     pub cgroup: PathBuf,
     /// The bpffs directory for pins (default `/sys/fs/bpf/kpng`).
     pub pin_path: PathBuf,
+    /// The node's interfaces that face outside: tc programs there serve
+    /// packets from outside to Services with `externalTrafficPolicy:
+    /// Local` (default: none; the nftables backend serves them).
+    pub tc_interfaces: Vec<String>,
+    /// The network namespace of `tc_interfaces` (`/run/netns/NAME`);
+    /// `None`: the process's own.
+    pub tc_netns: Option<PathBuf>,
 }
 
 impl Default for EbpfConfig {
@@ -195,6 +224,8 @@ impl EbpfConfig {
             proxy,
             cgroup: cgroup2_root().unwrap_or_else(|| PathBuf::from("/sys/fs/cgroup")),
             pin_path: PathBuf::from(DEFAULT_PIN_PATH),
+            tc_interfaces: Vec::new(),
+            tc_netns: None,
         }
     }
 
@@ -209,6 +240,25 @@ impl EbpfConfig {
     #[must_use]
     pub fn pin_path(mut self, path: impl Into<PathBuf>) -> Self {
         self.pin_path = path.into();
+        self
+    }
+
+    /// Attaches the tc programs to `interfaces` (the node's interfaces
+    /// that face outside).
+    #[must_use]
+    pub fn tc_interfaces<S: Into<String>>(
+        mut self,
+        interfaces: impl IntoIterator<Item = S>,
+    ) -> Self {
+        self.tc_interfaces = interfaces.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Finds the tc interfaces in network namespace `name`
+    /// (`/run/netns/NAME`).
+    #[must_use]
+    pub fn tc_in_netns(mut self, name: &str) -> Self {
+        self.tc_netns = Some(PathBuf::from("/run/netns").join(name));
         self
     }
 }
@@ -263,7 +313,11 @@ impl EbpfBackend {
     /// Loads the programs (or adopts those a previous run pinned),
     /// attaches them to the configured cgroup and opens the maps.
     pub fn attach(config: EbpfConfig) -> Result<Self, Error> {
-        let datapath = Datapath::open(&config.pin_path, &config.cgroup)?;
+        let tc = datapath::Tc {
+            interfaces: config.tc_interfaces.clone(),
+            netns: config.tc_netns.clone(),
+        };
+        let datapath = Datapath::open(&config.pin_path, &config.cgroup, &tc)?;
         Ok(Self::with_target(
             config,
             Target::Kernel(Box::new(datapath)),
@@ -349,11 +403,14 @@ fn sync_round(
     let prefixes = config.proxy.nodeport_prefixes();
     let node_ips = nodeport_ips(view, prefixes.as_deref());
     let cidrs = view.service_cidrs_with(&config.proxy.service_prefixes());
+    let external = !config.tc_interfaces.is_empty();
     if changes.full {
-        let mut services = view
-            .services
-            .iter()
-            .map(|(name, service)| (name.clone(), contribution(name, service, &node_ips)));
+        let mut services = view.services.iter().map(|(name, service)| {
+            (
+                name.clone(),
+                contribution(name, service, &node_ips, external),
+            )
+        });
         state.replace_all(tables, &mut services, &cidrs)?;
         return Ok((true, view.services.len()));
     }
@@ -375,7 +432,7 @@ fn sync_round(
         let new = view
             .services
             .get(name)
-            .map(|service| contribution(name, service, &node_ips))
+            .map(|service| contribution(name, service, &node_ips, external))
             .unwrap_or_default();
         state.update_service(tables, name, new)?;
     }

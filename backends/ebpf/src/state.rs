@@ -32,8 +32,8 @@ use kpng_model::{IpFamily, ServiceName};
 
 use crate::Error;
 use crate::layout::{
-    self, EMPTY_DROP, EMPTY_REJECT, Endpoint, Frontend, PAGE, Record, member_key, page_bytes,
-    proto_number, slot_key,
+    self, EMPTY_DROP, EMPTY_REJECT, EXT_RANGES, Endpoint, Frontend, PAGE, Record, member_key,
+    page_bytes, proto_number, slot_key,
 };
 use crate::tables::{Table, Tables, cidr_bytes};
 
@@ -57,12 +57,37 @@ pub(crate) struct Claim {
     flags: u32,
 }
 
+/// Which traffic a record serves: sockets of the node's cgroup
+/// (`kpng_services`) or packets from outside the node at its interfaces
+/// (`kpng_external`, the tc programs').
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) enum Side {
+    Socket,
+    External,
+}
+
+impl Side {
+    fn table(self) -> Table {
+        match self {
+            Side::Socket => Table::Services,
+            Side::External => Table::External,
+        }
+    }
+}
+
+/// A record's place: its side and frontend.
+type RecordKey = (Side, Frontend);
+
+/// A source range of an external frontend.
+type Range = (Frontend, IpAddr, u8);
+
 /// What one Service contributes to the maps.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Contribution {
-    records: BTreeMap<Frontend, Claim>,
+    records: BTreeMap<RecordKey, Claim>,
     sets: BTreeMap<SetName, Vec<Endpoint>>,
     live: BTreeSet<IpAddr>,
+    ranges: BTreeSet<Range>,
 }
 
 /// The addresses a local socket reaches NodePorts on: this node's
@@ -101,10 +126,15 @@ fn parse(ips: &[String]) -> impl Iterator<Item = IpAddr> + '_ {
 ///   (see docs/semantics.md).
 /// - A port with no endpoint at all is refused; a Local policy with no
 ///   local endpoint drops.
+/// - With `external` (tc programs attached), packets from outside to a
+///   Service with `externalTrafficPolicy: Local` (its NodePorts, external
+///   IPs and LB IPs, source ranges included) get records of their own,
+///   leading to the local endpoints.
 pub(crate) fn contribution(
     service: &ServiceName,
     view: &ServiceView,
     node_ips: &[IpAddr],
+    external: bool,
 ) -> Contribution {
     let mut out = Contribution::default();
     for family in IpFamily::BOTH {
@@ -130,6 +160,12 @@ pub(crate) fn contribution(
             .collect();
         out.live.extend(cluster_ips.iter().copied());
         let affinity = plan.affinity.unwrap_or(0);
+        let ranges: Vec<(IpAddr, u8)> = plan
+            .source_ranges
+            .iter()
+            .filter_map(|r| kpng_model::addr::canonical_cidr("loadBalancerSourceRanges", r).ok())
+            .filter(|(ip, _)| IpFamily::of(ip) == family)
+            .collect();
         for port in &plan.ports {
             let proto = proto_number(port.protocol);
             let set = |local: bool| SetName {
@@ -169,7 +205,7 @@ pub(crate) fn contribution(
                     affinity,
                     flags,
                 };
-                out.records.insert(frontend, claim);
+                out.records.insert((Side::Socket, frontend), claim);
             };
             for ip in &cluster_ips {
                 claim(*ip, port.number, &internal);
@@ -180,6 +216,39 @@ pub(crate) fn contribution(
             if let Some(node_port) = port.node_port {
                 for ip in &node_ips {
                     claim(*ip, node_port, &cluster);
+                }
+            }
+            if external && plan.etp_local {
+                let local = set(true);
+                out.sets.insert(local.clone(), targets(&port.local));
+                let mut claim = |ip: IpAddr, number: u16, ranged: bool| {
+                    let frontend = Frontend {
+                        ip,
+                        port: number,
+                        proto,
+                    };
+                    let claim = Claim {
+                        set: local.clone(),
+                        affinity,
+                        flags: if ranged { flags | EXT_RANGES } else { flags },
+                    };
+                    out.records.insert((Side::External, frontend), claim);
+                    frontend
+                };
+                if let Some(node_port) = port.node_port {
+                    for ip in &node_ips {
+                        claim(*ip, node_port, false);
+                    }
+                }
+                for ip in parse(plan.external_ips) {
+                    claim(ip, port.number, false);
+                }
+                for ip in parse(plan.lb_ips) {
+                    let ranged = !ranges.is_empty();
+                    let frontend = claim(ip, port.number, ranged);
+                    for &(net, len) in &ranges {
+                        out.ranges.insert((frontend, net, len));
+                    }
                 }
             }
         }
@@ -208,8 +277,8 @@ struct SetState {
 /// What the maps held when a full round began, for it to adopt.
 #[derive(Debug, Default)]
 struct Found {
-    /// Each record's set, by frontend.
-    records: HashMap<Frontend, u32>,
+    /// Each record's set, by side and frontend.
+    records: HashMap<RecordKey, u32>,
     /// Each set's endpoints in slot order.
     sets: HashMap<u32, Vec<Endpoint>>,
     /// The live ClusterIPs.
@@ -218,6 +287,8 @@ struct Found {
     pages: Vec<(u32, u32)>,
     /// The keys of every member.
     members: Vec<Vec<u8>>,
+    /// The keys of every source range.
+    ranges: Vec<Vec<u8>>,
 }
 
 /// The maps as written, and how to change them.
@@ -228,9 +299,10 @@ pub(crate) struct State {
     /// Who asks for each frontend; the first Service by name wins, the
     /// others wait their turn (two Services claiming one external IP and
     /// port).
-    claims: HashMap<Frontend, Vec<(ServiceName, Claim)>>,
-    records: HashMap<Frontend, Record>,
+    claims: HashMap<RecordKey, Vec<(ServiceName, Claim)>>,
+    records: HashMap<RecordKey, Record>,
     live: HashMap<IpAddr, usize>,
+    ranges: HashMap<Range, usize>,
     cidrs: BTreeSet<(IpAddr, u8)>,
     next_id: u32,
     free: Vec<u32>,
@@ -295,26 +367,29 @@ impl State {
 
     /// Reads back what the maps hold: each set's endpoints (from its
     /// pages), each record, the live ClusterIPs and the CIDRs.
-    fn read_back(t: &dyn Tables) -> Result<(Found, HashMap<Frontend, Record>, u32), Error> {
+    fn read_back(t: &dyn Tables) -> Result<(Found, HashMap<RecordKey, Record>, u32), Error> {
         let mut found = Found::default();
         let mut records = HashMap::new();
         let mut max_id = 0;
-        for key in t.keys(Table::Services)? {
-            let (Ok(k), Some(value)) = (
-                <[u8; 20]>::try_from(key.as_slice()),
-                t.get(Table::Services, &key)?,
-            ) else {
-                continue;
-            };
-            let Ok(v) = <[u8; 16]>::try_from(value.as_slice()) else {
-                continue;
-            };
-            let record = Record::from_bytes(&v);
-            let frontend = Frontend::from_key(&k);
-            found.records.insert(frontend, record.set);
-            records.insert(frontend, record);
-            max_id = max_id.max(record.set);
+        for side in [Side::Socket, Side::External] {
+            let table = side.table();
+            for key in t.keys(table)? {
+                let (Ok(k), Some(value)) =
+                    (<[u8; 20]>::try_from(key.as_slice()), t.get(table, &key)?)
+                else {
+                    continue;
+                };
+                let Ok(v) = <[u8; 16]>::try_from(value.as_slice()) else {
+                    continue;
+                };
+                let record = Record::from_bytes(&v);
+                let at = (side, Frontend::from_key(&k));
+                found.records.insert(at, record.set);
+                records.insert(at, record);
+                max_id = max_id.max(record.set);
+            }
         }
+        found.ranges = t.keys(Table::Ranges)?;
         let mut pages: HashMap<u32, BTreeMap<u32, Vec<u8>>> = HashMap::new();
         for key in t.keys(Table::Slots)? {
             let (set, page) = layout::slot_of(&key);
@@ -395,16 +470,33 @@ impl State {
         self.set_cidrs(t, cidrs)?;
         let found = self.found.take().unwrap_or_default();
         // Records nobody claims.
-        let mut stale: Vec<Frontend> = self
+        let mut stale: Vec<RecordKey> = self
             .records
             .keys()
             .filter(|f| !self.claims.contains_key(f))
             .copied()
             .collect();
         stale.sort_unstable();
-        for frontend in stale {
-            self.records.remove(&frontend);
-            self.delete(t, Table::Services, &frontend.key())?;
+        for at in stale {
+            self.records.remove(&at);
+            self.delete(t, at.0.table(), &at.1.key())?;
+        }
+        // Source ranges no Service has.
+        let wanted: HashSet<[u8; 40]> = self
+            .ranges
+            .keys()
+            .map(|&(f, ip, len)| layout::range_key(&f, ip, len))
+            .collect();
+        let mut stale: Vec<&Vec<u8>> = found
+            .ranges
+            .iter()
+            .filter(|key| {
+                <[u8; 40]>::try_from(key.as_slice()).map_or(true, |k| !wanted.contains(&k))
+            })
+            .collect();
+        stale.sort_unstable();
+        for key in stale {
+            self.delete(t, Table::Ranges, key)?;
         }
         // Sets not adopted, and any page of a set no one holds.
         let kept: HashSet<u32> = self.sets.values().map(|s| s.id).collect();
@@ -507,7 +599,7 @@ impl State {
             }
         }
         // 2. Records.
-        let mut touched: BTreeSet<Frontend> = BTreeSet::new();
+        let mut touched: BTreeSet<RecordKey> = BTreeSet::new();
         for (frontend, claim) in &old.records {
             if new.records.get(frontend) != Some(claim) {
                 if let Some(claims) = self.claims.get_mut(frontend) {
@@ -525,8 +617,30 @@ impl State {
                 touched.insert(*frontend);
             }
         }
-        for frontend in touched {
-            self.resolve(t, frontend)?;
+        for at in touched {
+            self.resolve(t, at)?;
+        }
+        // Source ranges: new ones with their records, gone ones after.
+        for range in new.ranges.difference(&old.ranges) {
+            let n = self.ranges.entry(*range).or_default();
+            *n += 1;
+            let key = layout::range_key(&range.0, range.1, range.2);
+            let held = self
+                .found
+                .as_ref()
+                .is_some_and(|f| f.ranges.iter().any(|k| k.as_slice() == key.as_slice()));
+            if *n == 1 && !held {
+                self.put(t, Table::Ranges, &key, &[1])?;
+            }
+        }
+        for range in old.ranges.difference(&new.ranges) {
+            let n = self.ranges.entry(*range).or_default();
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.ranges.remove(range);
+                let key = layout::range_key(&range.0, range.1, range.2);
+                self.delete(t, Table::Ranges, &key)?;
+            }
         }
         // 3. Sets no record points at any more.
         for set in old.sets.keys() {
@@ -559,10 +673,11 @@ impl State {
 
     /// Writes the winning claim of `frontend`, or deletes its record when
     /// nobody claims it.
-    fn resolve(&mut self, t: &mut dyn Tables, frontend: Frontend) -> Result<(), Error> {
+    fn resolve(&mut self, t: &mut dyn Tables, at: RecordKey) -> Result<(), Error> {
+        let (side, frontend) = at;
         let winner = self
             .claims
-            .get(&frontend)
+            .get(&at)
             .and_then(|c| c.first())
             .and_then(|(_, claim)| {
                 let set = self.sets.get(&claim.set)?;
@@ -572,19 +687,19 @@ impl State {
                     flags: claim.flags,
                 })
             });
-        if self.claims.get(&frontend).is_some_and(Vec::is_empty) {
-            self.claims.remove(&frontend);
+        if self.claims.get(&at).is_some_and(Vec::is_empty) {
+            self.claims.remove(&at);
         }
         match winner {
             Some(record) => {
-                if self.records.get(&frontend) != Some(&record) {
-                    self.put(t, Table::Services, &frontend.key(), &record.bytes())?;
-                    self.records.insert(frontend, record);
+                if self.records.get(&at) != Some(&record) {
+                    self.put(t, side.table(), &frontend.key(), &record.bytes())?;
+                    self.records.insert(at, record);
                 }
             }
             None => {
-                if self.records.remove(&frontend).is_some() {
-                    self.delete(t, Table::Services, &frontend.key())?;
+                if self.records.remove(&at).is_some() {
+                    self.delete(t, side.table(), &frontend.key())?;
                 }
             }
         }
@@ -927,7 +1042,7 @@ mod tests {
         let mut c = Contribution::default();
         c.sets.insert(set.clone(), eps.to_vec());
         c.records.insert(
-            frontend(i),
+            (Side::Socket, frontend(i)),
             Claim {
                 set,
                 affinity: if affinity { 60 } else { 0 },

@@ -19,6 +19,10 @@ pub(crate) enum Table {
     Members,
     Live,
     Cidrs,
+    /// Records of external traffic (tc).
+    External,
+    /// loadBalancerSourceRanges of external records.
+    Ranges,
 }
 
 impl Table {
@@ -30,6 +34,8 @@ impl Table {
             Table::Members => "kpng_members",
             Table::Live => "kpng_live",
             Table::Cidrs => "kpng_cidrs",
+            Table::External => "kpng_external",
+            Table::Ranges => "kpng_ranges",
         }
     }
 
@@ -51,7 +57,13 @@ impl Table {
             u32::from_ne_bytes(w)
         };
         let key_text = match self {
-            Table::Services => Frontend::from_key(&fixed(key)).to_string(),
+            Table::Services | Table::External => Frontend::from_key(&fixed(key)).to_string(),
+            Table::Ranges => {
+                let len = word(key, 0);
+                let fe = Frontend::from_key(&fixed(&key[4..24]));
+                let (ip, prefix) = layout::range_of(len, &key[4..]);
+                format!("{fe} from {ip}/{prefix}")
+            }
             Table::Slots => format!("{}/{}", word(key, 0), word(key, 4)),
             Table::Members => format!("{} {}", word(key, 0), Endpoint::from_bytes(&key[4..])),
             Table::Live => layout::live_ip(&fixed(key)).to_string(),
@@ -62,7 +74,7 @@ impl Table {
         };
         let value_text = match (self, value) {
             (_, None) => None,
-            (Table::Services, Some(v)) => {
+            (Table::Services | Table::External, Some(v)) => {
                 let mut b = [0u8; 16];
                 b.copy_from_slice(&v[..16]);
                 Some(Record::from_bytes(&b).to_string())
@@ -82,7 +94,7 @@ impl Table {
                     list.join(", ")
                 })
             }
-            (Table::Members | Table::Live | Table::Cidrs, Some(_)) => None,
+            (Table::Members | Table::Live | Table::Cidrs | Table::Ranges, Some(_)) => None,
         };
         match value_text {
             Some(v) => format!("{} {key_text} : {v}", self.short()),
@@ -162,6 +174,8 @@ pub(crate) struct Kernel {
     pub(crate) members: HashMap<MapData, [u8; 24], u8>,
     pub(crate) live: HashMap<MapData, [u8; 20], u32>,
     pub(crate) cidrs: LpmTrie<MapData, [u8; 20], u8>,
+    pub(crate) external: HashMap<MapData, [u8; 20], [u8; 16]>,
+    pub(crate) ranges: LpmTrie<MapData, [u8; 36], u8>,
 }
 
 impl std::fmt::Debug for Kernel {
@@ -181,6 +195,14 @@ fn cidr(bytes: &[u8]) -> Result<Key<[u8; 20]>, Error> {
     let all: [u8; 24] = array(Table::Cidrs, bytes)?;
     let len = u32::from_ne_bytes([all[0], all[1], all[2], all[3]]);
     let mut data = [0u8; 20];
+    data.copy_from_slice(&all[4..]);
+    Ok(Key::new(len, data))
+}
+
+fn range(bytes: &[u8]) -> Result<Key<[u8; 36]>, Error> {
+    let all: [u8; 40] = array(Table::Ranges, bytes)?;
+    let len = u32::from_ne_bytes([all[0], all[1], all[2], all[3]]);
+    let mut data = [0u8; 36];
     data.copy_from_slice(&all[4..]);
     Ok(Key::new(len, data))
 }
@@ -235,6 +257,8 @@ impl Tables for Kernel {
                 map,
             ),
             Table::Cidrs => found(self.cidrs.get(&cidr(key)?, 0).map(|v| [v]), map),
+            Table::External => found(self.external.get(&array(table, key)?, 0), map),
+            Table::Ranges => found(self.ranges.get(&range(key)?, 0).map(|v| [v]), map),
         }
     }
 
@@ -256,6 +280,11 @@ impl Tables for Kernel {
                 .map_err(wrap),
             Table::Live => self.live.insert(array(table, key)?, 1u32, 0).map_err(wrap),
             Table::Cidrs => self.cidrs.insert(&cidr(key)?, 1u8, 0).map_err(wrap),
+            Table::External => self
+                .external
+                .insert(array(table, key)?, array::<16>(table, value)?, 0)
+                .map_err(wrap),
+            Table::Ranges => self.ranges.insert(&range(key)?, 1u8, 0).map_err(wrap),
         }
     }
 
@@ -267,6 +296,8 @@ impl Tables for Kernel {
             Table::Members => self.members.remove(&array(table, key)?),
             Table::Live => self.live.remove(&array(table, key)?),
             Table::Cidrs => self.cidrs.remove(&cidr(key)?),
+            Table::External => self.external.remove(&array(table, key)?),
+            Table::Ranges => self.ranges.remove(&range(key)?),
         };
         missing_ok(result, map)
     }
@@ -301,6 +332,23 @@ impl Tables for Kernel {
                 .map(|k| {
                     k.map(|k| cidr_bytes(k.prefix_len(), &k.data()).to_vec())
                         .map_err(wrap)
+                })
+                .collect(),
+            Table::External => self
+                .external
+                .keys()
+                .map(|k| k.map(|k| k.to_vec()).map_err(wrap))
+                .collect(),
+            Table::Ranges => self
+                .ranges
+                .keys()
+                .map(|k| {
+                    k.map(|k| {
+                        let mut out = k.prefix_len().to_ne_bytes().to_vec();
+                        out.extend_from_slice(&k.data());
+                        out
+                    })
+                    .map_err(wrap)
                 })
                 .collect(),
         }

@@ -22,7 +22,9 @@ fn render(manifest: &str) -> Vec<String> {
     ingest.load(&objects);
     let proxy = ProxyConfig::default()
         .cluster_cidrs(["10.244.0.0/16", "fd00:10:244::/48"].map(|c| c.parse().expect("cidr")));
-    let mut backend = EbpfBackend::dry_run(EbpfConfig::new(proxy));
+    // With a tc interface: the records of external traffic too.
+    let config = EbpfConfig::new(proxy).tc_interfaces(["eth0"]);
+    let mut backend = EbpfBackend::dry_run(config);
     let mut projector = NodeProjector::new(semantics::NODE);
     projector
         .sync_into(&ingest.reader().snapshot(), &mut backend)
