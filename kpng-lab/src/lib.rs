@@ -100,6 +100,11 @@ pub trait LabBackend: IncrementalSink + Sized {
     /// path drops fails the connect at once instead of timing out. The
     /// scenarios state each difference where it shows.
     const SOCKETS: bool = false;
+    /// Whether the backend translates packets from outside at the node's
+    /// interfaces (tc programs) rather than in netfilter: then it
+    /// masquerades `externalTrafficPolicy: Cluster` traffic only towards
+    /// endpoints on other nodes, and a local endpoint sees the client.
+    const TC: bool = false;
     /// Why the backend cannot run here beyond its tools, if it cannot.
     fn unavailable() -> Option<String> {
         None
@@ -195,6 +200,7 @@ impl LabBackend for EbpfWithNft {
     const NAME: &'static str = "ebpf+nftables";
     const TOOLS: &'static [&'static str] = &["nft"];
     const SOCKETS: bool = true;
+    const TC: bool = true;
 
     fn in_lab(lab: &Lab, settings: &Settings) -> Self {
         let (cgroup, pins) = lab.bpf_env();

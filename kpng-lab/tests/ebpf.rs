@@ -51,16 +51,14 @@ fn the_ebpf_backend_alone_serves_the_node_s_sockets() {
     EbpfWithNft::clear(&lab);
 }
 
-/// With no nftables backend, packets from outside to a Service with
-/// `externalTrafficPolicy: Local` are served by the tc programs on the
-/// node's links: its NodePort, external IP and LB IP reach the local
-/// endpoint with the client address kept, the LB IP's source ranges drop
-/// other sources, and replies come from the Service address (or the TCP
-/// handshake would fail). A `Cluster` Service's NodePort, which needs
-/// masquerade, is left to the node's stack: with no nftables backend
-/// nothing serves it, and the node refuses.
+/// With no nftables backend, packets from outside are served by the tc
+/// programs on the node's links. `externalTrafficPolicy: Local`: the
+/// NodePort, external IP and LB IP reach the local endpoint with the
+/// client address kept, the LB IP's source ranges drop other sources, and
+/// replies come from the Service address (or the TCP handshake would
+/// fail). `Cluster`: every endpoint, masqueraded towards other nodes'.
 #[test]
-fn tc_programs_serve_external_traffic_to_local_policy_services() {
+fn tc_programs_serve_external_traffic() {
     use kpng_lab::scenarios::{EXT_IN, EXT_OUT, NODE_IP, service_with_status};
     require_lab!(EbpfWithNft);
     let lab = lab();
@@ -82,7 +80,7 @@ fn tc_programs_serve_external_traffic_to_local_policy_services() {
             ),
             service(
                 "cluster",
-                "{type: NodePort, clusterIP: 10.96.0.20, ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30080}]}",
+                "{type: NodePort, clusterIP: 10.96.0.20, ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30080}, {name: dns, port: 53, protocol: UDP, targetPort: 5353, nodePort: 30054}]}",
                 ALL3,
             ),
         ]))
@@ -107,11 +105,28 @@ fn tc_programs_serve_external_traffic_to_local_policy_services() {
         lab.once("ext2", "tcp", NODE_IP, 30081),
         format!("{E1} {EXT_OUT}")
     );
-    // externalTrafficPolicy Cluster: not the tc programs' (masquerade).
+    // externalTrafficPolicy Cluster: every endpoint; those on other nodes
+    // see the node's address (masqueraded, so their replies come back
+    // through the node); by design the local one sees the client (its
+    // replies leave through this node anyway).
+    let lines = lab.connect("ext", "tcp", NODE_IP, 30080, 40);
+    assert_eq!(
+        endpoints(&lines),
+        [E1, E2, E3].map(String::from).into(),
+        "{lines:?}"
+    );
+    for line in &lines {
+        let expected = if line.starts_with(E1) {
+            EXT_IN
+        } else {
+            NODE_IP
+        };
+        assert!(line.ends_with(expected), "{line}");
+    }
+    let lines = lab.connect("ext", "udp", NODE_IP, 30054, 10);
     assert!(
-        lab.once("ext", "tcp", NODE_IP, 30080)
-            .starts_with("REFUSED"),
-        "left to the node's stack"
+        lines.len() == 10 && lines.iter().all(|l| l.starts_with("10.244.")),
+        "{lines:?}"
     );
     let rules = lab.in_node(&["nft", "list", "ruleset"]);
     assert!(rules.trim().is_empty(), "no netfilter rule: {rules}");

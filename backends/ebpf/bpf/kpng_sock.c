@@ -51,8 +51,10 @@ struct endpoint {
 	__u32 addr[4];
 	__u16 port;
 	__u8 family;
-	__u8 pad;
+	__u8 flags; // ENDPOINT_LOCAL: on this node
 };
+
+#define ENDPOINT_LOCAL 1
 
 #define PAGE 8
 
@@ -355,6 +357,7 @@ static __always_inline void remember(__u64 cookie, struct endpoint *ep,
 
 	key.cookie = cookie;
 	key.endpoint = *ep;
+	key.endpoint.flags = 0; // as the packet's address reads it back
 	for (i = 0; i < 4; i++)
 		service.addr[i] = fe->addr[i];
 	service.port = fe->port;
@@ -531,6 +534,8 @@ int kpng_getpeername6(struct bpf_sock_addr *ctx)
 
 // (flags of an external record)
 #define EXT_RANGES 4 // loadBalancerSourceRanges: other sources are dropped
+#define EXT_SNAT 8   // externalTrafficPolicy: Cluster: masquerade to a
+		     // remote endpoint
 
 // Frontend -> record (set: the local endpoints; flags: EMPTY_* and
 // EXT_RANGES; affinity).
@@ -570,10 +575,12 @@ struct conn_key {
 	struct frontend frontend;
 };
 
-// Its endpoint, and when it last sent.
+// Its endpoint, the source port it was masqueraded to (0: not), and
+// when it last sent.
 struct conn_value {
 	struct endpoint endpoint;
-	__u32 pad;
+	__u16 snat_port;
+	__u16 pad;
 	__u64 last_ns;
 };
 
@@ -604,6 +611,71 @@ struct {
 	__type(value, struct frontend);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } kpng_ext_replies SEC(".maps");
+
+// Masqueraded flows, by the reply's view: (endpoint, node address and
+// the port given to the client) -> the client and the frontend.
+struct snat_key {
+	struct endpoint endpoint;
+	__u32 node[4];
+	__u16 port;
+	__u8 proto;
+	__u8 pad;
+};
+
+struct snat_value {
+	__u32 client[4];
+	__u16 client_port;
+	__u16 pad;
+	struct frontend frontend;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1 << 17);
+	__type(key, struct snat_key);
+	__type(value, struct snat_value);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kpng_snat SEC(".maps");
+
+// The same flows as they leave towards the endpoint: (client, endpoint)
+// -> the node address and port they leave from.
+struct snat_out_key {
+	__u32 client[4];
+	__u16 client_port;
+	__u8 proto;
+	__u8 pad;
+	struct endpoint endpoint;
+};
+
+struct snat_out_value {
+	__u32 node[4];
+	__u16 port;
+	__u16 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1 << 17);
+	__type(key, struct snat_out_key);
+	__type(value, struct snat_out_value);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kpng_snat_out SEC(".maps");
+
+// The node's addresses to masquerade to: [0] IPv4, [1] IPv6 (an all-zero
+// address: none).
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, struct endpoint);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kpng_node SEC(".maps");
+
+// Masquerade ports: outside Linux's default ephemeral range (32768-60999),
+// so they do not meet the node's own connections.
+#define SNAT_PORT_MIN 61000
+#define SNAT_PORTS 4536
+#define SNAT_TRIES 8
 
 // ClientIP affinity of external clients: (client address, set).
 struct ext_affinity_key {
@@ -736,6 +808,108 @@ static __always_inline int rewrite_port(struct __sk_buff *skb, struct packet *p,
 	return !bpf_skb_store_bytes(skb, off, &new, 2, 0);
 }
 
+// A reply of a masqueraded flow, arriving for the node's address and
+// port: to the client's address and port (the egress program then gives
+// it the frontend's source, as any reply of a translated flow). The
+// node's stack forwards it, and its conntrack sees the reply of the flow
+// it saw going out (client to endpoint).
+static __always_inline int unmasquerade(struct __sk_buff *skb, struct packet *p)
+{
+	struct snat_key key = {};
+	struct snat_value *v;
+	__u32 dst[4];
+
+	__builtin_memcpy(key.endpoint.addr, p->saddr, 16);
+	key.endpoint.port = p->sport;
+	key.endpoint.family = p->family;
+	__builtin_memcpy(key.node, p->daddr, 16);
+	key.port = p->dport;
+	key.proto = p->proto;
+	v = bpf_map_lookup_elem(&kpng_snat, &key);
+	if (!v)
+		return -1;
+	__builtin_memcpy(dst, v->client, 16);
+	if (!rewrite_addr(skb, p, p->daddr_off, p->daddr, dst))
+		return TC_ACT_SHOT;
+	if (v->client_port != p->dport &&
+	    !rewrite_port(skb, p, p->l4_off + 2, p->dport, v->client_port))
+		return TC_ACT_SHOT;
+	return TC_ACT_OK;
+}
+
+// Plans the masquerade of a flow of `p` to remote endpoint `ep`: the
+// node's address and a port of its own (`*port`, 0: choose one), which
+// the egress program writes as the source when the flow leaves.
+static __always_inline int masquerade(struct packet *p, struct frontend *fe,
+				      struct endpoint *ep, __u16 *port)
+{
+	struct snat_key key = {};
+	struct snat_value value = {};
+	struct snat_out_key okey = {};
+	struct snat_out_value ovalue = {};
+	struct endpoint *node;
+	__u32 index = p->family == FAMILY_V4 ? 0 : 1;
+	int i;
+
+	node = bpf_map_lookup_elem(&kpng_node, &index);
+	if (!node || !(node->addr[0] | node->addr[1] | node->addr[2] | node->addr[3]))
+		return 0;
+	key.endpoint = *ep;
+	key.endpoint.flags = 0;
+	__builtin_memcpy(key.node, node->addr, 16);
+	key.proto = p->proto;
+	if (*port) {
+		key.port = *port;
+	} else {
+		// A free port: tried at random a few times.
+		for (i = 0; i < SNAT_TRIES; i++) {
+			key.port = bpf_htons(SNAT_PORT_MIN + bpf_get_prandom_u32() % SNAT_PORTS);
+			if (!bpf_map_lookup_elem(&kpng_snat, &key))
+				break;
+		}
+		if (i == SNAT_TRIES)
+			return 0;
+		*port = key.port;
+	}
+	__builtin_memcpy(value.client, p->saddr, 16);
+	value.client_port = p->sport;
+	value.frontend = *fe;
+	bpf_map_update_elem(&kpng_snat, &key, &value, BPF_ANY);
+	__builtin_memcpy(okey.client, p->saddr, 16);
+	okey.client_port = p->sport;
+	okey.proto = p->proto;
+	okey.endpoint = key.endpoint;
+	__builtin_memcpy(ovalue.node, node->addr, 16);
+	ovalue.port = key.port;
+	bpf_map_update_elem(&kpng_snat_out, &okey, &ovalue, BPF_ANY);
+	return 1;
+}
+
+// A masqueraded flow leaving towards its endpoint: the node's address and
+// port as its source.
+static __always_inline int snat_out(struct __sk_buff *skb, struct packet *p)
+{
+	struct snat_out_key key = {};
+	struct snat_out_value *v;
+	__u32 src[4];
+
+	__builtin_memcpy(key.client, p->saddr, 16);
+	key.client_port = p->sport;
+	key.proto = p->proto;
+	__builtin_memcpy(key.endpoint.addr, p->daddr, 16);
+	key.endpoint.port = p->dport;
+	key.endpoint.family = p->family;
+	v = bpf_map_lookup_elem(&kpng_snat_out, &key);
+	if (!v)
+		return -1;
+	__builtin_memcpy(src, v->node, 16);
+	if (!rewrite_addr(skb, p, p->saddr_off, p->saddr, src))
+		return TC_ACT_SHOT;
+	if (v->port != p->sport && !rewrite_port(skb, p, p->l4_off, p->sport, v->port))
+		return TC_ACT_SHOT;
+	return TC_ACT_OK;
+}
+
 // The local endpoint for a new flow of `p` to `svc`: its client's
 // affinity, or one at random.
 static __always_inline int pick_external(struct packet *p, struct service *svc,
@@ -799,10 +973,16 @@ int kpng_tc_ingress(struct __sk_buff *skb)
 	struct conn_value *flow, value = {};
 	struct reply_key rkey = {};
 	struct endpoint ep;
+	__u16 snat_port = 0;
+	int verdict;
 	__u64 now;
+
 
 	if (!parse(skb, &p))
 		return TC_ACT_OK;
+	verdict = unmasquerade(skb, &p);
+	if (verdict >= 0)
+		return verdict;
 	__builtin_memcpy(fe.addr, p.daddr, 16);
 	fe.port = p.dport;
 	fe.proto = p.proto;
@@ -833,7 +1013,11 @@ int kpng_tc_ingress(struct __sk_buff *skb)
 	if (flow && (now - flow->last_ns <= FLOW_IDLE_NS ||
 		     (p.proto == IPPROTO_TCP && !p.syn))) {
 		ep = flow->endpoint;
+		snat_port = flow->snat_port;
 		flow->last_ns = now;
+		// (its masquerade entries refreshed: the LRU keeps them)
+		if (snat_port && !masquerade(&p, &fe, &ep, &snat_port))
+			return TC_ACT_SHOT;
 	} else {
 		if (!pick_external(&p, svc, &ep, now)) {
 			if (svc->flags & EMPTY_REJECT)
@@ -841,7 +1025,15 @@ int kpng_tc_ingress(struct __sk_buff *skb)
 			count(COUNT_DROPPED);
 			return TC_ACT_SHOT;
 		}
+		// Cluster: masquerade towards another node's endpoint, so
+		// that its replies come back through this node.
+		if ((svc->flags & EXT_SNAT) && !(ep.flags & ENDPOINT_LOCAL) &&
+		    !masquerade(&p, &fe, &ep, &snat_port)) {
+			count(COUNT_DROPPED);
+			return TC_ACT_SHOT;
+		}
 		value.endpoint = ep;
+		value.snat_port = snat_port;
 		value.last_ns = now;
 		bpf_map_update_elem(&kpng_ext_flows, &ckey, &value, BPF_ANY);
 	}
@@ -850,6 +1042,7 @@ int kpng_tc_ingress(struct __sk_buff *skb)
 	rkey.proto = p.proto;
 	rkey.family = p.family;
 	rkey.endpoint = ep;
+	rkey.endpoint.flags = 0; // as the reply's address reads it back
 	bpf_map_update_elem(&kpng_ext_replies, &rkey, &fe, BPF_ANY);
 
 	if (ep.family != p.family)
@@ -870,9 +1063,13 @@ int kpng_tc_egress(struct __sk_buff *skb)
 	struct reply_key rkey = {};
 	struct frontend *fe;
 	__u32 addr[4];
+	int verdict;
 
 	if (!parse(skb, &p))
 		return TC_ACT_OK;
+	verdict = snat_out(skb, &p);
+	if (verdict >= 0)
+		return verdict;
 	__builtin_memcpy(rkey.client, p.daddr, 16);
 	rkey.client_port = p.dport;
 	rkey.proto = p.proto;

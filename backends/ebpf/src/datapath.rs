@@ -218,6 +218,8 @@ impl Datapath {
                 .map_err(wrap("kpng_external"))?,
             ranges: LpmTrie::try_from(take(&mut ebpf, "kpng_ranges")?)
                 .map_err(wrap("kpng_ranges"))?,
+            node: aya::maps::Array::try_from(take(&mut ebpf, "kpng_node")?)
+                .map_err(wrap("kpng_node"))?,
         };
         let counters = PerCpuArray::try_from(take(&mut ebpf, "kpng_counters")?)
             .map_err(wrap("kpng_counters"))?;

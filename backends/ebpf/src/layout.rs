@@ -94,6 +94,9 @@ impl fmt::Display for Frontend {
 pub(crate) struct Endpoint {
     pub(crate) ip: IpAddr,
     pub(crate) port: u16,
+    /// On this node (`ENDPOINT_LOCAL`): the tc programs masquerade only
+    /// towards endpoints elsewhere.
+    pub(crate) local: bool,
 }
 
 impl Endpoint {
@@ -103,6 +106,7 @@ impl Endpoint {
         out[..16].copy_from_slice(&addr);
         out[16..18].copy_from_slice(&self.port.to_be_bytes());
         out[18] = family;
+        out[19] = u8::from(self.local);
         out
     }
 
@@ -110,6 +114,7 @@ impl Endpoint {
         Self {
             ip: addr_of(bytes, bytes[18]),
             port: u16::from_be_bytes([bytes[16], bytes[17]]),
+            local: bytes[19] & 1 != 0,
         }
     }
 }
@@ -117,9 +122,13 @@ impl Endpoint {
 impl fmt::Display for Endpoint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.ip {
-            IpAddr::V4(ip) => write!(f, "{ip}:{}", self.port),
-            IpAddr::V6(ip) => write!(f, "[{ip}]:{}", self.port),
+            IpAddr::V4(ip) => write!(f, "{ip}:{}", self.port)?,
+            IpAddr::V6(ip) => write!(f, "[{ip}]:{}", self.port)?,
         }
+        if self.local {
+            write!(f, " (local)")?;
+        }
+        Ok(())
     }
 }
 
@@ -158,13 +167,16 @@ impl fmt::Display for Record {
         if self.affinity > 0 {
             write!(f, " affinity {}s", self.affinity)?;
         }
-        match self.flags & !EXT_RANGES {
+        match self.flags & !(EXT_RANGES | EXT_SNAT) {
             EMPTY_REJECT => write!(f, " empty: reject")?,
             EMPTY_DROP => write!(f, " empty: drop")?,
             _ => {}
         }
         if self.flags & EXT_RANGES != 0 {
             write!(f, " source ranges")?;
+        }
+        if self.flags & EXT_SNAT != 0 {
+            write!(f, " masquerade")?;
         }
         Ok(())
     }
@@ -253,6 +265,9 @@ pub(crate) fn cidr_key(ip: IpAddr, len: u8) -> (u32, [u8; 20]) {
 /// `EXT_RANGES`: an external record whose sources are checked against
 /// `kpng_ranges`.
 pub(crate) const EXT_RANGES: u32 = 4;
+/// `EXT_SNAT`: an external record of `externalTrafficPolicy: Cluster`,
+/// masqueraded towards endpoints on other nodes.
+pub(crate) const EXT_SNAT: u32 = 8;
 
 /// `struct range_key` as [`Tables`](crate::tables::Tables) takes it: the
 /// prefix length (the frontend's 160 bits, then the range's), the
@@ -294,6 +309,7 @@ mod tests {
             let ep = Endpoint {
                 ip: ip.parse().expect("ip"),
                 port: 8443,
+                local: true,
             };
             assert_eq!(Endpoint::from_bytes(&ep.bytes()), ep);
             assert_eq!(live_ip(&live_key(fe.ip)), fe.ip);
@@ -310,6 +326,7 @@ mod tests {
         let ep = Endpoint {
             ip: "10.244.0.1".parse().expect("ip"),
             port: 8080,
+            local: false,
         };
         let (count, slots) = page_of(&page_bytes(11, &[Some(ep), None]));
         assert_eq!((count, slots[0], slots.len()), (11, ep, PAGE));

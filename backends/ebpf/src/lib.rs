@@ -404,6 +404,13 @@ fn sync_round(
     let node_ips = nodeport_ips(view, prefixes.as_deref());
     let cidrs = view.service_cidrs_with(&config.proxy.service_prefixes());
     let external = !config.tc_interfaces.is_empty();
+    if external && (changes.full || changes.node) {
+        let ips: Vec<std::net::IpAddr> = kpng_model::IpFamily::BOTH
+            .into_iter()
+            .flat_map(|f| view.node_addresses(f))
+            .collect();
+        state.set_node(tables, &ips)?;
+    }
     if changes.full {
         let mut services = view.services.iter().map(|(name, service)| {
             (

@@ -32,8 +32,8 @@ use kpng_model::{IpFamily, ServiceName};
 
 use crate::Error;
 use crate::layout::{
-    self, EMPTY_DROP, EMPTY_REJECT, EXT_RANGES, Endpoint, Frontend, PAGE, Record, member_key,
-    page_bytes, proto_number, slot_key,
+    self, EMPTY_DROP, EMPTY_REJECT, EXT_RANGES, EXT_SNAT, Endpoint, Frontend, PAGE, Record,
+    member_key, page_bytes, proto_number, slot_key,
 };
 use crate::tables::{Table, Tables, cidr_bytes};
 
@@ -127,9 +127,11 @@ fn parse(ips: &[String]) -> impl Iterator<Item = IpAddr> + '_ {
 /// - A port with no endpoint at all is refused; a Local policy with no
 ///   local endpoint drops.
 /// - With `external` (tc programs attached), packets from outside to a
-///   Service with `externalTrafficPolicy: Local` (its NodePorts, external
-///   IPs and LB IPs, source ranges included) get records of their own,
-///   leading to the local endpoints.
+///   Service's NodePorts, external IPs and LB IPs (source ranges
+///   included) get records of their own: under
+///   `externalTrafficPolicy: Local` they lead to the local endpoints,
+///   under `Cluster` to every endpoint, masqueraded towards those on
+///   other nodes.
 pub(crate) fn contribution(
     service: &ServiceName,
     view: &ServiceView,
@@ -159,6 +161,12 @@ pub(crate) fn contribution(
             .filter(|ip| IpFamily::of(ip) == family)
             .collect();
         out.live.extend(cluster_ips.iter().copied());
+        let local_ips: BTreeSet<IpAddr> = view
+            .endpoints
+            .iter()
+            .filter(|e| e.is_local() && e.family() == family)
+            .map(|e| e.ip())
+            .collect();
         let affinity = plan.affinity.unwrap_or(0);
         let ranges: Vec<(IpAddr, u8)> = plan
             .source_ranges
@@ -177,7 +185,11 @@ pub(crate) fn contribution(
             };
             let targets = |list: &[(IpAddr, u16)]| -> Vec<Endpoint> {
                 list.iter()
-                    .map(|&(ip, port)| Endpoint { ip, port })
+                    .map(|&(ip, port)| Endpoint {
+                        ip,
+                        port,
+                        local: local_ips.contains(&ip),
+                    })
                     .collect()
             };
             let cluster = set(false);
@@ -218,9 +230,16 @@ pub(crate) fn contribution(
                     claim(*ip, node_port, &cluster);
                 }
             }
-            if external && plan.etp_local {
-                let local = set(true);
-                out.sets.insert(local.clone(), targets(&port.local));
+            if external {
+                // Local: the local endpoints, the client kept. Cluster:
+                // every endpoint, masqueraded towards other nodes'.
+                let (target, policy) = if plan.etp_local {
+                    let local = set(true);
+                    out.sets.insert(local.clone(), targets(&port.local));
+                    (local, 0)
+                } else {
+                    (cluster.clone(), EXT_SNAT)
+                };
                 let mut claim = |ip: IpAddr, number: u16, ranged: bool| {
                     let frontend = Frontend {
                         ip,
@@ -228,9 +247,9 @@ pub(crate) fn contribution(
                         proto,
                     };
                     let claim = Claim {
-                        set: local.clone(),
+                        set: target.clone(),
                         affinity,
-                        flags: if ranged { flags | EXT_RANGES } else { flags },
+                        flags: flags | policy | if ranged { EXT_RANGES } else { 0 },
                     };
                     out.records.insert((Side::External, frontend), claim);
                     frontend
@@ -544,6 +563,30 @@ impl State {
         }
         self.quarantine
             .extend(gone.into_iter().filter(|id| !kept.contains(id)));
+        Ok(())
+    }
+
+    /// Writes the node's addresses the tc programs masquerade to (the
+    /// first of each family; none: zeros), where they changed.
+    pub(crate) fn set_node(&mut self, t: &mut dyn Tables, ips: &[IpAddr]) -> Result<(), Error> {
+        for (slot, family) in IpFamily::BOTH.into_iter().enumerate() {
+            let value = ips
+                .iter()
+                .find(|ip| IpFamily::of(ip) == family)
+                .map(|&ip| {
+                    Endpoint {
+                        ip,
+                        port: 0,
+                        local: true,
+                    }
+                    .bytes()
+                })
+                .unwrap_or([0u8; 20]);
+            let key = index(slot).to_ne_bytes();
+            if t.get(Table::Node, &key)?.as_deref() != Some(value.as_slice()) {
+                self.put(t, Table::Node, &key, &value)?;
+            }
+        }
         Ok(())
     }
 
@@ -1018,6 +1061,7 @@ mod tests {
         Endpoint {
             ip: IpAddr::from([10, 244, 0, i]),
             port: 8080,
+            local: i.is_multiple_of(3),
         }
     }
 

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use aya::maps::lpm_trie::{Key, LpmTrie};
-use aya::maps::{HashMap, MapData};
+use aya::maps::{Array, HashMap, MapData};
 
 use crate::Error;
 use crate::layout::{self, Endpoint, Frontend, Record};
@@ -23,6 +23,8 @@ pub(crate) enum Table {
     External,
     /// loadBalancerSourceRanges of external records.
     Ranges,
+    /// The node's addresses to masquerade to ([0] IPv4, [1] IPv6).
+    Node,
 }
 
 impl Table {
@@ -36,6 +38,7 @@ impl Table {
             Table::Cidrs => "kpng_cidrs",
             Table::External => "kpng_external",
             Table::Ranges => "kpng_ranges",
+            Table::Node => "kpng_node",
         }
     }
 
@@ -67,6 +70,7 @@ impl Table {
             Table::Slots => format!("{}/{}", word(key, 0), word(key, 4)),
             Table::Members => format!("{} {}", word(key, 0), Endpoint::from_bytes(&key[4..])),
             Table::Live => layout::live_ip(&fixed(key)).to_string(),
+            Table::Node => word(key, 0).to_string(),
             Table::Cidrs => {
                 let (ip, len) = layout::cidr_of(word(key, 0), &fixed(&key[4..]));
                 format!("{ip}/{len}")
@@ -79,6 +83,7 @@ impl Table {
                 b.copy_from_slice(&v[..16]);
                 Some(Record::from_bytes(&b).to_string())
             }
+            (Table::Node, Some(v)) => Some(Endpoint::from_bytes(v).ip.to_string()),
             (Table::Slots, Some(v)) => {
                 let (count, slots) = layout::page_of(v);
                 let page = word(key, 4);
@@ -176,6 +181,7 @@ pub(crate) struct Kernel {
     pub(crate) cidrs: LpmTrie<MapData, [u8; 20], u8>,
     pub(crate) external: HashMap<MapData, [u8; 20], [u8; 16]>,
     pub(crate) ranges: LpmTrie<MapData, [u8; 36], u8>,
+    pub(crate) node: Array<MapData, [u8; 20]>,
 }
 
 impl std::fmt::Debug for Kernel {
@@ -259,6 +265,10 @@ impl Tables for Kernel {
             Table::Cidrs => found(self.cidrs.get(&cidr(key)?, 0).map(|v| [v]), map),
             Table::External => found(self.external.get(&array(table, key)?, 0), map),
             Table::Ranges => found(self.ranges.get(&range(key)?, 0).map(|v| [v]), map),
+            Table::Node => found(
+                self.node.get(&u32::from_ne_bytes(array(table, key)?), 0),
+                map,
+            ),
         }
     }
 
@@ -285,6 +295,14 @@ impl Tables for Kernel {
                 .insert(array(table, key)?, array::<16>(table, value)?, 0)
                 .map_err(wrap),
             Table::Ranges => self.ranges.insert(&range(key)?, 1u8, 0).map_err(wrap),
+            Table::Node => self
+                .node
+                .set(
+                    u32::from_ne_bytes(array(table, key)?),
+                    array::<20>(table, value)?,
+                    0,
+                )
+                .map_err(wrap),
         }
     }
 
@@ -298,6 +316,10 @@ impl Tables for Kernel {
             Table::Cidrs => self.cidrs.remove(&cidr(key)?),
             Table::External => self.external.remove(&array(table, key)?),
             Table::Ranges => self.ranges.remove(&range(key)?),
+            // An array's element is never gone: zeros mean none.
+            Table::Node => self
+                .node
+                .set(u32::from_ne_bytes(array(table, key)?), [0u8; 20], 0),
         };
         missing_ok(result, map)
     }
@@ -339,6 +361,7 @@ impl Tables for Kernel {
                 .keys()
                 .map(|k| k.map(|k| k.to_vec()).map_err(wrap))
                 .collect(),
+            Table::Node => Ok((0u32..2).map(|i| i.to_ne_bytes().to_vec()).collect()),
             Table::Ranges => self
                 .ranges
                 .keys()
