@@ -1,19 +1,29 @@
-//! The eBPF backend of kpng-rs: socket-level load balancing.
+//! The eBPF backend of kpng-rs: socket-level load balancing, and tc
+//! programs for traffic from outside the node.
 //!
 //! [`EbpfBackend`] is a [`kpng_sink::IncrementalSink`], like the
 //! netfilter backends, fed the same node view. Instead of rules that
-//! translate packets, it writes BPF maps read by cgroup `sock_addr`
-//! programs (`connect4/6`, `sendmsg4/6`, `recvmsg4/6`, `getpeername4/6`):
-//! when a socket of the cgroup connects (or sends a datagram) to a
-//! Service address, the program picks an endpoint and the socket goes
-//! straight to it. No packet of the connection is translated, so there
-//! is no conntrack entry, no masquerade and no per-packet cost.
+//! translate packets, it writes BPF maps read by two kinds of program:
 //!
-//! - **Served**: ClusterIPs, and the NodePorts, external IPs and LB IPs a
-//!   socket of the node or its pods asks for. Traffic arriving from
-//!   outside the node has no socket here; the `kpng` command hands it to
-//!   the nftables backend in the same process (docs/semantics.md says row
-//!   by row which serves what).
+//! - **cgroup `sock_addr` programs** (`connect4/6`, `sendmsg4/6`,
+//!   `recvmsg4/6`, `getpeername4/6`) serve the node's own sockets and its
+//!   pods': when a socket of the cgroup connects (or sends a datagram) to
+//!   a Service address, the program picks an endpoint and the socket goes
+//!   straight to it. No packet of the connection is translated, so there
+//!   is no conntrack entry, no masquerade and no per-packet cost.
+//! - **tc programs** on the interfaces of
+//!   [`EbpfConfig::tc_interfaces`] serve packets from outside to
+//!   NodePorts, external IPs and LB IPs: the destination is rewritten to
+//!   an endpoint at ingress and the reply's source restored at egress;
+//!   `externalTrafficPolicy: Cluster` flows to other nodes' endpoints are
+//!   masqueraded to the node's address; source ranges are checked.
+//!
+//! What neither serves (a ClusterIP reached from outside, REJECT of an
+//! external address, drops of unallocated Service addresses from outside)
+//! goes on to the node's stack: the `kpng` command runs the nftables
+//! backend beside this one for it (docs/semantics.md says row by row
+//! which mechanism serves what).
+//!
 //! - **Selection** comes from the node view's plan, as in the netfilter
 //!   backends: ready, serving and terminating fallbacks, the Local
 //!   policies, topology. ClientIP affinity is kept per client network
@@ -27,7 +37,9 @@
 //! - **Replies**: `getpeername` and UDP `recvmsg` show the Service
 //!   address, not the endpoint's.
 //! - **Updates** change only what changed, in an order where every
-//!   Service stays whole: see the `state` module's docs.
+//!   Service stays whole (a new endpoint set before the records that lead
+//!   to it, sets changed in place with their count last); see
+//!   docs/architecture.md.
 //! - **Restarts**: maps and links are pinned under a bpffs directory;
 //!   the programs stay attached while kpng is down, connections keep
 //!   working, and a restart adopts them. [`cleanup`] removes everything.
