@@ -893,7 +893,7 @@ fn to_ebpf_dry_run_prints_the_map_writes_and_the_nft_rules_beside_them() {
         stdout.contains("set services 10.96.0.10 udp 53 : set "),
         "{stdout}"
     );
-    assert!(stdout.contains("2 endpoints: 10.244.1.5:53, 10.244.2.7:53"));
+    assert!(stdout.contains("2 endpoints: 10.244.1.5:53 (local), 10.244.2.7:53"));
     assert!(stdout.contains("set services 10.96.20.20 tcp 443 : set 1 empty: reject"));
     assert!(stdout.contains("set live 10.96.0.10"));
     // ipMode Proxy is not programmed.
