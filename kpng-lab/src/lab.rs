@@ -360,17 +360,7 @@ impl Lab {
     ) -> Vec<String> {
         let (port, count) = (port.to_string(), count.to_string());
         let args = ["python3", "-c", CLIENT, proto, host, &port, &count];
-        let mut command = match self.bpf.get() {
-            Some((_, cgroup)) if LOCAL_HOSTS.contains(&from) => {
-                in_cgroup_and_netns(&cgroup.path, &self.ns(from), &args)
-            }
-            _ => {
-                let mut command = Command::new("ip");
-                command.args(["netns", "exec", &self.ns(from)]).args(args);
-                command
-            }
-        };
-        let out = command.output().expect("client");
+        let out = self.client(from, &args).output().expect("client");
         String::from_utf8_lossy(&out.stdout)
             .lines()
             .map(str::to_owned)
@@ -383,17 +373,7 @@ impl Lab {
     pub fn connect_rate(&self, from: &str, host: &str, port: u16, count: usize) -> (usize, f64) {
         let (port, count) = (port.to_string(), count.to_string());
         let args = ["python3", "-c", RATE_CLIENT, host, &port, &count];
-        let mut command = match self.bpf.get() {
-            Some((_, cgroup)) if LOCAL_HOSTS.contains(&from) => {
-                in_cgroup_and_netns(&cgroup.path, &self.ns(from), &args)
-            }
-            _ => {
-                let mut command = Command::new("ip");
-                command.args(["netns", "exec", &self.ns(from)]).args(args);
-                command
-            }
-        };
-        let out = command.output().expect("client");
+        let out = self.client(from, &args).output().expect("client");
         let text = String::from_utf8_lossy(&out.stdout);
         let mut words = text.split_whitespace();
         let ok: usize = words.next().and_then(|w| w.parse().ok()).unwrap_or(0);
@@ -402,6 +382,22 @@ impl Lab {
             .and_then(|w| w.parse().ok())
             .unwrap_or(f64::INFINITY);
         (ok, ok as f64 / secs)
+    }
+
+    /// `args` run as a client in host `from`: in the lab's cgroup too
+    /// when an eBPF backend made one and `from` is one of this node's
+    /// hosts ([`LOCAL_HOSTS`]).
+    fn client(&self, from: &str, args: &[&str]) -> Command {
+        match self.bpf.get() {
+            Some((_, cgroup)) if LOCAL_HOSTS.contains(&from) => {
+                in_cgroup_and_netns(&cgroup.path, &self.ns(from), args)
+            }
+            _ => {
+                let mut command = Command::new("ip");
+                command.args(["netns", "exec", &self.ns(from)]).args(args);
+                command
+            }
+        }
     }
 
     /// One connection; its line.

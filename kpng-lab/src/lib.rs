@@ -203,12 +203,7 @@ impl LabBackend for EbpfWithNft {
     const TC: bool = true;
 
     fn in_lab(lab: &Lab, settings: &Settings) -> Self {
-        let (cgroup, pins) = lab.bpf_env();
-        let config = EbpfConfig::new(settings.proxy())
-            .cgroup(cgroup)
-            .pin_path(pins)
-            .tc_interfaces(lab.node_links())
-            .tc_in_netns(&lab.ns("node"));
+        let config = ebpf_config(lab, settings, true);
         EbpfWithNft {
             ebpf: EbpfBackend::attach(config).expect("the eBPF programs attach"),
             nft: NftBackend::in_lab(lab, settings),
@@ -240,6 +235,23 @@ impl LabBackend for EbpfWithNft {
     }
 }
 
+/// The eBPF backend's settings in `lab`: the lab's cgroup (its
+/// [`LOCAL_HOSTS`]' clients) and bpffs, and with `tc` the tc programs on
+/// every node link.
+pub fn ebpf_config(lab: &Lab, settings: &Settings, tc: bool) -> EbpfConfig {
+    let (cgroup, pins) = lab.bpf_env();
+    let config = EbpfConfig::new(settings.proxy())
+        .cgroup(cgroup)
+        .pin_path(pins);
+    if tc {
+        config
+            .tc_interfaces(lab.node_links())
+            .tc_in_netns(&lab.ns("node"))
+    } else {
+        config
+    }
+}
+
 /// The eBPF backend alone, with no netfilter backend beside it: what its
 /// benchmark measures (the lab's clients of [`LOCAL_HOSTS`] are in its
 /// cgroup).
@@ -264,10 +276,7 @@ impl LabBackend for EbpfOnly {
     const SOCKETS: bool = true;
 
     fn in_lab(lab: &Lab, settings: &Settings) -> Self {
-        let (cgroup, pins) = lab.bpf_env();
-        let config = EbpfConfig::new(settings.proxy())
-            .cgroup(cgroup)
-            .pin_path(pins);
+        let config = ebpf_config(lab, settings, false);
         EbpfOnly(EbpfBackend::attach(config).expect("the eBPF programs attach"))
     }
     fn last_full(&self) -> bool {

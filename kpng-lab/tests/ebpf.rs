@@ -4,9 +4,11 @@
 //! the eBPF backend alone, with no netfilter rule in the node. Run as
 //! root with cgroup v2; otherwise each test prints SKIPPED and passes.
 
-use kpng_backend_ebpf::{EbpfBackend, EbpfConfig};
+use kpng_backend_ebpf::EbpfBackend;
 use kpng_lab::scenarios::{ALL3, E1, E2, E3, POD_CLIENT, dropped_locally, lab, manifest, service};
-use kpng_lab::{EbpfWithNft, LabBackend, Proxy, Settings, endpoints, require_lab, settle};
+use kpng_lab::{
+    EbpfWithNft, LabBackend, Proxy, Settings, ebpf_config, endpoints, require_lab, settle,
+};
 
 kpng_lab::scenario_tests!(EbpfWithNft);
 
@@ -18,10 +20,7 @@ kpng_lab::scenario_tests!(EbpfWithNft);
 fn the_ebpf_backend_alone_serves_the_node_s_sockets() {
     require_lab!(EbpfWithNft);
     let lab = lab();
-    let (cgroup, pins) = lab.bpf_env();
-    let config = EbpfConfig::new(Settings::lab().proxy())
-        .cgroup(cgroup)
-        .pin_path(pins);
+    let config = ebpf_config(&lab, &Settings::lab(), false);
     let mut proxy = Proxy::with(EbpfBackend::attach(config).expect("attach"));
     let spec = "{clusterIP: 10.96.0.10, ports: [{name: http, port: 80, targetPort: 8080}, {name: dns, port: 53, protocol: UDP, targetPort: 5353}]}";
     proxy
@@ -62,12 +61,7 @@ fn tc_programs_serve_external_traffic() {
     use kpng_lab::scenarios::{EXT_IN, EXT_OUT, NODE_IP, service_with_status};
     require_lab!(EbpfWithNft);
     let lab = lab();
-    let (cgroup, pins) = lab.bpf_env();
-    let config = EbpfConfig::new(Settings::lab().proxy())
-        .cgroup(cgroup)
-        .pin_path(pins)
-        .tc_interfaces(lab.node_links())
-        .tc_in_netns(&lab.ns("node"));
+    let config = ebpf_config(&lab, &Settings::lab(), true);
     let mut proxy = Proxy::with(EbpfBackend::attach(config).expect("attach"));
     let local_two = "[{addresses: [10.244.1.10], nodeName: node-a}, {addresses: [10.244.2.10], nodeName: node-b}]";
     proxy

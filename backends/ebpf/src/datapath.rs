@@ -91,6 +91,23 @@ fn pin_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     }
 }
 
+/// Whether `pin` holds a link already: an attachment a previous run left.
+fn pinned(pin: &Path) -> bool {
+    pin.exists() && PinnedLink::from_pin(pin).is_ok()
+}
+
+/// Pins `link` at `pin` (replacing a stale pin): it outlives the process.
+fn keep(link: FdLink, pin: &Path) -> Result<(), Error> {
+    if pin.exists() {
+        std::fs::remove_file(pin).map_err(pin_err(pin))?;
+    }
+    link.pin(pin).map_err(|source| Error::PinLink {
+        path: pin.to_path_buf(),
+        source,
+    })?;
+    Ok(())
+}
+
 /// The maps and links of one object, attached to one cgroup.
 pub(crate) struct Datapath {
     pub(crate) kernel: Kernel,
@@ -153,7 +170,7 @@ impl Datapath {
         let mut adopted = true;
         for (name, _) in PROGRAMS {
             let pin = links_dir.join(name);
-            if pin.exists() && PinnedLink::from_pin(&pin).is_ok() {
+            if pinned(&pin) {
                 continue;
             }
             adopted = false;
@@ -177,13 +194,7 @@ impl Datapath {
             let link: FdLink = link
                 .try_into()
                 .map_err(|source| Error::Link { name, source })?;
-            if pin.exists() {
-                std::fs::remove_file(&pin).map_err(pin_err(&pin))?;
-            }
-            link.pin(&pin).map_err(|source| Error::PinLink {
-                path: pin.clone(),
-                source,
-            })?;
+            keep(link, &pin)?;
         }
         let tc_dirs = attach_tc(&mut ebpf, &version, tc, &mut adopted)?;
         // Older objects' pins, and other cgroups' and interfaces' links:
@@ -300,7 +311,7 @@ fn attach_tc(
             ("kpng_tc_egress", TcAttachType::Egress),
         ] {
             let pin = dir.join(name);
-            if pin.exists() && PinnedLink::from_pin(&pin).is_ok() {
+            if pinned(&pin) {
                 continue;
             }
             *adopted = false;
@@ -342,13 +353,7 @@ fn attach_tc(
                         .join()
                         .unwrap_or(Err(Error::Thread))
                 })?;
-            if pin.exists() {
-                std::fs::remove_file(&pin).map_err(pin_err(&pin))?;
-            }
-            link.pin(&pin).map_err(|source| Error::PinLink {
-                path: pin.clone(),
-                source,
-            })?;
+            keep(link, &pin)?;
         }
     }
     Ok(dirs)
