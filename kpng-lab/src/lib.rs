@@ -292,7 +292,7 @@ impl LabBackend for EbpfOnly {
             stats.sets,
             stats.records,
             stats.micros as f64 / 1e3,
-            kpng_backend_ebpf::map_memory() as f64 / (1024.0 * 1024.0),
+            self.0.kernel_memory() as f64 / (1024.0 * 1024.0),
             if stats.adopted {
                 "; adopted the pinned programs"
             } else {

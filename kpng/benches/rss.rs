@@ -251,6 +251,7 @@ fn measure(services: usize) {
 
     if unsafe { libc::geteuid() } == 0 {
         applied(services, &dir);
+        ebpf(input);
     } else {
         println!("applied: SKIPPED (not root: the real sync needs a network namespace)");
     }
@@ -305,6 +306,59 @@ fn applied(services: usize, dir: &std::path::Path) {
         "applied: kpng kube ... to-nft --once into a fresh namespace, over netlink: peak RSS {mib:.1} MiB (the whole process tree)  [<= 64 MiB; was 461 MiB with nft -f], {secs:.2} s to its first sync; {elements} pick elements read back"
     );
     println!("{{\"applied_peak_rss_mib\":{mib:.1},\"applied_seconds\":{secs:.2}}}");
+}
+
+/// The eBPF backend's real sync: `kpng file … to-ebpf --once` loads its
+/// programs into a test cgroup and bpffs and writes the maps for the same
+/// cluster; the process's peak RSS, and the kernel memory of the maps
+/// (they stay pinned after it exits).
+fn ebpf(input: &str) {
+    use kpng_testkit::bpf::{BpfFs, TestCgroup, unavailable};
+    if let Some(why) = unavailable() {
+        println!("ebpf: SKIPPED ({why})");
+        return;
+    }
+    let fs = BpfFs::new("kpng-rss-bpf").unwrap();
+    let cgroup = TestCgroup::new("kpng-rss-cg").unwrap();
+    let pins = fs.path.join("kpng");
+    let (cgroup_path, pin_path) = (cgroup.path.to_str().unwrap(), pins.to_str().unwrap());
+    let (mib, secs) = peak(&[
+        "file",
+        "--input",
+        input,
+        "--node",
+        "node-0",
+        "to-ebpf",
+        "--once",
+        "--cgroup-path",
+        cgroup_path,
+        "--bpf-pin-path",
+        pin_path,
+        "--north-south",
+        "none",
+        "--healthz-bind-address",
+        "",
+        "--metrics-bind-address",
+        "",
+        "--no-conntrack-cleanup",
+        "--conntrack-max-per-core",
+        "0",
+        "--conntrack-tcp-timeout-established",
+        "0",
+        "--conntrack-tcp-timeout-close-wait",
+        "0",
+    ]);
+    let kernel_kib = kpng_backend_ebpf::map_memory(&pins) / 1024;
+    println!(
+        "ebpf: kpng file --input cluster.json ... to-ebpf --once into a test cgroup and bpffs: peak RSS {mib:.1} MiB, {secs:.2} s; the pinned maps hold {:.1} MiB of kernel memory",
+        kernel_kib as f64 / 1024.0
+    );
+    println!(
+        "{{\"ebpf_peak_rss_mib\":{mib:.1},\"ebpf_seconds\":{secs:.2},\"ebpf_kernel_maps_mib\":{:.1}}}",
+        kernel_kib as f64 / 1024.0
+    );
+    drop(cgroup);
+    drop(fs);
 }
 
 /// Runs `kpng ARGS` to its end: its peak RSS in MiB (`wait4`) and the

@@ -136,7 +136,7 @@ struct {
 // ClientIP affinity: (client, set) -> the endpoint it last got, and when.
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 1 << 16);
+	__uint(max_entries, 1 << 14);
 	__type(key, struct affinity_key);
 	__type(value, struct affinity_value);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
@@ -146,7 +146,7 @@ struct {
 // getpeername and a UDP reply show.
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 1 << 17);
+	__uint(max_entries, 1 << 16);
 	__type(key, struct reverse_key);
 	__type(value, struct endpoint);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
@@ -175,7 +175,7 @@ struct flow_value {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 1 << 16);
+	__uint(max_entries, 1 << 14);
 	__type(key, struct flow_key);
 	__type(value, struct flow_value);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
@@ -525,20 +525,23 @@ int kpng_getpeername6(struct bpf_sock_addr *ctx)
 
 // ---------------------------------------------------------------------
 // North-south: tc programs on the node's interfaces, for packets from
-// outside the node to a Service with `externalTrafficPolicy: Local`
-// (NodePorts on the node's addresses, external IPs, LB IPs). At ingress
-// the destination is rewritten to a local endpoint (the client address is
-// kept, as kube-proxy keeps it); at egress the endpoint's replies get the
-// Service address back. Everything else goes on to the node's stack
-// (the nftables backend serves it: masquerade for `Cluster`, REJECT).
+// outside the node to NodePorts (on the node's addresses), external IPs
+// and LB IPs. At ingress the destination is rewritten to an endpoint;
+// at egress the endpoint's replies get the Service address back. Under
+// `externalTrafficPolicy: Local` the endpoint is a local one and the
+// client address is kept; under `Cluster`, a flow to another node's
+// endpoint is also masqueraded: egress writes the node's address and a
+// port of its own as its source, and ingress gives a reply its client
+// back. Everything else goes on to the node's stack. (These maps are
+// loaded with one entry when no interface is given: src/datapath.rs.)
 
 // (flags of an external record)
 #define EXT_RANGES 4 // loadBalancerSourceRanges: other sources are dropped
 #define EXT_SNAT 8   // externalTrafficPolicy: Cluster: masquerade to a
 		     // remote endpoint
 
-// Frontend -> record (set: the local endpoints; flags: EMPTY_* and
-// EXT_RANGES; affinity).
+// Frontend -> record (set: the endpoints, local ones for Local; flags:
+// EMPTY_*, EXT_RANGES, EXT_SNAT; affinity).
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
@@ -588,7 +591,7 @@ struct conn_value {
 // first went to (as a conntrack entry keeps it).
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 1 << 17);
+	__uint(max_entries, 1 << 16);
 	__type(key, struct conn_key);
 	__type(value, struct conn_value);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
@@ -606,7 +609,7 @@ struct reply_key {
 // The reverse: (client, endpoint) -> the frontend, for the replies.
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 1 << 17);
+	__uint(max_entries, 1 << 16);
 	__type(key, struct reply_key);
 	__type(value, struct frontend);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
@@ -631,7 +634,7 @@ struct snat_value {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 1 << 17);
+	__uint(max_entries, 1 << 16);
 	__type(key, struct snat_key);
 	__type(value, struct snat_value);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
@@ -655,7 +658,7 @@ struct snat_out_value {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 1 << 17);
+	__uint(max_entries, 1 << 16);
 	__type(key, struct snat_out_key);
 	__type(value, struct snat_out_value);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
@@ -686,7 +689,7 @@ struct ext_affinity_key {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 1 << 16);
+	__uint(max_entries, 1 << 14);
 	__type(key, struct ext_affinity_key);
 	__type(value, struct affinity_value);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);

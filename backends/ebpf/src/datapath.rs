@@ -29,6 +29,17 @@ use crate::Error;
 use crate::object::{OBJECT, PROGRAMS, digest};
 use crate::tables::Kernel;
 
+/// The maps only the tc programs use.
+const TC_MAPS: [&str; 7] = [
+    "kpng_external",
+    "kpng_ranges",
+    "kpng_ext_flows",
+    "kpng_ext_replies",
+    "kpng_snat",
+    "kpng_snat_out",
+    "kpng_ext_affinity",
+];
+
 /// The default pin directory.
 pub const DEFAULT_PIN_PATH: &str = "/sys/fs/bpf/kpng";
 
@@ -146,7 +157,9 @@ impl Datapath {
     /// any other object or cgroup under `pin_path`.
     pub(crate) fn open(pin_path: &Path, cgroup: &Path, tc: &Tc) -> Result<Self, Error> {
         check_bpffs(pin_path)?;
-        let version = pin_path.join(format!("v-{:016x}", digest()));
+        // With tc or without, the maps differ in size: each has its pins.
+        let with_tc = if tc.interfaces.is_empty() { "" } else { "-tc" };
+        let version = pin_path.join(format!("v-{:016x}{with_tc}", digest()));
         let maps_dir = version.join("maps");
         std::fs::create_dir_all(&maps_dir).map_err(pin_err(&maps_dir))?;
         let cgroup_file = File::open(cgroup).map_err(|source| Error::Cgroup {
@@ -163,10 +176,16 @@ impl Datapath {
         let links_dir = version.join(format!("links-{inode}"));
         std::fs::create_dir_all(&links_dir).map_err(pin_err(&links_dir))?;
 
-        let mut ebpf = EbpfLoader::new()
-            .default_map_pin_directory(&maps_dir)
-            .load(OBJECT)
-            .map_err(|e| Error::Load(Box::new(e)))?;
+        let mut loader = EbpfLoader::new();
+        loader.default_map_pin_directory(&maps_dir);
+        if tc.interfaces.is_empty() {
+            // No tc program: its maps are made as small as the kernel
+            // takes them (an LRU map wants some entries per CPU).
+            for name in TC_MAPS {
+                loader.map_max_entries(name, 64);
+            }
+        }
+        let mut ebpf = loader.load(OBJECT).map_err(|e| Error::Load(Box::new(e)))?;
         let mut adopted = true;
         for (name, _) in PROGRAMS {
             let pin = links_dir.join(name);
@@ -359,37 +378,31 @@ fn attach_tc(
     Ok(dirs)
 }
 
-/// The kernel memory of kpng's maps (`kpng_*`) this process holds open,
-/// as the kernel counts it (`memlock` in `/proc/self/fdinfo`, which from
-/// Linux 6.4 on is what a map uses, its elements included), each map
-/// once.
-pub fn map_memory() -> u64 {
-    let Ok(fds) = std::fs::read_dir("/proc/self/fdinfo") else {
+/// The kernel memory of the maps kpng pinned under `pin_path`, as the
+/// kernel counts it (`memlock`, which from Linux 6.4 on is what a map
+/// uses: its buckets, its preallocated elements, the elements it holds).
+pub fn map_memory(pin_path: &Path) -> u64 {
+    let Ok(versions) = std::fs::read_dir(pin_path) else {
         return 0;
     };
-    let mut seen = std::collections::HashSet::new();
     let mut total = 0;
-    for fd in fds.flatten() {
-        let Ok(info) = std::fs::read_to_string(fd.path()) else {
+    for version in versions.flatten() {
+        let Ok(maps) = std::fs::read_dir(version.path().join("maps")) else {
             continue;
         };
-        let field = |name: &str| {
-            info.lines()
-                .find_map(|l| l.strip_prefix(name))
+        for pin in maps.flatten() {
+            let Ok(map) = aya::maps::MapData::from_pin(pin.path()) else {
+                continue;
+            };
+            use std::os::fd::{AsFd, AsRawFd};
+            let fd = map.fd().as_fd().as_raw_fd();
+            let info =
+                std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap_or_default();
+            total += info
+                .lines()
+                .find_map(|l| l.strip_prefix("memlock:"))
                 .and_then(|v| v.trim().parse::<u64>().ok())
-        };
-        let (Some(id), Some(memlock)) = (field("map_id:"), field("memlock:")) else {
-            continue;
-        };
-        let Ok(id32) = u32::try_from(id) else {
-            continue;
-        };
-        let ours = aya::maps::MapInfo::from_id(id32)
-            .ok()
-            .and_then(|m| m.name_as_str().map(|n| n.starts_with("kpng_")))
-            .unwrap_or(false);
-        if ours && seen.insert(id) {
-            total += memlock;
+                .unwrap_or(0);
         }
     }
     total

@@ -371,6 +371,15 @@ impl EbpfBackend {
         &self.config
     }
 
+    /// The kernel memory of the backend's maps, in bytes (0 in a dry
+    /// run): see [`map_memory`].
+    pub fn kernel_memory(&self) -> u64 {
+        match &self.target {
+            Target::Kernel(_) => map_memory(&self.config.pin_path),
+            Target::DryRun(_) => 0,
+        }
+    }
+
     /// What the programs counted (zero in a dry run).
     pub fn counters(&self) -> Result<Counters, Error> {
         match &self.target {

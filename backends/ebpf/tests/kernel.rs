@@ -625,3 +625,48 @@ fn an_unconnected_udp_socket_stays_with_one_endpoint_while_it_is_one() {
     assert!(!after.contains(&gone), "{after:?}");
     assert!(after.iter().all(|e| *e == after[0]), "{after:?}");
 }
+
+#[test]
+fn turning_tc_on_replaces_the_pins_and_keeps_serving() {
+    let Some(mut node) = node() else { return };
+    let items = [service(
+        "web",
+        &cluster_ip("10.96.0.80"),
+        &eps(&[(E1, NODE)]),
+    )];
+    node.proxy.load(&items);
+    assert!(node.once("tcp", "10.96.0.80", 80).starts_with(E1));
+    let pins = node.proxy.backend.config().pin_path.clone();
+    let versions = || -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(&pins)
+            .expect("pins")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let before = versions();
+    assert_eq!(before.len(), 1, "{before:?}");
+    let without_tc = node.proxy.backend.kernel_memory();
+
+    // A restart with a tc interface (the test namespace's loopback): the
+    // maps are made again at their tc sizes, the old pins go, and the
+    // Service is served throughout.
+    let config = node
+        .proxy
+        .backend
+        .config()
+        .clone()
+        .tc_interfaces(["lo"])
+        .tc_in_netns(&node.ns.name);
+    node.proxy = Proxy::new(EbpfBackend::attach(config).expect("attach with tc"));
+    node.proxy.load(&items);
+    let after = versions();
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_ne!(after, before);
+    assert!(after[0].ends_with("-tc"), "{after:?}");
+    assert!(node.once("tcp", "10.96.0.80", 80).starts_with(E1));
+    let with_tc = node.proxy.backend.kernel_memory();
+    assert!(with_tc > without_tc, "{with_tc} > {without_tc}");
+}
