@@ -84,6 +84,33 @@ for _ in range(count):
 print(ok, time.monotonic() - t, flush=True)
 "#;
 
+/// `count` pairs of TCP connections, one to each of two destinations,
+/// alternating connection by connection (so that whatever the machine
+/// does meanwhile hits both alike); the time of each connection is added
+/// to its destination's total. Prints, per destination, how many were
+/// answered and the seconds they took.
+const PAIRED_RATE_CLIENT: &str = r#"
+import socket, sys, time
+a = (sys.argv[1], int(sys.argv[2]))
+b = (sys.argv[3], int(sys.argv[4]))
+count = int(sys.argv[5])
+fam = socket.AF_INET6 if ":" in a[0] else socket.AF_INET
+ok = [0, 0]
+spent = [0.0, 0.0]
+for i in range(2 * count):
+    k = (i + i // 2) % 2  # a b b a a b b a ...: neither always goes first
+    t = time.monotonic()
+    try:
+        s = socket.socket(fam, socket.SOCK_STREAM); s.settimeout(2)
+        s.connect(a if k == 0 else b)
+        if s.recv(200): ok[k] += 1
+        s.close()
+    except OSError:
+        pass
+    spent[k] += time.monotonic() - t
+print(ok[0], spent[0], ok[1], spent[1], flush=True)
+"#;
+
 /// Why the lab cannot run here with `tools`, if it cannot.
 pub fn unavailable(tools: &[&str]) -> Option<String> {
     let uid = Command::new("id").arg("-u").output().ok()?;
@@ -397,6 +424,34 @@ impl Lab {
                 command.args(["netns", "exec", &self.ns(from)]).args(args);
                 command
             }
+        }
+    }
+
+    /// `count` TCP connections from host `from` to each of `a` and `b`,
+    /// alternating: connections per second to each (over those answered),
+    /// and how many of each were answered.
+    pub fn paired_rates(
+        &self,
+        from: &str,
+        a: (&str, u16),
+        b: (&str, u16),
+        count: usize,
+    ) -> ((f64, usize), (f64, usize)) {
+        let (pa, pb, n) = (a.1.to_string(), b.1.to_string(), count.to_string());
+        let args = ["python3", "-c", PAIRED_RATE_CLIENT, a.0, &pa, b.0, &pb, &n];
+        let out = self.client(from, &args).output().expect("client");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let words: Vec<f64> = text
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        let rate = |ok: f64, secs: f64| if secs > 0.0 { ok / secs } else { 0.0 };
+        match words.as_slice() {
+            [ok_a, secs_a, ok_b, secs_b] => (
+                (rate(*ok_a, *secs_a), *ok_a as usize),
+                (rate(*ok_b, *secs_b), *ok_b as usize),
+            ),
+            _ => ((0.0, 0), (0.0, 0)),
         }
     }
 

@@ -408,6 +408,63 @@ pub fn map_memory(pin_path: &Path) -> u64 {
     total
 }
 
+/// While alive, the kernel counts the runs and run time of every BPF
+/// program (`BPF_ENABLE_STATS`): what one run of kpng's programs costs.
+/// Counting itself costs a little per run; it stops when this is dropped.
+#[derive(Debug)]
+pub struct RunTimeStats(#[allow(dead_code)] std::os::fd::OwnedFd);
+
+/// Runs and run time of one of kpng's programs (summed over its loaded
+/// instances), counted while a [`RunTimeStats`] was alive.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ProgramRuns {
+    /// The program's name (as the kernel keeps it: 15 characters at most).
+    pub name: String,
+    /// How many times it ran.
+    pub runs: u64,
+    /// For how long in all.
+    pub time: std::time::Duration,
+}
+
+impl ProgramRuns {
+    /// The mean time of one run, in nanoseconds (0 when it never ran).
+    pub fn nanos_per_run(&self) -> u64 {
+        u64::try_from(self.time.as_nanos())
+            .unwrap_or(u64::MAX)
+            .checked_div(self.runs)
+            .unwrap_or(0)
+    }
+}
+
+impl RunTimeStats {
+    /// Turns the counting on.
+    pub fn enable() -> Result<Self, Error> {
+        aya::sys::enable_stats(aya::sys::Stats::RunTime)
+            .map(RunTimeStats)
+            .map_err(|e| Error::Stats(e.io_error))
+    }
+
+    /// kpng's programs, by name, with what was counted so far.
+    pub fn programs(&self) -> Vec<ProgramRuns> {
+        let mut by_name: std::collections::BTreeMap<String, ProgramRuns> = Default::default();
+        for info in aya::programs::loaded_programs().flatten() {
+            let Some(name) = info.name_as_str().filter(|n| n.starts_with("kpng_")) else {
+                continue;
+            };
+            let entry = by_name
+                .entry(name.to_owned())
+                .or_insert_with(|| ProgramRuns {
+                    name: name.to_owned(),
+                    ..ProgramRuns::default()
+                });
+            entry.runs += info.run_count();
+            entry.time += info.run_time();
+        }
+        by_name.into_values().collect()
+    }
+}
+
 /// Removes everything kpng pinned under `pin_path`: its links (which
 /// detaches its programs from their cgroups) and its maps, then the
 /// directory when nothing else is in it. Only kpng's own entries

@@ -82,7 +82,9 @@ use kpng_model::view::NodeView;
 use kpng_sink::{IncrementalSink, ProxyConfig, SinkError, ViewTracker};
 
 use datapath::Datapath;
-pub use datapath::{Counters, DEFAULT_PIN_PATH, cgroup2_root, cleanup, map_memory};
+pub use datapath::{
+    Counters, DEFAULT_PIN_PATH, ProgramRuns, RunTimeStats, cgroup2_root, cleanup, map_memory,
+};
 use state::{State, contribution, nodeport_ips};
 use tables::{Recorder, Tables};
 
@@ -179,6 +181,9 @@ pub enum Error {
         #[source]
         source: aya::programs::ProgramError,
     },
+    /// The kernel's run-time statistics could not be turned on.
+    #[error("BPF_ENABLE_STATS: {0}")]
+    Stats(#[source] std::io::Error),
     /// The thread that attaches tc programs in their namespace panicked.
     #[error("the thread attaching tc programs panicked")]
     Thread,
