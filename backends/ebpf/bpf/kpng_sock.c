@@ -578,14 +578,19 @@ struct conn_key {
 	struct frontend frontend;
 };
 
-// Its endpoint, the source port it was masqueraded to (0: not), and
-// when it last sent.
+// Its endpoint, the source port it was masqueraded to (0: not), where
+// the endpoint was found (set and slot; a slot past the set's: not from
+// a slot), and when it last sent.
 struct conn_value {
 	struct endpoint endpoint;
 	__u16 snat_port;
 	__u16 pad;
+	__u32 set;
+	__u32 index;
 	__u64 last_ns;
 };
+
+#define NO_SLOT 0xffffffff
 
 // The flows: every packet of a client's flow goes to the endpoint its
 // first went to (as a conntrack entry keeps it).
@@ -724,7 +729,11 @@ static __always_inline int parse(struct __sk_buff *skb, struct packet *p)
 	__u16 eth_proto;
 	__u8 byte;
 
+	// An Ethernet header (the EtherType where the stack read it):
+	// interfaces without one are not parsed.
 	if (bpf_skb_load_bytes(skb, 12, &eth_proto, 2))
+		return 0;
+	if ((__u32)eth_proto != skb->protocol)
 		return 0;
 	if (eth_proto == bpf_htons(ETH_P_IPV4)) {
 		__u16 frag;
@@ -916,7 +925,7 @@ static __always_inline int snat_out(struct __sk_buff *skb, struct packet *p)
 // The local endpoint for a new flow of `p` to `svc`: its client's
 // affinity, or one at random.
 static __always_inline int pick_external(struct packet *p, struct service *svc,
-					 struct endpoint *out, __u64 now)
+					 struct endpoint *out, __u32 *slot, __u64 now)
 {
 	struct set_key key = {};
 	struct page *first, *page;
@@ -940,6 +949,7 @@ static __always_inline int pick_external(struct packet *p, struct service *svc,
 			member.endpoint = aff->endpoint;
 			if (bpf_map_lookup_elem(&kpng_members, &member)) {
 				*out = aff->endpoint;
+				*slot = NO_SLOT;
 				aff->last_ns = now;
 				return 1;
 			}
@@ -956,6 +966,7 @@ static __always_inline int pick_external(struct packet *p, struct service *svc,
 		}
 	}
 	*out = page->slot[i % PAGE];
+	*slot = i;
 	if (svc->affinity) {
 		struct affinity_value value = {};
 
@@ -964,6 +975,29 @@ static __always_inline int pick_external(struct packet *p, struct service *svc,
 		bpf_map_update_elem(&kpng_ext_affinity, &akey, &value, BPF_ANY);
 	}
 	return 1;
+}
+
+// Whether a UDP flow's endpoint is still where it was found (as the
+// conntrack cleanup ends a UDP flow to an endpoint that left).
+static __always_inline int still_there(struct conn_value *flow)
+{
+	struct set_key key = {};
+	struct page *first, *page;
+
+	if (flow->index == NO_SLOT)
+		return 1; // from affinity: its member check came first
+	key.set = flow->set;
+	first = bpf_map_lookup_elem(&kpng_slots, &key);
+	if (!first || flow->index >= first->count)
+		return 0;
+	page = first;
+	if (flow->index >= PAGE) {
+		key.page = flow->index / PAGE;
+		page = bpf_map_lookup_elem(&kpng_slots, &key);
+		if (!page)
+			return 0;
+	}
+	return same(&page->slot[flow->index & (PAGE - 1)], &flow->endpoint);
 }
 
 SEC("classifier")
@@ -977,6 +1011,7 @@ int kpng_tc_ingress(struct __sk_buff *skb)
 	struct reply_key rkey = {};
 	struct endpoint ep;
 	__u16 snat_port = 0;
+	__u32 slot = NO_SLOT;
 	int verdict;
 	__u64 now;
 
@@ -1011,10 +1046,14 @@ int kpng_tc_ingress(struct __sk_buff *skb)
 	ckey.family = p.family;
 	ckey.frontend = fe;
 	flow = bpf_map_lookup_elem(&kpng_ext_flows, &ckey);
-	// A flow keeps its endpoint while it is not idle 30 s; a TCP
-	// connection keeps it until a new one (a SYN) reuses its ports.
-	if (flow && (now - flow->last_ns <= FLOW_IDLE_NS ||
-		     (p.proto == IPPROTO_TCP && !p.syn))) {
+	// A TCP connection keeps its endpoint until a new one (a SYN)
+	// reuses its ports, as conntrack keeps it; a UDP flow while it is not
+	// idle 30 s and its endpoint stays.
+	if (flow && (p.proto == IPPROTO_TCP
+			     ? !p.syn || now - flow->last_ns <= FLOW_IDLE_NS
+			     : flow->set == svc->set &&
+				       now - flow->last_ns <= FLOW_IDLE_NS &&
+				       still_there(flow))) {
 		ep = flow->endpoint;
 		snat_port = flow->snat_port;
 		flow->last_ns = now;
@@ -1022,7 +1061,7 @@ int kpng_tc_ingress(struct __sk_buff *skb)
 		if (snat_port && !masquerade(&p, &fe, &ep, &snat_port))
 			return TC_ACT_SHOT;
 	} else {
-		if (!pick_external(&p, svc, &ep, now)) {
+		if (!pick_external(&p, svc, &ep, &slot, now)) {
 			if (svc->flags & EMPTY_REJECT)
 				return TC_ACT_OK; // the stack refuses it
 			count(COUNT_DROPPED);
@@ -1037,6 +1076,8 @@ int kpng_tc_ingress(struct __sk_buff *skb)
 		}
 		value.endpoint = ep;
 		value.snat_port = snat_port;
+		value.set = svc->set;
+		value.index = slot;
 		value.last_ns = now;
 		bpf_map_update_elem(&kpng_ext_flows, &ckey, &value, BPF_ANY);
 	}

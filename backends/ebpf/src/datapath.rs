@@ -125,6 +125,9 @@ pub(crate) struct Datapath {
     counters: PerCpuArray<MapData, u64>,
     /// Whether every program was found attached (pinned) already.
     pub(crate) adopted: bool,
+    /// Pins of another object, cgroup or interface, removed by
+    /// [`retire_stale`](Self::retire_stale) after the first sync.
+    stale: Vec<PathBuf>,
 }
 
 impl std::fmt::Debug for Datapath {
@@ -216,20 +219,30 @@ impl Datapath {
             keep(link, &pin)?;
         }
         let tc_dirs = attach_tc(&mut ebpf, &version, tc, &mut adopted)?;
-        // Older objects' pins, and other cgroups' and interfaces' links:
-        // ours replace them.
-        for dir in [pin_path, version.as_path()] {
-            let entries = std::fs::read_dir(dir).map_err(pin_err(dir))?;
-            for entry in entries.flatten() {
-                let path = entry.path();
-                if path != version
-                    && path != links_dir
-                    && path != maps_dir
-                    && !tc_dirs.contains(&path)
-                {
-                    tracing::info!(path = %path.display(), "removing an older object's or cgroup's pins");
-                    std::fs::remove_dir_all(&path).map_err(pin_err(&path))?;
-                }
+        // Older objects' pins (`v-*`), and other cgroups' and interfaces'
+        // links: ours replace them once our maps are filled (the first
+        // sync), so that something serves the Services meanwhile.
+        let mut stale = Vec::new();
+        for entry in std::fs::read_dir(pin_path)
+            .map_err(pin_err(pin_path))?
+            .flatten()
+        {
+            let path = entry.path();
+            if path != version && entry.file_name().to_string_lossy().starts_with("v-") {
+                stale.push(path);
+            }
+        }
+        for entry in std::fs::read_dir(&version)
+            .map_err(pin_err(&version))?
+            .flatten()
+        {
+            let (path, name) = (
+                entry.path(),
+                entry.file_name().to_string_lossy().into_owned(),
+            );
+            let links = name.starts_with("links-") || name.starts_with("tc-");
+            if links && path != links_dir && !tc_dirs.contains(&path) {
+                stale.push(path);
             }
         }
         let take = |ebpf: &mut aya::Ebpf, name: &'static str| {
@@ -263,7 +276,19 @@ impl Datapath {
             kernel,
             counters,
             adopted,
+            stale,
         })
+    }
+
+    /// Removes the pins of other objects, cgroups and interfaces (which
+    /// detaches their programs): called once the maps are filled.
+    pub(crate) fn retire_stale(&mut self) {
+        for path in std::mem::take(&mut self.stale) {
+            tracing::info!(path = %path.display(), "removing an older object's, cgroup's or interface's pins");
+            if let Err(error) = std::fs::remove_dir_all(&path) {
+                tracing::warn!(path = %path.display(), %error, "cannot remove old pins");
+            }
+        }
     }
 
     /// The programs' counters, summed over CPUs.
@@ -307,6 +332,13 @@ fn attach_tc(
     if tc.interfaces.is_empty() {
         return Ok(Vec::new());
     }
+    // TCX links (Linux 6.6) pin and outlive the process; aya attaches
+    // through netlink before, which pins nothing and needs a qdisc.
+    let tcx = aya::util::KernelVersion::current()
+        .is_ok_and(|k| k >= aya::util::KernelVersion::new(6, 6, 0));
+    if !tcx {
+        return Err(Error::TcNeedsTcx);
+    }
     let netns_file = match &tc.netns {
         Some(path) => Some(File::open(path).map_err(|source| Error::Netns {
             path: path.clone(),
@@ -322,7 +354,30 @@ fn attach_tc(
     };
     let mut dirs = Vec::new();
     for interface in &tc.interfaces {
-        let dir = version.join(format!("tc-{netns_id}-{interface}"));
+        // The interface's index is in the pins' name: a link of an
+        // interface deleted and made again is attached to nothing.
+        let ifindex = std::thread::scope(|scope| {
+            scope
+                .spawn(|| -> Result<u32, Error> {
+                    if let Some(file) = &netns_file {
+                        nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET).map_err(
+                            |e| Error::Netns {
+                                path: tc.netns.clone().unwrap_or_default(),
+                                source: e.into(),
+                            },
+                        )?;
+                    }
+                    nix::net::if_::if_nametoindex(interface.as_str()).map_err(|e| {
+                        Error::NoInterface {
+                            interface: interface.clone(),
+                            source: e.into(),
+                        }
+                    })
+                })
+                .join()
+                .unwrap_or(Err(Error::Thread))
+        })?;
+        let dir = version.join(format!("tc-{netns_id}-{interface}-{ifindex}"));
         dirs.push(dir.clone());
         std::fs::create_dir_all(&dir).map_err(pin_err(&dir))?;
         for (name, side) in [

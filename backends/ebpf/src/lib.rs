@@ -184,6 +184,21 @@ pub enum Error {
     /// The kernel's run-time statistics could not be turned on.
     #[error("BPF_ENABLE_STATS: {0}")]
     Stats(#[source] std::io::Error),
+    /// tc programs need TCX links (Linux 6.6 or later): they pin, and the
+    /// programs stay attached while kpng restarts.
+    #[error(
+        "tc programs need Linux 6.6 or later (TCX links); leave --tc-interfaces empty to serve traffic from outside with the nftables backend"
+    )]
+    TcNeedsTcx,
+    /// A tc interface does not exist (in its network namespace).
+    #[error("interface {interface}: {source}")]
+    NoInterface {
+        /// The interface.
+        interface: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// The thread that attaches tc programs in their namespace panicked.
     #[error("the thread attaching tc programs panicked")]
     Thread,
@@ -425,7 +440,7 @@ fn sync_round(
     view: &NodeView,
     changes: &kpng_sink::Changes,
 ) -> Result<(bool, usize), Error> {
-    state.begin_round();
+    state.begin_round(tables)?;
     let prefixes = config.proxy.nodeport_prefixes();
     let node_ips = nodeport_ips(view, prefixes.as_deref());
     let cidrs = view.service_cidrs_with(&config.proxy.service_prefixes());
@@ -508,6 +523,11 @@ impl IncrementalSink for EbpfBackend {
     fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
         let start = Instant::now();
         let result = self.round();
+        if let (Ok(_), Target::Kernel(datapath)) = (&result, &mut self.target) {
+            // The maps serve now: whatever an older object, or another
+            // cgroup or interface, left attached can go.
+            datapath.retire_stale();
+        }
         let writes = self.state.take_writes();
         if let Target::DryRun(recorder) = &mut self.target {
             let lines = recorder.take_lines();

@@ -327,6 +327,9 @@ pub(crate) struct State {
     free: Vec<u32>,
     /// Set numbers freed this round: reusable from the next one.
     quarantine: Vec<u32>,
+    /// Pages past a set's count, deleted at the start of the next round:
+    /// a program that read the old count just before may still read them.
+    later: Vec<[u8; 8]>,
     /// During a full round: what the maps held, not yet adopted.
     found: Option<Found>,
     /// Element writes and deletes since the last `take_writes`.
@@ -354,10 +357,14 @@ impl State {
         (self.sets.len(), self.records.len())
     }
 
-    /// Starts a round: the set numbers freed in the last one become
-    /// reusable.
-    pub(crate) fn begin_round(&mut self) {
+    /// Starts a round: the pages the last one cut off go, then the set
+    /// numbers it freed become reusable.
+    pub(crate) fn begin_round(&mut self, t: &mut dyn Tables) -> Result<(), Error> {
+        for key in std::mem::take(&mut self.later) {
+            self.delete(t, Table::Slots, &key)?;
+        }
         self.free.append(&mut self.quarantine);
+        Ok(())
     }
 
     fn put(
@@ -519,6 +526,17 @@ impl State {
         }
         // Sets not adopted, and any page of a set no one holds.
         let kept: HashSet<u32> = self.sets.values().map(|s| s.id).collect();
+        // Pages past the count of a kept set (a failed round's).
+        let needed: HashMap<u32, usize> = self
+            .sets
+            .values()
+            .map(|s| (s.id, s.slots.len().div_ceil(PAGE)))
+            .collect();
+        for &(set, page) in &found.pages {
+            if needed.get(&set).is_some_and(|&n| page as usize >= n) {
+                self.delete(t, Table::Slots, &slot_key(set, page))?;
+            }
+        }
         let mut gone: BTreeSet<u32> = BTreeSet::new();
         // (The pages read back are all there is of such sets: the round
         // wrote only pages of kept ones.) Page 0 first: the set is empty
@@ -641,6 +659,19 @@ impl State {
                 self.write_set(t, set, endpoints, members, hint)?;
             }
         }
+        // New source ranges before the records that check them.
+        for range in new.ranges.difference(&old.ranges) {
+            let n = self.ranges.entry(*range).or_default();
+            *n += 1;
+            let key = layout::range_key(&range.0, range.1, range.2);
+            let held = self
+                .found
+                .as_ref()
+                .is_some_and(|f| f.ranges.iter().any(|k| k.as_slice() == key.as_slice()));
+            if *n == 1 && !held {
+                self.put(t, Table::Ranges, &key, &[1])?;
+            }
+        }
         // 2. Records.
         let mut touched: BTreeSet<RecordKey> = BTreeSet::new();
         for (frontend, claim) in &old.records {
@@ -663,19 +694,7 @@ impl State {
         for at in touched {
             self.resolve(t, at)?;
         }
-        // Source ranges: new ones with their records, gone ones after.
-        for range in new.ranges.difference(&old.ranges) {
-            let n = self.ranges.entry(*range).or_default();
-            *n += 1;
-            let key = layout::range_key(&range.0, range.1, range.2);
-            let held = self
-                .found
-                .as_ref()
-                .is_some_and(|f| f.ranges.iter().any(|k| k.as_slice() == key.as_slice()));
-            if *n == 1 && !held {
-                self.put(t, Table::Ranges, &key, &[1])?;
-            }
-        }
+        // Gone source ranges after them.
         for range in old.ranges.difference(&new.ranges) {
             let n = self.ranges.entry(*range).or_default();
             *n = n.saturating_sub(1);
@@ -760,8 +779,21 @@ impl State {
         members: bool,
         hint: Option<u32>,
     ) -> Result<(), Error> {
+        // A set the maps held is taken only as it is: changing it in place
+        // could show its new endpoints to records of another set that
+        // still lead to it until they are rewritten.
+        let same = |slots: &Vec<Endpoint>| {
+            let (mut a, mut b) = (slots.clone(), want.to_vec());
+            a.sort();
+            b.sort();
+            a == b
+        };
         let adopted = hint.and_then(|id| {
-            let slots = self.found.as_mut()?.sets.remove(&id)?;
+            let found = self.found.as_mut()?;
+            if !found.sets.get(&id).is_some_and(same) {
+                return None;
+            }
+            let slots = found.sets.remove(&id)?;
             Some(SetState {
                 id,
                 slots,
@@ -880,7 +912,7 @@ impl State {
             }
         }
         for page in new_len.div_ceil(PAGE).max(1)..old_len.div_ceil(PAGE) {
-            self.delete(t, Table::Slots, &slot_key(id, index(page)))?;
+            self.later.push(slot_key(id, index(page)));
         }
         if keep_members {
             let gone: Vec<Endpoint> = if set.members && !members {
@@ -944,9 +976,13 @@ impl State {
         let Some(set) = self.sets.remove(name) else {
             return Ok(());
         };
-        // The count first (page 0): the set is empty from then on.
-        for page in 0..set.slots.len().div_ceil(PAGE) {
-            self.delete(t, Table::Slots, &slot_key(set.id, index(page)))?;
+        // The count first (page 0): the set is empty from then on; its
+        // other pages next round.
+        if !set.slots.is_empty() {
+            self.delete(t, Table::Slots, &slot_key(set.id, 0))?;
+        }
+        for page in 1..set.slots.len().div_ceil(PAGE) {
+            self.later.push(slot_key(set.id, index(page)));
         }
         if set.members {
             for ep in &set.slots {
@@ -1121,22 +1157,27 @@ mod tests {
             let mut t = Checked::default();
             let mut before: Vec<Endpoint> = Vec::new();
             for step in steps {
-                state.begin_round();
                 let want: Vec<Endpoint> = step.iter().map(|&i| endpoint(i)).collect();
                 t.allowed = before.iter().chain(&want).copied().collect();
+                state.begin_round(&mut t).expect("begin");
                 let (name, c) = single(1, &want, affinity);
                 state.take_writes();
                 state.update_service(&mut t, &name, c).expect("update");
                 prop_assert!(t.violations.is_empty(), "{:?}", t.violations);
                 let got = lookup(&t.inner, &frontend(1)).expect("whole");
                 prop_assert_eq!(sorted(got), sorted(want.clone()));
+                let writes = state.take_writes();
+                // The pages past the count go at the next round's start.
+                state.begin_round(&mut t).expect("begin");
+                let deferred = state.take_writes();
+                prop_assert!(t.violations.is_empty(), "{:?}", t.violations);
                 let pages = t.inner.keys(Table::Slots).expect("keys").len();
                 prop_assert_eq!(pages, want.len().div_ceil(PAGE));
                 let members = t.inner.keys(Table::Members).expect("keys").len();
                 prop_assert_eq!(members, if affinity { want.len() } else { 0 });
                 let added = want.iter().filter(|e| !before.contains(e)).count();
                 let removed = before.iter().filter(|e| !want.contains(e)).count();
-                let writes = state.take_writes();
+                let writes = writes + deferred;
                 // Pages: at most one per endpoint added or removed, one
                 // per page moved from or deleted, and page 0; members:
                 // one per endpoint added or removed; the record and live
