@@ -63,9 +63,10 @@
 //! let mut mirror = FullState::new(Count(0));
 //! let mut config = AgentConfig::default();
 //! config.once = true;
-//! run_agent(&Address::Unix(path), "node-a", &mut mirror, &config).await?;
+//! run_agent(&Address::Unix(path.clone()), "node-a", &mut mirror, &config).await?;
 //! assert_eq!(mirror.inner().0, 1);
 //! serving.abort();
+//! # let _ = std::fs::remove_file(&path);
 //! # Ok(())
 //! # }
 //! ```
