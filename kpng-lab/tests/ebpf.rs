@@ -126,3 +126,39 @@ fn tc_programs_serve_external_traffic() {
     assert!(rules.trim().is_empty(), "no netfilter rule: {rules}");
     EbpfWithNft::clear(&lab);
 }
+
+/// IPv6 through the tc programs: an external client reaches a Service's
+/// IPv6 external IP (`externalTrafficPolicy: Local`) on this node's pod,
+/// with its address kept and the reply from the Service address.
+#[test]
+fn tc_programs_serve_ipv6_from_outside() {
+    require_lab!(EbpfWithNft);
+    let mut lab = kpng_lab::Lab::new();
+    lab.upstream();
+    lab.host("ext6", &["2001:db8:1::10"], &["2001:db8:1::1"]);
+    lab.host("e1", &["fd00:244:1::10"], &[]);
+    lab.serve("e1", "e1");
+    let config = ebpf_config(&lab, &Settings::default(), true);
+    let mut proxy = Proxy::with(EbpfBackend::attach(config).expect("attach"));
+    let items = [r#"
+- apiVersion: v1
+  kind: Service
+  metadata: {namespace: t, name: v6}
+  spec: {clusterIP: "fd00:96::60", clusterIPs: ["fd00:96::60"], ipFamilies: [IPv6], externalIPs: ["2001:db8:5::50"], externalTrafficPolicy: Local, ports: [{name: http, port: 80, targetPort: 8080}]}
+- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata: {namespace: t, name: v6-1, labels: {kubernetes.io/service-name: v6}}
+  addressType: IPv6
+  endpoints: [{addresses: ["fd00:244:1::10"], nodeName: node-a}]
+  ports: [{name: http, port: 8080, protocol: TCP}]
+"#
+    .to_string()];
+    proxy.load(&manifest(&items)).expect("sync");
+    settle();
+    let lines = lab.connect("ext6", "tcp", "2001:db8:5::50", 80, 5);
+    assert!(
+        lines.len() == 5 && lines.iter().all(|l| l == "e1 2001:db8:1::10"),
+        "{lines:?}"
+    );
+    EbpfWithNft::clear(&lab);
+}
