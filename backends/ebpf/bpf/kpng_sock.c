@@ -254,6 +254,38 @@ static __always_inline int same(struct endpoint *a, struct endpoint *b)
 	       a->port == b->port && a->family == b->family;
 }
 
+// Slot `i` of set `set`, whose first page is `first` (`i` below its
+// count): the endpoint there, or 0 when its page is missing.
+static __always_inline struct endpoint *slot_of(struct page *first, __u32 set,
+						__u32 i)
+{
+	struct set_key key = {};
+	struct page *page = first;
+
+	if (i >= PAGE) {
+		key.set = set;
+		key.page = i / PAGE;
+		page = bpf_map_lookup_elem(&kpng_slots, &key);
+		if (!page)
+			return 0;
+	}
+	return &page->slot[i & (PAGE - 1)];
+}
+
+// Whether a remembered affinity of set `svc->set` holds: not timed out,
+// and its endpoint still a member of the set.
+static __always_inline int still_affine(struct affinity_value *aff,
+					struct service *svc, __u64 now)
+{
+	struct member_key member = {};
+
+	if (!aff || now - aff->last_ns > (__u64)svc->affinity * 1000000000ULL)
+		return 0;
+	member.set = svc->set;
+	member.endpoint = aff->endpoint;
+	return bpf_map_lookup_elem(&kpng_members, &member) != 0;
+}
+
 // The endpoint for a socket of `netns` asking for `fe`; `flow`: the
 // socket's cookie when its datagrams are to stay with one endpoint
 // (sendmsg), 0 otherwise.
@@ -263,11 +295,11 @@ static __always_inline int pick(struct frontend *fe, __u64 netns, __u64 flow,
 	struct flow_key fkey = {};
 	struct flow_value *f;
 	struct service *svc;
-	struct page *first, *page;
+	struct page *first;
+	struct endpoint *ep;
 	struct set_key key = {};
 	struct affinity_key akey = {};
 	struct affinity_value *aff;
-	struct member_key member = {};
 	__u64 now = 0;
 	__u32 n, i;
 
@@ -285,14 +317,10 @@ static __always_inline int pick(struct frontend *fe, __u64 netns, __u64 flow,
 		akey.netns = netns;
 		akey.set = svc->set;
 		aff = bpf_map_lookup_elem(&kpng_affinity, &akey);
-		if (aff && now - aff->last_ns <= (__u64)svc->affinity * 1000000000ULL) {
-			member.set = svc->set;
-			member.endpoint = aff->endpoint;
-			if (bpf_map_lookup_elem(&kpng_members, &member)) {
-				*out = aff->endpoint;
-				aff->last_ns = now;
-				return TRANSLATE;
-			}
+		if (still_affine(aff, svc, now)) {
+			*out = aff->endpoint;
+			aff->last_ns = now;
+			return TRANSLATE;
 		}
 	}
 
@@ -305,12 +333,8 @@ static __always_inline int pick(struct frontend *fe, __u64 netns, __u64 flow,
 		if (f && f->set == svc->set && f->index < n &&
 		    now - f->last_ns <= FLOW_IDLE_NS) {
 			// Still in the slot it was found in: still an endpoint.
-			page = first;
-			if (f->index >= PAGE) {
-				key.page = f->index / PAGE;
-				page = bpf_map_lookup_elem(&kpng_slots, &key);
-			}
-			if (page && same(&page->slot[f->index & (PAGE - 1)], &f->endpoint)) {
+			ep = slot_of(first, svc->set, f->index);
+			if (ep && same(ep, &f->endpoint)) {
 				*out = f->endpoint;
 				f->last_ns = now;
 				return TRANSLATE;
@@ -319,16 +343,12 @@ static __always_inline int pick(struct frontend *fe, __u64 netns, __u64 flow,
 	}
 
 	i = bpf_get_prandom_u32() % n;
-	page = first;
-	if (i >= PAGE) {
-		key.page = i / PAGE;
-		page = bpf_map_lookup_elem(&kpng_slots, &key);
-		if (!page) {
-			count(COUNT_MISSING);
-			return DROP;
-		}
+	ep = slot_of(first, svc->set, i);
+	if (!ep) {
+		count(COUNT_MISSING);
+		return DROP;
 	}
-	*out = page->slot[i % PAGE];
+	*out = *ep;
 	if (svc->affinity) {
 		struct affinity_value value = {};
 
@@ -928,10 +948,10 @@ static __always_inline int pick_external(struct packet *p, struct service *svc,
 					 struct endpoint *out, __u32 *slot, __u64 now)
 {
 	struct set_key key = {};
-	struct page *first, *page;
+	struct page *first;
+	struct endpoint *ep;
 	struct ext_affinity_key akey = {};
 	struct affinity_value *aff;
-	struct member_key member = {};
 	__u32 n, i;
 
 	key.set = svc->set;
@@ -944,28 +964,20 @@ static __always_inline int pick_external(struct packet *p, struct service *svc,
 		akey.set = svc->set;
 		akey.family = p->family;
 		aff = bpf_map_lookup_elem(&kpng_ext_affinity, &akey);
-		if (aff && now - aff->last_ns <= (__u64)svc->affinity * 1000000000ULL) {
-			member.set = svc->set;
-			member.endpoint = aff->endpoint;
-			if (bpf_map_lookup_elem(&kpng_members, &member)) {
-				*out = aff->endpoint;
-				*slot = NO_SLOT;
-				aff->last_ns = now;
-				return 1;
-			}
+		if (still_affine(aff, svc, now)) {
+			*out = aff->endpoint;
+			*slot = NO_SLOT;
+			aff->last_ns = now;
+			return 1;
 		}
 	}
 	i = bpf_get_prandom_u32() % n;
-	page = first;
-	if (i >= PAGE) {
-		key.page = i / PAGE;
-		page = bpf_map_lookup_elem(&kpng_slots, &key);
-		if (!page) {
-			count(COUNT_MISSING);
-			return 0;
-		}
+	ep = slot_of(first, svc->set, i);
+	if (!ep) {
+		count(COUNT_MISSING);
+		return 0;
 	}
-	*out = page->slot[i % PAGE];
+	*out = *ep;
 	*slot = i;
 	if (svc->affinity) {
 		struct affinity_value value = {};
@@ -982,7 +994,8 @@ static __always_inline int pick_external(struct packet *p, struct service *svc,
 static __always_inline int still_there(struct conn_value *flow)
 {
 	struct set_key key = {};
-	struct page *first, *page;
+	struct page *first;
+	struct endpoint *ep;
 
 	if (flow->index == NO_SLOT)
 		return 1; // from affinity: its member check came first
@@ -990,14 +1003,8 @@ static __always_inline int still_there(struct conn_value *flow)
 	first = bpf_map_lookup_elem(&kpng_slots, &key);
 	if (!first || flow->index >= first->count)
 		return 0;
-	page = first;
-	if (flow->index >= PAGE) {
-		key.page = flow->index / PAGE;
-		page = bpf_map_lookup_elem(&kpng_slots, &key);
-		if (!page)
-			return 0;
-	}
-	return same(&page->slot[flow->index & (PAGE - 1)], &flow->endpoint);
+	ep = slot_of(first, flow->set, flow->index);
+	return ep && same(ep, &flow->endpoint);
 }
 
 SEC("classifier")
