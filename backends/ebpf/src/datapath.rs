@@ -49,33 +49,30 @@ const BPF_FS: &str = "bpf";
 /// The mount point and file system type of the mount holding `path`
 /// (from `/proc/self/mountinfo`).
 fn mount_of(path: &Path) -> Option<(PathBuf, String)> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let mut best: Option<(PathBuf, String)> = None;
-    for line in info.lines() {
-        let (left, right) = line.split_once(" - ")?;
-        let point = PathBuf::from(left.split(' ').nth(4)?.replace("\\040", " "));
-        let fstype = right.split(' ').next()?.to_string();
-        if path.starts_with(&point)
-            && best
-                .as_ref()
-                .is_none_or(|(b, _)| point.as_os_str().len() >= b.as_os_str().len())
-        {
-            best = Some((point, fstype));
-        }
-    }
-    best
+    mounts()
+        .into_iter()
+        .filter(|(point, _)| path.starts_with(point))
+        .max_by_key(|(point, _)| point.as_os_str().len())
+}
+
+/// Every mount point of this process and its file system type, in the
+/// order of `/proc/self/mountinfo`.
+fn mounts() -> Vec<(PathBuf, String)> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    info.lines()
+        .filter_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let point = PathBuf::from(left.split(' ').nth(4)?.replace("\\040", " "));
+            Some((point, right.split(' ').next()?.to_string()))
+        })
+        .collect()
 }
 
 /// The cgroup v2 root: where `to-ebpf` attaches by default.
 pub fn cgroup2_root() -> Option<PathBuf> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    info.lines().find_map(|line| {
-        let (left, right) = line.split_once(" - ")?;
-        if right.split(' ').next()? != "cgroup2" {
-            return None;
-        }
-        Some(PathBuf::from(left.split(' ').nth(4)?))
-    })
+    mounts()
+        .into_iter()
+        .find_map(|(point, fstype)| (fstype == "cgroup2").then_some(point))
 }
 
 /// Fails unless `dir` (or, when it does not exist yet, its parent) is on

@@ -329,7 +329,6 @@ pub struct EbpfBackend {
     target: Target,
     last: EbpfSyncStats,
     last_writes: Vec<String>,
-    keep_writes: bool,
 }
 
 impl std::fmt::Debug for EbpfBackend {
@@ -359,9 +358,7 @@ impl EbpfBackend {
     /// A backend that writes an in-memory copy of the maps and keeps each
     /// sync's writes as text (`--dry-run`); it touches no kernel.
     pub fn dry_run(config: EbpfConfig) -> Self {
-        let mut backend = Self::with_target(config, Target::DryRun(Recorder::default()));
-        backend.keep_writes = true;
-        backend
+        Self::with_target(config, Target::DryRun(Recorder::default()))
     }
 
     fn with_target(config: EbpfConfig, target: Target) -> Self {
@@ -372,7 +369,6 @@ impl EbpfBackend {
             target,
             last: EbpfSyncStats::default(),
             last_writes: Vec::new(),
-            keep_writes: false,
         }
     }
 
@@ -530,10 +526,7 @@ impl IncrementalSink for EbpfBackend {
         }
         let writes = self.state.take_writes();
         if let Target::DryRun(recorder) = &mut self.target {
-            let lines = recorder.take_lines();
-            if self.keep_writes {
-                self.last_writes = lines;
-            }
+            self.last_writes = recorder.take_lines();
         }
         let (sets, records) = self.state.sizes();
         let adopted = matches!(&self.target, Target::Kernel(d) if d.adopted);

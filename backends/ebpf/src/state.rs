@@ -296,8 +296,8 @@ struct SetState {
 /// What the maps held when a full round began, for it to adopt.
 #[derive(Debug, Default)]
 struct Found {
-    /// Each record's set, by side and frontend.
-    records: HashMap<RecordKey, u32>,
+    /// Each record, by side and frontend.
+    records: HashMap<RecordKey, Record>,
     /// Each set's endpoints in slot order.
     sets: HashMap<u32, Vec<Endpoint>>,
     /// The live ClusterIPs.
@@ -393,9 +393,8 @@ impl State {
 
     /// Reads back what the maps hold: each set's endpoints (from its
     /// pages), each record, the live ClusterIPs and the CIDRs.
-    fn read_back(t: &dyn Tables) -> Result<(Found, HashMap<RecordKey, Record>, u32), Error> {
+    fn read_back(t: &dyn Tables) -> Result<(Found, u32), Error> {
         let mut found = Found::default();
-        let mut records = HashMap::new();
         let mut max_id = 0;
         for side in [Side::Socket, Side::External] {
             let table = side.table();
@@ -410,8 +409,7 @@ impl State {
                 };
                 let record = Record::from_bytes(&v);
                 let at = (side, Frontend::from_key(&k));
-                found.records.insert(at, record.set);
-                records.insert(at, record);
+                found.records.insert(at, record);
                 max_id = max_id.max(record.set);
             }
         }
@@ -442,7 +440,7 @@ impl State {
             }
         }
         // A record's set with no page at all is an empty one.
-        for set in found.records.values() {
+        for set in found.records.values().map(|r| &r.set) {
             if !paged.contains(set) {
                 found.sets.entry(*set).or_default();
             }
@@ -456,7 +454,7 @@ impl State {
                 found.live.insert(layout::live_ip(&k));
             }
         }
-        Ok((found, records, max_id))
+        Ok((found, max_id))
     }
 
     /// Replaces everything with `services`, adopting what the maps hold
@@ -471,7 +469,7 @@ impl State {
         services: &mut dyn Iterator<Item = (ServiceName, Contribution)>,
         cidrs: &[(IpAddr, u8)],
     ) -> Result<(), Error> {
-        let (found, records, max_id) = Self::read_back(t)?;
+        let (found, max_id) = Self::read_back(t)?;
         let kernel_cidrs: BTreeSet<(IpAddr, u8)> = t
             .keys(Table::Cidrs)?
             .iter()
@@ -484,7 +482,7 @@ impl State {
         let writes = self.writes;
         *self = State {
             next_id: max_id,
-            records,
+            records: found.records.clone(),
             cidrs: kernel_cidrs,
             found: Some(found),
             writes,
@@ -655,7 +653,7 @@ impl State {
                     .records
                     .iter()
                     .filter(|(_, c)| &c.set == set)
-                    .find_map(|(f, _)| self.found.as_ref()?.records.get(f).copied());
+                    .find_map(|(f, _)| Some(self.found.as_ref()?.records.get(f)?.set));
                 self.write_set(t, set, endpoints, members, hint)?;
             }
         }
