@@ -64,26 +64,6 @@ for _ in range(count):
     print(out, flush=True)
 "#;
 
-/// `count` TCP connections, each reading the server's line; prints how
-/// many were answered and the seconds the loop took (the interpreter's
-/// start is not counted).
-const RATE_CLIENT: &str = r#"
-import socket, sys, time
-host, port, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-fam = socket.AF_INET6 if ":" in host else socket.AF_INET
-ok = 0
-t = time.monotonic()
-for _ in range(count):
-    try:
-        s = socket.socket(fam, socket.SOCK_STREAM); s.settimeout(2)
-        s.connect((host, port))
-        if s.recv(200): ok += 1
-        s.close()
-    except OSError:
-        pass
-print(ok, time.monotonic() - t, flush=True)
-"#;
-
 /// `count` pairs of TCP connections, one to each of two destinations,
 /// alternating connection by connection (so that whatever the machine
 /// does meanwhile hits both alike); the time of each connection is added
@@ -392,23 +372,6 @@ impl Lab {
             .lines()
             .map(str::to_owned)
             .collect()
-    }
-
-    /// `count` TCP connections from host `from` to `host:port`, timed
-    /// inside the client: how many were answered, and connections per
-    /// second.
-    pub fn connect_rate(&self, from: &str, host: &str, port: u16, count: usize) -> (usize, f64) {
-        let (port, count) = (port.to_string(), count.to_string());
-        let args = ["python3", "-c", RATE_CLIENT, host, &port, &count];
-        let out = self.client(from, &args).output().expect("client");
-        let text = String::from_utf8_lossy(&out.stdout);
-        let mut words = text.split_whitespace();
-        let ok: usize = words.next().and_then(|w| w.parse().ok()).unwrap_or(0);
-        let secs: f64 = words
-            .next()
-            .and_then(|w| w.parse().ok())
-            .unwrap_or(f64::INFINITY);
-        (ok, ok as f64 / secs)
     }
 
     /// `args` run as a client in host `from`: in the lab's cgroup too
