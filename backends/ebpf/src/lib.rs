@@ -439,7 +439,7 @@ fn sync_round(
     state.begin_round(tables)?;
     let prefixes = config.proxy.nodeport_prefixes();
     let node_ips = nodeport_ips(view, prefixes.as_deref());
-    let cidrs = view.service_cidrs_with(&config.proxy.service_prefixes());
+    let cidrs = || view.service_cidrs_with(&config.proxy.service_prefixes());
     let external = !config.tc_interfaces.is_empty();
     if external && (changes.full || changes.node) {
         let ips: Vec<std::net::IpAddr> = kpng_model::IpFamily::BOTH
@@ -455,11 +455,11 @@ fn sync_round(
                 contribution(name, service, &node_ips, external),
             )
         });
-        state.replace_all(tables, &mut services, &cidrs)?;
+        state.replace_all(tables, &mut services, &cidrs())?;
         return Ok((true, view.services.len()));
     }
     if changes.service_cidrs {
-        state.set_cidrs(tables, &cidrs)?;
+        state.set_cidrs(tables, &cidrs())?;
     }
     // The node's addresses are where NodePorts are reached: a change of
     // them touches every Service (rare).
