@@ -169,7 +169,11 @@ fn kpng_flags(args: &[String], warnings: &mut Vec<String>) -> Result<Vec<String>
         };
         match flag.does {
             Does::Ignored(why) => {
-                if flag.value || truthy(&value).unwrap_or(true) {
+                let default = match name {
+                    "detect-local-mode" => value == "ClusterCIDR",
+                    _ => !flag.value && !truthy(&value).unwrap_or(true),
+                };
+                if !default {
                     warnings.push(format!("--{name} (kube-proxy's): {why}"));
                 }
             }
@@ -314,6 +318,8 @@ struct Settings {
     /// Where each setting checked or warned about came from, by the
     /// `v1alpha2` field path.
     origin: BTreeMap<&'static str, Origin>,
+    /// The file read, if any, for messages.
+    path: Option<String>,
     kubeconfig: String,
     content_type: bool,
     rate_limit: bool,
@@ -672,20 +678,22 @@ impl Settings {
             .and_then(serde_json::Value::as_str)
             .unwrap_or_default()
             .to_owned();
-        match version.as_str() {
-            "kubeproxy.config.k8s.io/v1alpha1" => Ok(Self::from_v1alpha1(
-                path,
-                lenient_v1alpha1(path, doc, warnings)?,
-                warnings,
-            )),
-            "kubeproxy.config.k8s.io/v1alpha2" => {
-                Self::from_v1alpha2(path, typed(path, doc)?, warnings)
+        let mut settings = match version.as_str() {
+            "kubeproxy.config.k8s.io/v1alpha1" => {
+                Self::from_v1alpha1(path, lenient_v1alpha1(path, doc, warnings)?, warnings)
             }
-            _ => Err(format!(
-                "{path}: apiVersion {version:?}: kpng reads {}",
-                VERSIONS.join(" and ")
-            )),
-        }
+            "kubeproxy.config.k8s.io/v1alpha2" => {
+                Self::from_v1alpha2(path, typed(path, doc)?, warnings)?
+            }
+            _ => {
+                return Err(format!(
+                    "{path}: apiVersion {version:?}: kpng reads {}",
+                    VERSIONS.join(" and ")
+                ));
+            }
+        };
+        settings.path = Some(path.to_owned());
+        Ok(settings)
     }
 
     fn from_v1alpha1(path: &str, c: V1alpha1, warnings: &mut Vec<String>) -> Self {
@@ -1233,12 +1241,9 @@ impl Settings {
     ) -> Result<Vec<String>, String> {
         let mut warn = |key: &str, why: &str| warnings.push(format!("{key}: {why}"));
         let field = |key: &'static str| self.at(key).name;
-        let file = |name: &str| match self.origin.get("mode") {
-            Some(o) if !o.name.starts_with("--") => {
-                let path = o.name.rsplit_once(": ").map_or("", |(p, _)| p);
-                format!("{path}: {name}")
-            }
-            _ => name.to_owned(),
+        let file = |name: &str| match &self.path {
+            Some(path) => format!("{path}: {name}"),
+            None => name.to_owned(),
         };
 
         let mut source = vec!["kube".to_owned()];
