@@ -751,6 +751,11 @@ impl Settings {
             s.cluster_cidrs = c.cluster_cidr.split(',').map(str::to_owned).collect();
         }
         s.set_origin("detectLocal.clusterCIDRs", field("clusterCIDR"), false);
+        if c.ipvs.masquerade_bit.is_some() {
+            warnings.push(format!(
+                "{path}: ipvs.masqueradeBit: not a field of v1alpha1 (ipvs mode takes iptables.masqueradeBit); ignored"
+            ));
+        }
         if c.detect_local.cluster_cidrs.is_some() {
             warnings.push(format!(
                 "{path}: detectLocal.clusterCIDRs: v1alpha2's field; v1alpha1's is clusterCIDR (ignored)"
@@ -824,6 +829,16 @@ impl Settings {
             return Err(format!(
                 "{path}: nftables.localhostNodePorts: unknown field (iptables' only)"
             ));
+        }
+        for (field, value) in [
+            ("syncPeriod", &c.ipvs.sync_period),
+            ("minSyncPeriod", &c.ipvs.min_sync_period),
+        ] {
+            if !value.is_empty() {
+                return Err(format!(
+                    "{path}: ipvs.{field}: unknown field (v1alpha2's is `{field}` at the top)"
+                ));
+            }
         }
         s.cluster_cidrs = c.detect_local.cluster_cidrs.clone().unwrap_or_default();
         s.set_origin(
@@ -1694,7 +1709,16 @@ winkernel:
             error.contains("linux") && error.contains("masqueradeAl"),
             "{error}"
         );
-        // v1alpha1's clusterCIDR is not v1alpha2's.
+        // v1alpha1's places are not v1alpha2's.
+        let moved_away = V1ALPHA2.replace(
+            "  strictARP: false",
+            "  strictARP: false\n  minSyncPeriod: 1s",
+        );
+        let error = with_file(&moved_away, &[]).expect_err("v1alpha1's field");
+        assert!(
+            error.contains("ipvs.minSyncPeriod: unknown field"),
+            "{error}"
+        );
         let old = V1ALPHA2.replace("detectLocal:\n", "clusterCIDR: 10.0.0.0/8\ndetectLocal:\n");
         let error = with_file(&old, &[]).expect_err("v1alpha1's field");
         assert!(error.contains("clusterCIDR"), "{error}");
