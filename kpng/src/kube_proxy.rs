@@ -751,6 +751,11 @@ impl Settings {
             s.cluster_cidrs = c.cluster_cidr.split(',').map(str::to_owned).collect();
         }
         s.set_origin("detectLocal.clusterCIDRs", field("clusterCIDR"), false);
+        if c.nftables.localhost_node_ports.is_some() {
+            warnings.push(format!(
+                "{path}: nftables.localhostNodePorts: not a field of v1alpha1 (iptables' only); ignored"
+            ));
+        }
         if c.ipvs.masquerade_bit.is_some() {
             warnings.push(format!(
                 "{path}: ipvs.masqueradeBit: not a field of v1alpha1 (ipvs mode takes iptables.masqueradeBit); ignored"
