@@ -8,9 +8,43 @@ use clap::{Args, Parser, Subcommand};
 use crate::Error;
 
 /// A Kubernetes Service proxy built from kpng-rs crates.
+///
+/// `kpng SOURCE [flags] SINK [flags]`, or kube-proxy's own command line:
+/// `kpng --config=FILE --hostname-override=NODE`, or kube-proxy's flags
+/// alone (`kpng --kubeconfig=F --proxy-mode=nftables --cluster-cidr=…`),
+/// in any order.
 #[derive(Parser, Debug)]
-#[command(name = "kpng", version, about)]
+#[command(name = "kpng", version, about, long_about, after_long_help = crate::kube_proxy::flags::help())]
 pub(crate) struct Cli {
+    /// kube-proxy's log verbosity (klog's `-v`): 0–1 info, 2–3 kpng's
+    /// debug, 4–5 kpng's trace, 6 and up every crate's debug as well.
+    /// `RUST_LOG`, when set, wins.
+    #[arg(short = 'v', long = "v", global = true, value_name = "LEVEL")]
+    pub(crate) v: Option<u8>,
+    /// kube-proxy's: a `KubeProxyConfiguration` (v1alpha1 or v1alpha2), or
+    /// kpng's own YAML; kube-proxy's flags and kpng's go before or after it.
+    #[arg(
+        long,
+        value_name = "FILE",
+        help_heading = "kube-proxy's command line (no SOURCE)"
+    )]
+    pub(crate) config: Option<PathBuf>,
+    /// kube-proxy's: this node's name (kpng's `--node`).
+    #[arg(
+        long,
+        value_name = "NODE",
+        help_heading = "kube-proxy's command line (no SOURCE)"
+    )]
+    pub(crate) hostname_override: Option<String>,
+    /// kube-proxy's: `nftables` (`to-nft`), `iptables` (the default:
+    /// `to-iptables`) or `ipvs` (served by `to-nft`, with a warning per
+    /// IPVS setting).
+    #[arg(
+        long,
+        value_name = "MODE",
+        help_heading = "kube-proxy's command line (no SOURCE)"
+    )]
+    pub(crate) proxy_mode: Option<String>,
     #[command(subcommand)]
     pub(crate) source: Source,
 }
@@ -75,7 +109,7 @@ pub(crate) struct ApiArgs {
     #[command(flatten)]
     pub(crate) tls: TlsArgs,
     /// This node's name (not needed by `to-api`, which serves them all).
-    #[arg(long, default_value = "")]
+    #[arg(long, visible_alias = "hostname-override", default_value = "")]
     pub(crate) node: String,
     #[command(subcommand)]
     pub(crate) sink: Sink,
@@ -88,7 +122,7 @@ pub(crate) struct FileArgs {
     pub(crate) input: Option<PathBuf>,
     /// This node's name (default: node-a for the bundled sample, else the
     /// hostname).
-    #[arg(long)]
+    #[arg(long, visible_alias = "hostname-override")]
     pub(crate) node: Option<String>,
     /// Re-read the file when it changes, and keep syncing.
     #[arg(long)]
@@ -107,7 +141,7 @@ pub(crate) struct KubeArgs {
     pub(crate) kubeconfig: Option<PathBuf>,
     /// This node's name (needed by every sink but `to-api`, which serves
     /// every node).
-    #[arg(long)]
+    #[arg(long, visible_alias = "hostname-override")]
     pub(crate) node: Option<String>,
     /// Serve only Services labelled with this service-proxy-name.
     #[arg(long)]
@@ -251,18 +285,18 @@ pub(crate) struct BackendArgs {
     /// are dropped).
     #[arg(long, default_value = "")]
     pub(crate) service_cidr: String,
-    /// Where NodePorts listen, comma-separated CIDRs (default: the node's
-    /// addresses).
+    /// Where NodePorts listen, comma-separated CIDRs; `primary`, as
+    /// kube-proxy writes it, is the default: the node's addresses.
     #[arg(long)]
     pub(crate) nodeport_addresses: Option<String>,
     /// Masquerade all Service traffic.
     #[arg(long)]
     pub(crate) masquerade_all: bool,
     /// The mark bit that asks for masquerade.
-    #[arg(long, default_value_t = 14, value_parser = clap::value_parser!(u8).range(0..=31))]
+    #[arg(long, visible_alias = "iptables-masquerade-bit", default_value_t = 14, value_parser = clap::value_parser!(u8).range(0..=31))]
     pub(crate) masquerade_bit: u8,
     /// The least time between syncs after a burst (e.g. 1s, 500ms).
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, visible_alias = "iptables-min-sync-period", default_value = "1s", value_parser = parse_duration)]
     pub(crate) min_sync_period: Duration,
     /// Syncs allowed back to back before --min-sync-period applies.
     #[arg(long, default_value_t = 2)]
@@ -270,8 +304,9 @@ pub(crate) struct BackendArgs {
     /// Where `/healthz` and `/livez` are served (kube-proxy's port);
     /// empty: not served. Health-check node ports of Services with
     /// `externalTrafficPolicy: Local` are served on `--nodeport-addresses`
-    /// (all addresses by default) whenever this is set.
-    #[arg(long, default_value = "0.0.0.0:10256")]
+    /// (all addresses by default) whenever this is set. A bare IP takes
+    /// port 10256, as kube-proxy's does.
+    #[arg(long, default_value = "0.0.0.0:10256", value_parser = healthz_with_port)]
     pub(crate) healthz_bind_address: String,
     /// How long a change may wait before `/healthz` reports unhealthy.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
@@ -305,12 +340,40 @@ pub(crate) struct BackendArgs {
     #[arg(long, default_value = "0", value_parser = parse_duration)]
     pub(crate) conntrack_udp_timeout_stream: Duration,
     /// Where Prometheus metrics are served (`/metrics`, kube-proxy's
-    /// port); empty: not served.
-    #[arg(long, default_value = "127.0.0.1:10249")]
+    /// port); empty: not served. A bare IP takes port 10249, as
+    /// kube-proxy's does.
+    #[arg(long, default_value = "127.0.0.1:10249", value_parser = metrics_with_port)]
     pub(crate) metrics_bind_address: String,
 }
 
+impl Cli {
+    /// Checks the values clap takes as text (CIDR lists, bind addresses),
+    /// so that a bad one is one clear line naming its flag, before
+    /// anything is bound or started.
+    ///
+    /// # Errors
+    /// [`Error::Usage`] naming the flag and the value.
+    pub(crate) fn check(&self) -> Result<(), Error> {
+        match self.source.sink().args() {
+            Some(args) => args.check(),
+            None => Ok(()),
+        }
+    }
+}
+
 impl BackendArgs {
+    /// Checks the flags' values: see [`Cli::check`].
+    fn check(&self) -> Result<(), Error> {
+        self.proxy()?;
+        for (flag, value, port) in [
+            ("--healthz-bind-address", &self.healthz_bind_address, 10256),
+            ("--metrics-bind-address", &self.metrics_bind_address, 10249),
+        ] {
+            bind_address(value, port).map_err(|e| Error::Usage(format!("invalid {flag}: {e}")))?;
+        }
+        Ok(())
+    }
+
     /// kube-proxy's settings these flags give.
     ///
     /// # Errors
@@ -329,11 +392,73 @@ impl BackendArgs {
             .service_cidrs(nets("--service-cidr", &self.service_cidr)?)
             .masquerade_all(self.masquerade_all)
             .masquerade_bit(self.masquerade_bit);
-        if let Some(list) = &self.nodeport_addresses {
+        // `primary` (kube-proxy's word) is kpng's default.
+        if let Some(list) = self.nodeport_addresses.as_ref().filter(|l| *l != "primary") {
             proxy = proxy.nodeport_addresses(nets("--nodeport-addresses", list)?);
         }
         Ok(proxy)
     }
+}
+
+/// A comma-separated list of CIDRs (a bare address is a host prefix), as
+/// a kpng config file's value is checked.
+pub(crate) fn cidr_list(text: &str) -> Result<String, String> {
+    kpng_model::addr::parse_cidr_flag("", text)
+        .map(|_| text.to_owned())
+        .map_err(|value| format!("{value:?} is not a CIDR"))
+}
+
+/// `--nodeport-addresses`: CIDRs, or kube-proxy's `primary` alone.
+pub(crate) fn nodeport_addresses(text: &str) -> Result<String, String> {
+    if text.trim() == "primary" {
+        return Ok("primary".to_owned());
+    }
+    if text.split(',').any(|a| a.trim() == "primary") {
+        return Err("`primary` goes alone, not beside CIDRs (as kube-proxy says)".to_owned());
+    }
+    cidr_list(text)
+}
+
+/// A bind address: `IP:PORT`, a bare IP (which takes `port`, as
+/// kube-proxy's flags do), or empty (not served).
+pub(crate) fn bind_address(text: &str, port: u16) -> Result<String, String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(String::new());
+    }
+    if let Ok(address) = text.parse::<std::net::SocketAddr>() {
+        return Ok(address.to_string());
+    }
+    let bare = text.trim_start_matches('[').trim_end_matches(']');
+    match bare.parse::<std::net::IpAddr>() {
+        Ok(ip) => Ok(std::net::SocketAddr::new(ip, port).to_string()),
+        Err(_) => Err(format!("{text:?} is not IP:PORT or an IP")),
+    }
+}
+
+/// `--healthz-bind-address`, kube-proxy's port 10256 by default.
+pub(crate) fn healthz_address(text: &str) -> Result<String, String> {
+    bind_address(text, 10256)
+}
+
+/// `--metrics-bind-address`, kube-proxy's port 10249 by default.
+pub(crate) fn metrics_address(text: &str) -> Result<String, String> {
+    bind_address(text, 10249)
+}
+
+/// A bind address as the command line gives it: a bare IP with `port`
+/// added; anything else as it is, for [`BackendArgs::check`] to refuse on
+/// one line.
+fn with_default_port(text: &str, port: u16) -> Result<String, std::convert::Infallible> {
+    Ok(bind_address(text, port).unwrap_or_else(|_| text.to_owned()))
+}
+
+fn healthz_with_port(text: &str) -> Result<String, std::convert::Infallible> {
+    with_default_port(text, 10256)
+}
+
+fn metrics_with_port(text: &str) -> Result<String, std::convert::Infallible> {
+    with_default_port(text, 10249)
 }
 
 /// A duration in Go's format, as kube-proxy takes it: one or more
@@ -378,7 +503,67 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
 mod tests {
     use std::time::Duration;
 
-    use super::parse_duration;
+    use clap::Parser as _;
+
+    use super::{Cli, parse_duration};
+
+    /// The backend flags of `kpng file to-nft ARGS…`.
+    fn backend(args: &[&str]) -> super::BackendArgs {
+        let mut argv = vec!["kpng", "file", "to-nft"];
+        argv.extend(args);
+        match Cli::try_parse_from(argv).expect("parses").source {
+            super::Source::File(file) => match file.sink {
+                super::Sink::ToNft(nft) => nft.common,
+                other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// `--metrics-bind-address 0.0.0.0` was not host:port: fatal in real
+    /// runs. kube-proxy's flag names were refused.
+    #[test]
+    fn kube_proxys_flag_names_and_forms_are_taken() {
+        let args = backend(&[
+            "--metrics-bind-address",
+            "0.0.0.0",
+            "--healthz-bind-address=::",
+            "--iptables-masquerade-bit=12",
+            "--iptables-min-sync-period",
+            "2s",
+            "--nodeport-addresses",
+            "primary",
+        ]);
+        assert_eq!(args.metrics_bind_address, "0.0.0.0:10249");
+        assert_eq!(args.healthz_bind_address, "[::]:10256");
+        assert_eq!(args.masquerade_bit, 12);
+        assert_eq!(args.min_sync_period, Duration::from_secs(2));
+        let proxy = args.proxy().expect("primary is the default");
+        assert!(proxy.nodeport_prefixes().is_none());
+        args.check().expect("valid");
+        let error = backend(&["--metrics-bind-address", "localhost"])
+            .check()
+            .expect_err("not an IP");
+        assert_eq!(
+            error.to_string(),
+            "invalid --metrics-bind-address: \"localhost\" is not IP:PORT or an IP"
+        );
+        let cli = Cli::try_parse_from([
+            "kpng",
+            "file",
+            "--hostname-override",
+            "n",
+            "to-nft",
+            "--v",
+            "2",
+        ])
+        .expect("parses");
+        assert_eq!(cli.v, Some(2));
+        match cli.source {
+            super::Source::File(file) => assert_eq!(file.node.as_deref(), Some("n")),
+            other => panic!("{other:?}"),
+        }
+    }
 
     #[test]
     fn durations_take_gos_format() {

@@ -1,8 +1,8 @@
-//! `--config FILE`: kpng's own YAML config, or kube-proxy's
-//! `KubeProxyConfiguration`, turned into the command line it stands for.
+//! `--config FILE` with kpng's own YAML, turned into the command line it
+//! stands for (kube-proxy's `KubeProxyConfiguration` is
+//! [`crate::kube_proxy`]'s).
 
 use crate::args::Cli;
-use crate::kube_proxy;
 
 /// The command line a config file stands for. The file holds the source
 /// (`source: kube`), its flags (`node: …`), the sink (`sink: to-nft`) and
@@ -10,8 +10,10 @@ use crate::kube_proxy;
 /// names. A string value may name environment variables (`${VAR}`),
 /// expanded after the file is parsed, so a value cannot change the
 /// document; an unset variable is an error that names it. A `true` flag is
-/// given bare, a `false` one left out. Flags given on the command line
-/// after `--config FILE` (`extra`) override the file's.
+/// given bare, a `false` one left out, and a list is the flag's
+/// comma-separated list. Each value is checked here, the error naming the
+/// file's field (`flags.cluster-cidr`). Flags given on the command line
+/// (`extra`) override the file's.
 pub(crate) fn config_args(
     path: &str,
     doc: &serde_json::Value,
@@ -28,22 +30,53 @@ pub(crate) fn config_args(
         expand_env(value).map_err(|e| format!("{path}: {key}: {e}"))
     };
     let given = given_flags(extra);
+    // Each value is checked here, so that an error names the file's field
+    // (`flags.cluster-cidr`) and comes before anything is bound.
     let flags = |out: &mut Vec<String>,
+                 at: &str,
                  entries: &mut dyn Iterator<Item = (&String, &serde_json::Value)>|
      -> Result<(), String> {
         for (key, value) in entries {
             if given.contains(key.as_str()) {
                 continue; // the command line's wins
             }
-            match value {
-                serde_json::Value::Bool(true) => out.push(format!("--{key}")),
-                serde_json::Value::Bool(false) | serde_json::Value::Null => {}
-                serde_json::Value::String(s) => {
-                    let s = expand_env(s).map_err(|e| format!("{path}: {key}: {e}"))?;
-                    out.push(format!("--{key}={s}"));
+            let field = format!("{path}: {at}{key}");
+            let text = match value {
+                serde_json::Value::Bool(true) => {
+                    out.push(format!("--{key}"));
+                    continue;
                 }
-                other => out.push(format!("--{key}={other}")),
-            }
+                serde_json::Value::Bool(false) | serde_json::Value::Null => continue,
+                serde_json::Value::String(s) => {
+                    expand_env(s).map_err(|e| format!("{field}: {e}"))?
+                }
+                // A list is the flag's comma-separated list.
+                serde_json::Value::Array(items) => {
+                    let mut parts = Vec::new();
+                    for (i, item) in items.iter().enumerate() {
+                        let part = match item {
+                            serde_json::Value::String(s) => {
+                                expand_env(s).map_err(|e| format!("{field}[{i}]: {e}"))?
+                            }
+                            serde_json::Value::Number(n) => n.to_string(),
+                            other => {
+                                return Err(format!("{field}[{i}]: {other} is not a value"));
+                            }
+                        };
+                        if let Err(e) = check_value(key, &part) {
+                            return Err(format!("{field}[{i}]: {e}"));
+                        }
+                        parts.push(part);
+                    }
+                    parts.join(",")
+                }
+                serde_json::Value::Object(_) => {
+                    return Err(format!("{field}: a mapping is not a flag's value"));
+                }
+                other => other.to_string(),
+            };
+            check_value(key, &text).map_err(|e| format!("{field}: {e}"))?;
+            out.push(format!("--{key}={text}"));
         }
         Ok(())
     };
@@ -53,31 +86,34 @@ pub(crate) fn config_args(
     let mut source_flags = map
         .iter()
         .filter(|(k, _)| !["source", "sink", "flags"].contains(&k.as_str()));
-    flags(&mut argv, &mut source_flags)?;
+    flags(&mut argv, "", &mut source_flags)?;
     let (extra_source, extra_sink) = split_extra(&source, &sink, extra);
     argv.extend(extra_source);
     argv.push(sink);
     if let Some(sink_flags) = map.get("flags").and_then(|v| v.as_object()) {
-        flags(&mut argv, &mut sink_flags.iter())?;
+        flags(&mut argv, "flags.", &mut sink_flags.iter())?;
     }
     argv.extend(extra_sink);
     Ok(argv)
 }
 
-/// The command line a config file stands for: kube-proxy's own
-/// (`KubeProxyConfiguration`, its warnings logged) or kpng's YAML.
-pub(crate) fn from_config(path: &str, extra: &[String]) -> Result<Vec<String>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
-    let doc: serde_json::Value =
-        serde_saphyr::from_str(&text).map_err(|e| format!("{path}: {e}"))?;
-    if !kube_proxy::is_kube_proxy_config(&doc) {
-        return config_args(path, &doc, extra);
+/// Checks a value of kpng's flag `name` as the command line does (CIDR
+/// lists, bind addresses, durations); other flags are left to clap.
+fn check_value(name: &str, value: &str) -> Result<(), String> {
+    use crate::args;
+    match name {
+        "cluster-cidr" | "service-cidr" => args::cidr_list(value).map(drop),
+        "nodeport-addresses" => args::nodeport_addresses(value).map(drop),
+        "healthz-bind-address" => args::healthz_address(value).map(drop),
+        "metrics-bind-address" => args::metrics_address(value).map(drop),
+        "min-sync-period"
+        | "healthz-timeout"
+        | "conntrack-tcp-timeout-established"
+        | "conntrack-tcp-timeout-close-wait"
+        | "conntrack-udp-timeout"
+        | "conntrack-udp-timeout-stream" => args::parse_duration(value).map(drop),
+        _ => Ok(()),
     }
-    let (argv, warnings) = kube_proxy::command_line(path, doc, extra)?;
-    for warning in warnings {
-        tracing::warn!("not done by kpng: {warning}");
-    }
-    Ok(argv)
 }
 
 /// The name of a long flag (`--name` or `--name=value`); `None` for

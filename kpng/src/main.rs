@@ -39,6 +39,7 @@ use serde::de::DeserializeOwned;
 mod args;
 mod config;
 mod kube_proxy;
+mod logging;
 mod malloc;
 
 use args::{BackendArgs, Cli, Sink, Source};
@@ -458,35 +459,26 @@ async fn run(cli: Cli) -> Result<(), Error> {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "kpng=info,warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    // kpng's grammar or kube-proxy's (`--config=… --hostname-override=…`,
+    // or its flags alone, in any order), read and checked before anything
+    // is bound or started.
     let args: Vec<String> = std::env::args().collect();
-    let cli = match args.get(1).map(String::as_str) {
-        Some(first) if first == "--config" || first.starts_with("--config=") => {
-            // `--config FILE` or `--config=FILE` (kube-proxy's DaemonSet).
-            let (path, extra) = match first.strip_prefix("--config=") {
-                Some(path) => (Some(path.to_owned()), args.get(2..).unwrap_or_default()),
-                None => (args.get(2).cloned(), args.get(3..).unwrap_or_default()),
-            };
-            let Some(path) = path else {
-                eprintln!("error: --config needs a file");
-                return ExitCode::FAILURE;
-            };
-            match config::from_config(&path, extra) {
-                Ok(argv) => Cli::parse_from(argv),
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    return ExitCode::FAILURE;
-                }
-            }
+    let words = match kube_proxy::words(&args) {
+        Ok(words) => words,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
         }
-        _ => Cli::parse(),
     };
+    let cli = Cli::parse_from(words.argv);
+    if let Err(e) = cli.check() {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
+    logging::init(cli.v);
+    for warning in words.warnings {
+        tracing::warn!("not done by kpng: {warning}");
+    }
     malloc::tune(&cli);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
