@@ -951,9 +951,20 @@ items:
     };
     assert_eq!(connect(), "web");
 
-    // --cleanup: detached, unpinned.
+    // --cleanup --dry-run: says which pins it would remove, removes none.
     args.retain(|a| *a != "--once");
     args.push("--cleanup");
+    let dry = [&args[..], &["--dry-run"]].concat();
+    let (code, stdout, stderr) = kpng(&dry);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains(&format!("would remove the pins {pin_path}/v-")),
+        "{stdout}"
+    );
+    assert!(pins.exists());
+    assert_eq!(connect(), "web", "still attached after a dry run");
+
+    // --cleanup: detached, unpinned.
     let (code, _, stderr) = kpng(&args);
     assert_eq!(code, 0, "{stderr}");
     assert!(!pins.exists());
