@@ -501,6 +501,77 @@ fn check_node(reader: &kpng_store::Reader, node: &str, nodes: Nodes, conditions:
     });
 }
 
+/// An agent's check of its node (`kpng api`): the server sends this
+/// node's Node object in the view when it has one. At each sync without
+/// it, the readiness condition [`NODE_CONDITION`] is set (and a warning
+/// logged when it goes missing); with it, cleared.
+struct NodeSeen<S> {
+    inner: S,
+    node: String,
+    seen: bool,
+    warned: bool,
+    conditions: Conditions,
+}
+
+impl<S> NodeSeen<S> {
+    fn new(inner: S, node: &str, conditions: Conditions) -> Self {
+        Self {
+            inner,
+            node: node.to_owned(),
+            seen: false,
+            warned: false,
+            conditions,
+        }
+    }
+}
+
+impl<S: IncrementalSink> IncrementalSink for NodeSeen<S> {
+    fn reset(&mut self) {
+        // A full view follows, with the node when there is one.
+        self.seen = false;
+        self.inner.reset();
+    }
+
+    fn apply(&mut self, op: &kpng_model::view::ViewOp) -> Result<(), kpng_sink::SinkError> {
+        match op {
+            kpng_model::view::ViewOp::SetNode(_) => self.seen = true,
+            kpng_model::view::ViewOp::DeleteNode => self.seen = false,
+            _ => {}
+        }
+        self.inner.apply(op)
+    }
+
+    fn sync(&mut self, revision: u64) -> Result<(), kpng_sink::SinkError> {
+        if self.seen {
+            if self.warned {
+                tracing::info!(node = %self.node, "the Node object of this node is there");
+            }
+            self.warned = false;
+            self.conditions.clear(NODE_CONDITION);
+        } else {
+            let why = format!(
+                "the server has no Node named {:?}: its NodePorts are served on no address \
+                 (--node/--hostname-override must be the Node object's name)",
+                self.node
+            );
+            if !self.warned {
+                tracing::warn!("{why}");
+            }
+            self.warned = true;
+            self.conditions.set(NODE_CONDITION, why);
+        }
+        self.inner.sync(revision)
+    }
+
+    fn view(&self) -> Option<&kpng_model::view::NodeView> {
+        self.inner.view()
+    }
+
+    fn share_view(&mut self, view: &kpng_model::view::NodeView) {
+        self.inner.share_view(view);
+    }
+}
+
 fn drive_config(args: &BackendArgs, once: bool) -> DriveConfig {
     let mut config = DriveConfig::default();
     config.min_sync_period = args.min_sync_period;
@@ -639,10 +710,19 @@ async fn run(cli: Cli) -> Result<(), Error> {
             }
             dry_run_notes(&args.sink);
             let metrics = serve_metrics(&args.sink, None)?;
-            let mut sink = backend(&args.sink, &metrics, None, &Conditions::default())?;
+            let conditions = Conditions::default();
+            conditions.set(
+                NODE_CONDITION,
+                format!(
+                    "waiting for this node's view from the server (this node: {:?})",
+                    args.node
+                ),
+            );
+            let sink = backend(&args.sink, &metrics, None, &conditions)?;
+            let mut sink = NodeSeen::new(sink, &args.node, conditions);
             let mut config = kpng_api::AgentConfig::default();
             config.once = args.sink.once();
-            Ok(kpng_api::run_agent(&address, &args.node, &mut *sink, &config).await?)
+            Ok(kpng_api::run_agent(&address, &args.node, &mut sink, &config).await?)
         }
     }
 }

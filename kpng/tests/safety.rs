@@ -561,3 +561,55 @@ fn healthz_is_503_until_the_node_appears_in_the_api() {
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// An agent (`kpng api --node c`) of a server whose input has nodes `a`
+/// and `b`: the view has no Node, and the agent warns naming `c`; with
+/// `--node a`, no warning.
+#[test]
+fn an_agent_whose_node_the_server_lacks_warns() {
+    let dir = std::env::temp_dir().join(format!("kpng-agent-node-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let input = dir.join("cluster.yaml");
+    std::fs::write(
+        &input,
+        "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Node, metadata: {name: a}}\n- {apiVersion: v1, kind: Node, metadata: {name: b}}\n",
+    )
+    .expect("file");
+    let socket = format!("unix://{}", dir.join("kpng.sock").display());
+    let mut command = Command::new(KPNG);
+    command
+        .arg("file")
+        .arg("--input")
+        .arg(&input)
+        .args(["to-api", "--listen", &socket])
+        .env("RUST_LOG", "kpng=info");
+    let server = Running::spawn(command);
+    assert!(
+        server.wait_for(|_, err| err.contains("serving the ENLS")),
+        "{}",
+        server.stderr()
+    );
+    let agent = |node: &str| {
+        let out = Command::new(KPNG)
+            .args(["api", "--api", &socket, "--node", node])
+            .args(["to-nft", "--dry-run", "--once"])
+            .env("RUST_LOG", "warn")
+            .output()
+            .expect("kpng");
+        (
+            out.status,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (status, stderr) = agent("c");
+    assert!(status.success(), "{stderr}");
+    assert!(
+        stderr.contains("WARN") && stderr.contains("the server has no Node named \"c\""),
+        "{stderr}"
+    );
+    let (status, stderr) = agent("a");
+    assert!(status.success(), "{stderr}");
+    assert!(!stderr.contains("no Node named"), "{stderr}");
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
