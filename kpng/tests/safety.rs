@@ -437,8 +437,11 @@ fn a_node_name_matching_no_node_is_a_warning_naming_the_known_ones() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A test apiserver with no Node at first; node-a is added 3 s after the
-/// Nodes' watch starts. Serves until stdin closes; its kubeconfig is
+/// How long after the Nodes' watch starts the test apiserver adds node-a.
+const NODE_LATE: u64 = 5;
+
+/// A test apiserver with no Node at first; node-a is added [`NODE_LATE`]
+/// seconds after the Nodes' watch starts. Serves until stdin closes; its kubeconfig is
 /// written to `kubeconfig`.
 fn serve_late_node(kubeconfig: &std::path::Path) {
     use kpng_testkit::apiserver::{ApiServer, Reply, Resource, Script};
@@ -450,7 +453,7 @@ fn serve_late_node(kubeconfig: &std::path::Path) {
         Resource::Nodes,
         true,
         Reply::Slow(
-            Duration::from_secs(3),
+            Duration::from_secs(NODE_LATE),
             Box::new(Reply::Watch(vec![json!({"type": "ADDED", "object":
                 {"metadata": {"name": "node-a", "resourceVersion": "2"},
                  "status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.1"}]}}})])),
@@ -531,7 +534,7 @@ fn healthz_is_503_until_the_node_appears_in_the_api() {
     );
     let before = get_in(&ns, "http://127.0.0.1:10256/healthz");
     assert!(
-        started.elapsed() < Duration::from_secs(3),
+        started.elapsed() < Duration::from_secs(NODE_LATE),
         "too slow to see the 503"
     );
     assert!(before.starts_with("503 "), "{before}");
@@ -545,7 +548,7 @@ fn healthz_is_503_until_the_node_appears_in_the_api() {
         kpng.stderr()
     );
     let mut after = String::new();
-    for _ in 0..100 {
+    for _ in 0..200 {
         after = get_in(&ns, "http://127.0.0.1:10256/healthz");
         if after.starts_with("200 ") {
             break;
@@ -554,7 +557,7 @@ fn healthz_is_503_until_the_node_appears_in_the_api() {
     }
     assert!(after.starts_with("200 "), "{after}");
     assert!(
-        started.elapsed() >= Duration::from_secs(3),
+        started.elapsed() >= Duration::from_secs(NODE_LATE),
         "200 only once the Node is there"
     );
     drop(kpng);
