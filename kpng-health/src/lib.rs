@@ -12,7 +12,9 @@
 //!   [`serve_healthz`] answers `/livez`, `503` once a change has waited
 //!   longer than the timeout, and `/healthz`, `503` then too and while the
 //!   node is being deleted or carries the `ToBeDeletedByClusterAutoscaler`
-//!   taint (KEP-3836), so load balancers stop sending new connections.
+//!   taint (KEP-3836), so load balancers stop sending new connections,
+//!   and while a named readiness [`Conditions`] entry is set (kpng sets
+//!   `node` while no Node object has this node's name).
 //!
 //! # Example
 //!
@@ -69,6 +71,54 @@ struct SyncState {
     pending_since: Option<Instant>,
     /// This node is going away (KEP-3836).
     node_terminating: bool,
+    /// Named reasons not to be ready.
+    conditions: Conditions,
+}
+
+/// Named reasons the proxy is not ready, each with why: while any is set,
+/// `/healthz` (and `serviceProxyHealthy`) answers `503` and its body
+/// lists them under `"conditions"`. `/livez` ignores them. Cloning shares
+/// them; set and clear them from anywhere.
+///
+/// ```
+/// use std::time::Duration;
+/// use kpng_health::{Conditions, ProxyHealth};
+///
+/// let conditions = Conditions::default();
+/// let health = ProxyHealth::new(Duration::from_secs(60)).with_conditions(conditions.clone());
+/// health.synced();
+/// conditions.set("node", "no Node named node-c");
+/// assert!(!health.healthy() && health.live());
+/// conditions.clear("node");
+/// assert!(health.healthy());
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct Conditions(Arc<Mutex<BTreeMap<String, String>>>);
+
+impl Conditions {
+    /// Sets (or replaces) condition `name`, failing with `reason`.
+    pub fn set(&self, name: &str, reason: impl Into<String>) {
+        if let Ok(mut c) = self.0.lock() {
+            c.insert(name.to_owned(), reason.into());
+        }
+    }
+
+    /// Clears condition `name`, if set.
+    pub fn clear(&self, name: &str) {
+        if let Ok(mut c) = self.0.lock() {
+            c.remove(name);
+        }
+    }
+
+    /// The conditions set now, by name, with their reasons.
+    pub fn failing(&self) -> BTreeMap<String, String> {
+        self.0.lock().map(|c| c.clone()).unwrap_or_default()
+    }
+
+    /// Whether none is set.
+    pub fn is_clear(&self) -> bool {
+        self.0.lock().is_ok_and(|c| c.is_empty())
+    }
 }
 
 /// Whether the proxy keeps its data plane in sync: healthy after the first
@@ -85,7 +135,25 @@ impl ProxyHealth {
             last_sync: None,
             pending_since: None,
             node_terminating: false,
+            conditions: Conditions::default(),
         })))
+    }
+
+    /// Not healthy while any of `conditions` is set (see [`Conditions`]).
+    #[must_use]
+    pub fn with_conditions(self, conditions: Conditions) -> Self {
+        if let Ok(mut s) = self.0.lock() {
+            s.conditions = conditions;
+        }
+        self
+    }
+
+    /// The readiness conditions.
+    pub fn conditions(&self) -> Conditions {
+        self.0
+            .lock()
+            .map(|s| s.conditions.clone())
+            .unwrap_or_default()
     }
 
     /// Whether this node is going away: being deleted, or tainted
@@ -122,9 +190,14 @@ impl ProxyHealth {
 
     /// Whether load balancers should send new connections here
     /// (`/healthz`, and `serviceProxyHealthy` of the health-check node
-    /// ports): [`live`](Self::live), and this node is not going away.
+    /// ports): [`live`](Self::live), this node is not going away, and
+    /// no readiness [`Conditions`] entry is set.
     pub fn healthy(&self) -> bool {
-        self.live() && self.0.lock().is_ok_and(|s| !s.node_terminating)
+        self.live()
+            && self
+                .0
+                .lock()
+                .is_ok_and(|s| !s.node_terminating && s.conditions.is_clear())
     }
 
     /// The `/healthz` body: the last sync and now, in seconds since the
@@ -143,6 +216,7 @@ impl ProxyHealth {
             "currentTime": seconds(SystemTime::now()),
             "healthy": self.healthy(),
             "nodeEligible": eligible,
+            "conditions": self.conditions().failing(),
         })
     }
 }
@@ -614,6 +688,7 @@ pub struct Companions {
     healthz: Option<(TcpListener, Duration)>,
     prefixes: Option<Vec<(IpAddr, u8)>>,
     followers: Vec<Box<dyn FullStateSink + Send>>,
+    conditions: Conditions,
 }
 
 impl std::fmt::Debug for Companions {
@@ -648,6 +723,14 @@ impl Companions {
         self
     }
 
+    /// `/healthz` answers `503` while any of `conditions` is set (see
+    /// [`Conditions`]).
+    #[must_use]
+    pub fn conditions(mut self, conditions: Conditions) -> Self {
+        self.conditions = conditions;
+        self
+    }
+
     /// Serves the health-check node ports on the node's addresses within
     /// `prefixes` (`--nodeport-addresses`), following them; by default on
     /// every address.
@@ -666,7 +749,7 @@ impl Companions {
         let backend: Box<dyn IncrementalSink + Send> = match self.healthz {
             None => Box::new(backend),
             Some((listener, timeout)) => {
-                let health = ProxyHealth::new(timeout);
+                let health = ProxyHealth::new(timeout).with_conditions(self.conditions);
                 tokio::spawn(serve_healthz(listener, health.clone()));
                 let server = match self.prefixes {
                     Some(prefixes) => HealthCheckServer::on_prefixes(prefixes, health.clone()),

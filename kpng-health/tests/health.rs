@@ -287,3 +287,39 @@ impl kpng_sink::FullStateSink for Noop {
         Ok(())
     }
 }
+
+/// A named readiness condition, set from outside the data plane (kpng's
+/// `node`: no Node object has this node's name), turns `/healthz` to 503
+/// with its reason in the body, `/livez` staying 200; cleared, `/healthz`
+/// is 200 again. Conditions given to `Companions` reach the server it
+/// starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_readiness_condition_holds_healthz_at_503_until_cleared() {
+    use kpng_health::{Companions, Conditions};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let conditions = Conditions::default();
+    conditions.set("node", "no Node named node-c (known: node-a, node-b)");
+    let mut sink = Companions::new()
+        .healthz(listener, Duration::from_secs(60))
+        .conditions(conditions.clone())
+        .around(FullState::new(Noop));
+    sink.reset();
+    sink.sync(1).expect("sync");
+
+    let (status, body) = get(port, "/healthz").await.expect("served");
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["healthy"], false);
+    assert_eq!(
+        body["conditions"]["node"],
+        "no Node named node-c (known: node-a, node-b)"
+    );
+    assert_eq!(get(port, "/livez").await.expect("served").0, 200);
+
+    conditions.clear("node");
+    let (status, body) = get(port, "/healthz").await.expect("served");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["conditions"], serde_json::json!({}));
+}

@@ -261,7 +261,8 @@ pub(crate) struct EbpfArgs {
     #[arg(long, default_value = "nft", value_parser = ["nft", "none"])]
     pub(crate) north_south: String,
     /// Detach the programs and remove the pinned maps (and the nftables
-    /// tables of `--north-south nft`), then exit.
+    /// tables of `--north-south nft`), then exit. With `--dry-run`: print
+    /// what would be removed, and remove nothing.
     #[arg(long)]
     pub(crate) cleanup: bool,
     #[command(flatten)]
@@ -271,7 +272,9 @@ pub(crate) struct EbpfArgs {
 /// The flags every backend takes, with kube-proxy's names.
 #[derive(Args, Debug)]
 pub(crate) struct BackendArgs {
-    /// Print the rules instead of applying them.
+    /// Print the rules instead of applying them. A dry run writes
+    /// nothing: no rule, pin, sysctl or conntrack entry, and binds no
+    /// port (metrics, healthz) and no aggregator socket.
     #[arg(long)]
     pub(crate) dry_run: bool,
     /// Exit after the first successful sync (non-zero if it failed).

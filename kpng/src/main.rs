@@ -29,6 +29,7 @@ use kpng_backend_iptables::{IptablesBackend, IptablesConfig, Mode as IptablesMod
 use kpng_backend_nft::{NftBackend, NftConfig};
 use kpng_diff::NodeProjector;
 use kpng_drive::{DriveConfig, drive};
+use kpng_health::Conditions;
 use kpng_kube::watch::{NodeScope, WatchConfig};
 use kpng_kube::{Ingest, IngestConfig, file};
 use kpng_sink::{IncrementalSink, Logged};
@@ -90,6 +91,7 @@ fn backend(
     sink: &Sink,
     metrics: &kpng_health::metrics::Metrics,
     store: Option<&kpng_store::Reader>,
+    conditions: &Conditions,
 ) -> Result<Box<dyn IncrementalSink + Send>, Error> {
     // Network programming latency from the EndpointSlices' trigger times
     // when this process holds the store they went into.
@@ -122,12 +124,15 @@ fn backend(
                 (_, true) => Box::new(measured(Box::new(
                     Logged::new(backend.dry_run()).printing_scripts(),
                 ))),
-                (None, false) => {
-                    with_health(measured(Box::new(Logged::new(backend))), args, &proxy)?
-                }
+                (None, false) => with_health(
+                    measured(Box::new(Logged::new(backend))),
+                    args,
+                    &proxy,
+                    conditions,
+                )?,
             }
         }
-        Sink::ToEbpf(ebpf) => ebpf_backend(ebpf, &measured)?,
+        Sink::ToEbpf(ebpf) => ebpf_backend(ebpf, &measured, conditions)?,
         Sink::ToIptables(ipt) => {
             let args = &ipt.common;
             let proxy = args.proxy()?;
@@ -152,9 +157,12 @@ fn backend(
                 (_, true) => Box::new(measured(Box::new(
                     Logged::new(backend.dry_run()).printing_scripts(),
                 ))),
-                (None, false) => {
-                    with_health(measured(Box::new(Logged::new(backend))), args, &proxy)?
-                }
+                (None, false) => with_health(
+                    measured(Box::new(Logged::new(backend))),
+                    args,
+                    &proxy,
+                    conditions,
+                )?,
             }
         }
     })
@@ -167,6 +175,7 @@ fn ebpf_backend(
     measured: &dyn Fn(
         Box<dyn IncrementalSink + Send>,
     ) -> kpng_health::metrics::Measured<Box<dyn IncrementalSink + Send>>,
+    conditions: &Conditions,
 ) -> Result<Box<dyn IncrementalSink + Send>, Error> {
     let args = &ebpf.common;
     let proxy = args.proxy()?;
@@ -195,7 +204,7 @@ fn ebpf_backend(
     if let Some(nft) = nft {
         sinks.push(Box::new(Logged::new(nft)));
     }
-    with_health(measured(Box::new(sinks)), args, &proxy)
+    with_health(measured(Box::new(sinks)), args, &proxy, conditions)
 }
 
 /// `to-ebpf --cleanup`: detaches the programs, removes the pins, and
@@ -216,26 +225,97 @@ fn ebpf_cleanup(ebpf: &args::EbpfArgs) -> Result<(), Error> {
     Ok(())
 }
 
+/// `to-ebpf --cleanup --dry-run`: prints what [`ebpf_cleanup`] would
+/// remove (read from the kernel and the pin directory), and removes
+/// nothing.
+fn ebpf_cleanup_dry_run(ebpf: &args::EbpfArgs) -> Result<(), Error> {
+    let mut plan = Vec::new();
+    for pinned in kpng_backend_ebpf::cleanup_plan(&ebpf.bpf_pin_path)? {
+        plan.push(format!(
+            "would remove the pins {} (detaching their programs)",
+            pinned.display()
+        ));
+    }
+    if ebpf.north_south == "nft" {
+        for table in NftBackend::cleanup_plan(&NftConfig::new(ebpf.common.proxy()?))? {
+            plan.push(format!("would delete table {table}"));
+        }
+    }
+    if plan.is_empty() {
+        plan.push(format!(
+            "nothing to remove: no pins under {}{}",
+            ebpf.bpf_pin_path.display(),
+            if ebpf.north_south == "nft" {
+                ", no table ip kpng or ip6 kpng"
+            } else {
+                ""
+            }
+        ));
+    }
+    println!("# dry run of --cleanup: nothing is removed");
+    for line in plan {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+/// What a real run would do besides programming rules, said instead of
+/// done by a dry run (which binds no port, sets no sysctl and deletes no
+/// conntrack entry).
+fn dry_run_notes(sink: &Sink) {
+    let Some(args) = sink.args().filter(|a| a.dry_run) else {
+        return;
+    };
+    let not = |what: &str, flag: &str, value: &str| {
+        if !value.is_empty() {
+            tracing::info!("dry run: {what} not served (a real run: {flag} {value})");
+        }
+    };
+    not(
+        "/metrics",
+        "--metrics-bind-address",
+        &args.metrics_bind_address,
+    );
+    not(
+        "/healthz, /livez and the health check node ports are",
+        "--healthz-bind-address",
+        &args.healthz_bind_address,
+    );
+    tracing::info!(
+        "dry run: no conntrack sysctl is set{}",
+        if args.no_conntrack_cleanup {
+            ""
+        } else {
+            " and no conntrack entry deleted"
+        }
+    );
+    let socket = match sink {
+        Sink::ToNft(nft) => nft.aggregator_socket.as_ref(),
+        Sink::ToIptables(ipt) => ipt.aggregator_socket.as_ref(),
+        _ => None,
+    };
+    if let Some(path) = socket {
+        tracing::info!(
+            "dry run: no aggregator serves {} (the rules are printed instead)",
+            path.display()
+        );
+    }
+}
+
 /// The metrics of this process, served on `--metrics-bind-address` for the
-/// sinks that program the kernel, dry runs included (how people try kpng).
-/// A dry run beside a running kube-proxy finds its port taken: then it
-/// warns and goes on without serving them.
+/// sinks that program the kernel. A dry run binds no port: it serves none.
 fn serve_metrics(
     sink: &Sink,
     store: Option<kpng_store::Reader>,
 ) -> Result<kpng_health::metrics::Metrics, Error> {
     let metrics = kpng_health::metrics::Metrics::new();
-    let Some(args) = sink.args().filter(|a| !a.metrics_bind_address.is_empty()) else {
+    let Some(args) = sink
+        .args()
+        .filter(|a| !a.metrics_bind_address.is_empty() && !a.dry_run)
+    else {
         return Ok(metrics);
     };
-    let listener = match bind_tcp("--metrics-bind-address", &args.metrics_bind_address) {
-        Ok(listener) => listener,
-        Err(error) if args.dry_run => {
-            tracing::warn!(%error, "metrics not served");
-            return Ok(metrics);
-        }
-        Err(error) => return Err(error),
-    };
+    let listener = bind_tcp("--metrics-bind-address", &args.metrics_bind_address)?;
     tokio::spawn(kpng_health::metrics::serve_metrics(
         listener,
         metrics.clone(),
@@ -259,11 +339,19 @@ fn bind_tcp(flag: &str, value: &str) -> Result<tokio::net::TcpListener, Error> {
 /// settings, UDP conntrack cleanup (over ctnetlink: the `conntrack` tool is
 /// never run), `/healthz` and `/livez` on `--healthz-bind-address`, and the
 /// health-check node ports of the node view.
+///
+/// Never in a dry run: those write sysctls, conntrack and ports.
 fn with_health<S: IncrementalSink + Send + 'static>(
     backend: S,
     args: &BackendArgs,
     proxy: &kpng_sink::ProxyConfig,
+    conditions: &Conditions,
 ) -> Result<Box<dyn IncrementalSink + Send>, Error> {
+    if args.dry_run {
+        return Err(Error::Usage(
+            "internal: a dry run asked for the kernel's companions".into(),
+        ));
+    }
     let mut sysctls = kpng_conntrack::Sysctls::default();
     sysctls.max_per_core = args.conntrack_max_per_core;
     sysctls.min = args.conntrack_min;
@@ -275,7 +363,7 @@ fn with_health<S: IncrementalSink + Send + 'static>(
     for (sysctl, error) in sysctls.apply() {
         tracing::warn!(sysctl, %error, "conntrack setting not applied");
     }
-    let mut companions = kpng_health::Companions::new();
+    let mut companions = kpng_health::Companions::new().conditions(conditions.clone());
     if !args.no_conntrack_cleanup {
         let cleaner = kpng_conntrack::ConntrackCleaner::new();
         companions = companions.follower(cleaner.with_service_cidrs(proxy.service_prefixes()));
@@ -321,6 +409,169 @@ where
     publisher
 }
 
+/// The readiness condition set while no Node object has this node's name.
+const NODE_CONDITION: &str = "node";
+
+/// Which Nodes the store holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Nodes {
+    /// Every Node of the input (a file).
+    All,
+    /// Only this node's, if it exists (the API, watched by name).
+    Only,
+}
+
+/// Why `node` names no Node object of `snapshot`, or `None` when one has
+/// its name: kpng then knows none of the node's addresses, so its
+/// NodePorts are served nowhere.
+fn node_missing(snapshot: &kpng_store::Snapshot, node: &str, nodes: Nodes) -> Option<String> {
+    if snapshot.node(node).is_some() {
+        return None;
+    }
+    const SHOWN: usize = 5;
+    let names: Vec<&str> = snapshot.nodes().map(|n| n.name.as_str()).collect();
+    let known = match (nodes, names.len()) {
+        (Nodes::Only, _) => "the API server has none by that name".to_owned(),
+        (Nodes::All, 0) => "the input has no Node objects".to_owned(),
+        (Nodes::All, n) if n <= SHOWN => format!("known nodes: {}", names.join(", ")),
+        (Nodes::All, n) => format!("known nodes: {}, … ({n} in all)", names[..SHOWN].join(", ")),
+    };
+    Some(format!(
+        "no Node named {node:?} ({known}): its NodePorts are served on no address \
+         (--node/--hostname-override must be the Node object's name)"
+    ))
+}
+
+/// Checks that a Node object has this node's name, now and at each new
+/// revision: a warning naming the node and the known ones while none has
+/// (at each revision for a file, at each change for the API), and the
+/// readiness condition [`NODE_CONDITION`] set (`/healthz` answers 503)
+/// until one has.
+fn check_node(reader: &kpng_store::Reader, node: &str, nodes: Nodes, conditions: &Conditions) {
+    let snapshot = reader.snapshot();
+    let mut missing = None;
+    if snapshot.is_listed(kpng_model::Kind::Node) {
+        missing = node_missing(&snapshot, node, nodes);
+        if let Some(why) = &missing {
+            tracing::warn!("{why}");
+            conditions.set(NODE_CONDITION, why.clone());
+        }
+    } else {
+        conditions.set(
+            NODE_CONDITION,
+            format!("waiting for the list of Nodes (this node: {node:?})"),
+        );
+    }
+    let (mut reader, node, conditions) = (reader.clone(), node.to_owned(), conditions.clone());
+    tokio::spawn(async move {
+        let mut seen = (
+            snapshot.revision(),
+            snapshot.is_listed(kpng_model::Kind::Node),
+        );
+        loop {
+            let Ok(snapshot) = reader
+                .wait(|s| (s.revision(), s.is_listed(kpng_model::Kind::Node)) != seen)
+                .await
+            else {
+                return;
+            };
+            seen = (
+                snapshot.revision(),
+                snapshot.is_listed(kpng_model::Kind::Node),
+            );
+            if !seen.1 {
+                continue;
+            }
+            let now = node_missing(&snapshot, &node, nodes);
+            match &now {
+                Some(why) if nodes == Nodes::All || missing.as_ref() != Some(why) => {
+                    tracing::warn!("{why}");
+                }
+                None if missing.is_some() => {
+                    tracing::info!(node = %node, "the Node object of this node is there");
+                }
+                _ => {}
+            }
+            match &now {
+                Some(why) => conditions.set(NODE_CONDITION, why.clone()),
+                None => conditions.clear(NODE_CONDITION),
+            }
+            missing = now;
+        }
+    });
+}
+
+/// An agent's check of its node (`kpng api`): the server sends this
+/// node's Node object in the view when it has one. At each sync without
+/// it, the readiness condition [`NODE_CONDITION`] is set (and a warning
+/// logged when it goes missing); with it, cleared.
+struct NodeSeen<S> {
+    inner: S,
+    node: String,
+    seen: bool,
+    warned: bool,
+    conditions: Conditions,
+}
+
+impl<S> NodeSeen<S> {
+    fn new(inner: S, node: &str, conditions: Conditions) -> Self {
+        Self {
+            inner,
+            node: node.to_owned(),
+            seen: false,
+            warned: false,
+            conditions,
+        }
+    }
+}
+
+impl<S: IncrementalSink> IncrementalSink for NodeSeen<S> {
+    fn reset(&mut self) {
+        // A full view follows, with the node when there is one.
+        self.seen = false;
+        self.inner.reset();
+    }
+
+    fn apply(&mut self, op: &kpng_model::view::ViewOp) -> Result<(), kpng_sink::SinkError> {
+        match op {
+            kpng_model::view::ViewOp::SetNode(_) => self.seen = true,
+            kpng_model::view::ViewOp::DeleteNode => self.seen = false,
+            _ => {}
+        }
+        self.inner.apply(op)
+    }
+
+    fn sync(&mut self, revision: u64) -> Result<(), kpng_sink::SinkError> {
+        if self.seen {
+            if self.warned {
+                tracing::info!(node = %self.node, "the Node object of this node is there");
+            }
+            self.warned = false;
+            self.conditions.clear(NODE_CONDITION);
+        } else {
+            let why = format!(
+                "the server has no Node named {:?}: its NodePorts are served on no address \
+                 (--node/--hostname-override must be the Node object's name)",
+                self.node
+            );
+            if !self.warned {
+                tracing::warn!("{why}");
+            }
+            self.warned = true;
+            self.conditions.set(NODE_CONDITION, why);
+        }
+        self.inner.sync(revision)
+    }
+
+    fn view(&self) -> Option<&kpng_model::view::NodeView> {
+        self.inner.view()
+    }
+
+    fn share_view(&mut self, view: &kpng_model::view::NodeView) {
+        self.inner.share_view(view);
+    }
+}
+
 fn drive_config(args: &BackendArgs, once: bool) -> DriveConfig {
     let mut config = DriveConfig::default();
     config.min_sync_period = args.min_sync_period;
@@ -333,6 +584,7 @@ fn drive_config(args: &BackendArgs, once: bool) -> DriveConfig {
 async fn finish(
     reader: kpng_store::Reader,
     node: Option<&str>,
+    nodes: Nodes,
     sink: &Sink,
     once: bool,
 ) -> Result<(), Error> {
@@ -342,8 +594,11 @@ async fn finish(
         return Ok(kpng_api::serve_at(&address, kpng_api::Server::new(reader)).await?);
     }
     let node = node.ok_or_else(|| Error::Usage("--node is needed by this sink".into()))?;
+    let conditions = Conditions::default();
+    check_node(&reader, node, nodes, &conditions);
+    dry_run_notes(sink);
     let metrics = serve_metrics(sink, Some(reader.clone()))?;
-    let mut backend = backend(sink, &metrics, Some(&reader))?;
+    let mut backend = backend(sink, &metrics, Some(&reader), &conditions)?;
     let mut projector = NodeProjector::new(node);
     let config = match sink.args() {
         Some(args) => drive_config(args, once),
@@ -360,7 +615,11 @@ async fn run(cli: Cli) -> Result<(), Error> {
     if let Sink::ToEbpf(ebpf) = cli.source.sink()
         && ebpf.cleanup
     {
-        return ebpf_cleanup(ebpf);
+        return if ebpf.common.dry_run {
+            ebpf_cleanup_dry_run(ebpf)
+        } else {
+            ebpf_cleanup(ebpf)
+        };
     }
     match cli.source {
         Source::File(args) => {
@@ -400,7 +659,7 @@ async fn run(cli: Cli) -> Result<(), Error> {
                 }
                 _ => Some(ingest),
             };
-            finish(reader, Some(&node), &args.sink, once).await
+            finish(reader, Some(&node), Nodes::All, &args.sink, once).await
         }
         Source::Kube(args) => {
             let client = match &args.kubeconfig {
@@ -432,7 +691,7 @@ async fn run(cli: Cli) -> Result<(), Error> {
             };
             tokio::spawn(kpng_kube::watch::run(client, ingest, watch));
             let once = args.sink.once();
-            finish(reader, args.node.as_deref(), &args.sink, once).await
+            finish(reader, args.node.as_deref(), Nodes::Only, &args.sink, once).await
         }
         Source::Api(args) => {
             let address = args.tls.address(&args.api)?;
@@ -444,16 +703,26 @@ async fn run(cli: Cli) -> Result<(), Error> {
                 tokio::spawn(async move {
                     let _ = kpng_api::run_mirror(&address, &mut store, &config).await;
                 });
-                return finish(reader, None, &args.sink, false).await;
+                return finish(reader, None, Nodes::All, &args.sink, false).await;
             }
             if args.node.is_empty() {
                 return Err(Error::Usage("--node is needed by this sink".into()));
             }
+            dry_run_notes(&args.sink);
             let metrics = serve_metrics(&args.sink, None)?;
-            let mut sink = backend(&args.sink, &metrics, None)?;
+            let conditions = Conditions::default();
+            conditions.set(
+                NODE_CONDITION,
+                format!(
+                    "waiting for this node's view from the server (this node: {:?})",
+                    args.node
+                ),
+            );
+            let sink = backend(&args.sink, &metrics, None, &conditions)?;
+            let mut sink = NodeSeen::new(sink, &args.node, conditions);
             let mut config = kpng_api::AgentConfig::default();
             config.once = args.sink.once();
-            Ok(kpng_api::run_agent(&address, &args.node, &mut *sink, &config).await?)
+            Ok(kpng_api::run_agent(&address, &args.node, &mut sink, &config).await?)
         }
     }
 }

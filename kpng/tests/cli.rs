@@ -522,53 +522,6 @@ items:
     );
 }
 
-/// A dry run serves `/metrics` too (how people try kpng), and counts its
-/// syncs there.
-#[test]
-fn a_dry_run_serves_metrics() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port");
-    let bind = format!("127.0.0.1:{port}");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kpng"))
-        .args(["file", "--watch", "to-nft", "--dry-run"])
-        .args(["--metrics-bind-address", &bind])
-        .env("RUST_LOG", "error")
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("run kpng");
-    let scrape = || -> Option<String> {
-        use std::io::{Read as _, Write as _};
-        let mut stream = std::net::TcpStream::connect(&bind).ok()?;
-        stream
-            .write_all(b"GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-            .ok()?;
-        let mut text = String::new();
-        stream.read_to_string(&mut text).ok()?;
-        Some(text)
-    };
-    let mut last = None;
-    for _ in 0..100 {
-        last = scrape();
-        if last
-            .as_deref()
-            .is_some_and(|t| t.contains("kubeproxy_sync_proxy_rules_duration_seconds_count 1"))
-        {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    let text = last.expect("metrics served");
-    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
-    assert!(
-        text.contains("kubeproxy_sync_proxy_rules_duration_seconds_count 1"),
-        "one sync counted: {text}"
-    );
-}
-
 /// A config file's `${VAR}`s are expanded per value, after parsing: an
 /// unset one is refused by name, and a value with `#` or `: ` in it stays
 /// one value. Flags after `--config FILE` override the file's, whether
@@ -998,9 +951,20 @@ items:
     };
     assert_eq!(connect(), "web");
 
-    // --cleanup: detached, unpinned.
+    // --cleanup --dry-run: says which pins it would remove, removes none.
     args.retain(|a| *a != "--once");
     args.push("--cleanup");
+    let dry = [&args[..], &["--dry-run"]].concat();
+    let (code, stdout, stderr) = kpng(&dry);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains(&format!("would remove the pins {pin_path}/v-")),
+        "{stdout}"
+    );
+    assert!(pins.exists());
+    assert_eq!(connect(), "web", "still attached after a dry run");
+
+    // --cleanup: detached, unpinned.
     let (code, _, stderr) = kpng(&args);
     assert_eq!(code, 0, "{stderr}");
     assert!(!pins.exists());

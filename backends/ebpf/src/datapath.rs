@@ -517,6 +517,24 @@ impl RunTimeStats {
     }
 }
 
+/// What [`cleanup`] would remove under `pin_path`, changing nothing
+/// (`--cleanup --dry-run`): kpng's own entries (`v-<digest>`), each a
+/// program version's links and maps.
+pub fn cleanup_plan(pin_path: &Path) -> Result<Vec<std::path::PathBuf>, Error> {
+    if !pin_path.exists() {
+        return Ok(Vec::new());
+    }
+    check_bpffs(pin_path)?;
+    let entries = std::fs::read_dir(pin_path).map_err(pin_err(pin_path))?;
+    let mut found: Vec<_> = entries
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("v-"))
+        .map(|e| e.path())
+        .collect();
+    found.sort();
+    Ok(found)
+}
+
 /// Removes everything kpng pinned under `pin_path`: its links (which
 /// detaches its programs from their cgroups) and its maps, then the
 /// directory when nothing else is in it. Only kpng's own entries

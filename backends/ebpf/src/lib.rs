@@ -83,7 +83,8 @@ use kpng_sink::{IncrementalSink, ProxyConfig, SinkError, ViewTracker};
 
 use datapath::Datapath;
 pub use datapath::{
-    Counters, DEFAULT_PIN_PATH, ProgramRuns, RunTimeStats, cgroup2_root, cleanup, map_memory,
+    Counters, DEFAULT_PIN_PATH, ProgramRuns, RunTimeStats, cgroup2_root, cleanup, cleanup_plan,
+    map_memory,
 };
 use state::{State, contribution, nodeport_ips};
 use tables::{Recorder, Tables};

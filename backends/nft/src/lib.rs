@@ -318,6 +318,25 @@ impl NftBackend {
         Ok(deleted)
     }
 
+    /// What [`cleanup`](Self::cleanup) would delete, read from the kernel
+    /// and changing nothing (`--cleanup --dry-run`): the backend's tables
+    /// that exist now, as `family name` (`ip kpng`, `ip6 kpng`).
+    pub fn cleanup_plan(config: &NftConfig) -> Result<Vec<String>, Error> {
+        let mut socket = nft::Socket::open(config.netns.as_deref())?;
+        let mut found = Vec::new();
+        for family in IpFamily::BOTH {
+            let family = Fam(family).family();
+            if socket
+                .tables(family)?
+                .iter()
+                .any(|name| name == config.table.as_str())
+            {
+                found.push(format!("{family} {}", config.table));
+            }
+        }
+        Ok(found)
+    }
+
     /// The settings.
     pub fn config(&self) -> &NftConfig {
         &self.config
