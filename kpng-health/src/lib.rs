@@ -12,7 +12,9 @@
 //!   [`serve_healthz`] answers `/livez`, `503` once a change has waited
 //!   longer than the timeout, and `/healthz`, `503` then too and while the
 //!   node is being deleted or carries the `ToBeDeletedByClusterAutoscaler`
-//!   taint (KEP-3836), so load balancers stop sending new connections.
+//!   taint (KEP-3836), so load balancers stop sending new connections,
+//!   and while the input is held back ([`ProxyHealth::set_held_back`]: a
+//!   mass deletion refused by kpng-drive's guard), the reason in the body.
 //!
 //! # Example
 //!
@@ -69,6 +71,8 @@ struct SyncState {
     pending_since: Option<Instant>,
     /// This node is going away (KEP-3836).
     node_terminating: bool,
+    /// Why the input is held back (a mass deletion), if it is.
+    held_back: Option<String>,
 }
 
 /// Whether the proxy keeps its data plane in sync: healthy after the first
@@ -85,7 +89,18 @@ impl ProxyHealth {
             last_sync: None,
             pending_since: None,
             node_terminating: false,
+            held_back: None,
         })))
+    }
+
+    /// Whether the input is held back, and why (a mass deletion the guard
+    /// refused): `/healthz` answers `503` with the reason meanwhile, as
+    /// the data plane no longer follows the cluster. `/livez` is not
+    /// affected: restarting would not help.
+    pub fn set_held_back(&self, reason: Option<String>) {
+        if let Ok(mut s) = self.0.lock() {
+            s.held_back = reason;
+        }
     }
 
     /// Whether this node is going away: being deleted, or tainted
@@ -124,7 +139,11 @@ impl ProxyHealth {
     /// (`/healthz`, and `serviceProxyHealthy` of the health-check node
     /// ports): [`live`](Self::live), and this node is not going away.
     pub fn healthy(&self) -> bool {
-        self.live() && self.0.lock().is_ok_and(|s| !s.node_terminating)
+        self.live()
+            && self
+                .0
+                .lock()
+                .is_ok_and(|s| !s.node_terminating && s.held_back.is_none())
     }
 
     /// The `/healthz` body: the last sync and now, in seconds since the
@@ -138,12 +157,17 @@ impl ProxyHealth {
             .and_then(|s| s.last_sync)
             .map(|(_, t)| seconds(t));
         let eligible = self.0.lock().is_ok_and(|s| !s.node_terminating);
-        serde_json::json!({
+        let held_back = self.0.lock().ok().and_then(|s| s.held_back.clone());
+        let mut body = serde_json::json!({
             "lastUpdated": last,
             "currentTime": seconds(SystemTime::now()),
             "healthy": self.healthy(),
             "nodeEligible": eligible,
-        })
+        });
+        if let (Some(reason), Some(map)) = (held_back, body.as_object_mut()) {
+            map.insert("heldBack".into(), reason.into());
+        }
+        body
     }
 }
 
@@ -611,7 +635,7 @@ impl Drop for HealthCheckServer {
 /// ```
 #[derive(Default)]
 pub struct Companions {
-    healthz: Option<(TcpListener, Duration)>,
+    healthz: Option<(TcpListener, ProxyHealth)>,
     prefixes: Option<Vec<(IpAddr, u8)>>,
     followers: Vec<Box<dyn FullStateSink + Send>>,
 }
@@ -619,7 +643,7 @@ pub struct Companions {
 impl std::fmt::Debug for Companions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Companions")
-            .field("healthz", &self.healthz.as_ref().map(|(_, t)| t))
+            .field("healthz", &self.healthz.as_ref().map(|(_, h)| h))
             .field("prefixes", &self.prefixes)
             .field("followers", &self.followers.len())
             .finish()
@@ -644,8 +668,14 @@ impl Companions {
     /// ports.
     #[must_use]
     pub fn healthz(mut self, listener: TcpListener, timeout: Duration) -> Self {
-        self.healthz = Some((listener, timeout));
+        self.healthz = Some((listener, ProxyHealth::new(timeout)));
         self
+    }
+
+    /// The health `/healthz` reports, once [`healthz`](Self::healthz) is
+    /// set: others may add to it (a held-back input, say).
+    pub fn proxy_health(&self) -> Option<ProxyHealth> {
+        self.healthz.as_ref().map(|(_, health)| health.clone())
     }
 
     /// Serves the health-check node ports on the node's addresses within
@@ -665,8 +695,7 @@ impl Companions {
     ) -> Box<dyn IncrementalSink + Send> {
         let backend: Box<dyn IncrementalSink + Send> = match self.healthz {
             None => Box::new(backend),
-            Some((listener, timeout)) => {
-                let health = ProxyHealth::new(timeout);
+            Some((listener, health)) => {
                 tokio::spawn(serve_healthz(listener, health.clone()));
                 let server = match self.prefixes {
                     Some(prefixes) => HealthCheckServer::on_prefixes(prefixes, health.clone()),
