@@ -120,7 +120,7 @@ impl std::fmt::Display for Hold {
         match self.reason {
             Reason::All => write!(
                 f,
-                "the input would delete all {before} Services ({before} -> {after})"
+                "the input would delete every Service ({before} -> {after})"
             )?,
             Reason::Share(share) => write!(
                 f,
@@ -129,12 +129,12 @@ impl std::fmt::Display for Hold {
                 share * 100.0
             )?,
         }
-        let left = self.confirm_at.saturating_duration_since(Instant::now());
+        let wait = self.confirm_at.saturating_duration_since(self.since);
         write!(
             f,
-            "; held back, the previous state kept, until the input lasts {}s more \
-             (or --allow-mass-delete)",
-            left.as_secs()
+            "; held back (the previous state kept) until the input has lasted {}s, \
+             or --allow-mass-delete",
+            wait.as_secs()
         )
     }
 }
@@ -486,9 +486,10 @@ mod tests {
             panic!("held")
         };
         assert_eq!(hold.confirm_at, t0 + Duration::from_secs(60));
-        assert!(
-            hold.to_string().contains("delete all 20 Services"),
-            "{hold}"
+        assert_eq!(
+            hold.to_string(),
+            "the input would delete every Service (20 -> 0); held back (the previous state \
+             kept) until the input has lasted 60s, or --allow-mass-delete"
         );
         // Still that small (another mass deletion): the clock runs on.
         let later = t0 + Duration::from_secs(30);

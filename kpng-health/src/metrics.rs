@@ -138,7 +138,7 @@ impl Metrics {
         );
         registry.register(
             "kpng_sync_held_back",
-            "1 while a mass deletion is held back and the previous state kept",
+            "Whether a mass deletion is held back, the previous state kept (1) or not (0)",
             Gauge::clone(&held_back),
         );
         registry.register(

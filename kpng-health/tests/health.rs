@@ -303,12 +303,12 @@ async fn healthz_turns_unhealthy_while_the_input_is_held_back() {
     assert_eq!(get(port, "/healthz").await.expect("served").0, 200);
 
     health.set_held_back(Some(
-        "the input would delete all 12 Services (12 -> 0)".into(),
+        "the input would delete every Service (12 -> 0)".into(),
     ));
     let (status, body) = get(port, "/healthz").await.expect("served");
     assert_eq!(status, 503, "{body}");
     assert_eq!(
-        body["heldBack"], "the input would delete all 12 Services (12 -> 0)",
+        body["heldBack"], "the input would delete every Service (12 -> 0)",
         "{body}"
     );
     assert_eq!(get(port, "/livez").await.expect("served").0, 200);

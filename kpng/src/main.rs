@@ -28,7 +28,7 @@ use kpng_backend_ebpf::{EbpfBackend, EbpfConfig};
 use kpng_backend_iptables::{IptablesBackend, IptablesConfig, Mode as IptablesMode};
 use kpng_backend_nft::{NftBackend, NftConfig};
 use kpng_diff::NodeProjector;
-use kpng_drive::{DriveConfig, drive};
+use kpng_drive::{DriveConfig, Guarded, HoldStatus, drive};
 use kpng_kube::watch::{NodeScope, WatchConfig};
 use kpng_kube::{Ingest, IngestConfig, file};
 use kpng_sink::{IncrementalSink, Logged};
@@ -85,11 +85,38 @@ fn hostname() -> String {
         .unwrap_or_else(|_| "localhost".into())
 }
 
-/// The backend the command line asks for, wrapped to report each sync.
+/// The backend the command line asks for, wrapped to report each sync,
+/// behind the guard against mass deletions when it programs the kernel
+/// (dry runs included): the guard's hold shows in the metrics and at
+/// `/healthz`, and is returned for the driver to re-check.
 fn backend(
     sink: &Sink,
     metrics: &kpng_health::metrics::Metrics,
     store: Option<&kpng_store::Reader>,
+) -> Result<(Box<dyn IncrementalSink + Send>, Option<HoldStatus>), Error> {
+    let mut health = None;
+    let backend = unguarded(sink, metrics, store, &mut health)?;
+    let Some(args) = sink.args() else {
+        return Ok((backend, None));
+    };
+    let metrics = metrics.clone();
+    let guarded = Guarded::new(backend, args.guard()).observed(move |hold| {
+        metrics.held_back(hold.is_some());
+        if let Some(health) = &health {
+            health.set_held_back(hold.map(ToString::to_string));
+        }
+    });
+    let status = guarded.status();
+    Ok((Box::new(guarded), Some(status)))
+}
+
+/// The backend the command line asks for, wrapped to report each sync;
+/// `health` is what its `/healthz` reports, when it serves one.
+fn unguarded(
+    sink: &Sink,
+    metrics: &kpng_health::metrics::Metrics,
+    store: Option<&kpng_store::Reader>,
+    health: &mut Option<kpng_health::ProxyHealth>,
 ) -> Result<Box<dyn IncrementalSink + Send>, Error> {
     // Network programming latency from the EndpointSlices' trigger times
     // when this process holds the store they went into.
@@ -122,12 +149,15 @@ fn backend(
                 (_, true) => Box::new(measured(Box::new(
                     Logged::new(backend.dry_run()).printing_scripts(),
                 ))),
-                (None, false) => {
-                    with_health(measured(Box::new(Logged::new(backend))), args, &proxy)?
-                }
+                (None, false) => with_health(
+                    measured(Box::new(Logged::new(backend))),
+                    args,
+                    &proxy,
+                    health,
+                )?,
             }
         }
-        Sink::ToEbpf(ebpf) => ebpf_backend(ebpf, &measured)?,
+        Sink::ToEbpf(ebpf) => ebpf_backend(ebpf, &measured, health)?,
         Sink::ToIptables(ipt) => {
             let args = &ipt.common;
             let proxy = args.proxy()?;
@@ -152,9 +182,12 @@ fn backend(
                 (_, true) => Box::new(measured(Box::new(
                     Logged::new(backend.dry_run()).printing_scripts(),
                 ))),
-                (None, false) => {
-                    with_health(measured(Box::new(Logged::new(backend))), args, &proxy)?
-                }
+                (None, false) => with_health(
+                    measured(Box::new(Logged::new(backend))),
+                    args,
+                    &proxy,
+                    health,
+                )?,
             }
         }
     })
@@ -167,6 +200,7 @@ fn ebpf_backend(
     measured: &dyn Fn(
         Box<dyn IncrementalSink + Send>,
     ) -> kpng_health::metrics::Measured<Box<dyn IncrementalSink + Send>>,
+    health: &mut Option<kpng_health::ProxyHealth>,
 ) -> Result<Box<dyn IncrementalSink + Send>, Error> {
     let args = &ebpf.common;
     let proxy = args.proxy()?;
@@ -195,7 +229,7 @@ fn ebpf_backend(
     if let Some(nft) = nft {
         sinks.push(Box::new(Logged::new(nft)));
     }
-    with_health(measured(Box::new(sinks)), args, &proxy)
+    with_health(measured(Box::new(sinks)), args, &proxy, health)
 }
 
 /// `to-ebpf --cleanup`: detaches the programs, removes the pins, and
@@ -258,11 +292,13 @@ fn bind_tcp(flag: &str, value: &str) -> Result<tokio::net::TcpListener, Error> {
 /// Adds what kube-proxy runs beside a kernel backend: its conntrack
 /// settings, UDP conntrack cleanup (over ctnetlink: the `conntrack` tool is
 /// never run), `/healthz` and `/livez` on `--healthz-bind-address`, and the
-/// health-check node ports of the node view.
+/// health-check node ports of the node view. `health` is set to what
+/// `/healthz` reports.
 fn with_health<S: IncrementalSink + Send + 'static>(
     backend: S,
     args: &BackendArgs,
     proxy: &kpng_sink::ProxyConfig,
+    health: &mut Option<kpng_health::ProxyHealth>,
 ) -> Result<Box<dyn IncrementalSink + Send>, Error> {
     let mut sysctls = kpng_conntrack::Sysctls::default();
     sysctls.max_per_core = args.conntrack_max_per_core;
@@ -283,6 +319,7 @@ fn with_health<S: IncrementalSink + Send + 'static>(
     if !args.healthz_bind_address.is_empty() {
         let listener = bind_tcp("--healthz-bind-address", &args.healthz_bind_address)?;
         companions = companions.healthz(listener, args.healthz_timeout);
+        *health = companions.proxy_health();
     }
     if let Some(prefixes) = proxy.nodeport_prefixes() {
         companions = companions.health_check_prefixes(prefixes);
@@ -343,9 +380,9 @@ async fn finish(
     }
     let node = node.ok_or_else(|| Error::Usage("--node is needed by this sink".into()))?;
     let metrics = serve_metrics(sink, Some(reader.clone()))?;
-    let mut backend = backend(sink, &metrics, Some(&reader))?;
+    let (mut backend, hold) = backend(sink, &metrics, Some(&reader))?;
     let mut projector = NodeProjector::new(node);
-    let config = match sink.args() {
+    let mut config = match sink.args() {
         Some(args) => drive_config(args, once),
         None => {
             let mut config = DriveConfig::default();
@@ -353,6 +390,7 @@ async fn finish(
             config
         }
     };
+    config.hold = hold;
     Ok(drive(reader, &mut projector, &mut *backend, &config).await?)
 }
 
@@ -371,7 +409,8 @@ async fn run(cli: Cli) -> Result<(), Error> {
                     hostname()
                 }
             });
-            let mut config = IngestConfig::for_node(node.as_str());
+            let mut config = IngestConfig::for_node(node.as_str())
+                .allow_empty_input(args.sink.args().is_some_and(|a| a.allow_mass_delete));
             if let Some(name) = &args.proxy_name {
                 config = config.with_proxy_name(name);
             }
@@ -450,7 +489,9 @@ async fn run(cli: Cli) -> Result<(), Error> {
                 return Err(Error::Usage("--node is needed by this sink".into()));
             }
             let metrics = serve_metrics(&args.sink, None)?;
-            let mut sink = backend(&args.sink, &metrics, None)?;
+            // The agent's rounds go through the guard too; a hold is
+            // re-checked at the next change the server sends.
+            let (mut sink, _hold) = backend(&args.sink, &metrics, None)?;
             let mut config = kpng_api::AgentConfig::default();
             config.once = args.sink.once();
             Ok(kpng_api::run_agent(&address, &args.node, &mut *sink, &config).await?)
