@@ -1084,10 +1084,10 @@ fn an_input_with_nothing_to_read_is_an_error_naming_the_file() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// `--watch` on a file rewritten with `>`: truncated, then written 0.3 s
-/// later. It was read in between, and one sync deleted every Service.
-/// Now it is read once whole: every view kpng syncs (printed by
-/// `to-file`) has all the Services.
+/// `--watch` on a file rewritten with `>` and written slowly: it was read
+/// while empty (one sync deleted every Service) or half-written. Now an
+/// empty file is not applied and a file is read once whole: every view
+/// kpng syncs (printed by `to-file`) has all the Services.
 #[test]
 fn a_watched_file_rewritten_slowly_never_syncs_an_empty_view() {
     use std::io::Read as _;
@@ -1126,10 +1126,21 @@ fn a_watched_file_rewritten_slowly_never_syncs_an_empty_view() {
     };
     assert!(read_until("t/svc-2", &mut output), "first sync");
     std::thread::sleep(std::time::Duration::from_millis(1_200));
-    // `>`: truncated now, written 0.3 s later.
+    // `>` and a slow writer: truncated now (and long enough that a poll
+    // sees it), then the first Service, then 0.3 s later the rest.
     std::fs::File::create(&path).expect("truncate");
+    std::thread::sleep(std::time::Duration::from_millis(1_200));
+    std::fs::write(&path, services_yaml(1, 1)).expect("first part");
     std::thread::sleep(std::time::Duration::from_millis(300));
-    std::fs::write(&path, services_yaml(1, 3)).expect("rewrite");
+    {
+        use std::io::Write as _;
+        let mut file = std::fs::File::options()
+            .append(true)
+            .open(&path)
+            .expect("append");
+        file.write_all(services_yaml(2, 2).as_bytes())
+            .expect("the rest");
+    }
     let rewritten = read_until("t/svc-3", &mut output);
     let _ = child.kill();
     let _ = child.wait();
