@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use kpng_diff::NodeProjector;
 
-use crate::Backoff;
+use crate::{Backoff, HoldStatus};
 
 /// A token bucket that spaces syncs: at most `burst` syncs back to back,
 /// then one per `min_interval` (kube-proxy's `--min-sync-period`, default
@@ -78,6 +78,10 @@ pub struct DriveConfig {
     /// Kinds that must be synced (initial lists complete) before anything
     /// is programmed.
     pub wait_for: Vec<Kind>,
+    /// The hold of a [`Guarded`](crate::Guarded) sink: while one is in
+    /// force, the input is re-checked (a full round) when it may be
+    /// confirmed, even if no new revision came.
+    pub hold: Option<HoldStatus>,
 }
 
 impl DriveConfig {
@@ -115,6 +119,14 @@ impl DriveConfig {
         self.wait_for = kinds.into_iter().collect();
         self
     }
+
+    /// Re-checks the input when `hold` (a [`Guarded`](crate::Guarded)
+    /// sink's) may be confirmed.
+    #[must_use]
+    pub fn hold(mut self, hold: HoldStatus) -> Self {
+        self.hold = Some(hold);
+        self
+    }
 }
 
 impl Default for DriveConfig {
@@ -126,6 +138,7 @@ impl Default for DriveConfig {
             max_retry: Duration::from_secs(30),
             once: false,
             wait_for: vec![Kind::Service, Kind::Endpoint],
+            hold: None,
         }
     }
 }
@@ -160,8 +173,22 @@ pub async fn drive<S: IncrementalSink + ?Sized>(
             Ok(_) if config.once => return Ok(()),
             Ok(_) => {
                 backoff.reset();
-                if reader.newer_than(snapshot.revision()).await.is_err() {
-                    return Ok(());
+                let recheck = config.hold.as_ref().and_then(HoldStatus::recheck_in);
+                let newer = reader.newer_than(snapshot.revision());
+                match recheck {
+                    None => {
+                        if newer.await.is_err() {
+                            return Ok(());
+                        }
+                    }
+                    // A held input may be confirmed then: the same
+                    // snapshot again, whole (a round with no change sends
+                    // nothing).
+                    Some(wait) => match tokio::time::timeout(wait, newer).await {
+                        Ok(Err(_)) => return Ok(()),
+                        Ok(Ok(_)) => {}
+                        Err(_) => projector.force_full(),
+                    },
                 }
             }
             Err(e) if config.once => return Err(e),

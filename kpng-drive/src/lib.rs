@@ -9,6 +9,11 @@
 //! - [`SyncLimiter`]: kube-proxy's `--min-sync-period` as a token bucket.
 //! - [`Backoff`]: exponential, capped and jittered delays, for the driver,
 //!   the API agent and the mirror.
+//! - [`guard`]: the guard against losing everything. [`Guarded`] holds
+//!   back a round that would delete every programmed Service, or more
+//!   than a share of them, until it lasts a confirmation time or an
+//!   override lets it through; [`drive`] re-checks a hold when it may be
+//!   confirmed ([`DriveConfig::hold`]).
 //!
 //! # Example
 //!
@@ -50,9 +55,11 @@
 
 mod backoff;
 mod drive;
+pub mod guard;
 
 pub use backoff::Backoff;
 pub use drive::{DriveConfig, SyncLimiter, drive};
+pub use guard::{Guard, GuardConfig, Guarded, HoldStatus};
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]

@@ -14,7 +14,9 @@
 //!   node is being deleted or carries the `ToBeDeletedByClusterAutoscaler`
 //!   taint (KEP-3836), so load balancers stop sending new connections,
 //!   and while a named readiness [`Conditions`] entry is set (kpng sets
-//!   `node` while no Node object has this node's name).
+//!   `node` while no Node object has this node's name),
+//!   and while the input is held back ([`ProxyHealth::set_held_back`]: a
+//!   mass deletion refused by kpng-drive's guard), the reason in the body.
 //!
 //! # Example
 //!
@@ -73,6 +75,8 @@ struct SyncState {
     node_terminating: bool,
     /// Named reasons not to be ready.
     conditions: Conditions,
+    /// Why the input is held back (a mass deletion), if it is.
+    held_back: Option<String>,
 }
 
 /// Named reasons the proxy is not ready, each with why: while any is set,
@@ -136,6 +140,7 @@ impl ProxyHealth {
             pending_since: None,
             node_terminating: false,
             conditions: Conditions::default(),
+            held_back: None,
         })))
     }
 
@@ -154,6 +159,16 @@ impl ProxyHealth {
             .lock()
             .map(|s| s.conditions.clone())
             .unwrap_or_default()
+    }
+
+    /// Whether the input is held back, and why (a mass deletion the guard
+    /// refused): `/healthz` answers `503` with the reason meanwhile, as
+    /// the data plane no longer follows the cluster. `/livez` is not
+    /// affected: restarting would not help.
+    pub fn set_held_back(&self, reason: Option<String>) {
+        if let Ok(mut s) = self.0.lock() {
+            s.held_back = reason;
+        }
     }
 
     /// Whether this node is going away: being deleted, or tainted
@@ -197,7 +212,7 @@ impl ProxyHealth {
             && self
                 .0
                 .lock()
-                .is_ok_and(|s| !s.node_terminating && s.conditions.is_clear())
+                .is_ok_and(|s| !s.node_terminating && s.conditions.is_clear() && s.held_back.is_none())
     }
 
     /// The `/healthz` body: the last sync and now, in seconds since the
@@ -211,13 +226,18 @@ impl ProxyHealth {
             .and_then(|s| s.last_sync)
             .map(|(_, t)| seconds(t));
         let eligible = self.0.lock().is_ok_and(|s| !s.node_terminating);
-        serde_json::json!({
+        let held_back = self.0.lock().ok().and_then(|s| s.held_back.clone());
+        let mut body = serde_json::json!({
             "lastUpdated": last,
             "currentTime": seconds(SystemTime::now()),
             "healthy": self.healthy(),
             "nodeEligible": eligible,
             "conditions": self.conditions().failing(),
-        })
+        });
+        if let (Some(reason), Some(map)) = (held_back, body.as_object_mut()) {
+            map.insert("heldBack".into(), reason.into());
+        }
+        body
     }
 }
 
@@ -685,7 +705,7 @@ impl Drop for HealthCheckServer {
 /// ```
 #[derive(Default)]
 pub struct Companions {
-    healthz: Option<(TcpListener, Duration)>,
+    healthz: Option<(TcpListener, ProxyHealth)>,
     prefixes: Option<Vec<(IpAddr, u8)>>,
     followers: Vec<Box<dyn FullStateSink + Send>>,
     conditions: Conditions,
@@ -694,7 +714,7 @@ pub struct Companions {
 impl std::fmt::Debug for Companions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Companions")
-            .field("healthz", &self.healthz.as_ref().map(|(_, t)| t))
+            .field("healthz", &self.healthz.as_ref().map(|(_, h)| h))
             .field("prefixes", &self.prefixes)
             .field("followers", &self.followers.len())
             .finish()
@@ -719,7 +739,7 @@ impl Companions {
     /// ports.
     #[must_use]
     pub fn healthz(mut self, listener: TcpListener, timeout: Duration) -> Self {
-        self.healthz = Some((listener, timeout));
+        self.healthz = Some((listener, ProxyHealth::new(timeout)));
         self
     }
 
@@ -729,6 +749,12 @@ impl Companions {
     pub fn conditions(mut self, conditions: Conditions) -> Self {
         self.conditions = conditions;
         self
+    }
+
+    /// The health `/healthz` reports, once [`healthz`](Self::healthz) is
+    /// set: others may add to it (a held-back input, say).
+    pub fn proxy_health(&self) -> Option<ProxyHealth> {
+        self.healthz.as_ref().map(|(_, health)| health.clone())
     }
 
     /// Serves the health-check node ports on the node's addresses within
@@ -748,8 +774,8 @@ impl Companions {
     ) -> Box<dyn IncrementalSink + Send> {
         let backend: Box<dyn IncrementalSink + Send> = match self.healthz {
             None => Box::new(backend),
-            Some((listener, timeout)) => {
-                let health = ProxyHealth::new(timeout).with_conditions(self.conditions);
+            Some((listener, health)) => {
+                let health = health.with_conditions(self.conditions);
                 tokio::spawn(serve_healthz(listener, health.clone()));
                 let server = match self.prefixes {
                     Some(prefixes) => HealthCheckServer::on_prefixes(prefixes, health.clone()),

@@ -11,6 +11,8 @@
 //! | `kpng_services`, `kpng_endpoints` | in this node's view |
 //! | `kpng_store_writes_total`, `kpng_store_noop_writes_total`, `kpng_revisions_total` | ingest: API events written, those that changed nothing, and revisions made |
 //! | `kpng_aggregator_transactions_total` | kernel transactions of an aggregator |
+//! | `kpng_sync_held_back` | 1 while a mass deletion is held back (the previous state kept), else 0 |
+//! | `kpng_mass_deletions_held_total` | mass deletions held back (each hold once) |
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
@@ -38,6 +40,8 @@ struct Inner {
     noop_writes: Counter,
     revisions: Counter,
     transactions: Counter,
+    held_back: Gauge,
+    holds: Counter,
     /// What was counted of the store's and the aggregator's totals.
     seen: Mutex<(kpng_store::Stats, u64)>,
 }
@@ -71,6 +75,7 @@ impl Metrics {
         let last_sync = Gauge::<f64, AtomicU64>::default();
         let (failures, writes, noop_writes, revisions, transactions) = Default::default();
         let (services, endpoints) = (Gauge::default(), Gauge::default());
+        let (held_back, holds) = (Gauge::default(), Counter::default());
         registry.register(
             "kubeproxy_sync_proxy_rules_duration_seconds",
             "Sync latency of the proxy rules",
@@ -131,6 +136,16 @@ impl Metrics {
             "Kernel transactions of the aggregator",
             Counter::clone(&transactions),
         );
+        registry.register(
+            "kpng_sync_held_back",
+            "Whether a mass deletion is held back, the previous state kept (1) or not (0)",
+            Gauge::clone(&held_back),
+        );
+        registry.register(
+            "kpng_mass_deletions_held",
+            "Mass deletions held back",
+            Counter::clone(&holds),
+        );
         Self(Arc::new(Inner {
             registry,
             sync,
@@ -145,6 +160,8 @@ impl Metrics {
             noop_writes,
             revisions,
             transactions,
+            held_back,
+            holds,
             seen: Mutex::new((kpng_store::Stats::default(), 0)),
         }))
     }
@@ -173,6 +190,15 @@ impl Metrics {
                 .transactions
                 .inc_by(transactions.saturating_sub(seen.1));
             seen.1 = transactions;
+        }
+    }
+
+    /// Whether a mass deletion is held back now; each hold that starts
+    /// is counted once.
+    pub fn held_back(&self, held: bool) {
+        let was = self.0.held_back.set(i64::from(held)) != 0;
+        if held && !was {
+            self.0.holds.inc();
         }
     }
 

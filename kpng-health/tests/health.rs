@@ -323,3 +323,34 @@ async fn a_readiness_condition_holds_healthz_at_503_until_cleared() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["conditions"], serde_json::json!({}));
 }
+
+/// While the input is held back (a mass deletion the guard refused),
+/// `/healthz` answers 503 with the reason in the body, `/livez` still 200
+/// (a restart would not help); it comes back when the hold ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_turns_unhealthy_while_the_input_is_held_back() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let health = ProxyHealth::new(Duration::from_secs(60));
+    tokio::spawn(serve_healthz(listener, health.clone()));
+    health.synced();
+    assert_eq!(get(port, "/healthz").await.expect("served").0, 200);
+
+    health.set_held_back(Some(
+        "the input would delete every Service (12 -> 0)".into(),
+    ));
+    let (status, body) = get(port, "/healthz").await.expect("served");
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(
+        body["heldBack"], "the input would delete every Service (12 -> 0)",
+        "{body}"
+    );
+    assert_eq!(get(port, "/livez").await.expect("served").0, 200);
+
+    health.set_held_back(None);
+    let (status, body) = get(port, "/healthz").await.expect("served");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.get("heldBack").is_none(), "{body}");
+}

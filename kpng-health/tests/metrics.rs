@@ -181,3 +181,22 @@ fn programming_latency_runs_from_the_trigger_time() {
     sink.sync(revision).expect("sync");
     assert_eq!(parse(&metrics.encode())[count], 1.0);
 }
+
+/// A held-back mass deletion shows: the gauge is 1 while it lasts, and
+/// each hold is counted once however often it is reported.
+#[test]
+fn a_held_back_deletion_shows() {
+    let metrics = Metrics::new();
+    let samples = parse(&metrics.encode());
+    assert_eq!(samples["kpng_sync_held_back"], 0.0);
+    assert_eq!(samples["kpng_mass_deletions_held_total"], 0.0);
+    metrics.held_back(true);
+    metrics.held_back(true);
+    let samples = parse(&metrics.encode());
+    assert_eq!(samples["kpng_sync_held_back"], 1.0);
+    assert_eq!(samples["kpng_mass_deletions_held_total"], 1.0);
+    metrics.held_back(false);
+    let samples = parse(&metrics.encode());
+    assert_eq!(samples["kpng_sync_held_back"], 0.0);
+    assert_eq!(samples["kpng_mass_deletions_held_total"], 1.0);
+}

@@ -7,7 +7,17 @@
 //!
 //! A file is checked whole before anything is applied: an error names the
 //! file, the document (and `List` item), the object and the field, and
-//! leaves the store as it was.
+//! leaves the store as it was. A file with no Service, EndpointSlice or
+//! Node in it (empty, only comments, only other kinds) is refused too
+//! ([`Error::Empty`]), unless [`IngestConfig::allow_empty_input`]: loading
+//! it would delete every Service.
+//!
+//! [`IngestConfig::allow_empty_input`]: crate::IngestConfig::allow_empty_input
+//!
+//! [`watch_changes`] reads a changed file only once it is whole: its size,
+//! modification time and inode stable over [`SETTLE`] (a file renamed into
+//! place is whole at once), so a file rewritten with `>` is not read
+//! between its truncation and its new contents.
 
 use std::path::Path;
 use std::time::{Duration, SystemTime};
@@ -327,12 +337,26 @@ impl Ingest {
     /// manifest in errors. Returns the new revision, if anything changed.
     ///
     /// # Errors
-    /// [`Error::Manifest`] as [`parse_str`] reports it; nothing of the
-    /// manifest is applied then.
+    /// [`Error::Manifest`] as [`parse_str`] reports it; [`Error::Empty`]
+    /// for a manifest with no Service, EndpointSlice or Node (unless
+    /// allowed). Nothing of the manifest is applied then.
     pub fn load_str(&mut self, path: &str, text: &str) -> Result<Option<u64>> {
         let config = self.translate_config().clone();
+        let allow_empty = self.allows_empty_input();
         self.begin_every_relist();
-        let parsed = parse_each(path, text, &config, &mut |object| self.relisted(&object));
+        let mut read = 0usize;
+        let parsed = parse_each(path, text, &config, &mut |object| {
+            if !matches!(object, Object::ServiceCidr(_)) {
+                read += 1;
+            }
+            self.relisted(&object);
+        });
+        let parsed = match parsed {
+            Ok(()) if read == 0 && !allow_empty => Err(Error::Empty {
+                path: path.to_owned(),
+            }),
+            other => other,
+        };
         match parsed {
             Ok(()) => Ok(self.finish_relists()),
             Err(e) => {
@@ -370,9 +394,17 @@ pub async fn run(path: &Path, ingest: &mut Ingest, poll: Option<Duration>) -> Re
     Ok(())
 }
 
+/// How long a changed file's size, modification time and inode must stay
+/// the same before [`watch_changes`] reads it: a writer that truncates
+/// the file and writes it again (`>` in a shell) is done by then.
+pub const SETTLE: Duration = Duration::from_millis(500);
+
 /// Polls `path` every `period` and reloads it into `ingest` when its
-/// modification time differs from `seen` (the time of the last load).
-/// Errors are logged and the previous state kept. Never returns.
+/// modification time differs from `seen` (the time of the last load),
+/// once it is whole: unchanged over [`SETTLE`]. A file that does not
+/// parse, or holds nothing the proxy reads, is not applied: a warning
+/// names the file and the error, the previous state is kept, and the file
+/// is read again when it changes again. Never returns.
 pub async fn watch_changes(
     path: &Path,
     ingest: &mut Ingest,
@@ -381,20 +413,51 @@ pub async fn watch_changes(
 ) {
     loop {
         tokio::time::sleep(period).await;
-        let now = modified(path).await;
-        if now == seen {
+        let mut now = stamp(path).await;
+        if now.map(|s| s.modified) == seen {
             continue;
         }
-        seen = now;
+        // Whole once it stops changing.
+        loop {
+            tokio::time::sleep(SETTLE).await;
+            let again = stamp(path).await;
+            if again == now {
+                break;
+            }
+            tracing::debug!(path = %path.display(), "manifest still being written");
+            now = again;
+        }
+        seen = now.map(|s| s.modified);
         match ingest.load_file(path).await {
             Ok(revision) => {
                 tracing::info!(path = %path.display(), ?revision, "manifest reloaded");
             }
-            Err(error) => {
-                tracing::warn!(%error, "manifest not reloaded; keeping the previous state")
-            }
+            Err(error) => tracing::warn!(
+                path = %path.display(),
+                %error,
+                "manifest not applied; keeping the previous state until it changes again"
+            ),
         }
     }
+}
+
+/// What tells a file's contents changed: its modification time, size and
+/// inode (a rename into place changes the inode).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stamp {
+    modified: SystemTime,
+    len: u64,
+    inode: u64,
+}
+
+async fn stamp(path: &Path) -> Option<Stamp> {
+    use std::os::unix::fs::MetadataExt as _;
+    let meta = tokio::fs::metadata(path).await.ok()?;
+    Some(Stamp {
+        modified: meta.modified().ok()?,
+        len: meta.len(),
+        inode: meta.ino(),
+    })
 }
 
 /// The modification time of `path`, if it can be read.

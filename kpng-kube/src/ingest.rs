@@ -27,6 +27,11 @@ pub struct IngestConfig {
     /// This node's name, when the ingest runs for one node: when two slices
     /// of a Service list the same address, the copy on this node wins.
     pub node_name: Option<String>,
+    /// Load a manifest that holds no Service, EndpointSlice or Node (an
+    /// empty cluster). Off: such a manifest is refused
+    /// ([`Error::Empty`](crate::Error::Empty)), as an empty or truncated
+    /// file would otherwise delete every Service.
+    pub allow_empty_input: bool,
 }
 
 impl IngestConfig {
@@ -36,6 +41,13 @@ impl IngestConfig {
             node_name: Some(node_name.into()),
             ..Self::default()
         }
+    }
+
+    /// Loads manifests with no Service, EndpointSlice or Node when
+    /// `allow` holds.
+    pub fn allow_empty_input(mut self, allow: bool) -> Self {
+        self.allow_empty_input = allow;
+        self
     }
 
     /// Sets the proxy name (`service.kubernetes.io/service-proxy-name`).
@@ -264,6 +276,11 @@ impl Ingest {
     /// The translation settings.
     pub(crate) fn translate_config(&self) -> &TranslateConfig {
         &self.config.translate
+    }
+
+    /// Whether a manifest with nothing the proxy reads may be loaded.
+    pub(crate) fn allows_empty_input(&self) -> bool {
+        self.config.allow_empty_input
     }
 
     /// Drops every relist in progress, applying nothing of it.

@@ -66,6 +66,14 @@ pub enum Error {
         /// What is wrong, naming the object and field where known.
         message: String,
     },
+    /// A manifest holds nothing the proxy reads (empty, only comments,
+    /// only other kinds): loading it would delete every Service, so it is
+    /// refused unless [`IngestConfig::allow_empty_input`] says otherwise.
+    #[error("no Services, EndpointSlices or Nodes in {path}")]
+    Empty {
+        /// The file.
+        path: String,
+    },
 }
 
 /// The result type of this crate.

@@ -681,3 +681,93 @@ fn service_cidrs_make_revisions_only_when_their_ranges_change() {
     let err = kpng_kube::translate::service_cidr(&bad).expect_err("refused");
     assert!(err.to_string().contains("spec.cidrs[0]"), "{err}");
 }
+
+/// An empty file, one of only comments, or one of only kinds the proxy
+/// does not read would delete every Service: refused by name, nothing
+/// applied; allowed when the config says so (an empty cluster).
+#[test]
+fn a_manifest_with_nothing_to_read_is_refused() {
+    let svc = "apiVersion: v1\nkind: Service\nmetadata: {namespace: ns, name: ok}\nspec: {clusterIP: 10.96.0.1}\n";
+    for (name, text) in [
+        ("empty.yaml", ""),
+        ("comments.yaml", "# nothing here\n---\n# nor here\n"),
+        (
+            "others.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {namespace: ns, name: c}\n---\napiVersion: v1\nkind: Pod\nmetadata: {namespace: ns, name: p}\n",
+        ),
+        ("empty-list.json", r#"{"kind": "List", "items": []}"#),
+    ] {
+        let mut ingest = ingest();
+        assert_eq!(ingest.load_str("first.yaml", svc).expect("good"), Some(1));
+        let error = ingest.load_str(name, text).expect_err(name);
+        assert_eq!(
+            error.to_string(),
+            format!("no Services, EndpointSlices or Nodes in {name}")
+        );
+        assert_eq!(ingest.reader().snapshot().services().count(), 1, "{name}");
+        let mut allowed = Ingest::new(
+            Store::new(),
+            IngestConfig::for_node("node-a").allow_empty_input(true),
+        );
+        allowed.load_str(name, text).expect("allowed");
+        assert!(allowed.reader().snapshot().is_listed(Kind::Service));
+    }
+}
+
+/// A watched file rewritten in two writes 0.3 s apart (as `>` then a slow
+/// writer does) is read once whole: no revision holds the first half.
+#[tokio::test]
+async fn a_watched_file_is_read_once_whole() {
+    let dir = std::env::temp_dir().join(format!("kpng-kube-settle-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("cluster.yaml");
+    let service = |name: &str| {
+        format!(
+            "---\napiVersion: v1\nkind: Service\nmetadata: {{namespace: ns, name: {name}}}\nspec: {{clusterIP: 10.96.0.5}}\n"
+        )
+    };
+    std::fs::write(&path, [service("a"), service("b"), service("c")].concat()).expect("write");
+    let mut ingest = ingest();
+    let reader = ingest.reader();
+    let watched = path.clone();
+    let task = tokio::spawn(async move {
+        let poll = Some(std::time::Duration::from_millis(20));
+        file::run(&watched, &mut ingest, poll).await
+    });
+    // Every revision's Service count, as the driver would see it.
+    let (send, mut counts) = tokio::sync::mpsc::unbounded_channel();
+    let mut watcher = reader.clone();
+    let recorder = tokio::spawn(async move {
+        let mut revision = 0;
+        while let Ok(snap) = watcher.newer_than(revision).await {
+            revision = snap.revision();
+            let _ = send.send(snap.services().count());
+        }
+    });
+    let mut seen = Vec::new();
+    while seen.last() != Some(&3) {
+        seen.push(counts.recv().await.expect("a revision"));
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    std::fs::write(&path, service("a")).expect("first half");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    std::fs::write(&path, [service("a"), service("b"), service("d")].concat()).expect("whole");
+    tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        loop {
+            seen.push(counts.recv().await.expect("a revision"));
+            let snap = reader.snapshot();
+            if snap.service(&ServiceName::new("ns", "d")).is_some() {
+                break;
+            }
+        }
+    })
+    .await
+    .expect("the whole file is read");
+    assert!(
+        seen.iter().all(|&n| n == 3),
+        "revisions' Services: {seen:?}"
+    );
+    task.abort();
+    recorder.abort();
+    let _ = std::fs::remove_dir_all(&dir);
+}

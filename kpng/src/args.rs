@@ -347,6 +347,24 @@ pub(crate) struct BackendArgs {
     /// kube-proxy's does.
     #[arg(long, default_value = "127.0.0.1:10249", value_parser = metrics_with_port)]
     pub(crate) metrics_bind_address: String,
+    /// Apply at once an input that deletes every Service or more than
+    /// `--mass-delete-max-share` of them (held back otherwise), and accept
+    /// an input file with no Service, EndpointSlice or Node (an empty
+    /// cluster).
+    #[arg(long)]
+    pub(crate) allow_mass_delete: bool,
+    /// An input that deletes more than this share (0–1) of the programmed
+    /// Services is held back, the previous state kept, until it lasts
+    /// `--mass-delete-confirm-after`. One that deletes all of them always is.
+    #[arg(long, default_value_t = 0.5, value_parser = share)]
+    pub(crate) mass_delete_max_share: f64,
+    /// The share rule applies from this many programmed Services on.
+    #[arg(long, default_value_t = 10)]
+    pub(crate) mass_delete_min_services: usize,
+    /// A held-back mass deletion is applied once the input has been one
+    /// for this long.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub(crate) mass_delete_confirm_after: Duration,
 }
 
 impl Cli {
@@ -375,6 +393,15 @@ impl BackendArgs {
             bind_address(value, port).map_err(|e| Error::Usage(format!("invalid {flag}: {e}")))?;
         }
         Ok(())
+    }
+
+    /// The guard against mass deletions these flags set.
+    pub(crate) fn guard(&self) -> kpng_drive::GuardConfig {
+        kpng_drive::GuardConfig::default()
+            .max_delete_share(self.mass_delete_max_share)
+            .min_services(self.mass_delete_min_services)
+            .confirm_after(self.mass_delete_confirm_after)
+            .allow_mass_delete(self.allow_mass_delete)
     }
 
     /// kube-proxy's settings these flags give.
@@ -462,6 +489,14 @@ fn healthz_with_port(text: &str) -> Result<String, std::convert::Infallible> {
 
 fn metrics_with_port(text: &str) -> Result<String, std::convert::Infallible> {
     with_default_port(text, 10249)
+}
+
+/// A share: a number from 0 to 1.
+pub(crate) fn share(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(share) if (0.0..=1.0).contains(&share) => Ok(share),
+        _ => Err(format!("{text:?} is not a share from 0 to 1 (0.5 is half)")),
+    }
 }
 
 /// A duration in Go's format, as kube-proxy takes it: one or more

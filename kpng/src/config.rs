@@ -106,7 +106,9 @@ fn check_value(name: &str, value: &str) -> Result<(), String> {
         "nodeport-addresses" => args::nodeport_addresses(value).map(drop),
         "healthz-bind-address" => args::healthz_address(value).map(drop),
         "metrics-bind-address" => args::metrics_address(value).map(drop),
+        "mass-delete-max-share" => args::share(value).map(drop),
         "min-sync-period"
+        | "mass-delete-confirm-after"
         | "healthz-timeout"
         | "conntrack-tcp-timeout-established"
         | "conntrack-tcp-timeout-close-wait"

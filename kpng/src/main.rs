@@ -28,7 +28,7 @@ use kpng_backend_ebpf::{EbpfBackend, EbpfConfig};
 use kpng_backend_iptables::{IptablesBackend, IptablesConfig, Mode as IptablesMode};
 use kpng_backend_nft::{NftBackend, NftConfig};
 use kpng_diff::NodeProjector;
-use kpng_drive::{DriveConfig, drive};
+use kpng_drive::{DriveConfig, Guarded, HoldStatus, drive};
 use kpng_health::Conditions;
 use kpng_kube::watch::{NodeScope, WatchConfig};
 use kpng_kube::{Ingest, IngestConfig, file};
@@ -86,12 +86,40 @@ fn hostname() -> String {
         .unwrap_or_else(|_| "localhost".into())
 }
 
-/// The backend the command line asks for, wrapped to report each sync.
+/// The backend the command line asks for, wrapped to report each sync,
+/// behind the guard against mass deletions when it programs the kernel
+/// (dry runs included): the guard's hold shows in the metrics and at
+/// `/healthz`, and is returned for the driver to re-check.
 fn backend(
     sink: &Sink,
     metrics: &kpng_health::metrics::Metrics,
     store: Option<&kpng_store::Reader>,
     conditions: &Conditions,
+) -> Result<(Box<dyn IncrementalSink + Send>, Option<HoldStatus>), Error> {
+    let mut health = None;
+    let backend = unguarded(sink, metrics, store, conditions, &mut health)?;
+    let Some(args) = sink.args() else {
+        return Ok((backend, None));
+    };
+    let metrics = metrics.clone();
+    let guarded = Guarded::new(backend, args.guard()).observed(move |hold| {
+        metrics.held_back(hold.is_some());
+        if let Some(health) = &health {
+            health.set_held_back(hold.map(ToString::to_string));
+        }
+    });
+    let status = guarded.status();
+    Ok((Box::new(guarded), Some(status)))
+}
+
+/// The backend the command line asks for, wrapped to report each sync;
+/// `health` is what its `/healthz` reports, when it serves one.
+fn unguarded(
+    sink: &Sink,
+    metrics: &kpng_health::metrics::Metrics,
+    store: Option<&kpng_store::Reader>,
+    conditions: &Conditions,
+    health: &mut Option<kpng_health::ProxyHealth>,
 ) -> Result<Box<dyn IncrementalSink + Send>, Error> {
     // Network programming latency from the EndpointSlices' trigger times
     // when this process holds the store they went into.
@@ -129,10 +157,11 @@ fn backend(
                     args,
                     &proxy,
                     conditions,
+                    health,
                 )?,
             }
         }
-        Sink::ToEbpf(ebpf) => ebpf_backend(ebpf, &measured, conditions)?,
+        Sink::ToEbpf(ebpf) => ebpf_backend(ebpf, &measured, conditions, health)?,
         Sink::ToIptables(ipt) => {
             let args = &ipt.common;
             let proxy = args.proxy()?;
@@ -162,6 +191,7 @@ fn backend(
                     args,
                     &proxy,
                     conditions,
+                    health,
                 )?,
             }
         }
@@ -176,6 +206,7 @@ fn ebpf_backend(
         Box<dyn IncrementalSink + Send>,
     ) -> kpng_health::metrics::Measured<Box<dyn IncrementalSink + Send>>,
     conditions: &Conditions,
+    health: &mut Option<kpng_health::ProxyHealth>,
 ) -> Result<Box<dyn IncrementalSink + Send>, Error> {
     let args = &ebpf.common;
     let proxy = args.proxy()?;
@@ -204,7 +235,7 @@ fn ebpf_backend(
     if let Some(nft) = nft {
         sinks.push(Box::new(Logged::new(nft)));
     }
-    with_health(measured(Box::new(sinks)), args, &proxy, conditions)
+    with_health(measured(Box::new(sinks)), args, &proxy, conditions, health)
 }
 
 /// `to-ebpf --cleanup`: detaches the programs, removes the pins, and
@@ -338,7 +369,8 @@ fn bind_tcp(flag: &str, value: &str) -> Result<tokio::net::TcpListener, Error> {
 /// Adds what kube-proxy runs beside a kernel backend: its conntrack
 /// settings, UDP conntrack cleanup (over ctnetlink: the `conntrack` tool is
 /// never run), `/healthz` and `/livez` on `--healthz-bind-address`, and the
-/// health-check node ports of the node view.
+/// health-check node ports of the node view. `health` is set to what
+/// `/healthz` reports.
 ///
 /// Never in a dry run: those write sysctls, conntrack and ports.
 fn with_health<S: IncrementalSink + Send + 'static>(
@@ -346,6 +378,7 @@ fn with_health<S: IncrementalSink + Send + 'static>(
     args: &BackendArgs,
     proxy: &kpng_sink::ProxyConfig,
     conditions: &Conditions,
+    health: &mut Option<kpng_health::ProxyHealth>,
 ) -> Result<Box<dyn IncrementalSink + Send>, Error> {
     if args.dry_run {
         return Err(Error::Usage(
@@ -371,6 +404,7 @@ fn with_health<S: IncrementalSink + Send + 'static>(
     if !args.healthz_bind_address.is_empty() {
         let listener = bind_tcp("--healthz-bind-address", &args.healthz_bind_address)?;
         companions = companions.healthz(listener, args.healthz_timeout);
+        *health = companions.proxy_health();
     }
     if let Some(prefixes) = proxy.nodeport_prefixes() {
         companions = companions.health_check_prefixes(prefixes);
@@ -598,9 +632,9 @@ async fn finish(
     check_node(&reader, node, nodes, &conditions);
     dry_run_notes(sink);
     let metrics = serve_metrics(sink, Some(reader.clone()))?;
-    let mut backend = backend(sink, &metrics, Some(&reader), &conditions)?;
+    let (mut backend, hold) = backend(sink, &metrics, Some(&reader), &conditions)?;
     let mut projector = NodeProjector::new(node);
-    let config = match sink.args() {
+    let mut config = match sink.args() {
         Some(args) => drive_config(args, once),
         None => {
             let mut config = DriveConfig::default();
@@ -608,6 +642,7 @@ async fn finish(
             config
         }
     };
+    config.hold = hold;
     Ok(drive(reader, &mut projector, &mut *backend, &config).await?)
 }
 
@@ -630,7 +665,8 @@ async fn run(cli: Cli) -> Result<(), Error> {
                     hostname()
                 }
             });
-            let mut config = IngestConfig::for_node(node.as_str());
+            let mut config = IngestConfig::for_node(node.as_str())
+                .allow_empty_input(args.sink.args().is_some_and(|a| a.allow_mass_delete));
             if let Some(name) = &args.proxy_name {
                 config = config.with_proxy_name(name);
             }
@@ -718,7 +754,9 @@ async fn run(cli: Cli) -> Result<(), Error> {
                     args.node
                 ),
             );
-            let sink = backend(&args.sink, &metrics, None, &conditions)?;
+            // The agent's rounds go through the guard too; a hold is
+            // re-checked at the next change the server sends.
+            let (sink, _hold) = backend(&args.sink, &metrics, None, &conditions)?;
             let mut sink = NodeSeen::new(sink, &args.node, conditions);
             let mut config = kpng_api::AgentConfig::default();
             config.once = args.sink.once();

@@ -990,3 +990,310 @@ items:
     assert!(stderr.contains("is not on a bpf file system"), "{stderr}");
     let _ = std::fs::remove_file(&manifest);
 }
+
+/// `count` Services `svc-0`… (names from `first`), as multi-document YAML.
+fn services_yaml(first: usize, count: usize) -> String {
+    (first..first + count)
+        .map(|i| {
+            format!(
+                "---\napiVersion: v1\nkind: Service\nmetadata: {{namespace: t, name: svc-{i}}}\nspec: {{clusterIP: 10.96.1.{}, ports: [{{port: 80}}]}}\n",
+                i + 1
+            )
+        })
+        .collect()
+}
+
+/// An empty input file, one of only comments, or one of only kinds kpng
+/// does not read was taken as a cluster with no Services (exit 0, a
+/// ruleset deleting every Service): now an error naming the file, unless
+/// `--allow-mass-delete` says the cluster is empty.
+#[test]
+fn an_input_with_nothing_to_read_is_an_error_naming_the_file() {
+    let dir = std::env::temp_dir().join(format!("kpng-nothing-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    for (name, text) in [
+        ("empty.yaml", ""),
+        (
+            "comments.yaml",
+            "# kubectl get ... > this file failed\n---\n# nothing\n",
+        ),
+        (
+            "unknown.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {namespace: t, name: c}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {namespace: t, name: d}\n",
+        ),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(&path, text).expect("write");
+        let path = path.to_str().expect("utf-8");
+        let args = [
+            "file",
+            "--input",
+            path,
+            "--node",
+            "n",
+            "to-nft",
+            "--dry-run",
+        ];
+        let (code, stdout, stderr) = kpng(&[&args[..], &["--once"]].concat());
+        assert_ne!(code, 0, "{name}: {stdout}");
+        assert_eq!(
+            stderr.trim(),
+            format!("error: no Services, EndpointSlices or Nodes in {path}"),
+            "{name}"
+        );
+        assert!(stdout.is_empty(), "{name}: nothing printed: {stdout}");
+        let (code, _, stderr) = kpng(&[&args[..], &["--once", "--allow-mass-delete"]].concat());
+        assert_eq!(code, 0, "{name} allowed: {stderr}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--watch` on a file rewritten with `>` and written slowly: it was read
+/// while empty (one sync deleted every Service) or half-written. Now an
+/// empty file is not applied and a file is read once whole: every view
+/// kpng syncs (printed by `to-file`) has all the Services.
+#[test]
+fn a_watched_file_rewritten_slowly_never_syncs_an_empty_view() {
+    use std::io::Read as _;
+    let path = std::env::temp_dir().join(format!("kpng-rewrite-{}.yaml", std::process::id()));
+    std::fs::write(&path, services_yaml(0, 3)).expect("write");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kpng"))
+        .args(["file", "--input"])
+        .arg(&path)
+        .args(["--node", "node-a", "--watch", "to-file", "--output", "-"])
+        .args(["--format", "json"])
+        .env("RUST_LOG", "error")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run kpng");
+    let mut stdout = child.stdout.take().expect("stdout");
+    let (send, receive) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buffer = [0u8; 65536];
+        while let Ok(n) = stdout.read(&mut buffer) {
+            if n == 0 || send.send(buffer[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut output = Vec::new();
+    let read_until = |needle: &str, output: &mut Vec<u8>| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !String::from_utf8_lossy(output).contains(needle) {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match receive.recv_timeout(left) {
+                Ok(bytes) => output.extend(bytes),
+                Err(_) => return false,
+            }
+        }
+        true
+    };
+    assert!(read_until("t/svc-2", &mut output), "first sync");
+    std::thread::sleep(std::time::Duration::from_millis(1_200));
+    // `>` and a slow writer: truncated now (and long enough that a poll
+    // sees it), then the first Service, then 0.3 s later the rest.
+    std::fs::File::create(&path).expect("truncate");
+    std::thread::sleep(std::time::Duration::from_millis(1_200));
+    std::fs::write(&path, services_yaml(1, 1)).expect("first part");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    {
+        use std::io::Write as _;
+        let mut file = std::fs::File::options()
+            .append(true)
+            .open(&path)
+            .expect("append");
+        file.write_all(services_yaml(2, 2).as_bytes())
+            .expect("the rest");
+    }
+    let rewritten = read_until("t/svc-3", &mut output);
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_file(&path);
+    let text = String::from_utf8_lossy(&output);
+    assert!(rewritten, "the rewritten file is read: {text}");
+    let views: Vec<serde_json::Value> = serde_json::Deserializer::from_str(&text)
+        .into_iter()
+        .collect::<Result<_, _>>()
+        .expect("JSON views");
+    let counts: Vec<usize> = views
+        .iter()
+        .map(|v| v["services"].as_object().map_or(0, |s| s.len()))
+        .collect();
+    assert!(counts.len() >= 2, "{counts:?}");
+    assert!(
+        counts.iter().all(|&n| n == 3),
+        "every synced view has the 3 Services: {counts:?}"
+    );
+}
+
+/// Scrapes `/metrics` at `bind`: the whole response, or `None`.
+fn scrape(bind: &str) -> Option<String> {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(bind).ok()?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    Some(text)
+}
+
+/// A watched file rewritten (whole, renamed into place) with 2 of its 12
+/// Services: a mass deletion. It is held back: no new ruleset, a warning
+/// with the counts and the reason, and `kpng_sync_held_back 1`.
+#[test]
+fn a_mass_deletion_is_held_back_and_shows() {
+    use std::io::Read as _;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port");
+    let bind = format!("127.0.0.1:{port}");
+    let path = std::env::temp_dir().join(format!("kpng-mass-{}.yaml", std::process::id()));
+    std::fs::write(&path, services_yaml(0, 12)).expect("write");
+    let stderr_path = std::env::temp_dir().join(format!("kpng-mass-{}.err", std::process::id()));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kpng"))
+        .args(["file", "--input"])
+        .arg(&path)
+        .args(["--node", "node-a", "--watch", "to-nft", "--dry-run"])
+        .args(["--metrics-bind-address", &bind])
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(&stderr_path).expect("stderr file"))
+        .spawn()
+        .expect("run kpng");
+    let wait_metric = |sample: &str| {
+        let mut last = None;
+        for _ in 0..100 {
+            last = scrape(&bind);
+            if last.as_deref().is_some_and(|t| t.contains(sample)) {
+                return last;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        last
+    };
+    let first = wait_metric("kubeproxy_sync_proxy_rules_duration_seconds_count 1");
+    assert!(first.is_some_and(|t| t.contains("\nkpng_sync_held_back 0\n")));
+    let staged = path.with_extension("new");
+    std::fs::write(&staged, services_yaml(0, 2)).expect("write");
+    std::fs::rename(&staged, &path).expect("rename into place");
+    let held = wait_metric("\nkpng_sync_held_back 1\n").unwrap_or_default();
+    let _ = child.kill();
+    let _ = child.wait();
+    let mut stdout = String::new();
+    let _ = child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_string(&mut stdout);
+    let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_file(&stderr_path);
+    assert!(
+        held.contains("\nkpng_sync_held_back 1\n"),
+        "{held}\n{stderr}"
+    );
+    assert!(held.contains("kpng_mass_deletions_held_total 1"), "{held}");
+    assert!(
+        held.contains("kubeproxy_sync_proxy_rules_duration_seconds_count 1"),
+        "no second sync: {held}"
+    );
+    assert!(stderr.contains("mass deletion held back"), "{stderr}");
+    assert!(
+        stderr.contains("before=12") && stderr.contains("after=2") && stderr.contains("deleted=10"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("would delete 10 of 12 Services"),
+        "{stderr}"
+    );
+    // The first ruleset alone is printed: nothing of the held round is.
+    let deletions: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("delete") && !l.starts_with("delete table"))
+        .collect();
+    assert!(deletions.is_empty(), "{deletions:?}");
+    assert_eq!(
+        stdout.matches("delete table ip kpng").count(),
+        1,
+        "{stdout}"
+    );
+}
+
+/// As root, in a namespace of the test's own: the input loses its only
+/// Service (the file rewritten with the Node alone). The deletion is held
+/// back: the Service stays programmed in nftables, `/healthz` answers 503
+/// saying why (`/livez` 200), and the metric shows it; once the input has
+/// lasted `--mass-delete-confirm-after`, it is applied and `/healthz` is
+/// 200 again.
+#[test]
+fn a_held_mass_deletion_keeps_the_kernel_state_and_healthz_says_why() {
+    let Some(mut namespace) = Namespace::new("kpgd") else {
+        return;
+    };
+    let ns = namespace.name.clone();
+    let manifest = front_manifest(&ns, 32124);
+    let child = Command::new("ip")
+        .args(["netns", "exec", &ns, env!("CARGO_BIN_EXE_kpng"), "file"])
+        .arg("--input")
+        .arg(&manifest)
+        .args(["--node", "node-a", "--watch", "to-nft"])
+        .args(["--healthz-bind-address", "127.0.0.1:10256"])
+        .args(["--mass-delete-confirm-after", "4s"])
+        .env("RUST_LOG", "error")
+        .spawn()
+        .expect("kpng");
+    namespace.children.push(child);
+    let healthz = get_200_in(&ns, "http://127.0.0.1:10256/healthz");
+    assert!(healthz.starts_with("200"), "{healthz}");
+    let programmed = || {
+        let out = namespace
+            .command(&["nft", "list", "table", "ip", "kpng"])
+            .output()
+            .expect("nft");
+        String::from_utf8_lossy(&out.stdout).contains("10.96.0.5")
+    };
+    assert!(programmed());
+    // The Node alone: every Service deleted.
+    let text = std::fs::read_to_string(&manifest).expect("manifest");
+    let node_only: String = text
+        .split("- apiVersion: v1\n  kind: Service")
+        .next()
+        .unwrap_or("")
+        .to_owned();
+    assert!(node_only.contains("kind: Node") && !node_only.contains("kind: Service"));
+    let staged = manifest.with_extension("new");
+    std::fs::write(&staged, node_only).expect("write");
+    std::fs::rename(&staged, &manifest).expect("rename");
+    let mut answer = String::new();
+    for _ in 0..40 {
+        answer = get_in(&ns, "http://127.0.0.1:10256/healthz");
+        if answer.starts_with("503") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(answer.starts_with("503"), "{answer}");
+    assert!(
+        answer.contains(r#""heldBack":"the input would delete every Service (1 -> 0)"#),
+        "{answer}"
+    );
+    assert!(programmed(), "held: the Service stays programmed");
+    let livez = get_in(&ns, "http://127.0.0.1:10256/livez");
+    assert!(livez.starts_with("200"), "{livez}");
+    let metrics = get_in(&ns, "http://127.0.0.1:10249/metrics");
+    assert!(metrics.contains("\nkpng_sync_held_back 1\n"), "{metrics}");
+    // Confirmed once it lasted 4 s: applied.
+    let healthz = get_200_in(&ns, "http://127.0.0.1:10256/healthz");
+    let healthz = if healthz.starts_with("200") {
+        healthz
+    } else {
+        get_200_in(&ns, "http://127.0.0.1:10256/healthz")
+    };
+    assert!(healthz.starts_with("200"), "{healthz}");
+    assert!(!programmed(), "confirmed: the Service is deleted");
+    let metrics = get_in(&ns, "http://127.0.0.1:10249/metrics");
+    assert!(metrics.contains("\nkpng_sync_held_back 0\n"), "{metrics}");
+    let _ = std::fs::remove_file(&manifest);
+}

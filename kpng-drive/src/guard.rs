@@ -1,0 +1,682 @@
+//! The guard against losing everything: an input that would delete every
+//! programmed Service, or more than a share of them at once, is held back
+//! until it is confirmed.
+//!
+//! [`Guard`] is the decision alone (counts in, a [`Verdict`] out, the
+//! clock passed in), so it can be tested and moved on its own.
+//! [`Guarded`] puts it in front of an [`IncrementalSink`]: it keeps the
+//! input's view and what the inner sink last programmed, and forwards a
+//! round only when the guard lets it through. [`HoldStatus`] shares the
+//! current hold with whoever reports it (`/healthz`, metrics) and with
+//! [`drive`](crate::drive), which re-checks a hold when it may be
+//! confirmed.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kpng_model::view::{NodeView, ViewOp};
+use kpng_sink::{IncrementalSink, SinkError};
+
+/// Settings of a [`Guard`].
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct GuardConfig {
+    /// A round may delete at most this share of the programmed Services
+    /// (0.0–1.0; `--mass-delete-max-share`, default 0.5) ...
+    pub max_delete_share: f64,
+    /// ... when at least this many are programmed
+    /// (`--mass-delete-min-services`, default 10). Deleting every one of
+    /// them is held whatever their number.
+    pub min_services: usize,
+    /// A held input is applied once it has been one for this long
+    /// (`--mass-delete-confirm-after`, default 60 s).
+    pub confirm_after: Duration,
+    /// Apply mass deletions at once (`--allow-mass-delete`).
+    pub allow_mass_delete: bool,
+}
+
+impl Default for GuardConfig {
+    fn default() -> Self {
+        Self {
+            max_delete_share: 0.5,
+            min_services: 10,
+            confirm_after: Duration::from_secs(60),
+            allow_mass_delete: false,
+        }
+    }
+}
+
+impl GuardConfig {
+    /// Holds rounds deleting more than `share` of the Services.
+    #[must_use]
+    pub fn max_delete_share(mut self, share: f64) -> Self {
+        self.max_delete_share = share;
+        self
+    }
+
+    /// Applies the share rule from `count` programmed Services on.
+    #[must_use]
+    pub fn min_services(mut self, count: usize) -> Self {
+        self.min_services = count;
+        self
+    }
+
+    /// Applies a held input once it has lasted `after`.
+    #[must_use]
+    pub fn confirm_after(mut self, after: Duration) -> Self {
+        self.confirm_after = after;
+        self
+    }
+
+    /// Lets every mass deletion through at once when `allow` holds.
+    #[must_use]
+    pub fn allow_mass_delete(mut self, allow: bool) -> Self {
+        self.allow_mass_delete = allow;
+        self
+    }
+}
+
+/// The Services of a round: programmed before it, in it, and programmed
+/// ones it would delete.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Counts {
+    /// Services programmed now.
+    pub before: usize,
+    /// Services the round would leave programmed.
+    pub after: usize,
+    /// Programmed Services the round would delete.
+    pub deleted: usize,
+}
+
+/// Why a round is a mass deletion.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Reason {
+    /// It deletes every programmed Service.
+    All,
+    /// It deletes more than this share of them.
+    Share(f64),
+}
+
+/// A mass deletion held back: its counts, why, and since when.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Hold {
+    /// The counts of the latest held round.
+    pub counts: Counts,
+    /// Why it is held.
+    pub reason: Reason,
+    /// When the input first became a mass deletion.
+    pub since: Instant,
+    /// When it is confirmed if it lasts.
+    pub confirm_at: Instant,
+}
+
+impl std::fmt::Display for Hold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Counts {
+            before,
+            after,
+            deleted,
+        } = self.counts;
+        match self.reason {
+            Reason::All => write!(
+                f,
+                "the input would delete every Service ({before} -> {after})"
+            )?,
+            Reason::Share(share) => write!(
+                f,
+                "the input would delete {deleted} of {before} Services ({before} -> {after}), \
+                 more than {:.0} %",
+                share * 100.0
+            )?,
+        }
+        let wait = self.confirm_at.saturating_duration_since(self.since);
+        write!(
+            f,
+            "; held back (the previous state kept) until the input has lasted {}s, \
+             or --allow-mass-delete",
+            wait.as_secs()
+        )
+    }
+}
+
+/// What to do with a round.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Verdict {
+    /// Apply it: not a mass deletion.
+    Apply,
+    /// Hold it back: the previous state stays.
+    Hold(Hold),
+    /// Apply it: a mass deletion that lasted the confirmation time.
+    Confirmed(Hold),
+    /// Apply it: a mass deletion let through by `allow_mass_delete`.
+    Overridden(Hold),
+}
+
+/// The decision on mass deletions, alone: see the module docs.
+#[derive(Clone, Debug)]
+pub struct Guard {
+    config: GuardConfig,
+    since: Option<Instant>,
+}
+
+impl Guard {
+    /// A guard with these settings.
+    pub fn new(config: GuardConfig) -> Self {
+        Self {
+            config,
+            since: None,
+        }
+    }
+
+    /// Why a round with `counts` is a mass deletion, if it is one.
+    pub fn mass(&self, counts: Counts) -> Option<Reason> {
+        let Counts {
+            before,
+            after,
+            deleted,
+        } = counts;
+        if before > 0 && after == 0 {
+            return Some(Reason::All);
+        }
+        let share = self.config.max_delete_share;
+        // Integer-exact for the default (0.5): 6 of 10 is more, 5 is not.
+        let over = (deleted as f64) > share * (before as f64);
+        (before >= self.config.min_services && deleted > 0 && over).then_some(Reason::Share(share))
+    }
+
+    /// Judges a round at `now`. A mass deletion is held until the input
+    /// has been one (any mass deletion: unchanged, or still that small)
+    /// for the confirmation time; a round that is not one ends the hold.
+    pub fn judge(&mut self, counts: Counts, now: Instant) -> Verdict {
+        let Some(reason) = self.mass(counts) else {
+            self.since = None;
+            return Verdict::Apply;
+        };
+        let since = *self.since.get_or_insert(now);
+        let hold = Hold {
+            counts,
+            reason,
+            since,
+            confirm_at: since + self.config.confirm_after,
+        };
+        if self.config.allow_mass_delete {
+            self.since = None;
+            Verdict::Overridden(hold)
+        } else if now >= hold.confirm_at {
+            self.since = None;
+            Verdict::Confirmed(hold)
+        } else {
+            Verdict::Hold(hold)
+        }
+    }
+}
+
+/// The current hold of a [`Guarded`] sink, shared: `None` while rounds go
+/// through. Cloning shares it.
+#[derive(Clone, Debug, Default)]
+pub struct HoldStatus(Arc<Mutex<Option<Hold>>>);
+
+impl HoldStatus {
+    /// The hold in force, if any.
+    pub fn held(&self) -> Option<Hold> {
+        self.0.lock().ok().and_then(|h| h.clone())
+    }
+
+    /// How long until a hold in force may be confirmed: the driver
+    /// re-checks the input then, with no new revision needed.
+    pub fn recheck_in(&self) -> Option<Duration> {
+        self.held()
+            .map(|h| h.confirm_at.saturating_duration_since(Instant::now()))
+    }
+
+    fn set(&self, hold: Option<Hold>) {
+        if let Ok(mut current) = self.0.lock() {
+            *current = hold;
+        }
+    }
+}
+
+/// What is told of each change of hold (`Some` while one is in force).
+type Observer = Box<dyn FnMut(Option<&Hold>) + Send>;
+
+/// A [`Guard`] in front of an incremental sink: rounds that would delete
+/// every programmed Service, or too many of them, are not forwarded, so
+/// the inner sink keeps its state; the hold is logged at WARN with the
+/// counts and the reason, shared in a [`HoldStatus`] and told to an
+/// observer. When a round is let through after a hold, the inner sink
+/// receives what brings it from what it programmed to the input.
+///
+/// The first round of its life is from nothing: not a deletion.
+pub struct Guarded<S> {
+    inner: S,
+    guard: Guard,
+    /// The input: the view the driver's ops lead to.
+    view: NodeView,
+    /// What the inner sink last synced; `None` before its first sync.
+    programmed: Option<NodeView>,
+    /// The inner sink must be reset and sent the whole view.
+    inner_full: bool,
+    status: HoldStatus,
+    observer: Option<Observer>,
+}
+
+impl<S> std::fmt::Debug for Guarded<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Guarded")
+            .field("guard", &self.guard)
+            .field("held", &self.status.held())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: IncrementalSink> Guarded<S> {
+    /// Guards `inner` with `config`.
+    pub fn new(inner: S, config: GuardConfig) -> Self {
+        Self {
+            inner,
+            guard: Guard::new(config),
+            view: NodeView::default(),
+            programmed: None,
+            inner_full: true,
+            status: HoldStatus::default(),
+            observer: None,
+        }
+    }
+
+    /// Calls `observer` whenever a hold starts, changes or ends.
+    #[must_use]
+    pub fn observed(mut self, observer: impl FnMut(Option<&Hold>) + Send + 'static) -> Self {
+        self.observer = Some(Box::new(observer));
+        self
+    }
+
+    /// The shared hold status (for [`DriveConfig::hold`](crate::DriveConfig)).
+    pub fn status(&self) -> HoldStatus {
+        self.status.clone()
+    }
+
+    /// The guarded sink.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    fn publish(&mut self, hold: Option<Hold>) {
+        let changed = self.status.held() != hold;
+        self.status.set(hold.clone());
+        if changed && let Some(observer) = &mut self.observer {
+            observer(hold.as_ref());
+        }
+    }
+
+    /// The counts of the input against what is programmed, and the ops
+    /// that bring the inner sink there (`None`: a full round).
+    fn counts(&self, programmed: &NodeView) -> (Counts, Option<Vec<ViewOp>>) {
+        let (deleted, ops) = if self.inner_full {
+            let gone = programmed
+                .services
+                .keys()
+                .filter(|name| !self.view.services.contains_key(*name))
+                .count();
+            (gone, None)
+        } else {
+            let ops = kpng_diff::diff_views(programmed, &self.view);
+            let gone = ops
+                .iter()
+                .filter(|op| matches!(op, ViewOp::DeleteService(_)))
+                .count();
+            (gone, Some(ops))
+        };
+        let counts = Counts {
+            before: programmed.services.len(),
+            after: self.view.services.len(),
+            deleted,
+        };
+        (counts, ops)
+    }
+
+    /// Sends the inner sink the round, and syncs it.
+    fn forward(&mut self, ops: Option<Vec<ViewOp>>, revision: u64) -> Result<(), SinkError> {
+        let result = self.forward_ops(ops, revision);
+        match &result {
+            Ok(()) => {
+                self.programmed = Some(self.view.clone());
+                self.inner_full = false;
+            }
+            Err(_) => self.inner_full = true,
+        }
+        result
+    }
+
+    fn forward_ops(&mut self, ops: Option<Vec<ViewOp>>, revision: u64) -> Result<(), SinkError> {
+        let inner = &mut self.inner;
+        match ops {
+            Some(ops) => {
+                inner.share_view(&self.view);
+                for op in &ops {
+                    inner.apply(op)?;
+                }
+            }
+            None => {
+                inner.reset();
+                inner.share_view(&self.view);
+                if let Some(node) = &self.view.node {
+                    inner.apply(&ViewOp::SetNode(node.clone()))?;
+                }
+                if !self.view.service_cidrs.is_empty() {
+                    inner.apply(&ViewOp::SetServiceCidrs(self.view.service_cidrs.clone()))?;
+                }
+                for (name, view) in &self.view.services {
+                    inner.apply(&ViewOp::SetService(view.service.clone()))?;
+                    for endpoint in &view.endpoints {
+                        inner.apply(&ViewOp::SetEndpoint(name.clone(), endpoint.clone()))?;
+                    }
+                }
+            }
+        }
+        inner.sync(revision)
+    }
+}
+
+impl<S: IncrementalSink> IncrementalSink for Guarded<S> {
+    fn reset(&mut self) {
+        self.view = NodeView::default();
+        self.inner_full = true;
+    }
+
+    fn apply(&mut self, op: &ViewOp) -> Result<(), SinkError> {
+        Ok(self.view.apply(op)?)
+    }
+
+    fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
+        self.view.revision = revision;
+        let Some(programmed) = self.programmed.as_ref() else {
+            // From nothing: nothing to lose.
+            return self.forward(None, revision);
+        };
+        let (counts, ops) = self.counts(programmed);
+        match self.guard.judge(counts, Instant::now()) {
+            Verdict::Apply => {
+                if let Some(hold) = self.status.held() {
+                    tracing::warn!(
+                        before = counts.before,
+                        after = counts.after,
+                        deleted = counts.deleted,
+                        held_for = ?hold.since.elapsed(),
+                        "the input no longer deletes too many Services; applying it"
+                    );
+                }
+            }
+            Verdict::Hold(hold) => {
+                tracing::warn!(
+                    before = counts.before,
+                    after = counts.after,
+                    deleted = counts.deleted,
+                    reason = %hold,
+                    "mass deletion held back"
+                );
+                self.publish(Some(hold));
+                return Ok(());
+            }
+            Verdict::Confirmed(hold) => tracing::warn!(
+                before = counts.before,
+                after = counts.after,
+                deleted = counts.deleted,
+                held_for = ?hold.since.elapsed(),
+                "mass deletion confirmed: the input lasted --mass-delete-confirm-after; applying it"
+            ),
+            Verdict::Overridden(_) => tracing::warn!(
+                before = counts.before,
+                after = counts.after,
+                deleted = counts.deleted,
+                "mass deletion applied at once (--allow-mass-delete)"
+            ),
+        }
+        self.publish(None);
+        self.forward(ops, revision)
+    }
+
+    /// What the inner sink keeps: what is programmed.
+    fn view(&self) -> Option<&NodeView> {
+        self.inner.view()
+    }
+
+    fn share_view(&mut self, view: &NodeView) {
+        self.view = view.clone();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kpng_model::v1::Service;
+
+    fn counts(before: usize, after: usize, deleted: usize) -> Counts {
+        Counts {
+            before,
+            after,
+            deleted,
+        }
+    }
+
+    #[test]
+    fn deleting_all_is_held_whatever_the_size_and_the_share_above_the_minimum() {
+        let guard = Guard::new(GuardConfig::default());
+        assert_eq!(guard.mass(counts(2, 0, 2)), Some(Reason::All));
+        assert_eq!(guard.mass(counts(1, 0, 1)), Some(Reason::All));
+        // Below the minimum (10), a share is not held.
+        assert_eq!(guard.mass(counts(9, 1, 8)), None);
+        // From 10 on: more than half is held, half is not.
+        assert_eq!(guard.mass(counts(10, 4, 6)), Some(Reason::Share(0.5)));
+        assert_eq!(guard.mass(counts(10, 5, 5)), None);
+        // Deletions count, not the difference: 6 of 10 renamed.
+        assert_eq!(guard.mass(counts(10, 10, 6)), Some(Reason::Share(0.5)));
+        // Growth and nothing at all are not deletions.
+        assert_eq!(guard.mass(counts(0, 0, 0)), None);
+        assert_eq!(guard.mass(counts(10, 100, 0)), None);
+        let strict = Guard::new(GuardConfig::default().max_delete_share(0.1).min_services(3));
+        assert_eq!(strict.mass(counts(3, 2, 1)), Some(Reason::Share(0.1)));
+    }
+
+    #[test]
+    fn a_hold_is_confirmed_after_the_time_or_ended_by_a_better_input() {
+        let config = GuardConfig::default().confirm_after(Duration::from_secs(60));
+        let mut guard = Guard::new(config.clone());
+        let t0 = Instant::now();
+        let Verdict::Hold(hold) = guard.judge(counts(20, 0, 20), t0) else {
+            panic!("held")
+        };
+        assert_eq!(hold.confirm_at, t0 + Duration::from_secs(60));
+        assert_eq!(
+            hold.to_string(),
+            "the input would delete every Service (20 -> 0); held back (the previous state \
+             kept) until the input has lasted 60s, or --allow-mass-delete"
+        );
+        // Still that small (another mass deletion): the clock runs on.
+        let later = t0 + Duration::from_secs(30);
+        assert!(matches!(
+            guard.judge(counts(20, 3, 17), later),
+            Verdict::Hold(h) if h.since == t0
+        ));
+        let done = t0 + Duration::from_secs(60);
+        assert!(matches!(
+            guard.judge(counts(20, 0, 20), done),
+            Verdict::Confirmed(_)
+        ));
+        // A new hold starts its own clock; a good input ends it.
+        assert!(matches!(
+            guard.judge(counts(20, 0, 20), done),
+            Verdict::Hold(h) if h.since == done
+        ));
+        assert_eq!(guard.judge(counts(20, 19, 1), done), Verdict::Apply);
+        assert!(matches!(
+            guard.judge(counts(20, 0, 20), done + Duration::from_secs(59)),
+            Verdict::Hold(_)
+        ));
+        // The override lets it through at once.
+        let mut open = Guard::new(config.allow_mass_delete(true));
+        assert!(matches!(
+            open.judge(counts(20, 0, 20), t0),
+            Verdict::Overridden(_)
+        ));
+    }
+
+    /// Records the Service count of each round it syncs.
+    #[derive(Default)]
+    struct Programmed {
+        tracker: kpng_sink::ViewTracker,
+        synced: Vec<usize>,
+        resets: usize,
+    }
+
+    impl IncrementalSink for Programmed {
+        fn reset(&mut self) {
+            self.resets += 1;
+            self.tracker.reset();
+        }
+        fn apply(&mut self, op: &ViewOp) -> Result<(), SinkError> {
+            self.tracker.absorb(op)
+        }
+        fn sync(&mut self, _: u64) -> Result<(), SinkError> {
+            self.tracker.round(|_, _| Ok(()))?;
+            self.synced.push(self.tracker.view().services.len());
+            Ok(())
+        }
+        fn view(&self) -> Option<&NodeView> {
+            Some(self.tracker.view())
+        }
+    }
+
+    fn set(name: &str) -> ViewOp {
+        ViewOp::SetService(Arc::new(Service {
+            namespace: "ns".into(),
+            name: name.into(),
+            ..Default::default()
+        }))
+    }
+
+    fn delete(name: &str) -> ViewOp {
+        ViewOp::DeleteService(kpng_model::ServiceName::new("ns", name))
+    }
+
+    fn round(sink: &mut impl IncrementalSink, ops: &[ViewOp], revision: u64) {
+        for op in ops {
+            sink.apply(op).expect("fits");
+        }
+        sink.sync(revision).expect("syncs");
+    }
+
+    #[test]
+    fn a_guarded_sink_keeps_its_state_while_held_and_catches_up_after() {
+        let config = GuardConfig::default().confirm_after(Duration::from_millis(300));
+        let mut seen = Vec::new();
+        let (send, receive) = std::sync::mpsc::channel();
+        let mut sink = Guarded::new(Programmed::default(), config).observed(move |hold| {
+            let _ = send.send(hold.map(|h| h.counts));
+        });
+        let status = sink.status();
+        // From nothing: applied.
+        sink.reset();
+        round(&mut sink, &[set("a"), set("b")], 1);
+        assert_eq!(sink.inner().synced, [2]);
+        // All deleted: held, the inner sink untouched.
+        round(&mut sink, &[delete("a"), delete("b")], 2);
+        assert_eq!(sink.inner().synced, [2]);
+        let hold = status.held().expect("held");
+        assert_eq!(hold.counts, counts(2, 0, 2));
+        assert!(status.recheck_in().is_some());
+        seen.extend(receive.try_iter());
+        assert_eq!(seen, [Some(counts(2, 0, 2))]);
+        // The input comes back with one more: applied as a delta from
+        // what is programmed.
+        round(&mut sink, &[set("a"), set("b"), set("c")], 3);
+        assert_eq!(sink.inner().synced, [2, 3]);
+        assert_eq!(sink.inner().resets, 1, "no full round needed");
+        assert!(status.held().is_none());
+        seen.extend(receive.try_iter());
+        assert_eq!(seen, [Some(counts(2, 0, 2)), None]);
+        // Deleted again, and it lasts: confirmed on the re-check (a full
+        // round of the same input, as the driver makes it).
+        round(&mut sink, &[delete("a"), delete("b"), delete("c")], 4);
+        assert_eq!(sink.inner().synced, [2, 3]);
+        std::thread::sleep(Duration::from_millis(350));
+        sink.reset();
+        sink.sync(4).expect("syncs");
+        assert_eq!(sink.inner().synced, [2, 3, 0]);
+        assert!(status.held().is_none());
+    }
+
+    /// The driver re-checks a held input when it may be confirmed, with
+    /// no new revision: the deletion lands after the confirmation time.
+    #[tokio::test]
+    async fn the_driver_confirms_a_hold_that_lasts() {
+        use kpng_model::Kind;
+        use kpng_store::Store;
+        let mut store = Store::new();
+        let mut txn = store.begin();
+        for name in ["a", "b"] {
+            txn.set_service(Service {
+                namespace: "ns".into(),
+                name: name.into(),
+                ..Default::default()
+            });
+        }
+        txn.commit();
+        store.mark_listed(Kind::Service);
+        store.mark_listed(Kind::Endpoint);
+        let config = GuardConfig::default().confirm_after(Duration::from_millis(500));
+        let sink = Arc::new(Mutex::new(Guarded::new(Programmed::default(), config)));
+        let status = sink.lock().expect("lock").status();
+        let reader = store.reader();
+        let drive_config = crate::DriveConfig::default()
+            .min_sync_period(Duration::ZERO)
+            .hold(status.clone());
+        let driven = sink.clone();
+        let task = tokio::spawn(async move {
+            let mut projector = kpng_diff::NodeProjector::new("node-a");
+            let mut sink = Shared(driven);
+            crate::drive(reader, &mut projector, &mut sink, &drive_config).await
+        });
+        let synced = || sink.lock().expect("lock").inner().synced.clone();
+        wait_for(|| synced() == [2]).await;
+        let mut txn = store.begin();
+        for name in ["a", "b"] {
+            txn.delete(&kpng_model::Key::Service(kpng_model::ServiceName::new(
+                "ns", name,
+            )));
+        }
+        txn.commit();
+        wait_for(|| status.held().is_some()).await;
+        assert_eq!(synced(), [2], "held: nothing deleted");
+        // No new revision: the re-check confirms it.
+        wait_for(|| synced() == [2, 0]).await;
+        assert!(status.held().is_none());
+        task.abort();
+    }
+
+    /// A sink shared with the test.
+    struct Shared(Arc<Mutex<Guarded<Programmed>>>);
+
+    impl IncrementalSink for Shared {
+        fn reset(&mut self) {
+            if let Ok(mut s) = self.0.lock() {
+                s.reset();
+            }
+        }
+        fn apply(&mut self, op: &ViewOp) -> Result<(), SinkError> {
+            self.0.lock().expect("lock").apply(op)
+        }
+        fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
+            self.0.lock().expect("lock").sync(revision)
+        }
+    }
+
+    async fn wait_for(mut done: impl FnMut() -> bool) {
+        for _ in 0..300 {
+            if done() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("not reached in 3 s");
+    }
+}
