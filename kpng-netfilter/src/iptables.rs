@@ -74,7 +74,7 @@ pub type ChainKey = (Table, String);
 pub type Jump = (Table, String, String);
 
 /// Which iptables to drive.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum Mode {
@@ -297,7 +297,33 @@ impl Batch {
                 .iter()
                 .filter(|j| j.0 == table && !present(j))
                 .collect();
-            let remove: Vec<&Jump> = plan.remove_jumps.iter().filter(|j| j.0 == table).collect();
+            let mut remove: Vec<Jump> = plan
+                .remove_jumps
+                .iter()
+                .filter(|j| j.0 == table)
+                .cloned()
+                .collect();
+            // A full batch deletes stale chains of its names that another
+            // program left (kube-proxy's, on a swap): the built-in chains'
+            // jumps to them go with them, or the deletion is refused.
+            if let (None, Some(saved)) = (plan.applied, plan.existing) {
+                for (t, line) in &saved.rules {
+                    let Some((builtin, rule)) = line
+                        .strip_prefix("-A ")
+                        .and_then(|rule| rule.split_once(' '))
+                    else {
+                        continue;
+                    };
+                    let to_stale =
+                        jump_target(rule).is_some_and(|to| stale.iter().any(|s| *s == to));
+                    if *t == table && table.builtins().contains(&builtin) && to_stale {
+                        let jump = (table, builtin.to_owned(), rule.to_owned());
+                        if !remove.contains(&jump) {
+                            remove.push(jump);
+                        }
+                    }
+                }
+            }
             if write.is_empty() && stale.is_empty() && add.is_empty() && remove.is_empty() {
                 continue;
             }
@@ -331,7 +357,7 @@ impl Batch {
                 .deleted
                 .extend(stale.into_iter().map(|name| (table, name.clone())));
             result.jumps.0.extend(add.into_iter().cloned());
-            result.jumps.1.extend(remove.into_iter().cloned());
+            result.jumps.1.extend(remove);
         }
         result
     }
@@ -373,6 +399,17 @@ impl Batch {
         }
         out
     }
+}
+
+/// The chain a rule jumps or goes to (`-j NAME`, `-g NAME`).
+fn jump_target(rule: &str) -> Option<&str> {
+    let mut words = rule.split_whitespace();
+    while let Some(word) = words.next() {
+        if matches!(word, "-j" | "--jump" | "-g" | "--goto") {
+            return words.next();
+        }
+    }
+    None
 }
 
 /// The chains of one family: their rules by (table, name).

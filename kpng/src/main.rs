@@ -39,6 +39,7 @@ use serde::de::DeserializeOwned;
 mod args;
 mod config;
 mod kube_proxy;
+mod leftovers;
 mod logging;
 mod malloc;
 
@@ -114,7 +115,8 @@ fn backend(
             let args = &nft.common;
             let proxy = args.proxy()?;
             let backend = NftBackend::new(NftConfig::new(proxy.clone()));
-            match (&nft.aggregator_socket, args.dry_run) {
+            let sink: Box<dyn IncrementalSink + Send> = match (&nft.aggregator_socket, args.dry_run)
+            {
                 (Some(path), false) => {
                     let nft = Nft::new(None);
                     Box::new(Logged::new(aggregated(backend, nft, path, args, metrics)))
@@ -125,9 +127,10 @@ fn backend(
                 (None, false) => {
                     with_health(measured(Box::new(Logged::new(backend))), args, &proxy)?
                 }
-            }
+            };
+            after_first_sync(sink, args, None)
         }
-        Sink::ToEbpf(ebpf) => ebpf_backend(ebpf, &measured)?,
+        Sink::ToEbpf(ebpf) => after_first_sync(ebpf_backend(ebpf, &measured)?, &ebpf.common, None),
         Sink::ToIptables(ipt) => {
             let args = &ipt.common;
             let proxy = args.proxy()?;
@@ -137,12 +140,28 @@ fn backend(
                 "legacy" => Some(IptablesMode::Legacy),
                 _ => None,
             };
+            // The iptables kpng programs holds chains of kube-proxy's
+            // names that are kpng's: known before kube-proxy's are removed.
+            let own = (!args.keep_kube_proxy_rules).then(|| {
+                let mode = config.mode.unwrap_or_else(|| {
+                    Runner {
+                        prefix: Vec::new(),
+                        mode: None,
+                    }
+                    .mode()
+                });
+                if !args.dry_run {
+                    config.mode = Some(mode);
+                }
+                mode
+            });
             let runner = Runner {
                 prefix: Vec::new(),
                 mode: config.mode,
             };
             let backend = IptablesBackend::new(config);
-            match (&ipt.aggregator_socket, args.dry_run) {
+            let sink: Box<dyn IncrementalSink + Send> = match (&ipt.aggregator_socket, args.dry_run)
+            {
                 (Some(path), false) => {
                     let iptables = Iptables::new(runner);
                     Box::new(Logged::new(aggregated(
@@ -155,9 +174,38 @@ fn backend(
                 (None, false) => {
                     with_health(measured(Box::new(Logged::new(backend))), args, &proxy)?
                 }
-            }
+            };
+            after_first_sync(sink, args, own)
         }
     })
+}
+
+/// `sink`, removing kube-proxy's leftovers after its first successful sync
+/// (a dry run lists them), unless `--keep-kube-proxy-rules`. `own_iptables`:
+/// the iptables mode `to-iptables` programs, whose `KUBE-` chains are
+/// kpng's.
+fn after_first_sync(
+    sink: Box<dyn IncrementalSink + Send>,
+    args: &BackendArgs,
+    own_iptables: Option<IptablesMode>,
+) -> Box<dyn IncrementalSink + Send> {
+    if args.keep_kube_proxy_rules {
+        tracing::info!("kube-proxy's rules are kept (--keep-kube-proxy-rules)");
+        return sink;
+    }
+    let mut leftovers = kpng_netfilter::leftovers::Leftovers::default();
+    leftovers.own_nft_table = Some(NftConfig::default().table);
+    leftovers.own_iptables = own_iptables.map(|mode| {
+        let owns: Box<dyn Fn(&str) -> bool + Send + Sync> = Box::new(IptablesBackend::owns_chain);
+        (mode, owns)
+    });
+    Box::new(leftovers::AfterFirstSync::new(
+        sink,
+        leftovers::Cleanup {
+            leftovers,
+            dry_run: args.dry_run,
+        },
+    ))
 }
 
 /// The eBPF backend, with the nftables backend beside it for traffic from
