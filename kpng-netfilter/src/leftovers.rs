@@ -249,6 +249,9 @@ pub struct Removed {
     pub failed: Vec<(Leftover, String)>,
 }
 
+/// Which chains of kube-proxy's names are kpng's own (`to-iptables`).
+pub type OwnChains = Box<dyn Fn(&str) -> bool + Send + Sync>;
+
 /// Finds and removes kube-proxy's leftovers: see the [module docs](self).
 #[derive(Default)]
 pub struct Leftovers {
@@ -258,7 +261,7 @@ pub struct Leftovers {
     /// The iptables kpng itself programs (`to-iptables`) with the chains it
     /// owns: there, those chains are kpng's and stay (only kube-proxy's
     /// jumps to them, which carry its comments, go).
-    pub own_iptables: Option<(Mode, Box<dyn Fn(&str) -> bool + Send + Sync>)>,
+    pub own_iptables: Option<(Mode, OwnChains)>,
     /// kpng's own nftables table name, never removed even if it were
     /// `kube-proxy`.
     pub own_nft_table: Option<String>,
@@ -574,7 +577,8 @@ impl Leftovers {
     /// tables, then per iptables and table one `iptables-restore --noflush`
     /// (kube-proxy's chains flushed, its jumps deleted, its chains
     /// deleted: all or nothing), IPVS virtual servers, the interface, then
-    /// ipsets. Each removal is logged.
+    /// ipsets. What was removed, and what was not and why, is returned
+    /// for the caller to log.
     pub fn remove(&self, leftovers: &[Leftover]) -> Removed {
         let mut removed = Removed::default();
         let mut batches: BTreeMap<(Tool, String), Vec<&Leftover>> = BTreeMap::new();
@@ -591,14 +595,8 @@ impl Leftovers {
             }
         }
         let mut done = |leftover: &Leftover, result: Result<(), String>| match result {
-            Ok(()) => {
-                tracing::info!(removed = %leftover, "removed kube-proxy's leftover");
-                removed.removed.push(leftover.clone());
-            }
-            Err(error) => {
-                tracing::warn!(leftover = %leftover, %error, "kube-proxy's leftover not removed");
-                removed.failed.push((leftover.clone(), error));
-            }
+            Ok(()) => removed.removed.push(leftover.clone()),
+            Err(error) => removed.failed.push((leftover.clone(), error)),
         };
         for leftover in rest
             .iter()

@@ -19,7 +19,7 @@ impl Cleanup {
     fn run(self) {
         let found = self.leftovers.find();
         for note in &found.skipped {
-            tracing::info!("kube-proxy's leftovers: {note}");
+            tracing::debug!("kube-proxy's leftovers: {note}");
         }
         for (what, error) in &found.problems {
             if self.dry_run {
@@ -42,6 +42,12 @@ impl Cleanup {
             return;
         }
         let removed = self.leftovers.remove(&found.leftovers);
+        for leftover in &removed.removed {
+            tracing::info!(removed = %leftover, "removed kube-proxy's leftover");
+        }
+        for (leftover, error) in &removed.failed {
+            tracing::warn!(leftover = %leftover, %error, "kube-proxy's leftover not removed");
+        }
         tracing::info!(
             removed = removed.removed.len(),
             failed = removed.failed.len(),

@@ -193,12 +193,14 @@ fn after_first_sync(
         tracing::info!("kube-proxy's rules are kept (--keep-kube-proxy-rules)");
         return sink;
     }
-    let mut leftovers = kpng_netfilter::leftovers::Leftovers::default();
-    leftovers.own_nft_table = Some(NftConfig::default().table);
-    leftovers.own_iptables = own_iptables.map(|mode| {
-        let owns: Box<dyn Fn(&str) -> bool + Send + Sync> = Box::new(IptablesBackend::owns_chain);
-        (mode, owns)
-    });
+    let leftovers = kpng_netfilter::leftovers::Leftovers {
+        own_nft_table: Some(NftConfig::default().table),
+        own_iptables: own_iptables.map(|mode| {
+            let owns: kpng_netfilter::leftovers::OwnChains = Box::new(IptablesBackend::owns_chain);
+            (mode, owns)
+        }),
+        ..Default::default()
+    };
     Box::new(leftovers::AfterFirstSync::new(
         sink,
         leftovers::Cleanup {

@@ -98,7 +98,8 @@ impl Namespace {
         let out = Command::new("ip")
             .args(["netns", "exec", &self.name, env!("CARGO_BIN_EXE_kpng")])
             .args(args)
-            .env("RUST_LOG", "info")
+            // kpng's own log level: each removal shows there.
+            .env_remove("RUST_LOG")
             .output()
             .expect("kpng");
         (
