@@ -90,6 +90,10 @@ impl Namespace {
             out.push_str(&format!("== nft {table}\n"));
             out.push_str(&self.run(&["sh", "-c", &format!("nft list table {table}")], None));
         }
+        if have_ipset() {
+            out.push_str("== ipset\n");
+            out.push_str(&self.run(&["ipset", "save"], None));
+        }
         out
     }
 
@@ -238,6 +242,74 @@ COMMIT
     )
 }
 
+/// kube-proxy's ipvs mode in ip6tables (its `KUBE-6-` ipsets), trimmed.
+const IPVS_MODE_IP6TABLES: &str = r#"*nat
+:PREROUTING ACCEPT [0:0]
+:INPUT ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+:KUBE-LOAD-BALANCER - [0:0]
+:KUBE-MARK-MASQ - [0:0]
+:KUBE-NODE-PORT - [0:0]
+:KUBE-POSTROUTING - [0:0]
+:KUBE-SERVICES - [0:0]
+-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A OUTPUT -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A POSTROUTING -m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING
+-A KUBE-LOAD-BALANCER -j KUBE-MARK-MASQ
+-A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000
+-A KUBE-NODE-PORT -p tcp -m comment --comment "Kubernetes nodeport TCP port for masquerade purpose" -m set --match-set KUBE-6-NODE-PORT-TCP dst -j KUBE-MARK-MASQ
+-A KUBE-POSTROUTING -m comment --comment "Kubernetes endpoints dst ip:port, source ip for solving hairpin purpose" -m set --match-set KUBE-6-LOOP-BACK dst,dst,src -j MASQUERADE
+-A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN
+-A KUBE-POSTROUTING -j MARK --set-xmark 0x4000/0x0
+-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE --random-fully
+-A KUBE-SERVICES ! -s fd00:10:244::/56 -m comment --comment "Kubernetes service cluster ip + port for masquerade purpose" -m set --match-set KUBE-6-CLUSTER-IP dst,dst -j KUBE-MARK-MASQ
+-A KUBE-SERVICES -m addrtype --dst-type LOCAL -j KUBE-NODE-PORT
+-A KUBE-SERVICES -m set --match-set KUBE-6-CLUSTER-IP dst,dst -j ACCEPT
+COMMIT
+*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:KUBE-FORWARD - [0:0]
+:KUBE-IPVS-FILTER - [0:0]
+:KUBE-IPVS-OUT-FILTER - [0:0]
+:KUBE-NODE-PORT - [0:0]
+:KUBE-PROXY-FIREWALL - [0:0]
+:KUBE-SOURCE-RANGES-FIREWALL - [0:0]
+-A INPUT -m comment --comment "kubernetes ipvs access filter" -j KUBE-IPVS-FILTER
+-A INPUT -m comment --comment "kube-proxy firewall rules" -j KUBE-PROXY-FIREWALL
+-A INPUT -m comment --comment "kubernetes health check rules" -j KUBE-NODE-PORT
+-A FORWARD -m comment --comment "kube-proxy firewall rules" -j KUBE-PROXY-FIREWALL
+-A FORWARD -m comment --comment "kubernetes forwarding rules" -j KUBE-FORWARD
+-A OUTPUT -m comment --comment "kubernetes ipvs access filter" -j KUBE-IPVS-OUT-FILTER
+-A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" -m mark --mark 0x4000/0x4000 -j ACCEPT
+-A KUBE-IPVS-FILTER -m set --match-set KUBE-6-LOAD-BALANCER dst,dst -j RETURN
+-A KUBE-IPVS-FILTER -m set --match-set KUBE-6-CLUSTER-IP dst,dst -j RETURN
+-A KUBE-IPVS-FILTER -m conntrack --ctstate NEW -m set --match-set KUBE-6-IPVS-IPS dst -j REJECT --reject-with icmp6-port-unreachable
+-A KUBE-NODE-PORT -m comment --comment "Kubernetes health check node port" -m set --match-set KUBE-6-HEALTH-CHECK-NODE-PORT dst -j ACCEPT
+-A KUBE-PROXY-FIREWALL -m set --match-set KUBE-6-LOAD-BALANCER-FW dst,dst -j KUBE-SOURCE-RANGES-FIREWALL
+-A KUBE-SOURCE-RANGES-FIREWALL -j DROP
+COMMIT
+"#;
+
+/// kube-proxy's ipvs-mode ipsets (IPv6), and one of the operator's own.
+const IPSETS: &str = "create KUBE-6-CLUSTER-IP hash:ip,port family inet6
+add KUBE-6-CLUSTER-IP fd00:10:96::a,tcp:80
+create KUBE-6-LOOP-BACK hash:ip,port,ip family inet6
+create KUBE-6-LOAD-BALANCER hash:ip,port family inet6
+create KUBE-6-LOAD-BALANCER-FW hash:ip,port family inet6
+create KUBE-6-IPVS-IPS hash:ip family inet6
+create KUBE-6-NODE-PORT-TCP bitmap:port range 0-65535
+create KUBE-6-HEALTH-CHECK-NODE-PORT bitmap:port range 0-65535
+create my-set hash:ip
+";
+
+/// Whether the `ipset` tool is here.
+fn have_ipset() -> bool {
+    Command::new("ipset").arg("version").output().is_ok()
+}
+
 /// kube-proxy's nftables mode (`table ip kube-proxy`, trimmed to one
 /// Service) in `family`, and a table of the operator's own.
 fn node_nft(family: &str) -> String {
@@ -324,6 +396,15 @@ fn node(tag: &str) -> Option<Namespace> {
         &["iptables-legacy-restore", "-w", "5"],
         Some(&node_iptables(false, true)),
     );
+    if have_ipset() {
+        ns.run(&["ipset", "restore"], Some(IPSETS));
+        ns.run(
+            &["ip6tables-legacy-restore", "-w", "5"],
+            Some(IPVS_MODE_IP6TABLES),
+        );
+    } else {
+        eprintln!("no ipset: kube-proxy's ipvs mode not loaded");
+    }
     ns.run(&["nft", "-f", "-"], Some(&node_nft("ip")));
     ns.run(&["nft", "-f", "-"], Some(&node_nft("ip6")));
     Some(ns)
@@ -424,6 +505,17 @@ fn after_its_first_sync_kpng_removes_kube_proxys_rules_and_nothing_else() {
             stderr.contains(&format!("removed={tool} nat chain KUBE-SERVICES")),
             "{stderr}"
         );
+    }
+    if have_ipset() {
+        let sets = ns.run(&["ipset", "list", "-n"], None);
+        assert_eq!(sets.trim(), "my-set", "{stderr}");
+        for logged in [
+            "removed=ipset KUBE-6-CLUSTER-IP",
+            "removed=ip6tables-legacy filter chain KUBE-IPVS-FILTER",
+            "removed=ip6tables-legacy nat chain KUBE-NODE-PORT",
+        ] {
+            assert!(stderr.contains(logged), "{logged} in {stderr}");
+        }
     }
     for logged in [
         "removed=nftables table ip kube-proxy",
