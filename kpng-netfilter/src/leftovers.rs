@@ -514,16 +514,7 @@ impl Leftovers {
     }
 
     fn find_ipvs(&self, found: &mut Found) {
-        let link = self
-            .command(["ip", "-d", "-o", "link", "show", "dev", IPVS_INTERFACE])
-            .run();
-        let dummy = match &link {
-            Ok(output) => String::from_utf8_lossy(&output.stdout)
-                .split_whitespace()
-                .any(|w| w == "dummy"),
-            Err(_) => false,
-        };
-        if !dummy {
+        if !self.ipvs_interface() {
             return;
         }
         if !self.ipvs_in_kernel() {
@@ -532,18 +523,11 @@ impl Leftovers {
                 .push("IPVS virtual servers: no IPVS in this kernel".into());
         } else {
             match self.command(["ipvsadm", "-S", "-n"]).run() {
-                Ok(output) => {
-                    for line in String::from_utf8_lossy(&output.stdout).lines() {
-                        if let Some(spec) = line.strip_prefix("-A ") {
-                            let words: Vec<&str> = spec.split_whitespace().collect();
-                            if let [kind, address, ..] = words.as_slice() {
-                                found
-                                    .leftovers
-                                    .push(Leftover::IpvsService(format!("{kind} {address}")));
-                            }
-                        }
-                    }
-                }
+                Ok(output) => found.leftovers.extend(
+                    virtual_servers(&String::from_utf8_lossy(&output.stdout))
+                        .into_iter()
+                        .map(Leftover::IpvsService),
+                ),
                 Err(e) if missing(&e) => found
                     .skipped
                     .push("IPVS virtual servers: ipvsadm is not installed".into()),
@@ -553,6 +537,14 @@ impl Leftovers {
         found
             .leftovers
             .push(Leftover::Interface(IPVS_INTERFACE.into()));
+    }
+
+    /// Whether the interface of kube-proxy's ipvs mode is here: a dummy
+    /// named `kube-ipvs0`.
+    fn ipvs_interface(&self) -> bool {
+        self.command(["ip", "-d", "-o", "link", "show", "dev", IPVS_INTERFACE])
+            .run()
+            .is_ok_and(|output| is_dummy(&String::from_utf8_lossy(&output.stdout)))
     }
 
     fn ipvs_in_kernel(&self) -> bool {
@@ -666,6 +658,28 @@ impl Leftovers {
     }
 }
 
+/// The virtual servers of `ipvsadm -S -n` output, as `ipvsadm -D` takes
+/// them (`-t 10.96.0.1:443`, `-u [fd00::a]:53`, `-f 1`).
+fn virtual_servers(save: &str) -> Vec<String> {
+    save.lines()
+        .filter_map(|line| line.strip_prefix("-A "))
+        .filter_map(|spec| {
+            let mut words = spec.split_whitespace();
+            match (words.next(), words.next()) {
+                (Some(kind @ ("-t" | "-u" | "-f" | "--sctp-service")), Some(address)) => {
+                    Some(format!("{kind} {address}"))
+                }
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// Whether `ip -d -o link show` shows a dummy interface.
+fn is_dummy(link: &str) -> bool {
+    link.split_whitespace().any(|w| w == "dummy")
+}
+
 /// One table's `iptables-restore --noflush` input: kube-proxy's chains
 /// declared (which flushes them), its jumps deleted, its chains deleted.
 fn restore_script(table: &str, items: &[&Leftover]) -> String {
@@ -733,6 +747,26 @@ COMMIT
         let (jumps, chains, _) = plan_table("nat", &saved["nat"], Some(&own));
         assert_eq!(jumps.len(), 1, "{jumps:?}");
         assert!(chains.is_empty(), "{chains:?}");
+    }
+
+    #[test]
+    fn ipvsadm_and_ip_output_are_read() {
+        let save = "-A -t 10.96.0.1:443 -s rr\n-a -t 10.96.0.1:443 -r 192.168.1.2:6443 -m -w 1\n-A -u [fd00:10:96::a]:53 -s rr\n-A -f 7 -s rr\n-A --sctp-service 10.96.0.3:9 -s rr\n";
+        assert_eq!(
+            virtual_servers(save),
+            [
+                "-t 10.96.0.1:443",
+                "-u [fd00:10:96::a]:53",
+                "-f 7",
+                "--sctp-service 10.96.0.3:9"
+            ]
+        );
+        assert!(is_dummy(
+            "9: kube-ipvs0: <BROADCAST,NOARP> mtu 1500 qdisc noop state DOWN mode DEFAULT group default qlen 1000\\    link/ether 5e:4f:1a:2b:3c:4d brd ff:ff:ff:ff:ff:ff promiscuity 0 allmulti 0 minmtu 0 maxmtu 0 \\    dummy addrgenmode eui64"
+        ));
+        assert!(!is_dummy(
+            "9: kube-ipvs0@if8: <BROADCAST,MULTICAST> mtu 1500 \\    veth addrgenmode eui64"
+        ));
     }
 
     #[test]
