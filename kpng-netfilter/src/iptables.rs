@@ -448,3 +448,53 @@ pub fn apply_batches(
     }
     Err(error)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// kube-proxy's `filter` `KUBE-NODEPORTS`, which the backend's names
+    /// own but it does not write, and kube-proxy's `INPUT` jump to it: a
+    /// full batch deleted the chain and not the jump, and was refused.
+    #[test]
+    fn a_full_batch_deletes_the_built_in_jumps_to_the_stale_chains_it_deletes() {
+        let owned = |name: &str| name.starts_with("KUBE-");
+        let mut saved = Saved::default();
+        for (table, chain) in [
+            (Table::Filter, "KUBE-NODEPORTS"),
+            (Table::Filter, "KUBE-SERVICES"),
+            (Table::Filter, "OTHER"),
+        ] {
+            saved.chains.insert((table, chain.to_owned()));
+        }
+        let jump = "-A INPUT -m comment --comment \"kubernetes health check service ports\" -j KUBE-NODEPORTS";
+        for rule in [jump, "-A INPUT -j KUBE-SERVICES", "-A INPUT -j OTHER"] {
+            saved.rules.insert((Table::Filter, rule.to_owned()));
+        }
+        let desired: Chains = [((Table::Filter, "KUBE-SERVICES".to_owned()), vec![])].into();
+        let batch = Batch::new(Plan {
+            desired: &desired,
+            applied: None,
+            touched: &BTreeSet::new(),
+            existing: Some(&saved),
+            owned: &owned,
+            add_jumps: &[],
+            remove_jumps: &[],
+        });
+        let delete_jump = format!("-D {}", jump.trim_start_matches("-A "));
+        let deleted_at = batch.script.find(&delete_jump).expect("jump deleted");
+        let chain_at = batch
+            .script
+            .find("-X KUBE-NODEPORTS")
+            .expect("chain deleted");
+        assert!(deleted_at < chain_at, "{}", batch.script);
+        assert!(!batch.script.contains("-D INPUT -j KUBE-SERVICES"));
+        assert!(!batch.script.contains("OTHER"), "{}", batch.script);
+        assert_eq!(batch.jumps.1.len(), 1, "put back on a rollback");
+        assert!(
+            batch
+                .rollback(&Chains::new())
+                .contains("-I INPUT 1 -m comment")
+        );
+    }
+}
