@@ -8,7 +8,7 @@ RUN cargo build --release --locked -p kpng
 FROM debian:bookworm-slim
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      iptables iproute2 ca-certificates \
+      iptables iproute2 ipset ipvsadm ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/target/release/kpng /usr/local/bin/kpng
 # kubeadm's kube-proxy DaemonSet runs /usr/local/bin/kube-proxy

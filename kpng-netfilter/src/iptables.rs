@@ -74,7 +74,7 @@ pub type ChainKey = (Table, String);
 pub type Jump = (Table, String, String);
 
 /// Which iptables to drive.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum Mode {
@@ -297,7 +297,33 @@ impl Batch {
                 .iter()
                 .filter(|j| j.0 == table && !present(j))
                 .collect();
-            let remove: Vec<&Jump> = plan.remove_jumps.iter().filter(|j| j.0 == table).collect();
+            let mut remove: Vec<Jump> = plan
+                .remove_jumps
+                .iter()
+                .filter(|j| j.0 == table)
+                .cloned()
+                .collect();
+            // A full batch deletes stale chains of its names that another
+            // program left (kube-proxy's, on a swap): the built-in chains'
+            // jumps to them go with them, or the deletion is refused.
+            if let (None, Some(saved)) = (plan.applied, plan.existing) {
+                for (t, line) in &saved.rules {
+                    let Some((builtin, rule)) = line
+                        .strip_prefix("-A ")
+                        .and_then(|rule| rule.split_once(' '))
+                    else {
+                        continue;
+                    };
+                    let to_stale =
+                        jump_target(rule).is_some_and(|to| stale.iter().any(|s| *s == to));
+                    if *t == table && table.builtins().contains(&builtin) && to_stale {
+                        let jump = (table, builtin.to_owned(), rule.to_owned());
+                        if !remove.contains(&jump) {
+                            remove.push(jump);
+                        }
+                    }
+                }
+            }
             if write.is_empty() && stale.is_empty() && add.is_empty() && remove.is_empty() {
                 continue;
             }
@@ -331,7 +357,7 @@ impl Batch {
                 .deleted
                 .extend(stale.into_iter().map(|name| (table, name.clone())));
             result.jumps.0.extend(add.into_iter().cloned());
-            result.jumps.1.extend(remove.into_iter().cloned());
+            result.jumps.1.extend(remove);
         }
         result
     }
@@ -375,6 +401,17 @@ impl Batch {
     }
 }
 
+/// The chain a rule jumps or goes to (`-j NAME`, `-g NAME`).
+fn jump_target(rule: &str) -> Option<&str> {
+    let mut words = rule.split_whitespace();
+    while let Some(word) = words.next() {
+        if matches!(word, "-j" | "--jump" | "-g" | "--goto") {
+            return words.next();
+        }
+    }
+    None
+}
+
 /// The chains of one family: their rules by (table, name).
 pub type Chains = BTreeMap<ChainKey, Vec<String>>;
 
@@ -410,4 +447,54 @@ pub fn apply_batches(
         }
     }
     Err(error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// kube-proxy's `filter` `KUBE-NODEPORTS`, which the backend's names
+    /// own but it does not write, and kube-proxy's `INPUT` jump to it: a
+    /// full batch deleted the chain and not the jump, and was refused.
+    #[test]
+    fn a_full_batch_deletes_the_built_in_jumps_to_the_stale_chains_it_deletes() {
+        let owned = |name: &str| name.starts_with("KUBE-");
+        let mut saved = Saved::default();
+        for (table, chain) in [
+            (Table::Filter, "KUBE-NODEPORTS"),
+            (Table::Filter, "KUBE-SERVICES"),
+            (Table::Filter, "OTHER"),
+        ] {
+            saved.chains.insert((table, chain.to_owned()));
+        }
+        let jump = "-A INPUT -m comment --comment \"kubernetes health check service ports\" -j KUBE-NODEPORTS";
+        for rule in [jump, "-A INPUT -j KUBE-SERVICES", "-A INPUT -j OTHER"] {
+            saved.rules.insert((Table::Filter, rule.to_owned()));
+        }
+        let desired: Chains = [((Table::Filter, "KUBE-SERVICES".to_owned()), vec![])].into();
+        let batch = Batch::new(Plan {
+            desired: &desired,
+            applied: None,
+            touched: &BTreeSet::new(),
+            existing: Some(&saved),
+            owned: &owned,
+            add_jumps: &[],
+            remove_jumps: &[],
+        });
+        let delete_jump = format!("-D {}", jump.trim_start_matches("-A "));
+        let deleted_at = batch.script.find(&delete_jump).expect("jump deleted");
+        let chain_at = batch
+            .script
+            .find("-X KUBE-NODEPORTS")
+            .expect("chain deleted");
+        assert!(deleted_at < chain_at, "{}", batch.script);
+        assert!(!batch.script.contains("-D INPUT -j KUBE-SERVICES"));
+        assert!(!batch.script.contains("OTHER"), "{}", batch.script);
+        assert_eq!(batch.jumps.1.len(), 1, "put back on a rollback");
+        assert!(
+            batch
+                .rollback(&Chains::new())
+                .contains("-I INPUT 1 -m comment")
+        );
+    }
 }

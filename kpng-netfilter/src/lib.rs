@@ -12,6 +12,10 @@
 //! [`iptables`] is the engine that applies chains with
 //! `iptables-restore --noflush` batches and puts them back on a refusal.
 //!
+//! [`leftovers`] finds and removes what kube-proxy programmed in each of
+//! its modes (its nftables tables, its iptables chains, IPVS), as
+//! kube-proxy removes the other modes' rules when it starts.
+//!
 //! [`process`] is the one way kpng runs a child process (`nft`,
 //! `iptables-restore`, `conntrack`): with a timeout, its pipes served on
 //! threads, and killed by the kernel if kpng dies first.
@@ -60,6 +64,7 @@
 
 pub mod conntrack;
 pub mod iptables;
+pub mod leftovers;
 pub mod nft;
 pub mod process;
 

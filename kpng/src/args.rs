@@ -342,6 +342,16 @@ pub(crate) struct BackendArgs {
     /// kube-proxy's: the UDP stream timeout (0 leaves the sysctl).
     #[arg(long, default_value = "0", value_parser = parse_duration)]
     pub(crate) conntrack_udp_timeout_stream: Duration,
+    /// Keep kube-proxy's own rules. By default, once kpng has synced for
+    /// the first time, it removes what kube-proxy programmed in any of its
+    /// modes, as kube-proxy removes the other modes' rules: the nftables
+    /// tables `ip kube-proxy` and `ip6 kube-proxy`, kube-proxy's `KUBE-*`
+    /// chains in iptables and ip6tables (nft and legacy) with the jumps to
+    /// them, and where kube-proxy's ipvs mode left `kube-ipvs0`, the IPVS
+    /// virtual servers, that interface and its ipsets. kubelet's chains
+    /// and anything else are never touched. A dry run only lists them.
+    #[arg(long)]
+    pub(crate) keep_kube_proxy_rules: bool,
     /// Where Prometheus metrics are served (`/metrics`, kube-proxy's
     /// port); empty: not served. A bare IP takes port 10249, as
     /// kube-proxy's does.

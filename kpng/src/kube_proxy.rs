@@ -1444,7 +1444,7 @@ impl Settings {
         if ipvs.exclude_cidrs.as_ref().is_some_and(|l| !l.is_empty()) {
             warn(
                 &self.at("ipvs.excludeCIDRs").name,
-                "none: kpng makes no IPVS virtual servers, so it cleans up none (its tables are its own)",
+                "none: kpng makes no IPVS virtual servers; those kube-proxy left are all removed once kpng has synced, as kube-proxy's own cleanup flushes them (--keep-kube-proxy-rules keeps them)",
             );
         }
         if ipvs.strict_arp {

@@ -40,6 +40,7 @@ use serde::de::DeserializeOwned;
 mod args;
 mod config;
 mod kube_proxy;
+mod leftovers;
 mod logging;
 mod malloc;
 
@@ -144,7 +145,8 @@ fn unguarded(
             let args = &nft.common;
             let proxy = args.proxy()?;
             let backend = NftBackend::new(NftConfig::new(proxy.clone()));
-            match (&nft.aggregator_socket, args.dry_run) {
+            let sink: Box<dyn IncrementalSink + Send> = match (&nft.aggregator_socket, args.dry_run)
+            {
                 (Some(path), false) => {
                     let nft = Nft::new(None);
                     Box::new(Logged::new(aggregated(backend, nft, path, args, metrics)))
@@ -159,9 +161,14 @@ fn unguarded(
                     conditions,
                     health,
                 )?,
-            }
+            };
+            after_first_sync(sink, args, None)
         }
-        Sink::ToEbpf(ebpf) => ebpf_backend(ebpf, &measured, conditions, health)?,
+        Sink::ToEbpf(ebpf) => after_first_sync(
+            ebpf_backend(ebpf, &measured, conditions, health)?,
+            &ebpf.common,
+            None,
+        ),
         Sink::ToIptables(ipt) => {
             let args = &ipt.common;
             let proxy = args.proxy()?;
@@ -171,12 +178,28 @@ fn unguarded(
                 "legacy" => Some(IptablesMode::Legacy),
                 _ => None,
             };
+            // The iptables kpng programs holds chains of kube-proxy's
+            // names that are kpng's: known before kube-proxy's are removed.
+            let own = (!args.keep_kube_proxy_rules).then(|| {
+                let mode = config.mode.unwrap_or_else(|| {
+                    Runner {
+                        prefix: Vec::new(),
+                        mode: None,
+                    }
+                    .mode()
+                });
+                if !args.dry_run {
+                    config.mode = Some(mode);
+                }
+                mode
+            });
             let runner = Runner {
                 prefix: Vec::new(),
                 mode: config.mode,
             };
             let backend = IptablesBackend::new(config);
-            match (&ipt.aggregator_socket, args.dry_run) {
+            let sink: Box<dyn IncrementalSink + Send> = match (&ipt.aggregator_socket, args.dry_run)
+            {
                 (Some(path), false) => {
                     let iptables = Iptables::new(runner);
                     Box::new(Logged::new(aggregated(
@@ -193,9 +216,40 @@ fn unguarded(
                     conditions,
                     health,
                 )?,
-            }
+            };
+            after_first_sync(sink, args, own)
         }
     })
+}
+
+/// `sink`, removing kube-proxy's leftovers after its first successful sync
+/// (a dry run lists them), unless `--keep-kube-proxy-rules`. `own_iptables`:
+/// the iptables mode `to-iptables` programs, whose `KUBE-` chains are
+/// kpng's.
+fn after_first_sync(
+    sink: Box<dyn IncrementalSink + Send>,
+    args: &BackendArgs,
+    own_iptables: Option<IptablesMode>,
+) -> Box<dyn IncrementalSink + Send> {
+    if args.keep_kube_proxy_rules {
+        tracing::info!("kube-proxy's rules are kept (--keep-kube-proxy-rules)");
+        return sink;
+    }
+    let leftovers = kpng_netfilter::leftovers::Leftovers {
+        own_nft_table: Some(NftConfig::default().table),
+        own_iptables: own_iptables.map(|mode| {
+            let owns: kpng_netfilter::leftovers::OwnChains = Box::new(IptablesBackend::owns_chain);
+            (mode, owns)
+        }),
+        ..Default::default()
+    };
+    Box::new(leftovers::AfterFirstSync::new(
+        sink,
+        leftovers::Cleanup {
+            leftovers,
+            dry_run: args.dry_run,
+        },
+    ))
 }
 
 /// The eBPF backend, with the nftables backend beside it for traffic from

@@ -307,6 +307,13 @@ impl IptablesBackend {
         &HOOKS
     }
 
+    /// Whether a chain of this name is the backend's (it writes it, and
+    /// deletes it when stale): its fixed chains and its per-Service
+    /// `KUBE-SVC-*`, `KUBE-SVL-*`, `KUBE-EXT-*`, `KUBE-FW-*`, `KUBE-SEP-*`.
+    pub fn owns_chain(name: &str) -> bool {
+        render::owned(name)
+    }
+
     /// Makes the next sync a full one.
     pub fn force_full(&mut self) {
         self.tracker.force_full();
