@@ -25,6 +25,10 @@ pub struct AgentConfig {
     pub max_retry: Duration,
     /// Return after the first successful sync.
     pub once: bool,
+    /// With `once`: the failed attempts in a row (no connection, or a
+    /// stream lost before the first sync) after which it gives up with
+    /// [`Error::Unreachable`].
+    pub once_attempts: u32,
     /// Ask the server to compress the stream (zstd): worth it over a
     /// network, not over a local unix socket. Off by default.
     pub compress: bool,
@@ -36,6 +40,7 @@ impl Default for AgentConfig {
             retry: Duration::from_millis(200),
             max_retry: Duration::from_secs(10),
             once: false,
+            once_attempts: 5,
             compress: false,
         }
     }
@@ -69,8 +74,15 @@ impl Held {
 /// from a full view. Returns after the first sync with `once`; otherwise
 /// runs until dropped.
 ///
+/// Each failed attempt is one log line naming the address and the whole
+/// cause: `cannot connect to ADDRESS` when no stream was opened, `lost
+/// ENLS watch from ADDRESS` when an open one ended; the first failure at
+/// warning level, the same failure again at info level.
+///
 /// # Errors
-/// With `once`, the first failure; otherwise never.
+/// With `once`, a sink failure, or [`Error::Unreachable`] after
+/// [`AgentConfig::once_attempts`] failed attempts in a row; otherwise
+/// never.
 pub async fn run_agent<S: IncrementalSink + ?Sized>(
     address: &Address,
     node: &str,
@@ -78,22 +90,126 @@ pub async fn run_agent<S: IncrementalSink + ?Sized>(
     config: &AgentConfig,
 ) -> Result<(), Error> {
     let mut held = Held::default();
-    let mut backoff = kpng_drive::Backoff::new(config.retry, config.max_retry);
+    let mut retries = Retries::new(address, config);
     loop {
-        match session(address, node, sink, &mut held, config).await {
+        let mut opened = false;
+        let result = session(address, node, sink, &mut held, config, &mut opened).await;
+        let delay = match result {
             Ok(()) if config.once => return Ok(()),
-            Ok(()) => backoff.reset(),
-            Err(e) if config.once => return Err(e),
+            Ok(()) => retries.ended(),
+            Err(e @ Error::Sink(_)) if config.once => return Err(e),
             Err(e) => {
-                tracing::warn!(error = %e, revision = held.revision, "ENLS watch lost; reconnecting");
                 if matches!(e, Error::Sink(_)) {
                     // The sink's state is unknown: start over.
                     held = Held::default();
                 }
+                retries.failed(opened, &e, held.revision)?
             }
-        }
-        tokio::time::sleep(backoff.next_delay()).await;
+        };
+        tokio::time::sleep(delay).await;
     }
+}
+
+/// The retries of an agent or a mirror: the backoff, and what is said of
+/// each failed attempt.
+struct Retries {
+    address: String,
+    backoff: kpng_drive::Backoff,
+    /// Failed attempts in a row.
+    failed: u32,
+    /// The failure last said at warning level.
+    warned: Option<String>,
+    /// With `once`, the failed attempts allowed.
+    give_up_after: Option<u32>,
+}
+
+impl Retries {
+    fn new(address: &Address, config: &AgentConfig) -> Self {
+        Self {
+            address: address.to_string(),
+            backoff: kpng_drive::Backoff::new(config.retry, config.max_retry),
+            failed: 0,
+            warned: None,
+            give_up_after: config.once.then_some(config.once_attempts.max(1)),
+        }
+    }
+
+    /// A stream that was served ended: the wait before reconnecting.
+    fn ended(&mut self) -> Duration {
+        self.succeeded();
+        tracing::info!("the ENLS watch from {} ended; reconnecting", self.address);
+        self.backoff.next_delay()
+    }
+
+    /// A stream was opened: the backoff starts over.
+    fn succeeded(&mut self) {
+        if self.failed > 0 {
+            tracing::info!(
+                "connected to {} after {} failed attempts",
+                self.address,
+                self.failed
+            );
+        }
+        self.backoff.reset();
+        self.failed = 0;
+        self.warned = None;
+    }
+
+    /// A failed attempt: logs it and returns the wait before the next,
+    /// or the error when it was the last allowed. `opened`: the stream
+    /// had been opened (then lost), at `revision`.
+    fn failed(&mut self, opened: bool, error: &Error, revision: u64) -> Result<Duration, Error> {
+        let cause = one_line(error);
+        if opened {
+            // A stream was served: this is a new run of failures.
+            self.succeeded();
+        }
+        self.failed += 1;
+        let address = &self.address;
+        if self.give_up_after.is_some_and(|n| self.failed >= n) {
+            return Err(Error::Unreachable {
+                address: address.clone(),
+                attempts: self.failed,
+                cause,
+            });
+        }
+        let delay = self.backoff.next_delay();
+        let wait = format!("{:.1}s", delay.as_secs_f64());
+        if opened {
+            tracing::warn!(
+                "lost ENLS watch from {address} at revision {revision}: {cause}; reconnecting in {wait}"
+            );
+        } else if self.warned.as_deref() == Some(cause.as_str()) {
+            tracing::info!(
+                "cannot connect to {address}: {cause} (attempt {}; retrying in {wait})",
+                self.failed
+            );
+            return Ok(delay);
+        } else {
+            tracing::warn!(
+                "cannot connect to {address}: {cause} (attempt {}; retrying in {wait}; later \
+                 attempts failing alike are logged at info level)",
+                self.failed
+            );
+        }
+        self.warned = Some(cause);
+        Ok(delay)
+    }
+}
+
+/// An error and its causes on one line, each cause once.
+fn one_line(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let message = cause.to_string();
+        if !text.contains(&message) {
+            text.push_str(": ");
+            text.push_str(&message);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 pub(crate) async fn client(
@@ -109,19 +225,21 @@ pub(crate) async fn client(
 }
 
 /// One connection: streams until it ends (or, with `once`, until the
-/// first sync).
+/// first sync). `opened` is set once the server has answered the watch.
 pub(crate) async fn session<S: IncrementalSink + ?Sized>(
     address: &Address,
     node: &str,
     sink: &mut S,
     held: &mut Held,
     config: &AgentConfig,
+    opened: &mut bool,
 ) -> Result<(), Error> {
     let mut stream = client(address, config)
         .await?
         .watch(held.request(node))
         .await?
         .into_inner();
+    *opened = true;
     let (mut instance, mut digest) = (0, Vec::new());
     let mut decoder = compact::Decoder::new();
     while let Some(message) = stream.message().await? {
@@ -162,24 +280,25 @@ pub(crate) async fn session<S: IncrementalSink + ?Sized>(
 /// `once`; otherwise runs until dropped.
 ///
 /// # Errors
-/// With `once`, the first failure; otherwise never.
+/// With `once`, [`Error::Unreachable`] after
+/// [`AgentConfig::once_attempts`] failed attempts in a row; otherwise
+/// never.
 pub async fn run_mirror(
     address: &Address,
     store: &mut kpng_store::Store,
     config: &AgentConfig,
 ) -> Result<(), Error> {
     let mut held = Held::default();
-    let mut backoff = kpng_drive::Backoff::new(config.retry, config.max_retry);
+    let mut retries = Retries::new(address, config);
     loop {
-        match mirror_session(address, store, &mut held, config).await {
+        let mut opened = false;
+        let result = mirror_session(address, store, &mut held, config, &mut opened).await;
+        let delay = match result {
             Ok(()) if config.once => return Ok(()),
-            Ok(()) => backoff.reset(),
-            Err(e) if config.once => return Err(e),
-            Err(e) => {
-                tracing::warn!(error = %e, "ENLS global watch lost; reconnecting");
-            }
-        }
-        tokio::time::sleep(backoff.next_delay()).await;
+            Ok(()) => retries.ended(),
+            Err(e) => retries.failed(opened, &e, held.revision)?,
+        };
+        tokio::time::sleep(delay).await;
     }
 }
 
@@ -188,6 +307,7 @@ pub(crate) async fn mirror_session(
     store: &mut kpng_store::Store,
     held: &mut Held,
     config: &AgentConfig,
+    opened: &mut bool,
 ) -> Result<(), Error> {
     use kpng_model::Kind;
     let mut stream = client(address, config)
@@ -195,6 +315,7 @@ pub(crate) async fn mirror_session(
         .watch_all(held.request(""))
         .await?
         .into_inner();
+    *opened = true;
     let (mut instance, mut reset, mut pending) = (0, false, Vec::new());
     while let Some(message) = stream.message().await? {
         match message.event {

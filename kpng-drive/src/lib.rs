@@ -51,7 +51,7 @@
 mod backoff;
 mod drive;
 
-pub use backoff::Backoff;
+pub use backoff::{Backoff, KUBE_FIRST, KUBE_MAX};
 pub use drive::{DriveConfig, SyncLimiter, drive};
 
 /// The README's examples, compiled and run as doctests.
