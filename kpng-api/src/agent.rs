@@ -92,57 +92,69 @@ pub async fn run_agent<S: IncrementalSink + ?Sized>(
     let mut held = Held::default();
     let mut retries = Retries::new(address, config);
     loop {
-        let mut opened = false;
-        let result = session(address, node, sink, &mut held, config, &mut opened).await;
+        let result = session(address, node, sink, &mut held, config, &mut retries).await;
         let delay = match result {
             Ok(()) if config.once => return Ok(()),
             Ok(()) => retries.ended(),
             Err(e @ Error::Sink(_)) if config.once => return Err(e),
-            Err(e) => {
-                if matches!(e, Error::Sink(_)) {
-                    // The sink's state is unknown: start over.
-                    held = Held::default();
-                }
-                retries.failed(opened, &e, held.revision)?
+            Err(e @ Error::Sink(_)) => {
+                // The sink's state is unknown: start over.
+                held = Held::default();
+                retries.sink_failed(&e)
             }
+            Err(e) => retries.failed(&e, held.revision)?,
         };
         tokio::time::sleep(delay).await;
     }
 }
 
+/// How far a session got: it tells a failure to connect from a watch
+/// lost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reached {
+    /// No stream was opened.
+    Nothing,
+    /// The server answered the watch.
+    Opened,
+    /// A revision was synced: progress, the backoff starts over.
+    Synced,
+}
+
 /// The retries of an agent or a mirror: the backoff, and what is said of
-/// each failed attempt.
-struct Retries {
+/// each attempt.
+pub(crate) struct Retries {
     address: String,
     backoff: kpng_drive::Backoff,
-    /// Failed attempts in a row.
+    /// How far the current session got.
+    reached: Reached,
+    /// Failed attempts since the last sync.
     failed: u32,
-    /// The failure last said at warning level.
+    /// The failure to connect last said at warning level.
     warned: Option<String>,
     /// With `once`, the failed attempts allowed.
     give_up_after: Option<u32>,
 }
 
 impl Retries {
-    fn new(address: &Address, config: &AgentConfig) -> Self {
+    pub(crate) fn new(address: &Address, config: &AgentConfig) -> Self {
         Self {
             address: address.to_string(),
             backoff: kpng_drive::Backoff::new(config.retry, config.max_retry),
+            reached: Reached::Nothing,
             failed: 0,
             warned: None,
             give_up_after: config.once.then_some(config.once_attempts.max(1)),
         }
     }
 
-    /// A stream that was served ended: the wait before reconnecting.
-    fn ended(&mut self) -> Duration {
-        self.succeeded();
-        tracing::info!("the ENLS watch from {} ended; reconnecting", self.address);
-        self.backoff.next_delay()
+    /// A session starts.
+    fn start(&mut self) {
+        self.reached = Reached::Nothing;
     }
 
-    /// A stream was opened: the backoff starts over.
-    fn succeeded(&mut self) {
+    /// The server answered the watch.
+    fn opened(&mut self) {
+        self.reached = Reached::Opened;
         if self.failed > 0 {
             tracing::info!(
                 "connected to {} after {} failed attempts",
@@ -150,20 +162,41 @@ impl Retries {
                 self.failed
             );
         }
-        self.backoff.reset();
-        self.failed = 0;
-        self.warned = None;
+    }
+
+    /// A revision was synced: the backoff and the count start over.
+    fn synced(&mut self) {
+        if self.reached != Reached::Synced {
+            self.reached = Reached::Synced;
+            self.backoff.reset();
+            self.failed = 0;
+            self.warned = None;
+        }
+    }
+
+    /// The server ended a stream: the wait before reconnecting.
+    fn ended(&mut self) -> Duration {
+        tracing::info!("the ENLS watch from {} ended; reconnecting", self.address);
+        self.backoff.next_delay()
+    }
+
+    /// The sink failed: the wait before starting over from a full view.
+    fn sink_failed(&mut self, error: &Error) -> Duration {
+        let delay = self.backoff.next_delay();
+        tracing::warn!(
+            "{}; asking {} for a full view in {:.1}s",
+            one_line(error),
+            self.address,
+            delay.as_secs_f64()
+        );
+        delay
     }
 
     /// A failed attempt: logs it and returns the wait before the next,
-    /// or the error when it was the last allowed. `opened`: the stream
-    /// had been opened (then lost), at `revision`.
-    fn failed(&mut self, opened: bool, error: &Error, revision: u64) -> Result<Duration, Error> {
+    /// or the error when it was the last allowed; `revision` is what the
+    /// agent holds.
+    fn failed(&mut self, error: &Error, revision: u64) -> Result<Duration, Error> {
         let cause = one_line(error);
-        if opened {
-            // A stream was served: this is a new run of failures.
-            self.succeeded();
-        }
         self.failed += 1;
         let address = &self.address;
         if self.give_up_after.is_some_and(|n| self.failed >= n) {
@@ -175,24 +208,25 @@ impl Retries {
         }
         let delay = self.backoff.next_delay();
         let wait = format!("{:.1}s", delay.as_secs_f64());
-        if opened {
+        if self.reached != Reached::Nothing {
             tracing::warn!(
                 "lost ENLS watch from {address} at revision {revision}: {cause}; reconnecting in {wait}"
             );
+            // Connected in between: failing to connect again is news.
+            self.warned = None;
         } else if self.warned.as_deref() == Some(cause.as_str()) {
             tracing::info!(
                 "cannot connect to {address}: {cause} (attempt {}; retrying in {wait})",
                 self.failed
             );
-            return Ok(delay);
         } else {
             tracing::warn!(
                 "cannot connect to {address}: {cause} (attempt {}; retrying in {wait}; later \
                  attempts failing alike are logged at info level)",
                 self.failed
             );
+            self.warned = Some(cause);
         }
-        self.warned = Some(cause);
         Ok(delay)
     }
 }
@@ -225,21 +259,22 @@ pub(crate) async fn client(
 }
 
 /// One connection: streams until it ends (or, with `once`, until the
-/// first sync). `opened` is set once the server has answered the watch.
+/// first sync), telling `retries` how far it gets.
 pub(crate) async fn session<S: IncrementalSink + ?Sized>(
     address: &Address,
     node: &str,
     sink: &mut S,
     held: &mut Held,
     config: &AgentConfig,
-    opened: &mut bool,
+    retries: &mut Retries,
 ) -> Result<(), Error> {
+    retries.start();
     let mut stream = client(address, config)
         .await?
         .watch(held.request(node))
         .await?
         .into_inner();
-    *opened = true;
+    retries.opened();
     let (mut instance, mut digest) = (0, Vec::new());
     let mut decoder = compact::Decoder::new();
     while let Some(message) = stream.message().await? {
@@ -262,6 +297,7 @@ pub(crate) async fn session<S: IncrementalSink + ?Sized>(
                     revision,
                     digest: std::mem::take(&mut digest),
                 };
+                retries.synced();
                 if config.once {
                     return Ok(());
                 }
@@ -291,12 +327,11 @@ pub async fn run_mirror(
     let mut held = Held::default();
     let mut retries = Retries::new(address, config);
     loop {
-        let mut opened = false;
-        let result = mirror_session(address, store, &mut held, config, &mut opened).await;
+        let result = mirror_session(address, store, &mut held, config, &mut retries).await;
         let delay = match result {
             Ok(()) if config.once => return Ok(()),
             Ok(()) => retries.ended(),
-            Err(e) => retries.failed(opened, &e, held.revision)?,
+            Err(e) => retries.failed(&e, held.revision)?,
         };
         tokio::time::sleep(delay).await;
     }
@@ -307,15 +342,16 @@ pub(crate) async fn mirror_session(
     store: &mut kpng_store::Store,
     held: &mut Held,
     config: &AgentConfig,
-    opened: &mut bool,
+    retries: &mut Retries,
 ) -> Result<(), Error> {
     use kpng_model::Kind;
+    retries.start();
     let mut stream = client(address, config)
         .await?
         .watch_all(held.request(""))
         .await?
         .into_inner();
-    *opened = true;
+    retries.opened();
     let (mut instance, mut reset, mut pending) = (0, false, Vec::new());
     while let Some(message) = stream.message().await? {
         match message.event {
@@ -354,6 +390,7 @@ pub(crate) async fn mirror_session(
                     revision,
                     digest: Vec::new(),
                 };
+                retries.synced();
                 if config.once {
                     return Ok(());
                 }
@@ -362,4 +399,44 @@ pub(crate) async fn mirror_session(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Failures in a row count until a revision is synced (a stream
+    /// opened and lost at once is no progress): the backoff grows through
+    /// them, and `once` gives up after its attempts, naming the address.
+    #[test]
+    fn retries_grow_until_a_sync_and_once_gives_up_naming_the_address() {
+        let mut config = AgentConfig::default();
+        config.once = true;
+        config.once_attempts = 3;
+        let address = Address::Unix("/nowhere/kpng.sock".into());
+        let mut retries = Retries::new(&address, &config);
+        let refused = Error::Address("refused".into());
+        retries.start();
+        assert!(retries.failed(&refused, 0).is_ok());
+        // Opened, then lost before any sync: not progress.
+        retries.start();
+        retries.opened();
+        assert!(retries.failed(&refused, 0).is_ok());
+        assert_eq!(retries.backoff.step(), config.retry * 4);
+        // A sync starts everything over.
+        retries.start();
+        retries.opened();
+        retries.synced();
+        assert_eq!(retries.backoff.step(), config.retry);
+        for _ in 0..2 {
+            retries.start();
+            assert!(retries.failed(&refused, 1).is_ok());
+        }
+        retries.start();
+        let error = retries.failed(&refused, 1).err().map(|e| e.to_string());
+        assert_eq!(
+            error.as_deref(),
+            Some("cannot connect to unix:///nowhere/kpng.sock (3 attempts): refused")
+        );
+    }
 }
