@@ -410,9 +410,11 @@ mod tests {
     /// them, and `once` gives up after its attempts, naming the address.
     #[test]
     fn retries_grow_until_a_sync_and_once_gives_up_naming_the_address() {
-        let mut config = AgentConfig::default();
-        config.once = true;
-        config.once_attempts = 3;
+        let config = AgentConfig {
+            once: true,
+            once_attempts: 3,
+            ..AgentConfig::default()
+        };
         let address = Address::Unix("/nowhere/kpng.sock".into());
         let mut retries = Retries::new(&address, &config);
         let refused = Error::Address("refused".into());
