@@ -25,6 +25,10 @@ pub struct AgentConfig {
     pub max_retry: Duration,
     /// Return after the first successful sync.
     pub once: bool,
+    /// With `once`: the failed attempts in a row (no connection, or a
+    /// stream lost before the first sync) after which it gives up with
+    /// [`Error::Unreachable`].
+    pub once_attempts: u32,
     /// Ask the server to compress the stream (zstd): worth it over a
     /// network, not over a local unix socket. Off by default.
     pub compress: bool,
@@ -36,6 +40,7 @@ impl Default for AgentConfig {
             retry: Duration::from_millis(200),
             max_retry: Duration::from_secs(10),
             once: false,
+            once_attempts: 5,
             compress: false,
         }
     }
@@ -69,8 +74,15 @@ impl Held {
 /// from a full view. Returns after the first sync with `once`; otherwise
 /// runs until dropped.
 ///
+/// Each failed attempt is one log line naming the address and the whole
+/// cause: `cannot connect to ADDRESS` when no stream was opened, `lost
+/// ENLS watch from ADDRESS` when an open one ended; the first failure at
+/// warning level, the same failure again at info level.
+///
 /// # Errors
-/// With `once`, the first failure; otherwise never.
+/// With `once`, a sink failure, or [`Error::Unreachable`] after
+/// [`AgentConfig::once_attempts`] failed attempts in a row; otherwise
+/// never.
 pub async fn run_agent<S: IncrementalSink + ?Sized>(
     address: &Address,
     node: &str,
@@ -78,22 +90,160 @@ pub async fn run_agent<S: IncrementalSink + ?Sized>(
     config: &AgentConfig,
 ) -> Result<(), Error> {
     let mut held = Held::default();
-    let mut backoff = kpng_drive::Backoff::new(config.retry, config.max_retry);
+    let mut retries = Retries::new(address, config);
     loop {
-        match session(address, node, sink, &mut held, config).await {
+        let result = session(address, node, sink, &mut held, config, &mut retries).await;
+        let delay = match result {
             Ok(()) if config.once => return Ok(()),
-            Ok(()) => backoff.reset(),
-            Err(e) if config.once => return Err(e),
-            Err(e) => {
-                tracing::warn!(error = %e, revision = held.revision, "ENLS watch lost; reconnecting");
-                if matches!(e, Error::Sink(_)) {
-                    // The sink's state is unknown: start over.
-                    held = Held::default();
-                }
+            Ok(()) => retries.ended(),
+            Err(e @ Error::Sink(_)) if config.once => return Err(e),
+            Err(e @ Error::Sink(_)) => {
+                // The sink's state is unknown: start over.
+                held = Held::default();
+                retries.sink_failed(&e)
             }
-        }
-        tokio::time::sleep(backoff.next_delay()).await;
+            Err(e) => retries.failed(&e, held.revision)?,
+        };
+        tokio::time::sleep(delay).await;
     }
+}
+
+/// How far a session got: it tells a failure to connect from a watch
+/// lost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reached {
+    /// No stream was opened.
+    Nothing,
+    /// The server answered the watch.
+    Opened,
+    /// A revision was synced: progress, the backoff starts over.
+    Synced,
+}
+
+/// The retries of an agent or a mirror: the backoff, and what is said of
+/// each attempt.
+pub(crate) struct Retries {
+    address: String,
+    backoff: kpng_drive::Backoff,
+    /// How far the current session got.
+    reached: Reached,
+    /// Failed attempts since the last sync.
+    failed: u32,
+    /// The failure to connect last said at warning level.
+    warned: Option<String>,
+    /// With `once`, the failed attempts allowed.
+    give_up_after: Option<u32>,
+}
+
+impl Retries {
+    pub(crate) fn new(address: &Address, config: &AgentConfig) -> Self {
+        Self {
+            address: address.to_string(),
+            backoff: kpng_drive::Backoff::new(config.retry, config.max_retry),
+            reached: Reached::Nothing,
+            failed: 0,
+            warned: None,
+            give_up_after: config.once.then_some(config.once_attempts.max(1)),
+        }
+    }
+
+    /// A session starts.
+    fn start(&mut self) {
+        self.reached = Reached::Nothing;
+    }
+
+    /// The server answered the watch.
+    fn opened(&mut self) {
+        self.reached = Reached::Opened;
+        if self.failed > 0 {
+            tracing::info!(
+                "connected to {} after {} failed attempts",
+                self.address,
+                self.failed
+            );
+        }
+    }
+
+    /// A revision was synced: the backoff and the count start over.
+    fn synced(&mut self) {
+        if self.reached != Reached::Synced {
+            self.reached = Reached::Synced;
+            self.backoff.reset();
+            self.failed = 0;
+            self.warned = None;
+        }
+    }
+
+    /// The server ended a stream: the wait before reconnecting.
+    fn ended(&mut self) -> Duration {
+        tracing::info!("the ENLS watch from {} ended; reconnecting", self.address);
+        self.backoff.next_delay()
+    }
+
+    /// The sink failed: the wait before starting over from a full view.
+    fn sink_failed(&mut self, error: &Error) -> Duration {
+        let delay = self.backoff.next_delay();
+        tracing::warn!(
+            "{}; asking {} for a full view in {:.1}s",
+            one_line(error),
+            self.address,
+            delay.as_secs_f64()
+        );
+        delay
+    }
+
+    /// A failed attempt: logs it and returns the wait before the next,
+    /// or the error when it was the last allowed; `revision` is what the
+    /// agent holds.
+    fn failed(&mut self, error: &Error, revision: u64) -> Result<Duration, Error> {
+        let cause = one_line(error);
+        self.failed += 1;
+        let address = &self.address;
+        if self.give_up_after.is_some_and(|n| self.failed >= n) {
+            return Err(Error::Unreachable {
+                address: address.clone(),
+                attempts: self.failed,
+                cause,
+            });
+        }
+        let delay = self.backoff.next_delay();
+        let wait = format!("{:.1}s", delay.as_secs_f64());
+        if self.reached != Reached::Nothing {
+            tracing::warn!(
+                "lost ENLS watch from {address} at revision {revision}: {cause}; reconnecting in {wait}"
+            );
+            // Connected in between: failing to connect again is news.
+            self.warned = None;
+        } else if self.warned.as_deref() == Some(cause.as_str()) {
+            tracing::info!(
+                "cannot connect to {address}: {cause} (attempt {}; retrying in {wait})",
+                self.failed
+            );
+        } else {
+            tracing::warn!(
+                "cannot connect to {address}: {cause} (attempt {}; retrying in {wait}; later \
+                 attempts failing alike are logged at info level)",
+                self.failed
+            );
+            self.warned = Some(cause);
+        }
+        Ok(delay)
+    }
+}
+
+/// An error and its causes on one line, each cause once.
+fn one_line(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let message = cause.to_string();
+        if !text.contains(&message) {
+            text.push_str(": ");
+            text.push_str(&message);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 pub(crate) async fn client(
@@ -109,19 +259,22 @@ pub(crate) async fn client(
 }
 
 /// One connection: streams until it ends (or, with `once`, until the
-/// first sync).
+/// first sync), telling `retries` how far it gets.
 pub(crate) async fn session<S: IncrementalSink + ?Sized>(
     address: &Address,
     node: &str,
     sink: &mut S,
     held: &mut Held,
     config: &AgentConfig,
+    retries: &mut Retries,
 ) -> Result<(), Error> {
+    retries.start();
     let mut stream = client(address, config)
         .await?
         .watch(held.request(node))
         .await?
         .into_inner();
+    retries.opened();
     let (mut instance, mut digest) = (0, Vec::new());
     let mut decoder = compact::Decoder::new();
     while let Some(message) = stream.message().await? {
@@ -144,6 +297,7 @@ pub(crate) async fn session<S: IncrementalSink + ?Sized>(
                     revision,
                     digest: std::mem::take(&mut digest),
                 };
+                retries.synced();
                 if config.once {
                     return Ok(());
                 }
@@ -162,24 +316,24 @@ pub(crate) async fn session<S: IncrementalSink + ?Sized>(
 /// `once`; otherwise runs until dropped.
 ///
 /// # Errors
-/// With `once`, the first failure; otherwise never.
+/// With `once`, [`Error::Unreachable`] after
+/// [`AgentConfig::once_attempts`] failed attempts in a row; otherwise
+/// never.
 pub async fn run_mirror(
     address: &Address,
     store: &mut kpng_store::Store,
     config: &AgentConfig,
 ) -> Result<(), Error> {
     let mut held = Held::default();
-    let mut backoff = kpng_drive::Backoff::new(config.retry, config.max_retry);
+    let mut retries = Retries::new(address, config);
     loop {
-        match mirror_session(address, store, &mut held, config).await {
+        let result = mirror_session(address, store, &mut held, config, &mut retries).await;
+        let delay = match result {
             Ok(()) if config.once => return Ok(()),
-            Ok(()) => backoff.reset(),
-            Err(e) if config.once => return Err(e),
-            Err(e) => {
-                tracing::warn!(error = %e, "ENLS global watch lost; reconnecting");
-            }
-        }
-        tokio::time::sleep(backoff.next_delay()).await;
+            Ok(()) => retries.ended(),
+            Err(e) => retries.failed(&e, held.revision)?,
+        };
+        tokio::time::sleep(delay).await;
     }
 }
 
@@ -188,13 +342,16 @@ pub(crate) async fn mirror_session(
     store: &mut kpng_store::Store,
     held: &mut Held,
     config: &AgentConfig,
+    retries: &mut Retries,
 ) -> Result<(), Error> {
     use kpng_model::Kind;
+    retries.start();
     let mut stream = client(address, config)
         .await?
         .watch_all(held.request(""))
         .await?
         .into_inner();
+    retries.opened();
     let (mut instance, mut reset, mut pending) = (0, false, Vec::new());
     while let Some(message) = stream.message().await? {
         match message.event {
@@ -233,6 +390,7 @@ pub(crate) async fn mirror_session(
                     revision,
                     digest: Vec::new(),
                 };
+                retries.synced();
                 if config.once {
                     return Ok(());
                 }
@@ -241,4 +399,46 @@ pub(crate) async fn mirror_session(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Failures in a row count until a revision is synced (a stream
+    /// opened and lost at once is no progress): the backoff grows through
+    /// them, and `once` gives up after its attempts, naming the address.
+    #[test]
+    fn retries_grow_until_a_sync_and_once_gives_up_naming_the_address() {
+        let config = AgentConfig {
+            once: true,
+            once_attempts: 3,
+            ..AgentConfig::default()
+        };
+        let address = Address::Unix("/nowhere/kpng.sock".into());
+        let mut retries = Retries::new(&address, &config);
+        let refused = Error::Address("refused".into());
+        retries.start();
+        assert!(retries.failed(&refused, 0).is_ok());
+        // Opened, then lost before any sync: not progress.
+        retries.start();
+        retries.opened();
+        assert!(retries.failed(&refused, 0).is_ok());
+        assert_eq!(retries.backoff.step(), config.retry * 4);
+        // A sync starts everything over.
+        retries.start();
+        retries.opened();
+        retries.synced();
+        assert_eq!(retries.backoff.step(), config.retry);
+        for _ in 0..2 {
+            retries.start();
+            assert!(retries.failed(&refused, 1).is_ok());
+        }
+        retries.start();
+        let error = retries.failed(&refused, 1).err().map(|e| e.to_string());
+        assert_eq!(
+            error.as_deref(),
+            Some("cannot connect to unix:///nowhere/kpng.sock (3 attempts): refused")
+        );
+    }
 }

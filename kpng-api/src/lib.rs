@@ -113,4 +113,15 @@ pub enum Error {
     /// The sink failed.
     #[error(transparent)]
     Sink(#[from] kpng_sink::SinkError),
+    /// The server could not be watched, `attempts` times in a row (an
+    /// agent or a mirror with `once`).
+    #[error("cannot connect to {address} ({attempts} attempts): {cause}")]
+    Unreachable {
+        /// The server's address (`unix:///path`, `tcp://host:port`).
+        address: String,
+        /// The failed attempts in a row.
+        attempts: u32,
+        /// The last failure, its causes on one line.
+        cause: String,
+    },
 }

@@ -92,6 +92,17 @@ pub enum Address {
     },
 }
 
+impl std::fmt::Display for Address {
+    /// As it is written on the command line: `unix:///path`,
+    /// `tcp://host:port`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Address::Unix(path) => write!(f, "unix://{}", path.display()),
+            Address::Tcp { addr, .. } => write!(f, "tcp://{addr}"),
+        }
+    }
+}
+
 impl Address {
     /// Parses `unix:///path` (or a bare path) or `tcp://host:port`; TCP
     /// needs `tls`.

@@ -2,6 +2,11 @@
 
 use std::time::Duration;
 
+/// The first delay of [`Backoff::kube`]: kube-runtime's watcher default.
+pub const KUBE_FIRST: Duration = Duration::from_millis(800);
+/// The longest delay of [`Backoff::kube`]: kube-runtime's watcher default.
+pub const KUBE_MAX: Duration = Duration::from_secs(30);
+
 /// Delays between retries: exponential from `first` (doubling), capped at
 /// `max`, each drawn at random between half of its step and all of it, so
 /// processes cut off together (agents of one server, say) do not come
@@ -21,6 +26,18 @@ impl Backoff {
             max: max.max(first),
             next: first,
         }
+    }
+
+    /// kube-runtime's watcher default (client-go's reflector): from 800 ms,
+    /// doubling, up to 30 s, jittered. The API source retries with it.
+    pub fn kube() -> Self {
+        Self::new(KUBE_FIRST, KUBE_MAX)
+    }
+
+    /// The delay the next [`next_delay`](Self::next_delay) is drawn
+    /// below (it doubles after each draw, up to the cap).
+    pub fn step(&self) -> Duration {
+        self.next
     }
 
     /// Starts over from the first delay.
@@ -76,5 +93,31 @@ mod tests {
         let draws: std::collections::BTreeSet<Duration> =
             (0..200).map(|_| capped.next_delay()).collect();
         assert!(draws.len() > 10, "{} distinct delays", draws.len());
+    }
+
+    #[test]
+    fn kube_delays_grow_from_800ms_to_30s_jittered_and_reset() {
+        let ms = Duration::from_millis;
+        let mut backoff = Backoff::kube();
+        // 800 ms doubling: 0.8, 1.6, 3.2, 6.4, 12.8, 25.6, then 30 s.
+        let steps = [
+            800, 1600, 3200, 6400, 12_800, 25_600, 30_000, 30_000, 30_000,
+        ];
+        for step in steps {
+            assert_eq!(backoff.step(), ms(step));
+            let delay = backoff.next_delay();
+            assert!(
+                delay >= ms(step / 2) && delay <= ms(step),
+                "{delay:?} for {step}"
+            );
+        }
+        backoff.reset();
+        assert_eq!(backoff.step(), ms(800));
+        assert!(backoff.next_delay() <= ms(800));
+        // Jittered: retries of many clients do not line up.
+        let draws: std::collections::BTreeSet<Duration> =
+            (0..100).map(|_| Backoff::kube().next_delay()).collect();
+        assert!(draws.len() > 10, "{} distinct delays", draws.len());
+        assert!(draws.iter().all(|d| *d >= ms(400) && *d <= ms(800)));
     }
 }

@@ -57,7 +57,7 @@ mod backoff;
 mod drive;
 pub mod guard;
 
-pub use backoff::Backoff;
+pub use backoff::{Backoff, KUBE_FIRST, KUBE_MAX};
 pub use drive::{DriveConfig, SyncLimiter, drive};
 pub use guard::{Guard, GuardConfig, Guarded, HoldStatus};
 

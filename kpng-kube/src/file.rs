@@ -138,34 +138,54 @@ impl Doc for &serde_json::value::RawValue {
     }
 }
 
+/// What is wrong with one object.
+enum Problem {
+    /// It does not decode or translate: the file is refused.
+    Bad(String),
+    /// The API server would refuse it: it is skipped, with a warning.
+    Refused(String),
+}
+
+fn translated<T>(
+    result: std::result::Result<T, translate::TranslateError>,
+) -> std::result::Result<T, Problem> {
+    result.map_err(|e| {
+        if e.refused {
+            Problem::Refused(e.to_string())
+        } else {
+            Problem::Bad(e.to_string())
+        }
+    })
+}
+
 /// Checks one object: decodes it and runs the translation, so that a file
 /// with a bad object is rejected whole.
-fn object(doc: impl Doc, config: &TranslateConfig) -> std::result::Result<Option<Object>, String> {
+fn object(doc: impl Doc, config: &TranslateConfig) -> std::result::Result<Option<Object>, Problem> {
     let (kind, label) = doc.head();
-    let fail = |e: String| format!("{label}: {e}");
+    let fail = |e: String| Problem::Bad(format!("{label}: {e}"));
     let object = match kind.as_str() {
         "Service" => {
             let svc: objects::Service = doc.decode().map_err(fail)?;
-            translate::service(&svc, config).map_err(|e| e.to_string())?;
+            translated(translate::service(&svc, config))?;
             Object::Service(Box::new(svc))
         }
         "EndpointSlice" => {
             let slice: objects::EndpointSlice = doc.decode().map_err(fail)?;
             let mut interner = kpng_model::endpoint::Interner::new();
-            translate::endpoint_slice(&slice, &mut interner).map_err(|e| e.to_string())?;
+            translated(translate::endpoint_slice(&slice, &mut interner))?;
             Object::EndpointSlice(Box::new(slice))
         }
         "Node" => {
             let node: objects::Node = doc.decode().map_err(fail)?;
-            translate::node(&node).map_err(|e| e.to_string())?;
+            translated(translate::node(&node))?;
             Object::Node(Box::new(node))
         }
         "ServiceCIDR" => {
             let cidr: objects::ServiceCidr = doc.decode().map_err(fail)?;
-            translate::service_cidr(&cidr).map_err(|e| e.to_string())?;
+            translated(translate::service_cidr(&cidr))?;
             Object::ServiceCidr(Box::new(cidr))
         }
-        "" => return Err(format!("{label}: no kind")),
+        "" => return Err(Problem::Bad(format!("{label}: no kind"))),
         other => {
             tracing::debug!(
                 kind = other,
@@ -175,6 +195,86 @@ fn object(doc: impl Doc, config: &TranslateConfig) -> std::result::Result<Option
         }
     };
     Ok(Some(object))
+}
+
+/// Where an object is in its manifest: the document, and the item in a
+/// `List`.
+#[derive(Clone, Copy)]
+struct Position {
+    document: usize,
+    item: Option<usize>,
+}
+
+impl std::fmt::Display for Position {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.item {
+            Some(item) => write!(f, "document {} (List item {item})", self.document),
+            None => write!(f, "document {}", self.document),
+        }
+    }
+}
+
+/// Checks a manifest's objects in order: a bad one refuses the file; one
+/// the API server would refuse, or a second object of the same kind and
+/// namespace/name (the API holds one), is skipped with a warning naming
+/// it and where it is.
+struct Checker<'a> {
+    path: &'a str,
+    config: &'a TranslateConfig,
+    /// The first position of each object (kind, namespace, name).
+    seen: std::collections::HashMap<(&'static str, Box<str>), Position>,
+    each: Each<'a>,
+}
+
+impl<'a> Checker<'a> {
+    fn new(path: &'a str, config: &'a TranslateConfig, each: Each<'a>) -> Self {
+        Self {
+            path,
+            config,
+            seen: std::collections::HashMap::new(),
+            each,
+        }
+    }
+
+    fn check(&mut self, doc: impl Doc, document: usize, item: Option<usize>) -> Result<()> {
+        let at = Position { document, item };
+        let object = match object(doc, self.config) {
+            Ok(Some(object)) => object,
+            Ok(None) => return Ok(()),
+            Err(Problem::Bad(message)) => {
+                return Err(manifest_error(self.path, document, item, message));
+            }
+            Err(Problem::Refused(message)) => {
+                tracing::warn!("{}: {at}: {message}; the object is skipped", self.path);
+                return Ok(());
+            }
+        };
+        let (kind, meta) = match &object {
+            Object::Service(o) => ("Service", &o.metadata),
+            Object::EndpointSlice(o) => ("EndpointSlice", &o.metadata),
+            Object::Node(o) => ("Node", &o.metadata),
+            Object::ServiceCidr(o) => ("ServiceCIDR", &o.metadata),
+        };
+        let name = match &meta.namespace {
+            Some(ns) => format!("{ns}/{}", meta.name.as_deref().unwrap_or_default()),
+            None => meta.name.clone().unwrap_or_default(),
+        };
+        match self.seen.entry((kind, name.into_boxed_str())) {
+            std::collections::hash_map::Entry::Occupied(first) => {
+                tracing::warn!(
+                    "{}: {at}: {kind} {} is also {}: the first is kept, this one is skipped",
+                    self.path,
+                    first.key().1,
+                    first.get()
+                );
+            }
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(at);
+                (self.each)(object);
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Decodes the documents of a JSON manifest (an object, a `List`, or an
@@ -189,29 +289,21 @@ fn parse_json(path: &str, text: &str, config: &TranslateConfig, each: Each<'_>) 
     }
     let invalid =
         |e: serde_json::Error| manifest_error(path, 0, None, format!("invalid JSON: {e}"));
-    let mut push = |found: std::result::Result<Option<Object>, String>, document, item| match found
-    {
-        Ok(Some(o)) => {
-            each(o);
-            Ok(())
-        }
-        Ok(None) => Ok(()),
-        Err(m) => Err(manifest_error(path, document, item, m)),
-    };
+    let mut checker = Checker::new(path, config, each);
     if text.trim_start().starts_with('[') {
         let documents: Vec<&RawValue> = serde_json::from_str(text).map_err(invalid)?;
         for (index, doc) in documents.into_iter().enumerate() {
-            push(object(doc, config), index, None)?;
+            checker.check(doc, index, None)?;
         }
     } else {
         let head: ListHead<'_> = serde_json::from_str(text).map_err(invalid)?;
         if head.kind.as_deref() == Some("List") {
             for (item, doc) in head.items.unwrap_or_default().into_iter().enumerate() {
-                push(object(doc, config), 0, Some(item))?;
+                checker.check(doc, 0, Some(item))?;
             }
         } else {
             let doc: &RawValue = serde_json::from_str(text).map_err(invalid)?;
-            push(object(doc, config), 0, None)?;
+            checker.check(doc, 0, None)?;
         }
     }
     Ok(())
@@ -249,6 +341,7 @@ fn parse_each(path: &str, text: &str, config: &TranslateConfig, each: Each<'_>) 
     }
     let documents: Vec<Json> = serde_saphyr::from_multiple(text)
         .map_err(|e| manifest_error(path, 0, None, format!("invalid YAML: {e}")))?;
+    let mut checker = Checker::new(path, config, each);
     for (index, mut doc) in documents.into_iter().enumerate() {
         if doc.is_null() {
             continue; // an empty document
@@ -266,16 +359,10 @@ fn parse_each(path: &str, text: &str, config: &TranslateConfig, each: Each<'_>) 
                 }
             };
             for (item, doc) in items.into_iter().enumerate() {
-                if let Some(o) =
-                    object(doc, config).map_err(|m| manifest_error(path, index, Some(item), m))?
-                {
-                    each(o);
-                }
+                checker.check(doc, index, Some(item))?;
             }
-        } else if let Some(o) =
-            object(doc, config).map_err(|m| manifest_error(path, index, None, m))?
-        {
-            each(o);
+        } else {
+            checker.check(doc, index, None)?;
         }
     }
     Ok(())
@@ -463,4 +550,86 @@ async fn stamp(path: &Path) -> Option<Stamp> {
 /// The modification time of `path`, if it can be read.
 pub async fn modified(path: &Path) -> Option<SystemTime> {
     tokio::fs::metadata(path).await.ok()?.modified().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn services(objects: &[Object]) -> Vec<(String, String)> {
+        objects
+            .iter()
+            .filter_map(|o| match o {
+                Object::Service(s) => Some((
+                    s.metadata.name.clone().unwrap_or_default(),
+                    s.spec
+                        .as_ref()
+                        .and_then(|s| s.cluster_ip.clone())
+                        .unwrap_or_default(),
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
+    const SUSPICIOUS: &str = "\
+kind: Service
+metadata: {namespace: a, name: web}
+spec: {clusterIP: 10.96.0.1, ports: [{port: 80}]}
+---
+kind: Service
+metadata: {namespace: a, name: zero}
+spec: {clusterIP: 10.96.0.2, ports: [{port: 80}, {port: 0}]}
+---
+kind: Service
+metadata: {namespace: a, name: sticky}
+spec:
+  clusterIP: 10.96.0.3
+  ports: [{port: 80}]
+  sessionAffinity: ClientIP
+  sessionAffinityConfig: {clientIP: {timeoutSeconds: 0}}
+---
+kind: Service
+metadata: {namespace: a, name: web}
+spec: {clusterIP: 10.96.0.9, ports: [{port: 80}]}
+";
+
+    /// What the API server refuses is skipped, the rest of the file
+    /// kept; of two objects of one name, the first.
+    #[test]
+    fn refused_objects_and_second_names_are_skipped_not_the_file() {
+        let objects = parse_str("suspicious.yaml", SUSPICIOUS).expect("the file is read");
+        assert_eq!(
+            services(&objects),
+            [("web".to_owned(), "10.96.0.1".to_owned())]
+        );
+        // The same in a List, in JSON.
+        let json = serde_json::json!({"kind": "List", "items": [
+            {"kind": "Service", "metadata": {"namespace": "a", "name": "web"},
+             "spec": {"clusterIP": "10.96.0.1", "ports": [{"port": 80}]}},
+            {"kind": "Service", "metadata": {"namespace": "a", "name": "web"},
+             "spec": {"clusterIP": "10.96.0.9", "ports": [{"port": 80}]}},
+            {"kind": "Service", "metadata": {"namespace": "b", "name": "web"},
+             "spec": {"clusterIP": "10.96.0.5", "ports": [{"port": 0}]}},
+        ]});
+        let objects = parse_str("list.json", &json.to_string()).expect("read");
+        assert_eq!(
+            services(&objects),
+            [("web".to_owned(), "10.96.0.1".to_owned())]
+        );
+    }
+
+    #[test]
+    fn positions_name_the_document_and_the_list_item() {
+        let at = Position {
+            document: 3,
+            item: None,
+        };
+        assert_eq!(at.to_string(), "document 3");
+        let at = Position {
+            document: 0,
+            item: Some(7),
+        };
+        assert_eq!(at.to_string(), "document 0 (List item 7)");
+    }
 }

@@ -74,6 +74,35 @@ pub enum Error {
         /// The file.
         path: String,
     },
+    /// The API server could not be watched, `attempts` times in a row
+    /// (only when [`watch::WatchConfig::give_up_after`] is set).
+    #[error("cannot watch {kind}s at {server} ({attempts} attempts): {cause}")]
+    Unreachable {
+        /// The API server's URL.
+        server: String,
+        /// The kind whose watch gave up.
+        kind: &'static str,
+        /// The failed attempts in a row.
+        attempts: u32,
+        /// The last failure, its causes on one line.
+        cause: String,
+    },
+}
+
+/// An error and its causes on one line, `: `-separated, each cause once
+/// (error types that print their source as well are not repeated).
+pub fn one_line(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let message = cause.to_string();
+        if !text.contains(&message) {
+            text.push_str(": ");
+            text.push_str(&message);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// The result type of this crate.

@@ -26,6 +26,9 @@ pub const REGION_LABEL: &str = "topology.kubernetes.io/region";
 pub const AUTOSCALER_DELETE_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
 /// kube-proxy's default ClientIP affinity timeout, in seconds.
 pub const DEFAULT_AFFINITY_TIMEOUT: u32 = 10_800;
+/// The longest ClientIP affinity timeout the API server accepts, in
+/// seconds (a day).
+pub const MAX_AFFINITY_TIMEOUT: u32 = 86_400;
 
 /// A field of an object that could not be translated.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -37,6 +40,11 @@ pub struct TranslateError {
     pub field: String,
     /// What is wrong.
     pub message: String,
+    /// The value is well-formed, but the API server's validation refuses
+    /// it (a Service port 0, an affinity timeout outside 1–86400): the
+    /// API never serves such an object, and the file source skips it with
+    /// a warning instead of refusing the whole file.
+    pub refused: bool,
 }
 
 /// Settings that change what translation produces.
@@ -72,6 +80,15 @@ impl Ctx<'_> {
             object: object_name(self.kind, self.meta),
             field: field.into(),
             message: message.into(),
+            refused: false,
+        }
+    }
+
+    /// A value the API server's validation refuses.
+    fn refuse(&self, field: impl Into<String>, message: impl Into<String>) -> TranslateError {
+        TranslateError {
+            refused: true,
+            ..self.err(field, message)
         }
     }
 
@@ -99,6 +116,32 @@ impl Ctx<'_> {
             .filter(|p| *p <= 65_535)
             .ok_or_else(|| self.err(field, format!("port {value} out of range")))
     }
+
+    /// A port that must be set: 0 is refused, as the API server does.
+    fn port_set(&self, field: &str, value: i32) -> Result<u32, TranslateError> {
+        match self.port(field, value)? {
+            0 => Err(self.refuse(field, "port 0: the API server refuses it (must be 1-65535)")),
+            port => Ok(port),
+        }
+    }
+}
+
+/// A ClientIP affinity timeout: unset is kube-proxy's default (10800 s,
+/// as the API server fills it in); outside 1–86400 the API server refuses
+/// the Service, and so is it here.
+fn affinity_timeout(ctx: &Ctx<'_>, value: Option<i32>) -> Result<u32, TranslateError> {
+    let Some(value) = value else {
+        return Ok(DEFAULT_AFFINITY_TIMEOUT);
+    };
+    u32::try_from(value)
+        .ok()
+        .filter(|t| (1..=MAX_AFFINITY_TIMEOUT).contains(t))
+        .ok_or_else(|| {
+            ctx.refuse(
+                "spec.sessionAffinityConfig.clientIP.timeoutSeconds",
+                format!("{value}: the API server refuses it (must be 1-{MAX_AFFINITY_TIMEOUT})"),
+            )
+        })
 }
 
 /// A port's protocol (unset: TCP). The field is named only for an error.
@@ -197,7 +240,7 @@ pub fn service(
         ports.push(ServicePort {
             name: p.name.clone().unwrap_or_default(),
             protocol: protocol(&ctx, || field("protocol"), p.protocol.as_deref())? as i32,
-            port: ctx.port(&field("port"), p.port)?,
+            port: ctx.port_set(&field("port"), p.port)?,
             node_port: match p.node_port {
                 Some(n) => ctx.port(&field("nodePort"), n)?,
                 None => 0,
@@ -218,19 +261,25 @@ pub fn service(
     // holds room for four; at 10k Services that was 1.9 MB).
     ports.shrink_to_fit();
 
-    let client_ip_affinity = (spec.session_affinity.as_deref() == Some("ClientIP")).then(|| {
-        let timeout = spec
-            .session_affinity_config
-            .as_ref()
-            .and_then(|c| c.client_ip.as_ref())
-            .and_then(|c| c.timeout_seconds)
-            .and_then(|t| u32::try_from(t).ok())
-            .filter(|t| *t > 0)
-            .unwrap_or(DEFAULT_AFFINITY_TIMEOUT);
-        ClientIpAffinity {
-            timeout_seconds: timeout,
+    let client_ip_affinity = match spec.session_affinity.as_deref() {
+        None | Some("None") => None,
+        Some("ClientIP") => {
+            let timeout = spec
+                .session_affinity_config
+                .as_ref()
+                .and_then(|c| c.client_ip.as_ref())
+                .and_then(|c| c.timeout_seconds);
+            Some(ClientIpAffinity {
+                timeout_seconds: affinity_timeout(&ctx, timeout)?,
+            })
         }
-    });
+        Some(other) => {
+            return Err(ctx.refuse(
+                "spec.sessionAffinity",
+                format!("{other:?}: the API server refuses it (must be \"None\" or \"ClientIP\")"),
+            ));
+        }
+    };
 
     let source_ranges = spec.load_balancer_source_ranges.iter().flatten();
     let mut ranges = Vec::new();
@@ -436,4 +485,93 @@ pub fn service_cidr(cidr: &objects::ServiceCidr) -> Result<ServiceCidr, Translat
         name: cidr.metadata.name.clone().unwrap_or_default(),
         cidrs: (!prefixes.is_empty()).then(|| IpSet::from_cidrs(prefixes)),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A ClusterIP Service `a/web` with `spec` merged over a valid one.
+    fn web(spec: serde_json::Value) -> objects::Service {
+        let mut base = serde_json::json!({
+            "clusterIP": "10.96.0.10",
+            "ports": [{"name": "http", "port": 80}],
+        });
+        if let (Some(base), Some(extra)) = (base.as_object_mut(), spec.as_object()) {
+            base.extend(extra.clone());
+        }
+        serde_json::from_value(serde_json::json!({
+            "kind": "Service",
+            "metadata": {"namespace": "a", "name": "web"},
+            "spec": base,
+        }))
+        .expect("a Service")
+    }
+
+    fn refused(spec: serde_json::Value) -> TranslateError {
+        match service(&web(spec), &TranslateConfig::default()) {
+            Err(e) => e,
+            Ok(s) => panic!("accepted: {s:?}"),
+        }
+    }
+
+    fn timeout(spec: serde_json::Value) -> Option<u32> {
+        let translated = service(&web(spec), &TranslateConfig::default()).expect("accepted");
+        translated
+            .expect("proxied")
+            .client_ip_affinity
+            .map(|a| a.timeout_seconds)
+    }
+
+    #[test]
+    fn a_service_port_0_refuses_the_service_naming_the_port() {
+        let e = refused(serde_json::json!({
+            "ports": [{"name": "http", "port": 80}, {"name": "none", "port": 0}],
+        }));
+        assert!(e.refused);
+        assert_eq!(e.object, "Service a/web");
+        assert_eq!(e.field, "spec.ports[1].port");
+        assert_eq!(
+            e.to_string(),
+            "Service a/web: spec.ports[1].port: port 0: the API server refuses it (must be 1-65535)"
+        );
+        // Out of range stays a plain error (the file is refused).
+        assert!(!refused(serde_json::json!({"ports": [{"port": 70000}]})).refused);
+    }
+
+    #[test]
+    fn affinity_timeouts_outside_a_day_are_refused_never_defaulted() {
+        for bad in [-1, 0, 86_401] {
+            let e = refused(serde_json::json!({
+                "sessionAffinity": "ClientIP",
+                "sessionAffinityConfig": {"clientIP": {"timeoutSeconds": bad}},
+            }));
+            assert!(e.refused, "{bad}");
+            assert_eq!(
+                e.field,
+                "spec.sessionAffinityConfig.clientIP.timeoutSeconds"
+            );
+            assert_eq!(
+                e.message,
+                format!("{bad}: the API server refuses it (must be 1-86400)")
+            );
+        }
+        for good in [1, 86_400] {
+            let set = timeout(serde_json::json!({
+                "sessionAffinity": "ClientIP",
+                "sessionAffinityConfig": {"clientIP": {"timeoutSeconds": good}},
+            }));
+            assert_eq!(set, Some(u32::try_from(good).expect("positive")));
+        }
+        // Unset: the API server's default, kube-proxy's 10800 s.
+        let unset = timeout(serde_json::json!({"sessionAffinity": "ClientIP"}));
+        assert_eq!(unset, Some(DEFAULT_AFFINITY_TIMEOUT));
+        assert_eq!(
+            timeout(serde_json::json!({"sessionAffinity": "None"})),
+            None
+        );
+        let e = refused(serde_json::json!({"sessionAffinity": "clientip"}));
+        assert!(e.refused);
+        assert_eq!(e.field, "spec.sessionAffinity");
+    }
 }

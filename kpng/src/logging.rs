@@ -11,11 +11,16 @@ use std::io::IsTerminal as _;
 /// | 2, 3 | `kpng=debug,info` | kpng's debug, every crate's info |
 /// | 4, 5 | `kpng=trace,info` | kpng's trace |
 /// | 6 and up | `kpng=trace,debug` | every crate's debug (the Kubernetes client's requests, as klog shows them from 6) |
+///
+/// Below 6, the Kubernetes client's request log
+/// (`kube_client::client::builder`) is off: its `ERROR failed with error
+/// client error (Connect)` repeated, without the address, each failure
+/// that the API source logs whole.
 pub(crate) fn filter_for(v: Option<u8>) -> &'static str {
     match v.unwrap_or(0) {
-        0 | 1 => "kpng=info,warn",
-        2 | 3 => "kpng=debug,info",
-        4 | 5 => "kpng=trace,info",
+        0 | 1 => "kpng=info,warn,kube_client::client::builder=off",
+        2 | 3 => "kpng=debug,info,kube_client::client::builder=off",
+        4 | 5 => "kpng=trace,info,kube_client::client::builder=off",
         _ => "kpng=trace,debug",
     }
 }
@@ -41,10 +46,11 @@ mod tests {
 
     #[test]
     fn klog_verbosity_maps_to_tracing_levels() {
-        assert_eq!(filter_for(None), "kpng=info,warn");
-        assert_eq!(filter_for(Some(0)), "kpng=info,warn");
-        assert_eq!(filter_for(Some(2)), "kpng=debug,info");
-        assert_eq!(filter_for(Some(4)), "kpng=trace,info");
+        let quiet = ",kube_client::client::builder=off";
+        assert_eq!(filter_for(None), format!("kpng=info,warn{quiet}"));
+        assert_eq!(filter_for(Some(0)), format!("kpng=info,warn{quiet}"));
+        assert_eq!(filter_for(Some(2)), format!("kpng=debug,info{quiet}"));
+        assert_eq!(filter_for(Some(4)), format!("kpng=trace,info{quiet}"));
         assert_eq!(filter_for(Some(9)), "kpng=trace,debug");
     }
 }

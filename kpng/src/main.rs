@@ -31,7 +31,7 @@ use kpng_diff::NodeProjector;
 use kpng_drive::{DriveConfig, Guarded, HoldStatus, drive};
 use kpng_health::Conditions;
 use kpng_kube::watch::{NodeScope, WatchConfig};
-use kpng_kube::{Ingest, IngestConfig, file};
+use kpng_kube::{Ingest, IngestConfig, file, one_line};
 use kpng_sink::{IncrementalSink, Logged};
 use kpng_store::Store;
 use serde::Serialize;
@@ -66,20 +66,10 @@ enum Error {
     Usage(String),
 }
 
-/// The error and its causes, on one line.
-fn one_line(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let message = cause.to_string();
-        if !text.contains(&message) {
-            text.push_str(": ");
-            text.push_str(&message);
-        }
-        source = cause.source();
-    }
-    text
-}
+/// With `--once`, the failed attempts in a row after which the API
+/// source or the agent gives up (kube's 800 ms backoff: about 6 to 12 s;
+/// the agent's 200 ms one: about 1.5 to 3 s).
+const ONCE_ATTEMPTS: u32 = 5;
 
 fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -752,26 +742,27 @@ async fn run(cli: Cli) -> Result<(), Error> {
             finish(reader, Some(&node), Nodes::All, &args.sink, once).await
         }
         Source::Kube(args) => {
-            let client = match &args.kubeconfig {
+            let config = match &args.kubeconfig {
                 Some(path) => {
                     let kubeconfig = kube::config::Kubeconfig::read_from(path)
                         .map_err(|e| Error::Kube(one_line(&e)))?;
-                    let config =
-                        kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-                            .await
-                            .map_err(|e| Error::Kube(one_line(&e)))?;
-                    kube::Client::try_from(config).map_err(|e| Error::Kube(one_line(&e)))?
+                    kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                        .await
+                        .map_err(|e| Error::Kube(one_line(&e)))?
                 }
-                None => kube::Client::try_default()
+                None => kube::Config::infer()
                     .await
                     .map_err(|e| Error::Kube(one_line(&e)))?,
             };
+            let server = config.cluster_url.to_string();
+            let client = kube::Client::try_from(config).map_err(|e| Error::Kube(one_line(&e)))?;
             let mut config = IngestConfig::for_node(args.node.as_deref().unwrap_or_default());
             if let Some(name) = &args.proxy_name {
                 config = config.with_proxy_name(name);
             }
-            let ingest = Ingest::new(Store::new(), config);
+            let mut ingest = Ingest::new(Store::new(), config);
             let reader = ingest.reader();
+            let once = args.sink.once();
             let mut watch = WatchConfig::default();
             // A server for every node watches every Node; a node-local
             // proxy only its own.
@@ -779,9 +770,24 @@ async fn run(cli: Cli) -> Result<(), Error> {
                 (Sink::ToApi(_), _) | (_, None) => NodeScope::All,
                 (_, Some(node)) => NodeScope::Only(node.clone()),
             };
-            tokio::spawn(kpng_kube::watch::run(client, ingest, watch));
-            let once = args.sink.once();
-            finish(reader, args.node.as_deref(), Nodes::Only, &args.sink, once).await
+            watch.server = server;
+            // A one-shot run ends: after a few failed attempts, an error.
+            watch.give_up_after = once.then_some(ONCE_ATTEMPTS);
+            // The ingest comes back with the watch's end, so that the
+            // store stays open (and the sink waiting) until the error is
+            // read here.
+            let watching = tokio::spawn(async move {
+                let watched = kpng_kube::watch::run_on(client, &mut ingest, watch).await;
+                (watched, ingest)
+            });
+            tokio::select! {
+                done = finish(reader, args.node.as_deref(), Nodes::Only, &args.sink, once) => done,
+                watched = watching => match watched {
+                    Ok((Ok(()), _)) => Err(Error::Kube("the watch ended".into())),
+                    Ok((Err(e), _)) => Err(e.into()),
+                    Err(e) => Err(Error::Kube(format!("the watch failed: {e}"))),
+                },
+            }
         }
         Source::Api(args) => {
             let address = args.tls.address(&args.api)?;
@@ -814,6 +820,7 @@ async fn run(cli: Cli) -> Result<(), Error> {
             let mut sink = NodeSeen::new(sink, &args.node, conditions);
             let mut config = kpng_api::AgentConfig::default();
             config.once = args.sink.once();
+            config.once_attempts = ONCE_ATTEMPTS;
             Ok(kpng_api::run_agent(&address, &args.node, &mut sink, &config).await?)
         }
     }
