@@ -16,6 +16,8 @@ use serde_json::Value as Json;
 
 use crate::objects;
 use crate::translate::{self, TranslateConfig};
+
+mod yaml;
 use crate::{Error, Ingest, Result};
 
 /// A Kubernetes object the proxy reads.
@@ -237,38 +239,7 @@ fn parse_each(path: &str, text: &str, config: &TranslateConfig, each: Each<'_>) 
     if trimmed.starts_with('{') || trimmed.starts_with('[') {
         return parse_json(path, text, config, each);
     }
-    let documents: Vec<Json> = serde_saphyr::from_multiple(text)
-        .map_err(|e| manifest_error(path, 0, None, format!("invalid YAML: {e}")))?;
-    for (index, mut doc) in documents.into_iter().enumerate() {
-        if doc.is_null() {
-            continue; // an empty document
-        }
-        if !doc.is_object() {
-            return Err(manifest_error(path, index, None, "not an object"));
-        }
-        if doc.get("kind").and_then(Json::as_str) == Some("List") {
-            // Taken, not copied: a List is most of its file.
-            let items = match doc.as_object_mut().and_then(|o| o.remove("items")) {
-                Some(Json::Array(items)) => items,
-                Some(Json::Null) | None => Vec::new(),
-                Some(_) => {
-                    return Err(manifest_error(path, index, None, "List: items: not a list"));
-                }
-            };
-            for (item, doc) in items.into_iter().enumerate() {
-                if let Some(o) =
-                    object(doc, config).map_err(|m| manifest_error(path, index, Some(item), m))?
-                {
-                    each(o);
-                }
-            }
-        } else if let Some(o) =
-            object(doc, config).map_err(|m| manifest_error(path, index, None, m))?
-        {
-            each(o);
-        }
-    }
-    Ok(())
+    yaml::parse(path, text, config, each)
 }
 
 /// Reads and parses a manifest file.
