@@ -10,8 +10,13 @@
 //! file's size, the load time and the child's peak RSS (`wait4`), and, for
 //! scale, the peak of a child that only reads the file.
 //!
+//! With `--raw`, the YAML is instead parsed by serde-saphyr alone into
+//! one tree of values for the whole file, budget off: how the file source
+//! read YAML before its items were decoded one at a time (for comparison;
+//! the JSON row is then unchanged).
+//!
 //! ```text
-//! cargo bench -p kpng-kube --bench yaml -- [--services 100000] [--endpoints 10] [--dir DIR]
+//! cargo bench -p kpng-kube --bench yaml -- [--services 100000] [--endpoints 10] [--dir DIR] [--raw]
 //! ```
 #![allow(unsafe_code, missing_docs, clippy::unwrap_used)]
 
@@ -28,7 +33,8 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let arg = |name: &str| args.iter().skip_while(|a| *a != name).nth(1).cloned();
     if let Some(path) = arg("--load") {
-        return child(&path, args.iter().any(|a| a == "--read-only"));
+        let flag = |f: &str| args.iter().any(|a| a == f);
+        return child(&path, flag("--read-only"), flag("--raw"));
     }
     let services: usize = arg("--services")
         .and_then(|n| n.parse().ok())
@@ -43,6 +49,7 @@ fn main() {
             .to_string()
     }));
     std::fs::create_dir_all(&dir).unwrap();
+    let raw = args.iter().any(|a| a == "--raw");
     let cluster = kubectl::Cluster::new(services, endpoints);
     println!(
         "kubectl's output of {services} Services × {endpoints} endpoints, {} Nodes",
@@ -69,8 +76,8 @@ fn main() {
         std::fs::write(&path, &text).unwrap();
         drop(text);
         let path = path.display().to_string();
-        let (_, rss_read) = run(&path, true);
-        let (secs, rss) = run(&path, false);
+        let (_, rss_read) = run(&path, &["--read-only"]);
+        let (secs, rss) = run(&path, if raw { &["--raw"] } else { &[] });
         println!(
             "{form:<34} {mib:>10.1} {secs:>10.2} {rss:>14.1}   (reading the file alone: {rss_read:.1} MiB)"
         );
@@ -80,10 +87,18 @@ fn main() {
 }
 
 /// Loads `path` as `kpng file --input` does, or only reads it.
-fn child(path: &str, read_only: bool) {
+fn child(path: &str, read_only: bool, raw: bool) {
     let text = std::fs::read_to_string(path).unwrap();
     if read_only {
         std::hint::black_box(&text);
+        return;
+    }
+    if raw && !path.ends_with(".json") {
+        let started = Instant::now();
+        let options = serde_saphyr::options! { budget: None, with_snippet: false };
+        let docs: Vec<serde_json::Value> =
+            serde_saphyr::from_multiple_with_options(&text, options).unwrap();
+        println!("{} {}", started.elapsed().as_secs_f64(), docs.len());
         return;
     }
     let mut ingest = Ingest::new(Store::new(), IngestConfig::for_node("node-1"));
@@ -96,13 +111,10 @@ fn child(path: &str, read_only: bool) {
 /// Runs this binary with `--load path`: the load's time (as the child
 /// measured it, reading excluded) and its peak RSS in MiB.
 #[allow(clippy::zombie_processes)] // reaped by `wait4`, which clippy cannot see
-fn run(path: &str, read_only: bool) -> (f64, f64) {
+fn run(path: &str, flags: &[&str]) -> (f64, f64) {
     let exe = std::env::current_exe().unwrap();
     let mut command = Command::new(exe);
-    command.args(["--load", path]);
-    if read_only {
-        command.arg("--read-only");
-    }
+    command.args(["--load", path]).args(flags);
     let child = command
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

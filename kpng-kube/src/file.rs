@@ -7,7 +7,27 @@
 //!
 //! A file is checked whole before anything is applied: an error names the
 //! file, the document (and `List` item), the object and the field, and
-//! leaves the store as it was.
+//! leaves the store as it was. For YAML it also names the line where the
+//! document (or item) starts, and for a syntax error the line and column
+//! in the whole file.
+//!
+//! # Limits
+//!
+//! YAML is parsed with limits set for the file's size (kubectl's output of
+//! 100,000 Services loads) while alias expansion stays bounded (YAML bombs
+//! are refused):
+//!
+//! - nodes, parser events and scalar bytes: one node per byte of the file
+//!   (at least 250,000), two events a node, one scalar byte a byte (at
+//!   least 64 MiB), shared by all its documents, aliases' replays
+//!   included: no plain YAML file has more nodes than bytes;
+//! - aliases, per document: 50,000 aliases and anchors, 1,000,000 replayed
+//!   events, replay nesting 64 (serde-saphyr's defaults);
+//! - documents: no count limit but the file's size;
+//! - nesting: 128 levels, as for JSON.
+//!
+//! JSON has no aliases; it is decoded object by object, as are a YAML
+//! `List`'s items.
 
 use std::path::Path;
 use std::time::{Duration, SystemTime};

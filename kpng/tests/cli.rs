@@ -191,7 +191,7 @@ fn errors_are_one_clear_line() {
     assert!(
         stderr
             .trim()
-            .ends_with("document 0: Service a/b: spec.ports[0].port: port 99999 out of range"),
+            .ends_with("document 0 (line 1): Service a/b: spec.ports[0].port: port 99999 out of range"),
         "{stderr}"
     );
     assert_eq!(stderr.trim().lines().count(), 1);
