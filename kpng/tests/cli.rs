@@ -189,9 +189,9 @@ fn errors_are_one_clear_line() {
     ]);
     assert_ne!(code, 0);
     assert!(
-        stderr
-            .trim()
-            .ends_with("document 0 (line 1): Service a/b: spec.ports[0].port: port 99999 out of range"),
+        stderr.trim().ends_with(
+            "document 0 (line 1): Service a/b: spec.ports[0].port: port 99999 out of range"
+        ),
         "{stderr}"
     );
     assert_eq!(stderr.trim().lines().count(), 1);

@@ -11,11 +11,12 @@
 //! - **Nodes, events and scalar bytes scale with the file.** The whole
 //!   file may produce one node per byte of it (at least serde-saphyr's
 //!   250,000), two parser events a node and one scalar byte a byte (at
-//!   least 64 MiB). Without aliases, YAML cannot hold more nodes than it
-//!   has bytes (`[a,a]` is two bytes a node; kubectl's output is about
-//!   twenty), so these never refuse a plain file of any size: what
-//!   parsing costs is then proportional to the file. The allowance is
-//!   shared by all of the file's documents (what one document used, the
+//!   least 64 MiB). Without aliases, YAML holds at most about one node a
+//!   byte (`[a,a]` is two bytes a node; only contrived flow syntax such
+//!   as `[?,?]` goes past one), and kubectl's output one per ~15 bytes, so
+//!   these refuse no file kubectl or a person writes: what parsing costs
+//!   is then proportional to the file. The allowance is shared by all of
+//!   the file's documents (what one document used, the
 //!   next cannot), so many small documents amplify no more than one.
 //! - **Aliases stay bounded by fixed limits** (serde-saphyr's defaults,
 //!   per document): 50,000 aliases and anchors, 1,000,000 events replayed
@@ -508,5 +509,14 @@ mod tests {
         // Not markers: indented, or more than a marker.
         assert_eq!(split("a: |\n  ---\nb: ----\n").len(), 1);
         assert_eq!(split("a: 1\r\n---\r\nb: 2\r\n").len(), 2);
+    }
+
+    #[test]
+    fn no_prefix_of_a_stream_panics() {
+        let text = "\u{feff}# c\n%YAML 1.2\n---\napiVersion: v1\nitems:\n- kind: Node\n  metadata: {name: n\u{e9}}\nkind: List\n...\n--- |\n  x\n---\r\nkind: Service\nmetadata: {namespace: a, name: b}\nspec: {clusterIP: 10.96.0.1}\n";
+        let config = TranslateConfig::default();
+        for end in (0..=text.len()).filter(|&i| text.is_char_boundary(i)) {
+            let _ = parse("x.yaml", &text[..end], &config, &mut |_| {});
+        }
     }
 }
