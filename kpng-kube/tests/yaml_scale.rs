@@ -142,6 +142,21 @@ fn a_bad_object_in_a_document_names_the_document_and_its_line() {
     );
 }
 
+#[test]
+fn a_document_that_is_no_object_says_so() {
+    for (text, line) in [
+        ("kind: ConfigMap\n---\njust text\n", 3),
+        ("---\n- a\n- b\n", 2),
+    ] {
+        let msg = manifest_error(text);
+        let document = if line == 3 { 1 } else { 0 };
+        assert_eq!(
+            msg,
+            format!("big.yaml: document {document} (line {line}): not an object")
+        );
+    }
+}
+
 /// `levels` of anchors, each a sequence of ten aliases of the one before.
 fn laughs(levels: usize) -> String {
     let mut out =

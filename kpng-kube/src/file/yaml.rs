@@ -409,6 +409,33 @@ impl<'de> Visitor<'de> for Root<'_, '_, '_> {
         Ok(Json::Null)
     }
 
+    // Anything but a mapping or null is "not an object" (any non-object
+    // value says so to `rest_of_document`).
+    fn visit_bool<E: de::Error>(self, _: bool) -> std::result::Result<Json, E> {
+        Ok(Json::Bool(false))
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> std::result::Result<Json, E> {
+        Ok(Json::Bool(false))
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> std::result::Result<Json, E> {
+        Ok(Json::Bool(false))
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> std::result::Result<Json, E> {
+        Ok(Json::Bool(false))
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> std::result::Result<Json, E> {
+        Ok(Json::Bool(false))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Json, A::Error> {
+        while seq.next_element::<de::IgnoredAny>()?.is_some() {}
+        Ok(Json::Bool(false))
+    }
+
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Json, A::Error> {
         let mut fields = serde_json::Map::new();
         while let Some(key) = map.next_key::<String>()? {
