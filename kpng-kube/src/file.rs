@@ -17,10 +17,10 @@
 //! 100,000 Services loads) while alias expansion stays bounded (YAML bombs
 //! are refused):
 //!
-//! - nodes, parser events and scalar bytes: one node per byte of the file
-//!   (at least 250,000), two events a node, one scalar byte a byte (at
-//!   least 64 MiB), shared by all its documents, aliases' replays
-//!   included: YAML without aliases has at most about a node a byte;
+//! - nodes and scalar bytes: one node per byte of the file (at least
+//!   250,000) and one scalar byte a byte (at least 64 MiB), shared by all
+//!   its documents, aliases' replays included (YAML without aliases has
+//!   at most about a node a byte); parser events: two a node left;
 //! - aliases, per document: 50,000 aliases and anchors, 1,000,000 replayed
 //!   events, replay nesting 64 (serde-saphyr's defaults);
 //! - documents: no count limit but the file's size;

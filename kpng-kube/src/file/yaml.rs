@@ -15,9 +15,10 @@
 //!   byte (`[a,a]` is two bytes a node; only contrived flow syntax such
 //!   as `[?,?]` goes past one), and kubectl's output one per ~15 bytes, so
 //!   these refuse no file kubectl or a person writes: what parsing costs
-//!   is then proportional to the file. The allowance is shared by all of
-//!   the file's documents (what one document used, the
-//!   next cannot), so many small documents amplify no more than one.
+//!   is then proportional to the file. The node and scalar-byte
+//!   allowances are shared by all of the file's documents (what one
+//!   document used, the next cannot; a document's event limit is twice
+//!   the nodes left), so many small documents amplify no more than one.
 //! - **Aliases stay bounded by fixed limits** (serde-saphyr's defaults,
 //!   per document): 50,000 aliases and anchors, 1,000,000 events replayed
 //!   from aliases, a replay nesting of 64, and aliases at most ten times
