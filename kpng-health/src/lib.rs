@@ -209,10 +209,9 @@ impl ProxyHealth {
     /// no readiness [`Conditions`] entry is set.
     pub fn healthy(&self) -> bool {
         self.live()
-            && self
-                .0
-                .lock()
-                .is_ok_and(|s| !s.node_terminating && s.conditions.is_clear() && s.held_back.is_none())
+            && self.0.lock().is_ok_and(|s| {
+                !s.node_terminating && s.conditions.is_clear() && s.held_back.is_none()
+            })
     }
 
     /// The `/healthz` body: the last sync and now, in seconds since the

@@ -18,6 +18,27 @@
 //! modification time and inode stable over [`SETTLE`] (a file renamed into
 //! place is whole at once), so a file rewritten with `>` is not read
 //! between its truncation and its new contents.
+//!
+//! For YAML, errors also name the line where the document (or item)
+//! starts, and for a syntax error the line and column in the whole file.
+//!
+//! # Limits
+//!
+//! YAML is parsed with limits set for the file's size (kubectl's output of
+//! 100,000 Services loads) while alias expansion stays bounded (YAML bombs
+//! are refused):
+//!
+//! - nodes and scalar bytes: one node per byte of the file (at least
+//!   250,000) and one scalar byte a byte (at least 64 MiB), shared by all
+//!   its documents, aliases' replays included (YAML without aliases has
+//!   at most about a node a byte); parser events: two a node left;
+//! - aliases, per document: 50,000 aliases and anchors, 1,000,000 replayed
+//!   events, replay nesting 64 (serde-saphyr's defaults);
+//! - documents: no count limit but the file's size;
+//! - nesting: 128 levels, as for JSON.
+//!
+//! JSON has no aliases; it is decoded object by object, as are a YAML
+//! `List`'s items.
 
 use std::path::Path;
 use std::time::{Duration, SystemTime};
@@ -26,6 +47,8 @@ use serde_json::Value as Json;
 
 use crate::objects;
 use crate::translate::{self, TranslateConfig};
+
+mod yaml;
 use crate::{Error, Ingest, Result};
 
 /// A Kubernetes object the proxy reads.
@@ -238,12 +261,22 @@ impl<'a> Checker<'a> {
 
     fn check(&mut self, doc: impl Doc, document: usize, item: Option<usize>) -> Result<()> {
         let at = Position { document, item };
-        let object = match object(doc, self.config) {
+        self.take(object(doc, self.config), at)
+            .map_err(|message| manifest_error(self.path, document, item, message))
+    }
+
+    /// Takes what decoding the object at `at` gave: a bad object is the
+    /// message refusing the file; a refused or second one is skipped with a
+    /// warning; the rest goes to `each`.
+    fn take(
+        &mut self,
+        found: std::result::Result<Option<Object>, Problem>,
+        at: Position,
+    ) -> std::result::Result<(), String> {
+        let object = match found {
             Ok(Some(object)) => object,
             Ok(None) => return Ok(()),
-            Err(Problem::Bad(message)) => {
-                return Err(manifest_error(self.path, document, item, message));
-            }
+            Err(Problem::Bad(message)) => return Err(message),
             Err(Problem::Refused(message)) => {
                 tracing::warn!("{}: {at}: {message}; the object is skipped", self.path);
                 return Ok(());
@@ -339,33 +372,7 @@ fn parse_each(path: &str, text: &str, config: &TranslateConfig, each: Each<'_>) 
     if trimmed.starts_with('{') || trimmed.starts_with('[') {
         return parse_json(path, text, config, each);
     }
-    let documents: Vec<Json> = serde_saphyr::from_multiple(text)
-        .map_err(|e| manifest_error(path, 0, None, format!("invalid YAML: {e}")))?;
-    let mut checker = Checker::new(path, config, each);
-    for (index, mut doc) in documents.into_iter().enumerate() {
-        if doc.is_null() {
-            continue; // an empty document
-        }
-        if !doc.is_object() {
-            return Err(manifest_error(path, index, None, "not an object"));
-        }
-        if doc.get("kind").and_then(Json::as_str) == Some("List") {
-            // Taken, not copied: a List is most of its file.
-            let items = match doc.as_object_mut().and_then(|o| o.remove("items")) {
-                Some(Json::Array(items)) => items,
-                Some(Json::Null) | None => Vec::new(),
-                Some(_) => {
-                    return Err(manifest_error(path, index, None, "List: items: not a list"));
-                }
-            };
-            for (item, doc) in items.into_iter().enumerate() {
-                checker.check(doc, index, Some(item))?;
-            }
-        } else {
-            checker.check(doc, index, None)?;
-        }
-    }
-    Ok(())
+    yaml::parse(path, text, &mut Checker::new(path, config, each))
 }
 
 /// Reads and parses a manifest file.

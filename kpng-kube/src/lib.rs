@@ -60,8 +60,10 @@ pub enum Error {
     Manifest {
         /// The file.
         path: String,
-        /// The document's index in the file (0-based), with the item's
-        /// index when the document is a `List`.
+        /// The document's index in the file (0-based, empty documents
+        /// counted), with the item's index when the document is a `List`,
+        /// and for YAML the line of the file where the document (or the
+        /// item) starts.
         document: String,
         /// What is wrong, naming the object and field where known.
         message: String,

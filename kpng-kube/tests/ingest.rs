@@ -436,7 +436,7 @@ spec:
     let err = file::parse_str("cluster.yaml", bad_ip).expect_err("bad IP");
     assert_eq!(
         err.to_string(),
-        "cluster.yaml: document 1: Service ns/broken: spec.clusterIPs[1]: invalid IP address \"10.96.0.300\""
+        "cluster.yaml: document 1 (line 7): Service ns/broken: spec.clusterIPs[1]: invalid IP address \"10.96.0.300\""
     );
 
     let bad_type = r#"{"apiVersion": "v1", "kind": "List", "items": [
@@ -452,7 +452,7 @@ spec:
     let err = file::parse_str("x.yaml", "kind: [unclosed").expect_err("bad YAML");
     assert!(
         err.to_string()
-            .starts_with("x.yaml: document 0: invalid YAML"),
+            .starts_with("x.yaml: document 0 (line 1): invalid YAML"),
         "{err}"
     );
 
