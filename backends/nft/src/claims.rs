@@ -36,7 +36,7 @@ impl Claims {
     /// One more claim on `e`.
     pub(crate) fn add(&mut self, e: &Elem) {
         match self.packed.find(&e.key) {
-            Some(i) if self.packed.value_is(i, &e.value) => {
+            Some(i) if e.comment.is_none() && self.packed.value_is(i, &e.value) => {
                 self.packed.add_count(i, 1);
                 return;
             }
@@ -53,6 +53,7 @@ impl Claims {
     /// One claim fewer on `e` (none: nothing happens).
     pub(crate) fn remove(&mut self, e: &Elem) {
         if let Some(i) = self.packed.find(&e.key)
+            && e.comment.is_none()
             && self.packed.value_is(i, &e.value)
         {
             if self.packed.add_count(i, -1) == 0 {
@@ -137,6 +138,7 @@ fn claims_on<'a>(
     let from = Elem {
         key: *key,
         value: Value::None,
+        comment: None,
     };
     other.range(from..).take_while(move |(e, _)| e.key == *key)
 }
@@ -168,7 +170,11 @@ struct Shape {
 }
 
 impl Shape {
+    /// `None` for an element with a comment, too: records hold none.
     fn of(e: &Elem) -> Option<Self> {
+        if e.comment.is_some() {
+            return None;
+        }
         let target = match &e.value {
             Value::None => None,
             Value::Target(t) => Some(t.as_slice().len()),
@@ -336,7 +342,11 @@ impl Packed {
                 record.get(shape.key..shape.key + n)?
             ])?),
         };
-        Some(Elem { key, value })
+        Some(Elem {
+            key,
+            value,
+            comment: None,
+        })
     }
 
     /// Every record as an element, by key (one per key, so in order).
@@ -386,7 +396,11 @@ mod tests {
             1 => (0u8..2).prop_map(|c| Value::Goto(Arc::from(format!("chain-{c}")))),
             1 => Just(Value::Target(Bytes::of(&[&[1; 16], &[0, 80]]).expect("fits"))),
         ];
-        (key, value).prop_map(|(key, value)| Elem { key, value })
+        (key, value).prop_map(|(key, value)| Elem {
+            key,
+            value,
+            comment: None,
+        })
     }
 
     proptest! {

@@ -193,6 +193,8 @@ pub(crate) enum Value {
 pub(crate) struct Elem {
     pub(crate) key: Key,
     pub(crate) value: Value,
+    /// The Service it serves, for `nft list` (shared by its elements).
+    pub(crate) comment: Option<Arc<str>>,
 }
 
 /// A chain: its hook for a base chain, and its rules.
@@ -205,6 +207,9 @@ pub(crate) struct ChainDef {
     /// every element of a map a new rule binds (~20 ms at 100k elements),
     /// so an endpoint count that comes back must not pay it again.
     pub(crate) retain: bool,
+    /// The Service port it serves, for `nft list` (a shared chain has
+    /// none).
+    pub(crate) comment: Option<Arc<str>>,
 }
 
 /// The nft objects one Service (or the table's fixed part) contributes to
@@ -221,22 +226,54 @@ pub(crate) struct Render {
 
 impl Render {
     fn element(&mut self, set: impl Into<SetName>, key: Option<Key>, value: Value) {
+        self.noted(set, key, value, None);
+    }
+
+    /// An element with a comment.
+    fn noted(
+        &mut self,
+        set: impl Into<SetName>,
+        key: Option<Key>,
+        value: Value,
+        comment: Option<&Arc<str>>,
+    ) {
         if let Some(key) = key {
-            self.elements
-                .entry(set.into())
-                .or_default()
-                .insert(Elem { key, value });
+            self.elements.entry(set.into()).or_default().insert(Elem {
+                key,
+                value,
+                comment: comment.cloned(),
+            });
         }
     }
 
-    fn chain(&mut self, name: impl Into<String>, rules: Vec<Vec<Expr>>) {
+    /// A chain of one Service port's (named after it), with its comment.
+    fn chain(&mut self, name: impl Into<String>, rules: Vec<Vec<Expr>>, comment: Option<&Arc<str>>) {
         let chain = ChainDef {
             base: None,
             rules,
             retain: false,
+            comment: comment.cloned(),
         };
         self.chains.insert(name.into(), chain);
     }
+}
+
+/// The comment naming a Service port, as `nft list` shows it beside its
+/// chains and elements: `namespace/name:port/protocol`, the port by its
+/// name when it has one (kube-proxy's `namespace/name:port` and the
+/// protocol).
+pub(crate) fn port_comment(
+    name: &ServiceName,
+    port: &ServicePort,
+    number: u16,
+    protocol: &str,
+) -> Arc<str> {
+    let text = if port.name.is_empty() {
+        format!("{name}:{number}/{protocol}")
+    } else {
+        format!("{name}:{}/{protocol}", port.name)
+    };
+    kpng_netfilter::nft::fit_comment(text).into()
 }
 
 /// A prefix as an interval set's element key.
@@ -426,6 +463,8 @@ struct PortCtx<'a> {
     affinity: Option<u32>,
     cluster: Vec<(IpAddr, u16)>,
     local: Vec<(IpAddr, u16)>,
+    /// The Service port's comment (`None`: comments are off).
+    comment: Option<Arc<str>>,
 }
 
 impl PortCtx<'_> {
@@ -446,7 +485,7 @@ impl PortCtx<'_> {
                     Verdict::Goto(self.affinity_chain(render, set_local, timeout))
                 }
             });
-            render.chain(name.clone(), rules);
+            render.chain(name.clone(), rules, self.comment.as_ref());
             return name;
         }
         let shared = Shared::new(kind, local, self.cluster.len(), self.local.len());
@@ -465,11 +504,12 @@ impl PortCtx<'_> {
                 base: None,
                 rules: vec![pick.rule(family, n)],
                 retain: true,
+                comment: None,
             };
             render.chains.insert(pick.chain(n), chain);
             Verdict::Goto(pick.chain(n))
         });
-        render.chain(shared.name(), rules);
+        render.chain(shared.name(), rules, None);
         shared.name()
     }
 
@@ -495,10 +535,11 @@ impl PortCtx<'_> {
             .concat();
             rules.push([build::lookup(&saddr, &clients, None, false), dnat.clone()].concat());
             let index = u32::try_from(i).unwrap_or(u32::MAX);
-            render.element(
+            render.noted(
                 spread.clone(),
                 Key::of(&[&index.to_ne_bytes()]),
                 Value::Goto(chain.as_str().into()),
+                self.comment.as_ref(),
             );
             render.sets.insert(
                 clients.clone(),
@@ -511,7 +552,7 @@ impl PortCtx<'_> {
                 key: Reg::r32(0),
                 timeout_ms: Some(u64::from(timeout) * 1000),
             });
-            render.chain(chain, vec![update, dnat]);
+            render.chain(chain, vec![update, dnat], self.comment.as_ref());
         }
         let n = u32::try_from(set.len()).unwrap_or(u32::MAX);
         render.sets.insert(
@@ -527,7 +568,7 @@ impl PortCtx<'_> {
             Some(Reg::VERDICT),
             false,
         ));
-        render.chain(name.clone(), rules);
+        render.chain(name.clone(), rules, self.comment.as_ref());
         name
     }
 
@@ -590,8 +631,16 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &NftConfig) 
         .filter(|(ip, _)| IpFamily::of(ip) == family)
         .collect();
 
+    let service_comment: Option<Arc<str>> = config
+        .comments
+        .then(|| kpng_netfilter::nft::fit_comment(name.to_string()).into());
     for ip in &cluster_ips {
-        render.element(CLUSTER_IPS, Key::of(&[ip]), Value::None);
+        render.noted(
+            CLUSTER_IPS,
+            Key::of(&[ip]),
+            Value::None,
+            service_comment.as_ref(),
+        );
     }
     // This node's endpoints may reach themselves through the Service
     // (hairpin): such flows are masqueraded.
@@ -614,7 +663,12 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &NftConfig) 
             affinity: plan.affinity,
             cluster: port.cluster,
             local: port.local,
+            comment: config
+                .comments
+                .then(|| port_comment(&name, port.port, number, port.protocol)),
         };
+        let note = ctx.comment.clone();
+        let note = note.as_ref();
         let key = |vip: &[u8]| Key::of(&[vip, &[proto], &number.to_be_bytes()]);
         let np_key = |np: u16| Key::of(&[&[proto], &np.to_be_bytes()]);
         let goto = |chain: &str| Value::Goto(chain.into());
@@ -641,19 +695,20 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &NftConfig) 
                     .concat(),
                     build::verdict(Verdict::Drop),
                 ],
+                note,
             );
             for lb in &lb_ips {
-                render.element(FIREWALL_IPS, key(lb), Value::Jump(fw.as_str().into()));
+                render.noted(FIREWALL_IPS, key(lb), Value::Jump(fw.as_str().into()), note);
             }
         }
 
         if ctx.cluster.is_empty() {
             // No usable endpoint anywhere: every address rejects.
             for vip in cluster_ips.iter().chain(&external) {
-                render.element(NO_ENDPOINT_SERVICES, key(vip), goto(REJECT_CHAIN));
+                render.noted(NO_ENDPOINT_SERVICES, key(vip), goto(REJECT_CHAIN), note);
             }
             if let Some(np) = node_port {
-                render.element(NO_ENDPOINT_NODEPORTS, np_key(np), goto(REJECT_CHAIN));
+                render.noted(NO_ENDPOINT_NODEPORTS, np_key(np), goto(REJECT_CHAIN), note);
             }
             continue;
         }
@@ -661,14 +716,14 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &NftConfig) 
         if !cluster_ips.is_empty() {
             let chain = ctx.chain(&mut render, Kind::Svc, itp_local);
             for ip in &cluster_ips {
-                render.element(SERVICE_IPS, key(ip), goto(&chain));
+                render.noted(SERVICE_IPS, key(ip), goto(&chain), note);
                 ctx.vip_elements(&mut render, ip, itp_local);
             }
         }
         if !external.is_empty() {
             let chain = ctx.chain(&mut render, Kind::Ext, etp_local);
             for ip in &external {
-                render.element(SERVICE_IPS, key(ip), goto(&chain));
+                render.noted(SERVICE_IPS, key(ip), goto(&chain), note);
                 ctx.vip_elements(&mut render, ip, false);
                 if etp_local {
                     ctx.vip_elements(&mut render, ip, true);
@@ -677,7 +732,7 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &NftConfig) 
         }
         if let Some(np) = node_port {
             let chain = ctx.chain(&mut render, Kind::Np, etp_local);
-            render.element(SERVICE_NODEPORTS, np_key(np), goto(&chain));
+            render.noted(SERVICE_NODEPORTS, np_key(np), goto(&chain), note);
             ctx.np_elements(&mut render, np, false);
             if etp_local {
                 ctx.np_elements(&mut render, np, true);
@@ -837,6 +892,7 @@ pub(crate) fn globals(
             base,
             rules,
             retain: false,
+            comment: None,
         };
         render.chains.insert(name.to_owned(), chain);
     }

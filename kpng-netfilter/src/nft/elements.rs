@@ -38,6 +38,8 @@ pub(crate) struct Elements {
     items: Vec<Item>,
     /// The elements with a timeout of their own (rare): index, ms.
     timeouts: Vec<(u32, u64)>,
+    /// The elements with a comment: index, text.
+    comments: Vec<(u32, String)>,
 }
 
 impl Elements {
@@ -50,6 +52,7 @@ impl Elements {
             bytes: Vec::with_capacity(size),
             items: Vec::with_capacity(elements.len()),
             timeouts: Vec::new(),
+            comments: Vec::new(),
         };
         for e in elements {
             let data = data_bytes(e.data.as_ref());
@@ -65,9 +68,12 @@ impl Elements {
                     Verdict::Goto(_) => Kind::Goto,
                 },
             };
+            let index = u32::try_from(out.items.len()).unwrap_or(u32::MAX);
             if let Some(ms) = e.timeout_ms {
-                let index = u32::try_from(out.items.len()).unwrap_or(u32::MAX);
                 out.timeouts.push((index, ms));
+            }
+            if let Some(comment) = e.comment {
+                out.comments.push((index, comment));
             }
             out.items.push(Item {
                 start: u32::try_from(out.bytes.len()).unwrap_or(u32::MAX),
@@ -86,11 +92,23 @@ impl Elements {
         self.items.len()
     }
 
-    /// The bytes of element `i`'s key and data, for sizing messages.
+    /// The bytes of element `i`'s key and data (its comment counted with
+    /// the data), for sizing messages.
     pub(crate) fn size(&self, i: usize) -> (usize, usize) {
+        let comment = self.comment(i).map_or(0, |c| c.len() + 8);
         self.items.get(i).map_or((0, 0), |it| {
-            (usize::from(it.key_len), usize::from(it.data_len))
+            (usize::from(it.key_len), usize::from(it.data_len) + comment)
         })
+    }
+
+    /// Element `i`'s comment.
+    fn comment(&self, i: usize) -> Option<&str> {
+        let index = u32::try_from(i).ok()?;
+        let at = self
+            .comments
+            .binary_search_by_key(&index, |(at, _)| *at)
+            .ok()?;
+        Some(self.comments[at].1.as_str())
     }
 
     /// Element `i`, rebuilt.
@@ -123,6 +141,7 @@ impl Elements {
             interval_end: it.interval_end,
             data,
             timeout_ms,
+            comment: self.comment(i).map(str::to_owned),
         })
     }
 
@@ -155,7 +174,7 @@ mod tests {
             },
             Element::map(vec![1; 12], Data::Value(vec![2; 8])),
             Element::map(vec![3; 4], Data::Verdict(Verdict::Goto("svc-c3".into()))),
-            Element::map(vec![4; 4], Data::Verdict(Verdict::Drop)),
+            Element::map(vec![4; 4], Data::Verdict(Verdict::Drop)).with_comment("ns/a:http/tcp"),
             Element {
                 timeout_ms: Some(5000),
                 ..Element::key(vec![5; 16])
