@@ -456,16 +456,14 @@ fn nft_list_ruleset_names_the_service_of_chains_and_elements() {
     require_lab!(NftBackend);
     let lab = lab();
     let mut proxy = Proxy::<NftBackend>::new(&lab, &Settings::lab());
-    proxy
-        .load(kpng_kube::file::SAMPLE_CLUSTER)
-        .expect("sync");
+    proxy.load(kpng_kube::file::SAMPLE_CLUSTER).expect("sync");
     let ruleset = NftBackend::dump(&lab);
     let lines: Vec<&str> = ruleset.lines().map(str::trim).collect();
     // A chain of web/api's own (it has ClientIP affinity or source
     // ranges), its comment first in its body.
-    let named_chain = lines.windows(2).any(|w| {
-        w[0].starts_with("chain ") && w[1].starts_with("comment \"web/api:")
-    });
+    let named_chain = lines
+        .windows(2)
+        .any(|w| w[0].starts_with("chain ") && w[1].starts_with("comment \"web/api:"));
     assert!(named_chain, "no chain names web/api:\n{ruleset}");
     // kube-dns's UDP port in the service-ips map, and its ClusterIP.
     for element in [

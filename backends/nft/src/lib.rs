@@ -765,7 +765,9 @@ mod tests {
             );
         }
         assert!(
-            text.contains("add element ip kpng vip-cluster { 10.96.0.10 . tcp . 80 . 0 : 10.244.1.5 . 8080"),
+            text.contains(
+                "add element ip kpng vip-cluster { 10.96.0.10 . tcp . 80 . 0 : 10.244.1.5 . 8080"
+            ),
             "{text}"
         );
         let off = script(false);

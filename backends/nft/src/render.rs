@@ -247,7 +247,12 @@ impl Render {
     }
 
     /// A chain of one Service port's (named after it), with its comment.
-    fn chain(&mut self, name: impl Into<String>, rules: Vec<Vec<Expr>>, comment: Option<&Arc<str>>) {
+    fn chain(
+        &mut self,
+        name: impl Into<String>,
+        rules: Vec<Vec<Expr>>,
+        comment: Option<&Arc<str>>,
+    ) {
         let chain = ChainDef {
             base: None,
             rules,

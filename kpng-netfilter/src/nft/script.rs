@@ -282,10 +282,7 @@ impl fmt::Display for Transaction {
                 Op::AddTable(table) => writeln!(f, "add {table}")?,
                 Op::DeleteTable(table) => writeln!(f, "delete {table}")?,
                 Op::AddChain(table, chain) => {
-                    let comment = chain
-                        .comment
-                        .as_ref()
-                        .map(|c| format!(" comment \"{c}\";"));
+                    let comment = chain.comment.as_ref().map(|c| format!(" comment \"{c}\";"));
                     match (&chain.base, comment) {
                         (Some(base), comment) => writeln!(
                             f,
