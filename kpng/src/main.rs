@@ -38,6 +38,7 @@ use serde::de::DeserializeOwned;
 
 mod args;
 mod config;
+mod configz;
 mod kube_proxy;
 mod logging;
 mod malloc;
@@ -223,8 +224,22 @@ fn ebpf_cleanup(ebpf: &args::EbpfArgs) -> Result<(), Error> {
 fn serve_metrics(
     sink: &Sink,
     store: Option<kpng_store::Reader>,
+    node: &str,
 ) -> Result<kpng_health::metrics::Metrics, Error> {
-    let metrics = kpng_health::metrics::Metrics::new();
+    use kpng_health::metrics::{Metrics, ProxyMode};
+    // kube-proxy's failure counters of the mode, `/proxyMode` and
+    // `/configz`.
+    let metrics = match sink {
+        Sink::ToNft(_) => Metrics::for_mode(ProxyMode::Nftables),
+        Sink::ToIptables(_) => Metrics::for_mode(ProxyMode::Iptables),
+        Sink::ToEbpf(_) | Sink::ToApi(_) | Sink::ToFile(_) => Metrics::new(),
+    };
+    if let Some(mode) = configz::proxy_mode(sink) {
+        metrics.set_proxy_mode(mode);
+    }
+    if let Some(config) = configz::configz(sink, node) {
+        metrics.set_configz(config);
+    }
     let Some(args) = sink.args().filter(|a| !a.metrics_bind_address.is_empty()) else {
         return Ok(metrics);
     };
@@ -342,7 +357,7 @@ async fn finish(
         return Ok(kpng_api::serve_at(&address, kpng_api::Server::new(reader)).await?);
     }
     let node = node.ok_or_else(|| Error::Usage("--node is needed by this sink".into()))?;
-    let metrics = serve_metrics(sink, Some(reader.clone()))?;
+    let metrics = serve_metrics(sink, Some(reader.clone()), node)?;
     let mut backend = backend(sink, &metrics, Some(&reader))?;
     let mut projector = NodeProjector::new(node);
     let config = match sink.args() {
@@ -449,7 +464,7 @@ async fn run(cli: Cli) -> Result<(), Error> {
             if args.node.is_empty() {
                 return Err(Error::Usage("--node is needed by this sink".into()));
             }
-            let metrics = serve_metrics(&args.sink, None)?;
+            let metrics = serve_metrics(&args.sink, None, &args.node)?;
             let mut sink = backend(&args.sink, &metrics, None)?;
             let mut config = kpng_api::AgentConfig::default();
             config.once = args.sink.once();

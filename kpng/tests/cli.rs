@@ -1026,3 +1026,107 @@ items:
     assert!(stderr.contains("is not on a bpf file system"), "{stderr}");
     let _ = std::fs::remove_file(&manifest);
 }
+
+/// GET `path` from `bind` (`host:port`): the whole response, or `None`.
+fn http_get(bind: &str, path: &str) -> Option<String> {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(bind).ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    Some(text)
+}
+
+/// Beside `/metrics`, as kube-proxy: `/configz` (the effective
+/// configuration, in kube-proxy's shape), `/proxyMode` (`nftables`), and
+/// kube-proxy's metric names; a change to the watched file moves
+/// `kubeproxy_sync_proxy_rules_service_changes_total`.
+#[test]
+fn configz_proxy_mode_and_kube_proxys_metrics_are_served() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port");
+    let bind = format!("127.0.0.1:{port}");
+    let input = std::env::temp_dir().join(format!("kpng-configz-{}.yaml", std::process::id()));
+    let manifest = |services: &[&str]| {
+        let mut text = String::from(
+            "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Node\n  metadata: {name: node-a}\n  status: {addresses: [{type: InternalIP, address: 192.168.50.1}]}\n",
+        );
+        for (i, name) in services.iter().enumerate() {
+            text.push_str(&format!(
+                "- apiVersion: v1\n  kind: Service\n  metadata: {{namespace: t, name: {name}}}\n  spec: {{clusterIP: 10.96.0.{}, ports: [{{name: http, port: 80}}]}}\n",
+                i + 10
+            ));
+        }
+        text
+    };
+    std::fs::write(&input, manifest(&["one"])).expect("manifest");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kpng"))
+        .args(["file", "--watch", "--node", "node-a", "--input"])
+        .arg(&input)
+        .args(["to-nft", "--dry-run", "--cluster-cidr", "10.244.0.0/16"])
+        .args(["--metrics-bind-address", &bind])
+        .env("RUST_LOG", "error")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("run kpng");
+    let value = |text: &str, name: &str| -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    let wait_for = |what: &dyn Fn(&str) -> bool| -> String {
+        let mut last = String::new();
+        for _ in 0..100 {
+            last = http_get(&bind, "/metrics").unwrap_or_default();
+            if what(&last) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        last
+    };
+    let changes = "kubeproxy_sync_proxy_rules_service_changes_total";
+    let first = wait_for(&|t| value(t, changes).is_some_and(|v| v >= 1.0));
+    let configz = http_get(&bind, "/configz");
+    let mode = http_get(&bind, "/proxyMode");
+    // One more Service in the file: counted.
+    std::fs::write(&input, manifest(&["one", "two"])).expect("manifest");
+    let second = wait_for(&|t| value(t, changes).is_some_and(|v| v >= 2.0));
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_file(&input);
+
+    for name in [
+        "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
+        "kubeproxy_sync_proxy_rules_service_changes_pending",
+        "kubeproxy_sync_proxy_rules_endpoint_changes_total",
+        "kubeproxy_sync_proxy_rules_nftables_sync_failures_total{ip_family=\"IPv4\"}",
+        "process_resident_memory_bytes",
+        "process_start_time_seconds",
+    ] {
+        assert!(value(&first, name).is_some(), "{name} in {first}");
+    }
+    assert_eq!(value(&first, changes), Some(1.0), "{first}");
+    assert_eq!(value(&second, changes), Some(2.0), "{second}");
+
+    let mode = mode.expect("/proxyMode served");
+    assert!(mode.starts_with("HTTP/1.1 200"), "{mode}");
+    assert!(mode.ends_with("\r\n\r\nnftables"), "{mode}");
+    let configz = configz.expect("/configz served");
+    assert!(configz.starts_with("HTTP/1.1 200"), "{configz}");
+    let body = configz.split_once("\r\n\r\n").expect("a body").1;
+    let json: serde_json::Value = serde_json::from_str(body).expect("JSON");
+    let config = &json["kubeproxy.config.k8s.io"];
+    assert_eq!(config["mode"], "nftables", "{json}");
+    assert_eq!(config["hostnameOverride"], "node-a", "{json}");
+    assert_eq!(config["clusterCIDR"], "10.244.0.0/16", "{json}");
+    assert_eq!(config["metricsBindAddress"], bind.as_str(), "{json}");
+    assert_eq!(config["nftables"]["masqueradeBit"], 14, "{json}");
+    assert_eq!(
+        config["conntrack"]["tcpEstablishedTimeout"], "24h0m0s",
+        "{json}"
+    );
+}
