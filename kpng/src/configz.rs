@@ -32,7 +32,7 @@ pub(crate) fn go_duration(d: Duration) -> String {
     }
     if d < Duration::from_secs(1) {
         let micros = d.as_micros();
-        return if micros % 1000 == 0 {
+        return if micros.is_multiple_of(1000) {
             format!("{}ms", micros / 1000)
         } else {
             format!("{micros}µs")
