@@ -48,8 +48,10 @@
 //! backend.reset();
 //! backend.apply(&ViewOp::SetService(Arc::new(svc)))?;
 //! backend.sync(1)?;
-//! // No endpoint: the ClusterIP rejects.
-//! assert!(backend.last_script().contains("add element ip kpng no-endpoint-services { 10.96.0.10 . tcp . 80 : goto reject-chain }"));
+//! // No endpoint: the ClusterIP rejects; the element names its Service.
+//! assert!(backend.last_script().contains(
+//!     "add element ip kpng no-endpoint-services { 10.96.0.10 . tcp . 80 comment \"default/web:http/tcp\" : goto reject-chain }"
+//! ));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
