@@ -99,10 +99,16 @@ fn dry_run_on_the_bundled_sample_prints_the_ruleset_and_changes_nothing() {
     // The sample's Services, as node-a sees them: kube-dns dispatched, the
     // endpoint-less checkout rejected, the Proxy-mode LB IP absent.
     assert!(
-        stdout.contains("10.96.0.10 . udp . 53 : goto svc-c2"),
-        "kube-dns UDP on node-a"
+        stdout.contains(
+            "10.96.0.10 . udp . 53 comment \"kube-system/kube-dns:dns/udp\" : goto svc-c2"
+        ),
+        "kube-dns UDP on node-a, named"
     );
-    assert!(stdout.contains("10.96.20.20 . tcp . 443 : goto reject-chain"));
+    assert!(
+        stdout.contains(
+            "10.96.20.20 . tcp . 443 comment \"shop/checkout:443/tcp\" : goto reject-chain"
+        )
+    );
     assert!(
         !stdout.contains("198.51.100.11"),
         "ipMode Proxy is not programmed"
@@ -443,7 +449,7 @@ fn a_config_file_is_the_command_line() {
 
 /// Hostile text in a Service's name, a port name and an annotation never
 /// reaches a rule: chain names are hashes, addresses and ports are parsed
-/// numbers. The nft script passes `nft -c` (as root, in a namespace of the
+/// numbers, and comments name only valid Kubernetes names (none here). The nft script passes `nft -c` (as root, in a namespace of the
 /// test's own) and the iptables batch carries none of it either.
 #[test]
 fn hostile_names_never_reach_a_ruleset() {

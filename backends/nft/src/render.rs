@@ -266,19 +266,45 @@ impl Render {
 /// The comment naming a Service port, as `nft list` shows it beside its
 /// chains and elements: `namespace/name:port/protocol`, the port by its
 /// name when it has one (kube-proxy's `namespace/name:port` and the
-/// protocol).
+/// protocol). None unless the names are Kubernetes names (as the API
+/// server allows them): text from a file never reaches the ruleset.
 pub(crate) fn port_comment(
     name: &ServiceName,
     port: &ServicePort,
     number: u16,
     protocol: &str,
-) -> Arc<str> {
+) -> Option<Arc<str>> {
+    let service = service_comment(name)?;
     let text = if port.name.is_empty() {
-        format!("{name}:{number}/{protocol}")
+        format!("{service}:{number}/{protocol}")
+    } else if is_dns_name(&port.name, 15) {
+        format!("{service}:{}/{protocol}", port.name)
     } else {
-        format!("{name}:{}/{protocol}", port.name)
+        return None;
     };
-    kpng_netfilter::nft::fit_comment(text).into()
+    Some(kpng_netfilter::nft::fit_comment(text).into())
+}
+
+/// The comment naming a Service (`namespace/name`), for its `cluster-ips`
+/// elements: none unless both are Kubernetes names.
+pub(crate) fn service_comment(name: &ServiceName) -> Option<Arc<str>> {
+    let text = name.to_string();
+    let (namespace, service) = text.split_once('/')?;
+    (is_dns_name(namespace, 63) && is_dns_name(service, 253))
+        .then(|| kpng_netfilter::nft::fit_comment(text).into())
+}
+
+/// Whether `text` is a DNS name of at most `max` bytes (lower-case letters,
+/// digits, `-` and `.`, starting and ending with a letter or digit), as
+/// Kubernetes names are.
+fn is_dns_name(text: &str, max: usize) -> bool {
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    text.len() <= max
+        && edge(text.chars().next())
+        && edge(text.chars().last())
+        && text
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
 }
 
 /// A prefix as an interval set's element key.
@@ -636,9 +662,7 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &NftConfig) 
         .filter(|(ip, _)| IpFamily::of(ip) == family)
         .collect();
 
-    let service_comment: Option<Arc<str>> = config
-        .comments
-        .then(|| kpng_netfilter::nft::fit_comment(name.to_string()).into());
+    let service_comment = config.comments.then(|| service_comment(&name)).flatten();
     for ip in &cluster_ips {
         render.noted(
             CLUSTER_IPS,
@@ -670,7 +694,8 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &NftConfig) 
             local: port.local,
             comment: config
                 .comments
-                .then(|| port_comment(&name, port.port, number, port.protocol)),
+                .then(|| port_comment(&name, port.port, number, port.protocol))
+                .flatten(),
         };
         let note = ctx.comment.clone();
         let note = note.as_ref();
@@ -902,4 +927,35 @@ pub(crate) fn globals(
         render.chains.insert(name.to_owned(), chain);
     }
     render
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn comments_name_only_kubernetes_names() {
+        let port = |name: &str| ServicePort {
+            name: name.into(),
+            ..Default::default()
+        };
+        let web = ServiceName::new("default", "web");
+        assert_eq!(
+            port_comment(&web, &port("http"), 80, "tcp").as_deref(),
+            Some("default/web:http/tcp")
+        );
+        assert_eq!(
+            port_comment(&web, &port(""), 53, "udp").as_deref(),
+            Some("default/web:53/udp")
+        );
+        assert_eq!(service_comment(&web).as_deref(), Some("default/web"));
+        let evil = ServiceName::new("t", "evil\"; flush ruleset; #");
+        assert_eq!(service_comment(&evil), None);
+        assert_eq!(port_comment(&evil, &port("http"), 80, "tcp"), None);
+        assert_eq!(
+            port_comment(&web, &port("http\n add table ip pwn"), 80, "tcp"),
+            None
+        );
+        assert_eq!(port_comment(&web, &port("-x"), 80, "tcp"), None);
+    }
 }

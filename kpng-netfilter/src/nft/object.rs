@@ -370,10 +370,10 @@ impl Element {
 pub const COMMENT_MAX: usize = 127;
 
 /// `comment` as nft can hold it: cut to at most [`COMMENT_MAX`] bytes on a
-/// character boundary, with no quotes or NULs (which nft's syntax and the
-/// C string cannot hold).
+/// character boundary, with no quotes or control characters (which nft's
+/// one-line syntax and the C string cannot hold).
 pub fn fit_comment(mut comment: String) -> String {
-    comment.retain(|c| c != '"' && c != '\0');
+    comment.retain(|c| c != '"' && !c.is_control());
     if comment.len() > COMMENT_MAX {
         let mut at = COMMENT_MAX;
         while !comment.is_char_boundary(at) {
