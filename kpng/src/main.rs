@@ -114,7 +114,7 @@ fn backend(
         Sink::ToNft(nft) => {
             let args = &nft.common;
             let proxy = args.proxy()?;
-            let backend = NftBackend::new(NftConfig::new(proxy.clone()));
+            let backend = NftBackend::new(NftConfig::new(proxy.clone()).comments(nft.nft_comments));
             match (&nft.aggregator_socket, args.dry_run) {
                 (Some(path), false) => {
                     let nft = Nft::new(None);

@@ -1136,3 +1136,19 @@ fn configz_proxy_mode_and_kube_proxys_metrics_are_served() {
         "{json}"
     );
 }
+
+/// `--nft-comments=false` leaves the comments naming the Services out of
+/// the ruleset; they are there by default.
+#[test]
+fn nft_comments_can_be_turned_off() {
+    let (code, with, stderr) = kpng(&["file", "to-nft", "--dry-run"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(with.contains(" comment \"web/api:http/tcp\""), "{with}");
+    let (code, without, stderr) = kpng(&["file", "to-nft", "--dry-run", "--nft-comments=false"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!without.contains("comment"), "{without}");
+    assert!(
+        without.contains("add element ip kpng service-ips"),
+        "{without}"
+    );
+}
