@@ -246,7 +246,7 @@ impl Render {
         }
     }
 
-    /// A chain of one Service port's (named after it), with its comment.
+    /// A chain, with its comment (a Service port's own chains have one).
     fn chain(
         &mut self,
         name: impl Into<String>,
