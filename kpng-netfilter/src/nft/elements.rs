@@ -38,8 +38,11 @@ pub(crate) struct Elements {
     items: Vec<Item>,
     /// The elements with a timeout of their own (rare): index, ms.
     timeouts: Vec<(u32, u64)>,
-    /// The elements with a comment: index, text.
-    comments: Vec<(u32, String)>,
+    /// The elements with a comment: index, and where its text is in
+    /// `text` (start, length): no allocation per comment.
+    comments: Vec<(u32, u32, u8)>,
+    /// The comments' text, one after the other.
+    text: Vec<u8>,
 }
 
 impl Elements {
@@ -53,6 +56,7 @@ impl Elements {
             items: Vec::with_capacity(elements.len()),
             timeouts: Vec::new(),
             comments: Vec::new(),
+            text: Vec::new(),
         };
         for e in elements {
             let data = data_bytes(e.data.as_ref());
@@ -73,7 +77,11 @@ impl Elements {
                 out.timeouts.push((index, ms));
             }
             if let Some(comment) = e.comment {
-                out.comments.push((index, comment));
+                let start = u32::try_from(out.text.len()).unwrap_or(u32::MAX);
+                let len = u8::try_from(comment.len()).unwrap_or(u8::MAX);
+                out.text
+                    .extend_from_slice(&comment.as_bytes()[..usize::from(len)]);
+                out.comments.push((index, start, len));
             }
             out.items.push(Item {
                 start: u32::try_from(out.bytes.len()).unwrap_or(u32::MAX),
@@ -106,9 +114,12 @@ impl Elements {
         let index = u32::try_from(i).ok()?;
         let at = self
             .comments
-            .binary_search_by_key(&index, |(at, _)| *at)
+            .binary_search_by_key(&index, |(at, ..)| *at)
             .ok()?;
-        Some(self.comments[at].1.as_str())
+        let (_, start, len) = self.comments[at];
+        let start = usize::try_from(start).ok()?;
+        let bytes = self.text.get(start..start + usize::from(len))?;
+        std::str::from_utf8(bytes).ok()
     }
 
     /// Element `i`, rebuilt.
