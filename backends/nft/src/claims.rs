@@ -21,8 +21,9 @@ use crate::render::{Elem, Key, Value};
 /// sets) are packed into fixed-width records, one per key: the key's
 /// bytes, the target's, and the count (28 bytes for an IPv4 pick
 /// element), found by a hash table of record numbers; a set whose elements
-/// carry comments (`cluster-ips`) keeps them in a list beside the records. Anything else goes
-/// to a plain map beside them, which stays small: verdicts (one per
+/// carry comments (`cluster-ips`) keeps them in a list beside the
+/// records. Anything else goes to a plain map beside them, which stays
+/// small: verdicts (one per
 /// Service port), and a second claim on a key with another value (two
 /// Services claiming one externalIP and port).
 ///
