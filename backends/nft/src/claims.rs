@@ -23,9 +23,8 @@ use crate::render::{Elem, Key, Value};
 /// element), found by a hash table of record numbers; a set whose elements
 /// carry comments (`cluster-ips`) keeps them in a list beside the
 /// records. Anything else goes to a plain map beside them, which stays
-/// small: verdicts (one per
-/// Service port), and a second claim on a key with another value (two
-/// Services claiming one externalIP and port).
+/// small: verdicts (one per Service port), and a second claim on a key
+/// with another value (two Services claiming one externalIP and port).
 ///
 /// Of the claims on one key, the kernel gets the least ([`Claims::holder`]),
 /// whatever order they came in.
