@@ -391,6 +391,7 @@ fn element_of(key: &ElementKey, value: &Value) -> Element {
         interval_end: key.interval_end,
         data,
         timeout_ms,
+        comment: None,
     }
 }
 
@@ -415,6 +416,7 @@ fn write_table(state: &MapSnapshot<Key, Value>, table: &TableName, tx: &mut Tran
                 Chain {
                     name: name.clone(),
                     base: *base,
+                    comment: None,
                 },
             );
         }
@@ -600,6 +602,7 @@ impl<'a> InPlace<'a> {
             let chain = Chain {
                 name: name.clone(),
                 base,
+                comment: None,
             };
             tx.add_chain(&k.table.table(), chain);
         }

@@ -13,6 +13,17 @@
 //! | `kpng_aggregator_transactions_total` | kernel transactions of an aggregator |
 //! | `kpng_sync_held_back` | 1 while a mass deletion is held back (the previous state kept), else 0 |
 //! | `kpng_mass_deletions_held_total` | mass deletions held back (each hold once) |
+//! | `kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds` | when a change last queued a sync (the first change after a sync) |
+//! | `kubeproxy_sync_proxy_rules_service_changes_pending`, `kubeproxy_sync_proxy_rules_endpoint_changes_pending` | Service and endpoint changes reaching the backend and not yet synced |
+//! | `kubeproxy_sync_proxy_rules_service_changes_total`, `kubeproxy_sync_proxy_rules_endpoint_changes_total` | every such change |
+//! | `kubeproxy_sync_proxy_rules_nftables_sync_failures_total`, `kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total` | failed syncs in nftables mode ([`Metrics::for_mode`]); kpng has no separate cleanup, so the second stays 0 |
+//! | `kubeproxy_sync_proxy_rules_iptables_restore_failures_total` | failed syncs (restores) in iptables mode |
+//! | `kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy, ip_family}` | Service ports with a Local policy (`internal`, `external`) and no local endpoint, per family (`IPv4`, `IPv6`) |
+//! | `process_cpu_seconds_total`, `process_resident_memory_bytes`, `process_virtual_memory_bytes`, `process_open_fds`, `process_max_fds`, `process_start_time_seconds` | the process collector's, from `/proc/self` at each scrape |
+//!
+//! [`serve_metrics`] also answers kube-proxy's `/configz` (the effective
+//! configuration, [`Metrics::set_configz`]) and `/proxyMode` (the mode, as
+//! text).
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
@@ -21,6 +32,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use kpng_model::view::ViewOp;
 use kpng_sink::{IncrementalSink, SinkError, ViewTracker};
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
@@ -44,6 +56,8 @@ struct Inner {
     holds: Counter,
     /// What was counted of the store's and the aggregator's totals.
     seen: Mutex<(kpng_store::Stats, u64)>,
+    /// kube-proxy's other metrics, `/configz` and `/proxyMode`.
+    kube: KubeProxy,
 }
 
 /// The metrics of one proxy. Cloning shares them.
@@ -68,8 +82,20 @@ fn seconds() -> Histogram {
 }
 
 impl Metrics {
-    /// Registers every metric.
+    /// Registers every metric (but the failure counters of a mode: see
+    /// [`for_mode`](Self::for_mode)).
     pub fn new() -> Self {
+        Self::build(None)
+    }
+
+    /// Registers every metric, with kube-proxy's failure counters of
+    /// `mode` (`nftables` or `iptables`), as kube-proxy registers those of
+    /// its mode only.
+    pub fn for_mode(mode: ProxyMode) -> Self {
+        Self::build(Some(mode))
+    }
+
+    fn build(mode: Option<ProxyMode>) -> Self {
         let mut registry = Registry::default();
         let (sync, full, partial, programming) = (seconds(), seconds(), seconds(), seconds());
         let last_sync = Gauge::<f64, AtomicU64>::default();
@@ -146,6 +172,7 @@ impl Metrics {
             "Mass deletions held back",
             Counter::clone(&holds),
         );
+        let kube = KubeProxy::register(&mut registry, mode);
         Self(Arc::new(Inner {
             registry,
             sync,
@@ -163,6 +190,7 @@ impl Metrics {
             held_back,
             holds,
             seen: Mutex::new((kpng_store::Stats::default(), 0)),
+            kube,
         }))
     }
 
@@ -199,6 +227,21 @@ impl Metrics {
         let was = self.0.held_back.set(i64::from(held)) != 0;
         if held && !was {
             self.0.holds.inc();
+        }
+    }
+
+    /// Serves `config` (kube-proxy's shape: `{"kubeproxy.config.k8s.io":
+    /// {…}}`) on `/configz`.
+    pub fn set_configz(&self, config: serde_json::Value) {
+        if let Ok(mut c) = self.0.kube.configz.lock() {
+            *c = Some(config);
+        }
+    }
+
+    /// Serves `mode` (`nftables`, `iptables`, `ebpf`) on `/proxyMode`.
+    pub fn set_proxy_mode(&self, mode: &str) {
+        if let Ok(mut m) = self.0.kube.proxy_mode.lock() {
+            *m = Some(mode.to_owned());
         }
     }
 
@@ -266,6 +309,10 @@ impl<S> Measured<S> {
             // sink's to report.
             let _ = own.absorb(op);
         }
+        self.metrics
+            .0
+            .kube
+            .changed(op, self.round_started.is_none());
         self.round_started.get_or_insert_with(Instant::now);
     }
 }
@@ -276,6 +323,9 @@ impl<S: IncrementalSink> IncrementalSink for Measured<S> {
             own.reset();
         }
         self.full = true;
+        if self.round_started.is_none() {
+            self.metrics.0.kube.queued();
+        }
         self.round_started.get_or_insert_with(Instant::now);
         self.inner.reset();
     }
@@ -317,11 +367,13 @@ impl<S: IncrementalSink> IncrementalSink for Measured<S> {
                         }
                     }
                 }
+                m.kube.synced();
                 let view = match &self.own {
                     Some(own) => Some(own.view()),
                     None => self.inner.view(),
                 };
                 if let Some(view) = view {
+                    m.kube.no_local_endpoints(view);
                     let endpoints: usize = view.services.values().map(|s| s.endpoints.len()).sum();
                     m.services
                         .set(i64::try_from(view.services.len()).unwrap_or(i64::MAX));
@@ -332,6 +384,7 @@ impl<S: IncrementalSink> IncrementalSink for Measured<S> {
             Err(_) => {
                 self.full = true;
                 m.failures.inc();
+                m.kube.failed();
             }
         }
         result
@@ -355,8 +408,11 @@ pub async fn serve_metrics(
     store: Option<kpng_store::Reader>,
 ) {
     crate::http::serve(listener, move |path| {
-        if path != "/metrics" {
-            return crate::Reply::not_found();
+        match path {
+            "/metrics" => {}
+            "/configz" => return metrics.0.kube.configz_reply(),
+            "/proxyMode" => return metrics.0.kube.proxy_mode_reply(),
+            _ => return crate::Reply::not_found(),
         }
         if let Some(store) = &store {
             metrics.observe_store(store.stats());
@@ -368,4 +424,337 @@ pub async fn serve_metrics(
         }
     })
     .await;
+}
+
+/// A kube-proxy mode whose failure counters are registered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProxyMode {
+    /// `kubeproxy_sync_proxy_rules_nftables_sync_failures_total` and
+    /// `…_nftables_cleanup_failures_total`.
+    Nftables,
+    /// `kubeproxy_sync_proxy_rules_iptables_restore_failures_total`.
+    Iptables,
+}
+
+/// A label set of one pair.
+type Label = [(&'static str, &'static str); 1];
+/// A label set of two pairs.
+type Labels2 = [(&'static str, &'static str); 2];
+
+/// kube-proxy's metrics beyond the sync timings, and what `/configz` and
+/// `/proxyMode` answer.
+struct KubeProxy {
+    last_queued: Gauge<f64, AtomicU64>,
+    service_pending: Gauge,
+    endpoint_pending: Gauge,
+    service_total: Counter,
+    endpoint_total: Counter,
+    /// The mode's failure counter (none without a mode).
+    failures: Option<Family<Label, Counter>>,
+    no_local: Family<Labels2, Gauge>,
+    configz: Mutex<Option<serde_json::Value>>,
+    proxy_mode: Mutex<Option<String>>,
+}
+
+impl KubeProxy {
+    fn register(registry: &mut Registry, mode: Option<ProxyMode>) -> Self {
+        let this = Self {
+            last_queued: Gauge::default(),
+            service_pending: Gauge::default(),
+            endpoint_pending: Gauge::default(),
+            service_total: Counter::default(),
+            endpoint_total: Counter::default(),
+            failures: mode.map(|_| Family::default()),
+            no_local: Family::default(),
+            configz: Mutex::new(None),
+            proxy_mode: Mutex::new(None),
+        };
+        registry.register(
+            "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
+            "The last time a sync of proxy rules was queued",
+            this.last_queued.clone(),
+        );
+        registry.register(
+            "kubeproxy_sync_proxy_rules_service_changes_pending",
+            "Pending proxy rules Service changes",
+            this.service_pending.clone(),
+        );
+        registry.register(
+            "kubeproxy_sync_proxy_rules_endpoint_changes_pending",
+            "Pending proxy rules Endpoint changes",
+            this.endpoint_pending.clone(),
+        );
+        registry.register(
+            "kubeproxy_sync_proxy_rules_service_changes",
+            "Cumulative proxy rules Service changes",
+            this.service_total.clone(),
+        );
+        registry.register(
+            "kubeproxy_sync_proxy_rules_endpoint_changes",
+            "Cumulative proxy rules Endpoint changes",
+            this.endpoint_total.clone(),
+        );
+        registry.register(
+            "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
+            "Number of services with a Local traffic policy and no endpoints",
+            this.no_local.clone(),
+        );
+        // Each family's counter from the start, at 0.
+        let families = |family: &Family<Label, Counter>| {
+            for f in ["IPv4", "IPv6"] {
+                let _ = family.get_or_create(&[("ip_family", f)]);
+            }
+        };
+        if let Some(failures) = &this.failures {
+            families(failures);
+        }
+        match (mode, &this.failures) {
+            (Some(ProxyMode::Nftables), Some(failures)) => {
+                let cleanup = Family::<Label, Counter>::default();
+                families(&cleanup);
+                registry.register(
+                    "kubeproxy_sync_proxy_rules_nftables_sync_failures",
+                    "Cumulative proxy nftables sync failures",
+                    failures.clone(),
+                );
+                // kpng removes stale objects in the sync's own transaction.
+                registry.register(
+                    "kubeproxy_sync_proxy_rules_nftables_cleanup_failures",
+                    "Cumulative proxy nftables cleanup failures",
+                    cleanup,
+                );
+            }
+            (Some(ProxyMode::Iptables), Some(failures)) => registry.register(
+                "kubeproxy_sync_proxy_rules_iptables_restore_failures",
+                "Cumulative proxy iptables restore failures",
+                failures.clone(),
+            ),
+            _ => {}
+        }
+        registry.register_collector(Box::new(Process));
+        this
+    }
+
+    /// A change reaching the backend; `first`: the first since the last
+    /// sync, which queues one.
+    fn changed(&self, op: &ViewOp, first: bool) {
+        if first {
+            self.queued();
+        }
+        match op {
+            ViewOp::SetService(_) | ViewOp::DeleteService(_) => {
+                self.service_total.inc();
+                self.service_pending.inc();
+            }
+            ViewOp::SetEndpoint(..) | ViewOp::DeleteEndpoint(..) => {
+                self.endpoint_total.inc();
+                self.endpoint_pending.inc();
+            }
+            _ => {}
+        }
+    }
+
+    fn queued(&self) {
+        self.last_queued.set(now_seconds());
+    }
+
+    fn synced(&self) {
+        self.service_pending.set(0);
+        self.endpoint_pending.set(0);
+    }
+
+    fn failed(&self) {
+        if let Some(failures) = &self.failures {
+            for family in ["IPv4", "IPv6"] {
+                failures.get_or_create(&[("ip_family", family)]).inc();
+            }
+        }
+    }
+
+    /// Counts the Service ports with a Local policy and no local endpoint,
+    /// per policy and family, as kube-proxy does at each sync. Only the
+    /// Services with a Local policy are planned.
+    fn no_local_endpoints(&self, view: &kpng_model::view::NodeView) {
+        use kpng_model::IpFamily;
+        use kpng_model::v1::TrafficPolicy;
+        let mut counts = [[0i64; 2]; 2];
+        for svc in view.services.values() {
+            let s = &svc.service;
+            let (itp, etp) = (
+                s.internal_traffic_policy() == TrafficPolicy::Local,
+                s.external_traffic_policy() == TrafficPolicy::Local,
+            );
+            if !itp && !etp {
+                continue;
+            }
+            for (f, family) in [IpFamily::V4, IpFamily::V6].into_iter().enumerate() {
+                let plan = svc.plan(family);
+                let external = plan.externals().next().is_some()
+                    || plan.ports.iter().any(|p| p.node_port.is_some());
+                let without = plan.ports.iter().filter(|p| p.local.is_empty()).count();
+                let without = i64::try_from(without).unwrap_or(i64::MAX);
+                if plan.itp_local && !plan.cluster_ips.is_empty() {
+                    counts[0][f] += without;
+                }
+                if plan.etp_local && external {
+                    counts[1][f] += without;
+                }
+            }
+        }
+        for (p, policy) in ["internal", "external"].into_iter().enumerate() {
+            for (f, family) in ["IPv4", "IPv6"].into_iter().enumerate() {
+                self.no_local
+                    .get_or_create(&[("traffic_policy", policy), ("ip_family", family)])
+                    .set(counts[p][f]);
+            }
+        }
+    }
+
+    fn configz_reply(&self) -> crate::Reply {
+        match self.configz.lock().ok().and_then(|c| c.clone()) {
+            Some(config) => crate::Reply::json(200, &config),
+            None => crate::Reply::not_found(),
+        }
+    }
+
+    fn proxy_mode_reply(&self) -> crate::Reply {
+        match self.proxy_mode.lock().ok().and_then(|m| m.clone()) {
+            Some(mode) => crate::Reply {
+                status: 200,
+                content_type: "text/plain; charset=utf-8",
+                body: mode,
+            },
+            None => crate::Reply::not_found(),
+        }
+    }
+}
+
+fn now_seconds() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// The process collector's metrics, read from `/proc/self` at each scrape
+/// (as Prometheus' Go client reads them for kube-proxy).
+#[derive(Debug)]
+struct Process;
+
+/// What `/proc` says of this process.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct ProcessStats {
+    pub(crate) cpu_seconds: f64,
+    pub(crate) resident_bytes: i64,
+    pub(crate) virtual_bytes: i64,
+    pub(crate) open_fds: i64,
+    pub(crate) max_fds: i64,
+    pub(crate) start_time_seconds: f64,
+}
+
+/// The kernel's clock ticks a second in `/proc` (`USER_HZ`, 100 on every
+/// Linux architecture kpng builds for).
+const USER_HZ: f64 = 100.0;
+
+impl ProcessStats {
+    /// Reads `/proc/self`; a field that cannot be read is 0.
+    pub(crate) fn read() -> Self {
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+        let boot = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        let open_fds = std::fs::read_dir("/proc/self/fd").map_or(0, Iterator::count);
+        Self::parse(&stat, &status, &limits, &boot, open_fds)
+    }
+
+    pub(crate) fn parse(stat: &str, status: &str, limits: &str, boot: &str, fds: usize) -> Self {
+        // After the command's `(name)`, which may hold spaces: field 3 on.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+        let field = |n: usize| -> f64 {
+            fields
+                .get(n - 3)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        let kib = |name: &str| -> i64 {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|n| n.parse::<i64>().ok())
+                .map_or(0, |k| k * 1024)
+        };
+        let max_fds = limits
+            .lines()
+            .find_map(|l| l.strip_prefix("Max open files"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|n| n.parse::<i64>().ok())
+            .unwrap_or(0);
+        let btime = boot
+            .lines()
+            .find_map(|l| l.strip_prefix("btime "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0);
+        Self {
+            cpu_seconds: (field(14) + field(15)) / USER_HZ,
+            resident_bytes: kib("VmRSS:"),
+            virtual_bytes: kib("VmSize:"),
+            open_fds: i64::try_from(fds).unwrap_or(i64::MAX),
+            max_fds,
+            start_time_seconds: btime + field(22) / USER_HZ,
+        }
+    }
+}
+
+impl prometheus_client::collector::Collector for Process {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder<'_>,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeMetric;
+        use prometheus_client::metrics::counter::ConstCounter;
+        use prometheus_client::metrics::gauge::ConstGauge;
+        let p = ProcessStats::read();
+        let cpu = ConstCounter::new(p.cpu_seconds);
+        cpu.encode(encoder.encode_descriptor(
+            "process_cpu_seconds",
+            "Total user and system CPU time spent in seconds",
+            None,
+            cpu.metric_type(),
+        )?)?;
+        for (name, help, value) in [
+            (
+                "process_resident_memory_bytes",
+                "Resident memory size in bytes",
+                p.resident_bytes,
+            ),
+            (
+                "process_virtual_memory_bytes",
+                "Virtual memory size in bytes",
+                p.virtual_bytes,
+            ),
+            (
+                "process_open_fds",
+                "Number of open file descriptors",
+                p.open_fds,
+            ),
+            (
+                "process_max_fds",
+                "Maximum number of open file descriptors",
+                p.max_fds,
+            ),
+        ] {
+            let gauge = ConstGauge::new(value);
+            gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
+        }
+        let start = ConstGauge::new(p.start_time_seconds);
+        start.encode(encoder.encode_descriptor(
+            "process_start_time_seconds",
+            "Start time of the process since unix epoch in seconds",
+            None,
+            start.metric_type(),
+        )?)?;
+        Ok(())
+    }
 }

@@ -200,3 +200,221 @@ fn a_held_back_deletion_shows() {
     assert_eq!(samples["kpng_sync_held_back"], 0.0);
     assert_eq!(samples["kpng_mass_deletions_held_total"], 1.0);
 }
+
+/// GET `path` from a server on `port`: the status line and the body.
+async fn get(port: u16, path: &str) -> (String, String) {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut text = String::new();
+    stream.read_to_string(&mut text).await.expect("read");
+    let (head, body) = text.split_once("\r\n\r\n").expect("head and body");
+    (head.to_owned(), body.to_owned())
+}
+
+/// A Service whose policies are Local (internal and external), with a
+/// ClusterIP and an externalIP of each family.
+fn local_service() -> Arc<Service> {
+    use kpng_model::v1::{IpSet, ServicePort, TrafficPolicy};
+    Arc::new(Service {
+        namespace: "shop".into(),
+        name: "local".into(),
+        cluster_ips: Some(IpSet::parse_addrs("c", ["10.96.0.7", "fd00::7"]).expect("ips")),
+        external_ips: Some(Box::new(
+            IpSet::parse_addrs("e", ["192.0.2.7"]).expect("ip"),
+        )),
+        internal_traffic_policy: TrafficPolicy::Local as i32,
+        external_traffic_policy: TrafficPolicy::Local as i32,
+        ports: vec![ServicePort {
+            name: "http".into(),
+            protocol: 1,
+            port: 80,
+            ..Default::default()
+        }],
+        ..Default::default()
+    })
+}
+
+/// kube-proxy's metric names beyond the sync timings are all scraped:
+/// changes pending and their totals (which move with a change, and the
+/// pending ones fall back to 0 once synced), the last queued sync, the
+/// mode's failure counter, Service ports with a Local policy and no local
+/// endpoint, and the process collector's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_proxys_metric_names_are_all_scraped_and_changes_are_counted() {
+    use kpng_health::metrics::ProxyMode;
+    let metrics = Metrics::for_mode(ProxyMode::Nftables);
+    let mut sink = Measured::new(
+        RecordingSink {
+            fail_syncs: 1,
+            ..Default::default()
+        },
+        metrics.clone(),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    tokio::spawn(serve_metrics(listener, metrics.clone(), None));
+    let scrape = || async {
+        let (head, body) = get(port, "/metrics").await;
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        parse(&body)
+    };
+
+    let before = scrape().await;
+    for name in [
+        "kubeproxy_sync_proxy_rules_duration_seconds_count",
+        "kubeproxy_sync_full_proxy_rules_duration_seconds_count",
+        "kubeproxy_sync_partial_proxy_rules_duration_seconds_count",
+        "kubeproxy_network_programming_duration_seconds_count",
+        "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
+        "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
+        "kubeproxy_sync_proxy_rules_service_changes_pending",
+        "kubeproxy_sync_proxy_rules_service_changes_total",
+        "kubeproxy_sync_proxy_rules_endpoint_changes_pending",
+        "kubeproxy_sync_proxy_rules_endpoint_changes_total",
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_virtual_memory_bytes",
+        "process_open_fds",
+        "process_max_fds",
+        "process_start_time_seconds",
+    ] {
+        assert!(before.contains_key(name), "{name} in {before:?}");
+    }
+    assert!(before["process_resident_memory_bytes"] > 1e6);
+    assert!(before["process_open_fds"] >= 3.0);
+    assert!(before["process_max_fds"] >= before["process_open_fds"]);
+    let started = before["process_start_time_seconds"];
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("time")
+        .as_secs_f64();
+    assert!(started > 1.7e9 && started <= now + 1.0, "{started}");
+    assert_eq!(
+        before["kubeproxy_sync_proxy_rules_service_changes_total"],
+        0.0
+    );
+
+    // A Service and an endpoint reach the backend: pending, queued.
+    let svc = local_service();
+    let name = svc.service_name();
+    sink.reset();
+    sink.apply(&ViewOp::SetService(svc.clone())).expect("op");
+    sink.apply(&ViewOp::SetEndpoint(
+        name.clone(),
+        EndpointView::at(
+            EndpointInfo::new("10.244.1.10".parse().expect("ip")),
+            "10.244.1.10".parse().expect("ip"),
+        )
+        .expect("its address")
+        .with_cluster(true),
+    ))
+    .expect("op");
+    let pending = scrape().await;
+    assert_eq!(
+        pending["kubeproxy_sync_proxy_rules_service_changes_total"],
+        1.0
+    );
+    assert_eq!(
+        pending["kubeproxy_sync_proxy_rules_service_changes_pending"],
+        1.0
+    );
+    assert_eq!(
+        pending["kubeproxy_sync_proxy_rules_endpoint_changes_total"],
+        1.0
+    );
+    assert_eq!(
+        pending["kubeproxy_sync_proxy_rules_endpoint_changes_pending"],
+        1.0
+    );
+    assert!(pending["kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds"] > 1.7e9);
+
+    // The first sync fails (counted per family), the second applies them.
+    assert!(sink.sync(1).is_err());
+    sink.sync(2).expect("sync");
+    let after = scrape().await;
+    let failures = "kubeproxy_sync_proxy_rules_nftables_sync_failures_total";
+    assert_eq!(after[&format!("{failures}{{ip_family=\"IPv4\"}}")], 1.0);
+    assert_eq!(after[&format!("{failures}{{ip_family=\"IPv6\"}}")], 1.0);
+    assert!(
+        after
+            .keys()
+            .any(|k| k.starts_with("kubeproxy_sync_proxy_rules_nftables_cleanup_failures")),
+        "{after:?}"
+    );
+    assert!(
+        !after.keys().any(|k| k.contains("iptables")),
+        "iptables' counter only in iptables mode: {after:?}"
+    );
+    assert_eq!(
+        after["kubeproxy_sync_proxy_rules_service_changes_total"],
+        1.0
+    );
+    assert_eq!(
+        after["kubeproxy_sync_proxy_rules_service_changes_pending"],
+        0.0
+    );
+    assert_eq!(
+        after["kubeproxy_sync_proxy_rules_endpoint_changes_pending"],
+        0.0
+    );
+    // Its one port, Local both ways, has no local endpoint: internal in
+    // both families (a ClusterIP in each), external in IPv4 only.
+    let no_local = |policy: &str, family: &str| {
+        after[&format!(
+            "kubeproxy_sync_proxy_rules_no_local_endpoints_total{{traffic_policy=\"{policy}\",ip_family=\"{family}\"}}"
+        )]
+    };
+    assert_eq!(no_local("internal", "IPv4"), 1.0);
+    assert_eq!(no_local("internal", "IPv6"), 1.0);
+    assert_eq!(no_local("external", "IPv4"), 1.0);
+    assert_eq!(no_local("external", "IPv6"), 0.0);
+
+    // A change after the sync: the totals move again.
+    sink.apply(&ViewOp::DeleteService(name)).expect("op");
+    let moved = scrape().await;
+    assert_eq!(
+        moved["kubeproxy_sync_proxy_rules_service_changes_total"],
+        2.0
+    );
+    assert_eq!(
+        moved["kubeproxy_sync_proxy_rules_service_changes_pending"],
+        1.0
+    );
+}
+
+/// `/configz` answers the configuration set, as JSON, and `/proxyMode`
+/// the mode, as text; unset, both are 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configz_and_proxy_mode_are_served_beside_metrics() {
+    use kpng_health::metrics::ProxyMode;
+    let metrics = Metrics::for_mode(ProxyMode::Iptables);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    tokio::spawn(serve_metrics(listener, metrics.clone(), None));
+    assert!(get(port, "/configz").await.0.starts_with("HTTP/1.1 404"));
+    assert!(get(port, "/proxyMode").await.0.starts_with("HTTP/1.1 404"));
+
+    metrics.set_proxy_mode("iptables");
+    metrics.set_configz(serde_json::json!({"kubeproxy.config.k8s.io": {"mode": "iptables"}}));
+    let (head, body) = get(port, "/proxyMode").await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.contains("text/plain"), "{head}");
+    assert_eq!(body, "iptables");
+    let (head, body) = get(port, "/configz").await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.contains("application/json"), "{head}");
+    let json: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(json["kubeproxy.config.k8s.io"]["mode"], "iptables");
+    let (_, text) = get(port, "/metrics").await;
+    assert!(
+        text.contains("kubeproxy_sync_proxy_rules_iptables_restore_failures_total"),
+        "{text}"
+    );
+}

@@ -2,18 +2,31 @@
 //!
 //! ```text
 //! cargo bench -p kpng-lab --bench backends [-- nft|iptables|ebpf]
+//! cargo bench -p kpng-lab --bench backends -- nft-comments
 //! ```
+//!
+//! `nft-comments` (not part of the default run): what the comments naming
+//! the Services cost the nft backend's full sync at 10k, in time and heap.
 #![allow(missing_docs)]
 
 use kpng_backend_iptables::IptablesBackend;
 use kpng_backend_nft::NftBackend;
 use kpng_lab::EbpfOnly;
 
+// Counts heap bytes (a relaxed atomic add per allocation), for the
+// comments' cost.
+#[global_allocator]
+static ALLOC: kpng_testkit::CountingAllocator = kpng_testkit::CountingAllocator;
+
 fn main() {
     let only: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with('-'))
         .collect();
+    if only.iter().any(|o| o == "nft-comments") {
+        kpng_lab::bench::comments_cost(3);
+        return;
+    }
     let wanted = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
     if wanted("nft") {
         kpng_lab::bench::run::<NftBackend>(

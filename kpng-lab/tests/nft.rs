@@ -446,3 +446,30 @@ fn a_restart_onto_the_same_state_adopts_the_tables() {
         "{lines:?}"
     );
 }
+
+/// The bundled sample cluster, programmed over netlink: `nft list ruleset`
+/// in the node's namespace names the Service of a Service port's own chain
+/// and of its verdict-map and `cluster-ips` elements (comments, as nft
+/// writes them), and nft reads them back as it wrote them.
+#[test]
+fn nft_list_ruleset_names_the_service_of_chains_and_elements() {
+    require_lab!(NftBackend);
+    let lab = lab();
+    let mut proxy = Proxy::<NftBackend>::new(&lab, &Settings::lab());
+    proxy.load(kpng_kube::file::SAMPLE_CLUSTER).expect("sync");
+    let ruleset = NftBackend::dump(&lab);
+    let lines: Vec<&str> = ruleset.lines().map(str::trim).collect();
+    // A chain of web/api's own (it has ClientIP affinity or source
+    // ranges), its comment first in its body.
+    let named_chain = lines
+        .windows(2)
+        .any(|w| w[0].starts_with("chain ") && w[1].starts_with("comment \"web/api:"));
+    assert!(named_chain, "no chain names web/api:\n{ruleset}");
+    // kube-dns's UDP port in the service-ips map, and its ClusterIP.
+    for element in [
+        "10.96.0.10 . udp . 53 comment \"kube-system/kube-dns:dns/udp\" : goto ",
+        "10.96.0.10 comment \"kube-system/kube-dns\"",
+    ] {
+        assert!(ruleset.contains(element), "{element} in\n{ruleset}");
+    }
+}

@@ -5,6 +5,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 
 static LIVE: AtomicIsize = AtomicIsize::new(0);
+static PEAK: AtomicIsize = AtomicIsize::new(0);
 
 /// Wraps the system allocator and counts the bytes currently allocated.
 /// Install it in a benchmark binary:
@@ -25,6 +26,23 @@ impl CountingAllocator {
     pub fn live_bytes() -> isize {
         LIVE.load(Ordering::Relaxed)
     }
+
+    /// The most bytes live at once since the last
+    /// [`reset_peak`](Self::reset_peak) (or the start).
+    pub fn peak_bytes() -> isize {
+        PEAK.load(Ordering::Relaxed)
+    }
+
+    /// Starts a new peak from what is live now.
+    pub fn reset_peak() {
+        PEAK.store(LIVE.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+}
+
+/// Adds `bytes` to the live count, raising the peak with it.
+fn grow(bytes: isize) {
+    let now = LIVE.fetch_add(bytes, Ordering::Relaxed) + bytes;
+    PEAK.fetch_max(now, Ordering::Relaxed);
 }
 
 fn delta(bytes: usize) -> isize {
@@ -35,7 +53,7 @@ fn delta(bytes: usize) -> isize {
 // counter has no effect on the memory handed out.
 unsafe impl GlobalAlloc for CountingAllocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(delta(layout.size()), Ordering::Relaxed);
+        grow(delta(layout.size()));
         // SAFETY: the caller's contract for `alloc` is passed on.
         unsafe { System.alloc(layout) }
     }
@@ -47,7 +65,7 @@ unsafe impl GlobalAlloc for CountingAllocator {
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(delta(new_size) - delta(layout.size()), Ordering::Relaxed);
+        grow(delta(new_size) - delta(layout.size()));
         // SAFETY: the caller's contract for `realloc` is passed on.
         unsafe { System.realloc(ptr, layout, new_size) }
     }

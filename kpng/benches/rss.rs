@@ -11,6 +11,10 @@
 //! ```text
 //! cargo bench -p kpng --bench rss [-- --services N]
 //! ```
+//!
+//! `KPNG_RSS_FLAGS` (whitespace-separated) is added to every `to-nft`
+//! command line it measures: `KPNG_RSS_FLAGS=--nft-comments=false` measures without
+//! the comments naming the Services.
 #![allow(unsafe_code, missing_docs, clippy::unwrap_used)]
 
 use std::io::{BufRead, BufReader};
@@ -371,8 +375,14 @@ fn peak(args: &[&str]) -> (f64, f64) {
 #[allow(clippy::zombie_processes)] // reaped by `wait4`, which clippy cannot see
 fn peak_of(program: &str, args: &[&str]) -> (f64, f64) {
     let start = Instant::now();
+    let extra = std::env::var("KPNG_RSS_FLAGS").unwrap_or_default();
+    let extra: Vec<&str> = match args.contains(&"to-nft") {
+        true => extra.split_whitespace().collect(),
+        false => Vec::new(),
+    };
     let child = Command::new(program)
         .args(args)
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

@@ -39,6 +39,7 @@ use serde::de::DeserializeOwned;
 
 mod args;
 mod config;
+mod configz;
 mod kube_proxy;
 mod leftovers;
 mod logging;
@@ -134,7 +135,7 @@ fn unguarded(
         Sink::ToNft(nft) => {
             let args = &nft.common;
             let proxy = args.proxy()?;
-            let backend = NftBackend::new(NftConfig::new(proxy.clone()));
+            let backend = NftBackend::new(NftConfig::new(proxy.clone()).comments(nft.nft_comments));
             let sink: Box<dyn IncrementalSink + Send> = match (&nft.aggregator_socket, args.dry_run)
             {
                 (Some(path), false) => {
@@ -382,8 +383,22 @@ fn dry_run_notes(sink: &Sink) {
 fn serve_metrics(
     sink: &Sink,
     store: Option<kpng_store::Reader>,
+    node: &str,
 ) -> Result<kpng_health::metrics::Metrics, Error> {
-    let metrics = kpng_health::metrics::Metrics::new();
+    use kpng_health::metrics::{Metrics, ProxyMode};
+    // kube-proxy's failure counters of the mode, `/proxyMode` and
+    // `/configz`.
+    let metrics = match sink {
+        Sink::ToNft(_) => Metrics::for_mode(ProxyMode::Nftables),
+        Sink::ToIptables(_) => Metrics::for_mode(ProxyMode::Iptables),
+        Sink::ToEbpf(_) | Sink::ToApi(_) | Sink::ToFile(_) => Metrics::new(),
+    };
+    if let Some(mode) = configz::proxy_mode(sink) {
+        metrics.set_proxy_mode(mode);
+    }
+    if let Some(config) = configz::configz(sink, node) {
+        metrics.set_configz(config);
+    }
     let Some(args) = sink
         .args()
         .filter(|a| !a.metrics_bind_address.is_empty() && !a.dry_run)
@@ -675,7 +690,7 @@ async fn finish(
     let conditions = Conditions::default();
     check_node(&reader, node, nodes, &conditions);
     dry_run_notes(sink);
-    let metrics = serve_metrics(sink, Some(reader.clone()))?;
+    let metrics = serve_metrics(sink, Some(reader.clone()), node)?;
     let (mut backend, hold) = backend(sink, &metrics, Some(&reader), &conditions)?;
     let mut projector = NodeProjector::new(node);
     let mut config = match sink.args() {
@@ -805,7 +820,7 @@ async fn run(cli: Cli) -> Result<(), Error> {
                 return Err(Error::Usage("--node is needed by this sink".into()));
             }
             dry_run_notes(&args.sink);
-            let metrics = serve_metrics(&args.sink, None)?;
+            let metrics = serve_metrics(&args.sink, None, &args.node)?;
             let conditions = Conditions::default();
             conditions.set(
                 NODE_CONDITION,

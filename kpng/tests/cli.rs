@@ -99,10 +99,16 @@ fn dry_run_on_the_bundled_sample_prints_the_ruleset_and_changes_nothing() {
     // The sample's Services, as node-a sees them: kube-dns dispatched, the
     // endpoint-less checkout rejected, the Proxy-mode LB IP absent.
     assert!(
-        stdout.contains("10.96.0.10 . udp . 53 : goto svc-c2"),
-        "kube-dns UDP on node-a"
+        stdout.contains(
+            "10.96.0.10 . udp . 53 comment \"kube-system/kube-dns:dns/udp\" : goto svc-c2"
+        ),
+        "kube-dns UDP on node-a, named"
     );
-    assert!(stdout.contains("10.96.20.20 . tcp . 443 : goto reject-chain"));
+    assert!(
+        stdout.contains(
+            "10.96.20.20 . tcp . 443 comment \"shop/checkout:443/tcp\" : goto reject-chain"
+        )
+    );
     assert!(
         !stdout.contains("198.51.100.11"),
         "ipMode Proxy is not programmed"
@@ -443,7 +449,7 @@ fn a_config_file_is_the_command_line() {
 
 /// Hostile text in a Service's name, a port name and an annotation never
 /// reaches a rule: chain names are hashes, addresses and ports are parsed
-/// numbers. The nft script passes `nft -c` (as root, in a namespace of the
+/// numbers, and comments name only valid Kubernetes names (none here). The nft script passes `nft -c` (as root, in a namespace of the
 /// test's own) and the iptables batch carries none of it either.
 #[test]
 fn hostile_names_never_reach_a_ruleset() {
@@ -1266,4 +1272,115 @@ fn a_held_mass_deletion_keeps_the_kernel_state_and_healthz_says_why() {
     let metrics = get_in(&ns, "http://127.0.0.1:10249/metrics");
     assert!(metrics.contains("\nkpng_sync_held_back 0\n"), "{metrics}");
     let _ = std::fs::remove_file(&manifest);
+}
+
+/// Beside `/metrics`, as kube-proxy: `/configz` (the effective
+/// configuration, in kube-proxy's shape), `/proxyMode` (`nftables`), and
+/// kube-proxy's metric names; a change to the watched file moves
+/// `kubeproxy_sync_proxy_rules_service_changes_total`. A real run in a
+/// namespace of its own (a dry run binds no port).
+#[test]
+fn configz_proxy_mode_and_kube_proxys_metrics_are_served() {
+    let Some(mut namespace) = Namespace::new("kpcz") else {
+        return;
+    };
+    let ns = namespace.name.clone();
+    let bind = "127.0.0.1:10249".to_owned();
+    // "STATUS BODY", as `get_in` answers.
+    let http_get = |bind: &str, path: &str| Some(get_in(&ns, &format!("http://{bind}{path}")));
+    let input = std::env::temp_dir().join(format!("kpng-configz-{}.yaml", std::process::id()));
+    let manifest = |services: &[&str]| {
+        let mut text = String::from(
+            "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Node\n  metadata: {name: node-a}\n  status: {addresses: [{type: InternalIP, address: 192.168.50.1}]}\n",
+        );
+        for (i, name) in services.iter().enumerate() {
+            text.push_str(&format!(
+                "- apiVersion: v1\n  kind: Service\n  metadata: {{namespace: t, name: {name}}}\n  spec: {{clusterIP: 10.96.0.{}, ports: [{{name: http, port: 80}}]}}\n",
+                i + 10
+            ));
+        }
+        text
+    };
+    std::fs::write(&input, manifest(&["one"])).expect("manifest");
+    let child = Command::new("ip")
+        .args(["netns", "exec", &ns, env!("CARGO_BIN_EXE_kpng")])
+        .args(["file", "--watch", "--node", "node-a", "--input"])
+        .arg(&input)
+        .args(["to-nft", "--cluster-cidr", "10.244.0.0/16"])
+        .args(["--metrics-bind-address", &bind])
+        .env("RUST_LOG", "error")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("run kpng");
+    namespace.children.push(child);
+    let value = |text: &str, name: &str| -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    let wait_for = |what: &dyn Fn(&str) -> bool| -> String {
+        let mut last = String::new();
+        for _ in 0..100 {
+            last = http_get(&bind, "/metrics").unwrap_or_default();
+            if what(&last) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        last
+    };
+    let changes = "kubeproxy_sync_proxy_rules_service_changes_total";
+    let first = wait_for(&|t| value(t, changes).is_some_and(|v| v >= 1.0));
+    let configz = http_get(&bind, "/configz");
+    let mode = http_get(&bind, "/proxyMode");
+    // One more Service in the file: counted.
+    std::fs::write(&input, manifest(&["one", "two"])).expect("manifest");
+    let second = wait_for(&|t| value(t, changes).is_some_and(|v| v >= 2.0));
+    drop(namespace);
+    let _ = std::fs::remove_file(&input);
+
+    for name in [
+        "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
+        "kubeproxy_sync_proxy_rules_service_changes_pending",
+        "kubeproxy_sync_proxy_rules_endpoint_changes_total",
+        "kubeproxy_sync_proxy_rules_nftables_sync_failures_total{ip_family=\"IPv4\"}",
+        "process_resident_memory_bytes",
+        "process_start_time_seconds",
+    ] {
+        assert!(value(&first, name).is_some(), "{name} in {first}");
+    }
+    assert_eq!(value(&first, changes), Some(1.0), "{first}");
+    assert_eq!(value(&second, changes), Some(2.0), "{second}");
+
+    let mode = mode.expect("/proxyMode served");
+    assert_eq!(mode, "200 nftables");
+    let configz = configz.expect("/configz served");
+    let body = configz.strip_prefix("200 ").expect("200");
+    let json: serde_json::Value = serde_json::from_str(body).expect("JSON");
+    let config = &json["kubeproxy.config.k8s.io"];
+    assert_eq!(config["mode"], "nftables", "{json}");
+    assert_eq!(config["hostnameOverride"], "node-a", "{json}");
+    assert_eq!(config["clusterCIDR"], "10.244.0.0/16", "{json}");
+    assert_eq!(config["metricsBindAddress"], bind.as_str(), "{json}");
+    assert_eq!(config["nftables"]["masqueradeBit"], 14, "{json}");
+    assert_eq!(
+        config["conntrack"]["tcpEstablishedTimeout"], "24h0m0s",
+        "{json}"
+    );
+}
+
+/// `--nft-comments=false` leaves the comments naming the Services out of
+/// the ruleset; they are there by default.
+#[test]
+fn nft_comments_can_be_turned_off() {
+    let (code, with, stderr) = kpng(&["file", "to-nft", "--dry-run"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(with.contains(" comment \"web/api:http/tcp\""), "{with}");
+    let (code, without, stderr) = kpng(&["file", "to-nft", "--dry-run", "--nft-comments=false"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!without.contains("comment"), "{without}");
+    assert!(
+        without.contains("add element ip kpng service-ips"),
+        "{without}"
+    );
 }

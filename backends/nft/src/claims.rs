@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::hash::{BuildHasher, RandomState};
+use std::sync::Arc;
 
 use hashbrown::HashTable;
 
@@ -19,10 +20,11 @@ use crate::render::{Elem, Key, Value};
 /// NAT target of one width: every element of the pick maps and of most
 /// sets) are packed into fixed-width records, one per key: the key's
 /// bytes, the target's, and the count (28 bytes for an IPv4 pick
-/// element), found by a hash table of record numbers. Anything else goes
-/// to a plain map beside them, which stays small: verdicts (one per
-/// Service port), and a second claim on a key with another value (two
-/// Services claiming one externalIP and port).
+/// element), found by a hash table of record numbers; a set whose elements
+/// carry comments (`cluster-ips`) keeps them in a list beside the
+/// records. Anything else goes to a plain map beside them, which stays
+/// small: verdicts (one per Service port), and a second claim on a key
+/// with another value (two Services claiming one externalIP and port).
 ///
 /// Of the claims on one key, the kernel gets the least ([`Claims::holder`]),
 /// whatever order they came in.
@@ -36,7 +38,7 @@ impl Claims {
     /// One more claim on `e`.
     pub(crate) fn add(&mut self, e: &Elem) {
         match self.packed.find(&e.key) {
-            Some(i) if self.packed.value_is(i, &e.value) => {
+            Some(i) if self.packed.holds(i, e) => {
                 self.packed.add_count(i, 1);
                 return;
             }
@@ -53,7 +55,7 @@ impl Claims {
     /// One claim fewer on `e` (none: nothing happens).
     pub(crate) fn remove(&mut self, e: &Elem) {
         if let Some(i) = self.packed.find(&e.key)
-            && self.packed.value_is(i, &e.value)
+            && self.packed.holds(i, e)
         {
             if self.packed.add_count(i, -1) == 0 {
                 self.packed.remove(i);
@@ -137,6 +139,7 @@ fn claims_on<'a>(
     let from = Elem {
         key: *key,
         value: Value::None,
+        comment: None,
     };
     other.range(from..).take_while(move |(e, _)| e.key == *key)
 }
@@ -195,6 +198,9 @@ const COUNT: usize = 4;
 struct Packed {
     shape: Option<Shape>,
     records: Vec<u8>,
+    /// Each record's comment, by record number: empty while no record
+    /// has one (the pick maps), else one per record.
+    comments: Vec<Option<Arc<str>>>,
     index: HashTable<u32>,
     hasher: RandomState,
 }
@@ -244,6 +250,12 @@ impl Packed {
         self.index.find(hash, |&i| self.key_of(i) == bytes).copied()
     }
 
+    /// Whether record `i` is `e` (its value and comment).
+    fn holds(&self, i: u32, e: &Elem) -> bool {
+        let comment = self.comments.get(i as usize).and_then(Option::as_deref);
+        self.value_is(i, &e.value) && comment == e.comment.as_deref()
+    }
+
     /// Whether record `i` holds `value`.
     fn value_is(&self, i: u32, value: &Value) -> bool {
         let Some(shape) = self.shape else {
@@ -288,6 +300,10 @@ impl Packed {
             self.records.extend_from_slice(t.as_slice());
         }
         self.records.extend_from_slice(&count.to_le_bytes());
+        if e.comment.is_some() || !self.comments.is_empty() {
+            self.comments.resize(i as usize, None);
+            self.comments.push(e.comment.clone());
+        }
         let Self {
             records,
             index,
@@ -320,8 +336,13 @@ impl Packed {
             self.records.copy_within(from..from + width, to);
         }
         self.records.truncate(last as usize * width);
+        if (i as usize) < self.comments.len() {
+            // The last record's comment moves with it.
+            self.comments.swap_remove(i as usize);
+        }
         if self.records.is_empty() {
             self.shape = None;
+            self.comments = Vec::new();
         }
     }
 
@@ -336,7 +357,11 @@ impl Packed {
                 record.get(shape.key..shape.key + n)?
             ])?),
         };
-        Some(Elem { key, value })
+        Some(Elem {
+            key,
+            value,
+            comment: self.comments.get(i as usize).cloned().flatten(),
+        })
     }
 
     /// Every record as an element, by key (one per key, so in order).
@@ -349,6 +374,7 @@ impl Packed {
 
     fn shrink(&mut self) {
         self.records.shrink_to_fit();
+        self.comments.shrink_to_fit();
         let Some(shape) = self.shape else { return };
         let Self {
             records,
@@ -386,7 +412,16 @@ mod tests {
             1 => (0u8..2).prop_map(|c| Value::Goto(Arc::from(format!("chain-{c}")))),
             1 => Just(Value::Target(Bytes::of(&[&[1; 16], &[0, 80]]).expect("fits"))),
         ];
-        (key, value).prop_map(|(key, value)| Elem { key, value })
+        // Comments too: records hold them beside their bytes.
+        let comment = prop_oneof![
+            2 => Just(None),
+            1 => (0u8..2).prop_map(|c| Some(Arc::from(format!("ns/svc-{c}")))),
+        ];
+        (key, value, comment).prop_map(|(key, value, comment)| Elem {
+            key,
+            value,
+            comment,
+        })
     }
 
     proptest! {

@@ -48,8 +48,10 @@
 //! backend.reset();
 //! backend.apply(&ViewOp::SetService(Arc::new(svc)))?;
 //! backend.sync(1)?;
-//! // No endpoint: the ClusterIP rejects.
-//! assert!(backend.last_script().contains("add element ip kpng no-endpoint-services { 10.96.0.10 . tcp . 80 : goto reject-chain }"));
+//! // No endpoint: the ClusterIP rejects; the element names its Service.
+//! assert!(backend.last_script().contains(
+//!     "add element ip kpng no-endpoint-services { 10.96.0.10 . tcp . 80 comment \"default/web:http/tcp\" : goto reject-chain }"
+//! ));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
@@ -108,6 +110,12 @@ pub struct NftConfig {
     /// The network namespace to program, as a path (`/run/netns/NAME`);
     /// `None`: the process's own.
     pub netns: Option<PathBuf>,
+    /// Whether each Service port's chains and its elements of the verdict
+    /// maps and the `cluster-ips` set carry a comment naming the Service
+    /// (`namespace/name:port/protocol`), as kube-proxy's do: `nft list
+    /// ruleset` and the dry run then say what serves what (default on;
+    /// `--nft-comments=false` turns them off).
+    pub comments: bool,
 }
 
 impl Default for NftConfig {
@@ -123,7 +131,15 @@ impl NftConfig {
             proxy,
             table: "kpng".into(),
             netns: None,
+            comments: true,
         }
+    }
+
+    /// Whether chains and elements carry comments naming their Service.
+    #[must_use]
+    pub fn comments(mut self, on: bool) -> Self {
+        self.comments = on;
+        self
     }
 
     /// Names the table in each family.
@@ -374,6 +390,7 @@ impl NftBackend {
                             let c = nft::Chain {
                                 name: name.clone(),
                                 base: chain.base,
+                                comment: chain.comment.as_deref().map(str::to_owned),
                             };
                             (c, chain.rules.clone())
                         })
@@ -725,5 +742,56 @@ mod tests {
         ] {
             assert!(text.contains(gone), "{gone} in\n{text}");
         }
+    }
+
+    /// The dry run names the Service each of its chains and its elements
+    /// of the verdict maps and `cluster-ips` serve, as `nft list` shows
+    /// them; the shared chains and the pick maps carry none. Comments off:
+    /// none at all.
+    #[test]
+    fn chains_and_elements_name_their_service() {
+        let script = |comments: bool| {
+            let config = NftConfig::default().comments(comments);
+            let mut backend = NftBackend::new(config).dry_run();
+            backend.reset();
+            load(&mut backend, "web", "10.96.0.10", false, &["10.244.1.5"]);
+            load(&mut backend, "sticky", "10.96.0.11", true, &["10.244.1.6"]);
+            backend.sync(1).expect("sync");
+            let tx = backend.last_transaction().expect("kept in dry-run mode");
+            tx.verify_encoding().expect("round trip");
+            tx.to_string()
+        };
+        let text = script(true);
+        for line in [
+            "10.96.0.10 . tcp . 80 comment \"t/web:http/tcp\" : goto svc-c1",
+            "10.96.0.11 . tcp . 80 comment \"t/sticky:http/tcp\" : goto svc-",
+            "add element ip kpng cluster-ips { 10.96.0.10 comment \"t/web\", 10.96.0.11 comment \"t/sticky\" }",
+            "0 comment \"t/sticky:http/tcp\" : goto afe-",
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
+        let chains: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("add chain ip kpng"))
+            .collect();
+        for chain in &chains {
+            let named = ["svc-", "aff-", "afe-"]
+                .iter()
+                .any(|p| chain.starts_with(&format!("add chain ip kpng {p}")))
+                && !chain.contains("svc-c1");
+            assert_eq!(
+                chain.ends_with("{ comment \"t/sticky:http/tcp\"; }"),
+                named,
+                "{chain}"
+            );
+        }
+        assert!(
+            text.contains(
+                "add element ip kpng vip-cluster { 10.96.0.10 . tcp . 80 . 0 : 10.244.1.5 . 8080"
+            ),
+            "{text}"
+        );
+        let off = script(false);
+        assert!(!off.contains("comment"), "{off}");
     }
 }

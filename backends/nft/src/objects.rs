@@ -189,6 +189,7 @@ impl Objects {
                 return false;
             };
             have.hook == want.base.map(|b| (b.hook, b.priority))
+                && have.comment.as_deref() == want.comment.as_deref()
                 && have.rules.len() == want.rules.len()
                 && have.rules.iter().zip(&want.rules).all(|(rule, exprs)| {
                     rule.exprs.len() == exprs.len()
@@ -386,16 +387,21 @@ fn chain_of(name: &str, chain: &ChainDef) -> Chain {
     Chain {
         name: name.to_owned(),
         base: chain.base,
+        comment: chain.comment.as_deref().map(str::to_owned),
     }
 }
 
 /// An element in the kernel's form.
 fn element(e: &Elem) -> Element {
     let key = e.key.as_slice().to_vec();
-    match &e.value {
+    let element = match &e.value {
         Value::None => Element::key(key),
         Value::Goto(chain) => Element::map(key, Data::Verdict(Verdict::Goto(chain.to_string()))),
         Value::Jump(chain) => Element::map(key, Data::Verdict(Verdict::Jump(chain.to_string()))),
         Value::Target(t) => Element::map(key, Data::Value(t.as_slice().to_vec())),
+    };
+    match &e.comment {
+        Some(comment) => element.with_comment(comment.as_ref()),
+        None => element,
     }
 }

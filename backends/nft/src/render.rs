@@ -193,6 +193,8 @@ pub(crate) enum Value {
 pub(crate) struct Elem {
     pub(crate) key: Key,
     pub(crate) value: Value,
+    /// The Service it serves, for `nft list` (shared by its elements).
+    pub(crate) comment: Option<Arc<str>>,
 }
 
 /// A chain: its hook for a base chain, and its rules.
@@ -205,6 +207,9 @@ pub(crate) struct ChainDef {
     /// every element of a map a new rule binds (~20 ms at 100k elements),
     /// so an endpoint count that comes back must not pay it again.
     pub(crate) retain: bool,
+    /// The Service port it serves, for `nft list` (a shared chain has
+    /// none).
+    pub(crate) comment: Option<Arc<str>>,
 }
 
 /// The nft objects one Service (or the table's fixed part) contributes to
@@ -221,22 +226,85 @@ pub(crate) struct Render {
 
 impl Render {
     fn element(&mut self, set: impl Into<SetName>, key: Option<Key>, value: Value) {
+        self.noted(set, key, value, None);
+    }
+
+    /// An element with a comment.
+    fn noted(
+        &mut self,
+        set: impl Into<SetName>,
+        key: Option<Key>,
+        value: Value,
+        comment: Option<&Arc<str>>,
+    ) {
         if let Some(key) = key {
-            self.elements
-                .entry(set.into())
-                .or_default()
-                .insert(Elem { key, value });
+            self.elements.entry(set.into()).or_default().insert(Elem {
+                key,
+                value,
+                comment: comment.cloned(),
+            });
         }
     }
 
-    fn chain(&mut self, name: impl Into<String>, rules: Vec<Vec<Expr>>) {
+    /// A chain, with its comment (a Service port's own chains have one).
+    fn chain(
+        &mut self,
+        name: impl Into<String>,
+        rules: Vec<Vec<Expr>>,
+        comment: Option<&Arc<str>>,
+    ) {
         let chain = ChainDef {
             base: None,
             rules,
             retain: false,
+            comment: comment.cloned(),
         };
         self.chains.insert(name.into(), chain);
     }
+}
+
+/// The comment naming a Service port, as `nft list` shows it beside its
+/// chains and elements: `namespace/name:port/protocol`, the port by its
+/// name when it has one (kube-proxy's `namespace/name:port` and the
+/// protocol). None unless the names are Kubernetes names (as the API
+/// server allows them): text from a file never reaches the ruleset.
+pub(crate) fn port_comment(
+    name: &ServiceName,
+    port: &ServicePort,
+    number: u16,
+    protocol: &str,
+) -> Option<Arc<str>> {
+    let service = service_comment(name)?;
+    let text = if port.name.is_empty() {
+        format!("{service}:{number}/{protocol}")
+    } else if is_dns_name(&port.name, 15) {
+        format!("{service}:{}/{protocol}", port.name)
+    } else {
+        return None;
+    };
+    Some(kpng_netfilter::nft::fit_comment(text).into())
+}
+
+/// The comment naming a Service (`namespace/name`), for its `cluster-ips`
+/// elements: none unless both are Kubernetes names.
+pub(crate) fn service_comment(name: &ServiceName) -> Option<Arc<str>> {
+    let text = name.to_string();
+    let (namespace, service) = text.split_once('/')?;
+    (is_dns_name(namespace, 63) && is_dns_name(service, 253))
+        .then(|| kpng_netfilter::nft::fit_comment(text).into())
+}
+
+/// Whether `text` is a DNS name of at most `max` bytes (lower-case letters,
+/// digits, `-` and `.`, starting and ending with a letter or digit), as
+/// Kubernetes names are.
+fn is_dns_name(text: &str, max: usize) -> bool {
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    text.len() <= max
+        && edge(text.chars().next())
+        && edge(text.chars().last())
+        && text
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
 }
 
 /// A prefix as an interval set's element key.
@@ -426,6 +494,8 @@ struct PortCtx<'a> {
     affinity: Option<u32>,
     cluster: Vec<(IpAddr, u16)>,
     local: Vec<(IpAddr, u16)>,
+    /// The Service port's comment (`None`: comments are off).
+    comment: Option<Arc<str>>,
 }
 
 impl PortCtx<'_> {
@@ -446,7 +516,7 @@ impl PortCtx<'_> {
                     Verdict::Goto(self.affinity_chain(render, set_local, timeout))
                 }
             });
-            render.chain(name.clone(), rules);
+            render.chain(name.clone(), rules, self.comment.as_ref());
             return name;
         }
         let shared = Shared::new(kind, local, self.cluster.len(), self.local.len());
@@ -465,11 +535,12 @@ impl PortCtx<'_> {
                 base: None,
                 rules: vec![pick.rule(family, n)],
                 retain: true,
+                comment: None,
             };
             render.chains.insert(pick.chain(n), chain);
             Verdict::Goto(pick.chain(n))
         });
-        render.chain(shared.name(), rules);
+        render.chain(shared.name(), rules, None);
         shared.name()
     }
 
@@ -495,10 +566,11 @@ impl PortCtx<'_> {
             .concat();
             rules.push([build::lookup(&saddr, &clients, None, false), dnat.clone()].concat());
             let index = u32::try_from(i).unwrap_or(u32::MAX);
-            render.element(
+            render.noted(
                 spread.clone(),
                 Key::of(&[&index.to_ne_bytes()]),
                 Value::Goto(chain.as_str().into()),
+                self.comment.as_ref(),
             );
             render.sets.insert(
                 clients.clone(),
@@ -511,7 +583,7 @@ impl PortCtx<'_> {
                 key: Reg::r32(0),
                 timeout_ms: Some(u64::from(timeout) * 1000),
             });
-            render.chain(chain, vec![update, dnat]);
+            render.chain(chain, vec![update, dnat], self.comment.as_ref());
         }
         let n = u32::try_from(set.len()).unwrap_or(u32::MAX);
         render.sets.insert(
@@ -527,7 +599,7 @@ impl PortCtx<'_> {
             Some(Reg::VERDICT),
             false,
         ));
-        render.chain(name.clone(), rules);
+        render.chain(name.clone(), rules, self.comment.as_ref());
         name
     }
 
@@ -590,8 +662,14 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &NftConfig) 
         .filter(|(ip, _)| IpFamily::of(ip) == family)
         .collect();
 
+    let service_comment = config.comments.then(|| service_comment(&name)).flatten();
     for ip in &cluster_ips {
-        render.element(CLUSTER_IPS, Key::of(&[ip]), Value::None);
+        render.noted(
+            CLUSTER_IPS,
+            Key::of(&[ip]),
+            Value::None,
+            service_comment.as_ref(),
+        );
     }
     // This node's endpoints may reach themselves through the Service
     // (hairpin): such flows are masqueraded.
@@ -614,7 +692,13 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &NftConfig) 
             affinity: plan.affinity,
             cluster: port.cluster,
             local: port.local,
+            comment: config
+                .comments
+                .then(|| port_comment(&name, port.port, number, port.protocol))
+                .flatten(),
         };
+        let note = ctx.comment.clone();
+        let note = note.as_ref();
         let key = |vip: &[u8]| Key::of(&[vip, &[proto], &number.to_be_bytes()]);
         let np_key = |np: u16| Key::of(&[&[proto], &np.to_be_bytes()]);
         let goto = |chain: &str| Value::Goto(chain.into());
@@ -641,19 +725,20 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &NftConfig) 
                     .concat(),
                     build::verdict(Verdict::Drop),
                 ],
+                note,
             );
             for lb in &lb_ips {
-                render.element(FIREWALL_IPS, key(lb), Value::Jump(fw.as_str().into()));
+                render.noted(FIREWALL_IPS, key(lb), Value::Jump(fw.as_str().into()), note);
             }
         }
 
         if ctx.cluster.is_empty() {
             // No usable endpoint anywhere: every address rejects.
             for vip in cluster_ips.iter().chain(&external) {
-                render.element(NO_ENDPOINT_SERVICES, key(vip), goto(REJECT_CHAIN));
+                render.noted(NO_ENDPOINT_SERVICES, key(vip), goto(REJECT_CHAIN), note);
             }
             if let Some(np) = node_port {
-                render.element(NO_ENDPOINT_NODEPORTS, np_key(np), goto(REJECT_CHAIN));
+                render.noted(NO_ENDPOINT_NODEPORTS, np_key(np), goto(REJECT_CHAIN), note);
             }
             continue;
         }
@@ -661,14 +746,14 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &NftConfig) 
         if !cluster_ips.is_empty() {
             let chain = ctx.chain(&mut render, Kind::Svc, itp_local);
             for ip in &cluster_ips {
-                render.element(SERVICE_IPS, key(ip), goto(&chain));
+                render.noted(SERVICE_IPS, key(ip), goto(&chain), note);
                 ctx.vip_elements(&mut render, ip, itp_local);
             }
         }
         if !external.is_empty() {
             let chain = ctx.chain(&mut render, Kind::Ext, etp_local);
             for ip in &external {
-                render.element(SERVICE_IPS, key(ip), goto(&chain));
+                render.noted(SERVICE_IPS, key(ip), goto(&chain), note);
                 ctx.vip_elements(&mut render, ip, false);
                 if etp_local {
                     ctx.vip_elements(&mut render, ip, true);
@@ -677,7 +762,7 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &NftConfig) 
         }
         if let Some(np) = node_port {
             let chain = ctx.chain(&mut render, Kind::Np, etp_local);
-            render.element(SERVICE_NODEPORTS, np_key(np), goto(&chain));
+            render.noted(SERVICE_NODEPORTS, np_key(np), goto(&chain), note);
             ctx.np_elements(&mut render, np, false);
             if etp_local {
                 ctx.np_elements(&mut render, np, true);
@@ -837,8 +922,40 @@ pub(crate) fn globals(
             base,
             rules,
             retain: false,
+            comment: None,
         };
         render.chains.insert(name.to_owned(), chain);
     }
     render
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn comments_name_only_kubernetes_names() {
+        let port = |name: &str| ServicePort {
+            name: name.into(),
+            ..Default::default()
+        };
+        let web = ServiceName::new("default", "web");
+        assert_eq!(
+            port_comment(&web, &port("http"), 80, "tcp").as_deref(),
+            Some("default/web:http/tcp")
+        );
+        assert_eq!(
+            port_comment(&web, &port(""), 53, "udp").as_deref(),
+            Some("default/web:53/udp")
+        );
+        assert_eq!(service_comment(&web).as_deref(), Some("default/web"));
+        let evil = ServiceName::new("t", "evil\"; flush ruleset; #");
+        assert_eq!(service_comment(&evil), None);
+        assert_eq!(port_comment(&evil, &port("http"), 80, "tcp"), None);
+        assert_eq!(
+            port_comment(&web, &port("http\n add table ip pwn"), 80, "tcp"),
+            None
+        );
+        assert_eq!(port_comment(&web, &port("-x"), 80, "tcp"), None);
+    }
 }

@@ -38,6 +38,11 @@ pub(crate) struct Elements {
     items: Vec<Item>,
     /// The elements with a timeout of their own (rare): index, ms.
     timeouts: Vec<(u32, u64)>,
+    /// The elements with a comment: index, and where its text is in
+    /// `text` (start, length): no allocation per comment.
+    comments: Vec<(u32, u32, u8)>,
+    /// The comments' text, one after the other.
+    text: Vec<u8>,
 }
 
 impl Elements {
@@ -50,6 +55,8 @@ impl Elements {
             bytes: Vec::with_capacity(size),
             items: Vec::with_capacity(elements.len()),
             timeouts: Vec::new(),
+            comments: Vec::new(),
+            text: Vec::new(),
         };
         for e in elements {
             let data = data_bytes(e.data.as_ref());
@@ -65,9 +72,16 @@ impl Elements {
                     Verdict::Goto(_) => Kind::Goto,
                 },
             };
+            let index = u32::try_from(out.items.len()).unwrap_or(u32::MAX);
             if let Some(ms) = e.timeout_ms {
-                let index = u32::try_from(out.items.len()).unwrap_or(u32::MAX);
                 out.timeouts.push((index, ms));
+            }
+            if let Some(comment) = e.comment {
+                let start = u32::try_from(out.text.len()).unwrap_or(u32::MAX);
+                let len = u8::try_from(comment.len()).unwrap_or(u8::MAX);
+                out.text
+                    .extend_from_slice(&comment.as_bytes()[..usize::from(len)]);
+                out.comments.push((index, start, len));
             }
             out.items.push(Item {
                 start: u32::try_from(out.bytes.len()).unwrap_or(u32::MAX),
@@ -86,11 +100,26 @@ impl Elements {
         self.items.len()
     }
 
-    /// The bytes of element `i`'s key and data, for sizing messages.
+    /// The bytes of element `i`'s key and data (its comment counted with
+    /// the data), for sizing messages.
     pub(crate) fn size(&self, i: usize) -> (usize, usize) {
+        let comment = self.comment(i).map_or(0, |c| c.len() + 8);
         self.items.get(i).map_or((0, 0), |it| {
-            (usize::from(it.key_len), usize::from(it.data_len))
+            (usize::from(it.key_len), usize::from(it.data_len) + comment)
         })
+    }
+
+    /// Element `i`'s comment.
+    fn comment(&self, i: usize) -> Option<&str> {
+        let index = u32::try_from(i).ok()?;
+        let at = self
+            .comments
+            .binary_search_by_key(&index, |(at, ..)| *at)
+            .ok()?;
+        let (_, start, len) = self.comments[at];
+        let start = usize::try_from(start).ok()?;
+        let bytes = self.text.get(start..start + usize::from(len))?;
+        std::str::from_utf8(bytes).ok()
     }
 
     /// Element `i`, rebuilt.
@@ -123,6 +152,7 @@ impl Elements {
             interval_end: it.interval_end,
             data,
             timeout_ms,
+            comment: self.comment(i).map(str::to_owned),
         })
     }
 
@@ -155,7 +185,7 @@ mod tests {
             },
             Element::map(vec![1; 12], Data::Value(vec![2; 8])),
             Element::map(vec![3; 4], Data::Verdict(Verdict::Goto("svc-c3".into()))),
-            Element::map(vec![4; 4], Data::Verdict(Verdict::Drop)),
+            Element::map(vec![4; 4], Data::Verdict(Verdict::Drop)).with_comment("ns/a:http/tcp"),
             Element {
                 timeout_ms: Some(5000),
                 ..Element::key(vec![5; 16])

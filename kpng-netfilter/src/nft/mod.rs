@@ -23,7 +23,8 @@ pub use expr::{
     RejectKind, Verdict,
 };
 pub use object::{
-    BaseChain, Chain, ChainType, DataType, Element, Family, Hook, MapTo, Rule, Set, Table, key,
+    BaseChain, COMMENT_MAX, Chain, ChainType, DataType, Element, Family, Hook, MapTo, Rule, Set,
+    Table, fit_comment, key,
 };
 pub use socket::{ChainState, RuleState, SetState, Socket, TableState};
 pub use tx::Transaction;

@@ -113,6 +113,10 @@ pub struct Chain {
     /// The hook, for a base chain (its policy is accept).
     #[serde(default)]
     pub base: Option<BaseChain>,
+    /// A comment, kept by the kernel beside the chain (as nft's
+    /// `comment "..."` is: `NFTA_CHAIN_USERDATA`), which `nft list` prints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
 }
 
 impl Chain {
@@ -121,7 +125,14 @@ impl Chain {
         Self {
             name: name.into(),
             base: None,
+            comment: None,
         }
+    }
+
+    /// The chain with `comment` (cut to [`COMMENT_MAX`] bytes).
+    pub fn with_comment(mut self, comment: impl Into<String>) -> Self {
+        self.comment = Some(fit_comment(comment.into()));
+        self
     }
 
     /// A base chain with policy accept.
@@ -133,6 +144,7 @@ impl Chain {
                 hook,
                 priority,
             }),
+            comment: None,
         }
     }
 }
@@ -260,6 +272,10 @@ pub struct Element {
     /// In a set with timeouts: its own timeout, in milliseconds.
     #[serde(default)]
     pub timeout_ms: Option<u64>,
+    /// A comment, kept by the kernel beside the element (nft's
+    /// `comment "..."`: `NFTA_SET_ELEM_USERDATA`), which `nft list` prints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
 }
 
 impl Element {
@@ -270,7 +286,14 @@ impl Element {
             interval_end: false,
             data: None,
             timeout_ms: None,
+            comment: None,
         }
+    }
+
+    /// The element with `comment` (cut to [`COMMENT_MAX`] bytes).
+    pub fn with_comment(mut self, comment: impl Into<String>) -> Self {
+        self.comment = Some(fit_comment(comment.into()));
+        self
     }
 
     /// The elements of an interval set that holds `prefixes` (those of
@@ -342,6 +365,53 @@ impl Element {
     }
 }
 
+/// The longest comment nft accepts, in bytes (`NFTNL_UDATA_COMMENT_MAXLEN`,
+/// its terminating NUL included).
+pub const COMMENT_MAX: usize = 127;
+
+/// `comment` as nft can hold it: cut to at most [`COMMENT_MAX`] bytes on a
+/// character boundary, with no quotes or control characters (which nft's
+/// one-line syntax and the C string cannot hold).
+pub fn fit_comment(mut comment: String) -> String {
+    comment.retain(|c| c != '"' && !c.is_control());
+    if comment.len() > COMMENT_MAX {
+        let mut at = COMMENT_MAX;
+        while !comment.is_char_boundary(at) {
+            at -= 1;
+        }
+        comment.truncate(at);
+    }
+    comment
+}
+
+/// The user data nft keeps a chain's or an element's comment in: one
+/// libnftnl TLV, type `NFTNL_UDATA_CHAIN_COMMENT` or
+/// `NFTNL_UDATA_SET_ELEM_COMMENT` (both 0), a one-byte length, and the
+/// text with its terminating NUL.
+pub(crate) fn comment_userdata(comment: &str) -> Vec<u8> {
+    let text = fit_comment(comment.to_owned());
+    let mut out = Vec::with_capacity(text.len() + 3);
+    out.push(0);
+    out.push(u8::try_from(text.len() + 1).unwrap_or(u8::MAX));
+    out.extend_from_slice(text.as_bytes());
+    out.push(0);
+    out
+}
+
+/// The comment in nft's user data of a chain or element (the TLV of type
+/// 0), if any.
+pub(crate) fn userdata_comment(mut udata: &[u8]) -> Option<String> {
+    while let [kind, len, rest @ ..] = udata {
+        let value = rest.get(..usize::from(*len))?;
+        if *kind == 0 {
+            let text = value.strip_suffix(&[0]).unwrap_or(value);
+            return Some(String::from_utf8_lossy(text).into_owned());
+        }
+        udata = &rest[usize::from(*len)..];
+    }
+    None
+}
+
 /// A rule: expressions in order, in a chain.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Rule {
@@ -389,6 +459,26 @@ mod tests {
             key(&[&[10, 0, 0, 1], &[6], &80u16.to_be_bytes()]),
             [10, 0, 0, 1, 6, 0, 0, 0, 0, 80, 0, 0]
         );
+    }
+
+    #[test]
+    fn comments_are_nfts_user_data() {
+        let udata = comment_userdata("default/web:http/tcp");
+        assert_eq!(&udata[..2], &[0, 21]);
+        assert_eq!(udata.last(), Some(&0));
+        assert_eq!(
+            userdata_comment(&udata).as_deref(),
+            Some("default/web:http/tcp")
+        );
+        // Another TLV first (a set element's flags, type 1): skipped.
+        let with_flags = [vec![1, 4, 0, 0, 0, 0], udata].concat();
+        assert_eq!(
+            userdata_comment(&with_flags).as_deref(),
+            Some("default/web:http/tcp")
+        );
+        assert_eq!(userdata_comment(&[0, 9, b'x']), None);
+        let long = Element::key(vec![1]).with_comment("é".repeat(100));
+        assert!(long.comment.is_some_and(|c| c.len() <= COMMENT_MAX));
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! attribute walkers serve ctnetlink too ([`crate::conntrack`]).
 
 use super::expr::{Data, Verdict};
-use super::object::Element;
+use super::object::{Element, userdata_comment};
 
 /// `NLA_TYPE_MASK`: the type bits of an attribute header.
 const TYPE_MASK: u16 = 0x3fff;
@@ -147,6 +147,8 @@ fn element(buf: &[u8]) -> Option<Element> {
                     .and_then(|b| b.try_into().ok())
                     .map(u64::from_be_bytes);
             }
+            // NFTA_SET_ELEM_USERDATA: nft's TLVs, the comment among them.
+            6 => out.comment = userdata_comment(value),
             _ => {}
         }
     }

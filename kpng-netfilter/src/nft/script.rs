@@ -138,6 +138,9 @@ impl Set {
     /// see [`elements_text`](Self::elements_text) for whole ranges).
     pub fn element_text(&self, e: &Element) -> String {
         let mut out = value_words(self.key, &e.key);
+        if let Some(comment) = &e.comment {
+            let _ = write!(out, " comment \"{comment}\"");
+        }
         match (&e.data, self.map) {
             (Some(Data::Verdict(v)), _) => {
                 let _ = write!(out, " : {}", verdict(v));
@@ -278,20 +281,25 @@ impl fmt::Display for Transaction {
             match op {
                 Op::AddTable(table) => writeln!(f, "add {table}")?,
                 Op::DeleteTable(table) => writeln!(f, "delete {table}")?,
-                Op::AddChain(table, chain) => match &chain.base {
-                    Some(base) => {
-                        writeln!(
+                Op::AddChain(table, chain) => {
+                    let comment = chain.comment.as_ref().map(|c| format!(" comment \"{c}\";"));
+                    match (&chain.base, comment) {
+                        (Some(base), comment) => writeln!(
                             f,
-                            "add chain {} {} {{ type {} hook {} priority {}; policy accept; }}",
+                            "add chain {} {} {{ type {} hook {} priority {}; policy accept;{} }}",
                             t(table),
                             chain.name,
                             base.kind.name(),
                             base.hook.name(),
-                            base.priority
-                        )?;
+                            base.priority,
+                            comment.unwrap_or_default()
+                        )?,
+                        (None, Some(comment)) => {
+                            writeln!(f, "add chain {} {} {{{comment} }}", t(table), chain.name)?;
+                        }
+                        (None, None) => writeln!(f, "add chain {} {}", t(table), chain.name)?,
                     }
-                    None => writeln!(f, "add chain {} {}", t(table), chain.name)?,
-                },
+                }
                 Op::DeleteChain(table, chain) => writeln!(f, "delete chain {} {chain}", t(table))?,
                 Op::FlushChain(table, chain) => writeln!(f, "flush chain {} {chain}", t(table))?,
                 Op::AddSet(table, set) => writeln!(
@@ -366,6 +374,10 @@ mod tests {
             Data::Verdict(Verdict::Goto("svc".into())),
         );
         assert_eq!(vmap.element_text(&e), "fd00::1 . udp : goto svc");
+        assert_eq!(
+            vmap.element_text(&e.with_comment("ns/web:dns/udp")),
+            "fd00::1 . udp comment \"ns/web:dns/udp\" : goto svc"
+        );
         let aff = Set::new("aff", DataType::IPV4_ADDR).with_timeouts();
         assert_eq!(aff.declaration(), "type ipv4_addr; flags dynamic,timeout");
     }

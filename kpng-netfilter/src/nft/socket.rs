@@ -21,7 +21,7 @@ use nix::sys::socket::{
 use nix::sys::time::TimeVal;
 
 use super::expr::RawExpr;
-use super::object::{DataType, Element, Family, Hook, MapTo, Table};
+use super::object::{DataType, Element, Family, Hook, MapTo, Table, userdata_comment};
 use super::raw;
 use super::tx::Transaction;
 use crate::Error;
@@ -564,6 +564,8 @@ pub struct ChainState {
     pub hook: Option<(Hook, i32)>,
     /// Its rules, in order.
     pub rules: Vec<RuleState>,
+    /// Its comment (nft's, in `NFTA_CHAIN_USERDATA`).
+    pub comment: Option<String>,
 }
 
 /// A rule as the kernel holds it.
@@ -599,6 +601,7 @@ fn chain_state(c: ChainMessage, table: &str) -> Option<ChainState> {
         name: String::new(),
         hook: None,
         rules: Vec::new(),
+        comment: None,
     };
     let mut in_table = false;
     let (mut hook, mut priority) = (None, 0);
@@ -606,6 +609,7 @@ fn chain_state(c: ChainMessage, table: &str) -> Option<ChainState> {
         match attribute {
             ChainAttribute::Table(t) => in_table = t == table,
             ChainAttribute::Name(n) => state.name = n,
+            ChainAttribute::UserData(udata) => state.comment = userdata_comment(&udata),
             ChainAttribute::Hook(parts) => {
                 for part in parts {
                     match part {

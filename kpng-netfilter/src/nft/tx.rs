@@ -15,7 +15,7 @@ use netlink_packet_netfilter::{
 
 use super::elements::Elements;
 use super::expr::{Data, Verdict};
-use super::object::{Chain, Element, Family, Hook, MapTo, Rule, Set, Table};
+use super::object::{Chain, Element, Family, Hook, MapTo, Rule, Set, Table, comment_userdata};
 
 /// `NFNL_SUBSYS_NFTABLES`: the batch's resource id.
 const NFNL_SUBSYS_NFTABLES: u16 = 10;
@@ -534,6 +534,9 @@ fn chain_message(t: &Table, c: &Chain) -> ChainMessage {
         // NF_ACCEPT.
         attributes.push(ChainAttribute::Policy(1));
     }
+    if let Some(comment) = &c.comment {
+        attributes.push(ChainAttribute::UserData(comment_userdata(comment)));
+    }
     ChainMessage { attributes }
 }
 
@@ -609,6 +612,9 @@ fn element(e: &Element, with_data: bool) -> ListAttribute<SetElementAttribute> {
         }
         if let Some(ms) = e.timeout_ms {
             attributes.push(SetElementAttribute::Timeout(ms));
+        }
+        if let Some(comment) = &e.comment {
+            attributes.push(SetElementAttribute::UserData(comment_userdata(comment)));
         }
     }
     ListAttribute::Element(attributes)

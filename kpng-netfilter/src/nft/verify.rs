@@ -91,6 +91,7 @@ impl Transaction {
                         .map(|e| Element {
                             data: None,
                             timeout_ms: None,
+                            comment: None,
                             ..e
                         })
                         .collect();

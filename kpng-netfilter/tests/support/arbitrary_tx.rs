@@ -216,6 +216,7 @@ fn element(b: &mut Bytes<'_>, set: &Set) -> Element {
         interval_end: set.interval && b.u8() & 1 == 1,
         data,
         timeout_ms: (set.timeout && b.u8() & 1 == 1).then(|| u64::from(b.u32())),
+        comment: None,
     }
 }
 
