@@ -1,15 +1,104 @@
 //! Each backend's figures, side by side in one run (as root):
 //!
 //! ```text
-//! cargo bench -p kpng-lab --bench backends [-- nft|iptables|ebpf]
+//! cargo bench -p kpng-lab --bench backends [-- nft|iptables|ebpf|iptables-50k]
 //! ```
+//!
+//! `iptables` ends with the cold start at scale (`iptables-50k` runs only
+//! that): 50,000 Services × 10 endpoints (`KPNG_BENCH_SCALE_SERVICES`
+//! changes the count), synced once into a namespace created empty for it,
+//! by iptables-nft, iptables-legacy and nftables, each in a process of its
+//! own, whose peak RSS and its children's (the largest `iptables-restore`
+//! or `-save`, from `getrusage(RUSAGE_CHILDREN)`) are printed.
 #![allow(missing_docs)]
 
 use kpng_backend_iptables::IptablesBackend;
 use kpng_backend_nft::NftBackend;
-use kpng_lab::EbpfOnly;
+use kpng_lab::{EbpfOnly, LegacyIptables};
+
+/// The environment variable that makes this process one cold sync.
+const COLD: &str = "KPNG_BENCH_COLD";
+
+/// The Services of the cold start at scale.
+fn scale_services() -> usize {
+    std::env::var("KPNG_BENCH_SCALE_SERVICES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50_000)
+}
+
+/// In a child process: one cold full sync by `backend`, then one line
+/// with its time, this process's peak RSS and its children's.
+fn cold_child(backend: &str) {
+    let services = scale_services();
+    let (ms, note) = match backend {
+        "nft" => kpng_lab::bench::cold_full_sync::<NftBackend>(services),
+        "iptables-legacy" => kpng_lab::bench::cold_full_sync::<LegacyIptables>(services),
+        _ => kpng_lab::bench::cold_full_sync::<IptablesBackend>(services),
+    };
+    let hwm = kpng_testkit::proc_status_kib(None, "VmHWM:");
+    // SAFETY: getrusage fills the struct it is given, nothing else.
+    #[allow(unsafe_code)]
+    let children = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage);
+        usage.ru_maxrss
+    };
+    println!("COLD {ms:.0} {hwm} {children} {note}");
+}
+
+/// The cold start at scale, each backend in a process of its own.
+fn cold_at_scale() {
+    if let Some(why) = kpng_lab::unavailable(&["iptables-nft-restore", "iptables-legacy-restore"]) {
+        println!("SKIPPED: {why}");
+        return;
+    }
+    let services = scale_services();
+    println!(
+        "cold start at scale: {services} services x 10 endpoints, one full sync into an empty namespace, each in a process of its own"
+    );
+    for backend in ["iptables-nft", "iptables-legacy", "nft"] {
+        let exe = std::env::current_exe().expect("the bench binary");
+        let mut child = std::process::Command::new(exe);
+        child.env(COLD, backend);
+        if backend == "iptables-nft" {
+            child.env("KPNG_LAB_IPTABLES_MODE", "nft");
+        }
+        let out = child.output().expect("the bench binary runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let Some(line) = text.lines().find_map(|l| l.strip_prefix("COLD ")) else {
+            println!(
+                "{backend:>16}: FAILED: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            continue;
+        };
+        let mut words = line.splitn(4, ' ');
+        let mut number = || {
+            words
+                .next()
+                .and_then(|w| w.parse::<f64>().ok())
+                .unwrap_or(f64::NAN)
+        };
+        let (ms, hwm, children) = (number(), number() / 1024.0, number() / 1024.0);
+        let note = words.next().unwrap_or_default();
+        println!(
+            "{backend:>16}: full sync {:>8.1} s; peak RSS: the process {hwm:.1} MiB (store, view, backend) + its largest child {children:.1} MiB = {:.1} MiB  ({note})",
+            ms / 1e3,
+            hwm + children
+        );
+        println!(
+            "{{\"backend\":\"{backend}\",\"services\":{services},\"cold_full_sync_ms\":{ms:.0},\"peak_rss_mib\":{:.1},\"peak_rss_children_mib\":{children:.1}}}",
+            hwm + children
+        );
+    }
+}
 
 fn main() {
+    if let Ok(backend) = std::env::var(COLD) {
+        cold_child(&backend);
+        return;
+    }
     let only: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with('-'))
@@ -47,5 +136,8 @@ fn main() {
             ],
             false,
         );
+    }
+    if wanted("iptables") || wanted("iptables-50k") {
+        cold_at_scale();
     }
 }

@@ -137,9 +137,12 @@ fn backend(
                 "legacy" => Some(IptablesMode::Legacy),
                 _ => None,
             };
+            config.restore_timeout = ipt.iptables_restore_timeout;
             let runner = Runner {
                 prefix: Vec::new(),
                 mode: config.mode,
+                timeout: config.restore_timeout,
+                ..Runner::default()
             };
             let backend = IptablesBackend::new(config);
             match (&ipt.aggregator_socket, args.dry_run) {
