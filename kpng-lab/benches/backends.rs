@@ -61,7 +61,7 @@ fn cold_at_scale() {
     println!(
         "cold start at scale: {services} services x 10 endpoints, one full sync into an empty namespace, each in a process of its own"
     );
-    for backend in ["iptables-nft", "iptables-legacy", "nft"] {
+    for backend in ["iptables-legacy", "nft", "iptables-nft"] {
         let exe = std::env::current_exe().expect("the bench binary");
         let mut child = std::process::Command::new(exe);
         child.env(COLD, backend);
