@@ -262,3 +262,37 @@ fn a_timed_out_restore_keeps_the_old_rules_and_the_retry_converges() {
     assert!(lab.once("podc", "tcp", "10.96.0.75", 80).starts_with(E3));
     assert_eq!(lab.once("podc", "tcp", "10.96.0.74", 80), "TIMEOUT");
 }
+
+/// A first sync declaring more than a thousand nat chains goes to
+/// iptables-nft with `-S` first (see kpng-netfilter's iptables module):
+/// it applies whole, and the Services serve.
+#[test]
+fn a_large_first_sync_on_iptables_nft_applies_whole() {
+    require_lab!(IptablesBackend);
+    let lab = lab();
+    // 100 Services x 10 endpoints: 1,100 nat chains; the last one real.
+    let mut items: Vec<String> = (0..100)
+        .map(|i| {
+            let eps: Vec<String> = (1..=10)
+                .map(|j| format!("{{addresses: [10.250.{i}.{j}], nodeName: node-c}}"))
+                .collect();
+            service(
+                &format!("bulk-{i}"),
+                &format!("{{clusterIP: 10.96.1.{i}, {PORT}}}"),
+                &format!("[{}]", eps.join(", ")),
+            )
+        })
+        .collect();
+    items.push(web("10.96.0.76", ALL3));
+    let mut proxy = Proxy::with(IptablesBackend::new(iptables_config(&lab, Some(Mode::Nft))));
+    proxy.load(&manifest(&items)).expect("sync");
+    let saved = lab.in_node(&["iptables-nft-save", "-t", "nat"]);
+    let chains = saved
+        .lines()
+        .filter(|l| l.starts_with(":KUBE-SEP-") || l.starts_with(":KUBE-SVC-"))
+        .count();
+    assert_eq!(chains, 100 * 11 + 3 + 1, "every chain applied");
+    settle();
+    let lines = lab.connect("podc", "tcp", "10.96.0.76", 80, 30);
+    assert_eq!(endpoints(&lines).len(), 3, "{lines:?}");
+}
