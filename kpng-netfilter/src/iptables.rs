@@ -279,28 +279,49 @@ fn bytecount_lines(text: &str) -> usize {
 /// section that declares at least [`LIST_FIRST_CHAINS`] chains: a command
 /// naming no chain, so iptables-nft-restore fetches the whole table instead
 /// of keeping a sorted list of every chain named (see the module docs).
+/// Such a section's `-I` lines (the jumps from the built-in chains) move to
+/// a second section of the same table, committed right after it: after
+/// `-S`, iptables-nft takes a built-in chain the kernel does not have yet
+/// (a fresh node) as there, and an insert into it fails.
 pub fn listing_first(script: &str) -> Vec<&str> {
     let mut parts = Vec::new();
-    let (mut start, mut pos) = (0, 0);
-    let mut header_end = None;
+    let (mut section_start, mut pos) = (0, 0);
+    let (mut header, mut header_end) = ("", 0);
     let mut declared = 0;
+    let mut inserts: Option<(usize, usize)> = None;
     for line in script.split_inclusive('\n') {
+        let start = pos;
         pos += line.len();
         if line.starts_with('*') {
-            header_end = Some(pos);
-            declared = 0;
+            (header, header_end) = (line, pos);
+            (declared, inserts) = (0, None);
         } else if line.starts_with(':') {
             declared += 1;
-            if declared == LIST_FIRST_CHAINS
-                && let Some(header) = header_end
-            {
-                parts.push(&script[start..header]);
-                parts.push("-S\n");
-                start = header;
+        } else if line.starts_with("-I ") {
+            inserts = Some((inserts.map_or(start, |(first, _)| first), pos));
+        } else if line.starts_with("COMMIT") {
+            if declared >= LIST_FIRST_CHAINS && !header.is_empty() {
+                parts.extend([&script[section_start..header_end], "-S\n"]);
+                match inserts {
+                    Some((first, end)) => parts.extend([
+                        &script[header_end..first],
+                        &script[end..pos],
+                        header,
+                        &script[first..end],
+                        "COMMIT\n",
+                    ]),
+                    None => parts.push(&script[header_end..pos]),
+                }
+            } else {
+                parts.push(&script[section_start..pos]);
             }
+            section_start = pos;
+            header = "";
         }
     }
-    parts.push(&script[start..]);
+    if section_start < script.len() {
+        parts.push(&script[section_start..]);
+    }
     parts
 }
 
@@ -554,10 +575,25 @@ mod tests {
     #[test]
     fn large_sections_list_the_table_first() {
         let small = script(10, 10);
-        assert_eq!(listing_first(&small), vec![small.as_str()]);
+        assert_eq!(listing_first(&small).concat(), small);
         let large = script(200, 10);
         let parts = listing_first(&large);
         assert_eq!(parts.concat(), large.replacen("*nat\n", "*nat\n-S\n", 1));
-        assert!(parts[0].ends_with("COMMIT\n*nat\n"), "{}", parts[0]);
+        assert_eq!(parts[1], "*nat\n", "{}", parts[0]);
+        // The jumps from the built-in chains go in a section of their own.
+        let hooks = "-I PREROUTING 1 -j KUBE-SERVICES\n-I OUTPUT 1 -j KUBE-SERVICES\n";
+        let with_hooks = large.replace("COMMIT\n", &format!("{hooks}-X KUBE-OLD\nCOMMIT\n"));
+        let moved = large
+            .replacen("*nat\n", "*nat\n-S\n", 1)
+            .replace("COMMIT\n", "-X KUBE-OLD\nCOMMIT\n")
+            .replacen(
+                "-X KUBE-OLD\nCOMMIT\n",
+                &format!("{hooks}-X KUBE-OLD\nCOMMIT\n"),
+                1,
+            );
+        assert_eq!(
+            listing_first(&with_hooks).concat(),
+            format!("{moved}*nat\n{hooks}COMMIT\n")
+        );
     }
 }
