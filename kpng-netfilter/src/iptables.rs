@@ -48,7 +48,7 @@ impl Family {
 pub const TIMEOUT_BASE: Duration = Duration::from_secs(60);
 
 /// What each line of input adds to [`TIMEOUT_BASE`].
-pub const TIMEOUT_PER_LINE: Duration = Duration::from_millis(1);
+pub const TIMEOUT_PER_LINE: Duration = Duration::from_millis(2);
 
 /// A table section of an iptables-nft transaction declaring at least this
 /// many chains starts with `-S` (see the module docs).
@@ -61,9 +61,9 @@ pub const LIST_FIRST_CHAINS: usize = 1_000;
 /// use std::time::Duration;
 /// use kpng_netfilter::iptables::scaled_timeout;
 ///
-/// assert_eq!(scaled_timeout(10), Duration::from_millis(60_010));
+/// assert_eq!(scaled_timeout(10), Duration::from_millis(60_020));
 /// // 50,000 Services x 10 endpoints: ~2.2 million lines.
-/// assert!(scaled_timeout(2_200_000) > Duration::from_secs(2_000));
+/// assert!(scaled_timeout(2_200_000) > Duration::from_secs(4_000));
 /// ```
 pub fn scaled_timeout(lines: usize) -> Duration {
     let lines = u32::try_from(lines).unwrap_or(u32::MAX);
@@ -553,12 +553,12 @@ mod tests {
         let small = runner.restore_timeout(&script(10, 10));
         let large = runner.restore_timeout(&script(5_000, 10));
         assert!(small >= TIMEOUT_BASE && small < TIMEOUT_BASE + Duration::from_secs(1));
-        // 105k lines: 60 s + 105 s.
+        // 105k lines: 60 s + 210 s.
         assert_eq!(
             large,
             TIMEOUT_BASE + TIMEOUT_PER_LINE * u32::try_from(5_000 * 21 + 5).expect("small")
         );
-        assert!(scaled_timeout(2_200_000) > Duration::from_secs(2_000));
+        assert!(scaled_timeout(2_200_000) > Duration::from_secs(4_000));
         // A flag sets it, whatever the input.
         let fixed = Runner {
             timeout: Some(Duration::from_millis(5)),

@@ -234,7 +234,7 @@ pub(crate) struct IptablesArgs {
     pub(crate) iptables_mode: String,
     /// How long one iptables-restore (or -save) may run before it is
     /// killed and the sync retried as a full one (e.g. 10m); default: 60s
-    /// plus 1ms per line of its input.
+    /// plus 2ms per line of its input.
     #[arg(long, value_parser = parse_duration)]
     pub(crate) iptables_restore_timeout: Option<Duration>,
     #[command(flatten)]

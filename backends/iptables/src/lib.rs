@@ -105,7 +105,7 @@ pub struct IptablesConfig {
     pub command_prefix: Vec<String>,
     /// How long one `iptables-restore` or `iptables-save` may run before it
     /// is killed (`kpng … to-iptables --iptables-restore-timeout`); `None`
-    /// (default): 60 s plus 1 ms per line of its input
+    /// (default): 60 s plus 2 ms per line of its input
     /// ([`kpng_netfilter::iptables::scaled_timeout`]). A sync that times out
     /// fails, changes nothing, and the next one is a full one.
     pub restore_timeout: Option<std::time::Duration>,
