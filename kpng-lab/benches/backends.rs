@@ -1,17 +1,177 @@
 //! Each backend's figures, side by side in one run (as root):
 //!
 //! ```text
-//! cargo bench -p kpng-lab --bench backends [-- nft|iptables|ebpf]
+//! cargo bench -p kpng-lab --bench backends [-- nft|iptables|ebpf|iptables-50k]
 //! cargo bench -p kpng-lab --bench backends -- nft-comments
 //! ```
 //!
 //! `nft-comments` (not part of the default run): what the comments naming
 //! the Services cost the nft backend's full sync at 10k, in time and heap.
+//!
+//! `iptables` ends with the cold start at scale (`iptables-50k` runs only
+//! that): 50,000 Services × 10 endpoints (`KPNG_BENCH_SCALE_SERVICES`
+//! changes the count), synced once into a namespace created empty for it,
+//! by iptables-nft, iptables-legacy and nftables, each in a process of its
+//! own, whose process tree's peak RSS (it and its `iptables-restore` and
+//! `-save` children, summed, sampled from /proc every 100 ms) is printed.
 #![allow(missing_docs)]
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use kpng_backend_iptables::IptablesBackend;
 use kpng_backend_nft::NftBackend;
-use kpng_lab::EbpfOnly;
+use kpng_lab::{EbpfOnly, LegacyIptables};
+
+/// The environment variable that makes this process one cold sync.
+const COLD: &str = "KPNG_BENCH_COLD";
+
+/// The Services of the cold start at scale.
+fn scale_services() -> usize {
+    std::env::var("KPNG_BENCH_SCALE_SERVICES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50_000)
+}
+
+/// In a child process: one cold full sync by `backend`, then one line
+/// with its time, this process's peak RSS and its children's.
+fn cold_child(backend: &str) {
+    let services = scale_services();
+    let (ms, note) = match backend {
+        "nft" => kpng_lab::bench::cold_full_sync::<NftBackend>(services),
+        "iptables-legacy" => kpng_lab::bench::cold_full_sync::<LegacyIptables>(services),
+        _ => kpng_lab::bench::cold_full_sync::<IptablesBackend>(services),
+    };
+    let hwm = kpng_testkit::proc_status_kib(None, "VmHWM:");
+    // SAFETY: getrusage fills the struct it is given, nothing else.
+    #[allow(unsafe_code)]
+    let cpu = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage);
+        let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        seconds(usage.ru_utime) + seconds(usage.ru_stime)
+    };
+    println!("COLD {ms:.0} {hwm} {cpu:.1} {note}");
+}
+
+/// The RSS in KiB of `root` and every process below it, summed, from
+/// /proc. (getrusage's children maxrss would count the bench's own pages
+/// in each forked child before its exec.)
+fn tree_rss_kib(root: u32) -> u64 {
+    let mut parent = std::collections::HashMap::new();
+    let mut rss = std::collections::HashMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+            continue;
+        };
+        for line in status.lines() {
+            let mut words = line.split_whitespace();
+            match (
+                words.next(),
+                words.next().and_then(|w| w.parse::<u64>().ok()),
+            ) {
+                (Some("PPid:"), Some(ppid)) => {
+                    parent.insert(pid, ppid as u32);
+                }
+                (Some("VmRSS:"), Some(kib)) => {
+                    rss.insert(pid, kib);
+                }
+                _ => {}
+            }
+        }
+    }
+    rss.iter()
+        .filter(|(pid, _)| {
+            let mut p = **pid;
+            for _ in 0..64 {
+                if p == root {
+                    return true;
+                }
+                match parent.get(&p) {
+                    Some(&next) if next != 0 => p = next,
+                    _ => return false,
+                }
+            }
+            false
+        })
+        .map(|(_, kib)| kib)
+        .sum()
+}
+
+/// The cold start at scale, each backend in a process of its own.
+fn cold_at_scale() {
+    if let Some(why) = kpng_lab::unavailable(&["iptables-nft-restore", "iptables-legacy-restore"]) {
+        println!("SKIPPED: {why}");
+        return;
+    }
+    let services = scale_services();
+    println!(
+        "cold start at scale: {services} services x 10 endpoints, one full sync into an empty namespace, each in a process of its own"
+    );
+    for backend in ["iptables-legacy", "nft", "iptables-nft"] {
+        let exe = std::env::current_exe().expect("the bench binary");
+        let mut child = std::process::Command::new(exe);
+        child.env(COLD, backend);
+        if backend == "iptables-nft" {
+            child.env("KPNG_LAB_IPTABLES_MODE", "nft");
+        }
+        let running = child
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("the bench binary runs");
+        // The whole tree's RSS, sampled every 100 ms while it runs.
+        let (pid, peak) = (running.id(), std::sync::Arc::new(AtomicU64::new(0)));
+        let done = std::sync::Arc::new(AtomicBool::new(false));
+        let sampler = {
+            let (peak, done) = (peak.clone(), done.clone());
+            std::thread::spawn(move || {
+                while !done.load(Ordering::Relaxed) {
+                    peak.fetch_max(tree_rss_kib(pid), Ordering::Relaxed);
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+            })
+        };
+        let out = running.wait_with_output().expect("the bench binary runs");
+        done.store(true, Ordering::Relaxed);
+        let _ = sampler.join();
+        let tree = peak.load(Ordering::Relaxed) as f64 / 1024.0;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let Some(line) = text.lines().find_map(|l| l.strip_prefix("COLD ")) else {
+            println!(
+                "{backend:>16}: FAILED: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            continue;
+        };
+        let mut words = line.splitn(4, ' ');
+        let mut number = || {
+            words
+                .next()
+                .and_then(|w| w.parse::<f64>().ok())
+                .unwrap_or(f64::NAN)
+        };
+        let (ms, hwm, cpu) = (number(), number() / 1024.0, number());
+        let note = words.next().unwrap_or_default();
+        println!(
+            "{backend:>16}: full sync {:>8.1} s (children's CPU time {cpu:.1} s); peak RSS of the process tree {tree:.1} MiB (sampled every 100 ms; the process alone, with its store, view and backend: {hwm:.1} MiB)  ({note})",
+            ms / 1e3,
+        );
+        println!(
+            "{{\"backend\":\"{backend}\",\"services\":{services},\"cold_full_sync_ms\":{ms:.0},\"peak_rss_tree_mib\":{tree:.1},\"peak_rss_process_mib\":{hwm:.1}}}"
+        );
+    }
+}
 
 // Counts heap bytes (a relaxed atomic add per allocation), for the
 // comments' cost.
@@ -19,6 +179,10 @@ use kpng_lab::EbpfOnly;
 static ALLOC: kpng_testkit::CountingAllocator = kpng_testkit::CountingAllocator;
 
 fn main() {
+    if let Ok(backend) = std::env::var(COLD) {
+        cold_child(&backend);
+        return;
+    }
     let only: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with('-'))
@@ -60,5 +224,8 @@ fn main() {
             ],
             false,
         );
+    }
+    if wanted("iptables") || wanted("iptables-50k") {
+        cold_at_scale();
     }
 }

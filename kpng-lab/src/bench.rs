@@ -384,3 +384,22 @@ pub fn comments_cost(rounds: usize) {
         );
     }
 }
+
+/// A node's first sync of `services` Services × 10 endpoints (the simple
+/// shape) into a lab of its own, created empty for it: the cold start.
+/// Returns the sync's time in ms and the backend's note (rules, chains).
+pub fn cold_full_sync<B: LabBackend>(services: usize) -> (f64, String) {
+    let lab = Lab::new();
+    let cluster = cluster(services, true);
+    let mut store = Store::new();
+    cluster.load_into(&mut store);
+    drop(cluster);
+    let mut projector = NodeProjector::new("node-0");
+    let mut backend = B::in_lab(&lab, &settings());
+    let start = Instant::now();
+    projector
+        .sync_into(&store.snapshot(), &mut backend)
+        .expect("the cold full sync");
+    let ms = start.elapsed().as_secs_f64() * 1e3;
+    (ms, backend.last_note())
+}

@@ -379,6 +379,7 @@ fn the_iptables_backend_runs_through_the_aggregator_beside_a_cni() {
             .map(String::from)
             .to_vec(),
         mode: None,
+        ..Runner::default()
     };
     let agg = Arc::new(Mutex::new(Aggregator::new(Iptables::new(runner))));
     let config = IptablesConfig::new(kpng_lab::Settings::lab().proxy());

@@ -214,3 +214,93 @@ fn a_refused_restore_keeps_the_old_rules_and_the_retry_converges() {
     assert_eq!(lab.once("podc", "tcp", "10.96.0.72", 80), "TIMEOUT");
     assert!(!IptablesBackend::dump(&lab).contains(&svc_chain));
 }
+
+/// A restore killed for its timeout is reported as a failed sync that
+/// changed nothing: the previous rules stay and serve, and the next sync,
+/// a full one, applies the change once the timeout allows it. (The
+/// timeout was a fixed 60 s, not settable: 50k x 10 could never sync.)
+#[test]
+fn a_timed_out_restore_keeps_the_old_rules_and_the_retry_converges() {
+    require_lab!(IptablesBackend);
+    let lab = lab();
+    let mut proxy = Proxy::with(IptablesBackend::new(iptables_config(&lab, None)));
+    proxy
+        .load(&manifest(&[web("10.96.0.74", ALL3)]))
+        .expect("sync");
+    // iptables-save's comments carry the time.
+    let dump = || {
+        IptablesBackend::dump(&lab)
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let before = dump();
+
+    // --iptables-restore-timeout 1ms: the next restore is killed.
+    proxy
+        .backend
+        .set_restore_timeout(Some(std::time::Duration::from_millis(1)));
+    let newcomer = service(
+        "new",
+        &format!("{{clusterIP: 10.96.0.75, {PORT}}}"),
+        "[{addresses: [10.244.3.10], nodeName: node-c}]",
+    );
+    let err = proxy
+        .load(&manifest(std::slice::from_ref(&newcomer)))
+        .expect_err("restore killed");
+    let mut text = err.to_string();
+    let mut source = std::error::Error::source(&err);
+    while let Some(e) = source {
+        text = format!("{text}: {e}");
+        source = e.source();
+    }
+    assert!(text.contains("did not finish within"), "{text}");
+    assert_eq!(dump(), before, "nothing changed");
+    settle();
+    let lines = lab.connect("podc", "tcp", "10.96.0.74", 80, 20);
+    assert_eq!(endpoints(&lines).len(), 3, "{lines:?}");
+    assert_eq!(lab.once("podc", "tcp", "10.96.0.75", 80), "TIMEOUT");
+
+    // The timeout scales again: the retry is a full sync and converges.
+    proxy.backend.set_restore_timeout(None);
+    proxy.load(&manifest(&[newcomer])).expect("retry");
+    assert!(proxy.backend.last_sync().full);
+    settle();
+    assert!(lab.once("podc", "tcp", "10.96.0.75", 80).starts_with(E3));
+    assert_eq!(lab.once("podc", "tcp", "10.96.0.74", 80), "TIMEOUT");
+}
+
+/// A first sync declaring more than a thousand nat chains goes to
+/// iptables-nft with `-S` first (see kpng-netfilter's iptables module):
+/// it applies whole, and the Services serve.
+#[test]
+fn a_large_first_sync_on_iptables_nft_applies_whole() {
+    require_lab!(IptablesBackend);
+    let lab = lab();
+    // 100 Services x 10 endpoints: 1,100 nat chains; the last one real.
+    let mut items: Vec<String> = (0..100)
+        .map(|i| {
+            let eps: Vec<String> = (1..=10)
+                .map(|j| format!("{{addresses: [10.250.{i}.{j}], nodeName: node-c}}"))
+                .collect();
+            service(
+                &format!("bulk-{i}"),
+                &format!("{{clusterIP: 10.96.1.{i}, {PORT}}}"),
+                &format!("[{}]", eps.join(", ")),
+            )
+        })
+        .collect();
+    items.push(web("10.96.0.76", ALL3));
+    let mut proxy = Proxy::with(IptablesBackend::new(iptables_config(&lab, Some(Mode::Nft))));
+    proxy.load(&manifest(&items)).expect("sync");
+    let saved = lab.in_node(&["iptables-nft-save", "-t", "nat"]);
+    let chains = saved
+        .lines()
+        .filter(|l| l.starts_with(":KUBE-SEP-") || l.starts_with(":KUBE-SVC-"))
+        .count();
+    assert_eq!(chains, 100 * 11 + 3 + 1, "every chain applied");
+    settle();
+    let lines = lab.connect("podc", "tcp", "10.96.0.76", 80, 30);
+    assert_eq!(endpoints(&lines).len(), 3, "{lines:?}");
+}

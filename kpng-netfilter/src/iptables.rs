@@ -7,10 +7,21 @@
 //! applied copy, or the `iptables-save` it read on a full apply).
 //!
 //! The tools run through [`crate::process`]: a timeout on every run, and
-//! they die with kpng.
+//! they die with kpng. The timeout scales with the input
+//! ([`scaled_timeout`]) unless [`Runner::timeout`] sets one.
+//!
+//! **Scale with iptables-nft**: `iptables-nft-restore --noflush` keeps the
+//! names of the chains a transaction mentions in a sorted linked list, to
+//! fetch only those from the kernel: one list walk per command, so a
+//! transaction of N chains and M rules costs O(N × M) string compares
+//! (10k Services × 10 endpoints: 110k chains, 330k rules, ~10 minutes).
+//! A command naming no chain makes it fetch the whole table and keep no
+//! list, so a section declaring many chains starts with `-S` (listing the
+//! table; the output is thrown away). See docs/performance.md.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -32,9 +43,32 @@ impl Family {
     pub const BOTH: [Family; 2] = [Family::V4, Family::V6];
 }
 
-/// How long one `iptables-save` or `iptables-restore` may run before it is
-/// killed (`-w 5` waits up to 5 s for the xtables lock first).
-const COMMAND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+/// The least time one `iptables-save` or `iptables-restore` may run before
+/// it is killed (`-w 5` waits up to 5 s for the xtables lock first).
+pub const TIMEOUT_BASE: Duration = Duration::from_secs(60);
+
+/// What each line of input adds to [`TIMEOUT_BASE`].
+pub const TIMEOUT_PER_LINE: Duration = Duration::from_millis(2);
+
+/// A table section of an iptables-nft transaction declaring at least this
+/// many chains starts with `-S` (see the module docs).
+pub const LIST_FIRST_CHAINS: usize = 1_000;
+
+/// How long a run with `lines` lines of input (or output) may take:
+/// [`TIMEOUT_BASE`] plus [`TIMEOUT_PER_LINE`] per line.
+///
+/// ```
+/// use std::time::Duration;
+/// use kpng_netfilter::iptables::scaled_timeout;
+///
+/// assert_eq!(scaled_timeout(10), Duration::from_millis(60_020));
+/// // 50,000 Services x 10 endpoints: ~2.2 million lines.
+/// assert!(scaled_timeout(2_200_000) > Duration::from_secs(4_000));
+/// ```
+pub fn scaled_timeout(lines: usize) -> Duration {
+    let lines = u32::try_from(lines).unwrap_or(u32::MAX);
+    TIMEOUT_BASE.saturating_add(TIMEOUT_PER_LINE.saturating_mul(lines))
+}
 
 /// An iptables table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -102,6 +136,12 @@ pub struct Runner {
     pub prefix: Vec<String>,
     /// The mode; `None`: detected on first use, as kube-proxy does.
     pub mode: Option<Mode>,
+    /// The timeout of every run; `None` (default): scaled to its input
+    /// ([`scaled_timeout`]; an `iptables-save` to [`Runner::expected_lines`]).
+    pub timeout: Option<Duration>,
+    /// About how many lines an `iptables-save` prints (e.g. the rules the
+    /// caller wants): what its timeout scales with.
+    pub expected_lines: usize,
 }
 
 /// What one `iptables-save` shows: per table, the chains, every rule line,
@@ -117,13 +157,20 @@ pub struct Saved {
 }
 
 impl Runner {
-    fn command(&self, family: Family, mode: Mode, tool: &str) -> Process<'static> {
+    fn command(&self, family: Family, mode: Mode, tool: &str, lines: usize) -> Process<'static> {
         let ip = match family {
             Family::V4 => "iptables",
             Family::V6 => "ip6tables",
         };
         let program = format!("{ip}-{}-{tool}", mode.word());
-        Process::new(self.prefix.iter().cloned().chain([program])).timeout(COMMAND_TIMEOUT)
+        Process::new(self.prefix.iter().cloned().chain([program]))
+            .timeout(self.timeout.unwrap_or_else(|| scaled_timeout(lines)))
+    }
+
+    /// How long a restore of `script` may run.
+    pub fn restore_timeout(&self, script: &str) -> Duration {
+        self.timeout
+            .unwrap_or_else(|| scaled_timeout(bytecount_lines(script)))
     }
 
     /// The mode, detected once when not set: the one whose `iptables-save`
@@ -172,7 +219,9 @@ impl Runner {
         mode: Mode,
         owned: &dyn Fn(&str) -> bool,
     ) -> Result<Saved, Error> {
-        let output = self.command(family, mode, "save").run()?;
+        let output = self
+            .command(family, mode, "save", self.expected_lines)
+            .run()?;
         let mut saved = Saved::default();
         let mut table = None;
         for line in String::from_utf8_lossy(&output.stdout).lines() {
@@ -198,19 +247,82 @@ impl Runner {
         Ok(saved)
     }
 
-    /// Runs `iptables-restore -w 5 --noflush` with `script`.
+    /// Runs `iptables-restore -w 5 --noflush` with `script`, killed after
+    /// [`Runner::restore_timeout`]. With iptables-nft, a table section
+    /// declaring many chains gets `-S` first (see the module docs).
     ///
     /// # Errors
     /// [`Error::Spawn`], [`Error::Timeout`], or [`Error::Command`] with what
     /// it printed.
     pub fn restore(&mut self, family: Family, script: &str) -> Result<(), Error> {
         let mode = self.mode();
-        self.command(family, mode, "restore")
+        let parts = match mode {
+            Mode::Nft => listing_first(script),
+            Mode::Legacy => vec![script],
+        };
+        self.command(family, mode, "restore", 0)
+            .timeout(self.restore_timeout(script))
             .args(["-w", "5", "--noflush"])
-            .input(script.as_bytes())
+            .input_parts(parts.into_iter().map(str::as_bytes).collect())
+            .discard_stdout()
             .run()
             .map(drop)
     }
+}
+
+/// The lines of `text`.
+fn bytecount_lines(text: &str) -> usize {
+    text.bytes().filter(|b| *b == b'\n').count()
+}
+
+/// `script` in parts, with a `-S` line after the `*table` line of each
+/// section that declares at least [`LIST_FIRST_CHAINS`] chains: a command
+/// naming no chain, so iptables-nft-restore fetches the whole table instead
+/// of keeping a sorted list of every chain named (see the module docs).
+/// Such a section's `-I` lines (the jumps from the built-in chains) move to
+/// a second section of the same table, committed right after it: after
+/// `-S`, iptables-nft takes a built-in chain the kernel does not have yet
+/// (a fresh node) as there, and an insert into it fails.
+pub fn listing_first(script: &str) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let (mut section_start, mut pos) = (0, 0);
+    let (mut header, mut header_end) = ("", 0);
+    let mut declared = 0;
+    let mut inserts: Option<(usize, usize)> = None;
+    for line in script.split_inclusive('\n') {
+        let start = pos;
+        pos += line.len();
+        if line.starts_with('*') {
+            (header, header_end) = (line, pos);
+            (declared, inserts) = (0, None);
+        } else if line.starts_with(':') {
+            declared += 1;
+        } else if line.starts_with("-I ") {
+            inserts = Some((inserts.map_or(start, |(first, _)| first), pos));
+        } else if line.starts_with("COMMIT") {
+            if declared >= LIST_FIRST_CHAINS && !header.is_empty() {
+                parts.extend([&script[section_start..header_end], "-S\n"]);
+                match inserts {
+                    Some((first, end)) => parts.extend([
+                        &script[header_end..first],
+                        &script[end..pos],
+                        header,
+                        &script[first..end],
+                        "COMMIT\n",
+                    ]),
+                    None => parts.push(&script[header_end..pos]),
+                }
+            } else {
+                parts.push(&script[section_start..pos]);
+            }
+            section_start = pos;
+            header = "";
+        }
+    }
+    if section_start < script.len() {
+        parts.push(&script[section_start..]);
+    }
+    parts
 }
 
 /// What one family's batch is to do.
@@ -495,6 +607,75 @@ mod tests {
             batch
                 .rollback(&Chains::new())
                 .contains("-I INPUT 1 -m comment")
+        );
+    }
+
+    /// A full sync's script: `services` Services of `endpoints` chains.
+    fn script(services: usize, endpoints: usize) -> String {
+        let mut out = String::from("*filter\n:KUBE-SERVICES - [0:0]\nCOMMIT\n*nat\n");
+        for s in 0..services {
+            for e in 0..endpoints {
+                let _ = writeln!(out, ":KUBE-SEP-{s}-{e} - [0:0]");
+            }
+            let _ = writeln!(out, ":KUBE-SVC-{s} - [0:0]");
+        }
+        for s in 0..services {
+            for e in 0..endpoints {
+                let _ = writeln!(out, "-A KUBE-SVC-{s} -j KUBE-SEP-{s}-{e}");
+            }
+        }
+        out.push_str("COMMIT\n");
+        out
+    }
+
+    /// The timeout was 60 s whatever the input: 50k x 10 was killed.
+    #[test]
+    fn the_restore_timeout_scales_with_the_transaction() {
+        let runner = Runner::default();
+        let small = runner.restore_timeout(&script(10, 10));
+        let large = runner.restore_timeout(&script(5_000, 10));
+        assert!(small >= TIMEOUT_BASE && small < TIMEOUT_BASE + Duration::from_secs(1));
+        // 105k lines: 60 s + 210 s.
+        assert_eq!(
+            large,
+            TIMEOUT_BASE + TIMEOUT_PER_LINE * u32::try_from(5_000 * 21 + 5).expect("small")
+        );
+        assert!(scaled_timeout(2_200_000) > Duration::from_secs(4_000));
+        // A flag sets it, whatever the input.
+        let fixed = Runner {
+            timeout: Some(Duration::from_millis(5)),
+            ..Runner::default()
+        };
+        assert_eq!(
+            fixed.restore_timeout(&script(5_000, 10)),
+            Duration::from_millis(5)
+        );
+    }
+
+    /// Only sections that declare many chains list the table first, right
+    /// after their header; the input is otherwise the same.
+    #[test]
+    fn large_sections_list_the_table_first() {
+        let small = script(10, 10);
+        assert_eq!(listing_first(&small).concat(), small);
+        let large = script(200, 10);
+        let parts = listing_first(&large);
+        assert_eq!(parts.concat(), large.replacen("*nat\n", "*nat\n-S\n", 1));
+        assert_eq!(parts[1], "*nat\n", "{}", parts[0]);
+        // The jumps from the built-in chains go in a section of their own.
+        let hooks = "-I PREROUTING 1 -j KUBE-SERVICES\n-I OUTPUT 1 -j KUBE-SERVICES\n";
+        let with_hooks = large.replace("COMMIT\n", &format!("{hooks}-X KUBE-OLD\nCOMMIT\n"));
+        let moved = large
+            .replacen("*nat\n", "*nat\n-S\n", 1)
+            .replace("COMMIT\n", "-X KUBE-OLD\nCOMMIT\n")
+            .replacen(
+                "-X KUBE-OLD\nCOMMIT\n",
+                &format!("{hooks}-X KUBE-OLD\nCOMMIT\n"),
+                1,
+            );
+        assert_eq!(
+            listing_first(&with_hooks).concat(),
+            format!("{moved}*nat\n{hooks}COMMIT\n")
         );
     }
 }

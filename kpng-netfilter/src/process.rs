@@ -44,8 +44,9 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 #[must_use]
 pub struct Process<'a> {
     argv: Vec<String>,
-    input: Option<&'a [u8]>,
+    input: Option<Vec<&'a [u8]>>,
     timeout: Duration,
+    keep_stdout: bool,
 }
 
 /// What a successful run printed.
@@ -64,6 +65,7 @@ impl<'a> Process<'a> {
             argv: argv.into_iter().map(Into::into).collect(),
             input: None,
             timeout: DEFAULT_TIMEOUT,
+            keep_stdout: true,
         }
     }
 
@@ -75,7 +77,22 @@ impl<'a> Process<'a> {
 
     /// What to write to its standard input (else it reads nothing).
     pub fn input(mut self, input: &'a [u8]) -> Self {
-        self.input = Some(input);
+        self.input = Some(vec![input]);
+        self
+    }
+
+    /// What to write to its standard input, in parts written one after
+    /// the other (no copy of them is made).
+    pub fn input_parts(mut self, parts: Vec<&'a [u8]>) -> Self {
+        self.input = Some(parts);
+        self
+    }
+
+    /// Reads its standard output to the end but keeps none of it
+    /// ([`Output::stdout`] stays empty): for output nobody needs that could
+    /// be large.
+    pub fn discard_stdout(mut self) -> Self {
+        self.keep_stdout = false;
         self
     }
 
@@ -135,15 +152,17 @@ impl<'a> Process<'a> {
         // Readers own their pipes on threads of their own, so that a pipe
         // something else still holds open cannot keep `run` past its
         // deadline: their results are awaited until then, no longer.
-        let out = read_on_a_thread(stdout);
-        let err = read_on_a_thread(stderr);
+        let out = read_on_a_thread(stdout, self.keep_stdout);
+        let err = read_on_a_thread(stderr, true);
         let timed_out = || Error::Timeout {
             command: name.clone(),
             seconds: self.timeout.as_secs(),
         };
         let (status, wrote) = std::thread::scope(|scope| {
-            let writer = match (stdin, self.input) {
-                (Some(mut stdin), Some(input)) => Some(scope.spawn(move || stdin.write_all(input))),
+            let writer = match (stdin, self.input.as_deref()) {
+                (Some(mut stdin), Some(parts)) => Some(
+                    scope.spawn(move || parts.iter().try_for_each(|part| stdin.write_all(part))),
+                ),
                 _ => None,
             };
             let status = loop {
@@ -200,16 +219,21 @@ impl<'a> Process<'a> {
     }
 }
 
-/// Reads `pipe` to its end on a thread of its own; the bytes arrive on the
-/// returned channel.
+/// Reads `pipe` to its end on a thread of its own; the bytes (none unless
+/// `keep`) arrive on the returned channel.
 fn read_on_a_thread<R: Read + Send + 'static>(
     pipe: Option<R>,
+    keep: bool,
 ) -> std::sync::mpsc::Receiver<Vec<u8>> {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut bytes = Vec::new();
         if let Some(mut pipe) = pipe {
-            let _ = pipe.read_to_end(&mut bytes);
+            if keep {
+                let _ = pipe.read_to_end(&mut bytes);
+            } else {
+                let _ = std::io::copy(&mut pipe, &mut std::io::sink());
+            }
         }
         let _ = tx.send(bytes);
     });
@@ -301,6 +325,23 @@ mod tests {
                 .contains("before reading all of its input"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn input_in_parts_and_discarded_output() {
+        let out = Process::new(["cat"])
+            .input_parts(vec![b"one ", b"two"])
+            .run()
+            .expect("runs");
+        assert_eq!(out.stdout, b"one two");
+        let big = vec![b'x'; 4 << 20];
+        let out = Process::new(["sh", "-c", "cat; echo done >&2"])
+            .input(&big)
+            .discard_stdout()
+            .run()
+            .expect("runs");
+        assert!(out.stdout.is_empty());
+        assert_eq!(out.stderr.trim(), "done");
     }
 
     #[test]

@@ -239,6 +239,11 @@ pub(crate) struct IptablesArgs {
     /// holds rules, as kube-proxy picks).
     #[arg(long, default_value = "auto", value_parser = ["auto", "nft", "legacy"])]
     pub(crate) iptables_mode: String,
+    /// How long one iptables-restore (or -save) may run before it is
+    /// killed and the sync retried as a full one (e.g. 10m); default: 60s
+    /// plus 2ms per line of its input.
+    #[arg(long, value_parser = parse_duration)]
+    pub(crate) iptables_restore_timeout: Option<Duration>,
     #[command(flatten)]
     pub(crate) common: BackendArgs,
 }
@@ -618,6 +623,31 @@ mod tests {
             super::Source::File(file) => assert_eq!(file.node.as_deref(), Some("n")),
             other => panic!("{other:?}"),
         }
+    }
+
+    /// The iptables child's timeout is a flag; unset, it scales.
+    #[test]
+    fn the_iptables_restore_timeout_is_a_flag() {
+        let ipt = |args: &[&str]| {
+            let mut argv = vec!["kpng", "file", "to-iptables"];
+            argv.extend(args);
+            match Cli::try_parse_from(argv).expect("parses").source {
+                super::Source::File(file) => match file.sink {
+                    super::Sink::ToIptables(ipt) => ipt.iptables_restore_timeout,
+                    other => panic!("{other:?}"),
+                },
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(
+            ipt(&["--iptables-restore-timeout", "10m"]),
+            Some(Duration::from_secs(600))
+        );
+        assert_eq!(
+            ipt(&["--iptables-restore-timeout=1ms"]),
+            Some(Duration::from_millis(1))
+        );
+        assert_eq!(ipt(&[]), None);
     }
 
     #[test]

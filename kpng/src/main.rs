@@ -169,6 +169,7 @@ fn unguarded(
                 "legacy" => Some(IptablesMode::Legacy),
                 _ => None,
             };
+            config.restore_timeout = ipt.iptables_restore_timeout;
             // The iptables kpng programs holds chains of kube-proxy's
             // names that are kpng's: known before kube-proxy's are removed.
             let own = (!args.keep_kube_proxy_rules).then(|| {
@@ -176,6 +177,7 @@ fn unguarded(
                     Runner {
                         prefix: Vec::new(),
                         mode: None,
+                        ..Runner::default()
                     }
                     .mode()
                 });
@@ -187,6 +189,8 @@ fn unguarded(
             let runner = Runner {
                 prefix: Vec::new(),
                 mode: config.mode,
+                timeout: config.restore_timeout,
+                ..Runner::default()
             };
             let backend = IptablesBackend::new(config);
             let sink: Box<dyn IncrementalSink + Send> = match (&ipt.aggregator_socket, args.dry_run)

@@ -103,6 +103,12 @@ pub struct IptablesConfig {
     /// A command prefix the iptables tools run under (default none; e.g.
     /// `ip netns exec NAME`).
     pub command_prefix: Vec<String>,
+    /// How long one `iptables-restore` or `iptables-save` may run before it
+    /// is killed (`kpng … to-iptables --iptables-restore-timeout`); `None`
+    /// (default): 60 s plus 2 ms per line of its input
+    /// ([`kpng_netfilter::iptables::scaled_timeout`]). A sync that times out
+    /// fails, changes nothing, and the next one is a full one.
+    pub restore_timeout: Option<std::time::Duration>,
 }
 
 impl Default for IptablesConfig {
@@ -118,7 +124,16 @@ impl IptablesConfig {
             proxy,
             mode: None,
             command_prefix: Vec::new(),
+            restore_timeout: None,
         }
+    }
+
+    /// Kills an `iptables-restore` (or `-save`) after `timeout`, whatever
+    /// its size.
+    #[must_use]
+    pub fn restore_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.restore_timeout = Some(timeout);
+        self
     }
 
     /// Uses iptables-nft or -legacy, not the one detected.
@@ -260,6 +275,8 @@ impl IptablesBackend {
             runner: Runner {
                 prefix: config.command_prefix.clone(),
                 mode: config.mode,
+                timeout: config.restore_timeout,
+                expected_lines: 0,
             },
             service_cidrs: config.proxy.service_prefixes(),
             config,
@@ -312,6 +329,13 @@ impl IptablesBackend {
     /// `KUBE-SVC-*`, `KUBE-SVL-*`, `KUBE-EXT-*`, `KUBE-FW-*`, `KUBE-SEP-*`.
     pub fn owns_chain(name: &str) -> bool {
         render::owned(name)
+    }
+
+    /// Sets how long one `iptables-restore` or `-save` may run (`None`:
+    /// scaled to its input): see [`IptablesConfig::restore_timeout`].
+    pub fn set_restore_timeout(&mut self, timeout: Option<std::time::Duration>) {
+        self.config.restore_timeout = timeout;
+        self.runner.timeout = timeout;
     }
 
     /// Makes the next sync a full one.
@@ -425,6 +449,12 @@ impl IptablesBackend {
         full: bool,
     ) -> Result<(Batch, BTreeMap<ChainKey, Vec<String>>), Error> {
         let owned = |name: &str| render::owned(name);
+        // What iptables-save prints scales with what is wanted.
+        self.runner.expected_lines = self.families[i]
+            .desired
+            .values()
+            .map(|rules| rules.len() + 1)
+            .sum();
         let existing = match (full, self.run) {
             (true, Run::Apply) => Some(self.runner.save(tools(family), &owned)?),
             _ => None,
