@@ -150,7 +150,7 @@ where
 /// one line at info level when the watch comes back.
 ///
 /// # Errors
-/// With [`WatchConfig::give_up_after`], [`Error::Unreachable`] when one
+/// With [`WatchConfig::give_up_after`], [`Error::Unreachable`](crate::Error::Unreachable) when one
 /// kind failed that many times in a row; otherwise it never returns.
 pub async fn run(
     client: kube::Client,
