@@ -1,6 +1,9 @@
 //! The `kpng` command as a user runs it.
 
+mod support;
+
 use std::process::Command;
+use support::Namespace;
 
 fn kpng(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_kpng"))
@@ -30,56 +33,6 @@ fn sample_dry_run() -> String {
     ]);
     assert_eq!(code, 0, "{stderr}");
     stdout
-}
-
-/// A network namespace of the test's own (loopback up), deleted on drop
-/// with the processes started in it; `None` (and SKIPPED printed) when
-/// not root.
-struct Namespace {
-    name: String,
-    children: Vec<std::process::Child>,
-}
-
-impl Namespace {
-    fn new(tag: &str) -> Option<Self> {
-        let root = Command::new("id")
-            .arg("-u")
-            .output()
-            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
-        if !root {
-            eprintln!("SKIPPED: not root");
-            return None;
-        }
-        let name = format!("{tag}{}", std::process::id());
-        let added = Command::new("ip").args(["netns", "add", &name]).status();
-        assert!(added.is_ok_and(|s| s.success()), "ip netns add {name}");
-        let _ = Command::new("ip")
-            .args(["-n", &name, "link", "set", "lo", "up"])
-            .status();
-        Some(Self {
-            name,
-            children: Vec::new(),
-        })
-    }
-
-    /// `args` run in the namespace.
-    fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new("ip");
-        command.args(["netns", "exec", &self.name]).args(args);
-        command
-    }
-}
-
-impl Drop for Namespace {
-    fn drop(&mut self) {
-        for child in &mut self.children {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
-    }
 }
 
 #[test]

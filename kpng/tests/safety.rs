@@ -1,55 +1,17 @@
 //! Safe in an operator's hands (issue #25): a dry run writes nothing,
 //! whatever its flags; a node name that names no Node is loud.
 
+mod support;
+
 use std::io::BufRead as _;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use support::Namespace;
 
 const KPNG: &str = env!("CARGO_BIN_EXE_kpng");
 
-/// A network namespace of the test's own (loopback up), deleted on drop,
-/// even when the test fails; `None` (and SKIPPED printed) when not root.
-struct Namespace {
-    name: String,
-}
-
 impl Namespace {
-    fn new(tag: &str) -> Option<Self> {
-        let root = Command::new("id")
-            .arg("-u")
-            .output()
-            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
-        if !root {
-            eprintln!("SKIPPED: not root");
-            return None;
-        }
-        let name = format!("{tag}{}", std::process::id());
-        let added = Command::new("ip").args(["netns", "add", &name]).status();
-        assert!(added.is_ok_and(|s| s.success()), "ip netns add {name}");
-        let ns = Self { name };
-        ns.sh("ip link set lo up");
-        Some(ns)
-    }
-
-    /// `args` run in the namespace.
-    fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new("ip");
-        command.args(["netns", "exec", &self.name]).args(args);
-        command
-    }
-
-    /// A shell line run in the namespace: its standard output.
-    fn sh(&self, line: &str) -> String {
-        let out = self.command(&["sh", "-c", line]).output().expect("sh");
-        assert!(
-            out.status.success(),
-            "{line}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
     /// kpng run in the namespace until it exits: code, stdout, stderr.
     fn kpng(&self, args: &[&str]) -> (i32, String, String) {
         let out = self
@@ -63,14 +25,6 @@ impl Namespace {
             String::from_utf8_lossy(&out.stdout).into_owned(),
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
-    }
-}
-
-impl Drop for Namespace {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
     }
 }
 

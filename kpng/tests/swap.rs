@@ -7,57 +7,12 @@
 //! kube-proxy and kubelet leave on a node (generated here, in their
 //! layouts), then runs the kpng binary in it once.
 
-use std::process::Command;
+mod support;
 
-/// A network namespace of the test's own, deleted on drop; `None` (and
-/// SKIPPED printed) when not root.
-struct Namespace {
-    name: String,
-}
+use std::process::Command;
+use support::Namespace;
 
 impl Namespace {
-    fn new(tag: &str) -> Option<Self> {
-        let root = Command::new("id")
-            .arg("-u")
-            .output()
-            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
-        if !root {
-            eprintln!("SKIPPED: not root");
-            return None;
-        }
-        let name = format!("{tag}{}", std::process::id());
-        let added = Command::new("ip").args(["netns", "add", &name]).status();
-        assert!(added.is_ok_and(|s| s.success()), "ip netns add {name}");
-        let namespace = Self { name };
-        namespace.run(&["ip", "link", "set", "lo", "up"], None);
-        Some(namespace)
-    }
-
-    /// Runs `args` in the namespace with `input`; its stdout.
-    fn run(&self, args: &[&str], input: Option<&str>) -> String {
-        use std::io::Write as _;
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &self.name])
-            .args(args)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("spawn");
-        let mut stdin = child.stdin.take().expect("stdin");
-        stdin
-            .write_all(input.unwrap_or_default().as_bytes())
-            .expect("input");
-        drop(stdin);
-        let out = child.wait_with_output().expect("run");
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
     /// What `tool-save` shows, without its comment lines (dates).
     fn save(&self, tool: &str) -> String {
         self.run(&[&format!("{tool}-save")], None)
@@ -110,14 +65,6 @@ impl Namespace {
             out.status.code().unwrap_or(-1),
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
-    }
-}
-
-impl Drop for Namespace {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
     }
 }
 
