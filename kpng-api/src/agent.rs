@@ -185,7 +185,7 @@ impl Retries {
         let delay = self.backoff.next_delay();
         tracing::warn!(
             "{}; asking {} for a full view in {:.1}s",
-            one_line(error),
+            kpng_drive::one_line(error),
             self.address,
             delay.as_secs_f64()
         );
@@ -196,7 +196,7 @@ impl Retries {
     /// or the error when it was the last allowed; `revision` is what the
     /// agent holds.
     fn failed(&mut self, error: &Error, revision: u64) -> Result<Duration, Error> {
-        let cause = one_line(error);
+        let cause = kpng_drive::one_line(error);
         self.failed += 1;
         let address = &self.address;
         if self.give_up_after.is_some_and(|n| self.failed >= n) {
@@ -229,21 +229,6 @@ impl Retries {
         }
         Ok(delay)
     }
-}
-
-/// An error and its causes on one line, each cause once.
-fn one_line(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let message = cause.to_string();
-        if !text.contains(&message) {
-            text.push_str(": ");
-            text.push_str(&message);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 pub(crate) async fn client(

@@ -58,6 +58,28 @@ mod drive;
 pub mod guard;
 
 pub use backoff::{Backoff, KUBE_FIRST, KUBE_MAX};
+
+/// An error and its causes on one line, `: `-separated, each cause once
+/// (error types that print their source as well are not repeated): what a
+/// retry's log line names as the cause.
+///
+/// ```
+/// let io = std::io::Error::other("connection refused");
+/// assert_eq!(kpng_drive::one_line(&io), "connection refused");
+/// ```
+pub fn one_line(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let message = cause.to_string();
+        if !text.contains(&message) {
+            text.push_str(": ");
+            text.push_str(&message);
+        }
+        source = cause.source();
+    }
+    text
+}
 pub use drive::{DriveConfig, SyncLimiter, drive};
 pub use guard::{Guard, GuardConfig, Guarded, HoldStatus};
 

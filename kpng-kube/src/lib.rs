@@ -91,21 +91,9 @@ pub enum Error {
     },
 }
 
-/// An error and its causes on one line, `: `-separated, each cause once
-/// (error types that print their source as well are not repeated).
-pub fn one_line(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let message = cause.to_string();
-        if !text.contains(&message) {
-            text.push_str(": ");
-            text.push_str(&message);
-        }
-        source = cause.source();
-    }
-    text
-}
+/// An error and its causes on one line (kpng-drive's, which the agent's
+/// retries use too).
+pub use kpng_drive::one_line;
 
 /// The result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
