@@ -80,7 +80,9 @@ fn agent(path: PathBuf, node: &'static str) -> (Seen, tokio::task::JoinHandle<()
 /// Waits until the agent's last view is the store's node view.
 async fn converged(seen: &Seen, store: &Store, node: &str) -> usize {
     let want = node_view(&store.snapshot(), node);
-    for _ in 0..200 {
+    // Up to 10 s: the agent's reconnects back off (200 ms, doubling), and a
+    // loaded machine is slow.
+    for _ in 0..1000 {
         {
             let guard = seen.0.lock().expect("lock");
             if guard.0.last().is_some_and(|last| {
