@@ -41,6 +41,8 @@
 //! - `companions`: [`Companions`], all of it put around a backend;
 //! - [`metrics`]: Prometheus metrics.
 
+#![forbid(unsafe_code)]
+
 use std::net::SocketAddr;
 
 mod addresses;

@@ -15,7 +15,9 @@ use tokio::task::JoinHandle;
 
 use crate::Error;
 use crate::ProxyHealth;
-use crate::addresses::{AddressEvents, Bind, follow};
+use kpng_netfilter::addresses::AddressEvents;
+
+use crate::addresses::{Bind, follow};
 use crate::http::{self, Reply};
 
 /// What one healthCheckNodePort reports.
@@ -140,7 +142,7 @@ impl HealthCheckServer {
     pub fn on_prefixes(prefixes: Vec<(IpAddr, u8)>, health: ProxyHealth) -> Self {
         let bind = Arc::new(Bind::Prefixes(prefixes));
         let ports = Arc::new(Mutex::new(Ports::default()));
-        let follower = match AddressEvents::open() {
+        let follower = match AddressEvents::open(None) {
             Ok(events) => Some(tokio::spawn(follow(
                 events,
                 bind.clone(),
