@@ -412,12 +412,12 @@ pub async fn serve_metrics(
             "/metrics" => {}
             "/configz" => return metrics.0.kube.configz_reply(),
             "/proxyMode" => return metrics.0.kube.proxy_mode_reply(),
-            _ => return crate::Reply::not_found(),
+            _ => return crate::http::Reply::not_found(),
         }
         if let Some(store) = &store {
             metrics.observe_store(store.stats());
         }
-        crate::Reply {
+        crate::http::Reply {
             status: 200,
             content_type: "application/openmetrics-text; version=1.0.0; charset=utf-8",
             body: metrics.encode(),
@@ -610,21 +610,21 @@ impl KubeProxy {
         }
     }
 
-    fn configz_reply(&self) -> crate::Reply {
+    fn configz_reply(&self) -> crate::http::Reply {
         match self.configz.lock().ok().and_then(|c| c.clone()) {
-            Some(config) => crate::Reply::json(200, &config),
-            None => crate::Reply::not_found(),
+            Some(config) => crate::http::Reply::json(200, &config),
+            None => crate::http::Reply::not_found(),
         }
     }
 
-    fn proxy_mode_reply(&self) -> crate::Reply {
+    fn proxy_mode_reply(&self) -> crate::http::Reply {
         match self.proxy_mode.lock().ok().and_then(|m| m.clone()) {
-            Some(mode) => crate::Reply {
+            Some(mode) => crate::http::Reply {
                 status: 200,
                 content_type: "text/plain; charset=utf-8",
                 body: mode,
             },
-            None => crate::Reply::not_found(),
+            None => crate::http::Reply::not_found(),
         }
     }
 }

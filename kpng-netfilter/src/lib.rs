@@ -16,12 +16,16 @@
 //! its modes (its nftables tables, its iptables chains, IPVS), as
 //! kube-proxy removes the other modes' rules when it starts.
 //!
+//! [`addresses`] follows a network namespace's interface addresses over
+//! rtnetlink (the `rtnetlink` crate): what is there now, and each address
+//! added or removed.
+//!
 //! [`process`] is the one way kpng runs a child process (`nft`,
 //! `iptables-restore`, `conntrack`): with a timeout, its pipes served on
 //! threads, and killed by the kernel if kpng dies first.
 //!
 //! Message framing and parsing come from the rust-netlink crates
-//! (`netlink-packet-netfilter`); the expressions it does not type are
+//! (`netlink-packet-netfilter`, and `rtnetlink` for addresses); the expressions it does not type are
 //! encoded here from `linux/netfilter/nf_tables.h`.
 //!
 //! # Example
@@ -62,6 +66,7 @@
 //! // socket.apply(&tx)?;
 //! ```
 
+pub mod addresses;
 pub mod conntrack;
 pub mod iptables;
 pub mod leftovers;
@@ -131,6 +136,18 @@ pub enum Error {
         code: Option<i32>,
         /// What it printed to stderr.
         stderr: String,
+    },
+    /// The rtnetlink connection that follows interface addresses
+    /// ([`addresses`]) could not be opened, or a request on it failed.
+    #[error("rtnetlink: {what}{}: {source}", in_netns(.netns))]
+    Rtnetlink {
+        /// What failed.
+        what: &'static str,
+        /// The network namespace, when not the process's own.
+        netns: Option<String>,
+        /// Why.
+        #[source]
+        source: std::io::Error,
     },
     /// A reply could not be read.
     #[error("cannot decode {what}")]

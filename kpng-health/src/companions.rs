@@ -1,0 +1,119 @@
+//! [`Companions`]: what kube-proxy runs beside its data plane, put around
+//! a backend.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use kpng_sink::{FullStateSink, IncrementalSink};
+use tokio::net::TcpListener;
+
+use crate::{Conditions, HealthCheckServer, Healthy, ProxyHealth, serve_healthz};
+
+/// What kube-proxy runs beside its data plane, put around a backend:
+/// `/healthz` and `/livez` telling how the backend's rounds go, the
+/// health-check node ports of the node view, and other full-state sinks
+/// (conntrack cleanup, say). Those follow the backend's own view after
+/// each round it applied ([`kpng_sink::Follow`]): no copy of their own.
+///
+/// ```no_run
+/// # async fn f(backend: impl kpng_sink::IncrementalSink + Send + 'static) -> std::io::Result<()> {
+/// use std::time::Duration;
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:10256").await?;
+/// let sink = kpng_health::Companions::new()
+///     .healthz(listener, Duration::from_secs(60))
+///     .health_check_prefixes(vec![("192.168.0.0".parse().unwrap(), 24)])
+///     .around(backend);
+/// # Ok(()) }
+/// ```
+#[derive(Default)]
+pub struct Companions {
+    healthz: Option<(TcpListener, ProxyHealth)>,
+    prefixes: Option<Vec<(IpAddr, u8)>>,
+    followers: Vec<Box<dyn FullStateSink + Send>>,
+    conditions: Conditions,
+}
+
+impl std::fmt::Debug for Companions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Companions")
+            .field("healthz", &self.healthz.as_ref().map(|(_, h)| h))
+            .field("prefixes", &self.prefixes)
+            .field("followers", &self.followers.len())
+            .finish()
+    }
+}
+
+impl Companions {
+    /// None yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A full-state sink that follows the backend's view after each round.
+    #[must_use]
+    pub fn follower(mut self, sink: impl FullStateSink + Send + 'static) -> Self {
+        self.followers.push(Box::new(sink));
+        self
+    }
+
+    /// Serves `/healthz` and `/livez` on `listener` (unhealthy once a
+    /// change waited longer than `timeout`), and the health-check node
+    /// ports.
+    #[must_use]
+    pub fn healthz(mut self, listener: TcpListener, timeout: Duration) -> Self {
+        self.healthz = Some((listener, ProxyHealth::new(timeout)));
+        self
+    }
+
+    /// `/healthz` answers `503` while any of `conditions` is set (see
+    /// [`Conditions`]).
+    #[must_use]
+    pub fn conditions(mut self, conditions: Conditions) -> Self {
+        self.conditions = conditions;
+        self
+    }
+
+    /// The health `/healthz` reports, once [`healthz`](Self::healthz) is
+    /// set: others may add to it (a held-back input, say).
+    pub fn proxy_health(&self) -> Option<ProxyHealth> {
+        self.healthz.as_ref().map(|(_, health)| health.clone())
+    }
+
+    /// Serves the health-check node ports on the node's addresses within
+    /// `prefixes` (`--nodeport-addresses`), following them; by default on
+    /// every address.
+    #[must_use]
+    pub fn health_check_prefixes(mut self, prefixes: Vec<(IpAddr, u8)>) -> Self {
+        self.prefixes = Some(prefixes);
+        self
+    }
+
+    /// Puts them around `backend`. Spawns the servers on the current tokio
+    /// runtime.
+    pub fn around<S: IncrementalSink + Send + 'static>(
+        mut self,
+        backend: S,
+    ) -> Box<dyn IncrementalSink + Send> {
+        let backend: Box<dyn IncrementalSink + Send> = match self.healthz {
+            None => Box::new(backend),
+            Some((listener, health)) => {
+                let health = health.with_conditions(self.conditions);
+                tokio::spawn(serve_healthz(listener, health.clone()));
+                let server = match self.prefixes {
+                    Some(prefixes) => HealthCheckServer::on_prefixes(prefixes, health.clone()),
+                    None => HealthCheckServer::new(
+                        vec![std::net::Ipv4Addr::UNSPECIFIED.into()],
+                        health.clone(),
+                    ),
+                };
+                self.followers.push(Box::new(server));
+                Box::new(Healthy::new(backend, health))
+            }
+        };
+        if self.followers.is_empty() {
+            return backend;
+        }
+        // The backend first: the followers act on its new rules.
+        Box::new(kpng_sink::Follow::new(backend, self.followers))
+    }
+}

@@ -1,0 +1,247 @@
+//! `/healthz` and `/livez`: [`ProxyHealth`] (the data plane's syncs, and
+//! whether this node is going away), named readiness [`Conditions`], the
+//! [`Healthy`] wrapper that feeds them from a backend, and
+//! [`serve_healthz`].
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use kpng_model::view::ViewOp;
+use kpng_sink::{IncrementalSink, SinkError};
+use tokio::net::TcpListener;
+
+use crate::http::{self, Reply};
+
+#[derive(Debug)]
+struct SyncState {
+    timeout: Duration,
+    last_sync: Option<(Instant, SystemTime)>,
+    pending_since: Option<Instant>,
+    /// This node is going away (KEP-3836).
+    node_terminating: bool,
+    /// Named reasons not to be ready.
+    conditions: Conditions,
+    /// Why the input is held back (a mass deletion), if it is.
+    held_back: Option<String>,
+}
+
+/// Named reasons the proxy is not ready, each with why: while any is set,
+/// `/healthz` (and `serviceProxyHealthy`) answers `503` and its body
+/// lists them under `"conditions"`. `/livez` ignores them. Cloning shares
+/// them; set and clear them from anywhere.
+///
+/// ```
+/// use std::time::Duration;
+/// use kpng_health::{Conditions, ProxyHealth};
+///
+/// let conditions = Conditions::default();
+/// let health = ProxyHealth::new(Duration::from_secs(60)).with_conditions(conditions.clone());
+/// health.synced();
+/// conditions.set("node", "no Node named node-c");
+/// assert!(!health.healthy() && health.live());
+/// conditions.clear("node");
+/// assert!(health.healthy());
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct Conditions(Arc<Mutex<BTreeMap<String, String>>>);
+
+impl Conditions {
+    /// Sets (or replaces) condition `name`, failing with `reason`.
+    pub fn set(&self, name: &str, reason: impl Into<String>) {
+        if let Ok(mut c) = self.0.lock() {
+            c.insert(name.to_owned(), reason.into());
+        }
+    }
+
+    /// Clears condition `name`, if set.
+    pub fn clear(&self, name: &str) {
+        if let Ok(mut c) = self.0.lock() {
+            c.remove(name);
+        }
+    }
+
+    /// The conditions set now, by name, with their reasons.
+    pub fn failing(&self) -> BTreeMap<String, String> {
+        self.0.lock().map(|c| c.clone()).unwrap_or_default()
+    }
+
+    /// Whether none is set.
+    pub fn is_clear(&self) -> bool {
+        self.0.lock().is_ok_and(|c| c.is_empty())
+    }
+}
+
+/// Whether the proxy keeps its data plane in sync: healthy after the first
+/// sync, as long as no change has waited longer than the timeout (kube-proxy
+/// uses twice its sync period). Cloning shares it.
+#[derive(Clone, Debug)]
+pub struct ProxyHealth(Arc<Mutex<SyncState>>);
+
+impl ProxyHealth {
+    /// Unhealthy until the first sync.
+    pub fn new(timeout: Duration) -> Self {
+        Self(Arc::new(Mutex::new(SyncState {
+            timeout,
+            last_sync: None,
+            pending_since: None,
+            node_terminating: false,
+            conditions: Conditions::default(),
+            held_back: None,
+        })))
+    }
+
+    /// Not healthy while any of `conditions` is set (see [`Conditions`]).
+    #[must_use]
+    pub fn with_conditions(self, conditions: Conditions) -> Self {
+        if let Ok(mut s) = self.0.lock() {
+            s.conditions = conditions;
+        }
+        self
+    }
+
+    /// The readiness conditions.
+    pub fn conditions(&self) -> Conditions {
+        self.0
+            .lock()
+            .map(|s| s.conditions.clone())
+            .unwrap_or_default()
+    }
+
+    /// Whether the input is held back, and why (a mass deletion the guard
+    /// refused): `/healthz` answers `503` with the reason meanwhile, as
+    /// the data plane no longer follows the cluster. `/livez` is not
+    /// affected: restarting would not help.
+    pub fn set_held_back(&self, reason: Option<String>) {
+        if let Ok(mut s) = self.0.lock() {
+            s.held_back = reason;
+        }
+    }
+
+    /// Whether this node is going away: being deleted, or tainted
+    /// `ToBeDeletedByClusterAutoscaler` (KEP-3836). [`Healthy`] sets it
+    /// from the view's node object.
+    pub fn set_node_terminating(&self, terminating: bool) {
+        if let Ok(mut s) = self.0.lock() {
+            s.node_terminating = terminating;
+        }
+    }
+
+    /// A change is waiting to be applied (the first since the last sync
+    /// starts the clock).
+    pub fn queued(&self) {
+        if let Ok(mut s) = self.0.lock() {
+            s.pending_since.get_or_insert_with(Instant::now);
+        }
+    }
+
+    /// Everything queued was applied.
+    pub fn synced(&self) {
+        if let Ok(mut s) = self.0.lock() {
+            s.last_sync = Some((Instant::now(), SystemTime::now()));
+            s.pending_since = None;
+        }
+    }
+
+    /// Whether the proxy keeps its data plane in sync (`/livez`).
+    pub fn live(&self) -> bool {
+        self.0.lock().is_ok_and(|s| {
+            s.last_sync.is_some() && s.pending_since.is_none_or(|t| t.elapsed() < s.timeout)
+        })
+    }
+
+    /// Whether load balancers should send new connections here
+    /// (`/healthz`, and `serviceProxyHealthy` of the health-check node
+    /// ports): [`live`](Self::live), this node is not going away, and
+    /// no readiness [`Conditions`] entry is set.
+    pub fn healthy(&self) -> bool {
+        self.live()
+            && self.0.lock().is_ok_and(|s| {
+                !s.node_terminating && s.conditions.is_clear() && s.held_back.is_none()
+            })
+    }
+
+    /// The `/healthz` body: the last sync and now, in seconds since the
+    /// epoch, and the verdict.
+    fn body(&self) -> serde_json::Value {
+        let seconds = |t: SystemTime| t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let last = self
+            .0
+            .lock()
+            .ok()
+            .and_then(|s| s.last_sync)
+            .map(|(_, t)| seconds(t));
+        let eligible = self.0.lock().is_ok_and(|s| !s.node_terminating);
+        let held_back = self.0.lock().ok().and_then(|s| s.held_back.clone());
+        let mut body = serde_json::json!({
+            "lastUpdated": last,
+            "currentTime": seconds(SystemTime::now()),
+            "healthy": self.healthy(),
+            "nodeEligible": eligible,
+            "conditions": self.conditions().failing(),
+        });
+        if let (Some(reason), Some(map)) = (held_back, body.as_object_mut()) {
+            map.insert("heldBack".into(), reason.into());
+        }
+        body
+    }
+}
+
+/// Wraps a backend: ops mark a change queued, a successful sync marks the
+/// proxy synced (a failing one leaves the change waiting).
+#[derive(Debug)]
+pub struct Healthy<S> {
+    inner: S,
+    health: ProxyHealth,
+}
+
+impl<S> Healthy<S> {
+    /// Tracks `inner`'s syncs in `health`.
+    pub fn new(inner: S, health: ProxyHealth) -> Self {
+        Self { inner, health }
+    }
+}
+
+impl<S: IncrementalSink> IncrementalSink for Healthy<S> {
+    fn reset(&mut self) {
+        self.health.queued();
+        self.inner.reset();
+    }
+    fn apply(&mut self, op: &ViewOp) -> Result<(), SinkError> {
+        self.health.queued();
+        match op {
+            ViewOp::SetNode(node) => self.health.set_node_terminating(node.terminating),
+            ViewOp::DeleteNode => self.health.set_node_terminating(false),
+            _ => {}
+        }
+        self.inner.apply(op)
+    }
+    fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
+        self.inner.sync(revision)?;
+        self.health.synced();
+        Ok(())
+    }
+    fn view(&self) -> Option<&kpng_model::view::NodeView> {
+        self.inner.view()
+    }
+    fn share_view(&mut self, view: &kpng_model::view::NodeView) {
+        self.inner.share_view(view);
+    }
+}
+
+/// Serves `/healthz` and `/livez` on `listener` until the task is dropped:
+/// `200` while `health` is healthy, `503` otherwise; `404` elsewhere.
+pub async fn serve_healthz(listener: TcpListener, health: ProxyHealth) {
+    http::serve(listener, move |path| match path {
+        "/healthz" => {
+            let status = if health.healthy() { 200 } else { 503 };
+            Reply::json(status, &health.body())
+        }
+        "/livez" => {
+            let status = if health.live() { 200 } else { 503 };
+            Reply::json(status, &health.body())
+        }
+        _ => Reply::not_found(),
+    })
+    .await;
+}
