@@ -246,9 +246,24 @@ fn a_timed_out_restore_keeps_the_old_rules_and_the_retry_converges() {
         &format!("{{clusterIP: 10.96.0.75, {PORT}}}"),
         "[{addresses: [10.244.3.10], nodeName: node-c}]",
     );
-    let err = proxy
-        .load(&manifest(std::slice::from_ref(&newcomer)))
-        .expect_err("restore killed");
+    // With 300 more Services of 10 endpoints (3,300 chains), the restore
+    // takes far longer than 1 ms whatever the machine's load, so it is
+    // always still running at its deadline (a one-Service restore could
+    // finish before the runner looked).
+    let mut large: Vec<String> = (0..300)
+        .map(|i| {
+            let eps: Vec<String> = (1..=10)
+                .map(|j| format!("{{addresses: [10.250.{}.{j}], nodeName: node-c}}", i % 250))
+                .collect();
+            service(
+                &format!("bulk-{i}"),
+                &format!("{{clusterIP: 10.96.{}.{}, {PORT}}}", 2 + i / 250, i % 250),
+                &format!("[{}]", eps.join(", ")),
+            )
+        })
+        .collect();
+    large.push(newcomer.clone());
+    let err = proxy.load(&manifest(&large)).expect_err("restore killed");
     let mut text = err.to_string();
     let mut source = std::error::Error::source(&err);
     while let Some(e) = source {
