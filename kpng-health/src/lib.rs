@@ -36,9 +36,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use kpng_model::ServiceName;
 use kpng_model::v1::{ServiceType, TrafficPolicy};
 use kpng_model::view::{NodeView, ViewOp};
+use kpng_model::{IpNet, ServiceName};
 use kpng_sink::{FullStateSink, IncrementalSink, SinkError};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -375,7 +375,7 @@ enum Bind {
     Addresses(Vec<IpAddr>),
     /// This node's interface addresses in these prefixes
     /// (`--nodeport-addresses 192.168.0.0/24`), followed as they change.
-    Prefixes(Vec<(IpAddr, u8)>),
+    Prefixes(Vec<IpNet>),
 }
 
 impl Bind {
@@ -524,7 +524,7 @@ impl HealthCheckServer {
     /// (kube-proxy's `--nodeport-addresses` as CIDRs; loopback never).
     /// The listeners follow the addresses: an address added or removed
     /// (rtnetlink tells) moves them at once, and each sync looks again.
-    pub fn on_prefixes(prefixes: Vec<(IpAddr, u8)>, health: ProxyHealth) -> Self {
+    pub fn on_prefixes(prefixes: Vec<IpNet>, health: ProxyHealth) -> Self {
         let bind = Arc::new(Bind::Prefixes(prefixes));
         let ports = Arc::new(Mutex::new(Ports::default()));
         let follower = match AddressEvents::open() {
@@ -698,14 +698,14 @@ impl Drop for HealthCheckServer {
 /// let listener = tokio::net::TcpListener::bind("127.0.0.1:10256").await?;
 /// let sink = kpng_health::Companions::new()
 ///     .healthz(listener, Duration::from_secs(60))
-///     .health_check_prefixes(vec![("192.168.0.0".parse().unwrap(), 24)])
+///     .health_check_prefixes(vec!["192.168.0.0/24".parse().unwrap()])
 ///     .around(backend);
 /// # Ok(()) }
 /// ```
 #[derive(Default)]
 pub struct Companions {
     healthz: Option<(TcpListener, ProxyHealth)>,
-    prefixes: Option<Vec<(IpAddr, u8)>>,
+    prefixes: Option<Vec<IpNet>>,
     followers: Vec<Box<dyn FullStateSink + Send>>,
     conditions: Conditions,
 }
@@ -760,7 +760,7 @@ impl Companions {
     /// `prefixes` (`--nodeport-addresses`), following them; by default on
     /// every address.
     #[must_use]
-    pub fn health_check_prefixes(mut self, prefixes: Vec<(IpAddr, u8)>) -> Self {
+    pub fn health_check_prefixes(mut self, prefixes: Vec<IpNet>) -> Self {
         self.prefixes = Some(prefixes);
         self
     }

@@ -61,6 +61,9 @@ pub mod v1 {
 
 pub use addr::IpFamily;
 pub use endpoint::EndpointInfo;
+/// A typed CIDR (network address and prefix length), from the `ipnet`
+/// crate: the one type every kpng-rs crate uses for prefixes.
+pub use ipnet::IpNet;
 /// Store entries in wire form (`kpng.model.v1.EnlsChange`), for the global
 /// watch.
 pub use key::wire as entries;

@@ -21,7 +21,7 @@ use std::hash::Hasher;
 use std::net::IpAddr;
 
 use kpng_model::view::{PortPlan, ServicePlan, ServiceView};
-use kpng_model::{IpFamily, ServiceName};
+use kpng_model::{IpFamily, IpNet, ServiceName};
 use siphasher::sip128::{Hasher128, SipHasher13};
 
 use crate::IptablesConfig;
@@ -186,7 +186,7 @@ pub(crate) fn service(
     view: &ServiceView,
     family: IpFamily,
     config: &IptablesConfig,
-    service_cidrs: &[(IpAddr, u8)],
+    service_cidrs: &[IpNet],
 ) -> Render {
     let mut render = Render::default();
     let name: ServiceName = view.service.service_name();
@@ -452,7 +452,7 @@ fn unknown_ports(
     render: &mut Render,
     cluster_ips: &[String],
     family: IpFamily,
-    service_cidrs: &[(IpAddr, u8)],
+    service_cidrs: &[IpNet],
 ) {
     let chain = if cidrs_in(service_cidrs, family).is_empty() {
         SERVICES
@@ -472,7 +472,7 @@ pub(crate) fn globals(
     config: &IptablesConfig,
     family: IpFamily,
     node_ips: &[String],
-    service_cidrs: &[(IpAddr, u8)],
+    service_cidrs: &[IpNet],
 ) -> Render {
     let mut render = Render::default();
     let m = config.proxy.masquerade_mark();
