@@ -15,6 +15,12 @@
 //!   shared.
 //! - [`view`] holds the node view: the ENLS projected onto one node, which
 //!   `kpng-diff` computes and backends consume.
+//! - Prefixes are text on the wire and [`IpNet`] (re-exported from the
+//!   `ipnet` crate) everywhere after: [`addr`] parses them
+//!   ([`addr::canonical_cidr`], [`addr::parse_prefixes`]), and
+//!   [`view::ServiceView::plan`] parses a Service's
+//!   `loadBalancerSourceRanges` once, reporting an invalid entry once, so
+//!   that renderers take typed prefixes and parse no text.
 //!
 //! Every model value derives `Eq` and `Hash`: equality compares field by
 //! field and never allocates, which lets the store skip no-op writes.
