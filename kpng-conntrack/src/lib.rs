@@ -80,7 +80,7 @@ pub struct ConntrackCleaner {
 /// its endpoints' addresses.
 #[derive(Debug, Default)]
 struct UdpPort {
-    addresses: Vec<String>,
+    addresses: Vec<IpAddr>,
     node_port: Option<u16>,
     endpoints: BTreeSet<IpAddr>,
 }
@@ -133,7 +133,7 @@ impl Allowed {
         };
         for service in view.services.values() {
             for ((_, number), port) in udp_ports(service) {
-                for address in port.addresses.iter().filter_map(|a| a.parse().ok()) {
+                for &address in &port.addresses {
                     allowed
                         .addresses
                         .entry((address, number))

@@ -196,12 +196,14 @@ impl crate::v1::ServicePort {
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct ServicePlan<'a> {
-    /// The ClusterIPs.
-    pub cluster_ips: &'a [String],
+    /// The ClusterIPs, parsed once when the plan is made (as every
+    /// address here: an entry that is not an address is left out and
+    /// reported once by [`ServiceView::plan`]).
+    pub cluster_ips: Vec<IpAddr>,
     /// The externalIPs.
-    pub external_ips: &'a [String],
+    pub external_ips: Vec<IpAddr>,
     /// The load-balancer ingress IPs to program (ipMode VIP or unset).
-    pub lb_ips: &'a [String],
+    pub lb_ips: Vec<IpAddr>,
     /// `loadBalancerSourceRanges` (for LB IPs only), parsed once when the
     /// plan is made: renderers take these typed prefixes and parse no
     /// text. An entry that is not a CIDR is left out and reported once,
@@ -237,15 +239,14 @@ pub struct PortPlan<'a> {
 
 impl<'a> ServicePlan<'a> {
     /// The external addresses: externalIPs, then LB IPs.
-    pub fn externals(&self) -> impl Iterator<Item = &'a String> + 'a {
-        self.external_ips.iter().chain(self.lb_ips)
+    pub fn externals(&self) -> impl Iterator<Item = &IpAddr> + '_ {
+        self.external_ips.iter().chain(&self.lb_ips)
     }
 }
 
 impl ServiceView {
     /// The Service resolved for `family`: see [`ServicePlan`].
     pub fn plan(&self, family: IpFamily) -> ServicePlan<'_> {
-        use crate::addr::family_of;
         use crate::v1::ServiceType;
         let svc = &self.service;
         let node_ports = matches!(
@@ -271,9 +272,14 @@ impl ServiceView {
             })
             .collect();
         ServicePlan {
-            cluster_ips: family_of(svc.cluster_ips.as_ref(), family),
-            external_ips: family_of(svc.external_ips.as_deref(), family),
-            lb_ips: family_of(svc.load_balancer_ips.as_deref(), family),
+            cluster_ips: addresses(self, "clusterIPs", svc.cluster_ips.as_ref(), family),
+            external_ips: addresses(self, "externalIPs", svc.external_ips.as_deref(), family),
+            lb_ips: addresses(
+                self,
+                "loadBalancerIPs",
+                svc.load_balancer_ips.as_deref(),
+                family,
+            ),
             source_ranges: source_ranges(self, family),
             itp_local: svc.internal_traffic_policy() == TrafficPolicy::Local,
             etp_local: svc.external_traffic_policy() == TrafficPolicy::Local,
@@ -284,6 +290,30 @@ impl ServiceView {
             ports,
         }
     }
+}
+
+/// The addresses of one of `view`'s sets in `family`, parsed; each entry
+/// that is not an address (or not of `family`) is reported once here.
+fn addresses(
+    view: &ServiceView,
+    field: &str,
+    set: Option<&crate::v1::IpSet>,
+    family: IpFamily,
+) -> Vec<IpAddr> {
+    let texts = crate::addr::family_of(set, family);
+    let mut out = Vec::with_capacity(texts.len());
+    for text in texts {
+        match text.parse::<IpAddr>() {
+            Ok(ip) if IpFamily::of(&ip) == family => out.push(ip),
+            _ => tracing::warn!(
+                service = %view.service.service_name(),
+                field,
+                address = %text,
+                "address ignored"
+            ),
+        }
+    }
+    out
 }
 
 /// The typed `loadBalancerSourceRanges` of `view` in `family`; each entry
@@ -1096,12 +1126,12 @@ mod tests {
         )
     }
 
-    /// A Service's `loadBalancerSourceRanges` are parsed once, when the
-    /// plan is made: the renderers get typed prefixes (host bits
-    /// cleared), and an entry that is not a CIDR is left out and reported
-    /// once, not once per renderer.
+    /// A Service's addresses and `loadBalancerSourceRanges` are parsed
+    /// once, when the plan is made: the renderers get typed addresses and
+    /// prefixes (host bits cleared), and an entry that is not valid is
+    /// left out and reported once, not once per renderer.
     #[test]
-    fn source_ranges_are_parsed_once_and_typed() {
+    fn addresses_and_source_ranges_are_parsed_once_and_typed() {
         use std::io::Write;
         use std::sync::Mutex;
 
@@ -1120,6 +1150,10 @@ mod tests {
         let service = Arc::new(Service {
             namespace: "default".into(),
             name: "lb".into(),
+            cluster_ips: Some(IpSet {
+                v4: vec!["10.96.0.1".into(), "10.96.0.300".into()],
+                v6: Vec::new(),
+            }),
             load_balancer_source_ranges: Some(Box::new(IpSet {
                 v4: vec!["192.168.1.7/24".into(), "10.0.0.0/33".into()],
                 v6: vec!["fd00::/64".into()],
@@ -1133,17 +1167,20 @@ mod tests {
             .with_writer(move || writer.clone())
             .with_ansi(false)
             .finish();
-        let (v4, v6) = tracing::subscriber::with_default(subscriber, || {
+        let (v4, v6, cluster_ips) = tracing::subscriber::with_default(subscriber, || {
             let v4 = view.plan(crate::IpFamily::V4);
             let v6 = view.plan(crate::IpFamily::V6);
-            (v4.source_ranges, v6.source_ranges)
+            (v4.source_ranges, v6.source_ranges, v4.cluster_ips)
         });
+        let ip = |t: &str| t.parse::<std::net::IpAddr>().expect("ip");
+        assert_eq!(cluster_ips, [ip("10.96.0.1")], "addresses typed too");
         let net = |t: &str| t.parse::<crate::IpNet>().expect("cidr");
         assert_eq!(v4, [net("192.168.1.0/24")], "typed, host bits cleared");
         assert_eq!(v6, [net("fd00::/64")]);
         let text = String::from_utf8(log.0.lock().expect("log").clone()).expect("utf-8");
         assert_eq!(text.matches("10.0.0.0/33").count(), 1, "{text}");
-        assert_eq!(text.lines().count(), 1, "{text}");
+        assert_eq!(text.matches("10.96.0.300").count(), 1, "{text}");
+        assert_eq!(text.lines().count(), 2, "{text}");
     }
 
     /// An op that finds its change made (a view shared by the driver)

@@ -109,10 +109,6 @@ pub(crate) fn nodeport_ips(view: &NodeView, prefixes: Option<&[IpNet]>) -> Vec<I
     ips
 }
 
-fn parse(ips: &[String]) -> impl Iterator<Item = IpAddr> + '_ {
-    ips.iter().filter_map(|ip| ip.parse().ok())
-}
-
 /// What `view` asks of the maps.
 ///
 /// - ClusterIPs lead to the internal-policy endpoints (the local ones for
@@ -142,7 +138,7 @@ pub(crate) fn contribution(
     for family in IpFamily::BOTH {
         let plan = view.plan(family);
         let v6 = family == IpFamily::V6;
-        let cluster_ips: Vec<IpAddr> = parse(plan.cluster_ips).collect();
+        let cluster_ips: Vec<IpAddr> = plan.cluster_ips.clone();
         if cluster_ips.is_empty() {
             // Not a Service of this family (single stack): nothing of it
             // here, its NodePorts included, as kube-proxy's proxier of
@@ -150,11 +146,11 @@ pub(crate) fn contribution(
             continue;
         }
         let lb_ips: Vec<IpAddr> = if plan.source_ranges.is_empty() {
-            parse(plan.lb_ips).collect()
+            plan.lb_ips.clone()
         } else {
             Vec::new()
         };
-        let externals: Vec<IpAddr> = parse(plan.external_ips).chain(lb_ips).collect();
+        let externals: Vec<IpAddr> = plan.external_ips.iter().copied().chain(lb_ips).collect();
         let node_ips: Vec<IpAddr> = node_ips
             .iter()
             .copied()
@@ -259,10 +255,10 @@ pub(crate) fn contribution(
                         claim(*ip, node_port, false);
                     }
                 }
-                for ip in parse(plan.external_ips) {
+                for ip in plan.external_ips.iter().copied() {
                     claim(ip, port.number, false);
                 }
-                for ip in parse(plan.lb_ips) {
+                for ip in plan.lb_ips.iter().copied() {
                     let ranged = !ranges.is_empty();
                     let frontend = claim(ip, port.number, ranged);
                     for &(net, len) in &ranges {

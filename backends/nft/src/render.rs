@@ -634,12 +634,8 @@ impl PortCtx<'_> {
 }
 
 /// Addresses of this family among `texts`, as bytes.
-fn addrs(fam: Fam, texts: &[String]) -> Vec<Vec<u8>> {
-    texts
-        .iter()
-        .filter_map(|t| t.parse::<IpAddr>().ok())
-        .filter_map(|ip| fam.bytes(ip))
-        .collect()
+fn addrs(fam: Fam, ips: &[IpAddr]) -> Vec<Vec<u8>> {
+    ips.iter().filter_map(|ip| fam.bytes(*ip)).collect()
 }
 
 /// Renders one Service for one family.
@@ -648,9 +644,9 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &NftConfig) 
     let fam = Fam(family);
     let name = view.service.service_name();
     let plan = view.plan(family);
-    let cluster_ips = addrs(fam, plan.cluster_ips);
-    let lb_ips = addrs(fam, plan.lb_ips);
-    let external: Vec<Vec<u8>> = addrs(fam, plan.external_ips)
+    let cluster_ips = addrs(fam, &plan.cluster_ips);
+    let lb_ips = addrs(fam, &plan.lb_ips);
+    let external: Vec<Vec<u8>> = addrs(fam, &plan.external_ips)
         .into_iter()
         .chain(lb_ips.iter().cloned())
         .collect();
