@@ -18,9 +18,9 @@
 //! - Prefixes are text on the wire and [`IpNet`] (re-exported from the
 //!   `ipnet` crate) everywhere after: [`addr`] parses them
 //!   ([`addr::canonical_cidr`], [`addr::parse_prefixes`]), and
-//!   [`view::ServiceView::plan`] parses a Service's
+//!   [`view::ServiceView::plan`] parses a Service's addresses and
 //!   `loadBalancerSourceRanges` once, reporting an invalid entry once, so
-//!   that renderers take typed prefixes and parse no text.
+//!   that renderers take typed addresses and prefixes and parse no text.
 //!
 //! Every model value derives `Eq` and `Hash`: equality compares field by
 //! field and never allocates, which lets the store skip no-op writes.
