@@ -32,7 +32,7 @@ impl IncrementalSink for Printer {
                     Some(service) => {
                         let plan = service.plan(IpFamily::V4);
                         for port in &plan.ports {
-                            for vip in plan.cluster_ips {
+                            for vip in &plan.cluster_ips {
                                 println!(
                                     "r{revision}: {vip}:{} {} -> {:?}",
                                     port.number, port.protocol, port.cluster

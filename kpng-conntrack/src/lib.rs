@@ -56,8 +56,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-use kpng_model::IpFamily;
 use kpng_model::view::{NodeView, ServiceView};
+use kpng_model::{IpFamily, IpNet};
 use kpng_netfilter::conntrack::Flow;
 use kpng_netfilter::nft::Socket;
 use kpng_sink::{FullStateSink, SinkError};
@@ -72,7 +72,7 @@ pub struct ConntrackCleaner {
     known: BTreeSet<(IpAddr, u16)>,
     /// The Service CIDRs: a translated flow to an address in them that no
     /// Service has is stale, whenever its Service went.
-    service_cidrs: Vec<(IpAddr, u8)>,
+    service_cidrs: Vec<IpNet>,
     last: Vec<Flow>,
 }
 
@@ -80,7 +80,7 @@ pub struct ConntrackCleaner {
 /// its endpoints' addresses.
 #[derive(Debug, Default)]
 struct UdpPort {
-    addresses: Vec<String>,
+    addresses: Vec<IpAddr>,
     node_port: Option<u16>,
     endpoints: BTreeSet<IpAddr>,
 }
@@ -122,7 +122,7 @@ struct Allowed {
     addresses: BTreeMap<(IpAddr, u16), BTreeSet<IpAddr>>,
     node_ports: BTreeMap<u16, BTreeSet<IpAddr>>,
     /// The cluster's Service CIDRs (its ServiceCIDR objects).
-    service_cidrs: Vec<(IpAddr, u8)>,
+    service_cidrs: Vec<IpNet>,
 }
 
 impl Allowed {
@@ -133,7 +133,7 @@ impl Allowed {
         };
         for service in view.services.values() {
             for ((_, number), port) in udp_ports(service) {
-                for address in port.addresses.iter().filter_map(|a| a.parse().ok()) {
+                for &address in &port.addresses {
                     allowed
                         .addresses
                         .entry((address, number))
@@ -172,7 +172,7 @@ impl ConntrackCleaner {
     /// too, as kube-proxy does. The ServiceCIDRs the view carries count
     /// as well; this is for clusters without them.
     #[must_use]
-    pub fn with_service_cidrs(mut self, cidrs: Vec<(IpAddr, u8)>) -> Self {
+    pub fn with_service_cidrs(mut self, cidrs: Vec<IpNet>) -> Self {
         self.service_cidrs = cidrs;
         self
     }
@@ -372,7 +372,7 @@ mod tests {
     /// the Service CIDRs, and leaves other translated flows alone.
     #[test]
     fn flows_to_service_cidrs_that_no_service_has_go() {
-        let cidr = ("10.96.0.0".parse().expect("ip"), 12);
+        let cidr = "10.96.0.0/12".parse().expect("cidr");
         let cleaner = ConntrackCleaner::new().with_service_cidrs(vec![cidr]);
         let orphan = flow("10.96.0.10", 53, "10.244.1.10");
         let elsewhere = flow("172.17.0.2", 53, "10.244.1.10");

@@ -18,7 +18,7 @@ pub(crate) enum Bind {
     Addresses(Vec<IpAddr>),
     /// This node's interface addresses in these prefixes
     /// (`--nodeport-addresses 192.168.0.0/24`), followed as they change.
-    Prefixes(Vec<(IpAddr, u8)>),
+    Prefixes(Vec<kpng_model::IpNet>),
 }
 
 impl Bind {

@@ -1,7 +1,6 @@
 //! [`Companions`]: what kube-proxy runs beside its data plane, put around
 //! a backend.
 
-use std::net::IpAddr;
 use std::time::Duration;
 
 use kpng_sink::{FullStateSink, IncrementalSink};
@@ -21,14 +20,14 @@ use crate::{Conditions, HealthCheckServer, Healthy, ProxyHealth, serve_healthz};
 /// let listener = tokio::net::TcpListener::bind("127.0.0.1:10256").await?;
 /// let sink = kpng_health::Companions::new()
 ///     .healthz(listener, Duration::from_secs(60))
-///     .health_check_prefixes(vec![("192.168.0.0".parse().unwrap(), 24)])
+///     .health_check_prefixes(vec!["192.168.0.0/24".parse().unwrap()])
 ///     .around(backend);
 /// # Ok(()) }
 /// ```
 #[derive(Default)]
 pub struct Companions {
     healthz: Option<(TcpListener, ProxyHealth)>,
-    prefixes: Option<Vec<(IpAddr, u8)>>,
+    prefixes: Option<Vec<kpng_model::IpNet>>,
     followers: Vec<Box<dyn FullStateSink + Send>>,
     conditions: Conditions,
 }
@@ -83,7 +82,7 @@ impl Companions {
     /// `prefixes` (`--nodeport-addresses`), following them; by default on
     /// every address.
     #[must_use]
-    pub fn health_check_prefixes(mut self, prefixes: Vec<(IpAddr, u8)>) -> Self {
+    pub fn health_check_prefixes(mut self, prefixes: Vec<kpng_model::IpNet>) -> Self {
         self.prefixes = Some(prefixes);
         self
     }

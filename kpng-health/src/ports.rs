@@ -139,7 +139,7 @@ impl HealthCheckServer {
     /// (kube-proxy's `--nodeport-addresses` as CIDRs; loopback never).
     /// The listeners follow the addresses: an address added or removed
     /// (rtnetlink tells) moves them at once, and each sync looks again.
-    pub fn on_prefixes(prefixes: Vec<(IpAddr, u8)>, health: ProxyHealth) -> Self {
+    pub fn on_prefixes(prefixes: Vec<kpng_model::IpNet>, health: ProxyHealth) -> Self {
         let bind = Arc::new(Bind::Prefixes(prefixes));
         let ports = Arc::new(Mutex::new(Ports::default()));
         let follower = match AddressEvents::open(None) {

@@ -54,8 +54,8 @@ fn health_check_ports_follow_addresses_added_and_removed() {
         runtime.block_on(async {
             let health = ProxyHealth::new(Duration::from_secs(60));
             health.synced();
-            let prefix: IpAddr = "10.26.7.0".parse().expect("ip");
-            let server = HealthCheckServer::on_prefixes(vec![(prefix, 24)], health);
+            let prefix: kpng_model::IpNet = "10.26.7.0/24".parse().expect("prefix");
+            let server = HealthCheckServer::on_prefixes(vec![prefix], health);
             let mut sink = FullState::new(server);
             let port = 30_026;
             sink.reset();

@@ -2,6 +2,8 @@
 
 use std::net::IpAddr;
 
+use ipnet::IpNet;
+
 use crate::v1::IpSet;
 use crate::{Error, Result};
 
@@ -44,7 +46,7 @@ pub fn canonical_ip(field: &str, text: &str) -> Result<IpAddr> {
 ///
 /// # Errors
 /// [`Error::InvalidAddress`] naming `field` and the bad entry.
-pub fn parse_cidr_list(field: &str, text: &str) -> Result<Vec<(IpAddr, u8)>> {
+pub fn parse_cidr_list(field: &str, text: &str) -> Result<Vec<IpNet>> {
     text.split(',')
         .map(str::trim)
         .filter(|t| !t.is_empty())
@@ -57,7 +59,7 @@ pub fn parse_cidr_list(field: &str, text: &str) -> Result<Vec<(IpAddr, u8)>> {
 ///
 /// # Errors
 /// The first entry that is not a CIDR or an address.
-pub fn parse_cidr_flag(field: &str, text: &str) -> std::result::Result<Vec<(IpAddr, u8)>, String> {
+pub fn parse_cidr_flag(field: &str, text: &str) -> std::result::Result<Vec<IpNet>, String> {
     parse_cidr_list(field, text).map_err(|e| match e {
         Error::InvalidAddress { value, .. } => value,
         other => other.to_string(),
@@ -65,17 +67,17 @@ pub fn parse_cidr_flag(field: &str, text: &str) -> std::result::Result<Vec<(IpAd
 }
 
 /// The CIDRs of `list` in `family`, as text (`10.244.0.0/16`).
-pub fn cidrs_in(list: &[(IpAddr, u8)], family: IpFamily) -> Vec<String> {
+pub fn cidrs_in(list: &[IpNet], family: IpFamily) -> Vec<String> {
     list.iter()
-        .filter(|(ip, _)| IpFamily::of(ip) == family)
-        .map(|(ip, len)| format!("{ip}/{len}"))
+        .filter(|net| IpFamily::of(&net.network()) == family)
+        .map(ToString::to_string)
         .collect()
 }
 
 /// Parses a CIDR prefix (`10.0.0.0/8`, `fd00::/64`), or a bare address taken
-/// as a host prefix, and returns its network address and length. Host bits
-/// are cleared, as Go's `net.ParseCIDR` does.
-pub fn canonical_cidr(field: &str, text: &str) -> Result<(IpAddr, u8)> {
+/// as a host prefix, and returns it as an [`IpNet`]. Host bits are
+/// cleared, as Go's `net.ParseCIDR` does.
+pub fn canonical_cidr(field: &str, text: &str) -> Result<IpNet> {
     let bad = || Error::InvalidAddress {
         field: field.to_owned(),
         value: text.to_owned(),
@@ -107,7 +109,7 @@ pub fn canonical_cidr(field: &str, text: &str) -> Result<(IpAddr, u8)> {
             IpAddr::V6((u128::from(a) & mask).into())
         }
     };
-    Ok((network, len))
+    IpNet::new(network, len).map_err(|_| bad())
 }
 
 impl IpSet {
@@ -160,18 +162,19 @@ impl IpSet {
         Ok(Self::from_cidrs(all))
     }
 
-    /// Builds a set from prefixes (network address and length, as
-    /// [`canonical_cidr`] returns them): split by family, sorted,
-    /// de-duplicated, as `address/length` text.
-    pub fn from_cidrs(mut prefixes: Vec<(IpAddr, u8)>) -> Self {
+    /// Builds a set from prefixes (as [`canonical_cidr`] returns them):
+    /// host bits cleared, split by family, sorted, de-duplicated, as
+    /// `address/length` text.
+    pub fn from_cidrs(prefixes: Vec<IpNet>) -> Self {
+        let mut prefixes: Vec<IpNet> = prefixes.into_iter().map(|p| p.trunc()).collect();
         prefixes.sort();
         prefixes.dedup();
         let mut set = IpSet::default();
-        for (addr, len) in prefixes {
-            let text = format!("{addr}/{len}");
-            match addr {
-                IpAddr::V4(_) => set.v4.push(text),
-                IpAddr::V6(_) => set.v6.push(text),
+        for prefix in prefixes {
+            let text = prefix.to_string();
+            match prefix {
+                IpNet::V4(_) => set.v4.push(text),
+                IpNet::V6(_) => set.v6.push(text),
             }
         }
         set
@@ -197,8 +200,9 @@ impl IpSet {
     }
 }
 
-/// Whether `ip` is in the prefix `(network, length)` (of its family).
-pub fn cidr_contains((network, length): (IpAddr, u8), ip: IpAddr) -> bool {
+/// Whether `ip` is in `prefix` (of its family).
+pub fn cidr_contains(prefix: IpNet, ip: IpAddr) -> bool {
+    let (network, length) = (prefix.network(), prefix.prefix_len());
     let bits = |a: IpAddr| -> (u128, u8) {
         match a {
             IpAddr::V4(v4) => (u128::from(u32::from(v4)) << 96, 32),
@@ -224,19 +228,47 @@ pub fn cidr_contains((network, length): (IpAddr, u8), ip: IpAddr) -> bool {
 /// let merged = outermost([p("10.96.0.0/16"), p("10.96.0.0/12"), p("10.200.0.0/24"), p("fd00::/64")]);
 /// assert_eq!(merged, [p("10.96.0.0/12"), p("10.200.0.0/24"), p("fd00::/64")]);
 /// ```
-pub fn outermost(prefixes: impl IntoIterator<Item = (IpAddr, u8)>) -> Vec<(IpAddr, u8)> {
-    let mut all: Vec<(IpAddr, u8)> = prefixes.into_iter().collect();
+pub fn outermost(prefixes: impl IntoIterator<Item = IpNet>) -> Vec<IpNet> {
+    let mut all: Vec<IpNet> = prefixes.into_iter().map(|p| p.trunc()).collect();
     // Shortest first: whatever contains a prefix comes before it.
-    all.sort_by_key(|&(ip, len)| (len, ip));
+    all.sort_by_key(|p| (p.prefix_len(), p.network()));
     all.dedup();
-    let mut kept: Vec<(IpAddr, u8)> = Vec::new();
+    let mut kept: Vec<IpNet> = Vec::new();
     for prefix in all {
-        if !kept.iter().any(|&k| cidr_contains(k, prefix.0)) {
+        if !kept.iter().any(|&k| cidr_contains(k, prefix.network())) {
             kept.push(prefix);
         }
     }
     kept.sort_unstable();
     kept
+}
+
+/// Parses prefixes that came as text (a Service's
+/// `loadBalancerSourceRanges`, the cluster's ServiceCIDRs): the valid ones
+/// typed, host bits cleared, and one [`Error::InvalidAddress`] naming
+/// `field` per entry that is not a CIDR or an address. The translation
+/// from Kubernetes already refuses such entries, so they come only from
+/// hand-written views or the gRPC wire.
+///
+/// ```
+/// let (valid, invalid) =
+///     kpng_model::addr::parse_prefixes("ranges", ["10.1.2.3/8", "nonsense"]);
+/// assert_eq!(valid, ["10.0.0.0/8".parse::<kpng_model::IpNet>().unwrap()]);
+/// assert_eq!(invalid.len(), 1);
+/// ```
+pub fn parse_prefixes<'a>(
+    field: &str,
+    texts: impl IntoIterator<Item = &'a str>,
+) -> (Vec<IpNet>, Vec<Error>) {
+    let mut valid = Vec::new();
+    let mut invalid = Vec::new();
+    for text in texts {
+        match canonical_cidr(field, text) {
+            Ok(prefix) => valid.push(prefix),
+            Err(e) => invalid.push(e),
+        }
+    }
+    (valid, invalid)
 }
 
 /// The entries of one family in an optional set (prost models message
@@ -253,21 +285,18 @@ mod tests {
     #[test]
     fn prefixes_contain_their_addresses_only() {
         let ip = |t: &str| t.parse::<IpAddr>().expect("ip");
-        let net = (ip("192.168.0.0"), 24);
-        assert!(cidr_contains(net, ip("192.168.0.2")));
-        assert!(!cidr_contains(net, ip("192.168.1.2")));
+        let net = |t: &str| t.parse::<IpNet>().expect("cidr");
+        let lan = net("192.168.0.0/24");
+        assert!(cidr_contains(lan, ip("192.168.0.2")));
+        assert!(!cidr_contains(lan, ip("192.168.1.2")));
         assert!(
-            !cidr_contains(net, ip("::ffff:192.168.0.2")),
+            !cidr_contains(lan, ip("::ffff:192.168.0.2")),
             "another family"
         );
-        assert!(cidr_contains((ip("0.0.0.0"), 0), ip("10.1.2.3")));
-        assert!(cidr_contains((ip("10.1.2.3"), 32), ip("10.1.2.3")));
-        assert!(cidr_contains((ip("fd00::"), 64), ip("fd00::5")));
-        assert!(!cidr_contains((ip("fd00::"), 64), ip("fd00:0:0:1::5")));
-        assert!(
-            !cidr_contains((ip("10.0.0.0"), 33), ip("10.0.0.0")),
-            "a bad length"
-        );
+        assert!(cidr_contains(net("0.0.0.0/0"), ip("10.1.2.3")));
+        assert!(cidr_contains(net("10.1.2.3/32"), ip("10.1.2.3")));
+        assert!(cidr_contains(net("fd00::/64"), ip("fd00::5")));
+        assert!(!cidr_contains(net("fd00::/64"), ip("fd00:0:0:1::5")));
     }
 
     #[test]
@@ -287,7 +316,12 @@ mod tests {
             .expect("valid");
         assert_eq!(set.v4, ["10.0.0.0/8", "192.168.0.1/32"]);
         assert_eq!(set.v6, ["fd00::/64"]);
-        assert_eq!(canonical_cidr("r", "0.0.0.0/0").expect("valid").1, 0);
+        assert_eq!(
+            canonical_cidr("r", "0.0.0.0/0")
+                .expect("valid")
+                .prefix_len(),
+            0
+        );
     }
 
     #[test]

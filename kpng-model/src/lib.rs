@@ -15,6 +15,12 @@
 //!   shared.
 //! - [`view`] holds the node view: the ENLS projected onto one node, which
 //!   `kpng-diff` computes and backends consume.
+//! - Prefixes are text on the wire and [`IpNet`] (re-exported from the
+//!   `ipnet` crate) everywhere after: [`addr`] parses them
+//!   ([`addr::canonical_cidr`], [`addr::parse_prefixes`]), and
+//!   [`view::ServiceView::plan`] parses a Service's addresses and
+//!   `loadBalancerSourceRanges` once, reporting an invalid entry once, so
+//!   that renderers take typed addresses and prefixes and parse no text.
 //!
 //! Every model value derives `Eq` and `Hash`: equality compares field by
 //! field and never allocates, which lets the store skip no-op writes.
@@ -61,6 +67,9 @@ pub mod v1 {
 
 pub use addr::IpFamily;
 pub use endpoint::EndpointInfo;
+/// A typed CIDR (network address and prefix length), from the `ipnet`
+/// crate: the one type every kpng-rs crate uses for prefixes.
+pub use ipnet::IpNet;
 /// Store entries in wire form (`kpng.model.v1.EnlsChange`), for the global
 /// watch.
 pub use key::wire as entries;

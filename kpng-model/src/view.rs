@@ -196,14 +196,19 @@ impl crate::v1::ServicePort {
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct ServicePlan<'a> {
-    /// The ClusterIPs.
-    pub cluster_ips: &'a [String],
+    /// The ClusterIPs, parsed once when the plan is made (as every
+    /// address here: an entry that is not an address is left out and
+    /// reported once by [`ServiceView::plan`]).
+    pub cluster_ips: Vec<IpAddr>,
     /// The externalIPs.
-    pub external_ips: &'a [String],
+    pub external_ips: Vec<IpAddr>,
     /// The load-balancer ingress IPs to program (ipMode VIP or unset).
-    pub lb_ips: &'a [String],
-    /// `loadBalancerSourceRanges` (for LB IPs only).
-    pub source_ranges: &'a [String],
+    pub lb_ips: Vec<IpAddr>,
+    /// `loadBalancerSourceRanges` (for LB IPs only), parsed once when the
+    /// plan is made: renderers take these typed prefixes and parse no
+    /// text. An entry that is not a CIDR is left out and reported once,
+    /// with a warning, by [`ServiceView::plan`].
+    pub source_ranges: Vec<ipnet::IpNet>,
     /// `internalTrafficPolicy: Local`.
     pub itp_local: bool,
     /// `externalTrafficPolicy: Local`.
@@ -234,15 +239,14 @@ pub struct PortPlan<'a> {
 
 impl<'a> ServicePlan<'a> {
     /// The external addresses: externalIPs, then LB IPs.
-    pub fn externals(&self) -> impl Iterator<Item = &'a String> + 'a {
-        self.external_ips.iter().chain(self.lb_ips)
+    pub fn externals(&self) -> impl Iterator<Item = &IpAddr> + '_ {
+        self.external_ips.iter().chain(&self.lb_ips)
     }
 }
 
 impl ServiceView {
     /// The Service resolved for `family`: see [`ServicePlan`].
     pub fn plan(&self, family: IpFamily) -> ServicePlan<'_> {
-        use crate::addr::family_of;
         use crate::v1::ServiceType;
         let svc = &self.service;
         let node_ports = matches!(
@@ -268,10 +272,15 @@ impl ServiceView {
             })
             .collect();
         ServicePlan {
-            cluster_ips: family_of(svc.cluster_ips.as_ref(), family),
-            external_ips: family_of(svc.external_ips.as_deref(), family),
-            lb_ips: family_of(svc.load_balancer_ips.as_deref(), family),
-            source_ranges: family_of(svc.load_balancer_source_ranges.as_deref(), family),
+            cluster_ips: addresses(self, "clusterIPs", svc.cluster_ips.as_ref(), family),
+            external_ips: addresses(self, "externalIPs", svc.external_ips.as_deref(), family),
+            lb_ips: addresses(
+                self,
+                "loadBalancerIPs",
+                svc.load_balancer_ips.as_deref(),
+                family,
+            ),
+            source_ranges: source_ranges(self, family),
             itp_local: svc.internal_traffic_policy() == TrafficPolicy::Local,
             etp_local: svc.external_traffic_policy() == TrafficPolicy::Local,
             affinity: svc
@@ -281,6 +290,51 @@ impl ServiceView {
             ports,
         }
     }
+}
+
+/// The addresses of one of `view`'s sets in `family`, parsed; each entry
+/// that is not an address (or not of `family`) is reported once here.
+fn addresses(
+    view: &ServiceView,
+    field: &str,
+    set: Option<&crate::v1::IpSet>,
+    family: IpFamily,
+) -> Vec<IpAddr> {
+    let texts = crate::addr::family_of(set, family);
+    let mut out = Vec::with_capacity(texts.len());
+    for text in texts {
+        match text.parse::<IpAddr>() {
+            Ok(ip) if IpFamily::of(&ip) == family => out.push(ip),
+            _ => tracing::warn!(
+                service = %view.service.service_name(),
+                field,
+                address = %text,
+                "address ignored"
+            ),
+        }
+    }
+    out
+}
+
+/// The typed `loadBalancerSourceRanges` of `view` in `family`; each entry
+/// that is not a CIDR is reported once here, so that no renderer parses
+/// (or reports) it again.
+fn source_ranges(view: &ServiceView, family: IpFamily) -> Vec<ipnet::IpNet> {
+    let texts = crate::addr::family_of(view.service.load_balancer_source_ranges.as_deref(), family);
+    if texts.is_empty() {
+        return Vec::new();
+    }
+    let (valid, invalid) =
+        crate::addr::parse_prefixes("loadBalancerSourceRanges", texts.iter().map(String::as_str));
+    for error in invalid {
+        tracing::warn!(service = %view.service.service_name(), %error, "source range ignored");
+    }
+    // A prefix listed under the other family (only a hand-written view
+    // can have one) has no place in this family's rules.
+    valid
+        .into_iter()
+        .filter(|p| IpFamily::of(&p.network()) == family)
+        .collect()
 }
 
 /// One Service as this node must program it.
@@ -413,7 +467,7 @@ impl NodeView {
     /// (its ServiceCIDR objects) and `configured` ones (a `--service-cidr`
     /// flag, for clusters without ServiceCIDRs), nested ranges merged
     /// ([`outermost`](crate::addr::outermost)).
-    pub fn service_cidrs_with(&self, configured: &[(IpAddr, u8)]) -> Vec<(IpAddr, u8)> {
+    pub fn service_cidrs_with(&self, configured: &[ipnet::IpNet]) -> Vec<ipnet::IpNet> {
         let cluster = self
             .service_cidrs
             .v4
@@ -1070,6 +1124,63 @@ mod tests {
                 .with_cluster(!local)
                 .with_local(local),
         )
+    }
+
+    /// A Service's addresses and `loadBalancerSourceRanges` are parsed
+    /// once, when the plan is made: the renderers get typed addresses and
+    /// prefixes (host bits cleared), and an entry that is not valid is
+    /// left out and reported once, not once per renderer.
+    #[test]
+    fn addresses_and_source_ranges_are_parsed_once_and_typed() {
+        use std::io::Write;
+        use std::sync::Mutex;
+
+        #[derive(Clone, Default)]
+        struct Log(Arc<Mutex<Vec<u8>>>);
+        impl Write for Log {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().expect("log").extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+
+        let service = Arc::new(Service {
+            namespace: "default".into(),
+            name: "lb".into(),
+            cluster_ips: Some(IpSet {
+                v4: vec!["10.96.0.1".into(), "10.96.0.300".into()],
+                v6: Vec::new(),
+            }),
+            load_balancer_source_ranges: Some(Box::new(IpSet {
+                v4: vec!["192.168.1.7/24".into(), "10.0.0.0/33".into()],
+                v6: vec!["fd00::/64".into()],
+            })),
+            ..Service::default()
+        });
+        let view = super::ServiceView::new(service);
+        let log = Log::default();
+        let writer = log.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let (v4, v6, cluster_ips) = tracing::subscriber::with_default(subscriber, || {
+            let v4 = view.plan(crate::IpFamily::V4);
+            let v6 = view.plan(crate::IpFamily::V6);
+            (v4.source_ranges, v6.source_ranges, v4.cluster_ips)
+        });
+        let ip = |t: &str| t.parse::<std::net::IpAddr>().expect("ip");
+        assert_eq!(cluster_ips, [ip("10.96.0.1")], "addresses typed too");
+        let net = |t: &str| t.parse::<crate::IpNet>().expect("cidr");
+        assert_eq!(v4, [net("192.168.1.0/24")], "typed, host bits cleared");
+        assert_eq!(v6, [net("fd00::/64")]);
+        let text = String::from_utf8(log.0.lock().expect("log").clone()).expect("utf-8");
+        assert_eq!(text.matches("10.0.0.0/33").count(), 1, "{text}");
+        assert_eq!(text.matches("10.96.0.300").count(), 1, "{text}");
+        assert_eq!(text.lines().count(), 2, "{text}");
     }
 
     /// An op that finds its change made (a view shared by the driver)

@@ -1,7 +1,5 @@
 //! [`ProxyConfig`]: kube-proxy's settings, which every backend takes.
 
-use std::net::IpAddr;
-
 use ipnet::IpNet;
 use kpng_model::IpFamily;
 
@@ -103,15 +101,6 @@ fn networks(cidrs: impl IntoIterator<Item = IpNet>) -> Vec<IpNet> {
     cidrs.into_iter().map(|c| c.trunc()).collect()
 }
 
-/// `cidrs` as (network address, prefix length) pairs, the form
-/// `kpng_model::addr` takes prefixes in.
-pub(crate) fn pairs(cidrs: &[IpNet]) -> Vec<(IpAddr, u8)> {
-    cidrs
-        .iter()
-        .map(|c| (c.network(), c.prefix_len()))
-        .collect()
-}
-
 /// The CIDRs of one family, as text.
 fn in_family(cidrs: &[IpNet], family: IpFamily) -> Vec<String> {
     cidrs
@@ -119,21 +108,4 @@ fn in_family(cidrs: &[IpNet], family: IpFamily) -> Vec<String> {
         .filter(|c| IpFamily::of(&c.network()) == family)
         .map(ToString::to_string)
         .collect()
-}
-
-impl ProxyConfig {
-    /// `--cluster-cidr` as (network address, prefix length) pairs.
-    pub fn cluster_prefixes(&self) -> Vec<(IpAddr, u8)> {
-        pairs(&self.cluster_cidrs)
-    }
-
-    /// `--service-cidr` as (network address, prefix length) pairs.
-    pub fn service_prefixes(&self) -> Vec<(IpAddr, u8)> {
-        pairs(&self.service_cidrs)
-    }
-
-    /// `--nodeport-addresses` as (network address, prefix length) pairs.
-    pub fn nodeport_prefixes(&self) -> Option<Vec<(IpAddr, u8)>> {
-        self.nodeport_addresses.as_deref().map(pairs)
-    }
 }

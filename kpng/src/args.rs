@@ -432,12 +432,8 @@ impl BackendArgs {
     /// [`Error::Usage`] naming the flag whose value is not a CIDR list.
     pub(crate) fn proxy(&self) -> Result<kpng_sink::ProxyConfig, Error> {
         let nets = |flag: &str, text: &str| -> Result<Vec<kpng_sink::IpNet>, Error> {
-            let prefixes = kpng_model::addr::parse_cidr_flag(flag, text)
-                .map_err(|value| Error::Usage(format!("invalid {flag}: {value:?}")))?;
-            Ok(prefixes
-                .into_iter()
-                .filter_map(|(addr, len)| kpng_sink::IpNet::new(addr, len).ok())
-                .collect())
+            kpng_model::addr::parse_cidr_flag(flag, text)
+                .map_err(|value| Error::Usage(format!("invalid {flag}: {value:?}")))
         };
         let mut proxy = kpng_sink::ProxyConfig::default()
             .cluster_cidrs(nets("--cluster-cidr", &self.cluster_cidr)?)
@@ -599,7 +595,7 @@ mod tests {
         assert_eq!(args.masquerade_bit, 12);
         assert_eq!(args.min_sync_period, Duration::from_secs(2));
         let proxy = args.proxy().expect("primary is the default");
-        assert!(proxy.nodeport_prefixes().is_none());
+        assert!(proxy.nodeport_addresses.is_none());
         args.check().expect("valid");
         let error = backend(&["--metrics-bind-address", "localhost"])
             .check()

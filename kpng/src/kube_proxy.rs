@@ -1490,13 +1490,16 @@ fn bind_from_list(
             .map_err(|_| format!("{path}: {field}[{i}]: {text:?} is not a CIDR"))?;
         prefixes.push(prefix);
     }
-    if prefixes.iter().any(|(ip, len)| *len == 0 && ip.is_ipv6()) {
+    if prefixes
+        .iter()
+        .any(|p| p.prefix_len() == 0 && p.network().is_ipv6())
+    {
         return Ok(Some(format!("[::]:{port}")));
     }
-    if prefixes.iter().any(|(_, len)| *len == 0) {
+    if prefixes.iter().any(|p| p.prefix_len() == 0) {
         return Ok(Some(format!("0.0.0.0:{port}")));
     }
-    let (ip, len) = prefixes[0];
+    let (ip, len) = (prefixes[0].network(), prefixes[0].prefix_len());
     let ip = match ip {
         std::net::IpAddr::V4(v4) if v4.is_loopback() => {
             std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)
@@ -1512,7 +1515,7 @@ fn bind_from_list(
     if list.len() > 1
         && !prefixes[1..]
             .iter()
-            .all(|(other, _)| other.is_loopback() && ip.is_loopback())
+            .all(|other| other.network().is_loopback() && ip.is_loopback())
     {
         warnings.push(format!(
             "{path}: {field}: kpng binds one address: {ip} (the first); the others are not served"

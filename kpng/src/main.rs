@@ -462,14 +462,14 @@ fn with_health<S: IncrementalSink + Send + 'static>(
     let mut companions = kpng_health::Companions::new().conditions(conditions.clone());
     if !args.no_conntrack_cleanup {
         let cleaner = kpng_conntrack::ConntrackCleaner::new();
-        companions = companions.follower(cleaner.with_service_cidrs(proxy.service_prefixes()));
+        companions = companions.follower(cleaner.with_service_cidrs(proxy.service_cidrs.clone()));
     }
     if !args.healthz_bind_address.is_empty() {
         let listener = bind_tcp("--healthz-bind-address", &args.healthz_bind_address)?;
         companions = companions.healthz(listener, args.healthz_timeout);
         *health = companions.proxy_health();
     }
-    if let Some(prefixes) = proxy.nodeport_prefixes() {
+    if let Some(prefixes) = proxy.nodeport_addresses.clone() {
         companions = companions.health_check_prefixes(prefixes);
     }
     Ok(companions.around(backend))

@@ -438,9 +438,8 @@ fn sync_round(
     changes: &kpng_sink::Changes,
 ) -> Result<(bool, usize), Error> {
     state.begin_round(tables)?;
-    let prefixes = config.proxy.nodeport_prefixes();
-    let node_ips = nodeport_ips(view, prefixes.as_deref());
-    let cidrs = || view.service_cidrs_with(&config.proxy.service_prefixes());
+    let node_ips = nodeport_ips(view, config.proxy.nodeport_addresses.as_deref());
+    let cidrs = || view.service_cidrs_with(&config.proxy.service_cidrs);
     let external = !config.tc_interfaces.is_empty();
     if external && (changes.full || changes.node) {
         let ips: Vec<std::net::IpAddr> = kpng_model::IpFamily::BOTH

@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 
 use kpng_model::view::{NodeView, ServiceView};
-use kpng_model::{IpFamily, ServiceName};
+use kpng_model::{IpFamily, IpNet, ServiceName};
 
 use crate::Error;
 use crate::layout::{
@@ -93,7 +93,7 @@ pub(crate) struct Contribution {
 /// The addresses a local socket reaches NodePorts on: this node's
 /// addresses (from its Node object) inside `--nodeport-addresses`, or all
 /// of them; loopback never.
-pub(crate) fn nodeport_ips(view: &NodeView, prefixes: Option<&[(IpAddr, u8)]>) -> Vec<IpAddr> {
+pub(crate) fn nodeport_ips(view: &NodeView, prefixes: Option<&[IpNet]>) -> Vec<IpAddr> {
     let mut ips: Vec<IpAddr> = IpFamily::BOTH
         .into_iter()
         .flat_map(|f| view.node_addresses(f))
@@ -101,16 +101,12 @@ pub(crate) fn nodeport_ips(view: &NodeView, prefixes: Option<&[(IpAddr, u8)]>) -
             None => true,
             Some(prefixes) => prefixes
                 .iter()
-                .any(|(net, len)| kpng_model::addr::cidr_contains((*net, *len), *ip)),
+                .any(|net| kpng_model::addr::cidr_contains(*net, *ip)),
         })
         .collect();
     ips.sort();
     ips.dedup();
     ips
-}
-
-fn parse(ips: &[String]) -> impl Iterator<Item = IpAddr> + '_ {
-    ips.iter().filter_map(|ip| ip.parse().ok())
 }
 
 /// What `view` asks of the maps.
@@ -142,7 +138,7 @@ pub(crate) fn contribution(
     for family in IpFamily::BOTH {
         let plan = view.plan(family);
         let v6 = family == IpFamily::V6;
-        let cluster_ips: Vec<IpAddr> = parse(plan.cluster_ips).collect();
+        let cluster_ips: Vec<IpAddr> = plan.cluster_ips.clone();
         if cluster_ips.is_empty() {
             // Not a Service of this family (single stack): nothing of it
             // here, its NodePorts included, as kube-proxy's proxier of
@@ -150,11 +146,11 @@ pub(crate) fn contribution(
             continue;
         }
         let lb_ips: Vec<IpAddr> = if plan.source_ranges.is_empty() {
-            parse(plan.lb_ips).collect()
+            plan.lb_ips.clone()
         } else {
             Vec::new()
         };
-        let externals: Vec<IpAddr> = parse(plan.external_ips).chain(lb_ips).collect();
+        let externals: Vec<IpAddr> = plan.external_ips.iter().copied().chain(lb_ips).collect();
         let node_ips: Vec<IpAddr> = node_ips
             .iter()
             .copied()
@@ -168,11 +164,11 @@ pub(crate) fn contribution(
             .map(|e| e.ip())
             .collect();
         let affinity = plan.affinity.unwrap_or(0);
+        // Parsed once, when the plan was made.
         let ranges: Vec<(IpAddr, u8)> = plan
             .source_ranges
             .iter()
-            .filter_map(|r| kpng_model::addr::canonical_cidr("loadBalancerSourceRanges", r).ok())
-            .filter(|(ip, _)| IpFamily::of(ip) == family)
+            .map(|r| (r.network(), r.prefix_len()))
             .collect();
         for port in &plan.ports {
             let proto = proto_number(port.protocol);
@@ -259,10 +255,10 @@ pub(crate) fn contribution(
                         claim(*ip, node_port, false);
                     }
                 }
-                for ip in parse(plan.external_ips) {
+                for ip in plan.external_ips.iter().copied() {
                     claim(ip, port.number, false);
                 }
-                for ip in parse(plan.lb_ips) {
+                for ip in plan.lb_ips.iter().copied() {
                     let ranged = !ranges.is_empty();
                     let frontend = claim(ip, port.number, ranged);
                     for &(net, len) in &ranges {
@@ -467,7 +463,7 @@ impl State {
         &mut self,
         t: &mut dyn Tables,
         services: &mut dyn Iterator<Item = (ServiceName, Contribution)>,
-        cidrs: &[(IpAddr, u8)],
+        cidrs: &[IpNet],
     ) -> Result<(), Error> {
         let (found, max_id) = Self::read_back(t)?;
         let kernel_cidrs: BTreeSet<(IpAddr, u8)> = t
@@ -607,12 +603,11 @@ impl State {
     }
 
     /// Makes the Service CIDRs `cidrs`: writes the new, deletes the gone.
-    pub(crate) fn set_cidrs(
-        &mut self,
-        t: &mut dyn Tables,
-        cidrs: &[(IpAddr, u8)],
-    ) -> Result<(), Error> {
-        let want: BTreeSet<(IpAddr, u8)> = cidrs.iter().copied().collect();
+    pub(crate) fn set_cidrs(&mut self, t: &mut dyn Tables, cidrs: &[IpNet]) -> Result<(), Error> {
+        let want: BTreeSet<(IpAddr, u8)> = cidrs
+            .iter()
+            .map(|c| (c.network(), c.prefix_len()))
+            .collect();
         for &(ip, len) in want.difference(&self.cidrs.clone()) {
             let (bits, data) = layout::cidr_key(ip, len);
             self.put(t, Table::Cidrs, &cidr_bytes(bits, &data), &[1])?;

@@ -54,7 +54,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::time::Instant;
 
-use kpng_model::{IpFamily, ServiceName};
+use kpng_model::{IpFamily, IpNet, ServiceName};
 use kpng_sink::{IncrementalSink, ProxyConfig, SinkError, ViewTracker};
 
 use kpng_netfilter::iptables::{Batch, Jump, Plan, Runner, apply_batches};
@@ -244,7 +244,7 @@ pub struct IptablesBackend {
     last: IptablesSyncStats,
     /// The Service CIDRs dropped: `config.proxy.service_cidrs` and the
     /// cluster's ServiceCIDRs, merged.
-    service_cidrs: Vec<(IpAddr, u8)>,
+    service_cidrs: Vec<IpNet>,
 }
 
 impl std::fmt::Debug for IptablesBackend {
@@ -278,7 +278,7 @@ impl IptablesBackend {
                 timeout: config.restore_timeout,
                 expected_lines: 0,
             },
-            service_cidrs: config.proxy.service_prefixes(),
+            service_cidrs: config.proxy.service_cidrs.clone(),
             config,
             run: Run::Apply,
             tracker: ViewTracker::default(),
@@ -390,7 +390,7 @@ impl IptablesBackend {
         let mut renew = changes.node;
         if changes.service_cidrs {
             let view = self.tracker.view();
-            let merged = view.service_cidrs_with(&self.config.proxy.service_prefixes());
+            let merged = view.service_cidrs_with(&self.config.proxy.service_cidrs);
             if merged != self.service_cidrs {
                 // Where a Service's REJECT rules go depends on them:
                 // every Service is rendered again.

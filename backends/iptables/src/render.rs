@@ -21,7 +21,7 @@ use std::hash::Hasher;
 use std::net::IpAddr;
 
 use kpng_model::view::{PortPlan, ServicePlan, ServiceView};
-use kpng_model::{IpFamily, ServiceName};
+use kpng_model::{IpFamily, IpNet, ServiceName};
 use siphasher::sip128::{Hasher128, SipHasher13};
 
 use crate::IptablesConfig;
@@ -105,7 +105,7 @@ fn hash_name(prefix: &str, text: &str) -> String {
     format!("{prefix}{suffix}")
 }
 
-fn host(ip: &str, family: IpFamily) -> String {
+fn host(ip: impl std::fmt::Display, family: IpFamily) -> String {
     match family {
         IpFamily::V4 => format!("{ip}/32"),
         IpFamily::V6 => format!("{ip}/128"),
@@ -160,7 +160,7 @@ fn balance(
         }
     }
     for ((ip, port), sep) in targets.iter().zip(&seps) {
-        let source = host(&ip.to_string(), IpFamily::of(ip));
+        let source = host(ip, IpFamily::of(ip));
         let recent = match affinity {
             Some(_) => format!("-m recent --name {sep} --set "),
             None => String::new(),
@@ -186,7 +186,7 @@ pub(crate) fn service(
     view: &ServiceView,
     family: IpFamily,
     config: &IptablesConfig,
-    service_cidrs: &[(IpAddr, u8)],
+    service_cidrs: &[IpNet],
 ) -> Render {
     let mut render = Render::default();
     let name: ServiceName = view.service.service_name();
@@ -203,7 +203,7 @@ pub(crate) fn service(
         port.cluster_ip_jumps(&mut render);
         port.external_paths(&mut render);
     }
-    unknown_ports(&mut render, plan.cluster_ips, family, service_cidrs);
+    unknown_ports(&mut render, &plan.cluster_ips, family, service_cidrs);
     render
 }
 
@@ -250,7 +250,7 @@ impl<'a> PortRender<'a> {
     }
 
     /// Matches traffic to `ip` on this port.
-    fn dst(&self, ip: &str) -> String {
+    fn dst(&self, ip: impl std::fmt::Display) -> String {
         let proto = self.port.protocol;
         format!(
             "-d {} -p {proto} -m {proto} --dport {}",
@@ -271,7 +271,7 @@ impl<'a> PortRender<'a> {
         if self.plan.source_ranges.is_empty() {
             return;
         }
-        for lb in self.plan.lb_ips {
+        for lb in &self.plan.lb_ips {
             let rule = format!("{} -j DROP", self.dst(lb));
             render.push(Table::Filter, PROXY_FIREWALL, rule);
         }
@@ -279,7 +279,7 @@ impl<'a> PortRender<'a> {
 
     /// No usable endpoint anywhere: every address of the port rejects.
     fn reject_everywhere(&self, render: &mut Render) {
-        for ip in self.plan.cluster_ips {
+        for ip in &self.plan.cluster_ips {
             render.push(
                 Table::Filter,
                 SERVICES,
@@ -298,7 +298,7 @@ impl<'a> PortRender<'a> {
 
     /// The masquerade rules for traffic to `ips`: from outside the pod
     /// network, or all of it with `--masquerade-all`.
-    fn masquerade(&self, ips: &[String]) -> Vec<String> {
+    fn masquerade(&self, ips: &[IpAddr]) -> Vec<String> {
         let mark = &self.mark_masq;
         ips.iter()
             .filter_map(|ip| {
@@ -320,7 +320,7 @@ impl<'a> PortRender<'a> {
     fn balancing_chains(&self, render: &mut Render) {
         let (plan, port) = (self.plan, self.port);
         let (proto, affinity) = (port.protocol, plan.affinity);
-        let masq = self.masquerade(plan.cluster_ips);
+        let masq = self.masquerade(&plan.cluster_ips);
         let rules = balance(
             render,
             &self.port_name,
@@ -334,7 +334,7 @@ impl<'a> PortRender<'a> {
             .insert((Table::Nat, self.svc_chain.clone()), rules);
         if (plan.itp_local || plan.etp_local) && !port.local.is_empty() {
             let masq = if plan.itp_local {
-                self.masquerade(plan.cluster_ips)
+                self.masquerade(&plan.cluster_ips)
             } else {
                 Vec::new()
             };
@@ -349,7 +349,7 @@ impl<'a> PortRender<'a> {
     /// with no local endpoint).
     fn cluster_ip_jumps(&self, render: &mut Render) {
         let itp_local = self.plan.itp_local;
-        for ip in self.plan.cluster_ips {
+        for ip in &self.plan.cluster_ips {
             if itp_local && self.port.local.is_empty() {
                 render.push(Table::Filter, SERVICES, format!("{} -j DROP", self.dst(ip)));
             } else {
@@ -384,7 +384,7 @@ impl<'a> PortRender<'a> {
                 );
             }
         };
-        for ip in plan.external_ips {
+        for ip in &plan.external_ips {
             render.push(
                 Table::Nat,
                 SERVICES,
@@ -406,7 +406,7 @@ impl<'a> PortRender<'a> {
                     .insert((Table::Nat, self.fw_chain.clone()), rules);
                 &self.fw_chain
             };
-            for ip in plan.lb_ips {
+            for ip in &plan.lb_ips {
                 render.push(
                     Table::Nat,
                     SERVICES,
@@ -450,9 +450,9 @@ impl<'a> PortRender<'a> {
 /// (see [`globals`]).
 fn unknown_ports(
     render: &mut Render,
-    cluster_ips: &[String],
+    cluster_ips: &[IpAddr],
     family: IpFamily,
-    service_cidrs: &[(IpAddr, u8)],
+    service_cidrs: &[IpNet],
 ) {
     let chain = if cidrs_in(service_cidrs, family).is_empty() {
         SERVICES
@@ -472,7 +472,7 @@ pub(crate) fn globals(
     config: &IptablesConfig,
     family: IpFamily,
     node_ips: &[String],
-    service_cidrs: &[(IpAddr, u8)],
+    service_cidrs: &[IpNet],
 ) -> Render {
     let mut render = Render::default();
     let m = config.proxy.masquerade_mark();

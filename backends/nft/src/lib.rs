@@ -59,12 +59,11 @@ mod claims;
 mod objects;
 mod render;
 
-use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use kpng_model::IpFamily;
 use kpng_model::view::NodeView;
+use kpng_model::{IpFamily, IpNet};
 use kpng_sink::{IncrementalSink, ProxyConfig, SinkError, ViewTracker};
 
 use kpng_netfilter::nft::{self, Transaction};
@@ -232,7 +231,7 @@ pub struct NftBackend {
     looked: bool,
     /// The Service CIDRs dropped: the configured ones and the cluster's
     /// ServiceCIDRs, merged.
-    service_cidrs: Vec<(IpAddr, u8)>,
+    service_cidrs: Vec<IpNet>,
 }
 
 impl std::fmt::Debug for NftBackend {
@@ -414,13 +413,13 @@ impl NftBackend {
     /// The table's fixed part for one family, with the NodePort addresses
     /// and CIDRs.
     fn globals(&self, family: IpFamily) -> Render {
-        let node_ips: Vec<(IpAddr, u8)> = match self.config.proxy.nodeport_prefixes() {
-            Some(cidrs) => cidrs,
+        let node_ips: Vec<IpNet> = match &self.config.proxy.nodeport_addresses {
+            Some(cidrs) => cidrs.clone(),
             None => self
                 .tracker
                 .view()
                 .node_addresses(family)
-                .map(|ip| (ip, if ip.is_ipv4() { 32 } else { 128 }))
+                .map(IpNet::from)
                 .collect(),
         };
         render::globals(Fam(family), &self.config, &node_ips, &self.service_cidrs)
@@ -435,7 +434,7 @@ impl NftBackend {
             self.service_cidrs = self
                 .tracker
                 .view()
-                .service_cidrs_with(&self.config.proxy.service_prefixes());
+                .service_cidrs_with(&self.config.proxy.service_cidrs);
         }
         for (i, family) in IpFamily::BOTH.into_iter().enumerate() {
             let renew = changes.node || changes.service_cidrs || full;

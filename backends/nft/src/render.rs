@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use kpng_model::v1::ServicePort;
 use kpng_model::view::ServiceView;
-use kpng_model::{IpFamily, ServiceName};
+use kpng_model::{IpFamily, IpNet, ServiceName};
 use kpng_netfilter::nft::build::{self, Load};
 use kpng_netfilter::nft::{
     BaseChain, ChainType, CtKey, DataType, DynsetOp, Expr, Family, Hook, Reg, RejectKind, Set,
@@ -308,12 +308,12 @@ fn is_dns_name(text: &str, max: usize) -> bool {
 }
 
 /// A prefix as an interval set's element key.
-pub(crate) fn prefix_key(fam: Fam, ip: IpAddr, len: u8) -> Option<Key> {
-    Key::of(&[&fam.bytes(ip)?, &[len]])
+pub(crate) fn prefix_key(fam: Fam, prefix: IpNet) -> Option<Key> {
+    Key::of(&[&fam.bytes(prefix.network())?, &[prefix.prefix_len()]])
 }
 
 /// The prefix an interval set's element key holds.
-pub(crate) fn prefix_of(key: &Key) -> Option<(IpAddr, u8)> {
+pub(crate) fn prefix_of(key: &Key) -> Option<IpNet> {
     let bytes = key.as_slice();
     let ip: IpAddr = match bytes.len() {
         8 => IpAddr::from(<[u8; 4]>::try_from(&bytes[..4]).ok()?),
@@ -324,7 +324,7 @@ pub(crate) fn prefix_of(key: &Key) -> Option<(IpAddr, u8)> {
         IpAddr::V4(_) => bytes[4],
         IpAddr::V6(_) => bytes[16],
     };
-    Some((ip, len))
+    IpNet::new(ip, len).ok()
 }
 
 /// A stable, short, nft-safe id for one Service port: FNV-1a over the
@@ -634,12 +634,8 @@ impl PortCtx<'_> {
 }
 
 /// Addresses of this family among `texts`, as bytes.
-fn addrs(fam: Fam, texts: &[String]) -> Vec<Vec<u8>> {
-    texts
-        .iter()
-        .filter_map(|t| t.parse::<IpAddr>().ok())
-        .filter_map(|ip| fam.bytes(ip))
-        .collect()
+fn addrs(fam: Fam, ips: &[IpAddr]) -> Vec<Vec<u8>> {
+    ips.iter().filter_map(|ip| fam.bytes(*ip)).collect()
 }
 
 /// Renders one Service for one family.
@@ -648,19 +644,15 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &NftConfig) 
     let fam = Fam(family);
     let name = view.service.service_name();
     let plan = view.plan(family);
-    let cluster_ips = addrs(fam, plan.cluster_ips);
-    let lb_ips = addrs(fam, plan.lb_ips);
-    let external: Vec<Vec<u8>> = addrs(fam, plan.external_ips)
+    let cluster_ips = addrs(fam, &plan.cluster_ips);
+    let lb_ips = addrs(fam, &plan.lb_ips);
+    let external: Vec<Vec<u8>> = addrs(fam, &plan.external_ips)
         .into_iter()
         .chain(lb_ips.iter().cloned())
         .collect();
     let (itp_local, etp_local) = (plan.itp_local, plan.etp_local);
-    let ranges: Vec<(IpAddr, u8)> = plan
-        .source_ranges
-        .iter()
-        .filter_map(|r| kpng_model::addr::canonical_cidr("loadBalancerSourceRanges", r).ok())
-        .filter(|(ip, _)| IpFamily::of(ip) == family)
-        .collect();
+    // Parsed once, when the plan was made.
+    let ranges = &plan.source_ranges;
 
     let service_comment = config.comments.then(|| service_comment(&name)).flatten();
     for ip in &cluster_ips {
@@ -711,8 +703,8 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &NftConfig) 
                 sources.clone(),
                 Set::new(sources.clone(), fam.addr_type()).intervals(),
             );
-            for (ip, len) in &ranges {
-                render.element(sources.clone(), prefix_key(fam, *ip, *len), Value::None);
+            for range in ranges {
+                render.element(sources.clone(), prefix_key(fam, *range), Value::None);
             }
             let saddr = [Load::Saddr(fam.family())];
             render.chain(
@@ -778,8 +770,8 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &NftConfig) 
 pub(crate) fn globals(
     fam: Fam,
     config: &NftConfig,
-    node_ips: &[(IpAddr, u8)],
-    service_cidrs: &[(IpAddr, u8)],
+    node_ips: &[IpNet],
+    service_cidrs: &[IpNet],
 ) -> Render {
     let mut render = Render::default();
     let f = fam.family();
@@ -804,11 +796,11 @@ pub(crate) fn globals(
     }
     for (set, list) in [
         (NODEPORT_IPS, node_ips),
-        (CLUSTER_CIDRS, &config.proxy.cluster_prefixes()[..]),
+        (CLUSTER_CIDRS, &config.proxy.cluster_cidrs[..]),
         (SERVICE_CIDRS, service_cidrs),
     ] {
-        for (ip, len) in list {
-            render.element(set, prefix_key(fam, *ip, *len), Value::None);
+        for prefix in list {
+            render.element(set, prefix_key(fam, *prefix), Value::None);
         }
     }
 

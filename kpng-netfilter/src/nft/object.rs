@@ -303,13 +303,14 @@ impl Element {
     /// the address space, an end.
     pub fn ranges(
         family: Family,
-        prefixes: impl IntoIterator<Item = (IpAddr, u8)>,
+        prefixes: impl IntoIterator<Item = ipnet::IpNet>,
     ) -> Vec<Element> {
         let bits: u32 = if family == Family::Ip6 { 128 } else { 32 };
         // Each range as [first, past]; `past` is `None` at the top.
         let mut ranges: Vec<(u128, Option<u128>)> = prefixes
             .into_iter()
-            .filter_map(|(ip, len)| {
+            .filter_map(|prefix| {
+                let (ip, len) = (prefix.network(), prefix.prefix_len());
                 let n = match (ip, family) {
                     (IpAddr::V4(v4), Family::Ip | Family::Inet) => u128::from(u32::from(v4)),
                     (IpAddr::V6(v6), Family::Ip6) => u128::from(v6),
@@ -483,7 +484,8 @@ mod tests {
 
     #[test]
     fn prefixes_merge_into_ranges() {
-        let p = |s: &str, len| (s.parse::<IpAddr>().expect("ip"), len);
+        let p =
+            |s: &str, len| ipnet::IpNet::new(s.parse::<IpAddr>().expect("ip"), len).expect("cidr");
         let keys = |v: Vec<Element>| -> Vec<(Vec<u8>, bool)> {
             v.into_iter().map(|e| (e.key, e.interval_end)).collect()
         };
