@@ -22,13 +22,12 @@
 //! # Ok(()) }
 //! ```
 
-use std::fs::File;
 use std::net::IpAddr;
 use std::path::Path;
 
 use futures::StreamExt;
 use futures::channel::mpsc::UnboundedReceiver;
-use nix::sched::{CloneFlags, setns};
+
 use rtnetlink::packet_core::{NetlinkMessage, NetlinkPayload};
 use rtnetlink::packet_route::RouteNetlinkMessage;
 use rtnetlink::packet_route::address::{AddressAttribute, AddressMessage};
@@ -88,21 +87,12 @@ impl AddressEvents {
         let groups = [MulticastGroup::Ipv4Ifaddr, MulticastGroup::Ipv6Ifaddr];
         let (connection, handle, messages) = match netns {
             None => rtnetlink::new_multicast_connection(&groups).map_err(failed)?,
-            Some(path) => {
-                let file = File::open(path).map_err(failed)?;
-                std::thread::scope(|scope| {
-                    scope
-                        .spawn(|| {
-                            setns(&file, CloneFlags::CLONE_NEWNET)?;
-                            // The socket registers with the runtime's reactor.
-                            let _runtime = runtime.enter();
-                            rtnetlink::new_multicast_connection(&groups)
-                        })
-                        .join()
-                })
-                .map_err(|_| failed(std::io::Error::other("namespace thread panicked")))?
-                .map_err(failed)?
-            }
+            Some(path) => crate::on_thread_in_netns(path, || {
+                // The socket registers with the runtime's reactor.
+                let _runtime = runtime.enter();
+                rtnetlink::new_multicast_connection(&groups)
+            })
+            .map_err(failed)?,
         };
         Ok(Self {
             handle,

@@ -73,6 +73,25 @@ pub mod leftovers;
 pub mod nft;
 pub mod process;
 
+/// Runs `open` on a thread of its own that has joined the network
+/// namespace at `path`: a socket it opens stays in that namespace, and the
+/// calling thread's namespace is left as it is.
+pub(crate) fn on_thread_in_netns<T: Send>(
+    path: &std::path::Path,
+    open: impl FnOnce() -> std::io::Result<T> + Send,
+) -> std::io::Result<T> {
+    let file = std::fs::File::open(path)?;
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)?;
+                open()
+            })
+            .join()
+    })
+    .map_err(|_| std::io::Error::other("namespace thread panicked"))?
+}
+
 /// Errors of the kernel side.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

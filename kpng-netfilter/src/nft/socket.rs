@@ -1,6 +1,5 @@
 //! The netlink socket: transactions sent, tables read back.
 
-use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
 
@@ -14,7 +13,6 @@ use netlink_packet_netfilter::{
     NetfilterHeader, NetfilterMessage, NetfilterMessageInner, NetfilterProtoFamily,
 };
 use nix::errno::Errno;
-use nix::sched::{CloneFlags, setns};
 use nix::sys::socket::{
     self, AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType, sockopt,
 };
@@ -99,19 +97,8 @@ impl Socket {
         };
         let fd = match netns {
             None => open_here().map_err(|e| failed(e.into()))?,
-            Some(path) => {
-                let file = File::open(path).map_err(failed)?;
-                std::thread::scope(|scope| {
-                    scope
-                        .spawn(|| {
-                            setns(&file, CloneFlags::CLONE_NEWNET)?;
-                            open_here()
-                        })
-                        .join()
-                })
-                .map_err(|_| failed(std::io::Error::other("namespace thread panicked")))?
-                .map_err(|e| failed(e.into()))?
-            }
+            Some(path) => crate::on_thread_in_netns(path, || open_here().map_err(Into::into))
+                .map_err(failed)?,
         };
         Ok(Self {
             fd,
