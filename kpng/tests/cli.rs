@@ -11,11 +11,7 @@ fn kpng(args: &[&str]) -> (i32, String, String) {
         .env("RUST_LOG", "error")
         .output()
         .expect("run kpng");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    support::text(&out)
 }
 
 /// The bundled sample's dry run for node-a with the pod CIDR, from flags:
@@ -498,11 +494,7 @@ fn config_variables_are_values_and_the_command_line_overrides_the_file() {
             command.env(k, v);
         }
         let out = command.output().expect("kpng");
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        support::text(&out)
     };
     let base = "source: file\nnode: ${KPNG_TEST_NODE_X}\nsink: to-nft\nflags:\n  dry-run: true\n  once: true\n  cluster-cidr: ${KPNG_TEST_CIDR_X}\n";
 

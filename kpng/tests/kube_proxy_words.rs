@@ -2,8 +2,10 @@
 //! files (v1alpha1 and v1alpha2), `mode: ipvs`, `--v`, and the log as a
 //! file sees it. Each test here failed on the command before issue #25.
 
+mod support;
+
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Command;
 
 /// `kpng ARGS…` with `env` (`RUST_LOG` unset unless given).
 fn kpng_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
@@ -13,20 +15,12 @@ fn kpng_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
         command.env(k, v);
     }
     let out = command.output().expect("run kpng");
-    text(&out)
+    support::text(&out)
 }
 
 /// `kpng ARGS…` with `RUST_LOG=error`.
 fn kpng(args: &[&str]) -> (i32, String, String) {
     kpng_env(args, &[("RUST_LOG", "error")])
-}
-
-fn text(out: &Output) -> (i32, String, String) {
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// A directory of the test's own, removed on drop.
@@ -383,7 +377,7 @@ ipvs:
         .expect("kpng");
     drop(server);
     drop(runtime);
-    let (code, stdout, stderr) = text(&out);
+    let (code, stdout, stderr) = support::text(&out);
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("add table ip kpng"), "{stdout}");
     assert!(stdout.contains("10.96.7.7 . tcp . 80"), "{stdout}");

@@ -20,11 +20,7 @@ impl Namespace {
             .env("RUST_LOG", "info")
             .output()
             .expect("kpng");
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        support::text(&out)
     }
 }
 

@@ -61,10 +61,8 @@ impl Namespace {
             .env_remove("RUST_LOG")
             .output()
             .expect("kpng");
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        let (code, _, stderr) = support::text(&out);
+        (code, stderr)
     }
 }
 

@@ -4,7 +4,17 @@
 // Each test binary uses a part of it.
 #![allow(dead_code)]
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
+
+/// What a finished command gave: exit code (-1 when killed), stdout and
+/// stderr as text.
+pub(crate) fn text(out: &Output) -> (i32, String, String) {
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
 
 /// A network namespace of the test's own (loopback up), deleted on drop
 /// with the processes started in it (`children`), also when the test
