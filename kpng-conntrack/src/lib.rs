@@ -87,6 +87,15 @@ struct UdpPort {
 
 fn udp_ports(view: &ServiceView) -> Vec<((IpFamily, u16), UdpPort)> {
     let mut out = Vec::new();
+    // Most Services have no UDP port: no plan to make for them.
+    if !view
+        .service
+        .ports
+        .iter()
+        .any(|p| p.protocol == kpng_model::v1::Protocol::Udp as i32)
+    {
+        return out;
+    }
     for family in IpFamily::BOTH {
         let plan = view.plan(family);
         for port in plan.ports.iter().filter(|p| p.protocol == "udp") {

@@ -348,10 +348,7 @@ impl<S: IncrementalSink> IncrementalSink for Measured<S> {
                     let _ = own.take_changes();
                     own.synced(true);
                 }
-                let now = SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .map_or(0.0, |d| d.as_secs_f64());
-                m.last_sync.set(now);
+                m.last_sync.set(now_seconds());
                 let started = self.round_started.take();
                 match &self.store {
                     Some(store) => {

@@ -202,19 +202,8 @@ impl IpSet {
 
 /// Whether `ip` is in `prefix` (of its family).
 pub fn cidr_contains(prefix: IpNet, ip: IpAddr) -> bool {
-    let (network, length) = (prefix.network(), prefix.prefix_len());
-    let bits = |a: IpAddr| -> (u128, u8) {
-        match a {
-            IpAddr::V4(v4) => (u128::from(u32::from(v4)) << 96, 32),
-            IpAddr::V6(v6) => (u128::from(v6), 128),
-        }
-    };
-    let ((net, width), (addr, other)) = (bits(network), bits(ip));
-    if width != other || length > width {
-        return false;
-    }
-    let mask = u128::MAX.checked_shl(u32::from(128 - length)).unwrap_or(0);
-    net & mask == addr & mask
+    // `ipnet`'s: false across families.
+    prefix.contains(&ip)
 }
 
 /// The prefixes of `prefixes` that no other one contains, sorted: what

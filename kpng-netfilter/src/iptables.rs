@@ -426,9 +426,12 @@ impl Batch {
                     else {
                         continue;
                     };
-                    let to_stale =
-                        jump_target(rule).is_some_and(|to| stale.iter().any(|s| *s == to));
-                    if *t == table && table.builtins().contains(&builtin) && to_stale {
+                    // The cheap test first: most saved rules are in other
+                    // chains (a kube-proxy node has ~100k of its own).
+                    if *t != table || !table.builtins().contains(&builtin) {
+                        continue;
+                    }
+                    if jump_target(rule).is_some_and(|to| stale.iter().any(|s| *s == to)) {
                         let jump = (table, builtin.to_owned(), rule.to_owned());
                         if !remove.contains(&jump) {
                             remove.push(jump);

@@ -173,14 +173,7 @@ fn unguarded(
             // The iptables kpng programs holds chains of kube-proxy's
             // names that are kpng's: known before kube-proxy's are removed.
             let own = (!args.keep_kube_proxy_rules).then(|| {
-                let mode = config.mode.unwrap_or_else(|| {
-                    Runner {
-                        prefix: Vec::new(),
-                        mode: None,
-                        ..Runner::default()
-                    }
-                    .mode()
-                });
+                let mode = config.mode.unwrap_or_else(|| Runner::default().mode());
                 if !args.dry_run {
                     config.mode = Some(mode);
                 }

@@ -449,14 +449,16 @@ impl IptablesBackend {
         full: bool,
     ) -> Result<(Batch, BTreeMap<ChainKey, Vec<String>>), Error> {
         let owned = |name: &str| render::owned(name);
-        // What iptables-save prints scales with what is wanted.
-        self.runner.expected_lines = self.families[i]
-            .desired
-            .values()
-            .map(|rules| rules.len() + 1)
-            .sum();
         let existing = match (full, self.run) {
-            (true, Run::Apply) => Some(self.runner.save(tools(family), &owned)?),
+            (true, Run::Apply) => {
+                // What iptables-save prints scales with what is wanted.
+                self.runner.expected_lines = self.families[i]
+                    .desired
+                    .values()
+                    .map(|rules| rules.len() + 1)
+                    .sum();
+                Some(self.runner.save(tools(family), &owned)?)
+            }
             _ => None,
         };
         let state = &self.families[i];

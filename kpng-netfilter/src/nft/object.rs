@@ -390,7 +390,15 @@ pub fn fit_comment(mut comment: String) -> String {
 /// `NFTNL_UDATA_SET_ELEM_COMMENT` (both 0), a one-byte length, and the
 /// text with its terminating NUL.
 pub(crate) fn comment_userdata(comment: &str) -> Vec<u8> {
-    let text = fit_comment(comment.to_owned());
+    // Comments come fitted already (`with_comment`); fit only what is not.
+    let fits = comment.len() <= COMMENT_MAX && !comment.chars().any(|c| c == '"' || c.is_control());
+    let fitted;
+    let text = if fits {
+        comment
+    } else {
+        fitted = fit_comment(comment.to_owned());
+        fitted.as_str()
+    };
     let mut out = Vec::with_capacity(text.len() + 3);
     out.push(0);
     out.push(u8::try_from(text.len() + 1).unwrap_or(u8::MAX));
