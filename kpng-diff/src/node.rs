@@ -270,27 +270,11 @@ impl NodeProjector {
         let full = self.needs_full;
         let mut delta = Vec::new();
         self.advance(snapshot, (!full).then_some(&mut delta));
-        let mut count = 0;
-        if full {
+        let count = if full {
             // The whole view as sets, streamed: no list of ops is built.
             sink.reset();
             self.needs_full = true;
-            sink.share_view(&self.view);
-            if let Some(node) = &self.view.node {
-                sink.apply(&ViewOp::SetNode(node.clone()))?;
-                count += 1;
-            }
-            if !self.view.service_cidrs.is_empty() {
-                sink.apply(&ViewOp::SetServiceCidrs(self.view.service_cidrs.clone()))?;
-                count += 1;
-            }
-            for (name, view) in &self.view.services {
-                sink.apply(&ViewOp::SetService(view.service.clone()))?;
-                for endpoint in &view.endpoints {
-                    sink.apply(&ViewOp::SetEndpoint(name.clone(), endpoint.clone()))?;
-                }
-                count += 1 + view.endpoints.len();
-            }
+            send_whole(&self.view, sink)?
         } else if delta.is_empty() {
             return Ok(None);
         } else {
@@ -299,8 +283,8 @@ impl NodeProjector {
             for op in &delta {
                 sink.apply(op)?;
             }
-            count = delta.len();
-        }
+            delta.len()
+        };
         sink.sync(self.view.revision)?;
         self.needs_full = false;
         tracing::debug!(
@@ -320,4 +304,35 @@ impl NodeProjector {
     pub fn force_full(&mut self) {
         self.needs_full = true;
     }
+}
+
+/// Sends `view` whole to `sink` as sets, streamed (no list of ops is
+/// built): the view shared, then its node, its Service CIDRs, and each
+/// Service with its endpoints. The ops of a full round, after the sink's
+/// `reset`; returns how many were sent.
+///
+/// # Errors
+/// The first op the sink refuses.
+pub fn send_whole<S: IncrementalSink + ?Sized>(
+    view: &NodeView,
+    sink: &mut S,
+) -> Result<usize, SinkError> {
+    let mut count = 0;
+    sink.share_view(view);
+    if let Some(node) = &view.node {
+        sink.apply(&ViewOp::SetNode(node.clone()))?;
+        count += 1;
+    }
+    if !view.service_cidrs.is_empty() {
+        sink.apply(&ViewOp::SetServiceCidrs(view.service_cidrs.clone()))?;
+        count += 1;
+    }
+    for (name, service) in &view.services {
+        sink.apply(&ViewOp::SetService(service.service.clone()))?;
+        for endpoint in &service.endpoints {
+            sink.apply(&ViewOp::SetEndpoint(name.clone(), endpoint.clone()))?;
+        }
+        count += 1 + service.endpoints.len();
+    }
+    Ok(count)
 }

@@ -358,19 +358,7 @@ impl<S: IncrementalSink> Guarded<S> {
             }
             None => {
                 inner.reset();
-                inner.share_view(&self.view);
-                if let Some(node) = &self.view.node {
-                    inner.apply(&ViewOp::SetNode(node.clone()))?;
-                }
-                if !self.view.service_cidrs.is_empty() {
-                    inner.apply(&ViewOp::SetServiceCidrs(self.view.service_cidrs.clone()))?;
-                }
-                for (name, view) in &self.view.services {
-                    inner.apply(&ViewOp::SetService(view.service.clone()))?;
-                    for endpoint in &view.endpoints {
-                        inner.apply(&ViewOp::SetEndpoint(name.clone(), endpoint.clone()))?;
-                    }
-                }
+                kpng_diff::send_whole(&self.view, inner)?;
             }
         }
         inner.sync(revision)
