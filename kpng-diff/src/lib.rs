@@ -81,7 +81,7 @@ mod shared;
 use kpng_model::{Key, Value};
 use kpng_store::{Snapshot, Txn};
 
-pub use node::{NodeProjector, SyncReport, diff_views, node_view, send_whole};
+pub use node::{NodeProjector, SyncReport, diff_views, node_view};
 pub use shared::{SharedNodeView, SharedStats, SharedViews, view_changes};
 
 /// One operation of a global diff.

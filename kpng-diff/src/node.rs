@@ -7,7 +7,7 @@ use imbl::ordmap::DiffItem;
 use kpng_model::v1::IpSet;
 use kpng_model::view::{NodeView, ServiceView, ViewOp};
 use kpng_model::{Key, ServiceName};
-use kpng_sink::{IncrementalSink, SinkError};
+use kpng_sink::{Changes, Round, Sink, SinkError};
 use kpng_store::Snapshot;
 
 use crate::select::{NodeContext, project_service};
@@ -156,9 +156,10 @@ pub struct NodeProjector {
 pub struct SyncReport {
     /// The revision synced.
     pub revision: u64,
-    /// Ops sent to the sink.
-    pub ops: usize,
-    /// Whether this was a full round (after `reset`).
+    /// Services the round set or removed (every Service of the view in
+    /// a full round).
+    pub services: usize,
+    /// Whether this was a full round.
     pub full: bool,
 }
 
@@ -184,7 +185,8 @@ impl NodeProjector {
     }
 
     /// Brings the view to `snapshot` and returns the ops from the previous
-    /// view to the new one. The first call returns the whole view as sets.
+    /// view to the new one (what an API server sends on the wire). The
+    /// first call returns the whole view as sets.
     pub fn update(&mut self, snapshot: &Snapshot) -> Vec<ViewOp> {
         let mut ops = Vec::new();
         self.advance(snapshot, Some(&mut ops));
@@ -192,9 +194,8 @@ impl NodeProjector {
     }
 
     /// Brings the view to `snapshot`, appending the ops to `ops` when
-    /// given (a full round sends the whole view instead: at 10k × 10 the
-    /// list would be 110k ops built for nothing).
-    fn advance(&mut self, snapshot: &Snapshot, mut ops: Option<&mut Vec<ViewOp>>) {
+    /// given; returns what changed.
+    fn advance(&mut self, snapshot: &Snapshot, mut ops: Option<&mut Vec<ViewOp>>) -> Changes {
         let keys = self
             .last
             .as_ref()
@@ -208,6 +209,9 @@ impl NodeProjector {
 
         let node = snapshot.node(&self.node_name).cloned();
         let service_cidrs = service_cidrs_at(snapshot, keys.as_ref(), &self.view.service_cidrs);
+        let mut changes = Changes::default();
+        changes.node = self.view.node != node;
+        changes.service_cidrs = !Arc::ptr_eq(&self.view.service_cidrs, &service_cidrs);
         if let Some(ops) = ops.as_deref_mut() {
             node_ops(&self.view, node.as_ref(), ops);
             service_cidr_ops(&self.view, &service_cidrs, ops);
@@ -240,9 +244,10 @@ impl NodeProjector {
                 service_ops(old, new.as_ref(), ops);
             }
             match new {
-                Some(new) => services.insert(name, new),
+                Some(new) => services.insert(name.clone(), new),
                 None => services.remove(&name),
             };
+            changes.services.push(name);
         }
         self.view = NodeView {
             revision: snapshot.revision(),
@@ -251,51 +256,44 @@ impl NodeProjector {
             services,
         };
         self.last = Some(snapshot.clone());
+        changes
     }
 
-    /// Brings the view to `snapshot` and drives `sink` through one round.
+    /// Brings the view to `snapshot` and hands `sink` the round that
+    /// leads there.
     ///
-    /// The first round, and the first round after a failed sync, is full:
-    /// the sink is reset and receives the whole view. Other rounds carry
-    /// only the changes. Nothing is sent (and `Ok(None)` returned) when the
-    /// view did not change since the last successful round.
+    /// The first round, and the first round after a failed sync, is full.
+    /// Other rounds carry only the changes since the last successful
+    /// round. Nothing is sent (and `Ok(None)` returned) when the view did
+    /// not change since then.
     ///
     /// # Errors
     /// The sink's error. The next call then makes a full round.
-    pub fn sync_into<S: IncrementalSink + ?Sized>(
+    pub fn sync_into<S: Sink + ?Sized>(
         &mut self,
         snapshot: &Snapshot,
         sink: &mut S,
     ) -> Result<Option<SyncReport>, SinkError> {
         let full = self.needs_full;
-        let mut delta = Vec::new();
-        self.advance(snapshot, (!full).then_some(&mut delta));
-        let count = if full {
-            // The whole view as sets, streamed: no list of ops is built.
-            sink.reset();
-            self.needs_full = true;
-            send_whole(&self.view, sink)?
-        } else if delta.is_empty() {
+        // An O(1) copy: the two views share every unchanged Service.
+        let previous = self.view.clone();
+        let changes = self.advance(snapshot, None);
+        if !full && changes.is_empty() {
             return Ok(None);
+        }
+        let round = if full {
+            Round::full(&self.view)
         } else {
-            self.needs_full = true;
-            sink.share_view(&self.view);
-            for op in &delta {
-                sink.apply(op)?;
-            }
-            delta.len()
+            Round::incremental(&previous, &self.view, changes)
         };
-        sink.sync(self.view.revision)?;
+        let services = round.service_count();
+        self.needs_full = true;
+        sink.sync(&round)?;
         self.needs_full = false;
-        tracing::debug!(
-            revision = self.view.revision,
-            ops = count,
-            full,
-            "synced sink"
-        );
+        tracing::debug!(revision = self.view.revision, services, full, "synced sink");
         Ok(Some(SyncReport {
             revision: self.view.revision,
-            ops: count,
+            services,
             full,
         }))
     }
@@ -304,35 +302,4 @@ impl NodeProjector {
     pub fn force_full(&mut self) {
         self.needs_full = true;
     }
-}
-
-/// Sends `view` whole to `sink` as sets, streamed (no list of ops is
-/// built): the view shared, then its node, its Service CIDRs, and each
-/// Service with its endpoints. The ops of a full round, after the sink's
-/// `reset`; returns how many were sent.
-///
-/// # Errors
-/// The first op the sink refuses.
-pub fn send_whole<S: IncrementalSink + ?Sized>(
-    view: &NodeView,
-    sink: &mut S,
-) -> Result<usize, SinkError> {
-    let mut count = 0;
-    sink.share_view(view);
-    if let Some(node) = &view.node {
-        sink.apply(&ViewOp::SetNode(node.clone()))?;
-        count += 1;
-    }
-    if !view.service_cidrs.is_empty() {
-        sink.apply(&ViewOp::SetServiceCidrs(view.service_cidrs.clone()))?;
-        count += 1;
-    }
-    for (name, service) in &view.services {
-        sink.apply(&ViewOp::SetService(service.service.clone()))?;
-        for endpoint in &service.endpoints {
-            sink.apply(&ViewOp::SetEndpoint(name.clone(), endpoint.clone()))?;
-        }
-        count += 1 + service.endpoints.len();
-    }
-    Ok(count)
 }

@@ -10,9 +10,9 @@ use kpng_diff::{
 };
 use kpng_model::EndpointInfo;
 use kpng_model::v1::{Endpoint, IpSet, Node, Service, TrafficPolicy};
-use kpng_model::view::{NodeView, ViewDigest, ViewOp};
+use kpng_model::view::{NodeView, ServiceView, ViewDigest};
 use kpng_model::{Key, ServiceName, Value};
-use kpng_sink::{FullState, FullStateSink, IncrementalSink, SinkError, ViewTracker};
+use kpng_sink::{Round, Sink, SinkError};
 use kpng_store::{Snapshot, Store, StoreConfig};
 use kpng_testkit::RecordingSink;
 use proptest::prelude::*;
@@ -287,93 +287,109 @@ proptest! {
     }
 
     #[test]
-    fn sync_into_keeps_a_full_state_sink_exact(txns in txns(), fail_at in 0..16usize) {
+    fn sync_into_hands_the_sink_the_exact_view(txns in txns(), fail_at in 0..16usize) {
         #[derive(Default)]
         struct Last { view: NodeView, fail: bool }
-        impl FullStateSink for Last {
-            fn sync(&mut self, view: &NodeView) -> Result<(), SinkError> {
+        impl Sink for Last {
+            fn sync(&mut self, round: &Round<'_>) -> Result<(), SinkError> {
                 if std::mem::take(&mut self.fail) {
                     return Err(SinkError::backend("last", "injected"));
                 }
-                self.view = view.clone();
+                self.view = round.view().clone();
                 Ok(())
             }
         }
         let snaps = history(txns, 1024);
         let mut projector = NodeProjector::new(NODE);
-        let mut sink = FullState::new(Last::default());
+        let mut sink = Last::default();
         for (i, snap) in snaps.iter().enumerate() {
             // The failure fires at the first round from `fail_at` on (a
             // revision that changes nothing for this node makes no round).
             if i == fail_at {
-                sink.inner_mut().fail = true;
+                sink.fail = true;
             }
             if projector.sync_into(snap, &mut sink).is_err() {
                 prop_assert!(i >= fail_at);
                 continue;
             }
             let mut expected = node_view(snap, NODE);
-            expected.revision = sink.inner().view.revision;
-            prop_assert_eq!(&sink.inner().view, &expected);
+            expected.revision = sink.view.revision;
+            prop_assert_eq!(&sink.view, &expected);
         }
     }
 
-    /// The view `sync_into` shares and the ops it sends agree: a sink that
-    /// builds its view from the ops alone ends where a sink that takes the
-    /// shared view does, and the latter's tracker names every Service
-    /// that changed, while holding the projector's own Services.
+    /// Rounds applied one by one, as a backend applies them (a full
+    /// round starts over; an incremental one sets or removes what it
+    /// lists), equal a full round of the final view; each change's view
+    /// before is what the previous rounds left; the node and the Service
+    /// CIDRs are flagged whenever they changed; and the view is the
+    /// projector's own, not a copy.
     #[test]
-    fn shared_view_and_ops_agree(txns in txns()) {
+    fn rounds_one_by_one_equal_a_full_round(txns in txns(), fail_at in 0..16usize) {
         #[derive(Default)]
-        struct OpsOnly { view: NodeView }
-        impl IncrementalSink for OpsOnly {
-            fn reset(&mut self) { self.view = NodeView::default(); }
-            fn apply(&mut self, op: &ViewOp) -> Result<(), SinkError> {
-                self.view.apply(op).expect("ops fit the view they build");
-                Ok(())
-            }
-            fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
-                self.view.revision = revision;
-                Ok(())
-            }
+        struct Applied {
+            services: BTreeMap<ServiceName, Arc<ServiceView>>,
+            node: Option<Arc<Node>>,
+            cidrs: Arc<IpSet>,
+            fail: bool,
+            problems: Vec<String>,
         }
-        #[derive(Default)]
-        struct Tracked { tracker: ViewTracker, changed: Vec<ServiceName>, full: bool }
-        impl IncrementalSink for Tracked {
-            fn reset(&mut self) { self.tracker.reset(); }
-            fn apply(&mut self, op: &ViewOp) -> Result<(), SinkError> { self.tracker.absorb(op) }
-            fn share_view(&mut self, view: &NodeView) { self.tracker.share(view); }
-            fn sync(&mut self, _revision: u64) -> Result<(), SinkError> {
-                let (full, changed) = self.tracker.round(|changes, _| Ok((changes.full, changes.services.clone())))?;
-                (self.full, self.changed) = (full, changed);
+        impl Sink for Applied {
+            fn sync(&mut self, round: &Round<'_>) -> Result<(), SinkError> {
+                if std::mem::take(&mut self.fail) {
+                    return Err(SinkError::backend("applied", "injected"));
+                }
+                let view = round.view();
+                if round.is_full() {
+                    self.services.clear();
+                }
+                for change in round.services() {
+                    if change.before != self.services.get(change.name) {
+                        self.problems.push(format!("{}: before is not what was applied", change.name));
+                    }
+                    match change.after {
+                        Some(after) => self.services.insert(change.name.clone(), after.clone()),
+                        None => self.services.remove(change.name),
+                    };
+                }
+                if round.node_changed() {
+                    self.node = view.node.clone();
+                } else if self.node != view.node {
+                    self.problems.push("the node changed unflagged".into());
+                }
+                if round.service_cidrs_changed() {
+                    self.cidrs = view.service_cidrs.clone();
+                } else if self.cidrs != view.service_cidrs {
+                    self.problems.push("the Service CIDRs changed unflagged".into());
+                }
                 Ok(())
             }
         }
         let snaps = history(txns, 1024);
-        let (mut by_ops, mut by_share) = (NodeProjector::new(NODE), NodeProjector::new(NODE));
-        let (mut ops_only, mut tracked) = (OpsOnly::default(), Tracked::default());
-        for snap in &snaps {
-            let before = by_share.view().clone();
-            by_ops.sync_into(snap, &mut ops_only).expect("sync");
-            by_share.sync_into(snap, &mut tracked).expect("sync");
-            // A round that changes nothing is not sent: revisions aside.
-            let mut expected = node_view(snap, NODE);
-            expected.revision = ops_only.view.revision;
-            prop_assert_eq!(&ops_only.view, &expected);
-            expected.revision = tracked.tracker.view().revision;
-            let held = tracked.tracker.view();
-            prop_assert_eq!(held, &expected);
-            for (name, service) in &held.services {
-                prop_assert!(Arc::ptr_eq(service, &by_share.view().services[name]));
+        let mut projector = NodeProjector::new(NODE);
+        let mut sink = Applied::default();
+        for (i, snap) in snaps.iter().enumerate() {
+            if i == fail_at {
+                sink.fail = true;
             }
-            if !tracked.full {
-                let names = before.services.keys().chain(held.services.keys());
-                for name in names {
-                    if before.services.get(name) != held.services.get(name) {
-                        prop_assert!(tracked.changed.contains(name), "{name} changed unnamed");
-                    }
-                }
-            }
+            let _ = projector.sync_into(snap, &mut sink);
+        }
+        // One more round, with no failure to come, brings it level.
+        if let Some(last) = snaps.last() {
+            projector.sync_into(last, &mut sink).expect("no failure left");
+        }
+        prop_assert!(sink.problems.is_empty(), "{:?}", sink.problems);
+        let full = match snaps.last() {
+            Some(last) => node_view(last, NODE),
+            None => NodeView::default(),
+        };
+        let expected: BTreeMap<_, _> =
+            full.services.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        prop_assert_eq!(&sink.services, &expected);
+        prop_assert_eq!(&sink.node, &full.node);
+        prop_assert_eq!(&sink.cidrs, &full.service_cidrs);
+        for (name, service) in &sink.services {
+            prop_assert!(Arc::ptr_eq(service, &projector.view().services[name]));
         }
     }
 }
@@ -397,7 +413,7 @@ fn first_round_and_round_after_failure_are_full() {
         .expect("ok")
         .expect("round");
     assert!(report.full);
-    assert_eq!(sink.calls.first(), Some(&kpng_testkit::Call::Reset));
+    assert!(sink.rounds[0].full);
 
     // Nothing changed: no round at all.
     assert_eq!(
@@ -423,20 +439,17 @@ fn first_round_and_round_after_failure_are_full() {
     sink.fail_syncs = 1;
     sink.take();
     assert!(projector.sync_into(&store.snapshot(), &mut sink).is_err());
-    assert_eq!(
-        sink.calls.len(),
-        2,
-        "one endpoint set, one sync: {:?}",
-        sink.calls
-    );
-    sink.take();
+    let failed = sink.take();
+    assert_eq!(failed.len(), 1);
+    assert!(!failed[0].full);
+    assert_eq!(failed[0].services, [(name.clone(), true)]);
     let report = projector
         .sync_into(&store.snapshot(), &mut sink)
         .expect("ok")
         .expect("round");
     assert!(report.full);
-    assert_eq!(report.ops, 2, "SetService and SetEndpoint");
-    assert_eq!(sink.calls.first(), Some(&kpng_testkit::Call::Reset));
+    assert_eq!(report.services, 1);
+    assert!(sink.rounds[0].full);
 }
 
 #[test]

@@ -4,13 +4,12 @@ use std::path::PathBuf;
 
 use kpng_model::view::NodeView;
 
-use crate::{FullStateSink, SinkError};
+use crate::{Round, Sink, SinkError};
 
 /// Writes the node view (with its revision) after each round, as YAML or
 /// JSON: to a file, replaced atomically (written beside it, then renamed),
 /// or to standard output when the path is `-`. What a node's proxy would
-/// program, for debugging (`kpng … to-file --output -`). Wrap it in
-/// [`FullState`](crate::FullState) to drive it from ops.
+/// program, for debugging (`kpng … to-file --output -`).
 #[derive(Clone, Debug)]
 pub struct ViewFile {
     path: PathBuf,
@@ -35,8 +34,9 @@ impl ViewFile {
     }
 }
 
-impl FullStateSink for ViewFile {
-    fn sync(&mut self, view: &NodeView) -> Result<(), SinkError> {
+impl Sink for ViewFile {
+    fn sync(&mut self, round: &Round<'_>) -> Result<(), SinkError> {
+        let view: &NodeView = round.view();
         let failed = |e: String| SinkError::backend("to-file", e);
         let text = if self.json {
             let mut text = serde_json::to_string_pretty(view).map_err(|e| failed(e.to_string()))?;
@@ -78,7 +78,7 @@ mod tests {
                 "kpng-sink-view.yaml",
             ),
         ] {
-            sink.sync(&view).expect("written");
+            sink.sync(&Round::full(&view)).expect("written");
             let text = std::fs::read_to_string(dir.join(name)).expect("read");
             assert!(text.contains("revision") && text.contains('7'), "{text}");
             let _ = std::fs::remove_file(dir.join(name));

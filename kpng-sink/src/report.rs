@@ -1,9 +1,7 @@
-//! What a backend's last round did ([`RoundReport`]), and [`Logged`],
-//! which tells it after each round.
+//! What a backend's last round did ([`RoundReport`]), and [`Log`], which
+//! tells it after each round.
 
-use kpng_model::view::{NodeView, ViewOp};
-
-use crate::{IncrementalSink, SinkError};
+use crate::{Hook, Round, SinkError};
 
 /// What a round wrote.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -38,21 +36,21 @@ pub trait RoundReport {
     }
 }
 
-/// Logs each round that `S` applied (at info level: revision, whether it
-/// was full, how many commands), and with
-/// [`printing_scripts`](Self::printing_scripts) prints its script to
-/// standard output: how a dry run shows what it would program.
+/// A [`Hook`] that logs each round its sink applied (at info level:
+/// revision, whether it was full, how many commands), and with
+/// [`printing_scripts`](Self::printing_scripts) prints the round's script
+/// to standard output: how a dry run shows what it would program. Put it
+/// around a sink with [`SinkExt::logged`](crate::SinkExt::logged) or
+/// [`SinkExt::with`](crate::SinkExt::with).
 ///
 /// ```
-/// use kpng_sink::{IncrementalSink, Logged, RoundReport, RoundSummary, SinkError};
+/// use kpng_model::view::NodeView;
+/// use kpng_sink::{Log, Round, RoundReport, RoundSummary, Sink, SinkError, SinkExt};
 ///
 /// #[derive(Default)]
 /// struct Counter(usize);
-/// impl IncrementalSink for Counter {
-///     fn apply(&mut self, _: &kpng_model::view::ViewOp) -> Result<(), SinkError> {
-///         Ok(())
-///     }
-///     fn sync(&mut self, _: u64) -> Result<(), SinkError> {
+/// impl Sink for Counter {
+///     fn sync(&mut self, _: &Round<'_>) -> Result<(), SinkError> {
 ///         self.0 += 1;
 ///         Ok(())
 ///     }
@@ -63,60 +61,35 @@ pub trait RoundReport {
 ///     }
 /// }
 ///
-/// let mut sink = Logged::new(Counter::default());
-/// sink.sync(1)?;
+/// let mut sink = Counter::default().with(Log::default().printing_scripts());
+/// sink.sync(&Round::full(&NodeView::default()))?;
 /// assert_eq!(sink.get_ref().last_round(), RoundSummary::new(true, 1));
 /// # Ok::<(), SinkError>(())
 /// ```
-#[derive(Debug)]
-pub struct Logged<S> {
-    inner: S,
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Log {
     print: bool,
 }
 
-impl<S> Logged<S> {
-    /// Logs `inner`'s rounds.
-    pub fn new(inner: S) -> Self {
-        Self {
-            inner,
-            print: false,
-        }
-    }
-
+impl Log {
     /// Prints each round's script to standard output too.
     #[must_use]
     pub fn printing_scripts(mut self) -> Self {
         self.print = true;
         self
     }
-
-    /// The wrapped sink.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
 }
 
-impl<S: IncrementalSink + RoundReport> IncrementalSink for Logged<S> {
-    fn reset(&mut self) {
-        self.inner.reset();
-    }
-    fn apply(&mut self, op: &ViewOp) -> Result<(), SinkError> {
-        self.inner.apply(op)
-    }
-    fn view(&self) -> Option<&NodeView> {
-        self.inner.view()
-    }
-    fn share_view(&mut self, view: &NodeView) {
-        self.inner.share_view(view);
-    }
-    fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
-        self.inner.sync(revision)?;
-        let RoundSummary { full, commands } = self.inner.last_round();
+impl<S: RoundReport + ?Sized> Hook<S> for Log {
+    fn after(&mut self, sink: &S, round: &Round<'_>, result: &Result<(), SinkError>) {
+        if result.is_err() {
+            return;
+        }
+        let RoundSummary { full, commands } = sink.last_round();
         if self.print {
             // A closed pipe (`| head`) is not worth failing the round.
-            let _ = self.inner.write_script(&mut std::io::stdout().lock());
+            let _ = sink.write_script(&mut std::io::stdout().lock());
         }
-        tracing::info!(revision, full, commands, "synced");
-        Ok(())
+        tracing::info!(revision = round.revision(), full, commands, "synced");
     }
 }

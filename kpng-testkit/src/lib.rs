@@ -3,8 +3,8 @@
 //! - [`Cluster`] builds deterministic synthetic cluster states of any size
 //!   (Services, endpoints spread over nodes and zones), for tests and
 //!   benchmarks.
-//! - [`RecordingSink`] is an [`IncrementalSink`] that records every call and
-//!   can be told to fail, for testing drivers.
+//! - [`RecordingSink`] is a [`kpng_sink::Sink`] that records every round
+//!   and can be told to fail, for testing drivers.
 //! - [`CountingAllocator`] counts live heap bytes, for memory benchmarks.
 //! - [`bpf`]: a bpf file system, a cgroup and a network namespace of a
 //!   test's own, removed on drop, for eBPF data-path tests.
@@ -34,9 +34,9 @@ use std::sync::Arc;
 
 use kpng_model::endpoint::{Interner, PortInfo, PortList};
 use kpng_model::v1::{IpSet, Node, Protocol, Service, ServicePort, ServiceType};
-use kpng_model::view::ViewOp;
+use kpng_model::view::NodeView;
 use kpng_model::{EndpointInfo, ServiceName};
-use kpng_sink::{IncrementalSink, SinkError};
+use kpng_sink::{Round, Sink, SinkError};
 
 /// The size of a synthetic cluster.
 #[derive(Clone, Copy, Debug)]
@@ -215,43 +215,48 @@ impl Cluster {
     }
 }
 
-/// One call a [`RecordingSink`] received.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Call {
-    /// `reset()`.
-    Reset,
-    /// An op.
-    Op(ViewOp),
-    /// `sync(revision)`.
-    Sync(u64),
+/// One round a [`RecordingSink`] received.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Recorded {
+    /// The round's revision.
+    pub revision: u64,
+    /// Whether it was full.
+    pub full: bool,
+    /// The Services it listed, in order: `true` when set, `false` when
+    /// removed.
+    pub services: Vec<(ServiceName, bool)>,
+    /// The view it led to (an O(1) copy of the driver's).
+    pub view: NodeView,
 }
 
-/// An [`IncrementalSink`] that records its calls.
+/// A [`Sink`] that records the rounds it receives and can be told to
+/// fail.
 #[derive(Clone, Debug, Default)]
 pub struct RecordingSink {
-    /// Every call so far, in order.
-    pub calls: Vec<Call>,
-    /// How many of the next `sync` calls fail.
+    /// Every round so far, in order (failed ones too).
+    pub rounds: Vec<Recorded>,
+    /// How many of the next rounds fail.
     pub fail_syncs: usize,
 }
 
 impl RecordingSink {
-    /// Takes every call recorded so far, leaving the record empty.
-    pub fn take(&mut self) -> Vec<Call> {
-        std::mem::take(&mut self.calls)
+    /// Takes every round recorded so far, leaving the record empty.
+    pub fn take(&mut self) -> Vec<Recorded> {
+        std::mem::take(&mut self.rounds)
     }
 }
 
-impl IncrementalSink for RecordingSink {
-    fn reset(&mut self) {
-        self.calls.push(Call::Reset);
-    }
-    fn apply(&mut self, op: &ViewOp) -> Result<(), SinkError> {
-        self.calls.push(Call::Op(op.clone()));
-        Ok(())
-    }
-    fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
-        self.calls.push(Call::Sync(revision));
+impl Sink for RecordingSink {
+    fn sync(&mut self, round: &Round<'_>) -> Result<(), SinkError> {
+        self.rounds.push(Recorded {
+            revision: round.revision(),
+            full: round.is_full(),
+            services: round
+                .services()
+                .map(|c| (c.name.clone(), c.after.is_some()))
+                .collect(),
+            view: round.view().clone(),
+        });
         if self.fail_syncs > 0 {
             self.fail_syncs -= 1;
             return Err(SinkError::backend("recording", "told to fail"));
@@ -289,9 +294,14 @@ mod tests {
             fail_syncs: 1,
             ..Default::default()
         };
-        assert!(sink.sync(1).is_err());
-        assert!(sink.sync(2).is_ok());
-        assert_eq!(sink.take(), [Call::Sync(1), Call::Sync(2)]);
+        let view = |revision| NodeView {
+            revision,
+            ..Default::default()
+        };
+        assert!(sink.sync(&Round::full(&view(1))).is_err());
+        assert!(sink.sync(&Round::full(&view(2))).is_ok());
+        let revisions: Vec<_> = sink.take().iter().map(|r| (r.revision, r.full)).collect();
+        assert_eq!(revisions, [(1, true), (2, true)]);
     }
 }
 
