@@ -2,48 +2,37 @@
 use kpng_diff::NodeProjector;
 use kpng_model::endpoint::{PortInfo, PortList};
 use kpng_model::v1::{Protocol, Service, ServicePort};
-use kpng_model::view::ViewOp;
 use kpng_model::{EndpointInfo, IpFamily};
-use kpng_sink::{IncrementalSink, SinkError, ViewTracker};
+use kpng_sink::{Round, Sink, SinkError};
 use kpng_store::Store;
 
-/// Our data plane: here, lines of text.
-#[derive(Default)]
-struct Printer {
-    tracker: ViewTracker,
-}
+/// Our data plane: here, lines of text. It keeps no view: each round
+/// says what changed.
+struct Printer;
 
-impl IncrementalSink for Printer {
-    // The tracker keeps the node view and what changed.
-    fn reset(&mut self) {
-        self.tracker.reset();
-    }
-
-    fn apply(&mut self, op: &ViewOp) -> Result<(), SinkError> {
-        self.tracker.absorb(op)
-    }
-
-    fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
-        // One round: every Service on a full round, else the changed ones.
-        self.tracker.round(|changes, view| {
-            for name in &changes.services {
-                match view.services.get(name) {
-                    None => println!("r{revision}: remove {name}"),
-                    Some(service) => {
-                        let plan = service.plan(IpFamily::V4);
-                        for port in &plan.ports {
-                            for vip in &plan.cluster_ips {
-                                println!(
-                                    "r{revision}: {vip}:{} {} -> {:?}",
-                                    port.number, port.protocol, port.cluster
-                                );
-                            }
-                        }
-                    }
+impl Sink for Printer {
+    fn sync(&mut self, round: &Round<'_>) -> Result<(), SinkError> {
+        let revision = round.revision();
+        if round.is_full() {
+            println!("r{revision}: start over");
+        }
+        // Every Service on a full round, else the changed ones.
+        for change in round.services() {
+            let Some(service) = change.after else {
+                println!("r{revision}: remove {}", change.name);
+                continue;
+            };
+            let plan = service.plan(IpFamily::V4);
+            for port in &plan.ports {
+                for vip in &plan.cluster_ips {
+                    println!(
+                        "r{revision}: {vip}:{} {} -> {:?}",
+                        port.number, port.protocol, port.cluster
+                    );
                 }
             }
-            Ok(())
-        })
+        }
+        Ok(())
     }
 }
 
@@ -64,7 +53,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     txn.commit();
 
     let mut projector = NodeProjector::new("node-a");
-    let mut printer = Printer::default();
+    let mut printer = Printer;
     projector.sync_into(&store.snapshot(), &mut printer)?;
 
     // One endpoint goes: only that Service is printed again.

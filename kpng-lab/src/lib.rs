@@ -21,7 +21,7 @@ use kpng_backend_iptables::IptablesBackend;
 use kpng_backend_nft::NftBackend;
 use kpng_diff::NodeProjector;
 use kpng_kube::{Ingest, IngestConfig, file};
-use kpng_sink::{IncrementalSink, SinkError};
+use kpng_sink::{Round, Sink, SinkError};
 use kpng_store::Store;
 
 /// The node the proxy runs for, in manifests.
@@ -75,7 +75,7 @@ impl Settings {
 }
 
 /// A backend the lab can run.
-pub trait LabBackend: IncrementalSink + Sized {
+pub trait LabBackend: Sink + Sized {
     /// Its name in reports.
     const NAME: &'static str;
     /// The commands it needs (checked before a lab starts).
@@ -180,18 +180,12 @@ pub struct EbpfWithNft {
     pub nft: NftBackend,
 }
 
-impl IncrementalSink for EbpfWithNft {
-    fn reset(&mut self) {
-        self.ebpf.reset();
-        self.nft.reset();
-    }
-    fn apply(&mut self, op: &kpng_model::view::ViewOp) -> Result<(), SinkError> {
-        self.ebpf.apply(op)?;
-        self.nft.apply(op)
-    }
-    fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
-        let ebpf = self.ebpf.sync(revision);
-        let nft = self.nft.sync(revision);
+/// Both sync each round, even after one fails; the first error is
+/// returned.
+impl Sink for EbpfWithNft {
+    fn sync(&mut self, round: &Round<'_>) -> Result<(), SinkError> {
+        let ebpf = self.ebpf.sync(round);
+        let nft = self.nft.sync(round);
         ebpf.and(nft)
     }
 }
@@ -258,15 +252,9 @@ pub fn ebpf_config(lab: &Lab, settings: &Settings, tc: bool) -> EbpfConfig {
 #[derive(Debug)]
 pub struct EbpfOnly(pub EbpfBackend);
 
-impl IncrementalSink for EbpfOnly {
-    fn reset(&mut self) {
-        self.0.reset();
-    }
-    fn apply(&mut self, op: &kpng_model::view::ViewOp) -> Result<(), SinkError> {
-        self.0.apply(op)
-    }
-    fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
-        self.0.sync(revision)
+impl Sink for EbpfOnly {
+    fn sync(&mut self, round: &Round<'_>) -> Result<(), SinkError> {
+        self.0.sync(round)
     }
 }
 
@@ -317,15 +305,9 @@ impl LabBackend for EbpfOnly {
 #[derive(Debug)]
 pub struct LegacyIptables(pub IptablesBackend);
 
-impl IncrementalSink for LegacyIptables {
-    fn reset(&mut self) {
-        self.0.reset();
-    }
-    fn apply(&mut self, op: &kpng_model::view::ViewOp) -> Result<(), SinkError> {
-        self.0.apply(op)
-    }
-    fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
-        self.0.sync(revision)
+impl Sink for LegacyIptables {
+    fn sync(&mut self, round: &Round<'_>) -> Result<(), SinkError> {
+        self.0.sync(round)
     }
 }
 
@@ -479,7 +461,7 @@ impl<B: LabBackend> Proxy<B> {
     }
 }
 
-impl<B: IncrementalSink> Proxy<B> {
+impl<B: Sink> Proxy<B> {
     /// A proxy around a sink made by the caller.
     pub fn with(backend: B) -> Self {
         Proxy {

@@ -8,7 +8,7 @@ use kpng_backend_nft::NftBackend;
 use kpng_conntrack::ConntrackCleaner;
 use kpng_lab::scenarios::{E2, E3, lab, manifest, service};
 use kpng_lab::{LabBackend, Proxy, Settings, require_lab, settle};
-use kpng_sink::{FullState, IncrementalSink};
+use kpng_sink::{FollowedBy, SinkExt};
 
 /// One datagram from `podc`'s fixed source port 40000; the reply line.
 fn ask(lab: &kpng_lab::Lab) -> String {
@@ -22,14 +22,10 @@ fn ask(lab: &kpng_lab::Lab) -> String {
 
 /// The node's proxy: the nft backend, then the conntrack cleaner over
 /// ctnetlink in the node's namespace (fresh, as after a restart).
-fn proxy(lab: &kpng_lab::Lab) -> Proxy<Vec<Box<dyn IncrementalSink + Send>>> {
-    let sinks: Vec<Box<dyn IncrementalSink + Send>> = vec![
-        Box::new(NftBackend::in_lab(lab, &Settings::lab())),
-        Box::new(FullState::new(ConntrackCleaner::in_netns(
-            std::path::Path::new("/run/netns").join(lab.ns("node")),
-        ))),
-    ];
-    Proxy::with(sinks)
+fn proxy(lab: &kpng_lab::Lab) -> Proxy<FollowedBy<NftBackend, ConntrackCleaner>> {
+    let cleaner =
+        ConntrackCleaner::in_netns(std::path::Path::new("/run/netns").join(lab.ns("node")));
+    Proxy::with(NftBackend::in_lab(lab, &Settings::lab()).followed_by(cleaner))
 }
 
 fn dns(eps: &str) -> String {

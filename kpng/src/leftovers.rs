@@ -4,9 +4,8 @@
 //! them). The mechanics, and what counts as kube-proxy's, are
 //! [`kpng_netfilter::leftovers`]'s.
 
-use kpng_model::view::ViewOp;
 use kpng_netfilter::leftovers::Leftovers;
-use kpng_sink::{IncrementalSink, SinkError};
+use kpng_sink::{Hook, Round, SinkError};
 
 /// What runs after the first successful sync: the removal, or in a dry run
 /// the list of what would be removed (on stderr; nothing changes).
@@ -56,39 +55,22 @@ impl Cleanup {
     }
 }
 
-/// `inner`, with `cleanup` run once after its first successful sync.
-pub(crate) struct AfterFirstSync<S> {
-    inner: S,
-    cleanup: Option<Cleanup>,
-}
+/// A hook that runs the [`Cleanup`] once, after the first round its sink
+/// applied.
+pub(crate) struct AfterFirstSync(Option<Cleanup>);
 
-impl<S> AfterFirstSync<S> {
-    pub(crate) fn new(inner: S, cleanup: Cleanup) -> Self {
-        Self {
-            inner,
-            cleanup: Some(cleanup),
-        }
+impl AfterFirstSync {
+    pub(crate) fn new(cleanup: Cleanup) -> Self {
+        Self(Some(cleanup))
     }
 }
 
-impl<S: IncrementalSink> IncrementalSink for AfterFirstSync<S> {
-    fn reset(&mut self) {
-        self.inner.reset();
-    }
-    fn apply(&mut self, op: &ViewOp) -> Result<(), SinkError> {
-        self.inner.apply(op)
-    }
-    fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
-        self.inner.sync(revision)?;
-        if let Some(cleanup) = self.cleanup.take() {
+impl<S: ?Sized> Hook<S> for AfterFirstSync {
+    fn after(&mut self, _: &S, _: &Round<'_>, result: &Result<(), SinkError>) {
+        if result.is_ok()
+            && let Some(cleanup) = self.0.take()
+        {
             cleanup.run();
         }
-        Ok(())
-    }
-    fn view(&self) -> Option<&kpng_model::view::NodeView> {
-        self.inner.view()
-    }
-    fn share_view(&mut self, view: &kpng_model::view::NodeView) {
-        self.inner.share_view(view);
     }
 }
