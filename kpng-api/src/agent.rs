@@ -79,8 +79,8 @@ impl Held {
 /// otherwise runs until dropped.
 ///
 /// The agent holds the node view and the view of the last round that
-/// succeeded, which shares every unchanged Service with it: the sink
-/// keeps no copy.
+/// succeeded, which shares every unchanged Service with it; the sink
+/// borrows them for each round and need keep no copy.
 ///
 /// Each failed attempt is one log line naming the address and the whole
 /// cause: `cannot connect to ADDRESS` when no stream was opened, `lost

@@ -31,7 +31,8 @@ pub(crate) struct Rounds {
     service_cidrs: bool,
     /// The next round is full.
     full: bool,
-    /// Ops were applied since the last sync or reset.
+    /// Ops were applied since the last round that succeeded, or the
+    /// last reset.
     pending: bool,
 }
 
@@ -63,7 +64,8 @@ impl Rounds {
 
     /// A new stream resumes from the revision of the last round that
     /// succeeded: the ops received since (a batch the last stream did not
-    /// close with a sync) are dropped, as the server sends them again.
+    /// close with a sync, or one the sink failed) are dropped, as the
+    /// server sends what changed since that revision.
     pub(crate) fn resume(&mut self) {
         if std::mem::take(&mut self.pending) {
             self.view = self.synced.clone().unwrap_or_default();
@@ -110,7 +112,6 @@ impl Rounds {
         sink: &mut S,
     ) -> Result<(), SinkError> {
         self.view.revision = revision;
-        self.pending = false;
         let touched = std::mem::take(&mut self.touched);
         let result = match self.synced.as_ref().filter(|_| !self.full) {
             None => sink.sync(&Round::full(&self.view)),
@@ -125,6 +126,7 @@ impl Rounds {
             Ok(()) => {
                 self.synced = Some(self.view.clone());
                 self.full = false;
+                self.pending = false;
             }
             Err(_) => self.full = true,
         }
@@ -428,12 +430,19 @@ mod tests {
     proptest! {
         /// Rounds built from any stream, programmed one by one by a sink
         /// that sets and removes what each lists, leave it holding the
-        /// view: after every round that succeeded, and at the end.
+        /// view: after every round that succeeded, and at the end. The
+        /// view is what the ops make of the view of the last reset, even
+        /// when streams are lost (a new stream sends again what changed
+        /// since the last round that succeeded).
         #[test]
         fn rounds_applied_one_by_one_equal_the_view(steps in prop::collection::vec(step(), 1..80)) {
             let mut rounds = Rounds::new();
             let mut sink = Mirror::default();
             let mut revision = 0;
+            // The server's view, and its ops since the agent's last round
+            // that succeeded.
+            let mut truth = NodeView::default();
+            let mut since = Vec::new();
             let check = |sink: &Mirror, view: &NodeView| {
                 prop_assert!(sink.services.iter().eq(view.services.iter()));
                 prop_assert_eq!(&sink.node, &view.node);
@@ -443,19 +452,35 @@ mod tests {
             for step in steps.into_iter().chain([Step::Sync(false)]) {
                 match step {
                     // An op that does not fit makes the next round full.
-                    Step::Op(op) => { let _ = rounds.apply(&op); }
+                    Step::Op(op) => {
+                        prop_assert_eq!(rounds.apply(&op).is_ok(), truth.apply(&op).is_ok());
+                        since.push(op);
+                    }
                     Step::Sync(fail) => {
                         revision += 1;
+                        truth.revision = revision;
                         sink.fail = fail;
                         let result = rounds.sync(revision, &mut sink);
                         prop_assert_eq!(result.is_err(), fail);
+                        prop_assert_eq!(rounds.view(), &truth);
                         if !fail {
                             check(&sink, rounds.view())?;
+                            since.clear();
                         }
                     }
-                    Step::Reset => rounds.reset(),
-                    Step::Resume => rounds.resume(),
+                    Step::Reset => {
+                        rounds.reset();
+                        truth = NodeView::default();
+                        since.clear();
+                    }
+                    Step::Resume => {
+                        rounds.resume();
+                        for op in &since {
+                            let _ = rounds.apply(op);
+                        }
+                    }
                 }
+                prop_assert!(rounds.view().services == truth.services);
             }
             prop_assert_eq!(rounds.view().revision, revision);
             check(&sink, rounds.view())?;

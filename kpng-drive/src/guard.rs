@@ -6,10 +6,9 @@
 //! clock passed in), so it can be tested and moved on its own.
 //! [`Guarded`] puts it in front of a [`Sink`]: it keeps the view the
 //! inner sink last programmed, and forwards a round only when the guard
-//! lets it through. [`HoldStatus`] shares the
-//! current hold with whoever reports it (`/healthz`, metrics) and with
-//! [`drive`](crate::drive), which re-checks a hold when it may be
-//! confirmed.
+//! lets it through. [`HoldStatus`] shares the current hold with whoever
+//! reports it (`/healthz`, metrics) and with [`drive`](crate::drive),
+//! which re-checks a hold when it may be confirmed.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -249,8 +248,8 @@ type Observer = Box<dyn FnMut(Option<&Hold>) + Send>;
 /// starts from a view the inner sink never programmed. So the guard keeps
 /// the view the inner sink last synced (an O(1) clone that shares its
 /// Services with the driver's), and when it lets a round through it
-/// forwards the round itself when the inner sink is where the round
-/// starts (nothing was held since), or else the round from what the
+/// forwards the round itself when it is full or starts where the inner
+/// sink is (nothing was held since), or else the round from what the
 /// inner sink programmed to the round's view ([`Round::between`]), or a
 /// full round when the inner sink failed its last one.
 ///
