@@ -380,3 +380,49 @@ async fn healthz_turns_unhealthy_while_the_input_is_held_back() {
     assert_eq!(status, 200, "{body}");
     assert!(body.get("heldBack").is_none(), "{body}");
 }
+
+/// Companions around a backend: a follower receives each round the
+/// backend applied, after it, and none it failed; `/healthz` turns
+/// healthy with the first round the backend applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn companions_follow_the_rounds_the_backend_applied() {
+    use std::sync::Mutex;
+    /// Records the revisions it syncs, failing the first `fail` of them.
+    struct Shared(Arc<Mutex<Vec<(&'static str, u64)>>>, &'static str, usize);
+    impl Sink for Shared {
+        fn sync(&mut self, round: &Round<'_>) -> Result<(), kpng_sink::SinkError> {
+            self.0
+                .lock()
+                .expect("lock")
+                .push((self.1, round.revision()));
+            if self.2 > 0 {
+                self.2 -= 1;
+                return Err(kpng_sink::SinkError::backend(self.1, "told to fail"));
+            }
+            Ok(())
+        }
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let seen = Arc::default();
+    let companions = kpng_health::Companions::new()
+        .healthz(listener, Duration::from_secs(60))
+        .follower(Shared(Arc::clone(&seen), "follower", 0));
+    let health = companions.proxy_health().expect("healthz set");
+    let mut sink = companions.around(Shared(Arc::clone(&seen), "backend", 1));
+    let view = |revision| NodeView {
+        revision,
+        ..Default::default()
+    };
+    assert!(sink.sync(&Round::full(&view(1))).is_err());
+    assert!(!health.healthy());
+    assert_eq!(get(port, "/healthz").await.expect("served").0, 503);
+    sink.sync(&Round::full(&view(2))).expect("sync");
+    assert_eq!(
+        *seen.lock().expect("lock"),
+        [("backend", 1), ("backend", 2), ("follower", 2)]
+    );
+    assert_eq!(get(port, "/healthz").await.expect("served").0, 200);
+}
