@@ -1,9 +1,9 @@
 //! The nftables backend of kpng-rs.
 //!
-//! [`NftBackend`] is a [`kpng_sink::Sink`]: each [`Round`](kpng_sink::Round)
-//! hands it a node's view and the Services that changed, and it programs
-//! kube-proxy's Service semantics into one table per IP family (`ip kpng`,
-//! `ip6 kpng`), owned wholly by kpng-rs.
+//! [`NftBackend`] is a [`kpng_sink::Sink`]: each [`Round`] hands it a
+//! node's view and the Services that changed, and it programs kube-proxy's
+//! Service semantics into one table per IP family (`ip kpng`, `ip6 kpng`),
+//! owned wholly by kpng-rs.
 //!
 //! - **Dispatch** is one verdict-map lookup: `service-ips` keyed by
 //!   `daddr . l4proto . dport` (ClusterIPs, externalIPs, LB IPs) and
@@ -20,14 +20,15 @@
 //!   addresses, masquerade by mark (bit 14 by default), `masquerade_all`,
 //!   the pod-CIDR detector, hairpin, dual stack, TCP, UDP and SCTP.
 //! - **Updates**: a full round (the first, any after a failure), and any
-//!   round after [`NftBackend::force_full`], replaces the tables in one
-//!   transaction. Others change only what changed: the elements of an
-//!   endpoint that came or went, the chains of a Service whose rules
-//!   changed. What a Service contributed is rendered again from its view
-//!   before the round ([`ServiceChange::before`](kpng_sink::ServiceChange))
-//!   and taken out, so the backend keeps no copy of the view. Chains shared by Services (one per endpoint
-//!   count and policy) exist while a Service uses them, so a small
-//!   cluster has a small ruleset.
+//!   round after [`NftBackend::force_full`] or a failed sync, replaces
+//!   the tables in one transaction. Others change only what the round
+//!   changed: the elements of an endpoint that came or went, the chains
+//!   of a Service whose rules changed. What a Service contributed before
+//!   is rendered again from its view before the round
+//!   ([`ServiceChange::before`](kpng_sink::ServiceChange)) and taken out,
+//!   so the backend keeps no copy of the view. Chains shared by Services
+//!   (one per endpoint count and policy) exist while a Service uses them,
+//!   so a small cluster has a small ruleset.
 //! - **The kernel** is programmed over nf_tables netlink through
 //!   [`kpng_netfilter`], with no `nft` process: each sync is one batch
 //!   the kernel commits whole or not at all, and a refusal names the
@@ -36,7 +37,8 @@
 //!
 //! # Example
 //!
-//! Render the script for one Service without touching the kernel:
+//! Render the script for one Service without touching the kernel, then
+//! the round that removes it:
 //!
 //! ```
 //! use std::sync::Arc;
@@ -57,6 +59,16 @@
 //! // No endpoint: the ClusterIP rejects; the element names its Service.
 //! assert!(backend.last_script().contains(
 //!     "add element ip kpng no-endpoint-services { 10.96.0.10 . tcp . 80 comment \"default/web:http/tcp\" : goto reject-chain }"
+//! ));
+//!
+//! let before = view.clone();
+//! view.services.clear();
+//! view.revision = 2;
+//! backend.sync(&Round::between(&before, &view))?;
+//! assert!(!backend.last_sync().full);
+//! // Its elements go, rendered again from its view before the round.
+//! assert!(backend.last_script().contains(
+//!     "delete element ip kpng cluster-ips { 10.96.0.10 comment \"default/web\" }"
 //! ));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
