@@ -683,8 +683,8 @@ mod tests {
         }
     }
 
-    /// Syncs the round from `before` to `view` (at `revision`), full when
-    /// there is no `before`; `view` is then the next round's before.
+    /// Syncs the round from `before` to `view`, at `revision`: a full
+    /// round without `before`.
     fn sync(
         backend: &mut NftBackend,
         before: Option<&NodeView>,
