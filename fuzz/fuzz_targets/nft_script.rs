@@ -7,12 +7,12 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
-use kpng_backend_nft::{Config, NftBackend};
+use kpng_backend_nft::{NftBackend, NftConfig};
 use kpng_model::EndpointInfo;
 use kpng_model::endpoint::{PortInfo, PortList};
 use kpng_model::v1::{IpSet, Protocol, Service, ServicePort};
-use kpng_model::view::{EndpointView, ViewOp};
-use kpng_sink::IncrementalSink;
+use kpng_model::view::{EndpointView, NodeView, ViewOp};
+use kpng_sink::{Round, Sink};
 
 /// A namespace for `nft -c`, made once per fuzzing process.
 fn namespace() -> &'static str {
@@ -82,12 +82,12 @@ fuzz_target!(|data: &[u8]| {
         .with_is_local(head[0] & 2 == 2)
         .with_cluster(true)
         .with_local(head[0] & 4 == 4);
-    let mut backend = NftBackend::new(Config::default()).dry_run();
-    backend.reset();
+    let mut backend = NftBackend::new(NftConfig::default()).dry_run();
+    let mut view = NodeView { revision: 1, ..Default::default() };
     let name = svc.service_name();
-    let _ = backend.apply(&ViewOp::SetService(svc.clone()));
-    let _ = backend.apply(&ViewOp::SetEndpoint(name, endpoint));
-    if backend.sync(1).is_err() {
+    let _ = view.apply(&ViewOp::SetService(svc.clone()));
+    let _ = view.apply(&ViewOp::SetEndpoint(name, endpoint));
+    if backend.sync(&Round::full(&view)).is_err() {
         return;
     }
     let script = backend.last_script();

@@ -1,6 +1,6 @@
 //! The kpng backends as producers (features `nft-backend`,
 //! `iptables-backend`): each renders as usual without touching the
-//! kernel, and publishes what it wants after each sync.
+//! kernel, and publishes what it wants after each round.
 
 #[cfg(feature = "iptables-backend")]
 use kpng_backend_iptables::IptablesBackend;
@@ -9,8 +9,8 @@ use kpng_backend_nft::NftBackend;
 
 use crate::Producer;
 
-/// The nft backend publishes its tables' objects; a full sync (the first,
-/// after a failure) publishes a new table epoch, which the aggregator
+/// The nft backend publishes its tables' objects; a full round (the
+/// first, after a failure) publishes a new table epoch, which the aggregator
 /// applies as a whole-table replace.
 #[cfg(feature = "nft-backend")]
 impl Producer for NftBackend {
@@ -42,10 +42,6 @@ impl Producer for NftBackend {
         }
         fragment.into()
     }
-
-    fn force_full(&mut self) {
-        NftBackend::force_full(self);
-    }
 }
 
 /// The iptables backend publishes its chains (all `KUBE-`) and its jumps
@@ -70,9 +66,5 @@ impl Producer for IptablesBackend {
             }
         }
         fragment.into()
-    }
-
-    fn force_full(&mut self) {
-        IptablesBackend::force_full(self);
     }
 }

@@ -2,34 +2,34 @@
 
 use std::sync::{Arc, Mutex};
 
-use kpng_model::view::ViewOp;
-use kpng_sink::{IncrementalSink, SinkError};
+use kpng_sink::{Round, Sink, SinkError};
 
 use crate::{Aggregator, Subsystem};
 
 /// A backend that can publish what it wants instead of applying it.
 ///
-/// In publishing mode a backend renders as usual (incrementally, with its
-/// own full rounds) but never touches the kernel; the [`Publisher`] hands
-/// its desired state to an aggregator after each sync.
-pub trait Producer: IncrementalSink {
+/// In publishing mode a backend renders each [`Round`] as usual (the
+/// changes of an incremental one, everything anew in a full one) but
+/// never touches the kernel; the [`Publisher`] hands its desired state to
+/// an aggregator after each round.
+pub trait Producer: Sink {
     /// The subsystem it publishes to.
     type Subsystem: Subsystem;
     /// Switches to publishing mode.
     fn publishing(self) -> Self;
-    /// The whole desired state after the last sync.
+    /// The whole desired state after the last round.
     fn fragment(
         &mut self,
     ) -> imbl::OrdMap<<Self::Subsystem as Subsystem>::Key, <Self::Subsystem as Subsystem>::Value>;
-    /// Makes the next sync a full one (its publication refused).
-    fn force_full(&mut self);
 }
 
-/// Runs a backend through an aggregator: each sync publishes the backend's
-/// state as producer `name`, and (unless told not to) flushes, so the
-/// backend's change and whatever other producers published go in one
-/// transaction. The aggregator diffs the publication against what it
-/// applied: only changed objects reach the kernel.
+/// Runs a backend through an aggregator: a [`Sink`] whose rounds the
+/// backend renders, then publishes as producer `name`, and (unless told
+/// not to) flushes, so the backend's change and whatever other producers
+/// published go in one transaction. The aggregator diffs the publication
+/// against what it applied: only changed objects reach the kernel. A
+/// refused publication fails the round, so the driver's next round is
+/// full: the backend renders everything anew.
 pub struct Publisher<B: Producer> {
     backend: B,
     name: String,
@@ -104,24 +104,85 @@ impl<B: Producer + kpng_sink::RoundReport> kpng_sink::RoundReport for Publisher<
     }
 }
 
-impl<B: Producer> IncrementalSink for Publisher<B> {
-    fn reset(&mut self) {
-        self.backend.reset();
-    }
-    fn apply(&mut self, op: &ViewOp) -> Result<(), SinkError> {
-        self.backend.apply(op)
-    }
-    fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
-        self.backend.sync(revision)?;
+impl<B: Producer> Sink for Publisher<B> {
+    /// The backend renders the round, then its state is published (and
+    /// flushed). A refused publication fails the round: the next one is
+    /// full, and the backend renders everything anew.
+    fn sync(&mut self, round: &Round<'_>) -> Result<(), SinkError> {
+        self.backend.sync(round)?;
         self.publish().map_err(|why| {
-            self.backend.force_full();
             SinkError::backend(format!("aggregator producer {}", self.name), Refused(why))
         })
     }
-    fn view(&self) -> Option<&kpng_model::view::NodeView> {
-        self.backend.view()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nft::{Family, Fragment, Nft};
+    use kpng_model::view::NodeView;
+
+    /// A producer that publishes one table, named after how many Services
+    /// its last round's view held, and records its rounds.
+    #[derive(Debug, Default)]
+    struct Counter {
+        rounds: Vec<(u64, bool)>,
+        services: usize,
+        publishing: bool,
     }
-    fn share_view(&mut self, view: &kpng_model::view::NodeView) {
-        self.backend.share_view(view);
+
+    impl Sink for Counter {
+        fn sync(&mut self, round: &Round<'_>) -> Result<(), SinkError> {
+            self.rounds.push((round.revision(), round.is_full()));
+            self.services = round.view().services.len();
+            Ok(())
+        }
+    }
+
+    impl Producer for Counter {
+        type Subsystem = Nft;
+        fn publishing(mut self) -> Self {
+            self.publishing = true;
+            self
+        }
+        fn fragment(&mut self) -> imbl::OrdMap<crate::nft::Key, crate::nft::Value> {
+            let mut fragment = Fragment::new();
+            fragment
+                .table(Family::Ip, &format!("counter{}", self.services))
+                .chain("c", []);
+            fragment.into()
+        }
+    }
+
+    #[test]
+    fn the_backend_renders_the_round_then_its_state_is_published_and_refusals_fail_it() {
+        let aggregator = Arc::new(Mutex::new(Aggregator::new(Nft::dry_run())));
+        let mut publisher = Publisher::new(Counter::default(), "kpng", aggregator.clone());
+        assert!(publisher.backend().publishing);
+        let view = NodeView {
+            revision: 1,
+            ..Default::default()
+        };
+        publisher.sync(&Round::full(&view)).expect("published");
+        assert_eq!(publisher.backend().rounds, [(1, true)]);
+        let script = aggregator
+            .lock()
+            .expect("lock")
+            .subsystem()
+            .last_script()
+            .to_owned();
+        assert!(script.contains("counter0"), "{script}");
+
+        // Producer "other" would publish table counter0, which "kpng"
+        // owns: refused, its round fails after its backend rendered it.
+        let mut other = Publisher::new(Counter::default(), "other", aggregator);
+        let err = other
+            .sync(&Round::between(&view, &view))
+            .expect_err("refused");
+        assert!(
+            err.to_string().starts_with("aggregator producer other"),
+            "{err}"
+        );
+        assert_eq!(other.backend().rounds, [(1, false)]);
     }
 }

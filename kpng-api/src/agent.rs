@@ -8,9 +8,10 @@ use kpng_model::v1::enls_client::EnlsClient;
 use kpng_model::v1::global_event::Event as GlobalKind;
 use kpng_model::v1::{WatchRequest, watch_event::Event};
 use kpng_model::view::compact;
-use kpng_sink::IncrementalSink;
+use kpng_sink::Sink;
 
 use crate::Error;
+use crate::rounds::Rounds;
 use crate::transport::{Address, connect};
 
 /// Settings of [`run_agent`] and [`run_mirror`].
@@ -68,11 +69,18 @@ impl Held {
 
 /// Keeps `sink` in line with `node`'s view from the server at `address`:
 /// connects (retrying with jittered backoff), streams, applies each batch
-/// and syncs at each `sync`; after a disconnect it resumes from the
-/// revision it holds, or, on a restarted server or another replica, from
-/// the digest of the view it holds. A sink failure makes it start over
-/// from a full view. Returns after the first sync with `once`; otherwise
-/// runs until dropped.
+/// of changes to the view it holds, and at each `sync` hands the sink the
+/// round from the view of the last round that succeeded (a full round at
+/// first, after the server's reset, and after a failed round); after a
+/// disconnect it resumes from the revision it holds, or, on a restarted
+/// server or another replica, from the digest of the view it holds. A
+/// sink failure, or a change that does not fit the view, makes it start
+/// over from a full view. Returns after the first sync with `once`;
+/// otherwise runs until dropped.
+///
+/// The agent holds the node view and the view of the last round that
+/// succeeded, which shares every unchanged Service with it; the sink
+/// borrows them for each round and need keep no copy.
 ///
 /// Each failed attempt is one log line naming the address and the whole
 /// cause: `cannot connect to ADDRESS` when no stream was opened, `lost
@@ -83,16 +91,26 @@ impl Held {
 /// With `once`, a sink failure, or [`Error::Unreachable`] after
 /// [`AgentConfig::once_attempts`] failed attempts in a row; otherwise
 /// never.
-pub async fn run_agent<S: IncrementalSink + ?Sized>(
+pub async fn run_agent<S: Sink + ?Sized>(
     address: &Address,
     node: &str,
     sink: &mut S,
     config: &AgentConfig,
 ) -> Result<(), Error> {
     let mut held = Held::default();
+    let mut rounds = Rounds::new();
     let mut retries = Retries::new(address, config);
     loop {
-        let result = session(address, node, sink, &mut held, config, &mut retries).await;
+        let result = session(
+            address,
+            node,
+            sink,
+            &mut held,
+            &mut rounds,
+            config,
+            &mut retries,
+        )
+        .await;
         let delay = match result {
             Ok(()) if config.once => return Ok(()),
             Ok(()) => retries.ended(),
@@ -100,6 +118,7 @@ pub async fn run_agent<S: IncrementalSink + ?Sized>(
             Err(e @ Error::Sink(_)) => {
                 // The sink's state is unknown: start over.
                 held = Held::default();
+                rounds.reset();
                 retries.sink_failed(&e)
             }
             Err(e) => retries.failed(&e, held.revision)?,
@@ -244,16 +263,22 @@ pub(crate) async fn client(
 }
 
 /// One connection: streams until it ends (or, with `once`, until the
-/// first sync), telling `retries` how far it gets.
-pub(crate) async fn session<S: IncrementalSink + ?Sized>(
+/// first sync), telling `retries` how far it gets. `held` names the view
+/// the agent holds (the server's instance, revision, digest), `rounds`
+/// holds it, with what changed since the last round.
+pub(crate) async fn session<S: Sink + ?Sized>(
     address: &Address,
     node: &str,
     sink: &mut S,
     held: &mut Held,
+    rounds: &mut Rounds,
     config: &AgentConfig,
     retries: &mut Retries,
 ) -> Result<(), Error> {
     retries.start();
+    // The server sends again what a lost stream did not close with a
+    // sync.
+    rounds.resume();
     let mut stream = client(address, config)
         .await?
         .watch(held.request(node))
@@ -268,15 +293,28 @@ pub(crate) async fn session<S: IncrementalSink + ?Sized>(
             Some(Event::Reset(_)) => {
                 // What is held is gone, whatever happens next.
                 *held = Held::default();
-                sink.reset();
+                rounds.reset();
             }
             Some(Event::Changes(changes)) => {
-                decoder.batch(changes, |op| sink.apply(&op).map_err(Error::from))?;
+                let mut misfit = false;
+                let applied = decoder.batch(changes, |op| {
+                    rounds.apply(&op).map_err(|e| {
+                        misfit = true;
+                        Error::from(e)
+                    })
+                });
+                if misfit {
+                    // The view is not the server's: ask for the whole
+                    // view.
+                    *held = Held::default();
+                    rounds.reset();
+                }
+                applied?;
             }
             Some(Event::Digest(d)) => digest = d,
             Some(Event::Sync(revision)) => {
                 decoder.end_round();
-                sink.sync(revision)?;
+                rounds.sync(revision, sink)?;
                 *held = Held {
                     instance,
                     revision,

@@ -26,8 +26,11 @@
 //! The transport is a unix socket (mode 0600) by default, or TCP with
 //! mutual TLS ([`serve_tcp`]: a client without a certificate from the
 //! configured CA is refused); gzip and zstd are negotiated. [`run_agent`]
-//! drives any [`kpng_sink::IncrementalSink`] from a server, reconnecting
-//! with jittered backoff and resuming.
+//! drives any [`kpng_sink::Sink`] from a server: it keeps the node view
+//! the changes build, and at each `sync` hands the sink a
+//! [`Round`](kpng_sink::Round) of what changed since the last round that
+//! succeeded (a full one at first, after a reset or a failure),
+//! reconnecting with jittered backoff and resuming.
 //!
 //! # Example
 //!
@@ -38,7 +41,7 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use kpng_api::{Address, AgentConfig, Server, bind_unix, run_agent, serve};
 //! use kpng_model::v1::Service;
-//! use kpng_sink::FullState;
+//! use kpng_sink::{Round, Sink, SinkError};
 //! use kpng_store::Store;
 //!
 //! let mut store = Store::new();
@@ -52,19 +55,19 @@
 //! let server = Server::new(store.reader());
 //! let serving = tokio::spawn(serve(bind_unix(&path)?, server));
 //!
-//! // A sink that counts the Services of the view it is handed.
+//! // A sink that counts the Services of the view each round leads to.
 //! struct Count(usize);
-//! impl kpng_sink::FullStateSink for Count {
-//!     fn sync(&mut self, view: &kpng_model::view::NodeView) -> Result<(), kpng_sink::SinkError> {
-//!         self.0 = view.services.len();
+//! impl Sink for Count {
+//!     fn sync(&mut self, round: &Round<'_>) -> Result<(), SinkError> {
+//!         self.0 = round.view().services.len();
 //!         Ok(())
 //!     }
 //! }
-//! let mut mirror = FullState::new(Count(0));
+//! let mut mirror = Count(0);
 //! let mut config = AgentConfig::default();
 //! config.once = true;
 //! run_agent(&Address::Unix(path.clone()), "node-a", &mut mirror, &config).await?;
-//! assert_eq!(mirror.inner().0, 1);
+//! assert_eq!(mirror.0, 1);
 //! serving.abort();
 //! # let _ = std::fs::remove_file(&path);
 //! # Ok(())
@@ -74,6 +77,7 @@
 mod authority;
 
 mod agent;
+mod rounds;
 mod server;
 mod transport;
 

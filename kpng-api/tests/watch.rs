@@ -10,7 +10,7 @@ use kpng_diff::node_view;
 use kpng_model::Kind;
 use kpng_model::v1::{WatchRequest, watch_event::Event};
 use kpng_model::view::NodeView;
-use kpng_sink::{FullState, FullStateSink, IncrementalSink, SinkError};
+use kpng_sink::{Round, Sink, SinkError};
 use kpng_store::Store;
 use kpng_testkit::{Cluster, ClusterShape};
 
@@ -38,36 +38,40 @@ fn socket(test: &str) -> PathBuf {
     std::env::temp_dir().join(format!("kpng-api-{test}-{}.sock", std::process::id()))
 }
 
-/// What the agent's sink saw: its views, and how many full rounds.
+/// What the agent's sink saw: the views its rounds programmed, one by
+/// one, and how many full rounds.
 #[derive(Clone, Default)]
 struct Seen(Arc<Mutex<(Vec<NodeView>, usize)>>);
 
-impl FullStateSink for Seen {
-    fn sync(&mut self, view: &NodeView) -> Result<(), SinkError> {
-        self.0.lock().expect("lock").0.push(view.clone());
+impl Sink for Seen {
+    fn sync(&mut self, round: &Round<'_>) -> Result<(), SinkError> {
+        let mut seen = self.0.lock().expect("lock");
+        // Each round applied to what the previous left: the Services it
+        // lists, set or removed.
+        let mut programmed = match (round.is_full(), seen.0.last()) {
+            (false, Some(last)) => last.clone(),
+            _ => NodeView::default(),
+        };
+        for change in round.services() {
+            assert_eq!(change.before, programmed.services.get(change.name));
+            match change.after {
+                Some(after) => programmed
+                    .services
+                    .insert(change.name.clone(), after.clone()),
+                None => programmed.services.remove(change.name),
+            };
+        }
+        programmed.revision = round.revision();
+        assert!(programmed.services == round.view().services);
+        seen.0.push(programmed);
+        seen.1 += usize::from(round.is_full());
         Ok(())
-    }
-}
-
-/// Counts resets (full rounds) on the way through.
-struct Counting(FullState<Seen>, Seen);
-
-impl IncrementalSink for Counting {
-    fn reset(&mut self) {
-        self.1.0.lock().expect("lock").1 += 1;
-        self.0.reset();
-    }
-    fn apply(&mut self, op: &kpng_model::view::ViewOp) -> Result<(), SinkError> {
-        self.0.apply(op)
-    }
-    fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
-        self.0.sync(revision)
     }
 }
 
 fn agent(path: PathBuf, node: &'static str) -> (Seen, tokio::task::JoinHandle<()>) {
     let seen = Seen::default();
-    let mut sink = Counting(FullState::new(seen.clone()), seen.clone());
+    let mut sink = seen.clone();
     let mut config = AgentConfig::default();
     config.retry = Duration::from_millis(20);
     config.max_retry = Duration::from_millis(100);

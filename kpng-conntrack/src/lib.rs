@@ -8,8 +8,10 @@
 //! that port: an endpoint that left, a Service left with none, a flow that
 //! was rejected or not yet translated, and a Service deleted while this
 //! process ran. A new datagram of such a flow then goes through the rules
-//! again. Run it after the backend (kube-proxy cleans up once the new
-//! rules are in place). It never runs the `conntrack` tool.
+//! again. It is a [`kpng_sink::Sink`]: run it after the backend, on the
+//! rounds the backend applied (`backend.followed_by(cleaner)`, see
+//! [`kpng_sink::SinkExt::followed_by`]), as kube-proxy cleans up once the
+//! new rules are in place. It never runs the `conntrack` tool.
 //!
 //! # Example
 //!
@@ -60,7 +62,7 @@ use kpng_model::view::{NodeView, ServiceView};
 use kpng_model::{IpFamily, IpNet};
 use kpng_netfilter::conntrack::Flow;
 use kpng_netfilter::nft::Socket;
-use kpng_sink::{FullStateSink, SinkError};
+use kpng_sink::{Round, Sink, SinkError};
 
 /// Reconciles UDP conntrack flows with each node view. See the crate docs.
 #[derive(Debug, Default)]
@@ -245,11 +247,13 @@ impl ConntrackCleaner {
     }
 }
 
-impl FullStateSink for ConntrackCleaner {
-    /// Deletes the flows this view leaves stale. Failures are logged,
-    /// never fatal: a stale entry times out on its own.
-    fn sync(&mut self, view: &NodeView) -> Result<(), SinkError> {
-        let allowed = Allowed::of(view);
+impl Sink for ConntrackCleaner {
+    /// Deletes the flows the round's view leaves stale, full round or
+    /// not: the flows are dumped whole each round, so they are reconciled
+    /// with the whole view. Failures are logged, never fatal: a stale
+    /// entry times out on its own.
+    fn sync(&mut self, round: &Round<'_>) -> Result<(), SinkError> {
+        let allowed = Allowed::of(round.view());
         self.last = match self.reconcile(&allowed) {
             Ok(deleted) => deleted,
             Err(error) => {

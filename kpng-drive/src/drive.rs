@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use kpng_model::Kind;
-use kpng_sink::{IncrementalSink, SinkError};
+use kpng_sink::{Sink, SinkError};
 use kpng_store::Reader;
 use tokio::time::Instant;
 
@@ -155,7 +155,7 @@ impl Default for DriveConfig {
 /// # Errors
 /// With `once`, the error of a failed first sync (no retry); otherwise
 /// only [`kpng_store::Error::Closed`]-like ends, reported as `Ok`.
-pub async fn drive<S: IncrementalSink + ?Sized>(
+pub async fn drive<S: Sink + ?Sized>(
     mut reader: Reader,
     projector: &mut NodeProjector,
     sink: &mut S,

@@ -4,18 +4,17 @@
 //!
 //! [`Guard`] is the decision alone (counts in, a [`Verdict`] out, the
 //! clock passed in), so it can be tested and moved on its own.
-//! [`Guarded`] puts it in front of an [`IncrementalSink`]: it keeps the
-//! input's view and what the inner sink last programmed, and forwards a
-//! round only when the guard lets it through. [`HoldStatus`] shares the
-//! current hold with whoever reports it (`/healthz`, metrics) and with
-//! [`drive`](crate::drive), which re-checks a hold when it may be
-//! confirmed.
+//! [`Guarded`] puts it in front of a [`Sink`]: it keeps the view the
+//! inner sink last programmed, and forwards a round only when the guard
+//! lets it through. [`HoldStatus`] shares the current hold with whoever
+//! reports it (`/healthz`, metrics) and with [`drive`](crate::drive),
+//! which re-checks a hold when it may be confirmed.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kpng_model::view::{NodeView, ViewOp};
-use kpng_sink::{IncrementalSink, SinkError};
+use kpng_model::view::NodeView;
+use kpng_sink::{Changes, Round, Sink, SinkError};
 
 /// Settings of a [`Guard`].
 #[derive(Clone, Debug, PartialEq)]
@@ -239,22 +238,28 @@ impl HoldStatus {
 /// What is told of each change of hold (`Some` while one is in force).
 type Observer = Box<dyn FnMut(Option<&Hold>) + Send>;
 
-/// A [`Guard`] in front of an incremental sink: rounds that would delete
-/// every programmed Service, or too many of them, are not forwarded, so
-/// the inner sink keeps its state; the hold is logged at WARN with the
+/// A [`Guard`] in front of a sink: rounds that would delete every
+/// programmed Service, or too many of them, are not forwarded, so the
+/// inner sink keeps its state; the hold is logged at WARN with the
 /// counts and the reason, shared in a [`HoldStatus`] and told to an
-/// observer. When a round is let through after a hold, the inner sink
-/// receives what brings it from what it programmed to the input.
+/// observer.
+///
+/// A held round is a success for the driver, whose next round then
+/// starts from a view the inner sink never programmed. So the guard keeps
+/// the view the inner sink last synced (an O(1) clone that shares its
+/// Services with the driver's), and when it lets a round through it
+/// forwards the round itself when it is full or starts where the inner
+/// sink is (nothing was held since), or else the round from what the
+/// inner sink programmed to the round's view ([`Round::between`]), or a
+/// full round when the inner sink failed its last one.
 ///
 /// The first round of its life is from nothing: not a deletion.
 pub struct Guarded<S> {
     inner: S,
     guard: Guard,
-    /// The input: the view the driver's ops lead to.
-    view: NodeView,
-    /// What the inner sink last synced; `None` before its first sync.
+    /// The view the inner sink last synced; `None` before its first sync.
     programmed: Option<NodeView>,
-    /// The inner sink must be reset and sent the whole view.
+    /// The inner sink failed its last round: its next one is full.
     inner_full: bool,
     status: HoldStatus,
     observer: Option<Observer>,
@@ -269,13 +274,32 @@ impl<S> std::fmt::Debug for Guarded<S> {
     }
 }
 
-impl<S: IncrementalSink> Guarded<S> {
+/// What a round let through becomes for the inner sink.
+enum Forward {
+    /// The round itself: a full round, or one that starts where the
+    /// inner sink is.
+    Same,
+    /// A full round of the round's view.
+    Full,
+    /// The round from what the inner sink programmed, with these changes.
+    From(Changes),
+}
+
+/// Whether `a` and `b` are the same view, not merely equal ones: one is a
+/// clone of the other (O(1)).
+fn same_view(a: &NodeView, b: &NodeView) -> bool {
+    a.revision == b.revision
+        && a.services.ptr_eq(&b.services)
+        && Arc::ptr_eq(&a.service_cidrs, &b.service_cidrs)
+        && a.node == b.node
+}
+
+impl<S: Sink> Guarded<S> {
     /// Guards `inner` with `config`.
     pub fn new(inner: S, config: GuardConfig) -> Self {
         Self {
             inner,
             guard: Guard::new(config),
-            view: NodeView::default(),
             programmed: None,
             inner_full: true,
             status: HoldStatus::default(),
@@ -308,80 +332,75 @@ impl<S: IncrementalSink> Guarded<S> {
         }
     }
 
-    /// The counts of the input against what is programmed, and the ops
-    /// that bring the inner sink there (`None`: a full round).
-    fn counts(&self, programmed: &NodeView) -> (Counts, Option<Vec<ViewOp>>) {
-        let (deleted, ops) = if self.inner_full {
-            let gone = programmed
-                .services
-                .keys()
-                .filter(|name| !self.view.services.contains_key(*name))
-                .count();
-            (gone, None)
+    /// The counts of `round` against what is programmed, and what the
+    /// inner sink is to receive if it goes through.
+    fn counts(&self, programmed: &NodeView, round: &Round<'_>) -> (Counts, Forward) {
+        let view = round.view();
+        let follows = round
+            .previous()
+            .is_some_and(|previous| same_view(previous, programmed));
+        let (deleted, forward) = if follows && !self.inner_full {
+            // The driver's previous view is the inner sink's: the round
+            // lists what it deletes.
+            (round.removed().count(), Forward::Same)
         } else {
-            let ops = kpng_diff::diff_views(programmed, &self.view);
-            let gone = ops
+            // O(changed Services) when the views share the others.
+            let changes = Changes::between(programmed, view);
+            let gone = changes
+                .services
                 .iter()
-                .filter(|op| matches!(op, ViewOp::DeleteService(_)))
+                .filter(|name| !view.services.contains_key(*name))
                 .count();
-            (gone, Some(ops))
+            let forward = if round.is_full() {
+                Forward::Same
+            } else if self.inner_full {
+                Forward::Full
+            } else {
+                Forward::From(changes)
+            };
+            (gone, forward)
         };
         let counts = Counts {
             before: programmed.services.len(),
-            after: self.view.services.len(),
+            after: view.services.len(),
             deleted,
         };
-        (counts, ops)
+        (counts, forward)
     }
 
-    /// Sends the inner sink the round, and syncs it.
-    fn forward(&mut self, ops: Option<Vec<ViewOp>>, revision: u64) -> Result<(), SinkError> {
-        let result = self.forward_ops(ops, revision);
+    /// Hands the inner sink its round.
+    fn forward(&mut self, round: &Round<'_>, forward: Forward) -> Result<(), SinkError> {
+        let view = round.view();
+        let result = match (forward, self.programmed.as_ref()) {
+            (Forward::From(changes), Some(programmed)) => self
+                .inner
+                .sync(&Round::incremental(programmed, view, changes)),
+            (Forward::Same, _) => self.inner.sync(round),
+            (Forward::Full | Forward::From(_), _) => self.inner.sync(&Round::full(view)),
+        };
         match &result {
             Ok(()) => {
-                self.programmed = Some(self.view.clone());
+                self.programmed = Some(view.clone());
                 self.inner_full = false;
             }
             Err(_) => self.inner_full = true,
         }
         result
     }
-
-    fn forward_ops(&mut self, ops: Option<Vec<ViewOp>>, revision: u64) -> Result<(), SinkError> {
-        let inner = &mut self.inner;
-        match ops {
-            Some(ops) => {
-                inner.share_view(&self.view);
-                for op in &ops {
-                    inner.apply(op)?;
-                }
-            }
-            None => {
-                inner.reset();
-                kpng_diff::send_whole(&self.view, inner)?;
-            }
-        }
-        inner.sync(revision)
-    }
 }
 
-impl<S: IncrementalSink> IncrementalSink for Guarded<S> {
-    fn reset(&mut self) {
-        self.view = NodeView::default();
-        self.inner_full = true;
-    }
-
-    fn apply(&mut self, op: &ViewOp) -> Result<(), SinkError> {
-        Ok(self.view.apply(op)?)
-    }
-
-    fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
-        self.view.revision = revision;
+impl<S: Sink> Sink for Guarded<S> {
+    fn sync(&mut self, round: &Round<'_>) -> Result<(), SinkError> {
         let Some(programmed) = self.programmed.as_ref() else {
             // From nothing: nothing to lose.
-            return self.forward(None, revision);
+            let forward = if round.is_full() {
+                Forward::Same
+            } else {
+                Forward::Full
+            };
+            return self.forward(round, forward);
         };
-        let (counts, ops) = self.counts(programmed);
+        let (counts, forward) = self.counts(programmed, round);
         match self.guard.judge(counts, Instant::now()) {
             Verdict::Apply => {
                 if let Some(hold) = self.status.held() {
@@ -420,16 +439,7 @@ impl<S: IncrementalSink> IncrementalSink for Guarded<S> {
             ),
         }
         self.publish(None);
-        self.forward(ops, revision)
-    }
-
-    /// What the inner sink keeps: what is programmed.
-    fn view(&self) -> Option<&NodeView> {
-        self.inner.view()
-    }
-
-    fn share_view(&mut self, view: &NodeView) {
-        self.view = view.clone();
+        self.forward(round, forward)
     }
 }
 
@@ -437,6 +447,7 @@ impl<S: IncrementalSink> IncrementalSink for Guarded<S> {
 mod tests {
     use super::*;
     use kpng_model::v1::Service;
+    use kpng_model::view::{ServiceView, ViewOp};
 
     fn counts(before: usize, after: usize, deleted: usize) -> Counts {
         Counts {
@@ -508,29 +519,43 @@ mod tests {
         ));
     }
 
-    /// Records the Service count of each round it syncs.
+    /// Programs what each round lists, and records the Service count
+    /// of each round it syncs, the full rounds and how many Services
+    /// each round listed.
     #[derive(Default)]
     struct Programmed {
-        tracker: kpng_sink::ViewTracker,
+        services: std::collections::BTreeMap<kpng_model::ServiceName, Arc<ServiceView>>,
         synced: Vec<usize>,
         resets: usize,
+        listed: Vec<usize>,
+        fail: bool,
     }
 
-    impl IncrementalSink for Programmed {
-        fn reset(&mut self) {
-            self.resets += 1;
-            self.tracker.reset();
-        }
-        fn apply(&mut self, op: &ViewOp) -> Result<(), SinkError> {
-            self.tracker.absorb(op)
-        }
-        fn sync(&mut self, _: u64) -> Result<(), SinkError> {
-            self.tracker.round(|_, _| Ok(()))?;
-            self.synced.push(self.tracker.view().services.len());
+    impl Sink for Programmed {
+        fn sync(&mut self, round: &Round<'_>) -> Result<(), SinkError> {
+            if self.fail {
+                return Err(SinkError::backend("programmed", "told to fail"));
+            }
+            if round.is_full() {
+                self.resets += 1;
+                self.services.clear();
+            }
+            for change in round.services() {
+                assert_eq!(
+                    change.before,
+                    self.services.get(change.name),
+                    "the round starts from what is programmed"
+                );
+                match change.after {
+                    Some(after) => self.services.insert(change.name.clone(), after.clone()),
+                    None => self.services.remove(change.name),
+                };
+            }
+            let view = round.view();
+            assert!(self.services.iter().eq(view.services.iter()));
+            self.synced.push(self.services.len());
+            self.listed.push(round.service_count());
             Ok(())
-        }
-        fn view(&self) -> Option<&NodeView> {
-            Some(self.tracker.view())
         }
     }
 
@@ -546,11 +571,14 @@ mod tests {
         ViewOp::DeleteService(kpng_model::ServiceName::new("ns", name))
     }
 
-    fn round(sink: &mut impl IncrementalSink, ops: &[ViewOp], revision: u64) {
+    /// `view` with `ops` applied, at `revision`.
+    fn next(view: &NodeView, ops: &[ViewOp], revision: u64) -> NodeView {
+        let mut next = view.clone();
         for op in ops {
-            sink.apply(op).expect("fits");
+            next.apply(op).expect("fits");
         }
-        sink.sync(revision).expect("syncs");
+        next.revision = revision;
+        next
     }
 
     #[test]
@@ -563,11 +591,12 @@ mod tests {
         });
         let status = sink.status();
         // From nothing: applied.
-        sink.reset();
-        round(&mut sink, &[set("a"), set("b")], 1);
+        let v1 = next(&NodeView::default(), &[set("a"), set("b")], 1);
+        sink.sync(&Round::full(&v1)).expect("syncs");
         assert_eq!(sink.inner().synced, [2]);
         // All deleted: held, the inner sink untouched.
-        round(&mut sink, &[delete("a"), delete("b")], 2);
+        let v2 = next(&v1, &[delete("a"), delete("b")], 2);
+        sink.sync(&Round::between(&v1, &v2)).expect("syncs");
         assert_eq!(sink.inner().synced, [2]);
         let hold = status.held().expect("held");
         assert_eq!(hold.counts, counts(2, 0, 2));
@@ -575,22 +604,69 @@ mod tests {
         seen.extend(receive.try_iter());
         assert_eq!(seen, [Some(counts(2, 0, 2))]);
         // The input comes back with one more: applied as a delta from
-        // what is programmed.
-        round(&mut sink, &[set("a"), set("b"), set("c")], 3);
+        // what is programmed (only `c` is new to the inner sink).
+        let v3 = next(&v2, &[set("a"), set("b"), set("c")], 3);
+        sink.sync(&Round::between(&v2, &v3)).expect("syncs");
         assert_eq!(sink.inner().synced, [2, 3]);
         assert_eq!(sink.inner().resets, 1, "no full round needed");
+        assert_eq!(sink.inner().listed, [2, 1]);
         assert!(status.held().is_none());
         seen.extend(receive.try_iter());
         assert_eq!(seen, [Some(counts(2, 0, 2)), None]);
+        // Nothing held since: the next round goes through as it is (its
+        // previous view is, not merely equals, what is programmed).
+        assert!(same_view(&v3, &v3.clone()));
+        let rebuilt = next(&NodeView::default(), &[set("a"), set("b")], 1);
+        assert!(rebuilt == v1 && !same_view(&rebuilt, &v1));
+        let v4 = next(&v3, &[set("d")], 4);
+        sink.sync(&Round::between(&v3, &v4)).expect("syncs");
+        assert_eq!(sink.inner().synced, [2, 3, 4]);
+        assert_eq!(sink.inner().listed, [2, 1, 1]);
         // Deleted again, and it lasts: confirmed on the re-check (a full
         // round of the same input, as the driver makes it).
-        round(&mut sink, &[delete("a"), delete("b"), delete("c")], 4);
-        assert_eq!(sink.inner().synced, [2, 3]);
+        let v5 = next(
+            &v4,
+            &[delete("a"), delete("b"), delete("c"), delete("d")],
+            5,
+        );
+        sink.sync(&Round::between(&v4, &v5)).expect("syncs");
+        assert_eq!(sink.inner().synced, [2, 3, 4]);
         std::thread::sleep(Duration::from_millis(350));
-        sink.reset();
-        sink.sync(4).expect("syncs");
-        assert_eq!(sink.inner().synced, [2, 3, 0]);
+        sink.sync(&Round::full(&v5)).expect("syncs");
+        assert_eq!(sink.inner().synced, [2, 3, 4, 0]);
         assert!(status.held().is_none());
+    }
+
+    #[test]
+    fn after_a_failure_of_the_inner_sink_its_next_round_is_full() {
+        let mut sink = Guarded::new(Programmed::default(), GuardConfig::default());
+        let v1 = next(&NodeView::default(), &[set("a"), set("b")], 1);
+        sink.sync(&Round::full(&v1)).expect("syncs");
+        sink.inner.fail = true;
+        let v2 = next(&v1, &[set("c")], 2);
+        assert!(sink.sync(&Round::between(&v1, &v2)).is_err());
+        sink.inner.fail = false;
+        // A driver that went on incrementally: the inner sink still gets
+        // a full round.
+        let v3 = next(&v2, &[set("d")], 3);
+        sink.sync(&Round::between(&v2, &v3)).expect("syncs");
+        assert_eq!(sink.inner().resets, 2);
+        assert_eq!(sink.inner().synced, [2, 4]);
+        // The override lets a mass deletion through at once, as a delta.
+        let mut open = Guarded::new(
+            Programmed::default(),
+            GuardConfig::default().allow_mass_delete(true),
+        );
+        open.sync(&Round::full(&v3)).expect("syncs");
+        let empty = next(
+            &v3,
+            &[delete("a"), delete("b"), delete("c"), delete("d")],
+            4,
+        );
+        open.sync(&Round::between(&v3, &empty)).expect("syncs");
+        assert_eq!(open.inner().synced, [4, 0]);
+        assert_eq!(open.inner().resets, 1);
+        assert!(open.status().held().is_none());
     }
 
     /// The driver re-checks a held input when it may be confirmed, with
@@ -644,17 +720,9 @@ mod tests {
     /// A sink shared with the test.
     struct Shared(Arc<Mutex<Guarded<Programmed>>>);
 
-    impl IncrementalSink for Shared {
-        fn reset(&mut self) {
-            if let Ok(mut s) = self.0.lock() {
-                s.reset();
-            }
-        }
-        fn apply(&mut self, op: &ViewOp) -> Result<(), SinkError> {
-            self.0.lock().expect("lock").apply(op)
-        }
-        fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
-            self.0.lock().expect("lock").sync(revision)
+    impl Sink for Shared {
+        fn sync(&mut self, round: &Round<'_>) -> Result<(), SinkError> {
+            self.0.lock().expect("lock").sync(round)
         }
     }
 

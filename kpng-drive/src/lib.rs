@@ -22,13 +22,14 @@
 //! use kpng_drive::{DriveConfig, drive};
 //! use kpng_model::Kind;
 //! use kpng_model::v1::Service;
-//! use kpng_sink::{FullState, FullStateSink, SinkError};
+//! use kpng_sink::{Round, Sink, SinkError};
 //! use kpng_store::Store;
 //!
+//! /// Counts the Services of the view each round leads to.
 //! struct Count(usize);
-//! impl FullStateSink for Count {
-//!     fn sync(&mut self, view: &kpng_model::view::NodeView) -> Result<(), SinkError> {
-//!         self.0 = view.services.len();
+//! impl Sink for Count {
+//!     fn sync(&mut self, round: &Round<'_>) -> Result<(), SinkError> {
+//!         self.0 = round.view().services.len();
 //!         Ok(())
 //!     }
 //! }
@@ -41,11 +42,11 @@
 //! store.mark_listed(Kind::Service);
 //! store.mark_listed(Kind::Endpoint);
 //!
-//! let mut sink = FullState::new(Count(0));
+//! let mut sink = Count(0);
 //! let mut config = DriveConfig::default();
 //! config.once = true;
 //! drive(store.reader(), &mut NodeProjector::new("node-a"), &mut sink, &config).await?;
-//! assert_eq!(sink.inner().0, 1);
+//! assert_eq!(sink.0, 1);
 //! # Ok::<(), SinkError>(())
 //! # })?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())

@@ -3,19 +3,20 @@
 
 use std::time::Duration;
 
-use kpng_sink::{FullStateSink, IncrementalSink};
+use kpng_sink::{Sink, SinkExt};
 use tokio::net::TcpListener;
 
 use crate::{Conditions, HealthCheckServer, Healthy, ProxyHealth, serve_healthz};
 
 /// What kube-proxy runs beside its data plane, put around a backend:
 /// `/healthz` and `/livez` telling how the backend's rounds go, the
-/// health-check node ports of the node view, and other full-state sinks
-/// (conntrack cleanup, say). Those follow the backend's own view after
-/// each round it applied ([`kpng_sink::Follow`]): no copy of their own.
+/// health-check node ports of the node view, and other sinks (conntrack
+/// cleanup, say) that follow the backend: each round the backend applied
+/// goes to them next ([`SinkExt::followed_by`]), and `/healthz` follows
+/// the backend's rounds ([`Healthy`], a hook around it).
 ///
 /// ```no_run
-/// # async fn f(backend: impl kpng_sink::IncrementalSink + Send + 'static) -> std::io::Result<()> {
+/// # async fn f(backend: impl kpng_sink::Sink + Send + 'static) -> std::io::Result<()> {
 /// use std::time::Duration;
 /// let listener = tokio::net::TcpListener::bind("127.0.0.1:10256").await?;
 /// let sink = kpng_health::Companions::new()
@@ -28,7 +29,7 @@ use crate::{Conditions, HealthCheckServer, Healthy, ProxyHealth, serve_healthz};
 pub struct Companions {
     healthz: Option<(TcpListener, ProxyHealth)>,
     prefixes: Option<Vec<kpng_model::IpNet>>,
-    followers: Vec<Box<dyn FullStateSink + Send>>,
+    followers: Vec<Box<dyn Sink + Send>>,
     conditions: Conditions,
 }
 
@@ -48,9 +49,10 @@ impl Companions {
         Self::default()
     }
 
-    /// A full-state sink that follows the backend's view after each round.
+    /// A sink that follows the backend: it receives each round after the
+    /// backend applied it (and is skipped when the backend failed).
     #[must_use]
-    pub fn follower(mut self, sink: impl FullStateSink + Send + 'static) -> Self {
+    pub fn follower(mut self, sink: impl Sink + Send + 'static) -> Self {
         self.followers.push(Box::new(sink));
         self
     }
@@ -89,12 +91,9 @@ impl Companions {
 
     /// Puts them around `backend`. Spawns the servers on the current tokio
     /// runtime.
-    pub fn around<S: IncrementalSink + Send + 'static>(
-        mut self,
-        backend: S,
-    ) -> Box<dyn IncrementalSink + Send> {
-        let backend: Box<dyn IncrementalSink + Send> = match self.healthz {
-            None => Box::new(backend),
+    pub fn around<S: Sink + Send + 'static>(mut self, backend: S) -> Box<dyn Sink + Send> {
+        let backend = match self.healthz {
+            None => backend.boxed(),
             Some((listener, health)) => {
                 let health = health.with_conditions(self.conditions);
                 tokio::spawn(serve_healthz(listener, health.clone()));
@@ -106,13 +105,13 @@ impl Companions {
                     ),
                 };
                 self.followers.push(Box::new(server));
-                Box::new(Healthy::new(backend, health))
+                backend.with(Healthy::new(health)).boxed()
             }
         };
         if self.followers.is_empty() {
             return backend;
         }
         // The backend first: the followers act on its new rules.
-        Box::new(kpng_sink::Follow::new(backend, self.followers))
+        backend.followed_by(self.followers).boxed()
     }
 }

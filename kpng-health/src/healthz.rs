@@ -1,14 +1,13 @@
 //! `/healthz` and `/livez`: [`ProxyHealth`] (the data plane's syncs, and
 //! whether this node is going away), named readiness [`Conditions`], the
-//! [`Healthy`] wrapper that feeds them from a backend, and
+//! [`Healthy`] hook that feeds them from a backend's rounds, and
 //! [`serve_healthz`].
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use kpng_model::view::ViewOp;
-use kpng_sink::{IncrementalSink, SinkError};
+use kpng_sink::{Hook, Round, SinkError};
 use tokio::net::TcpListener;
 
 use crate::http::{self, Reply};
@@ -187,45 +186,60 @@ impl ProxyHealth {
     }
 }
 
-/// Wraps a backend: ops mark a change queued, a successful sync marks the
-/// proxy synced (a failing one leaves the change waiting).
-#[derive(Debug)]
-pub struct Healthy<S> {
-    inner: S,
+/// A [`Hook`] that feeds [`ProxyHealth`] from its sink's rounds: a round
+/// that brings a change marks it queued (and tells whether this node is
+/// going away, when the node's object changed), and a round the sink
+/// applied marks the proxy synced (a failing one leaves the change
+/// waiting). Put it around a backend with
+/// [`SinkExt::with`](kpng_sink::SinkExt::with).
+///
+/// ```
+/// use std::time::Duration;
+/// use kpng_health::{Healthy, ProxyHealth};
+/// use kpng_model::view::NodeView;
+/// use kpng_sink::{Round, Sink, SinkError, SinkExt};
+///
+/// struct Backend;
+/// impl Sink for Backend {
+///     fn sync(&mut self, _: &Round<'_>) -> Result<(), SinkError> {
+///         Ok(())
+///     }
+/// }
+///
+/// let health = ProxyHealth::new(Duration::from_secs(60));
+/// let mut sink = Backend.with(Healthy::new(health.clone()));
+/// assert!(!health.healthy());
+/// sink.sync(&Round::full(&NodeView::default()))?;
+/// assert!(health.healthy());
+/// # Ok::<(), SinkError>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Healthy {
     health: ProxyHealth,
 }
 
-impl<S> Healthy<S> {
-    /// Tracks `inner`'s syncs in `health`.
-    pub fn new(inner: S, health: ProxyHealth) -> Self {
-        Self { inner, health }
+impl Healthy {
+    /// Tracks its sink's rounds in `health`.
+    pub fn new(health: ProxyHealth) -> Self {
+        Self { health }
     }
 }
 
-impl<S: IncrementalSink> IncrementalSink for Healthy<S> {
-    fn reset(&mut self) {
-        self.health.queued();
-        self.inner.reset();
-    }
-    fn apply(&mut self, op: &ViewOp) -> Result<(), SinkError> {
-        self.health.queued();
-        match op {
-            ViewOp::SetNode(node) => self.health.set_node_terminating(node.terminating),
-            ViewOp::DeleteNode => self.health.set_node_terminating(false),
-            _ => {}
+impl<S: ?Sized> Hook<S> for Healthy {
+    fn before(&mut self, round: &Round<'_>) {
+        if round.is_full() || !round.is_empty() {
+            self.health.queued();
         }
-        self.inner.apply(op)
+        if round.node_changed() {
+            let terminating = round.view().node.as_ref().is_some_and(|n| n.terminating);
+            self.health.set_node_terminating(terminating);
+        }
     }
-    fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
-        self.inner.sync(revision)?;
-        self.health.synced();
-        Ok(())
-    }
-    fn view(&self) -> Option<&kpng_model::view::NodeView> {
-        self.inner.view()
-    }
-    fn share_view(&mut self, view: &kpng_model::view::NodeView) {
-        self.inner.share_view(view);
+
+    fn after(&mut self, _: &S, _: &Round<'_>, result: &Result<(), SinkError>) {
+        if result.is_ok() {
+            self.health.synced();
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! Health checks of a kpng-rs proxy, as kube-proxy serves them.
 //!
-//! - [`HealthCheckServer`] is a [`kpng_sink::FullStateSink`]: for every
+//! - [`HealthCheckServer`] is a [`kpng_sink::Sink`] reading each round's
+//!   view: for every
 //!   `type: LoadBalancer` Service with `externalTrafficPolicy: Local` and a
 //!   `healthCheckNodePort` in the node view, it serves HTTP on that port:
 //!   `200` when this node has a local endpoint and the proxy is healthy,
@@ -8,7 +9,8 @@
 //!   `{"service":{"namespace","name"},"localEndpoints":N,"serviceProxyHealthy":bool}`.
 //!   Listeners follow the view: opened, updated in place, and closed.
 //! - [`ProxyHealth`] tracks the data plane's syncs and whether this node
-//!   is going away; [`Healthy`] wraps a backend to feed it, and
+//!   is going away; [`Healthy`], a [`kpng_sink::Hook`] around a backend,
+//!   feeds it from the backend's rounds, and
 //!   [`serve_healthz`] answers `/livez`, `503` once a change has waited
 //!   longer than the timeout, and `/healthz`, `503` then too and while the
 //!   node is being deleted or carries the `ToBeDeletedByClusterAutoscaler`
@@ -39,7 +41,8 @@
 //! - `addresses`: the node's addresses the ports follow (their changes
 //!   come from `kpng_netfilter::addresses`, over rtnetlink);
 //! - `companions`: [`Companions`], all of it put around a backend;
-//! - [`metrics`]: Prometheus metrics.
+//! - [`metrics`]: Prometheus metrics, measured by [`metrics::Measure`],
+//!   a hook around a backend.
 
 #![forbid(unsafe_code)]
 
@@ -73,3 +76,8 @@ pub enum Error {
     #[error("the health check listeners' lock is poisoned")]
     Poisoned,
 }
+
+/// The README's example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use kpng_model::ServiceName;
 use kpng_model::v1::{ServiceType, TrafficPolicy};
 use kpng_model::view::NodeView;
-use kpng_sink::{FullStateSink, SinkError};
+use kpng_sink::{Round, Sink, SinkError};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
@@ -245,11 +245,13 @@ fn wanted(view: &NodeView) -> BTreeMap<u16, PortState> {
     ports
 }
 
-impl FullStateSink for HealthCheckServer {
-    /// Opens listeners for new health-check ports, updates the counts of
-    /// the others in place, and closes those no longer wanted. A port that
-    /// cannot be opened fails the sync (and is retried with the next).
-    fn sync(&mut self, view: &NodeView) -> Result<(), SinkError> {
+impl Sink for HealthCheckServer {
+    /// Opens listeners for the new health-check ports of the round's
+    /// view, updates the counts of the others in place, and closes those
+    /// no longer wanted. A port that cannot be opened fails the round
+    /// (and is retried with the next).
+    fn sync(&mut self, round: &Round<'_>) -> Result<(), SinkError> {
+        let view = round.view();
         let failed = |e| SinkError::backend("health checks", e);
         let addresses = self.bind.resolve();
         let Ok(mut ports) = self.ports.lock() else {

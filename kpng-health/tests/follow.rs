@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use kpng_health::{HealthCheckServer, ProxyHealth};
 use kpng_model::v1::{Service, ServiceType, TrafficPolicy};
-use kpng_model::view::ViewOp;
-use kpng_sink::{FullState, IncrementalSink};
+use kpng_model::view::{NodeView, ServiceView};
+use kpng_sink::{Round, Sink};
 use kpng_testkit::bpf::TestNetns;
 
 fn lb(port: u16) -> Arc<Service> {
@@ -55,16 +55,17 @@ fn health_check_ports_follow_addresses_added_and_removed() {
             let health = ProxyHealth::new(Duration::from_secs(60));
             health.synced();
             let prefix: kpng_model::IpNet = "10.26.7.0/24".parse().expect("prefix");
-            let server = HealthCheckServer::on_prefixes(vec![prefix], health);
-            let mut sink = FullState::new(server);
+            let mut sink = HealthCheckServer::on_prefixes(vec![prefix], health);
             let port = 30_026;
-            sink.reset();
-            sink.apply(&ViewOp::SetService(lb(port))).expect("op");
-            sink.sync(1).expect("sync");
-            assert!(
-                sink.inner().addresses().is_empty(),
-                "no address in the prefix yet"
-            );
+            let svc = lb(port);
+            let mut view = NodeView {
+                revision: 1,
+                ..Default::default()
+            };
+            view.services
+                .insert(svc.service_name(), Arc::new(ServiceView::new(svc)));
+            sink.sync(&Round::full(&view)).expect("sync");
+            assert!(sink.addresses().is_empty(), "no address in the prefix yet");
 
             // Added: the port opens on it, with no sync.
             let address: IpAddr = "10.26.7.1".parse().expect("ip");
@@ -84,18 +85,15 @@ fn health_check_ports_follow_addresses_added_and_removed() {
                     .expect("ip runs")
                     .success()
             );
-            until_on(sink.inner(), &[address]).await;
-            assert!(
-                !sink.inner().addresses().contains(&other),
-                "outside the prefix"
-            );
+            until_on(&sink, &[address]).await;
+            assert!(!sink.addresses().contains(&other), "outside the prefix");
             tokio::net::TcpStream::connect((address, port))
                 .await
                 .expect("the port is open on the new address");
 
             // Removed: the port leaves it.
             assert!(add("del"));
-            until_on(sink.inner(), &[]).await;
+            until_on(&sink, &[]).await;
             tokio::time::sleep(Duration::from_millis(50)).await;
             assert!(
                 tokio::net::TcpStream::connect((address, port))

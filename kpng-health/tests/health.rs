@@ -7,8 +7,8 @@ use std::time::Duration;
 use kpng_health::{HealthCheckServer, ProxyHealth, serve_healthz};
 use kpng_model::EndpointInfo;
 use kpng_model::v1::{Service, ServiceType, TrafficPolicy};
-use kpng_model::view::{EndpointView, ViewOp};
-use kpng_sink::{FullState, IncrementalSink};
+use kpng_model::view::{EndpointView, NodeView, ServiceView};
+use kpng_sink::{Round, Sink, SinkExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// GET `path`; the status and the JSON body, or `None` when refused.
@@ -56,30 +56,49 @@ fn endpoint(ip: &str, local: bool) -> EndpointView {
         .with_local(local)
 }
 
+/// `view` with `svc` and its `endpoints` set, at `revision`.
+fn with_service(
+    view: &NodeView,
+    revision: u64,
+    svc: &Arc<Service>,
+    endpoints: Vec<EndpointView>,
+) -> NodeView {
+    let mut next = NodeView {
+        revision,
+        ..view.clone()
+    };
+    next.services.insert(
+        svc.service_name(),
+        Arc::new(ServiceView {
+            service: svc.clone(),
+            endpoints,
+        }),
+    );
+    next
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_check_ports_follow_the_view_and_the_proxy() {
     let port = free_port();
     let health = ProxyHealth::new(Duration::from_millis(200));
     let loopback: IpAddr = "127.0.0.1".parse().expect("ip");
-    let mut sink = FullState::new(HealthCheckServer::new(vec![loopback], health.clone()));
+    let mut sink = HealthCheckServer::new(vec![loopback], health.clone());
     let svc = lb(port);
     let name = svc.service_name();
 
     // A local ready endpoint and a synced proxy: 200.
-    sink.reset();
-    sink.apply(&ViewOp::SetService(svc.clone())).expect("op");
-    sink.apply(&ViewOp::SetEndpoint(
-        name.clone(),
-        endpoint("10.244.1.10", true),
-    ))
-    .expect("op");
-    sink.apply(&ViewOp::SetEndpoint(
-        name.clone(),
-        endpoint("10.244.2.10", false),
-    ))
-    .expect("op");
+    let empty = NodeView::default();
+    let v1 = with_service(
+        &empty,
+        1,
+        &svc,
+        vec![
+            endpoint("10.244.1.10", true),
+            endpoint("10.244.2.10", false),
+        ],
+    );
     health.synced();
-    sink.sync(1).expect("sync");
+    sink.sync(&Round::full(&v1)).expect("sync");
     let (status, body) = get(port, "/").await.expect("served");
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["service"]["namespace"], "shop");
@@ -88,12 +107,8 @@ async fn health_check_ports_follow_the_view_and_the_proxy() {
     assert_eq!(body["serviceProxyHealthy"], true);
 
     // The local endpoint goes: 503, same listener, no restart.
-    sink.apply(&ViewOp::DeleteEndpoint(
-        name.clone(),
-        "10.244.1.10".parse().expect("ip"),
-    ))
-    .expect("op");
-    sink.sync(2).expect("sync");
+    let v2 = with_service(&v1, 2, &svc, vec![endpoint("10.244.2.10", false)]);
+    sink.sync(&Round::between(&v1, &v2)).expect("sync");
     let (status, body) = get(port, "/").await.expect("served");
     assert_eq!(
         (status, body["localEndpoints"].clone()),
@@ -102,12 +117,16 @@ async fn health_check_ports_follow_the_view_and_the_proxy() {
     );
 
     // A local endpoint again, but the proxy is stuck: 503 and unhealthy.
-    sink.apply(&ViewOp::SetEndpoint(
-        name.clone(),
-        endpoint("10.244.1.11", true),
-    ))
-    .expect("op");
-    sink.sync(3).expect("sync");
+    let v3 = with_service(
+        &v2,
+        3,
+        &svc,
+        vec![
+            endpoint("10.244.1.11", true),
+            endpoint("10.244.2.10", false),
+        ],
+    );
+    sink.sync(&Round::between(&v2, &v3)).expect("sync");
     assert_eq!(get(port, "/").await.expect("served").0, 200);
     health.queued();
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -116,8 +135,12 @@ async fn health_check_ports_follow_the_view_and_the_proxy() {
     assert_eq!(body["serviceProxyHealthy"], false);
 
     // The Service goes: the port closes.
-    sink.apply(&ViewOp::DeleteService(name)).expect("op");
-    sink.sync(4).expect("sync");
+    let mut v4 = NodeView {
+        revision: 4,
+        ..v3.clone()
+    };
+    v4.services.remove(&name);
+    sink.sync(&Round::between(&v3, &v4)).expect("sync");
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(get(port, "/").await.is_none(), "closed");
 }
@@ -255,35 +278,35 @@ async fn healthz_turns_unhealthy_while_the_node_goes_away() {
     let port = listener.local_addr().expect("addr").port();
     let health = ProxyHealth::new(Duration::from_secs(60));
     tokio::spawn(serve_healthz(listener, health.clone()));
-    let mut sink = Healthy::new(FullState::new(Noop), health.clone());
-    let node = |terminating| {
-        ViewOp::SetNode(Arc::new(Node {
+    let mut sink = Noop.with(Healthy::new(health.clone()));
+    let node = |revision, terminating| NodeView {
+        revision,
+        node: Some(Arc::new(Node {
             name: "node-a".into(),
             terminating,
             ..Default::default()
-        }))
+        })),
+        ..Default::default()
     };
-    sink.apply(&node(false)).expect("op");
-    sink.sync(1).expect("sync");
+    let (v1, v2, v3) = (node(1, false), node(2, true), node(3, false));
+    sink.sync(&Round::full(&v1)).expect("sync");
     assert_eq!(get(port, "/healthz").await.expect("served").0, 200);
 
-    sink.apply(&node(true)).expect("op");
-    sink.sync(2).expect("sync");
+    sink.sync(&Round::between(&v1, &v2)).expect("sync");
     let (status, body) = get(port, "/healthz").await.expect("served");
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["nodeEligible"], false, "{body}");
     assert_eq!(get(port, "/livez").await.expect("served").0, 200);
 
-    sink.apply(&node(false)).expect("op");
-    sink.sync(3).expect("sync");
+    sink.sync(&Round::between(&v2, &v3)).expect("sync");
     assert_eq!(get(port, "/healthz").await.expect("served").0, 200);
 }
 
-/// A full-state sink that does nothing.
+/// A sink that does nothing.
 struct Noop;
 
-impl kpng_sink::FullStateSink for Noop {
-    fn sync(&mut self, _view: &kpng_model::view::NodeView) -> Result<(), kpng_sink::SinkError> {
+impl Sink for Noop {
+    fn sync(&mut self, _round: &Round<'_>) -> Result<(), kpng_sink::SinkError> {
         Ok(())
     }
 }
@@ -305,9 +328,12 @@ async fn a_readiness_condition_holds_healthz_at_503_until_cleared() {
     let mut sink = Companions::new()
         .healthz(listener, Duration::from_secs(60))
         .conditions(conditions.clone())
-        .around(FullState::new(Noop));
-    sink.reset();
-    sink.sync(1).expect("sync");
+        .around(Noop);
+    let view = NodeView {
+        revision: 1,
+        ..Default::default()
+    };
+    sink.sync(&Round::full(&view)).expect("sync");
 
     let (status, body) = get(port, "/healthz").await.expect("served");
     assert_eq!(status, 503, "{body}");
@@ -353,4 +379,50 @@ async fn healthz_turns_unhealthy_while_the_input_is_held_back() {
     let (status, body) = get(port, "/healthz").await.expect("served");
     assert_eq!(status, 200, "{body}");
     assert!(body.get("heldBack").is_none(), "{body}");
+}
+
+/// Companions around a backend: a follower receives each round the
+/// backend applied, after it, and none it failed; `/healthz` turns
+/// healthy with the first round the backend applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn companions_follow_the_rounds_the_backend_applied() {
+    use std::sync::Mutex;
+    /// Records the revisions it syncs, failing the first `fail` of them.
+    struct Shared(Arc<Mutex<Vec<(&'static str, u64)>>>, &'static str, usize);
+    impl Sink for Shared {
+        fn sync(&mut self, round: &Round<'_>) -> Result<(), kpng_sink::SinkError> {
+            self.0
+                .lock()
+                .expect("lock")
+                .push((self.1, round.revision()));
+            if self.2 > 0 {
+                self.2 -= 1;
+                return Err(kpng_sink::SinkError::backend(self.1, "told to fail"));
+            }
+            Ok(())
+        }
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let seen = Arc::default();
+    let companions = kpng_health::Companions::new()
+        .healthz(listener, Duration::from_secs(60))
+        .follower(Shared(Arc::clone(&seen), "follower", 0));
+    let health = companions.proxy_health().expect("healthz set");
+    let mut sink = companions.around(Shared(Arc::clone(&seen), "backend", 1));
+    let view = |revision| NodeView {
+        revision,
+        ..Default::default()
+    };
+    assert!(sink.sync(&Round::full(&view(1))).is_err());
+    assert!(!health.healthy());
+    assert_eq!(get(port, "/healthz").await.expect("served").0, 503);
+    sink.sync(&Round::full(&view(2))).expect("sync");
+    assert_eq!(
+        *seen.lock().expect("lock"),
+        [("backend", 1), ("backend", 2), ("follower", 2)]
+    );
+    assert_eq!(get(port, "/healthz").await.expect("served").0, 200);
 }

@@ -3,11 +3,11 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use kpng_health::metrics::{Measured, Metrics, serve_metrics};
+use kpng_health::metrics::{Measure, MeasuredExt, Metrics, serve_metrics};
 use kpng_model::EndpointInfo;
 use kpng_model::v1::Service;
-use kpng_model::view::{EndpointView, ViewOp};
-use kpng_sink::IncrementalSink;
+use kpng_model::view::{EndpointView, NodeView, ServiceView};
+use kpng_sink::{Round, Sink, SinkExt};
 use kpng_store::Store;
 use kpng_testkit::RecordingSink;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -32,37 +32,45 @@ fn parse(text: &str) -> BTreeMap<String, f64> {
     samples
 }
 
+/// A view of revision `revision` with `svc` and its `endpoints`.
+fn view_of(revision: u64, svc: &Arc<Service>, endpoints: Vec<EndpointView>) -> NodeView {
+    let mut view = NodeView {
+        revision,
+        ..Default::default()
+    };
+    view.services.insert(
+        svc.service_name(),
+        Arc::new(ServiceView {
+            service: svc.clone(),
+            endpoints,
+        }),
+    );
+    view
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn syncs_failures_and_ingest_counts_are_scraped() {
     let metrics = Metrics::new();
-    let mut sink = Measured::new(
-        RecordingSink {
-            fail_syncs: 0,
-            ..Default::default()
-        },
-        metrics.clone(),
-    );
+    let mut sink = RecordingSink {
+        fail_syncs: 0,
+        ..Default::default()
+    }
+    .measured(metrics.clone());
     let svc = Arc::new(Service {
         namespace: "shop".into(),
         name: "front".into(),
         ..Default::default()
     });
-    let name = svc.service_name();
-    sink.reset();
-    sink.apply(&ViewOp::SetService(svc.clone())).expect("op");
-    sink.apply(&ViewOp::SetEndpoint(
-        name.clone(),
-        EndpointView::at(
-            EndpointInfo::new("10.244.1.10".parse().expect("ip")),
-            "10.244.1.10".parse().expect("ip"),
-        )
-        .expect("its address")
-        .with_is_local(true)
-        .with_cluster(true)
-        .with_local(true),
-    ))
-    .expect("op");
-    sink.sync(1).expect("sync");
+    let endpoint = EndpointView::at(
+        EndpointInfo::new("10.244.1.10".parse().expect("ip")),
+        "10.244.1.10".parse().expect("ip"),
+    )
+    .expect("its address")
+    .with_is_local(true)
+    .with_cluster(true)
+    .with_local(true);
+    let view = view_of(1, &svc, vec![endpoint]);
+    sink.sync(&Round::full(&view)).expect("sync");
 
     // A store with two revisions and a no-op write.
     let mut store = Store::new();
@@ -128,16 +136,18 @@ async fn syncs_failures_and_ingest_counts_are_scraped() {
 #[test]
 fn a_failed_sync_is_counted() {
     let metrics = Metrics::new();
-    let mut sink = Measured::new(
-        RecordingSink {
-            fail_syncs: 1,
-            ..Default::default()
-        },
-        metrics.clone(),
-    );
-    sink.reset();
-    assert!(sink.sync(1).is_err());
-    sink.sync(2).expect("the second works");
+    let mut sink = RecordingSink {
+        fail_syncs: 1,
+        ..Default::default()
+    }
+    .with(Measure::new(metrics.clone()));
+    let view = |revision| NodeView {
+        revision,
+        ..Default::default()
+    };
+    assert!(sink.sync(&Round::full(&view(1))).is_err());
+    // After a failure, the next round is full.
+    sink.sync(&Round::full(&view(2))).expect("the second works");
     let samples = parse(&metrics.encode());
     assert_eq!(samples["kpng_sync_failures_total"], 1.0);
     assert_eq!(
@@ -158,7 +168,7 @@ fn programming_latency_runs_from_the_trigger_time() {
     let mut store = Store::new();
     let reader = store.reader();
     let metrics = Metrics::new();
-    let mut sink = Measured::new(RecordingSink::default(), metrics.clone()).with_store(reader);
+    let mut sink = RecordingSink::default().with(Measure::new(metrics.clone()).with_store(reader));
     let svc = Arc::new(Service {
         namespace: "shop".into(),
         name: "front".into(),
@@ -169,16 +179,16 @@ fn programming_latency_runs_from_the_trigger_time() {
     txn.set_service((*svc).clone());
     txn.note_trigger(std::time::SystemTime::now() - std::time::Duration::from_secs(2));
     let revision = txn.commit().revision.expect("a change");
-    sink.apply(&ViewOp::SetService(svc.clone())).expect("op");
-    sink.sync(revision).expect("sync");
+    let view = view_of(revision, &svc, Vec::new());
+    sink.sync(&Round::full(&view)).expect("sync");
     let samples = parse(&metrics.encode());
     let count = "kubeproxy_network_programming_duration_seconds_count";
     let sum = "kubeproxy_network_programming_duration_seconds_sum";
     assert_eq!(samples[count], 1.0);
     assert!(samples[sum] >= 2.0, "{}", samples[sum]);
     // Taken once: a later sync of the same revision adds nothing.
-    sink.apply(&ViewOp::SetService(svc)).expect("op");
-    sink.sync(revision).expect("sync");
+    let again = view_of(revision, &svc, Vec::new());
+    sink.sync(&Round::between(&view, &again)).expect("sync");
     assert_eq!(parse(&metrics.encode())[count], 1.0);
 }
 
@@ -246,13 +256,11 @@ fn local_service() -> Arc<Service> {
 async fn kube_proxys_metric_names_are_all_scraped_and_changes_are_counted() {
     use kpng_health::metrics::ProxyMode;
     let metrics = Metrics::for_mode(ProxyMode::Nftables);
-    let mut sink = Measured::new(
-        RecordingSink {
-            fail_syncs: 1,
-            ..Default::default()
-        },
-        metrics.clone(),
-    );
+    let mut sink = RecordingSink {
+        fail_syncs: 1,
+        ..Default::default()
+    }
+    .measured(metrics.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -299,21 +307,17 @@ async fn kube_proxys_metric_names_are_all_scraped_and_changes_are_counted() {
         0.0
     );
 
-    // A Service and an endpoint reach the backend: pending, queued.
+    // A Service and an endpoint reach the backend, whose first round
+    // fails: pending, queued.
     let svc = local_service();
-    let name = svc.service_name();
-    sink.reset();
-    sink.apply(&ViewOp::SetService(svc.clone())).expect("op");
-    sink.apply(&ViewOp::SetEndpoint(
-        name.clone(),
-        EndpointView::at(
-            EndpointInfo::new("10.244.1.10".parse().expect("ip")),
-            "10.244.1.10".parse().expect("ip"),
-        )
-        .expect("its address")
-        .with_cluster(true),
-    ))
-    .expect("op");
+    let endpoint = EndpointView::at(
+        EndpointInfo::new("10.244.1.10".parse().expect("ip")),
+        "10.244.1.10".parse().expect("ip"),
+    )
+    .expect("its address")
+    .with_cluster(true);
+    let view = view_of(1, &svc, vec![endpoint]);
+    assert!(sink.sync(&Round::full(&view)).is_err());
     let pending = scrape().await;
     assert_eq!(
         pending["kubeproxy_sync_proxy_rules_service_changes_total"],
@@ -333,9 +337,13 @@ async fn kube_proxys_metric_names_are_all_scraped_and_changes_are_counted() {
     );
     assert!(pending["kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds"] > 1.7e9);
 
-    // The first sync fails (counted per family), the second applies them.
-    assert!(sink.sync(1).is_err());
-    sink.sync(2).expect("sync");
+    // The failure is counted per family; the full round that retries it
+    // applies the changes, counted once.
+    let view = NodeView {
+        revision: 2,
+        ..view
+    };
+    sink.sync(&Round::full(&view)).expect("sync");
     let after = scrape().await;
     let failures = "kubeproxy_sync_proxy_rules_nftables_sync_failures_total";
     assert_eq!(after[&format!("{failures}{{ip_family=\"IPv4\"}}")], 1.0);
@@ -374,8 +382,14 @@ async fn kube_proxys_metric_names_are_all_scraped_and_changes_are_counted() {
     assert_eq!(no_local("external", "IPv4"), 1.0);
     assert_eq!(no_local("external", "IPv6"), 0.0);
 
-    // A change after the sync: the totals move again.
-    sink.apply(&ViewOp::DeleteService(name)).expect("op");
+    // A change after the sync (its round failing, so it stays pending):
+    // the totals move again.
+    sink.get_mut().fail_syncs = 1;
+    let gone = NodeView {
+        revision: 3,
+        ..Default::default()
+    };
+    assert!(sink.sync(&Round::between(&view, &gone)).is_err());
     let moved = scrape().await;
     assert_eq!(
         moved["kubeproxy_sync_proxy_rules_service_changes_total"],
@@ -416,5 +430,79 @@ async fn configz_and_proxy_mode_are_served_beside_metrics() {
     assert!(
         text.contains("kubeproxy_sync_proxy_rules_iptables_restore_failures_total"),
         "{text}"
+    );
+}
+
+/// Incremental rounds count what they change: a Service whose definition
+/// changed (or that left) once, each endpoint set or removed once; the
+/// gauges and the Local counts they leave are those a full round of the
+/// same view gives.
+#[test]
+fn incremental_rounds_count_what_changed() {
+    let metrics = Metrics::new();
+    let mut sink = RecordingSink::default().measured(metrics.clone());
+    let svc = local_service();
+    let ip = |text: &str| text.parse::<std::net::IpAddr>().expect("ip");
+    let remote = EndpointView::at(EndpointInfo::new(ip("10.244.2.10")), ip("10.244.2.10"))
+        .expect("its address")
+        .with_cluster(true);
+    let local = EndpointView::at(EndpointInfo::new(ip("10.244.1.11")), ip("10.244.1.11"))
+        .expect("its address")
+        .with_is_local(true)
+        .with_cluster(true)
+        .with_local(true);
+    let v1 = view_of(1, &svc, vec![remote.clone()]);
+    let v2 = view_of(2, &svc, vec![local, remote]);
+    let mut v3 = v2.clone();
+    v3.revision = 3;
+    v3.services.remove(&svc.service_name());
+    // What the view's gauges and Local counts are, by a full round.
+    let fresh = |view: &NodeView| {
+        let metrics = Metrics::new();
+        RecordingSink::default()
+            .measured(metrics.clone())
+            .sync(&Round::full(view))
+            .expect("sync");
+        parse(&metrics.encode())
+    };
+    let same_view_metrics = |view: &NodeView| {
+        let (ours, theirs) = (parse(&metrics.encode()), fresh(view));
+        for (name, value) in &theirs {
+            if name.starts_with("kpng_services")
+                || name.starts_with("kpng_endpoints")
+                || name.starts_with("kubeproxy_sync_proxy_rules_no_local_endpoints_total")
+            {
+                assert_eq!(ours.get(name), Some(value), "{name} at {}", view.revision);
+            }
+        }
+    };
+    let changes = || {
+        let samples = parse(&metrics.encode());
+        (
+            samples["kubeproxy_sync_proxy_rules_service_changes_total"],
+            samples["kubeproxy_sync_proxy_rules_endpoint_changes_total"],
+            samples["kpng_endpoints"],
+        )
+    };
+
+    sink.sync(&Round::full(&v1)).expect("sync");
+    assert_eq!(changes(), (1.0, 1.0, 1.0));
+    same_view_metrics(&v1);
+    // A local endpoint joins: no Service change, one endpoint change.
+    sink.sync(&Round::between(&v1, &v2)).expect("sync");
+    assert_eq!(changes(), (1.0, 2.0, 2.0));
+    same_view_metrics(&v2);
+    // The Service leaves, its endpoints with it.
+    sink.sync(&Round::between(&v2, &v3)).expect("sync");
+    assert_eq!(changes(), (2.0, 2.0, 0.0));
+    same_view_metrics(&v3);
+    let samples = parse(&metrics.encode());
+    assert_eq!(samples["kpng_services"], 0.0);
+    assert!(
+        samples
+            .iter()
+            .filter(|(k, _)| k.starts_with("kubeproxy_sync_proxy_rules_no_local_endpoints_total"))
+            .all(|(_, v)| *v == 0.0),
+        "{samples:?}"
     );
 }

@@ -1,8 +1,9 @@
 //! The nftables backend of kpng-rs.
 //!
-//! [`NftBackend`] is a [`kpng_sink::IncrementalSink`]: it receives a node's
-//! view as ops and programs kube-proxy's Service semantics into one table
-//! per IP family (`ip kpng`, `ip6 kpng`), owned wholly by kpng-rs.
+//! [`NftBackend`] is a [`kpng_sink::Sink`]: each [`Round`] hands it a
+//! node's view and the Services that changed, and it programs kube-proxy's
+//! Service semantics into one table per IP family (`ip kpng`, `ip6 kpng`),
+//! owned wholly by kpng-rs.
 //!
 //! - **Dispatch** is one verdict-map lookup: `service-ips` keyed by
 //!   `daddr . l4proto . dport` (ClusterIPs, externalIPs, LB IPs) and
@@ -18,12 +19,16 @@
 //!   unknown ports on live ClusterIPs, DROP of unallocated Service-CIDR
 //!   addresses, masquerade by mark (bit 14 by default), `masquerade_all`,
 //!   the pod-CIDR detector, hairpin, dual stack, TCP, UDP and SCTP.
-//! - **Updates**: the first sync, and any after a failure, replaces the
-//!   tables in one transaction. Others change only what changed: the
-//!   elements of an endpoint that came or went, the chains of a Service
-//!   whose rules changed. Chains shared by Services (one per endpoint
-//!   count and policy) exist while a Service uses them, so a small
-//!   cluster has a small ruleset.
+//! - **Updates**: a full round (the first, any after a failure), and any
+//!   round after [`NftBackend::force_full`] or a failed sync, replaces
+//!   the tables in one transaction. Others change only what the round
+//!   changed: the elements of an endpoint that came or went, the chains
+//!   of a Service whose rules changed. What a Service contributed before
+//!   is rendered again from its view before the round
+//!   ([`ServiceChange::before`](kpng_sink::ServiceChange)) and taken out,
+//!   so the backend keeps no copy of the view. Chains shared by Services
+//!   (one per endpoint count and policy) exist while a Service uses them,
+//!   so a small cluster has a small ruleset.
 //! - **The kernel** is programmed over nf_tables netlink through
 //!   [`kpng_netfilter`], with no `nft` process: each sync is one batch
 //!   the kernel commits whole or not at all, and a refusal names the
@@ -32,25 +37,38 @@
 //!
 //! # Example
 //!
-//! Render the script for one Service without touching the kernel:
+//! Render the script for one Service without touching the kernel, then
+//! the round that removes it:
 //!
 //! ```
 //! use std::sync::Arc;
 //! use kpng_backend_nft::{NftConfig, NftBackend};
 //! use kpng_model::v1::{Protocol, Service, ServicePort};
-//! use kpng_model::view::ViewOp;
-//! use kpng_sink::IncrementalSink;
+//! use kpng_model::view::{NodeView, ServiceView};
+//! use kpng_sink::{Round, Sink};
 //!
 //! let mut backend = NftBackend::new(NftConfig::default()).dry_run();
-//! let svc = Service::new("default", "web")
-//!     .with_cluster_ips(["10.96.0.10".parse()?])
-//!     .with_port(ServicePort::new("http", Protocol::Tcp, 80));
-//! backend.reset();
-//! backend.apply(&ViewOp::SetService(Arc::new(svc)))?;
-//! backend.sync(1)?;
+//! let svc = Arc::new(
+//!     Service::new("default", "web")
+//!         .with_cluster_ips(["10.96.0.10".parse()?])
+//!         .with_port(ServicePort::new("http", Protocol::Tcp, 80)),
+//! );
+//! let mut view = NodeView { revision: 1, ..Default::default() };
+//! view.services.insert(svc.service_name(), Arc::new(ServiceView::new(svc)));
+//! backend.sync(&Round::full(&view))?;
 //! // No endpoint: the ClusterIP rejects; the element names its Service.
 //! assert!(backend.last_script().contains(
 //!     "add element ip kpng no-endpoint-services { 10.96.0.10 . tcp . 80 comment \"default/web:http/tcp\" : goto reject-chain }"
+//! ));
+//!
+//! let before = view.clone();
+//! view.services.clear();
+//! view.revision = 2;
+//! backend.sync(&Round::between(&before, &view))?;
+//! assert!(!backend.last_sync().full);
+//! // Its elements go, rendered again from its view before the round.
+//! assert!(backend.last_script().contains(
+//!     "delete element ip kpng cluster-ips { 10.96.0.10 comment \"default/web\" }"
 //! ));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -64,7 +82,7 @@ use std::time::Instant;
 
 use kpng_model::view::NodeView;
 use kpng_model::{IpFamily, IpNet};
-use kpng_sink::{IncrementalSink, ProxyConfig, SinkError, ViewTracker};
+use kpng_sink::{ProxyConfig, Round, Sink, SinkError};
 
 use kpng_netfilter::nft::{self, Transaction};
 use objects::{Objects, Pending};
@@ -214,9 +232,13 @@ pub struct NftBackend {
     config: NftConfig,
     mode: Mode,
     keep_scripts: bool,
-    tracker: ViewTracker,
-    /// The view as of the last render: what the desired objects hold.
-    rendered: NodeView,
+    /// Whether the next sync replaces the tables whole, whatever its
+    /// round: at first, after [`force_full`](Self::force_full), and after
+    /// a failed sync (the desired objects then hold a round the kernel
+    /// never got).
+    full: bool,
+    /// How many Services the desired objects hold.
+    services: usize,
     families: [FamilyState; 2],
     /// The last transaction, kept in dry-run mode or when asked.
     last_tx: Option<Transaction>,
@@ -238,7 +260,7 @@ impl std::fmt::Debug for NftBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NftBackend")
             .field("config", &self.config)
-            .field("services", &self.tracker.view().services.len())
+            .field("services", &self.services)
             .field("last", &self.last)
             .finish()
     }
@@ -265,8 +287,8 @@ impl NftBackend {
             config,
             mode: Mode::Apply,
             keep_scripts: false,
-            tracker: ViewTracker::default(),
-            rendered: NodeView::default(),
+            full: true,
+            services: 0,
             families: Default::default(),
             last_tx: None,
             socket: None,
@@ -357,9 +379,10 @@ impl NftBackend {
         &self.config
     }
 
-    /// Makes the next sync a full one.
+    /// Makes the next sync a full one: it replaces the tables whole
+    /// even when its round is incremental.
     pub fn force_full(&mut self) {
-        self.tracker.force_full();
+        self.full = true;
     }
 
     /// How many syncs replaced the tables whole (the first, those after a
@@ -411,34 +434,27 @@ impl NftBackend {
     }
 
     /// The table's fixed part for one family, with the NodePort addresses
-    /// and CIDRs.
-    fn globals(&self, family: IpFamily) -> Render {
+    /// (of `view`'s node, unless configured) and CIDRs.
+    fn globals(&self, family: IpFamily, view: &NodeView) -> Render {
         let node_ips: Vec<IpNet> = match &self.config.proxy.nodeport_addresses {
             Some(cidrs) => cidrs.clone(),
-            None => self
-                .tracker
-                .view()
-                .node_addresses(family)
-                .map(IpNet::from)
-                .collect(),
+            None => view.node_addresses(family).map(IpNet::from).collect(),
         };
         render::globals(Fam(family), &self.config, &node_ips, &self.service_cidrs)
     }
 
-    /// Re-renders what changed since the last sync into the desired
-    /// objects; returns how many Services were rendered.
-    fn refresh(&mut self) -> usize {
-        let changes = self.tracker.take_changes();
-        let (full, names) = (changes.full, changes.services);
-        if changes.service_cidrs {
-            self.service_cidrs = self
-                .tracker
-                .view()
-                .service_cidrs_with(&self.config.proxy.service_cidrs);
+    /// Re-renders what `round` changed into the desired objects, or
+    /// everything when `full` (they start over); returns how many
+    /// Services were rendered.
+    fn refresh(&mut self, round: &Round<'_>, full: bool) -> usize {
+        let view = round.view();
+        let service_cidrs = full || round.service_cidrs_changed();
+        let renew = full || round.node_changed() || service_cidrs;
+        if service_cidrs {
+            self.service_cidrs = view.service_cidrs_with(&self.config.proxy.service_cidrs);
         }
         for (i, family) in IpFamily::BOTH.into_iter().enumerate() {
-            let renew = changes.node || changes.service_cidrs || full;
-            let globals = renew.then(|| self.globals(family));
+            let globals = renew.then(|| self.globals(family, view));
             let state = &mut self.families[i];
             if full {
                 *state = FamilyState::default();
@@ -449,17 +465,25 @@ impl NftBackend {
                 state.desired.remove(&old, pending.as_deref_mut());
                 state.desired.add(&state.globals, pending.as_deref_mut());
             }
-            for name in &names {
+            if full {
+                for service in view.services.values() {
+                    let new = render::service(service, family, &self.config);
+                    state.desired.add(&new, pending.as_deref_mut());
+                }
+                continue;
+            }
+            for change in round.services() {
                 // What a Service contributed is rendered again from the
-                // view it was rendered from (rendering is a pure function of
-                // the view and the settings), rather than kept: at 10k
-                // Services that saves a copy of every chain and element.
-                if let Some(old) = self.rendered.services.get(name).filter(|_| !full) {
-                    let old = render::service(old, family, &self.config);
+                // view it was rendered from, the round's view before
+                // (rendering is a pure function of the view and the
+                // settings), rather than kept: at 10k Services that saves
+                // a copy of every chain and element, and of the view.
+                if let Some(before) = change.before {
+                    let old = render::service(before, family, &self.config);
                     state.desired.remove(&old, pending.as_deref_mut());
                 }
-                if let Some(view) = self.tracker.view().services.get(name) {
-                    let new = render::service(view, family, &self.config);
+                if let Some(after) = change.after {
+                    let new = render::service(after, family, &self.config);
                     state.desired.add(&new, pending.as_deref_mut());
                 }
             }
@@ -467,14 +491,18 @@ impl NftBackend {
         if full {
             self.families.iter_mut().for_each(|s| s.desired.shrink());
         }
-        // An O(1) copy: the views share their Services.
-        self.rendered = self.tracker.view().clone();
-        names.len()
+        self.services = view.services.len();
+        if full {
+            view.services.len()
+        } else {
+            round.service_count()
+        }
     }
 
-    /// This sync's transaction, and whether it replaces the tables.
-    fn transaction(&self) -> (Transaction, bool) {
-        let full = self.tracker.full()
+    /// This sync's transaction, and whether it replaces the tables
+    /// (always when `full`).
+    fn transaction(&self, full: bool) -> (Transaction, bool) {
+        let full = full
             || self
                 .families
                 .iter()
@@ -527,30 +555,18 @@ impl NftBackend {
     }
 }
 
-impl IncrementalSink for NftBackend {
-    fn reset(&mut self) {
-        self.tracker.reset();
-    }
-
-    fn apply(&mut self, op: &kpng_model::view::ViewOp) -> Result<(), SinkError> {
-        self.tracker.absorb(op)
-    }
-
-    fn view(&self) -> Option<&kpng_model::view::NodeView> {
-        Some(self.tracker.view())
-    }
-
-    fn share_view(&mut self, view: &kpng_model::view::NodeView) {
-        self.tracker.share(view);
-    }
-
-    /// Renders what changed and applies it in one transaction. On failure
-    /// the kernel keeps its previous ruleset and the next sync is a full
-    /// one.
-    fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
+impl Sink for NftBackend {
+    /// Renders what the round changed (everything, in a full round or
+    /// after [`force_full`](NftBackend::force_full) or a failure) and
+    /// applies it in one transaction. On failure the kernel keeps its
+    /// previous ruleset and the next sync is a full one, whatever its
+    /// round.
+    fn sync(&mut self, round: &Round<'_>) -> Result<(), SinkError> {
         let start = Instant::now();
-        let services = self.refresh();
-        let (mut tx, full) = self.transaction();
+        let revision = round.revision();
+        let full = self.full || round.is_full();
+        let services = self.refresh(round, full);
+        let (mut tx, full) = self.transaction(full);
         let kernel_start = Instant::now();
         // The first sync of a process may find what a previous run left:
         // exactly the tables wanted (a restart onto the same state) need
@@ -592,7 +608,7 @@ impl IncrementalSink for NftBackend {
                 if full {
                     self.generation += 1;
                 }
-                self.tracker.synced(true);
+                self.full = false;
                 tracing::debug!(
                     revision,
                     full,
@@ -604,7 +620,7 @@ impl IncrementalSink for NftBackend {
             Err(e) => {
                 // The kernel kept its previous ruleset; start over from a
                 // full replace next time.
-                self.tracker.synced(false);
+                self.full = true;
                 tracing::warn!(revision, error = %e, "nft sync failed");
                 Err(SinkError::backend("nft", e))
             }
@@ -624,8 +640,8 @@ mod tests {
     use kpng_model::EndpointInfo;
     use kpng_model::endpoint::{PortInfo, PortList};
     use kpng_model::v1::{ClientIpAffinity, IpSet, Protocol, Service, ServicePort};
-    use kpng_model::view::{EndpointView, ViewOp};
-    use kpng_sink::IncrementalSink;
+    use kpng_model::view::{EndpointView, NodeView, ViewOp};
+    use kpng_sink::{Round, Sink};
 
     use super::{NftBackend, NftConfig};
 
@@ -657,15 +673,30 @@ mod tests {
             .with_cluster(true)
     }
 
-    fn load(backend: &mut NftBackend, name: &str, ip: &str, affinity: bool, eps: &[&str]) {
+    fn load(view: &mut NodeView, name: &str, ip: &str, affinity: bool, eps: &[&str]) {
         let svc = service(name, ip, affinity);
         let key = svc.service_name();
-        backend.apply(&ViewOp::SetService(svc)).expect("service");
+        view.apply(&ViewOp::SetService(svc)).expect("service");
         for ep in eps {
-            backend
-                .apply(&ViewOp::SetEndpoint(key.clone(), endpoint(ep)))
+            view.apply(&ViewOp::SetEndpoint(key.clone(), endpoint(ep)))
                 .expect("endpoint");
         }
+    }
+
+    /// Syncs the round from `before` to `view`, at `revision`: a full
+    /// round without `before`.
+    fn sync(
+        backend: &mut NftBackend,
+        before: Option<&NodeView>,
+        view: &mut NodeView,
+        revision: u64,
+    ) {
+        view.revision = revision;
+        let round = match before {
+            Some(before) => Round::between(before, view),
+            None => Round::full(view),
+        };
+        backend.sync(&round).expect("sync");
     }
 
     /// Without a kernel: the transactions encode and parse back whole, and
@@ -674,16 +705,16 @@ mod tests {
     #[test]
     fn syncs_make_the_objects_in_use_and_changes_write_only_the_change() {
         let mut backend = NftBackend::new(NftConfig::default()).dry_run();
-        backend.reset();
+        let mut view = NodeView::default();
         load(
-            &mut backend,
+            &mut view,
             "web",
             "10.96.0.10",
             false,
             &["10.244.1.5", "10.244.2.5"],
         );
-        load(&mut backend, "sticky", "10.96.0.11", true, &["10.244.1.6"]);
-        backend.sync(1).expect("sync");
+        load(&mut view, "sticky", "10.96.0.11", true, &["10.244.1.6"]);
+        sync(&mut backend, None, &mut view, 1);
         let tx = backend.last_transaction().expect("kept in dry-run mode");
         tx.verify_encoding().expect("round trip");
         let text = tx.to_string();
@@ -700,8 +731,9 @@ mod tests {
 
         // A third endpoint: a new pick chain, the Service's element moved
         // to it, one target added; nothing else.
-        load(&mut backend, "web", "10.96.0.10", false, &["10.244.3.5"]);
-        backend.sync(2).expect("sync");
+        let before = view.clone();
+        load(&mut view, "web", "10.96.0.10", false, &["10.244.3.5"]);
+        sync(&mut backend, Some(&before), &mut view, 2);
         let tx = backend.last_transaction().expect("kept");
         tx.verify_encoding().expect("round trip");
         let text = tx.to_string();
@@ -727,12 +759,12 @@ mod tests {
         assert!(!text.contains("pick-vip-cluster-2"), "{text}");
 
         // The affinity Service goes: its chains, sets and map go with it.
-        backend
-            .apply(&ViewOp::DeleteService(
-                service("sticky", "10.96.0.11", true).service_name(),
-            ))
-            .expect("delete");
-        backend.sync(3).expect("sync");
+        let before = view.clone();
+        view.apply(&ViewOp::DeleteService(
+            service("sticky", "10.96.0.11", true).service_name(),
+        ))
+        .expect("delete");
+        sync(&mut backend, Some(&before), &mut view, 3);
         let text = backend.last_script();
         for gone in [
             "delete set ip kpng afm-",
@@ -752,10 +784,10 @@ mod tests {
         let script = |comments: bool| {
             let config = NftConfig::default().comments(comments);
             let mut backend = NftBackend::new(config).dry_run();
-            backend.reset();
-            load(&mut backend, "web", "10.96.0.10", false, &["10.244.1.5"]);
-            load(&mut backend, "sticky", "10.96.0.11", true, &["10.244.1.6"]);
-            backend.sync(1).expect("sync");
+            let mut view = NodeView::default();
+            load(&mut view, "web", "10.96.0.10", false, &["10.244.1.5"]);
+            load(&mut view, "sticky", "10.96.0.11", true, &["10.244.1.6"]);
+            sync(&mut backend, None, &mut view, 1);
             let tx = backend.last_transaction().expect("kept in dry-run mode");
             tx.verify_encoding().expect("round trip");
             tx.to_string()
