@@ -391,6 +391,30 @@ impl EbpfBackend {
         &self.last_writes
     }
 
+    /// What the maps serve now, as the programs read them, one line per
+    /// element, sorted: each record (`services` for sockets, `external`
+    /// for tc) with its affinity, its flags, the endpoints its set holds
+    /// and that set's ClientIP members; the live ClusterIPs, the Service
+    /// CIDRs, the source ranges and the node's addresses. Set numbers,
+    /// slot order and pages past a set's count (deleted a round later) do
+    /// not show: backends whose maps serve the same give the same lines,
+    /// however they got there. Reads the kernel's maps, or a dry run's
+    /// copy.
+    ///
+    /// ```
+    /// use kpng_backend_ebpf::{EbpfBackend, EbpfConfig};
+    ///
+    /// let backend = EbpfBackend::dry_run(EbpfConfig::default());
+    /// assert!(backend.served()?.is_empty());
+    /// # Ok::<(), kpng_backend_ebpf::Error>(())
+    /// ```
+    pub fn served(&self) -> Result<Vec<String>, Error> {
+        match &self.target {
+            Target::Kernel(datapath) => tables::served(&datapath.kernel),
+            Target::DryRun(recorder) => tables::served(recorder),
+        }
+    }
+
     /// The settings.
     pub fn config(&self) -> &EbpfConfig {
         &self.config
