@@ -36,10 +36,9 @@
 //!   would make it time out.
 //! - **Replies**: `getpeername` and UDP `recvmsg` show the Service
 //!   address, not the endpoint's.
-//! - **Updates** change only what changed: an incremental
-//!   [`Round`](kpng_sink::Round) rewrites the Services it lists (every
-//!   Service when the node's addresses changed), in an order where every
-//!   Service stays whole (a new endpoint set before the records that lead
+//! - **Updates** change only what changed: an incremental [`Round`]
+//!   rewrites the Services it lists (every Service when the node's
+//!   addresses changed), in an order where every Service stays whole (a new endpoint set before the records that lead
 //!   to it, sets changed in place with their count last); see
 //!   docs/architecture.md. A full round, and the first sync after a
 //!   failure of its own (even in an incremental round), rewrites
