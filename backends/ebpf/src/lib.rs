@@ -575,6 +575,100 @@ impl Sink for EbpfBackend {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use kpng_model::endpoint::Interner;
+    use kpng_model::view::NodeView;
+    use kpng_sink::{Round, Sink};
+    use kpng_store::Store;
+    use kpng_testkit::{Cluster, ClusterShape};
+
+    use super::*;
+
+    /// The view of `node-0` with Services `svc-N` for each N of
+    /// `services`, each with two endpoints.
+    fn view(services: &[usize]) -> NodeView {
+        let cluster = Cluster::synthetic(ClusterShape {
+            services: 0,
+            endpoints: 0,
+            nodes: 2,
+            zones: 1,
+        });
+        let mut store = Store::new();
+        let mut interner = Interner::new();
+        let mut txn = store.begin();
+        for node in &cluster.nodes {
+            txn.set_node(node.clone());
+        }
+        for &i in services {
+            let service = Cluster::service(i);
+            let name = service.service_name();
+            let endpoints: Vec<_> = (1..=2)
+                .map(|n| {
+                    let ip = format!("10.128.{i}.{n}").parse().expect("address");
+                    Cluster::endpoint(ip, &cluster.nodes[n % 2], &service, &mut interner)
+                })
+                .collect();
+            txn.set_service(service);
+            txn.replace_endpoints(&name, &Arc::new(endpoints))
+                .expect("sorted");
+        }
+        txn.commit();
+        kpng_diff::node_view(&store.snapshot(), "node-0")
+    }
+
+    fn fail(backend: &mut EbpfBackend, on: bool) {
+        if let Target::DryRun(recorder) = &mut backend.target {
+            recorder.fail = on;
+        }
+    }
+
+    /// After a failed round of its own, the next sync rewrites everything
+    /// even when its round is incremental: the maps then serve what a
+    /// fresh backend's do after a full round.
+    #[test]
+    fn after_its_own_failure_an_incremental_round_is_written_in_full() {
+        let config = || EbpfConfig::default().tc_interfaces(["eth0"]);
+        let mut backend = EbpfBackend::dry_run(config());
+        let v1 = view(&[0, 1]);
+        backend.sync(&Round::full(&v1)).expect("first sync");
+        assert!(backend.last_sync().full);
+
+        // svc-0 goes, svc-2 comes: the first write fails.
+        let v2 = view(&[1, 2]);
+        fail(&mut backend, true);
+        backend
+            .sync(&Round::between(&v1, &v2))
+            .expect_err("writes fail");
+        fail(&mut backend, false);
+
+        // The round given is incremental from v2 (as if v2 had been
+        // written): the backend still rewrites everything.
+        let v3 = view(&[1, 2, 3]);
+        backend.sync(&Round::between(&v2, &v3)).expect("retry");
+        assert!(backend.last_sync().full, "the retry rewrites everything");
+        let mut fresh = EbpfBackend::dry_run(config());
+        fresh.sync(&Round::full(&v3)).expect("fresh");
+        assert_eq!(
+            backend.served().expect("maps"),
+            fresh.served().expect("maps")
+        );
+
+        // Then incremental again.
+        let v4 = view(&[2, 3]);
+        backend.sync(&Round::between(&v3, &v4)).expect("sync");
+        assert!(!backend.last_sync().full);
+        let mut fresh = EbpfBackend::dry_run(config());
+        fresh.sync(&Round::full(&v4)).expect("fresh");
+        assert_eq!(
+            backend.served().expect("maps"),
+            fresh.served().expect("maps")
+        );
+    }
+}
+
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

@@ -126,6 +126,9 @@ pub(crate) struct Recorder {
     pub(crate) tables: BTreeMap<Table, BTreeMap<Vec<u8>, Vec<u8>>>,
     /// The writes since the last `take_lines`, as text.
     pub(crate) lines: Vec<String>,
+    /// Tests: every write fails while set.
+    #[cfg(test)]
+    pub(crate) fail: bool,
 }
 
 impl Recorder {
@@ -141,6 +144,13 @@ impl Recorder {
 
 impl Tables for Recorder {
     fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), Error> {
+        #[cfg(test)]
+        if self.fail {
+            return Err(Error::Layout {
+                map: table.map_name(),
+                len: value.len(),
+            });
+        }
         self.lines
             .push(format!("set {}", table.describe(key, Some(value))));
         self.tables
