@@ -2,10 +2,11 @@
 //! by `NodeProjector::sync_into` through a random history of cluster
 //! states (Services set, changed and removed, endpoints coming and going,
 //! the node's addresses and the Service CIDRs changing, a forced full
-//! rewrite now and then), one round per state, wants at every step the
-//! very maps a fresh backend serves after one full round of that state
+//! rewrite now and then), one round per state, serves at every step what
+//! a fresh backend serves after one full round of that state
 //! (`EbpfBackend::served`: what the programs read, whatever the set
-//! numbers and slot order). Dry runs: no root, no kernel.
+//! numbers and slot order), with as many sets and records. Dry runs: no
+//! root, no kernel.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -221,8 +222,6 @@ fn differences(incremental: &[String], fresh: &[String]) -> (Vec<String>, Vec<St
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
-
     #[test]
     fn incremental_rounds_serve_what_a_full_round_serves(
         steps in steps(),

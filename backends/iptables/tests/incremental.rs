@@ -223,8 +223,6 @@ fn differences(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
-
     #[test]
     fn incremental_rounds_want_what_a_full_round_wants(steps in steps()) {
         let mut store = Store::new();
