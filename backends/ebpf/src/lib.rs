@@ -38,12 +38,13 @@
 //!   address, not the endpoint's.
 //! - **Updates** change only what changed: an incremental [`Round`]
 //!   rewrites the Services it lists (every Service when the node's
-//!   addresses changed), in an order where every Service stays whole (a new endpoint set before the records that lead
-//!   to it, sets changed in place with their count last); see
-//!   docs/architecture.md. A full round, and the first sync after a
-//!   failure of its own (even in an incremental round), rewrites
-//!   everything, adopting what the maps hold. The backend keeps what it
-//!   wrote of each Service, never a copy of the view.
+//!   addresses changed), in an order where every Service stays whole
+//!   (a new endpoint set before the records that lead to it, sets changed
+//!   in place with their count last); see docs/architecture.md. A full
+//!   round, and the first sync after a failure of its own (even in an
+//!   incremental round), rewrites everything, adopting what the maps
+//!   hold. The backend keeps what it wrote of each Service, never a copy
+//!   of the view.
 //! - **Restarts**: maps and links are pinned under a bpffs directory;
 //!   the programs stay attached while kpng is down, connections keep
 //!   working, and a restart adopts them. [`cleanup`] removes everything.

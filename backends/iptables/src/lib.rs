@@ -23,10 +23,9 @@
 //!   the node's chains when [`Round::node_changed`] or
 //!   [`Round::service_cidrs_changed`]) and rewrite only the chains that
 //!   changed. The backend keeps what it rendered of each Service, never a
-//!   copy of the view.
-//!   Chains it does not own are never touched; the jumps from the built-in
-//!   chains are inserted once. A failed restore changes nothing in the
-//!   tables it failed in, and the next sync is a full one.
+//!   copy of the view. Chains it does not own are never touched; the jumps
+//!   from the built-in chains are inserted once. A failed restore changes
+//!   nothing in the tables it failed in, and the next sync is a full one.
 //! - **Modes**: iptables-nft or iptables-legacy, as set in [`IptablesConfig::mode`],
 //!   or detected as kube-proxy does: the mode that already holds rules.
 //!
