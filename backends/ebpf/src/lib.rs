@@ -1,8 +1,8 @@
 //! The eBPF backend of kpng-rs: socket-level load balancing, and tc
 //! programs for traffic from outside the node.
 //!
-//! [`EbpfBackend`] is a [`kpng_sink::IncrementalSink`], like the
-//! netfilter backends, fed the same node view. Instead of rules that
+//! [`EbpfBackend`] is a [`kpng_sink::Sink`], like the netfilter
+//! backends, fed the same rounds of a node's view. Instead of rules that
 //! translate packets, it writes BPF maps read by two kinds of program:
 //!
 //! - **cgroup `sock_addr` programs** (`connect4/6`, `sendmsg4/6`,
@@ -36,10 +36,15 @@
 //!   would make it time out.
 //! - **Replies**: `getpeername` and UDP `recvmsg` show the Service
 //!   address, not the endpoint's.
-//! - **Updates** change only what changed, in an order where every
-//!   Service stays whole (a new endpoint set before the records that lead
-//!   to it, sets changed in place with their count last); see
-//!   docs/architecture.md.
+//! - **Updates** change only what changed: an incremental [`Round`]
+//!   rewrites the Services it lists (every Service when the node's
+//!   addresses changed), in an order where every Service stays whole
+//!   (a new endpoint set before the records that lead to it, sets changed
+//!   in place with their count last); see docs/architecture.md. A full
+//!   round, and the first sync after a failure of its own (even in an
+//!   incremental round), rewrites everything, adopting what the maps
+//!   hold. The backend keeps what it wrote of each Service, never a copy
+//!   of the view.
 //! - **Restarts**: maps and links are pinned under a bpffs directory;
 //!   the programs stay attached while kpng is down, connections keep
 //!   working, and a restart adopts them. [`cleanup`] removes everything.
@@ -53,16 +58,18 @@
 //! use std::sync::Arc;
 //! use kpng_backend_ebpf::{EbpfBackend, EbpfConfig};
 //! use kpng_model::v1::{Protocol, Service, ServicePort};
-//! use kpng_model::view::ViewOp;
-//! use kpng_sink::IncrementalSink;
+//! use kpng_model::view::{NodeView, ServiceView};
+//! use kpng_sink::{Round, Sink};
 //!
 //! let mut backend = EbpfBackend::dry_run(EbpfConfig::default());
-//! let svc = Service::new("default", "web")
-//!     .with_cluster_ips(["10.96.0.10".parse()?])
-//!     .with_port(ServicePort::new("http", Protocol::Tcp, 80));
-//! backend.reset();
-//! backend.apply(&ViewOp::SetService(Arc::new(svc)))?;
-//! backend.sync(1)?;
+//! let svc = Arc::new(
+//!     Service::new("default", "web")
+//!         .with_cluster_ips(["10.96.0.10".parse()?])
+//!         .with_port(ServicePort::new("http", Protocol::Tcp, 80)),
+//! );
+//! let mut view = NodeView { revision: 1, ..NodeView::default() };
+//! view.services.insert(svc.service_name(), Arc::new(ServiceView::new(svc)));
+//! backend.sync(&Round::full(&view))?;
 //! // No endpoint: a connect to the ClusterIP is refused.
 //! assert!(backend.last_writes().contains(&"set services 10.96.0.10 tcp 80 : set 1 empty: reject".to_string()));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -78,8 +85,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use kpng_model::ServiceName;
-use kpng_model::view::NodeView;
-use kpng_sink::{IncrementalSink, ProxyConfig, SinkError, ViewTracker};
+use kpng_sink::{ProxyConfig, Round, Sink, SinkError};
 
 use datapath::Datapath;
 pub use datapath::{
@@ -325,7 +331,9 @@ enum Target {
 /// The eBPF backend. See the crate docs.
 pub struct EbpfBackend {
     config: EbpfConfig,
-    tracker: ViewTracker,
+    /// The next sync rewrites everything, whatever its round: the first,
+    /// one after [`force_full`](Self::force_full) or after a failed sync.
+    full: bool,
     state: State,
     target: Target,
     last: EbpfSyncStats,
@@ -365,7 +373,7 @@ impl EbpfBackend {
     fn with_target(config: EbpfConfig, target: Target) -> Self {
         Self {
             config,
-            tracker: ViewTracker::default(),
+            full: true,
             state: State::default(),
             target,
             last: EbpfSyncStats::default(),
@@ -381,6 +389,30 @@ impl EbpfBackend {
     /// The last sync's writes as text, one per element (dry runs only).
     pub fn last_writes(&self) -> &[String] {
         &self.last_writes
+    }
+
+    /// What the maps serve now, as the programs read them, one line per
+    /// element, sorted: each record (`services` for sockets, `external`
+    /// for tc) with its affinity, its flags, the endpoints its set holds
+    /// and that set's ClientIP members; the live ClusterIPs, the Service
+    /// CIDRs, the source ranges and the node's addresses. Set numbers,
+    /// slot order and pages past a set's count (deleted a round later) do
+    /// not show: backends whose maps serve the same give the same lines,
+    /// however they got there. Reads the kernel's maps, or a dry run's
+    /// copy.
+    ///
+    /// ```
+    /// use kpng_backend_ebpf::{EbpfBackend, EbpfConfig};
+    ///
+    /// let backend = EbpfBackend::dry_run(EbpfConfig::default());
+    /// assert!(backend.served()?.is_empty());
+    /// # Ok::<(), kpng_backend_ebpf::Error>(())
+    /// ```
+    pub fn served(&self) -> Result<Vec<String>, Error> {
+        match &self.target {
+            Target::Kernel(datapath) => tables::served(&datapath.kernel),
+            Target::DryRun(recorder) => tables::served(recorder),
+        }
     }
 
     /// The settings.
@@ -405,14 +437,17 @@ impl EbpfBackend {
         }
     }
 
-    /// Makes the next sync a full one.
+    /// Makes the next sync a full one, even if its round is incremental.
     pub fn force_full(&mut self) {
-        self.tracker.force_full();
+        self.full = true;
     }
 
-    fn round(&mut self) -> Result<(bool, usize), SinkError> {
+    /// Writes one round: everything when it is full or this backend's own
+    /// state asks for it; returns whether it was full and how many
+    /// Services it looked at.
+    fn write_round(&mut self, round: &Round<'_>) -> Result<(bool, usize), SinkError> {
         let Self {
-            tracker,
+            full,
             state,
             target,
             config,
@@ -422,33 +457,37 @@ impl EbpfBackend {
             Target::Kernel(datapath) => &mut datapath.kernel,
             Target::DryRun(recorder) => recorder,
         };
-        tracker.round(|changes, view| {
-            sync_round(state, tables, config, view, changes)
-                .map_err(|e| SinkError::backend("ebpf", e))
-        })
+        let rewrite = *full || round.is_full();
+        let result = sync_round(state, tables, config, round, rewrite);
+        // A failed round leaves the maps partly written: the next one
+        // rewrites everything, whatever round the driver hands.
+        *full = result.is_err();
+        result.map_err(|e| SinkError::backend("ebpf", e))
     }
 }
 
-/// One round's writes.
+/// One round's writes; `full`: rewrite everything, adopting what the maps
+/// hold.
 fn sync_round(
     state: &mut State,
     tables: &mut dyn Tables,
     config: &EbpfConfig,
-    view: &NodeView,
-    changes: &kpng_sink::Changes,
+    round: &Round<'_>,
+    full: bool,
 ) -> Result<(bool, usize), Error> {
+    let view = round.view();
     state.begin_round(tables)?;
     let node_ips = nodeport_ips(view, config.proxy.nodeport_addresses.as_deref());
     let cidrs = || view.service_cidrs_with(&config.proxy.service_cidrs);
     let external = !config.tc_interfaces.is_empty();
-    if external && (changes.full || changes.node) {
+    if external && (full || round.node_changed()) {
         let ips: Vec<std::net::IpAddr> = kpng_model::IpFamily::BOTH
             .into_iter()
             .flat_map(|f| view.node_addresses(f))
             .collect();
         state.set_node(tables, &ips)?;
     }
-    if changes.full {
+    if full {
         let mut services = view.services.iter().map(|(name, service)| {
             (
                 name.clone(),
@@ -458,19 +497,19 @@ fn sync_round(
         state.replace_all(tables, &mut services, &cidrs())?;
         return Ok((true, view.services.len()));
     }
-    if changes.service_cidrs {
+    if round.service_cidrs_changed() {
         state.set_cidrs(tables, &cidrs())?;
     }
     // The node's addresses are where NodePorts are reached: a change of
-    // them touches every Service (rare).
-    let names: Vec<ServiceName> = if changes.node {
+    // them touches every Service (rare), and those the round removes.
+    let names: Vec<ServiceName> = if round.node_changed() {
         let mut all: Vec<ServiceName> = view.services.keys().cloned().collect();
-        all.extend(state.services().cloned());
+        all.extend(round.removed().cloned());
         all.sort();
         all.dedup();
         all
     } else {
-        changes.services.clone()
+        round.services().map(|change| change.name.clone()).collect()
     };
     for name in &names {
         let new = view
@@ -495,30 +534,16 @@ impl kpng_sink::RoundReport for EbpfBackend {
     }
 }
 
-impl IncrementalSink for EbpfBackend {
-    fn reset(&mut self) {
-        self.tracker.reset();
-    }
-
-    fn apply(&mut self, op: &kpng_model::view::ViewOp) -> Result<(), SinkError> {
-        self.tracker.absorb(op)
-    }
-
-    fn view(&self) -> Option<&NodeView> {
-        Some(self.tracker.view())
-    }
-
-    fn share_view(&mut self, view: &NodeView) {
-        self.tracker.share(view);
-    }
-
-    /// Writes what changed. Map writes are not transactional: each one is
-    /// atomic, and their order keeps every Service whole, but a failed
-    /// round leaves the Services it reached updated and the others as
-    /// they were; the next sync then rewrites everything.
-    fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
+/// Writes what changed. Map writes are not transactional: each one is
+/// atomic, and their order keeps every Service whole, but a failed round
+/// leaves the Services it reached updated and the others as they were;
+/// the next sync then rewrites everything, even if its round is
+/// incremental.
+impl Sink for EbpfBackend {
+    fn sync(&mut self, round: &Round<'_>) -> Result<(), SinkError> {
         let start = Instant::now();
-        let result = self.round();
+        let revision = round.revision();
+        let result = self.write_round(round);
         if let (Ok(_), Target::Kernel(datapath)) = (&result, &mut self.target) {
             // The maps serve now: whatever an older object, or another
             // cgroup or interface, left attached can go.
@@ -548,6 +573,100 @@ impl IncrementalSink for EbpfBackend {
             Err(e) => tracing::warn!(revision, error = %e, "ebpf sync failed"),
         }
         result.map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use kpng_model::endpoint::Interner;
+    use kpng_model::view::NodeView;
+    use kpng_sink::{Round, Sink};
+    use kpng_store::Store;
+    use kpng_testkit::{Cluster, ClusterShape};
+
+    use super::*;
+
+    /// The view of `node-0` with Services `svc-N` for each N of
+    /// `services`, each with two endpoints.
+    fn view(services: &[usize]) -> NodeView {
+        let cluster = Cluster::synthetic(ClusterShape {
+            services: 0,
+            endpoints: 0,
+            nodes: 2,
+            zones: 1,
+        });
+        let mut store = Store::new();
+        let mut interner = Interner::new();
+        let mut txn = store.begin();
+        for node in &cluster.nodes {
+            txn.set_node(node.clone());
+        }
+        for &i in services {
+            let service = Cluster::service(i);
+            let name = service.service_name();
+            let endpoints: Vec<_> = (1..=2)
+                .map(|n| {
+                    let ip = format!("10.128.{i}.{n}").parse().expect("address");
+                    Cluster::endpoint(ip, &cluster.nodes[n % 2], &service, &mut interner)
+                })
+                .collect();
+            txn.set_service(service);
+            txn.replace_endpoints(&name, &Arc::new(endpoints))
+                .expect("sorted");
+        }
+        txn.commit();
+        kpng_diff::node_view(&store.snapshot(), "node-0")
+    }
+
+    fn fail(backend: &mut EbpfBackend, on: bool) {
+        if let Target::DryRun(recorder) = &mut backend.target {
+            recorder.fail = on;
+        }
+    }
+
+    /// After a failed round of its own, the next sync rewrites everything
+    /// even when its round is incremental: the maps then serve what a
+    /// fresh backend's do after a full round.
+    #[test]
+    fn after_its_own_failure_an_incremental_round_is_written_in_full() {
+        let config = || EbpfConfig::default().tc_interfaces(["eth0"]);
+        let mut backend = EbpfBackend::dry_run(config());
+        let v1 = view(&[0, 1]);
+        backend.sync(&Round::full(&v1)).expect("first sync");
+        assert!(backend.last_sync().full);
+
+        // svc-0 goes, svc-2 comes: the first write fails.
+        let v2 = view(&[1, 2]);
+        fail(&mut backend, true);
+        backend
+            .sync(&Round::between(&v1, &v2))
+            .expect_err("writes fail");
+        fail(&mut backend, false);
+
+        // The round given is incremental from v2 (as if v2 had been
+        // written): the backend still rewrites everything.
+        let v3 = view(&[1, 2, 3]);
+        backend.sync(&Round::between(&v2, &v3)).expect("retry");
+        assert!(backend.last_sync().full, "the retry rewrites everything");
+        let mut fresh = EbpfBackend::dry_run(config());
+        fresh.sync(&Round::full(&v3)).expect("fresh");
+        assert_eq!(
+            backend.served().expect("maps"),
+            fresh.served().expect("maps")
+        );
+
+        // Then incremental again.
+        let v4 = view(&[2, 3]);
+        backend.sync(&Round::between(&v3, &v4)).expect("sync");
+        assert!(!backend.last_sync().full);
+        let mut fresh = EbpfBackend::dry_run(config());
+        fresh.sync(&Round::full(&v4)).expect("fresh");
+        assert_eq!(
+            backend.served().expect("maps"),
+            fresh.served().expect("maps")
+        );
     }
 }
 

@@ -343,11 +343,6 @@ impl State {
         std::mem::take(&mut self.writes)
     }
 
-    /// The Services that contribute anything.
-    pub(crate) fn services(&self) -> impl Iterator<Item = &ServiceName> {
-        self.contributions.keys()
-    }
-
     /// Endpoint sets and records held.
     pub(crate) fn sizes(&self) -> (usize, usize) {
         (self.sets.len(), self.records.len())

@@ -126,6 +126,9 @@ pub(crate) struct Recorder {
     pub(crate) tables: BTreeMap<Table, BTreeMap<Vec<u8>, Vec<u8>>>,
     /// The writes since the last `take_lines`, as text.
     pub(crate) lines: Vec<String>,
+    /// Tests: every write fails while set.
+    #[cfg(test)]
+    pub(crate) fail: bool,
 }
 
 impl Recorder {
@@ -141,6 +144,13 @@ impl Recorder {
 
 impl Tables for Recorder {
     fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), Error> {
+        #[cfg(test)]
+        if self.fail {
+            return Err(Error::Layout {
+                map: table.map_name(),
+                len: value.len(),
+            });
+        }
         self.lines
             .push(format!("set {}", table.describe(key, Some(value))));
         self.tables
@@ -376,4 +386,89 @@ impl Tables for Kernel {
                 .collect(),
         }
     }
+}
+
+/// What the maps serve, as the programs read them: one line per record
+/// (socket and external), with its affinity and flags, the endpoints its
+/// set holds below its count (sorted) and the members of that set
+/// (sorted); then the members of sets no record leads to, the live
+/// ClusterIPs, the Service CIDRs, the source ranges and the node's
+/// addresses. Set numbers and slot order do not show, nor pages past a
+/// count (deleted a round later), so two maps that serve the same give the
+/// same lines. Sorted.
+pub(crate) fn served(t: &dyn Tables) -> Result<Vec<String>, Error> {
+    use std::collections::BTreeSet;
+    let mut members: BTreeMap<u32, Vec<Endpoint>> = BTreeMap::new();
+    for key in t.keys(Table::Members)? {
+        if key.len() == 24 {
+            members
+                .entry(layout::set_of(&key))
+                .or_default()
+                .push(Endpoint::from_bytes(&key[4..]));
+        }
+    }
+    let list = |eps: &mut Vec<Endpoint>| -> String {
+        eps.sort();
+        let text: Vec<String> = eps.iter().map(ToString::to_string).collect();
+        text.join(", ")
+    };
+    let mut lines = Vec::new();
+    let mut referenced = BTreeSet::new();
+    for table in [Table::Services, Table::External] {
+        for key in t.keys(table)? {
+            let (Ok(k), Some(value)) = (<[u8; 20]>::try_from(key.as_slice()), t.get(table, &key)?)
+            else {
+                continue;
+            };
+            let Ok(v) = <[u8; 16]>::try_from(value.as_slice()) else {
+                continue;
+            };
+            let record = Record::from_bytes(&v);
+            referenced.insert(record.set);
+            let text = record.to_string();
+            let how = text
+                .strip_prefix(&format!("set {}", record.set))
+                .unwrap_or(&text);
+            let mut endpoints = Vec::new();
+            if let Some(first) = t.get(Table::Slots, &layout::slot_key(record.set, 0))? {
+                let count = layout::page_of(&first).0 as usize;
+                for page in 0..count.div_ceil(layout::PAGE) {
+                    let index = u32::try_from(page).unwrap_or(u32::MAX);
+                    let Some(bytes) = t.get(Table::Slots, &layout::slot_key(record.set, index))?
+                    else {
+                        lines.push(format!(
+                            "{} {}: page {page} missing",
+                            table.short(),
+                            Frontend::from_key(&k)
+                        ));
+                        continue;
+                    };
+                    let slots = layout::page_of(&bytes).1;
+                    let used = (count - page * layout::PAGE).min(layout::PAGE);
+                    endpoints.extend(slots.into_iter().take(used));
+                }
+            }
+            let mut held = members.get(&record.set).cloned().unwrap_or_default();
+            lines.push(format!(
+                "{} {}:{how} -> [{}] members [{}]",
+                table.short(),
+                Frontend::from_key(&k),
+                list(&mut endpoints),
+                list(&mut held)
+            ));
+        }
+    }
+    for (set, mut eps) in members {
+        if !referenced.contains(&set) {
+            lines.push(format!("members of no record: [{}]", list(&mut eps)));
+        }
+    }
+    for table in [Table::Live, Table::Cidrs, Table::Ranges, Table::Node] {
+        for key in t.keys(table)? {
+            let value = t.get(table, &key)?;
+            lines.push(table.describe(&key, value.as_deref()));
+        }
+    }
+    lines.sort();
+    Ok(lines)
 }

@@ -1,9 +1,9 @@
 //! The iptables backend of kpng-rs.
 //!
-//! [`IptablesBackend`] is a [`kpng_sink::IncrementalSink`]: it receives a
-//! node's view as ops and programs kube-proxy's Service semantics in
-//! kube-proxy's chain layout, for IPv4 (`iptables`) and IPv6
-//! (`ip6tables`).
+//! [`IptablesBackend`] is a [`kpng_sink::Sink`]: each [`Round`] hands
+//! it a node's view and the Services that changed, and it programs
+//! kube-proxy's Service semantics in kube-proxy's chain layout, for IPv4
+//! (`iptables`) and IPv6 (`ip6tables`).
 //!
 //! - **Layout**: `KUBE-SERVICES`, `KUBE-NODEPORTS`, `KUBE-EXTERNAL-SERVICES`,
 //!   `KUBE-POSTROUTING`, `KUBE-MARK-MASQ`, `KUBE-FORWARD`,
@@ -16,12 +16,16 @@
 //!   internalTrafficPolicy Local, terminating fallback and hints from the
 //!   node view, REJECT with no endpoint, DROP with no local endpoint or on
 //!   an unallocated Service-CIDR address, masquerade by mark, hairpin).
-//! - **Applying**: one `iptables-restore --noflush` batch per family. The
-//!   first sync, and any after a failure, rewrites every chain and deletes
-//!   stale ones it owns; others rewrite only the chains that changed.
-//!   Chains it does not own are never touched; the jumps from the built-in
-//!   chains are inserted once. A failed restore changes nothing in the
-//!   tables it failed in, and the next sync is a full one.
+//! - **Applying**: one `iptables-restore --noflush` batch per family. A
+//!   full round, and the first sync after a failure of its own (even in an
+//!   incremental round), rewrites every chain and deletes stale ones it
+//!   owns; others re-render only the Services of [`Round::services`] (and
+//!   the node's chains when [`Round::node_changed`] or
+//!   [`Round::service_cidrs_changed`]) and rewrite only the chains that
+//!   changed. The backend keeps what it rendered of each Service, never a
+//!   copy of the view. Chains it does not own are never touched; the jumps
+//!   from the built-in chains are inserted once. A failed restore changes
+//!   nothing in the tables it failed in, and the next sync is a full one.
 //! - **Modes**: iptables-nft or iptables-legacy, as set in [`IptablesConfig::mode`],
 //!   or detected as kube-proxy does: the mode that already holds rules.
 //!
@@ -33,16 +37,18 @@
 //! use std::sync::Arc;
 //! use kpng_backend_iptables::{IptablesConfig, IptablesBackend};
 //! use kpng_model::v1::{Protocol, Service, ServicePort};
-//! use kpng_model::view::ViewOp;
-//! use kpng_sink::IncrementalSink;
+//! use kpng_model::view::{NodeView, ServiceView};
+//! use kpng_sink::{Round, Sink};
 //!
 //! let mut backend = IptablesBackend::new(IptablesConfig::default()).dry_run();
-//! let svc = Service::new("default", "web")
-//!     .with_cluster_ips(["10.96.0.10".parse()?])
-//!     .with_port(ServicePort::new("http", Protocol::Tcp, 80));
-//! backend.reset();
-//! backend.apply(&ViewOp::SetService(Arc::new(svc)))?;
-//! backend.sync(1)?;
+//! let svc = Arc::new(
+//!     Service::new("default", "web")
+//!         .with_cluster_ips(["10.96.0.10".parse()?])
+//!         .with_port(ServicePort::new("http", Protocol::Tcp, 80)),
+//! );
+//! let mut view = NodeView { revision: 1, ..NodeView::default() };
+//! view.services.insert(svc.service_name(), Arc::new(ServiceView::new(svc)));
+//! backend.sync(&Round::full(&view))?;
 //! // No endpoint: the ClusterIP port rejects.
 //! assert!(backend.last_script().contains("-A KUBE-SERVICES -d 10.96.0.10/32 -p tcp -m tcp --dport 80 -j REJECT"));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -54,8 +60,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::time::Instant;
 
+use kpng_model::view::NodeView;
 use kpng_model::{IpFamily, IpNet, ServiceName};
-use kpng_sink::{IncrementalSink, ProxyConfig, SinkError, ViewTracker};
+use kpng_sink::{ProxyConfig, Round, Sink, SinkError};
 
 use kpng_netfilter::iptables::{Batch, Jump, Plan, Runner, apply_batches};
 use render::{DISPATCH, HOOKS, Render};
@@ -238,7 +245,9 @@ pub struct IptablesBackend {
     config: IptablesConfig,
     run: Run,
     runner: Runner,
-    tracker: ViewTracker,
+    /// The next sync rewrites everything, whatever its round: the first,
+    /// one after [`force_full`](Self::force_full) or after a failed sync.
+    full: bool,
     families: [FamilyState; 2],
     last_script: String,
     last: IptablesSyncStats,
@@ -252,7 +261,7 @@ impl std::fmt::Debug for IptablesBackend {
         f.debug_struct("IptablesBackend")
             .field("config", &self.config)
             .field("mode", &self.runner.mode)
-            .field("services", &self.tracker.view().services.len())
+            .field("services", &self.families[0].renders.len())
             .field("last", &self.last)
             .finish()
     }
@@ -281,7 +290,7 @@ impl IptablesBackend {
             service_cidrs: config.proxy.service_cidrs.clone(),
             config,
             run: Run::Apply,
-            tracker: ViewTracker::default(),
+            full: true,
             families: Default::default(),
             last_script: String::new(),
             last: IptablesSyncStats::default(),
@@ -338,9 +347,9 @@ impl IptablesBackend {
         self.runner.timeout = timeout;
     }
 
-    /// Makes the next sync a full one.
+    /// Makes the next sync a full one, even if its round is incremental.
     pub fn force_full(&mut self) {
-        self.tracker.force_full();
+        self.full = true;
     }
 
     /// The batches of the last sync, IPv4 then IPv6.
@@ -363,17 +372,15 @@ impl IptablesBackend {
         &self.config
     }
 
-    /// The addresses NodePorts listen on, in one family.
-    fn node_ips(&self, family: IpFamily) -> Vec<String> {
+    /// The addresses NodePorts listen on, in one family, on `view`'s node.
+    fn node_ips(&self, view: &NodeView, family: IpFamily) -> Vec<String> {
         match &self.config.proxy.nodeport_addresses {
             Some(cidrs) => cidrs
                 .iter()
                 .filter(|c| IpFamily::of(&c.network()) == family && !c.network().is_loopback())
                 .map(ToString::to_string)
                 .collect(),
-            None => self
-                .tracker
-                .view()
+            None => view
                 .node_addresses(family)
                 .map(|ip| match ip {
                     IpAddr::V4(_) => format!("{ip}/32"),
@@ -383,20 +390,26 @@ impl IptablesBackend {
         }
     }
 
-    /// Re-renders what changed; returns how many Services were rendered.
-    fn refresh(&mut self) -> usize {
-        let changes = self.tracker.take_changes();
-        let (full, mut names) = (changes.full, changes.services);
-        let mut renew = changes.node;
-        if changes.service_cidrs {
-            let view = self.tracker.view();
+    /// Re-renders what `round` changed, or everything when `full`;
+    /// returns how many Services were rendered.
+    fn refresh(&mut self, round: &Round<'_>, full: bool) -> usize {
+        let view = round.view();
+        // What each Service rendered before is kept per family (`renders`):
+        // a full rewrite starts from nothing and renders every Service.
+        let mut names: Vec<ServiceName> = if full {
+            view.services.keys().cloned().collect()
+        } else {
+            round.services().map(|change| change.name.clone()).collect()
+        };
+        let mut renew = full || round.node_changed();
+        if full || round.service_cidrs_changed() {
             let merged = view.service_cidrs_with(&self.config.proxy.service_cidrs);
             if merged != self.service_cidrs {
                 // Where a Service's REJECT rules go depends on them:
                 // every Service is rendered again.
                 self.service_cidrs = merged;
                 renew = true;
-                let all: std::collections::BTreeSet<ServiceName> = names
+                let all: BTreeSet<ServiceName> = names
                     .into_iter()
                     .chain(view.services.keys().cloned())
                     .collect();
@@ -405,8 +418,9 @@ impl IptablesBackend {
         }
         for (i, family) in IpFamily::BOTH.into_iter().enumerate() {
             let cidrs = &self.service_cidrs;
-            let globals =
-                renew.then(|| render::globals(&self.config, family, &self.node_ips(family), cidrs));
+            let globals = renew.then(|| {
+                render::globals(&self.config, family, &self.node_ips(view, family), cidrs)
+            });
             let state = &mut self.families[i];
             if full {
                 let applied = state.applied.take();
@@ -423,12 +437,10 @@ impl IptablesBackend {
             }
             for name in &names {
                 let old = state.renders.remove(name);
-                let new = self
-                    .tracker
-                    .view()
+                let new = view
                     .services
                     .get(name)
-                    .map(|view| render::service(view, family, &self.config, cidrs));
+                    .map(|service| render::service(service, family, &self.config, cidrs));
                 state.replace(old.as_ref(), new.as_ref());
                 if let Some(new) = new {
                     state.renders.insert(name.clone(), new);
@@ -517,35 +529,24 @@ impl IptablesBackend {
     }
 }
 
-impl IncrementalSink for IptablesBackend {
-    fn reset(&mut self) {
-        self.tracker.reset();
-    }
-
-    fn apply(&mut self, op: &kpng_model::view::ViewOp) -> Result<(), SinkError> {
-        self.tracker.absorb(op)
-    }
-
-    fn view(&self) -> Option<&kpng_model::view::NodeView> {
-        Some(self.tracker.view())
-    }
-
-    fn share_view(&mut self, view: &kpng_model::view::NodeView) {
-        self.tracker.share(view);
-    }
-
-    fn sync(&mut self, revision: u64) -> Result<(), SinkError> {
+/// Applies a round: a full one (or the first after this backend's own
+/// failure, or [`IptablesBackend::force_full`], or any in a dry run)
+/// rewrites every chain; an incremental one re-renders the Services it
+/// lists and rewrites the chains that changed.
+impl Sink for IptablesBackend {
+    fn sync(&mut self, round: &Round<'_>) -> Result<(), SinkError> {
         let start = Instant::now();
+        let revision = round.revision();
         if self.run == Run::Print {
             // A dry run never reads the kernel: it writes everything.
-            self.tracker.force_full();
+            self.full = true;
         }
-        let full = self.tracker.full();
+        let full = self.full || round.is_full();
         self.last = IptablesSyncStats {
             full,
             ..IptablesSyncStats::default()
         };
-        self.last.services = self.refresh();
+        self.last.services = self.refresh(round, full);
         let result = self.apply_all(full);
         if let Ok(script) = &result {
             self.last_script.clone_from(script);
@@ -569,7 +570,7 @@ impl IncrementalSink for IptablesBackend {
         self.last.micros = start.elapsed().as_micros();
         match result {
             Ok(_) => {
-                self.tracker.synced(true);
+                self.full = false;
                 tracing::debug!(
                     revision,
                     full,
@@ -580,8 +581,8 @@ impl IncrementalSink for IptablesBackend {
             }
             Err(e) => {
                 // What failed kept its previous rules; start over from a
-                // full rewrite next time.
-                self.tracker.synced(false);
+                // full rewrite next time, whatever the next round is.
+                self.full = true;
                 for state in &mut self.families {
                     state.applied = None;
                 }

@@ -1,0 +1,179 @@
+//! The backend against real iptables, in a network namespace of the
+//! test's own (removed on drop). Needs root and iptables; otherwise the
+//! test prints SKIPPED and passes.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+use std::sync::Arc;
+
+use kpng_backend_iptables::{Family, IptablesBackend, IptablesConfig};
+use kpng_diff::node_view;
+use kpng_model::ServiceName;
+use kpng_model::endpoint::Interner;
+use kpng_model::view::NodeView;
+use kpng_sink::{ProxyConfig, Round, Sink};
+use kpng_store::Store;
+use kpng_testkit::Cluster;
+
+const NODE: &str = "node-0";
+
+/// A network namespace, deleted on drop.
+struct Netns(String);
+
+impl Netns {
+    fn new() -> Option<Self> {
+        let name = format!("kpng-ipt-{}", std::process::id());
+        let added = Command::new("ip").args(["netns", "add", &name]).output();
+        match added {
+            Ok(out) if out.status.success() => Some(Netns(name)),
+            Ok(out) => {
+                eprintln!(
+                    "SKIPPED: ip netns add: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                );
+                None
+            }
+            Err(e) => {
+                eprintln!("SKIPPED: ip: {e}");
+                None
+            }
+        }
+    }
+
+    /// Runs `args` in the namespace; its stdout.
+    fn run(&self, args: &[&str]) -> String {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.0])
+            .args(args)
+            .output()
+            .expect("ip netns exec");
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The backend's IPv4 chains the kernel holds: (table, name).
+    fn chains(&self) -> BTreeSet<(String, String)> {
+        let mut table = String::new();
+        let mut chains = BTreeSet::new();
+        for line in self.run(&["iptables-save"]).lines() {
+            if let Some(name) = line.strip_prefix('*') {
+                table = name.to_owned();
+            } else if let Some(chain) = line.strip_prefix(':') {
+                let name = chain.split_whitespace().next().unwrap_or_default();
+                if IptablesBackend::owns_chain(name) {
+                    chains.insert((table.clone(), name.to_owned()));
+                }
+            }
+        }
+        chains
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+/// The IPv4 chains the backend wants: (table, name).
+fn wanted(backend: &IptablesBackend) -> BTreeSet<(String, String)> {
+    backend
+        .chains()
+        .filter(|(family, ..)| *family == Family::V4)
+        .map(|(_, (table, name), _)| (table.name().to_owned(), name.clone()))
+        .collect()
+}
+
+/// The node's view with Services `svc-N` for each N of `services`, each
+/// with two endpoints.
+fn view(services: &[usize]) -> NodeView {
+    let mut store = Store::new();
+    let cluster = Cluster::synthetic(kpng_testkit::ClusterShape {
+        services: 0,
+        endpoints: 0,
+        nodes: 2,
+        zones: 1,
+    });
+    let mut interner = Interner::new();
+    let mut txn = store.begin();
+    for node in &cluster.nodes {
+        txn.set_node(node.clone());
+    }
+    for &i in services {
+        let service = Cluster::service(i);
+        let name: ServiceName = service.service_name();
+        let endpoints: Vec<_> = (1..=2)
+            .map(|n| {
+                let ip = format!("10.128.{i}.{n}").parse().expect("address");
+                Cluster::endpoint(ip, &cluster.nodes[n % 2], &service, &mut interner)
+            })
+            .collect();
+        txn.set_service(service);
+        txn.replace_endpoints(&name, &Arc::new(endpoints))
+            .expect("sorted");
+    }
+    txn.commit();
+    node_view(&store.snapshot(), NODE)
+}
+
+/// After a failed sync of its own, the backend's next sync rewrites
+/// everything even when the round it gets is incremental: the chains a
+/// refused restore left are deleted, and the kernel holds what the
+/// backend wants.
+#[test]
+fn after_its_own_failure_an_incremental_round_is_written_in_full() {
+    let Some(ns) = Netns::new() else { return };
+    let proxy = ProxyConfig::default().cluster_cidrs(["10.244.0.0/16".parse().expect("cidr")]);
+    let mut backend = IptablesBackend::new(IptablesConfig::new(proxy).in_netns(&ns.0));
+    let v1 = view(&[0, 1]);
+    backend.sync(&Round::full(&v1)).expect("first sync");
+    assert!(backend.last_sync().full);
+    assert_eq!(ns.chains(), wanted(&backend));
+
+    // Someone jumps to a chain of svc-0: deleting it will be refused.
+    let svc_chain = wanted(&backend)
+        .into_iter()
+        .map(|(_, name)| name)
+        .find(|name| name.starts_with("KUBE-SVC-"))
+        .expect("a KUBE-SVC chain");
+    let foreign = ["-t", "nat", "-A", "OUTPUT", "-d", "192.0.2.77", "-j"];
+    let jump: Vec<&str> = foreign
+        .iter()
+        .copied()
+        .chain([svc_chain.as_str()])
+        .collect();
+    ns.run(&[&["iptables"][..], &jump].concat());
+
+    // svc-0 goes, svc-2 comes: the restore is refused.
+    let v2 = view(&[1, 2]);
+    backend
+        .sync(&Round::between(&v1, &v2))
+        .expect_err("restore refused");
+
+    // The cause goes. The round given is incremental from v2 (as if v2
+    // had been synced): the backend still rewrites everything.
+    let delete: Vec<&str> = jump
+        .iter()
+        .map(|arg| if *arg == "-A" { "-D" } else { arg })
+        .collect();
+    ns.run(&[&["iptables"][..], &delete].concat());
+    let v3 = view(&[1, 2, 3]);
+    backend.sync(&Round::between(&v2, &v3)).expect("retry");
+    assert!(backend.last_sync().full, "the retry rewrites everything");
+    let kernel = ns.chains();
+    assert!(
+        !kernel.iter().any(|(_, name)| *name == svc_chain),
+        "{kernel:?}"
+    );
+    assert_eq!(kernel, wanted(&backend));
+
+    // Then incremental again.
+    let v4 = view(&[2, 3]);
+    backend.sync(&Round::between(&v3, &v4)).expect("sync");
+    assert!(!backend.last_sync().full);
+    assert_eq!(ns.chains(), wanted(&backend));
+}
