@@ -197,7 +197,8 @@ fn endpoint_moves_change_elements_only_and_a_refused_batch_keeps_the_old_rules()
 #[test]
 fn an_unreachable_kernel_is_a_clear_error_and_the_next_sync_converges() {
     use kpng_backend_nft::NftConfig;
-    use kpng_health::metrics::{Measured, Metrics};
+    use kpng_health::metrics::{Measure, Metrics};
+    use kpng_sink::SinkExt;
     require_lab!(NftBackend);
     let lab = lab();
     let port = "ports: [{name: http, port: 80, targetPort: 8080}]";
@@ -209,10 +210,8 @@ fn an_unreachable_kernel_is_a_clear_error_and_the_next_sync_converges() {
     let config = NftConfig::new(Settings::lab().proxy());
     let missing = format!("{}-no-such-ns", lab.prefix);
     let metrics = Metrics::new();
-    let mut broken = Proxy::with(Measured::new(
-        NftBackend::new(config.in_netns(&missing)),
-        metrics.clone(),
-    ));
+    let mut broken =
+        Proxy::with(NftBackend::new(config.in_netns(&missing)).with(Measure::new(metrics.clone())));
     let e3_only = "[{addresses: [10.244.3.10], nodeName: node-c}]";
     let err = broken
         .load(&manifest(&[web(e3_only)]))

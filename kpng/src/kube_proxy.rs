@@ -13,15 +13,11 @@
 //! masqueradeAll, oomScoreAdj), top-level `syncPeriod` and
 //! `minSyncPeriod`, `detectLocal.clusterCIDRs`, a `masqueradeBit` per mode.
 
-pub(crate) mod flags;
 mod file;
+pub(crate) mod flags;
 mod settings;
 #[cfg(test)]
 mod tests;
-
-use std::collections::BTreeMap;
-
-use serde::Deserialize;
 
 use self::flags::{Does, Flag};
 use self::settings::Settings;

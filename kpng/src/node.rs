@@ -48,7 +48,12 @@ fn unserved(why: &str) -> String {
 /// (at each revision for a file, at each change for the API), and the
 /// readiness condition [`NODE_CONDITION`] set (`/healthz` answers 503)
 /// until one has.
-pub(crate) fn check_node(reader: &kpng_store::Reader, node: &str, nodes: Nodes, conditions: &Conditions) {
+pub(crate) fn check_node(
+    reader: &kpng_store::Reader,
+    node: &str,
+    nodes: Nodes,
+    conditions: &Conditions,
+) {
     let snapshot = reader.snapshot();
     let mut missing = None;
     if snapshot.is_listed(kpng_model::Kind::Node) {

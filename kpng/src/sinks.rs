@@ -14,7 +14,7 @@ use kpng_backend_nft::{NftBackend, NftConfig};
 use kpng_drive::{Guarded, HoldStatus};
 use kpng_health::Conditions;
 use kpng_health::metrics::{Measure, Metrics};
-use kpng_sink::{Log, Sink as _, SinkExt};
+use kpng_sink::{Log, SinkExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -97,7 +97,9 @@ fn unguarded(
             )?;
             after_first_sync(sink, args, None)
         }
-        Sink::ToEbpf(ebpf) => after_first_sync(ebpf_backend(ebpf, parts, health)?, &ebpf.common, None),
+        Sink::ToEbpf(ebpf) => {
+            after_first_sync(ebpf_backend(ebpf, parts, health)?, &ebpf.common, None)
+        }
         Sink::ToIptables(ipt) => {
             let args = &ipt.common;
             let proxy = args.proxy()?;
@@ -181,11 +183,7 @@ where
 /// (a dry run lists them), unless `--keep-kube-proxy-rules`. `own_iptables`:
 /// the iptables mode `to-iptables` programs, whose `KUBE-` chains are
 /// kpng's.
-fn after_first_sync(
-    sink: Boxed,
-    args: &BackendArgs,
-    own_iptables: Option<IptablesMode>,
-) -> Boxed {
+fn after_first_sync(sink: Boxed, args: &BackendArgs, own_iptables: Option<IptablesMode>) -> Boxed {
     if args.keep_kube_proxy_rules {
         tracing::info!("kube-proxy's rules are kept (--keep-kube-proxy-rules)");
         return sink;
@@ -278,7 +276,8 @@ fn companions<S: kpng_sink::Sink + Send + 'static>(
         companions = companions.follower(cleaner.with_service_cidrs(proxy.service_cidrs.clone()));
     }
     if !args.healthz_bind_address.is_empty() {
-        let listener = crate::serve::bind_tcp("--healthz-bind-address", &args.healthz_bind_address)?;
+        let listener =
+            crate::serve::bind_tcp("--healthz-bind-address", &args.healthz_bind_address)?;
         companions = companions.healthz(listener, args.healthz_timeout);
         *health = companions.proxy_health();
     }

@@ -1,6 +1,8 @@
 //! `KubeProxyConfiguration` as kube-proxy defines it: `v1alpha1` and
 //! `v1alpha2`, read strictly, `v1alpha1` leniently as kube-proxy does.
 
+use std::collections::BTreeMap;
+
 use serde::Deserialize;
 
 /// The `ipvs` settings, each a warning in `mode: ipvs`.
@@ -244,7 +246,10 @@ pub(super) struct V1alpha2 {
 }
 
 /// `doc` as `T`, an error naming the file's field.
-pub(super) fn typed<T: serde::de::DeserializeOwned>(path: &str, doc: serde_json::Value) -> Result<T, String> {
+pub(super) fn typed<T: serde::de::DeserializeOwned>(
+    path: &str,
+    doc: serde_json::Value,
+) -> Result<T, String> {
     serde_path_to_error::deserialize(doc).map_err(|e| {
         let at = e.path().to_string();
         format!("{path}: {at}: {}", e.into_inner())

@@ -200,7 +200,11 @@ impl Settings {
         s
     }
 
-    pub(super) fn from_v1alpha2(path: &str, c: V1alpha2, warnings: &mut Vec<String>) -> Result<Self, String> {
+    pub(super) fn from_v1alpha2(
+        path: &str,
+        c: V1alpha2,
+        warnings: &mut Vec<String>,
+    ) -> Result<Self, String> {
         let mut s = Settings::default();
         let field = |name: &str| format!("{path}: {name}");
         s.masquerade_all = c.linux.masquerade_all;
@@ -826,7 +830,11 @@ impl Settings {
 
     /// `mode: ipvs`, served by the nftables backend: what happens to each
     /// IPVS-only setting.
-    pub(super) fn ipvs_warnings(&self, warn: &mut dyn FnMut(&str, &str), file: &dyn Fn(&str) -> String) {
+    pub(super) fn ipvs_warnings(
+        &self,
+        warn: &mut dyn FnMut(&str, &str),
+        file: &dyn Fn(&str) -> String,
+    ) {
         warn(
             &file("mode"),
             "ipvs: served by kpng's nftables backend (`to-nft`; KEP-5495 removes IPVS); no IPVS virtual servers and no kube-ipvs0 interface are made",

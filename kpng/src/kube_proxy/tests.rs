@@ -39,7 +39,7 @@ fn with_file(text: &str, args: &[&str]) -> Result<(Vec<String>, Vec<String>), St
 
 /// The `config.conf` of the `kube-proxy` ConfigMap kubeadm writes
 /// (kubeadm 1.31, `podSubnet: 10.244.0.0/16`), with `mode: nftables`.
-const KUBEADM: &str = include_str!("../tests/kubeadm-config.conf");
+const KUBEADM: &str = include_str!("../../tests/kubeadm-config.conf");
 
 /// kube-proxy's internal configuration as KEP-784's `v1alpha2` writes
 /// it, kube-proxy's defaults filled in (its scheme's round-trip test
@@ -125,8 +125,7 @@ fn kubeadms_config_map_is_a_kpng_command_line() {
 /// `detectLocal.clusterCIDRs` and `linux` were "unknown field".
 #[test]
 fn v1alpha2_is_read_as_kube_proxy_defines_it() {
-    let (argv, warnings) =
-        with_file(V1ALPHA2, &["--hostname-override=node-a"]).expect("v1alpha2");
+    let (argv, warnings) = with_file(V1ALPHA2, &["--hostname-override=node-a"]).expect("v1alpha2");
     assert_eq!(
         argv,
         strings(&[
@@ -280,8 +279,7 @@ fn v1alpha1_unknown_fields_are_warnings_as_in_kube_proxy() {
     let version = KUBEADM.replace("v1alpha1", "v9");
     let error = with_file(&version, &[]).expect_err("version");
     assert!(error.contains("kubeproxy.config.k8s.io/v9"), "{error}");
-    let wrong_type =
-        KUBEADM.replace("clusterCIDR: 10.244.0.0/16", "clusterCIDR: [10.244.0.0/16]");
+    let wrong_type = KUBEADM.replace("clusterCIDR: 10.244.0.0/16", "clusterCIDR: [10.244.0.0/16]");
     let error = with_file(&wrong_type, &[]).expect_err("type");
     assert!(error.contains("clusterCIDR: invalid type"), "{error}");
 }
