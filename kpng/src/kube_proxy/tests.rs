@@ -74,13 +74,13 @@ ipvs:
 kind: KubeProxyConfiguration
 linux:
   conntrack:
-maxPerCore: 32768
-min: 131072
-tcpBeLiberal: false
-tcpCloseWaitTimeout: 1h0m0s
-tcpEstablishedTimeout: 24h0m0s
-udpStreamTimeout: 0s
-udpTimeout: 0s
+    maxPerCore: 32768
+    min: 131072
+    tcpBeLiberal: false
+    tcpCloseWaitTimeout: 1h0m0s
+    tcpEstablishedTimeout: 24h0m0s
+    udpStreamTimeout: 0s
+    udpTimeout: 0s
   masqueradeAll: false
   oomScoreAdj: 0
 logging:
@@ -455,13 +455,13 @@ fn ipvs_mode_is_served_by_nftables_with_a_warning_per_ipvs_setting() {
 #[test]
 fn settings_map_and_what_kpng_does_not_do_is_named() {
     let text = KUBEADM
-        .replace("mode: nftables", "mode: \"\"")
-        .replace("  masqueradeAll: false\n  masqueradeBit: null\n  minSyncPeriod: 0s\n  syncPeriod: 0s\nipvs", "  masqueradeAll: true\n  masqueradeBit: 12\n  minSyncPeriod: 1m30s\n  syncPeriod: 30s\nipvs")
-        .replace("nodePortAddresses: null", "nodePortAddresses: [192.168.0.0/24]")
-        .replace("healthzBindAddress: \"\"", "healthzBindAddress: 0.0.0.0")
-        .replace("detectLocalMode: \"\"", "detectLocalMode: NodeCIDR")
-        .replace("  tcpBeLiberal: false", "  tcpBeLiberal: true")
-        .replace("  verbosity: 0", "  verbosity: 3");
+            .replace("mode: nftables", "mode: \"\"")
+            .replace("  masqueradeAll: false\n  masqueradeBit: null\n  minSyncPeriod: 0s\n  syncPeriod: 0s\nipvs", "  masqueradeAll: true\n  masqueradeBit: 12\n  minSyncPeriod: 1m30s\n  syncPeriod: 30s\nipvs")
+            .replace("nodePortAddresses: null", "nodePortAddresses: [192.168.0.0/24]")
+            .replace("healthzBindAddress: \"\"", "healthzBindAddress: 0.0.0.0")
+            .replace("detectLocalMode: \"\"", "detectLocalMode: NodeCIDR")
+            .replace("  tcpBeLiberal: false", "  tcpBeLiberal: true")
+            .replace("  verbosity: 0", "  verbosity: 3");
     let (argv, warnings) = with_file(
         &text,
         &[
