@@ -15,7 +15,7 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok(changes) = ViewChanges::decode(data) {
         for change in changes.changes.clone() {
-            let _ = kpng_model::view::wire::from_wire(change);
+            let _ = kpng_api::codec::wire::from_wire(change);
         }
         decode(changes);
     }
@@ -30,7 +30,7 @@ fuzz_target!(|data: &[u8]| {
 /// A batch through the compact decoder (round tables, indices, byte
 /// addresses), twice: the second batch refers to the first one's tables.
 fn decode(changes: ViewChanges) {
-    let mut decoder = kpng_model::view::compact::Decoder::new();
+    let mut decoder = kpng_api::codec::compact::Decoder::new();
     let _ = decoder.batch::<kpng_model::Error>(changes.clone(), |_| Ok(()));
     let _ = decoder.batch::<kpng_model::Error>(changes, |_| Ok(()));
 }

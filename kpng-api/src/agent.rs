@@ -7,10 +7,10 @@ use kpng_model::entries;
 use kpng_model::v1::enls_client::EnlsClient;
 use kpng_model::v1::global_event::Event as GlobalKind;
 use kpng_model::v1::{WatchRequest, watch_event::Event};
-use kpng_model::view::compact;
 use kpng_sink::Sink;
 
 use crate::Error;
+use crate::codec::compact;
 use crate::rounds::Rounds;
 use crate::transport::{Address, connect};
 

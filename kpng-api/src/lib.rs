@@ -9,8 +9,8 @@
 //! - the first answer is the whole view (a `reset`, the view as changes,
 //!   a `digest` and a `sync`), then each new revision's changes, each
 //!   batch closed by a `digest` and a `sync` carrying its revision;
-//!   endpoints travel in compact form (see
-//!   [`kpng_model::view::compact`]);
+//!   endpoints travel in compact form (see [`codec::compact`]; the
+//!   codecs of the ops, [`codec`], are public);
 //! - an agent that reconnects names the revision it holds, and gets only
 //!   what changed since; on a restarted server or another replica, the
 //!   digest of its view, and gets nothing more when that view is still
@@ -77,6 +77,7 @@
 mod authority;
 
 mod agent;
+pub mod codec;
 mod rounds;
 mod server;
 mod transport;

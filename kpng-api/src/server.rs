@@ -13,11 +13,13 @@ use kpng_model::entries;
 use kpng_model::v1::enls_server::{Enls, EnlsServer};
 use kpng_model::v1::global_event::Event as GlobalKind;
 use kpng_model::v1::{EnlsChanges, GlobalEvent, WatchEvent, WatchRequest, watch_event::Event};
-use kpng_model::view::{NodeView, ViewDigest, ViewOp, compact};
+use kpng_model::view::{NodeView, ViewDigest, ViewOp};
 use kpng_store::{Reader, Snapshot};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
+
+use crate::codec::compact;
 
 /// Changes per message: a full view of 10k Services × 10 endpoints goes as
 /// ~110 messages, none near gRPC's 4 MiB limit.

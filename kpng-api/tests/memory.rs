@@ -64,7 +64,7 @@ fn watchers_that_come_and_go_do_not_grow_the_server() {
                     .expect("watch")
                     .into_inner();
                 let mut ops = 0;
-                let mut decoder = kpng_model::view::compact::Decoder::new();
+                let mut decoder = kpng_api::codec::compact::Decoder::new();
                 loop {
                     let message = stream.message().await.expect("message").expect("open");
                     match message.event {

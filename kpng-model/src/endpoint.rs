@@ -267,9 +267,22 @@ impl EndpointInfo {
         .build())
     }
 
-    /// The endpoint of a wire entry keyed by `ip`: an endpoint message
-    /// that carries no address takes its key's.
-    pub(crate) fn from_keyed_proto(ip: IpAddr, mut endpoint: v1::Endpoint) -> Result<Self> {
+    /// The endpoint of a wire entry keyed by `ip` (a store entry, a
+    /// node-view op): an endpoint message that carries no address takes
+    /// its key's; otherwise as [`from_proto`](Self::from_proto).
+    ///
+    /// ```
+    /// use kpng_model::EndpointInfo;
+    ///
+    /// let ip = "10.244.1.5".parse()?;
+    /// let endpoint = EndpointInfo::from_keyed_proto(ip, Default::default())?;
+    /// assert_eq!(endpoint.address(), ip);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`from_proto`](Self::from_proto).
+    pub fn from_keyed_proto(ip: IpAddr, mut endpoint: v1::Endpoint) -> Result<Self> {
         let none = |a: &IpSet| a.v4.is_empty() && a.v6.is_empty();
         if endpoint.addresses.as_ref().is_none_or(none) {
             endpoint.addresses = Some(IpSet::single(ip));
