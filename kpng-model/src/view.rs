@@ -2,8 +2,10 @@
 //!
 //! The view is computed by `kpng-diff`, which applies kube-proxy's endpoint
 //! selection rules (readiness, terminating fallback, topology hints, traffic
-//! policies) once, so no backend re-implements them. Backends consume either
-//! a whole [`NodeView`] or a stream of [`ViewOp`]s.
+//! policies) once, so no backend re-implements them. A backend receives
+//! the [`NodeView`] in rounds (`kpng_sink::Round`: the view and the
+//! Services changed, with their [`ServiceView`]s before and after);
+//! [`ViewOp`]s are the view's changes as the ENLS watch streams them.
 //!
 //! On the wire (the ENLS watch), ops travel one by one or in compact
 //! batches (their codecs live with the API, in `kpng_api::codec`), and
