@@ -1,0 +1,204 @@
+//! What the maps should hold for one Service: its records, the endpoint
+//! sets they lead to and its live ClusterIPs, as a [`Contribution`]
+//! (before set numbers are known), and the node addresses its NodePorts
+//! are reached on.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
+use kpng_model::view::{NodeView, ServiceView};
+use kpng_model::{IpFamily, IpNet, ServiceName};
+
+use super::{Claim, Contribution, SetName, Side};
+use crate::layout::{
+    EMPTY_DROP, EMPTY_REJECT, EXT_RANGES, EXT_SNAT, Endpoint, Frontend, proto_number,
+};
+
+/// The addresses a local socket reaches NodePorts on: this node's
+/// addresses (from its Node object) inside `--nodeport-addresses`, or all
+/// of them; loopback never.
+pub(crate) fn nodeport_ips(view: &NodeView, prefixes: Option<&[IpNet]>) -> Vec<IpAddr> {
+    let mut ips: Vec<IpAddr> = IpFamily::BOTH
+        .into_iter()
+        .flat_map(|f| view.node_addresses(f))
+        .filter(|ip| match prefixes {
+            None => true,
+            Some(prefixes) => prefixes
+                .iter()
+                .any(|net| kpng_model::addr::cidr_contains(*net, *ip)),
+        })
+        .collect();
+    ips.sort();
+    ips.dedup();
+    ips
+}
+
+/// What `view` asks of the maps.
+///
+/// - ClusterIPs lead to the internal-policy endpoints (the local ones for
+///   `internalTrafficPolicy: Local`).
+/// - External IPs, LB IPs and NodePorts (on `node_ips`) lead to the
+///   cluster-policy endpoints: a local socket is the node or one of its
+///   pods, which kube-proxy sends to every endpoint whatever the
+///   external policy.
+/// - LB IPs with `loadBalancerSourceRanges` get no record: the socket
+///   goes on unchanged and the node's netfilter rules check its source
+///   (see docs/semantics.md).
+/// - A port with no endpoint at all is refused; a Local policy with no
+///   local endpoint drops.
+/// - With `external` (tc programs attached), packets from outside to a
+///   Service's NodePorts, external IPs and LB IPs (source ranges
+///   included) get records of their own: under
+///   `externalTrafficPolicy: Local` they lead to the local endpoints,
+///   under `Cluster` to every endpoint, masqueraded towards those on
+///   other nodes.
+pub(crate) fn contribution(
+    service: &ServiceName,
+    view: &ServiceView,
+    node_ips: &[IpAddr],
+    external: bool,
+) -> Contribution {
+    let mut out = Contribution::default();
+    for family in IpFamily::BOTH {
+        let plan = view.plan(family);
+        let v6 = family == IpFamily::V6;
+        let cluster_ips: Vec<IpAddr> = plan.cluster_ips.clone();
+        if cluster_ips.is_empty() {
+            // Not a Service of this family (single stack): nothing of it
+            // here, its NodePorts included, as kube-proxy's proxier of
+            // that family does not know it.
+            continue;
+        }
+        let lb_ips: Vec<IpAddr> = if plan.source_ranges.is_empty() {
+            plan.lb_ips.clone()
+        } else {
+            Vec::new()
+        };
+        let externals: Vec<IpAddr> = plan.external_ips.iter().copied().chain(lb_ips).collect();
+        let node_ips: Vec<IpAddr> = node_ips
+            .iter()
+            .copied()
+            .filter(|ip| IpFamily::of(ip) == family)
+            .collect();
+        out.live.extend(cluster_ips.iter().copied());
+        let local_ips: BTreeSet<IpAddr> = view
+            .endpoints
+            .iter()
+            .filter(|e| e.is_local() && e.family() == family)
+            .map(|e| e.ip())
+            .collect();
+        let affinity = plan.affinity.unwrap_or(0);
+        // Parsed once, when the plan was made.
+        let ranges: Vec<(IpAddr, u8)> = plan
+            .source_ranges
+            .iter()
+            .map(|r| (r.network(), r.prefix_len()))
+            .collect();
+        for port in &plan.ports {
+            let proto = proto_number(port.protocol);
+            let set = |local: bool| SetName {
+                service: service.clone(),
+                port: port.number,
+                proto,
+                v6,
+                local,
+            };
+            let targets = |list: &[(IpAddr, u16)]| -> Vec<Endpoint> {
+                list.iter()
+                    .map(|&(ip, port)| Endpoint {
+                        ip,
+                        port,
+                        local: local_ips.contains(&ip),
+                    })
+                    .collect()
+            };
+            let cluster = set(false);
+            out.sets.insert(cluster.clone(), targets(&port.cluster));
+            let flags = if port.cluster.is_empty() {
+                EMPTY_REJECT
+            } else {
+                EMPTY_DROP
+            };
+            let internal = if plan.itp_local && !port.cluster.is_empty() {
+                let local = set(true);
+                out.sets.insert(local.clone(), targets(&port.local));
+                local
+            } else {
+                cluster.clone()
+            };
+            let mut claim = |ip: IpAddr, number: u16, set: &SetName| {
+                let frontend = Frontend {
+                    ip,
+                    port: number,
+                    proto,
+                };
+                let claim = Claim {
+                    set: set.clone(),
+                    affinity,
+                    flags,
+                };
+                out.records.insert((Side::Socket, frontend), claim);
+            };
+            for ip in &cluster_ips {
+                claim(*ip, port.number, &internal);
+            }
+            for ip in &externals {
+                claim(*ip, port.number, &cluster);
+            }
+            if let Some(node_port) = port.node_port {
+                for ip in &node_ips {
+                    claim(*ip, node_port, &cluster);
+                }
+            }
+            if external {
+                // Local: the local endpoints, the client kept. Cluster:
+                // every endpoint, masqueraded towards other nodes'.
+                let (target, policy) = if plan.etp_local {
+                    let local = set(true);
+                    out.sets.insert(local.clone(), targets(&port.local));
+                    (local, 0)
+                } else {
+                    (cluster.clone(), EXT_SNAT)
+                };
+                let mut claim = |ip: IpAddr, number: u16, ranged: bool| {
+                    let frontend = Frontend {
+                        ip,
+                        port: number,
+                        proto,
+                    };
+                    let claim = Claim {
+                        set: target.clone(),
+                        affinity,
+                        flags: flags | policy | if ranged { EXT_RANGES } else { 0 },
+                    };
+                    out.records.insert((Side::External, frontend), claim);
+                    frontend
+                };
+                if let Some(node_port) = port.node_port {
+                    for ip in &node_ips {
+                        claim(*ip, node_port, false);
+                    }
+                }
+                for ip in plan.external_ips.iter().copied() {
+                    claim(ip, port.number, false);
+                }
+                for ip in plan.lb_ips.iter().copied() {
+                    let ranged = !ranges.is_empty();
+                    let frontend = claim(ip, port.number, ranged);
+                    for &(net, len) in &ranges {
+                        out.ranges.insert((frontend, net, len));
+                    }
+                }
+            }
+        }
+    }
+    // Only the sets a record leads to (a family with no address of the
+    // Service needs none).
+    let used: BTreeSet<&SetName> = out.records.values().map(|c| &c.set).collect();
+    let sets = std::mem::take(&mut out.sets);
+    out.sets = sets
+        .into_iter()
+        .filter(|(name, _)| used.contains(name))
+        .collect();
+    out
+}
