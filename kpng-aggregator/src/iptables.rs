@@ -265,7 +265,7 @@ impl Subsystem for Iptables {
         Ok(())
     }
 
-    fn apply(
+    fn commit(
         &mut self,
         before: &MapSnapshot<Key, Value>,
         after: &MapSnapshot<Key, Value>,

@@ -135,14 +135,14 @@ pub trait Subsystem {
         theirs: &MapSnapshot<Self::Key, Self::Value>,
     ) -> Result<(), String>;
 
-    /// Applies `ops` (which turn `before` into `after`) as one atomic
+    /// Commits `ops` (which turn `before` into `after`) to the kernel as one atomic
     /// transaction. `full`: the kernel's copy is unknown (first apply, or
     /// after an error): rewrite every scope of `after` (and remove those
     /// of `before` it lacks) instead.
     ///
     /// # Errors
     /// The kernel's refusal; the kernel is then as it was.
-    fn apply(
+    fn commit(
         &mut self,
         before: &MapSnapshot<Self::Key, Self::Value>,
         after: &MapSnapshot<Self::Key, Self::Value>,
@@ -392,7 +392,7 @@ impl<S: Subsystem> Aggregator<S> {
         report.transactions += 1;
         let result = self
             .subsystem
-            .apply(&self.applied, &target, &ops, self.full);
+            .commit(&self.applied, &target, &ops, self.full);
         match result {
             Ok(()) => {
                 for name in &pending {
@@ -418,7 +418,7 @@ impl<S: Subsystem> Aggregator<S> {
                     });
                     let ops = diff_maps(&base, &target);
                     report.transactions += 1;
-                    match self.subsystem.apply(&base, &target, &ops, self.full) {
+                    match self.subsystem.commit(&base, &target, &ops, self.full) {
                         Ok(()) => {
                             if let Some(p) = self.producers.get_mut(&name) {
                                 p.applied = p.desired.snapshot();

@@ -92,7 +92,7 @@ impl Nft {
             Some(socket) => socket,
             None => Socket::open(self.netns.as_deref())?,
         };
-        socket.apply(tx)?;
+        socket.commit(tx)?;
         self.socket = Some(socket);
         Ok(())
     }
@@ -118,7 +118,7 @@ impl Subsystem for Nft {
         order::clash(mine, theirs)
     }
 
-    fn apply(
+    fn commit(
         &mut self,
         before: &MapSnapshot<Key, Value>,
         after: &MapSnapshot<Key, Value>,

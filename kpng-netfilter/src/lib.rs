@@ -63,7 +63,7 @@
 //!     );
 //! assert!(!tx.is_empty());
 //! // let mut socket = kpng_netfilter::nft::Socket::open(Some("/run/netns/mine".as_ref()))?;
-//! // socket.apply(&tx)?;
+//! // socket.commit(&tx)?;
 //! ```
 
 pub mod addresses;

@@ -345,7 +345,7 @@ impl NftBackend {
             let table = nft::Table::new(Fam(family).family(), config.table.as_str());
             let mut tx = Transaction::new();
             tx.delete_table(&table);
-            match socket.apply(&tx) {
+            match socket.commit(&tx) {
                 Ok(()) => deleted += 1,
                 Err(kpng_netfilter::Error::Refused { source, .. })
                     if source.kind() == std::io::ErrorKind::NotFound => {}
@@ -549,7 +549,7 @@ impl NftBackend {
     /// socket, so the next one starts clean.
     fn send(&mut self, tx: &Transaction) -> Result<(), Error> {
         let mut socket = self.take_socket()?;
-        socket.apply(tx)?;
+        socket.commit(tx)?;
         self.socket = Some(socket);
         Ok(())
     }

@@ -176,14 +176,14 @@ impl Socket {
         }
     }
 
-    /// Applies `tx` as one batch: all of it, or, when the kernel refuses
+    /// Commits `tx` to the kernel as one batch: all of it, or, when the kernel refuses
     /// any part, none of it.
     ///
     /// # Errors
     /// [`Error::Refused`] naming the first change the kernel refused and
     /// why; [`Error::Io`] when the socket failed. After either, drop the
     /// socket and open a new one.
-    pub fn apply(&mut self, tx: &Transaction) -> Result<(), Error> {
+    pub fn commit(&mut self, tx: &Transaction) -> Result<(), Error> {
         if tx.is_empty() {
             return Ok(());
         }

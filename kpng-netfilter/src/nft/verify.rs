@@ -20,7 +20,7 @@ enum Item {
 }
 
 impl Transaction {
-    /// Encodes the batch as [`Socket::apply`](super::Socket::apply) sends
+    /// Encodes the batch as [`Socket::commit`](super::Socket::commit) sends
     /// it, parses every message back (as the kernel's answers are parsed)
     /// and compares the rules and elements with this transaction's.
     ///
