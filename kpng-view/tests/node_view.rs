@@ -6,7 +6,7 @@
 
 use std::net::IpAddr;
 
-use kpng_diff::node_view;
+use kpng_view::node_view;
 use kpng_model::v1::{Node, Service, TrafficPolicy};
 use kpng_model::view::ServiceView;
 use kpng_model::{EndpointInfo, IpFamily, ServiceName};
