@@ -10,9 +10,9 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use kpng_diff::diff;
-use kpng_view::NodeProjector;
 use kpng_store::Store;
 use kpng_testkit::{Cluster, ClusterShape, CountingAllocator};
+use kpng_view::NodeProjector;
 
 /// Counts live heap bytes.
 #[global_allocator]

@@ -4,9 +4,6 @@ use std::sync::Arc;
 
 use std::collections::BTreeMap;
 
-use kpng_view::{
-    NodeProjector, SharedNodeView, SharedViews, diff_views, node_view, view_changes,
-};
 use kpng_model::EndpointInfo;
 use kpng_model::v1::{Endpoint, IpSet, Node, Service, TrafficPolicy};
 use kpng_model::view::{NodeView, ServiceView, ViewDigest};
@@ -14,6 +11,7 @@ use kpng_model::{Key, ServiceName, Value};
 use kpng_sink::{Round, Sink, SinkError};
 use kpng_store::{Snapshot, Store, StoreConfig};
 use kpng_testkit::RecordingSink;
+use kpng_view::{NodeProjector, SharedNodeView, SharedViews, diff_views, node_view, view_changes};
 use proptest::prelude::*;
 
 const NODE: &str = "node-a";
