@@ -49,6 +49,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+#![deny(missing_docs)]
+
 use kpng_model::{Key, Value};
 use kpng_store::{Snapshot, Txn};
 

@@ -95,6 +95,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+#![deny(missing_docs)]
+
 mod node;
 mod select;
 mod shared;
