@@ -4,12 +4,12 @@
 //! `cargo run -p kpng-examples --example minimal-nft-proxy -- [--input FILE] [--node N] [--dry-run] [--kube]`
 
 use kpng_backend_nft::{NftBackend, NftConfig};
-use kpng_diff::NodeProjector;
 use kpng_drive::{DriveConfig, drive};
 use kpng_kube::watch::{self, NodeScope, WatchConfig};
 use kpng_kube::{Ingest, IngestConfig, file};
 use kpng_sink::ProxyConfig;
 use kpng_store::Store;
+use kpng_view::NodeProjector;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

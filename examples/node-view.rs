@@ -9,10 +9,10 @@
 
 use std::error::Error;
 
-use kpng_diff::NodeProjector;
 use kpng_kube::{Ingest, IngestConfig, file};
 use kpng_model::IpFamily;
 use kpng_store::Store;
+use kpng_view::NodeProjector;
 
 fn main() -> Result<(), Box<dyn Error>> {
     let (mut input, mut node, mut yaml) = (None, "node-a".to_string(), false);

@@ -1,10 +1,10 @@
 //! A backend in one file: it prints what a data plane would program.
-use kpng_diff::NodeProjector;
 use kpng_model::endpoint::{PortInfo, PortList};
 use kpng_model::v1::{Protocol, Service, ServicePort};
 use kpng_model::{EndpointInfo, IpFamily};
 use kpng_sink::{Round, Sink, SinkError};
 use kpng_store::Store;
+use kpng_view::NodeProjector;
 
 /// Our data plane: here, lines of text. It keeps no view: each round
 /// says what changed.

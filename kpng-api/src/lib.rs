@@ -16,7 +16,7 @@
 //!   digest of its view, and gets nothing more when that view is still
 //!   current; otherwise a reset and the whole view;
 //! - what the server holds per node is what is that node's own: views are
-//!   built on one shared base per zone ([`kpng_diff::SharedViews`]); full
+//!   built on one shared base per zone ([`kpng_view::SharedViews`]); full
 //!   views are streamed in batches as the agent reads them, at most
 //!   [`INITIAL_VIEWS`] at once;
 //! - a slow agent costs the server a few messages at most: the server

@@ -7,7 +7,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::Stream;
-use kpng_diff::{SharedNodeView, SharedViews, view_changes};
 use kpng_model::ServiceName;
 use kpng_model::entries;
 use kpng_model::v1::enls_server::{Enls, EnlsServer};
@@ -15,6 +14,7 @@ use kpng_model::v1::global_event::Event as GlobalKind;
 use kpng_model::v1::{EnlsChanges, GlobalEvent, WatchEvent, WatchRequest, watch_event::Event};
 use kpng_model::view::{NodeView, ViewDigest, ViewOp};
 use kpng_store::{Reader, Snapshot};
+use kpng_view::{SharedNodeView, SharedViews, view_changes};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};

@@ -6,13 +6,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kpng_api::{Address, AgentConfig, Server, bind_unix, connect_unix, run_agent, serve};
-use kpng_diff::node_view;
 use kpng_model::Kind;
 use kpng_model::v1::{WatchRequest, watch_event::Event};
 use kpng_model::view::NodeView;
 use kpng_sink::{Round, Sink, SinkError};
 use kpng_store::Store;
 use kpng_testkit::{Cluster, ClusterShape};
+use kpng_view::node_view;
 
 mod common;
 use common::pki;

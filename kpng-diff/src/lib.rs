@@ -1,51 +1,21 @@
-//! The diff engine of kpng-rs, and the node view.
+//! The diff engine of kpng-rs: the global diff between store snapshots.
 //!
-//! Two things live here:
+//! [`diff`] returns the minimal ordered [`Op`]s (sets and deletes) that
+//! turn one store snapshot into another. When the store's change log covers
+//! the span it costs O(changed keys); otherwise it walks the two persistent
+//! states, skipping what they share. [`apply`] replays ops into a store
+//! transaction (a replica, an API client following a global watch).
 //!
-//! - **The global diff.** [`diff`] returns the minimal ordered [`Op`]s
-//!   (sets and deletes) that turn one store snapshot into another. When the
-//!   store's change log covers the span it costs O(changed keys); otherwise
-//!   it walks the two persistent states, skipping what they share.
-//!   [`apply`] replays ops into a store transaction (a replica, an API
-//!   client).
-//! - **The node view.** [`NodeProjector`] projects the ENLS onto one node
-//!   with kube-proxy's endpoint selection rules, keeps that view up to date
-//!   revision after revision in O(changed Services), and yields
-//!   [`ViewOp`](kpng_model::view::ViewOp)s or drives a sink through
-//!   [`NodeProjector::sync_into`]. No backend ever re-implements the rules.
-//! - **Many nodes at once.** [`SharedViews`] keeps, per zone, the view a
-//!   node with nothing of its own would have, and builds each node's view
-//!   on it with only the node's own Services added: what a server
-//!   streaming thousands of nodes' views holds per node is what is that
-//!   node's own ([`SharedNodeView`]).
-//!
-//! All of it is pure: no runtime, no clock. What drives a sink over time
-//! (rate limits, retries) is `kpng-drive`'s.
-//!
-//! # The node view rules
-//!
-//! Per Service and per IP family (each family is selected on its own):
-//!
-//! - **Cluster-policy endpoints** are the ready ones, filtered by topology
-//!   hints. Hints apply only when every ready endpoint has a hint and one
-//!   matches this node: node hints (PreferSameNode) by node name first, then
-//!   zone hints by this node's zone. When no endpoint is ready, the
-//!   endpoints that are serving and terminating are used, ignoring hints.
-//! - **Local-policy endpoints** are the ready endpoints on this node; when
-//!   there are none, this node's serving and terminating endpoints.
-//! - Endpoints that are not serving are never used.
-//! - A Service with no usable endpoint anywhere has no cluster-policy
-//!   endpoint ([`ServiceView::has_endpoints`](kpng_model::view::ServiceView::has_endpoints)
-//!   is false: backends REJECT); one whose endpoints are all elsewhere has
-//!   cluster-policy endpoints but no local-policy one (backends DROP Local
-//!   traffic).
+//! It is pure: no runtime, no clock. The node view (one node's projection
+//! of a snapshot with kube-proxy's endpoint selection rules) is
+//! `kpng-view`'s.
 //!
 //! # Example
 //!
 //! ```
-//! use kpng_diff::{NodeProjector, diff};
+//! use kpng_diff::{Op, apply, diff};
 //! use kpng_model::v1::Service;
-//! use kpng_model::{EndpointInfo, IpFamily, ServiceName};
+//! use kpng_model::{EndpointInfo, ServiceName};
 //! use kpng_store::Store;
 //!
 //! let mut store = Store::new();
@@ -57,32 +27,32 @@
 //! txn.commit();
 //! let before = store.snapshot();
 //!
-//! let mut projector = NodeProjector::new("node-a");
-//! let ops = projector.update(&before);
-//! assert_eq!(ops.len(), 2); // SetService, SetEndpoint
-//! let view = &projector.view().services[&web];
-//! assert!(view.has_endpoints(IpFamily::V4));
-//! assert_eq!(view.local_endpoints(IpFamily::V4).count(), 0);
-//!
-//! // The endpoint moves to this node: one store change, one view change.
+//! // The endpoint moves to another node: one store change, one op.
 //! let mut txn = store.begin();
 //! txn.set_endpoint(web.clone(), endpoint("node-a"));
 //! txn.commit();
 //! let after = store.snapshot();
-//! assert_eq!(diff(&before, &after).len(), 1);
-//! assert_eq!(projector.update(&after).len(), 1);
+//! let ops = diff(&before, &after);
+//! assert_eq!(ops.len(), 1);
+//! assert!(matches!(&ops[0], Op::Set(..)));
+//! assert!(diff(&after, &after).is_empty());
+//!
+//! // A replica holding `before` applies the ops and holds `after`.
+//! let mut replica = Store::new();
+//! let mut txn = replica.begin();
+//! for (key, value) in before.iter() {
+//!     txn.set(key, value)?;
+//! }
+//! apply(&mut txn, &ops)?;
+//! txn.commit();
+//! assert_eq!(replica.snapshot().iter().collect::<Vec<_>>(), after.iter().collect::<Vec<_>>());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-mod node;
-mod select;
-mod shared;
+#![deny(missing_docs)]
 
 use kpng_model::{Key, Value};
 use kpng_store::{Snapshot, Txn};
-
-pub use node::{NodeProjector, SyncReport, diff_views, node_view};
-pub use shared::{SharedNodeView, SharedStats, SharedViews, view_changes};
 
 /// One operation of a global diff.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -7,7 +7,7 @@ use kpng_sink::{Sink, SinkError};
 use kpng_store::Reader;
 use tokio::time::Instant;
 
-use kpng_diff::NodeProjector;
+use kpng_view::NodeProjector;
 
 use crate::{Backoff, HoldStatus};
 

@@ -696,7 +696,7 @@ mod tests {
             .hold(status.clone());
         let driven = sink.clone();
         let task = tokio::spawn(async move {
-            let mut projector = kpng_diff::NodeProjector::new("node-a");
+            let mut projector = kpng_view::NodeProjector::new("node-a");
             let mut sink = Shared(driven);
             crate::drive(reader, &mut projector, &mut sink, &drive_config).await
         });

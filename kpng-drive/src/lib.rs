@@ -1,5 +1,5 @@
 //! The runtime of kpng-rs: what keeps a sink in line with the cluster over
-//! time, around the pure parts (the store, the node view of `kpng-diff`,
+//! time, around the pure parts (the store, the node view of `kpng-view`,
 //! the sink contract).
 //!
 //! - [`drive`] keeps a sink in line with one node's view as the store
@@ -18,7 +18,7 @@
 //! # Example
 //!
 //! ```
-//! use kpng_diff::NodeProjector;
+//! use kpng_view::NodeProjector;
 //! use kpng_drive::{DriveConfig, drive};
 //! use kpng_model::Kind;
 //! use kpng_model::v1::Service;

@@ -4,12 +4,12 @@
 use kube::runtime::watcher::Event;
 use std::net::IpAddr;
 
-use kpng_diff::node_view;
 use kpng_kube::objects::{EndpointSlice, Node, Service};
 use kpng_kube::{Ingest, IngestConfig, file};
 use kpng_model::v1::{Protocol, ServiceType, TrafficPolicy};
 use kpng_model::{IpFamily, Kind, ServiceName};
 use kpng_store::Store;
+use kpng_view::node_view;
 use serde_json::json;
 
 fn svc(v: serde_json::Value) -> Service {

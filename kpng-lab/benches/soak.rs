@@ -20,11 +20,11 @@ use kpng_kube::WatchEvent as Event;
 use std::time::Instant;
 
 use kpng_backend_nft::NftBackend;
-use kpng_diff::NodeProjector;
 use kpng_kube::objects::{EndpointSlice, Node, Service};
 use kpng_kube::{Ingest, IngestConfig};
 use kpng_lab::{Lab, LabBackend, Settings, unavailable};
 use kpng_store::Store;
+use kpng_view::NodeProjector;
 
 fn arg(name: &str, default: usize) -> usize {
     let args: Vec<String> = std::env::args().collect();

@@ -6,12 +6,12 @@
 use std::net::IpAddr;
 use std::time::Instant;
 
-use kpng_diff::NodeProjector;
 use kpng_model::endpoint::{PortInfo, PortList};
 use kpng_model::v1::{ClientIpAffinity, IpSet, Protocol, Service, ServicePort};
 use kpng_model::{EndpointInfo, ServiceName};
 use kpng_store::Store;
 use kpng_testkit::{Cluster, ClusterShape};
+use kpng_view::NodeProjector;
 
 use crate::{Lab, LabBackend, Settings, settle};
 

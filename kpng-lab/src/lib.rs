@@ -19,10 +19,10 @@ pub use lab::{LOCAL_HOSTS, Lab, endpoints, run, settle, unavailable};
 use kpng_backend_ebpf::{EbpfBackend, EbpfConfig};
 use kpng_backend_iptables::IptablesBackend;
 use kpng_backend_nft::NftBackend;
-use kpng_diff::NodeProjector;
 use kpng_kube::{Ingest, IngestConfig, file};
 use kpng_sink::{Round, Sink, SinkError};
 use kpng_store::Store;
+use kpng_view::NodeProjector;
 
 /// The node the proxy runs for, in manifests.
 pub const NODE: &str = "node-a";

@@ -14,7 +14,7 @@
 //!   [`endpoint`]): 48 bytes each, their node, zone, ports and hints
 //!   shared.
 //! - [`view`] holds the node view: the ENLS projected onto one node, which
-//!   `kpng-diff` computes and backends consume.
+//!   `kpng-view` computes and backends consume.
 //! - Prefixes are text on the wire and [`IpNet`] (re-exported from the
 //!   `ipnet` crate) everywhere after: [`addr`] parses them
 //!   ([`addr::canonical_cidr`], [`addr::parse_prefixes`]), and

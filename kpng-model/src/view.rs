@@ -1,6 +1,6 @@
 //! The node view: the ENLS projected onto one node.
 //!
-//! The view is computed by `kpng-diff`, which applies kube-proxy's endpoint
+//! The view is computed by `kpng-view`, which applies kube-proxy's endpoint
 //! selection rules (readiness, terminating fallback, topology hints, traffic
 //! policies) once, so no backend re-implements them. A backend receives
 //! the [`NodeView`] in rounds (`kpng_sink::Round`: the view and the

@@ -14,12 +14,12 @@
 //! removed, each with its view before and after. A *full* round (the
 //! first, and the first after a failure) lists every Service and asks the
 //! backend to remove whatever else it programmed. The driver that keeps
-//! the view (`kpng_diff::NodeProjector::sync_into`, or an API agent) owns
+//! the view (`kpng_view::NodeProjector::sync_into`, or an API agent) owns
 //! it; sinks borrow it, so a process holds one view however many sinks it
 //! runs.
 //!
 //! The node view already applies kube-proxy's endpoint selection rules
-//! (computed by `kpng-diff`): a backend never re-implements readiness,
+//! (computed by `kpng-view`): a backend never re-implements readiness,
 //! terminating fallback, topology hints or traffic policies.
 //!
 //! # The contract

@@ -21,13 +21,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use kpng_diff::NodeProjector;
 use kpng_drive::{DriveConfig, drive};
 use kpng_health::Conditions;
 use kpng_kube::watch::{NodeScope, WatchConfig};
 use kpng_kube::{Ingest, IngestConfig, file, one_line};
 use kpng_sink::SinkExt;
 use kpng_store::Store;
+use kpng_view::NodeProjector;
 
 mod args;
 mod cleanup;

@@ -617,7 +617,7 @@ mod tests {
                 .expect("sorted");
         }
         txn.commit();
-        kpng_diff::node_view(&store.snapshot(), "node-0")
+        kpng_view::node_view(&store.snapshot(), "node-0")
     }
 
     fn fail(backend: &mut EbpfBackend, on: bool) {

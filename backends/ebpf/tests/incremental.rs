@@ -13,7 +13,6 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use kpng_backend_ebpf::{EbpfBackend, EbpfConfig};
-use kpng_diff::NodeProjector;
 use kpng_model::endpoint::Interner;
 use kpng_model::v1::{
     ClientIpAffinity, IpSet, Node, Service, ServiceCidr, ServiceType, TrafficPolicy,
@@ -22,6 +21,7 @@ use kpng_model::{EndpointInfo, Key, ServiceName};
 use kpng_sink::{ProxyConfig, Round, Sink};
 use kpng_store::Store;
 use kpng_testkit::{Cluster, ClusterShape};
+use kpng_view::NodeProjector;
 use proptest::prelude::*;
 
 /// The node the backend runs on: `node-0` of the synthetic cluster.

@@ -7,11 +7,11 @@
 use std::process::{Child, Command, Stdio};
 
 use kpng_backend_ebpf::{EbpfBackend, EbpfConfig, cleanup};
-use kpng_diff::NodeProjector;
 use kpng_kube::{Ingest, IngestConfig, file};
 use kpng_sink::ProxyConfig;
 use kpng_store::Store;
 use kpng_testkit::bpf::{BpfFs, TestCgroup, TestNetns, unavailable};
+use kpng_view::NodeProjector;
 
 const NODE: &str = "node-a";
 /// The endpoints: on loopback in the test namespace.

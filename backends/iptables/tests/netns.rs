@@ -7,13 +7,13 @@ use std::process::Command;
 use std::sync::Arc;
 
 use kpng_backend_iptables::{Family, IptablesBackend, IptablesConfig};
-use kpng_diff::node_view;
 use kpng_model::ServiceName;
 use kpng_model::endpoint::Interner;
 use kpng_model::view::NodeView;
 use kpng_sink::{ProxyConfig, Round, Sink};
 use kpng_store::Store;
 use kpng_testkit::Cluster;
+use kpng_view::node_view;
 
 const NODE: &str = "node-0";
 

@@ -8,11 +8,11 @@
 use std::collections::HashSet;
 
 use kpng_backend_iptables::{IptablesBackend, IptablesConfig};
-use kpng_diff::NodeProjector;
 use kpng_kube::{Ingest, IngestConfig, file};
 use kpng_sink::ProxyConfig;
 use kpng_store::Store;
 use kpng_testkit::semantics;
+use kpng_view::NodeProjector;
 
 /// The dry run's text for `manifest`, the first (full) sync.
 fn render(manifest: &str) -> String {

@@ -9,7 +9,6 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use kpng_backend_nft::{NftBackend, NftConfig, TableContent};
-use kpng_diff::NodeProjector;
 use kpng_model::endpoint::Interner;
 use kpng_model::v1::{
     ClientIpAffinity, IpSet, Node, Service, ServiceCidr, ServiceType, TrafficPolicy,
@@ -18,6 +17,7 @@ use kpng_model::{Key, ServiceName};
 use kpng_sink::ProxyConfig;
 use kpng_store::{Snapshot, Store};
 use kpng_testkit::{Cluster, ClusterShape};
+use kpng_view::NodeProjector;
 use proptest::prelude::*;
 
 /// The node the projector is for; the synthetic cluster has it.

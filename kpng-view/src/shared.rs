@@ -32,7 +32,7 @@ type Services = OrdMap<ServiceName, Arc<ServiceView>>;
 /// # Example
 ///
 /// ```
-/// use kpng_diff::{SharedViews, node_view};
+/// use kpng_view::{SharedViews, node_view};
 /// use kpng_model::v1::Service;
 /// use kpng_model::{EndpointInfo, ServiceName};
 /// use kpng_store::Store;

@@ -1,7 +1,7 @@
 //! Core benchmark: store writes, real changes with their node-view diff,
 //! and the heap the store holds.
 //!
-//! Run with `cargo bench -p kpng-diff --bench core`. It prints a table and a
+//! Run with `cargo bench -p kpng-view --bench core`. It prints a table and a
 //! final one-line JSON summary. Timings are medians over many repetitions,
 //! compared across sizes in one run; nothing here asserts on time.
 #![allow(missing_docs, clippy::unwrap_used)]
@@ -9,9 +9,10 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use kpng_diff::{NodeProjector, diff};
+use kpng_diff::diff;
 use kpng_store::Store;
 use kpng_testkit::{Cluster, ClusterShape, CountingAllocator};
+use kpng_view::NodeProjector;
 
 /// Counts live heap bytes.
 #[global_allocator]

@@ -1,0 +1,486 @@
+//! Property tests of the node projector and the shared views.
+
+use std::sync::Arc;
+
+use std::collections::BTreeMap;
+
+use kpng_model::EndpointInfo;
+use kpng_model::v1::{Endpoint, IpSet, Node, Service, TrafficPolicy};
+use kpng_model::view::{NodeView, ServiceView, ViewDigest};
+use kpng_model::{Key, ServiceName, Value};
+use kpng_sink::{Round, Sink, SinkError};
+use kpng_store::{Snapshot, Store, StoreConfig};
+use kpng_testkit::RecordingSink;
+use kpng_view::{NodeProjector, SharedNodeView, SharedViews, diff_views, node_view, view_changes};
+use proptest::prelude::*;
+
+const NODE: &str = "node-a";
+
+#[derive(Clone, Debug)]
+enum Write {
+    Set(Key, Value),
+    Delete(Key),
+}
+
+fn service_name() -> impl Strategy<Value = ServiceName> {
+    (0..2u8, 0..3u8).prop_map(|(ns, n)| ServiceName::new(format!("ns{ns}"), format!("s{n}")))
+}
+
+fn node_name() -> impl Strategy<Value = &'static str> {
+    prop_oneof![Just(NODE), Just("node-b"), Just("")]
+}
+
+fn zones() -> impl Strategy<Value = Vec<String>> {
+    prop_oneof![
+        Just(vec![]),
+        Just(vec!["zone-1".to_string()]),
+        Just(vec!["zone-2".to_string()]),
+    ]
+}
+
+fn hint_nodes() -> impl Strategy<Value = Vec<String>> {
+    prop_oneof![
+        4 => Just(vec![]),
+        1 => Just(vec![NODE.to_string()]),
+        1 => Just(vec!["node-b".to_string()]),
+    ]
+}
+
+fn write() -> impl Strategy<Value = Write> {
+    let service = (service_name(), any::<bool>(), 0..2u32).prop_map(|(name, local, port)| {
+        let svc = Service {
+            namespace: name.namespace().to_string(),
+            name: name.name().to_string(),
+            internal_traffic_policy: if local {
+                TrafficPolicy::Local as i32
+            } else {
+                0
+            },
+            health_check_node_port: port,
+            ..Default::default()
+        };
+        Write::Set(Key::Service(name), Value::Service(Arc::new(svc)))
+    });
+    let endpoint = (
+        service_name(),
+        0..4u8,
+        any::<bool>(),
+        node_name(),
+        any::<(bool, bool, bool)>(),
+        zones(),
+        hint_nodes(),
+    )
+        .prop_map(
+            |(name, id, v6, node, (ready, serving, terminating), hint_zones, hint_nodes)| {
+                let ip = if v6 {
+                    format!("fd00::{id}")
+                } else {
+                    format!("10.0.0.{id}")
+                };
+                let ep = Endpoint {
+                    addresses: Some(IpSet::parse_addrs("ip", [ip.as_str()]).expect("ip")),
+                    node_name: node.into(),
+                    ready,
+                    serving,
+                    terminating,
+                    hint_zones,
+                    hint_nodes,
+                    ..Default::default()
+                };
+                Write::Set(
+                    Key::Endpoint(name, ip.parse().expect("ip")),
+                    Value::Endpoint(EndpointInfo::from_proto(&ep).expect("valid")),
+                )
+            },
+        );
+    let node =
+        (node_name(), prop_oneof![Just("zone-1"), Just("zone-2")]).prop_map(|(name, zone)| {
+            let node = Node {
+                name: name.into(),
+                zone: zone.into(),
+                ..Default::default()
+            };
+            Write::Set(Key::Node(name.into()), Value::Node(Arc::new(node)))
+        });
+    // Two ServiceCIDR objects whose ranges overlap: deleting one keeps
+    // the ranges the other has.
+    let service_cidr = (
+        prop_oneof![Just("kubernetes"), Just("extra")],
+        prop_oneof![Just("10.96.0.0/16"), Just("10.97.0.0/16")],
+        proptest::bool::ANY,
+    )
+        .prop_map(|(name, cidr, v6)| {
+            let mut cidrs = vec![cidr];
+            if v6 {
+                cidrs.push("fd00:96::/112");
+            }
+            let cidr = kpng_model::v1::ServiceCidr {
+                name: name.into(),
+                cidrs: Some(kpng_model::v1::IpSet::parse_cidrs("cidrs", cidrs).expect("cidrs")),
+            };
+            Write::Set(
+                Key::ServiceCidr(name.into()),
+                Value::ServiceCidr(Arc::new(cidr)),
+            )
+        });
+    prop_oneof![
+        2 => service,
+        5 => endpoint,
+        1 => node,
+        1 => service_cidr,
+        1 => prop_oneof![Just("kubernetes"), Just("extra")]
+            .prop_map(|n| Write::Delete(Key::ServiceCidr(n.into()))),
+        1 => service_name().prop_map(|n| Write::Delete(Key::Service(n))),
+        2 => (service_name(), 0..4u8).prop_map(|(n, id)| Write::Delete(Key::Endpoint(n, [10, 0, 0, id].into()))),
+        1 => Just(Write::Delete(Key::Node(NODE.into()))),
+    ]
+}
+
+/// Runs the transactions and returns the snapshot after each (revision 0
+/// first). A small change log makes some spans fall back to the walk.
+fn history(txns: Vec<Vec<Write>>, log_revisions: usize) -> Vec<Snapshot> {
+    let mut config = StoreConfig::default();
+    config.log_revisions = log_revisions;
+    let mut store = Store::with_config(config);
+    let mut snaps = vec![store.snapshot()];
+    for writes in txns {
+        let mut txn = store.begin();
+        for w in writes {
+            match w {
+                Write::Set(k, v) => {
+                    txn.set(k, v).expect("kinds match");
+                }
+                Write::Delete(k) => {
+                    txn.delete(&k);
+                }
+            }
+        }
+        txn.commit();
+        snaps.push(store.snapshot());
+    }
+    snaps
+}
+
+fn txns() -> impl Strategy<Value = Vec<Vec<Write>>> {
+    prop::collection::vec(prop::collection::vec(write(), 0..6), 1..16)
+}
+
+proptest! {
+    #[test]
+    fn projector_matches_a_fresh_projection(txns in txns(), log in 1..6usize) {
+        let snaps = history(txns, log);
+        let mut projector = NodeProjector::new(NODE);
+        let mut previous = NodeView::default();
+        for snap in &snaps {
+            let ops = projector.update(snap);
+            let fresh = node_view(snap, NODE);
+            prop_assert_eq!(projector.view(), &fresh);
+            // The ops turn the previous view into the new one ...
+            let mut applied = previous.clone();
+            for op in &ops {
+                applied.apply(op).expect("ops fit the view");
+            }
+            applied.revision = fresh.revision;
+            prop_assert_eq!(&applied, &fresh);
+            // ... and are exactly what diffing the two views gives.
+            prop_assert_eq!(&ops, &diff_views(&previous, &fresh));
+            if previous.services == fresh.services
+                && previous.node == fresh.node
+                && previous.service_cidrs == fresh.service_cidrs
+            {
+                prop_assert!(ops.is_empty(), "no op when the view did not change");
+            }
+            previous = fresh;
+        }
+    }
+
+    #[test]
+    fn shared_views_match_fresh_projections(
+        txns in txns(),
+        log in 1..6usize,
+        lag in prop::collection::vec(0..3usize, 4),
+    ) {
+        // Several nodes (one with no object, one named only by hints)
+        // follow one history through shared bases, each at its own pace;
+        // every view equals a projection built from scratch for that node
+        // at that revision, with the digest of that projection.
+        let snaps = history(txns, log);
+        // An empty transaction makes no revision: find snapshots by it.
+        let at = |revision: u64| {
+            snaps.iter().find(|s| s.revision() == revision).cloned().expect("a snapshot")
+        };
+        let shared = SharedViews::new();
+        let nodes = [NODE, "node-b", "node-c", ""];
+        let mut views: Vec<SharedNodeView> =
+            nodes.iter().map(|n| SharedNodeView::empty(*n)).collect();
+        for (i, snap) in snaps.iter().enumerate() {
+            for (k, view) in views.iter_mut().enumerate() {
+                // A lagging node skips revisions (it meets the bases
+                // ahead of it).
+                if i % (lag[k] + 1) != 0 && i + 1 != snaps.len() {
+                    continue;
+                }
+                let before = view.view().clone();
+                let before_snap = at(before.revision);
+                let ops = shared.update(view, snap);
+                let now = at(view.view().revision);
+                let fresh = node_view(&now, nodes[k]);
+                prop_assert_eq!(view.view(), &fresh);
+                prop_assert_eq!(view.digest(), ViewDigest::of(&fresh));
+                let mut applied = before.clone();
+                for op in &ops {
+                    applied.apply(op).expect("ops fit the view");
+                }
+                applied.revision = fresh.revision;
+                prop_assert_eq!(&applied, &fresh);
+                // The changes since an older snapshot, without its view.
+                if let Some(ops) = view_changes(&before_snap, view) {
+                    let mut applied = node_view(&before_snap, nodes[k]);
+                    for op in &ops {
+                        applied.apply(op).expect("ops fit the view");
+                    }
+                    applied.revision = fresh.revision;
+                    prop_assert_eq!(&applied, &fresh);
+                }
+                // A fresh view of the node agrees.
+                let again = shared.project(nodes[k], &now);
+                prop_assert_eq!(again.view(), &fresh);
+            }
+        }
+    }
+
+    #[test]
+    fn sync_into_hands_the_sink_the_exact_view(txns in txns(), fail_at in 0..16usize) {
+        #[derive(Default)]
+        struct Last { view: NodeView, fail: bool }
+        impl Sink for Last {
+            fn sync(&mut self, round: &Round<'_>) -> Result<(), SinkError> {
+                if std::mem::take(&mut self.fail) {
+                    return Err(SinkError::backend("last", "injected"));
+                }
+                self.view = round.view().clone();
+                Ok(())
+            }
+        }
+        let snaps = history(txns, 1024);
+        let mut projector = NodeProjector::new(NODE);
+        let mut sink = Last::default();
+        for (i, snap) in snaps.iter().enumerate() {
+            // The failure fires at the first round from `fail_at` on (a
+            // revision that changes nothing for this node makes no round).
+            if i == fail_at {
+                sink.fail = true;
+            }
+            if projector.sync_into(snap, &mut sink).is_err() {
+                prop_assert!(i >= fail_at);
+                continue;
+            }
+            let mut expected = node_view(snap, NODE);
+            expected.revision = sink.view.revision;
+            prop_assert_eq!(&sink.view, &expected);
+        }
+    }
+
+    /// Rounds applied one by one, as a backend applies them (a full
+    /// round starts over; an incremental one sets or removes what it
+    /// lists), equal a full round of the final view; each change's view
+    /// before is what the previous rounds left; the node and the Service
+    /// CIDRs are flagged whenever they changed; and the view is the
+    /// projector's own, not a copy.
+    #[test]
+    fn rounds_one_by_one_equal_a_full_round(txns in txns(), fail_at in 0..16usize) {
+        #[derive(Default)]
+        struct Applied {
+            services: BTreeMap<ServiceName, Arc<ServiceView>>,
+            node: Option<Arc<Node>>,
+            cidrs: Arc<IpSet>,
+            fail: bool,
+            problems: Vec<String>,
+        }
+        impl Sink for Applied {
+            fn sync(&mut self, round: &Round<'_>) -> Result<(), SinkError> {
+                if std::mem::take(&mut self.fail) {
+                    return Err(SinkError::backend("applied", "injected"));
+                }
+                let view = round.view();
+                if round.is_full() {
+                    self.services.clear();
+                }
+                for change in round.services() {
+                    if change.before != self.services.get(change.name) {
+                        self.problems.push(format!("{}: before is not what was applied", change.name));
+                    }
+                    match change.after {
+                        Some(after) => self.services.insert(change.name.clone(), after.clone()),
+                        None => self.services.remove(change.name),
+                    };
+                }
+                if round.node_changed() {
+                    self.node = view.node.clone();
+                } else if self.node != view.node {
+                    self.problems.push("the node changed unflagged".into());
+                }
+                if round.service_cidrs_changed() {
+                    self.cidrs = view.service_cidrs.clone();
+                } else if self.cidrs != view.service_cidrs {
+                    self.problems.push("the Service CIDRs changed unflagged".into());
+                }
+                Ok(())
+            }
+        }
+        let snaps = history(txns, 1024);
+        let mut projector = NodeProjector::new(NODE);
+        let mut sink = Applied::default();
+        for (i, snap) in snaps.iter().enumerate() {
+            if i == fail_at {
+                sink.fail = true;
+            }
+            let _ = projector.sync_into(snap, &mut sink);
+        }
+        // One more round, with no failure to come, brings it level.
+        if let Some(last) = snaps.last() {
+            projector.sync_into(last, &mut sink).expect("no failure left");
+        }
+        prop_assert!(sink.problems.is_empty(), "{:?}", sink.problems);
+        let full = match snaps.last() {
+            Some(last) => node_view(last, NODE),
+            None => NodeView::default(),
+        };
+        let expected: BTreeMap<_, _> =
+            full.services.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        prop_assert_eq!(&sink.services, &expected);
+        prop_assert_eq!(&sink.node, &full.node);
+        prop_assert_eq!(&sink.cidrs, &full.service_cidrs);
+        for (name, service) in &sink.services {
+            prop_assert!(Arc::ptr_eq(service, &projector.view().services[name]));
+        }
+    }
+}
+
+#[test]
+fn first_round_and_round_after_failure_are_full() {
+    let mut store = Store::new();
+    let name = ServiceName::new("ns", "web");
+    let mut txn = store.begin();
+    txn.set_service(Service {
+        namespace: "ns".into(),
+        name: "web".into(),
+        ..Default::default()
+    });
+    txn.commit();
+    let mut projector = NodeProjector::new(NODE);
+    let mut sink = RecordingSink::default();
+
+    let report = projector
+        .sync_into(&store.snapshot(), &mut sink)
+        .expect("ok")
+        .expect("round");
+    assert!(report.full);
+    assert!(sink.rounds[0].full);
+
+    // Nothing changed: no round at all.
+    assert_eq!(
+        projector
+            .sync_into(&store.snapshot(), &mut sink)
+            .expect("ok"),
+        None
+    );
+
+    // A change, and the sink fails: the next round is full again.
+    let mut txn = store.begin();
+    txn.set_endpoint(
+        name.clone(),
+        EndpointInfo::from_proto(&Endpoint {
+            addresses: Some(IpSet::parse_addrs("ip", ["10.0.0.1"]).expect("ip")),
+            ready: true,
+            serving: true,
+            ..Default::default()
+        })
+        .expect("valid"),
+    );
+    txn.commit();
+    sink.fail_syncs = 1;
+    sink.take();
+    assert!(projector.sync_into(&store.snapshot(), &mut sink).is_err());
+    let failed = sink.take();
+    assert_eq!(failed.len(), 1);
+    assert!(!failed[0].full);
+    assert_eq!(failed[0].services, [(name.clone(), true)]);
+    let report = projector
+        .sync_into(&store.snapshot(), &mut sink)
+        .expect("ok")
+        .expect("round");
+    assert!(report.full);
+    assert_eq!(report.services, 1);
+    assert!(sink.rounds[0].full);
+}
+
+#[test]
+fn another_nodes_change_that_does_not_alter_this_view_yields_nothing() {
+    let mut store = Store::new();
+    let name = ServiceName::new("ns", "web");
+    let endpoint = |ip: &str, node: &str, zone: &str, ready: bool| Endpoint {
+        addresses: Some(IpSet::parse_addrs("ip", [ip]).expect("ip")),
+        node_name: node.into(),
+        ready,
+        serving: ready,
+        hint_zones: vec![zone.into()],
+        ..Default::default()
+    };
+    let mut txn = store.begin();
+    txn.set_node(Node {
+        name: NODE.into(),
+        zone: "zone-1".into(),
+        ..Default::default()
+    });
+    txn.set_service(Service {
+        namespace: "ns".into(),
+        name: "web".into(),
+        ..Default::default()
+    });
+    txn.set_endpoint(
+        name.clone(),
+        EndpointInfo::from_proto(&endpoint("10.0.0.1", NODE, "zone-1", true)).expect("valid"),
+    );
+    txn.set_endpoint(
+        name.clone(),
+        EndpointInfo::from_proto(&endpoint("10.0.0.2", "node-b", "zone-2", true)).expect("valid"),
+    );
+    txn.commit();
+    let mut projector = NodeProjector::new(NODE);
+    projector.update(&store.snapshot());
+    let before = projector.view().clone();
+    assert_eq!(
+        before.services[&name].endpoints.len(),
+        1,
+        "zone hints keep only zone-1"
+    );
+
+    // The zone-2 endpoint on another node goes not-ready: the store changes
+    // (a new revision), this node's view does not.
+    let mut txn = store.begin();
+    txn.set_endpoint(
+        name.clone(),
+        EndpointInfo::from_proto(&endpoint("10.0.0.2", "node-b", "zone-2", false)).expect("valid"),
+    );
+    assert!(txn.commit().revision.is_some());
+    assert!(projector.update(&store.snapshot()).is_empty());
+    assert_eq!(projector.view().services, before.services);
+
+    // This node's zone changes: every Service is recomputed, and the view
+    // changes (hints no longer match, so no filtering).
+    let mut txn = store.begin();
+    txn.set_node(Node {
+        name: NODE.into(),
+        zone: "zone-3".into(),
+        ..Default::default()
+    });
+    txn.set_endpoint(
+        name.clone(),
+        EndpointInfo::from_proto(&endpoint("10.0.0.2", "node-b", "zone-2", true)).expect("valid"),
+    );
+    txn.commit();
+    let ops = projector.update(&store.snapshot());
+    assert!(matches!(ops[0], kpng_model::view::ViewOp::SetNode(_)));
+    assert_eq!(projector.view().services[&name].endpoints.len(), 2);
+}
