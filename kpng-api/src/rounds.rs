@@ -83,7 +83,11 @@ impl Rounds {
     /// is full.
     pub(crate) fn apply(&mut self, op: &ViewOp) -> Result<(), kpng_model::Error> {
         self.pending = true;
+        // A full round lists the whole view: what the ops touch matters
+        // only to an incremental one.
+        let track = !self.full;
         match op {
+            _ if !track => {}
             ViewOp::SetNode(_) | ViewOp::DeleteNode => self.node = true,
             ViewOp::SetServiceCidrs(_) => self.service_cidrs = true,
             ViewOp::SetService(service) => {

@@ -29,9 +29,6 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use std::collections::BTreeMap;
-
-use kpng_model::ServiceName;
 use kpng_model::view::{EndpointView, ServiceView};
 use kpng_sink::{Hook, Round, Sink, SinkError, SinkExt, With};
 use prometheus_client::metrics::counter::Counter;
@@ -303,10 +300,10 @@ pub struct Measure {
     retrying: bool,
     /// The endpoints of the view last synced.
     endpoints: usize,
-    /// Per Service with a Local policy, its ports without a local
-    /// endpoint ([`no_local_endpoints`]), only those with any.
-    no_local: BTreeMap<ServiceName, NoLocal>,
-    /// Their sum.
+    /// The Service ports with a Local policy and no local endpoint
+    /// ([`no_local_endpoints`]) of the view last synced, summed: each
+    /// round takes a changed Service's count before it away, and adds
+    /// its count after.
     no_local_total: NoLocal,
     /// The store the synced revisions come from: their trigger times.
     store: Option<kpng_store::Reader>,
@@ -325,7 +322,6 @@ impl Measure {
             round_started: None,
             retrying: false,
             endpoints: 0,
-            no_local: BTreeMap::new(),
             no_local_total: NoLocal::default(),
             store: None,
         }
@@ -364,23 +360,18 @@ impl Measure {
         let view = round.view();
         if round.is_full() {
             self.endpoints = 0;
-            self.no_local.clear();
             self.no_local_total = NoLocal::default();
         }
         for change in round.services() {
             if let Some(before) = change.before {
                 self.endpoints = self.endpoints.saturating_sub(before.endpoints.len());
             }
-            if let Some(counts) = self.no_local.remove(change.name) {
-                add(&mut self.no_local_total, &counts, -1);
+            if let Some(before) = change.before {
+                add(&mut self.no_local_total, &no_local_endpoints(before), -1);
             }
             if let Some(after) = change.after {
                 self.endpoints += after.endpoints.len();
-                let counts = no_local_endpoints(after);
-                if counts != NoLocal::default() {
-                    add(&mut self.no_local_total, &counts, 1);
-                    self.no_local.insert(change.name.clone(), counts);
-                }
+                add(&mut self.no_local_total, &no_local_endpoints(after), 1);
             }
         }
         let m = &self.metrics.0;

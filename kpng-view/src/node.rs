@@ -189,13 +189,20 @@ impl NodeProjector {
     /// first call returns the whole view as sets.
     pub fn update(&mut self, snapshot: &Snapshot) -> Vec<ViewOp> {
         let mut ops = Vec::new();
-        self.advance(snapshot, Some(&mut ops));
+        self.advance(snapshot, Some(&mut ops), false);
         ops
     }
 
     /// Brings the view to `snapshot`, appending the ops to `ops` when
-    /// given; returns what changed.
-    fn advance(&mut self, snapshot: &Snapshot, mut ops: Option<&mut Vec<ViewOp>>) -> Changes {
+    /// given; returns what changed, its Services left out when `full`
+    /// (a full round lists the whole view: at 10k Services the list
+    /// would be 10k names made for nothing).
+    fn advance(
+        &mut self,
+        snapshot: &Snapshot,
+        mut ops: Option<&mut Vec<ViewOp>>,
+        full: bool,
+    ) -> Changes {
         let keys = self
             .last
             .as_ref()
@@ -247,7 +254,9 @@ impl NodeProjector {
                 Some(new) => services.insert(name.clone(), new),
                 None => services.remove(&name),
             };
-            changes.services.push(name);
+            if !full {
+                changes.services.push(name);
+            }
         }
         self.view = NodeView {
             revision: snapshot.revision(),
@@ -275,16 +284,15 @@ impl NodeProjector {
         sink: &mut S,
     ) -> Result<Option<SyncReport>, SinkError> {
         let full = self.needs_full;
-        // An O(1) copy: the two views share every unchanged Service.
-        let previous = self.view.clone();
-        let changes = self.advance(snapshot, None);
-        if !full && changes.is_empty() {
-            return Ok(None);
-        }
-        let round = if full {
-            Round::full(&self.view)
-        } else {
-            Round::incremental(&previous, &self.view, changes)
+        // An O(1) copy: the two views share every unchanged Service. A
+        // full round needs none, and then the map, owned uniquely, is
+        // updated in place.
+        let previous = (!full).then(|| self.view.clone());
+        let changes = self.advance(snapshot, None, full);
+        let round = match &previous {
+            None => Round::full(&self.view),
+            Some(_) if changes.is_empty() => return Ok(None),
+            Some(previous) => Round::incremental(previous, &self.view, changes),
         };
         let services = round.service_count();
         self.needs_full = true;
