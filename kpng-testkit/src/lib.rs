@@ -10,6 +10,8 @@
 //!   test's own, removed on drop, for eBPF data-path tests.
 //! - `apiserver` (feature `apiserver`): a test apiserver that speaks the
 //!   Kubernetes list/watch protocol on a loopback port, from a script.
+//! - `history` (feature `history`): random histories of a small cluster,
+//!   proptest strategies for property tests of backends.
 //!
 //! # Example
 //!
@@ -25,6 +27,8 @@
 pub mod apiserver;
 pub mod bpf;
 mod counting;
+#[cfg(feature = "history")]
+pub mod history;
 pub mod semantics;
 
 pub use counting::{CountingAllocator, proc_status_kib};
