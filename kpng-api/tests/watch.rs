@@ -125,9 +125,12 @@ async fn an_agent_resumes_and_a_restarted_server_resets_it() {
 
     // The connection drops (same server); changes happen meanwhile; the
     // agent resumes from the revision it holds: still no full round.
-    server.close_streams();
+    // The listener goes first, then the streams: closed the other way
+    // round, an agent could reconnect to the old listener in between and
+    // keep a stream of the old server through the change that follows.
     serving.abort();
     let _ = serving.await;
+    server.close_streams();
     flip(&mut store, &cluster, 5);
     flip(&mut store, &cluster, 7);
     let serving = tokio::spawn(serve(bind_unix(&path).expect("bind"), server.clone()));
@@ -139,9 +142,12 @@ async fn an_agent_resumes_and_a_restarted_server_resets_it() {
 
     // A restarted server (another instance) does not know the agent's
     // revisions: it resets the agent, which converges again.
-    server.close_streams();
+    // The listener goes first, then the streams: closed the other way
+    // round, an agent could reconnect to the old listener in between and
+    // keep a stream of the old server through the change that follows.
     serving.abort();
     let _ = serving.await;
+    server.close_streams();
     flip(&mut store, &cluster, 9);
     let serving = tokio::spawn(serve(
         bind_unix(&path).expect("bind"),
@@ -365,9 +371,12 @@ async fn a_restarted_server_with_the_same_view_sends_no_reset() {
 
     // The server restarts onto another store holding the same content at
     // other revision numbers (a change made and undone).
-    server.close_streams();
+    // The listener goes first, then the streams: closed the other way
+    // round, an agent could reconnect to the old listener in between and
+    // keep a stream of the old server through the change that follows.
     serving.abort();
     let _ = serving.await;
+    server.close_streams();
     let mut second = store(&cluster);
     flip(&mut second, &cluster, 1);
     let (name, endpoint) = cluster.endpoints[1].clone();
