@@ -17,7 +17,7 @@ use crate::Error;
 use crate::ProxyHealth;
 use kpng_netfilter::addresses::AddressEvents;
 
-use crate::addresses::{Bind, follow};
+use crate::addresses::Bind;
 use crate::http::{self, Reply};
 
 /// What one healthCheckNodePort reports.
@@ -299,6 +299,35 @@ impl Drop for HealthCheckServer {
         }
         if let Ok(ports) = self.ports.lock() {
             ports.listeners.values().for_each(Listener::close);
+        }
+    }
+}
+
+/// Moves the listeners whenever the node's addresses change.
+pub(crate) async fn follow(
+    mut events: AddressEvents,
+    bind: Arc<Bind>,
+    ports: Arc<Mutex<Ports>>,
+    health: ProxyHealth,
+) {
+    loop {
+        let Some(changes) = events.changed().await else {
+            tracing::warn!("no longer following address changes; at each sync only");
+            return;
+        };
+        tracing::debug!(?changes, "address changes");
+        let addresses = match events.addresses().await {
+            Ok(all) => bind.select(all),
+            Err(error) => {
+                tracing::warn!(%error, "listing the addresses over rtnetlink");
+                bind.resolve()
+            }
+        };
+        let Ok(mut ports) = ports.lock() else {
+            return;
+        };
+        if let Err(error) = ports.rebind(addresses, &health) {
+            tracing::warn!(%error, "a health check port did not move; the next sync retries");
         }
     }
 }
