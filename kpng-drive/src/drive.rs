@@ -75,7 +75,7 @@ pub struct DriveConfig {
     pub max_retry: Duration,
     /// Stop after the first successful sync.
     pub once: bool,
-    /// Kinds that must be synced (initial lists complete) before anything
+    /// Kinds that must be listed (initial lists complete) before anything
     /// is programmed.
     pub wait_for: Vec<Kind>,
     /// The hold of a [`Guarded`](crate::Guarded) sink: while one is in

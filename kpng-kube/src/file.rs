@@ -397,7 +397,7 @@ async fn read_text(path: &Path) -> Result<(String, String)> {
 impl Ingest {
     /// Replaces the whole state with `objects` (a file's contents), as a
     /// relist of every kind does, in one transaction, and marks every kind
-    /// synced. Returns the new revision, if anything changed.
+    /// listed. Returns the new revision, if anything changed.
     pub fn load(&mut self, objects: &[Object]) -> Option<u64> {
         self.begin_every_relist();
         for object in objects {

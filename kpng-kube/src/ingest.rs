@@ -160,7 +160,7 @@ impl Ingest {
         &self.store
     }
 
-    /// The store, mutably (to mark extra kinds synced, for example).
+    /// The store, mutably (to mark extra kinds listed, for example).
     pub fn store_mut(&mut self) -> &mut Store {
         &mut self.store
     }
@@ -183,7 +183,7 @@ impl Ingest {
     /// - `Init` starts a relist of the object's kind, `InitApply` buffers
     ///   an object of it, and `InitDone` swaps the kind's contents for
     ///   what was listed in one transaction (what vanished is deleted) and
-    ///   marks the kind synced.
+    ///   marks the kind listed.
     ///
     /// Returns the revision made, if any. An object that does not
     /// translate is counted ([`IngestStats::errors`]), logged and skipped.
@@ -311,7 +311,7 @@ impl Ingest {
     }
 
     /// The relist is complete: swap the Services' contents in one
-    /// transaction and mark Services synced.
+    /// transaction and mark Services listed.
     pub(crate) fn finish_service_relist(&mut self) -> Option<u64> {
         let listed = self.relists.services.take().unwrap_or_default();
         let mut txn = self.store.begin();
@@ -386,7 +386,7 @@ impl Ingest {
     }
 
     /// The relist is complete: swap the endpoints in one transaction and
-    /// mark endpoints synced.
+    /// mark endpoints listed.
     pub(crate) fn finish_slice_relist(&mut self) -> Option<u64> {
         let listed = self.relists.slices.take().unwrap_or_default();
         let mut txn = self.store.begin();
@@ -412,7 +412,7 @@ impl Ingest {
 
     /// Completes every relist in progress in one transaction, so readers
     /// never see one kind relisted and another not yet (a file reload uses
-    /// this). Marks the relisted kinds synced.
+    /// this). Marks the relisted kinds listed.
     pub fn finish_relists(&mut self) -> Option<u64> {
         let services = self.relists.services.take();
         let slices = self.relists.slices.take();

@@ -142,7 +142,7 @@ where
 /// kube-runtime's default backoff (800 ms doubling to 30 s, jittered),
 /// reset only by progress. Every (re)list, after a reconnect or a
 /// `410 Gone`, is applied as one transaction when it completes; each kind
-/// is marked synced after its first complete list.
+/// is marked listed after its first complete list.
 ///
 /// Each failed attempt is one log line naming the server, the kind, the
 /// whole cause, the attempt and the wait: the first of a failure at

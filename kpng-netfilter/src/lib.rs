@@ -20,8 +20,9 @@
 //! rtnetlink (the `rtnetlink` crate): what is there now, and each address
 //! added or removed.
 //!
-//! [`process`] is the one way kpng runs a child process (`nft`,
-//! `iptables-restore`, `conntrack`): with a timeout, its pipes served on
+//! [`process`] is the one way kpng runs a child process
+//! (`iptables-restore`, `iptables-save`, and for kube-proxy's leftovers
+//! `ip`, `ipset`, `ipvsadm`): with a timeout, its pipes served on
 //! threads, and killed by the kernel if kpng dies first.
 //!
 //! Message framing and parsing come from the rust-netlink crates

@@ -4,8 +4,8 @@
 //! [`Value`]s on persistent maps ([`imbl`]), so a snapshot is an O(1) clone
 //! that shares structure with the live state. Services are indexed by a
 //! hash map keyed by their name's fingerprint (a point lookup reads a few
-//! nodes); each Service's endpoints sit in a small ordered map of their
-//! own, listed in address order.
+//! nodes); each Service's endpoints sit in a vector of their own, sorted
+//! by address and shared with the snapshots that hold it.
 //!
 //! - **One writer.** The [`Store`] is the exclusive writer. It applies a
 //!   batch of sets and deletes as one [`Txn`]. A write whose value equals the
