@@ -419,25 +419,25 @@ impl Ingest {
         let nodes = self.relists.nodes.take();
         let service_cidrs = self.relists.service_cidrs.take();
         let mut txn = self.store.begin();
-        let mut synced = Vec::new();
+        let mut listed = Vec::new();
         if let Some(nodes) = nodes {
             swap_named::<objects::Node>(&mut txn, nodes);
-            synced.push(Kind::Node);
+            listed.push(Kind::Node);
         }
         if let Some(cidrs) = service_cidrs {
             swap_named::<objects::ServiceCidr>(&mut txn, cidrs);
-            synced.push(Kind::ServiceCidr);
+            listed.push(Kind::ServiceCidr);
         }
         if let Some(services) = services {
             swap_services(&mut txn, services);
-            synced.push(Kind::Service);
+            listed.push(Kind::Service);
         }
         if let Some(slices) = slices {
             self.index.swap(&mut txn, slices);
-            synced.push(Kind::Endpoint);
+            listed.push(Kind::Endpoint);
         }
         let revision = txn.commit().revision;
-        for kind in synced {
+        for kind in listed {
             self.store.mark_listed(kind);
         }
         self.count(0, revision)

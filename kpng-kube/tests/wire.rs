@@ -43,12 +43,12 @@ fn script(services: Vec<Reply>) -> Script {
 /// Runs the API source against `server` and waits until every kind is
 /// synced and `done` holds.
 async fn run_until(server: &ApiServer, done: impl Fn(&Snapshot) -> bool) -> Snapshot {
-    run_until_synced(server, &Kind::ALL, done).await
+    run_until_listed(server, &Kind::ALL, done).await
 }
 
 /// Runs the API source against `server` and waits until `kinds` are
 /// synced and `done` holds.
-async fn run_until_synced(
+async fn run_until_listed(
     server: &ApiServer,
     kinds: &[Kind],
     done: impl Fn(&Snapshot) -> bool,
@@ -316,7 +316,7 @@ async fn a_cluster_that_does_not_serve_service_cidrs_still_syncs() {
     )]);
     script.unserve(Resource::ServiceCidrs);
     let server = ApiServer::start(script).await;
-    let snap = run_until_synced(&server, &[Kind::Node, Kind::Service, Kind::Endpoint], |s| {
+    let snap = run_until_listed(&server, &[Kind::Node, Kind::Service, Kind::Endpoint], |s| {
         s.service(&ServiceName::new("ns", "a")).is_some()
     })
     .await;
