@@ -52,7 +52,10 @@ fn cluster(
     let mut slices = Vec::new();
     for i in 0..services {
         let (ns, name) = (format!("ns-{}", i % 50), format!("svc-{i}"));
-        let ip = format!("10.96.{}.{}", (i + 1) / 256, (i + 1) % 256);
+        // In 10.96.0.0/12: valid past 65,535 Services too (the third
+        // octet wrapped into 256 there, an address a file refuses).
+        let k = i + 1;
+        let ip = format!("10.{}.{}.{}", 96 + k / 65536, (k / 256) % 256, k % 256);
         svcs.push(json!({"apiVersion": "v1", "kind": "Service",
             "metadata": {"namespace": ns, "name": name, "resourceVersion": "1"},
             "spec": {"clusterIP": ip, "clusterIPs": [ip], "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}}));
