@@ -2,7 +2,6 @@
 //! turned back into the [`Round`]s a sink takes.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 
 use kpng_model::ServiceName;
 use kpng_model::view::{NodeView, ViewOp};
@@ -25,10 +24,6 @@ pub(crate) struct Rounds {
     synced: Option<NodeView>,
     /// The Services the ops touched since that round.
     touched: BTreeSet<ServiceName>,
-    /// An op touched the node's object since that round.
-    node: bool,
-    /// An op touched the Service CIDRs since that round.
-    service_cidrs: bool,
     /// The next round is full.
     full: bool,
     /// Ops were applied since the last round that succeeded, or the
@@ -42,8 +37,6 @@ impl Default for Rounds {
             view: NodeView::default(),
             synced: None,
             touched: BTreeSet::new(),
-            node: false,
-            service_cidrs: false,
             full: true,
             pending: false,
         }
@@ -70,8 +63,6 @@ impl Rounds {
         if std::mem::take(&mut self.pending) {
             self.view = self.synced.clone().unwrap_or_default();
             self.touched.clear();
-            self.node = false;
-            self.service_cidrs = false;
         }
     }
 
@@ -84,21 +75,21 @@ impl Rounds {
     pub(crate) fn apply(&mut self, op: &ViewOp) -> Result<(), kpng_model::Error> {
         self.pending = true;
         // A full round lists the whole view: what the ops touch matters
-        // only to an incremental one.
-        let track = !self.full;
-        match op {
-            _ if !track => {}
-            ViewOp::SetNode(_) | ViewOp::DeleteNode => self.node = true,
-            ViewOp::SetServiceCidrs(_) => self.service_cidrs = true,
-            ViewOp::SetService(service) => {
-                self.touched.insert(service.service_name());
-            }
-            ViewOp::DeleteService(name)
-            | ViewOp::SetEndpoint(name, _)
-            | ViewOp::DeleteEndpoint(name, _) => {
-                if !self.touched.contains(name) {
-                    self.touched.insert(name.clone());
+        // only to an incremental one. The node and the Service CIDRs are
+        // compared at the sync.
+        if !self.full {
+            match op {
+                ViewOp::SetService(service) => {
+                    self.touched.insert(service.service_name());
                 }
+                ViewOp::DeleteService(name)
+                | ViewOp::SetEndpoint(name, _)
+                | ViewOp::DeleteEndpoint(name, _) => {
+                    if !self.touched.contains(name) {
+                        self.touched.insert(name.clone());
+                    }
+                }
+                ViewOp::SetNode(_) | ViewOp::DeleteNode | ViewOp::SetServiceCidrs(_) => {}
             }
         }
         self.view.apply(op).inspect_err(|_| self.full = true)
@@ -120,12 +111,13 @@ impl Rounds {
         let result = match self.synced.as_ref().filter(|_| !self.full) {
             None => sink.sync(&Round::full(&self.view)),
             Some(previous) => {
-                let changes = self.changes(previous, touched);
+                // A Service set and deleted again, or set as it was, is
+                // no change; nor is the node or the Service CIDRs set as
+                // they were.
+                let changes = Changes::among(previous, &self.view, touched);
                 sink.sync(&Round::incremental(previous, &self.view, changes))
             }
         };
-        self.node = false;
-        self.service_cidrs = false;
         match result {
             Ok(()) => {
                 self.synced = Some(self.view.clone());
@@ -135,28 +127,6 @@ impl Rounds {
             Err(_) => self.full = true,
         }
         result
-    }
-
-    /// What differs between `previous` and the view among what the ops
-    /// touched: a Service set and deleted again, or set as it was, is no
-    /// change.
-    fn changes(&self, previous: &NodeView, touched: BTreeSet<ServiceName>) -> Changes {
-        let view = &self.view;
-        let mut changes = Changes::default();
-        changes.node = self.node && previous.node != view.node;
-        changes.service_cidrs = self.service_cidrs
-            && !Arc::ptr_eq(&previous.service_cidrs, &view.service_cidrs)
-            && previous.service_cidrs != view.service_cidrs;
-        changes.services = touched
-            .into_iter()
-            .filter(
-                |name| match (previous.services.get(name), view.services.get(name)) {
-                    (Some(before), Some(after)) => !Arc::ptr_eq(before, after) && before != after,
-                    (before, after) => before.is_some() != after.is_some(),
-                },
-            )
-            .collect();
-        changes
     }
 
     /// The view the ops received so far lead to.
@@ -170,6 +140,7 @@ impl Rounds {
 mod tests {
     use std::collections::BTreeMap;
     use std::net::{IpAddr, Ipv4Addr};
+    use std::sync::Arc;
 
     use kpng_model::EndpointInfo;
     use kpng_model::v1::{IpSet, Node, Service};

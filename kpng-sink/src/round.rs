@@ -33,22 +33,54 @@ impl Changes {
     /// views share (the same `Arc`) are skipped without being compared.
     pub fn between(previous: &NodeView, view: &NodeView) -> Self {
         use imbl::ordmap::DiffItem;
-        let services = previous
+        let names = previous
             .services
             .diff(&view.services)
             .filter_map(|item| match item {
                 DiffItem::Add(name, _) | DiffItem::Remove(name, _) => Some(name.clone()),
                 DiffItem::Update { old, new } => {
-                    (!Arc::ptr_eq(old.1, new.1) && old.1 != new.1).then(|| old.0.clone())
+                    service_changed(Some(old.1), Some(new.1)).then(|| old.0.clone())
                 }
             })
             .collect();
+        Self::with_services(previous, view, names)
+    }
+
+    /// What changed from `previous` to `view`, when only the Services
+    /// `names` may differ (for one who knows what it touched): those of
+    /// them whose view differs, in name order, each once.
+    pub fn among(
+        previous: &NodeView,
+        view: &NodeView,
+        names: impl IntoIterator<Item = ServiceName>,
+    ) -> Self {
+        let mut names: Vec<ServiceName> = names
+            .into_iter()
+            .filter(|name| service_changed(previous.services.get(name), view.services.get(name)))
+            .collect();
+        names.sort();
+        names.dedup();
+        Self::with_services(previous, view, names)
+    }
+
+    /// The node's and the Service CIDRs' changes from `previous` to
+    /// `view`, with `services`.
+    fn with_services(previous: &NodeView, view: &NodeView, services: Vec<ServiceName>) -> Self {
         Self {
             node: previous.node != view.node,
             service_cidrs: !Arc::ptr_eq(&previous.service_cidrs, &view.service_cidrs)
                 && previous.service_cidrs != view.service_cidrs,
             services,
         }
+    }
+}
+
+/// Whether a Service's view changed: it came or went, or is another and
+/// unequal one (a shared `Arc` is not compared).
+fn service_changed(before: Option<&Arc<ServiceView>>, after: Option<&Arc<ServiceView>>) -> bool {
+    match (before, after) {
+        (Some(before), Some(after)) => !Arc::ptr_eq(before, after) && before != after,
+        (before, after) => before.is_some() != after.is_some(),
     }
 }
 
@@ -261,6 +293,10 @@ mod tests {
         assert_eq!(listed, expected);
         assert_eq!(round.removed().count(), 1);
         assert!(!round.is_full() && !round.node_changed() && !round.is_empty());
+        // Told which Services may have changed (in any order, some twice,
+        // some unchanged), `among` finds what `between` finds.
+        let told = ["new", "keep", "gone", "change", "new"].map(|n| ServiceName::new("ns", n));
+        assert_eq!(Changes::among(&a, &b, told), Changes::between(&a, &b));
         // An equal copy is not a change, even when not shared.
         let copy = view(&[
             ("keep", "10.0.0.1"),
