@@ -1,5 +1,9 @@
 //! [`Measure`]: the hook that measures each round of a sink.
 
+use std::collections::BTreeMap;
+
+use kpng_model::ServiceName;
+
 use super::*;
 
 /// A [`Hook`] that measures its sink's rounds into [`Metrics`]: it times
@@ -48,10 +52,11 @@ pub struct Measure {
     retrying: bool,
     /// The endpoints of the view last synced.
     endpoints: usize,
-    /// The Service ports with a Local policy and no local endpoint
-    /// ([`no_local_endpoints`]) of the view last synced, summed: each
-    /// round takes a changed Service's count before it away, and adds
-    /// its count after.
+    /// Per Service of the view last synced with a Local policy, its ports
+    /// without a local endpoint ([`no_local_endpoints`]), only those with
+    /// any: each Service is planned once, when a round brings it.
+    no_local: BTreeMap<ServiceName, NoLocal>,
+    /// Their sum.
     no_local_total: NoLocal,
     /// The store the synced revisions come from: their trigger times.
     store: Option<kpng_store::Reader>,
@@ -70,6 +75,7 @@ impl Measure {
             round_started: None,
             retrying: false,
             endpoints: 0,
+            no_local: BTreeMap::new(),
             no_local_total: NoLocal::default(),
             store: None,
         }
@@ -108,18 +114,23 @@ impl Measure {
         let view = round.view();
         if round.is_full() {
             self.endpoints = 0;
+            self.no_local.clear();
             self.no_local_total = NoLocal::default();
         }
         for change in round.services() {
             if let Some(before) = change.before {
                 self.endpoints = self.endpoints.saturating_sub(before.endpoints.len());
             }
-            if let Some(before) = change.before {
-                add(&mut self.no_local_total, &no_local_endpoints(before), -1);
+            if let Some(counts) = self.no_local.remove(change.name) {
+                add(&mut self.no_local_total, &counts, -1);
             }
             if let Some(after) = change.after {
                 self.endpoints += after.endpoints.len();
-                add(&mut self.no_local_total, &no_local_endpoints(after), 1);
+                let counts = no_local_endpoints(after);
+                if counts != NoLocal::default() {
+                    add(&mut self.no_local_total, &counts, 1);
+                    self.no_local.insert(change.name.clone(), counts);
+                }
             }
         }
         let m = &self.metrics.0;
