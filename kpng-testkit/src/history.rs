@@ -198,3 +198,36 @@ pub fn apply(store: &mut Store, changes: &[Change], interner: &mut Interner) {
     }
     txn.commit();
 }
+
+/// A store of two nodes, `node-0` (this one, [`NODE`]) and `node-1`, and
+/// the synthetic Services `svc-N` for each N of `services`, each with two
+/// endpoints, one per node: a small, fixed state for backends' tests.
+pub fn store_of(services: &[usize]) -> Store {
+    let cluster = Cluster::synthetic(crate::ClusterShape {
+        services: 0,
+        endpoints: 0,
+        nodes: 2,
+        zones: 1,
+    });
+    let mut store = Store::new();
+    let mut interner = Interner::new();
+    let mut txn = store.begin();
+    for node in &cluster.nodes {
+        txn.set_node(node.clone());
+    }
+    for &i in services {
+        let service = Cluster::service(i);
+        let name = service.service_name();
+        let endpoints: Vec<_> = (1..=2)
+            .map(|n| {
+                let ip = format!("10.128.{i}.{n}").parse().expect("address");
+                Cluster::endpoint(ip, &cluster.nodes[n % 2], &service, &mut interner)
+            })
+            .collect();
+        txn.set_service(service);
+        txn.replace_endpoints(&name, &Arc::new(endpoints))
+            .expect("sorted");
+    }
+    txn.commit();
+    store
+}

@@ -578,46 +578,17 @@ impl Sink for EbpfBackend {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
 
-    use kpng_model::endpoint::Interner;
     use kpng_model::view::NodeView;
     use kpng_sink::{Round, Sink};
-    use kpng_store::Store;
-    use kpng_testkit::{Cluster, ClusterShape};
 
     use super::*;
 
     /// The view of `node-0` with Services `svc-N` for each N of
     /// `services`, each with two endpoints.
     fn view(services: &[usize]) -> NodeView {
-        let cluster = Cluster::synthetic(ClusterShape {
-            services: 0,
-            endpoints: 0,
-            nodes: 2,
-            zones: 1,
-        });
-        let mut store = Store::new();
-        let mut interner = Interner::new();
-        let mut txn = store.begin();
-        for node in &cluster.nodes {
-            txn.set_node(node.clone());
-        }
-        for &i in services {
-            let service = Cluster::service(i);
-            let name = service.service_name();
-            let endpoints: Vec<_> = (1..=2)
-                .map(|n| {
-                    let ip = format!("10.128.{i}.{n}").parse().expect("address");
-                    Cluster::endpoint(ip, &cluster.nodes[n % 2], &service, &mut interner)
-                })
-                .collect();
-            txn.set_service(service);
-            txn.replace_endpoints(&name, &Arc::new(endpoints))
-                .expect("sorted");
-        }
-        txn.commit();
-        kpng_view::node_view(&store.snapshot(), "node-0")
+        let store = kpng_testkit::history::store_of(services);
+        kpng_view::node_view(&store.snapshot(), kpng_testkit::history::NODE)
     }
 
     fn fail(backend: &mut EbpfBackend, on: bool) {

@@ -4,15 +4,10 @@
 
 use std::collections::BTreeSet;
 use std::process::Command;
-use std::sync::Arc;
 
 use kpng_backend_iptables::{Family, IptablesBackend, IptablesConfig};
-use kpng_model::ServiceName;
-use kpng_model::endpoint::Interner;
 use kpng_model::view::NodeView;
 use kpng_sink::{ProxyConfig, Round, Sink};
-use kpng_store::Store;
-use kpng_testkit::Cluster;
 use kpng_view::node_view;
 
 const NODE: &str = "node-0";
@@ -91,33 +86,7 @@ fn wanted(backend: &IptablesBackend) -> BTreeSet<(String, String)> {
 /// The node's view with Services `svc-N` for each N of `services`, each
 /// with two endpoints.
 fn view(services: &[usize]) -> NodeView {
-    let mut store = Store::new();
-    let cluster = Cluster::synthetic(kpng_testkit::ClusterShape {
-        services: 0,
-        endpoints: 0,
-        nodes: 2,
-        zones: 1,
-    });
-    let mut interner = Interner::new();
-    let mut txn = store.begin();
-    for node in &cluster.nodes {
-        txn.set_node(node.clone());
-    }
-    for &i in services {
-        let service = Cluster::service(i);
-        let name: ServiceName = service.service_name();
-        let endpoints: Vec<_> = (1..=2)
-            .map(|n| {
-                let ip = format!("10.128.{i}.{n}").parse().expect("address");
-                Cluster::endpoint(ip, &cluster.nodes[n % 2], &service, &mut interner)
-            })
-            .collect();
-        txn.set_service(service);
-        txn.replace_endpoints(&name, &Arc::new(endpoints))
-            .expect("sorted");
-    }
-    txn.commit();
-    node_view(&store.snapshot(), NODE)
+    node_view(&kpng_testkit::history::store_of(services).snapshot(), NODE)
 }
 
 /// After a failed sync of its own, the backend's next sync rewrites
