@@ -397,7 +397,7 @@ fn a_restart_onto_the_same_state_adopts_the_tables() {
     let sticky = lab.once("podc", "tcp", "10.96.0.151", 80);
     let before = NftBackend::dump(&lab);
     assert!(
-        before.contains("10.244.1.99 timeout"),
+        before.contains("elements = { 10.244.1.99 . ") && before.contains(" timeout 3h expires"),
         "a client in the set:\n{before}"
     );
 
@@ -412,7 +412,7 @@ fn a_restart_onto_the_same_state_adopts_the_tables() {
     let after = NftBackend::dump(&lab);
     assert_eq!(without_timers(after.clone()), without_timers(before));
     assert!(
-        after.contains("10.244.1.99 timeout"),
+        after.contains("elements = { 10.244.1.99 . "),
         "the client stays:\n{after}"
     );
     settle();

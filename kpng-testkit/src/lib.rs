@@ -12,6 +12,9 @@
 //!   Kubernetes list/watch protocol on a loopback port, from a script.
 //! - `history` (feature `history`): random histories of a small cluster,
 //!   proptest strategies for property tests of backends.
+//! - `world` (feature `world`): a cluster at scale (100k Services × 10
+//!   endpoints, 10k × 100, a realistic mix) as Kubernetes JSON objects,
+//!   for the test apiserver and for manifest files.
 //!
 //! # Example
 //!
@@ -30,6 +33,8 @@ mod counting;
 #[cfg(feature = "history")]
 pub mod history;
 pub mod semantics;
+#[cfg(feature = "world")]
+pub mod world;
 
 pub use counting::{CountingAllocator, proc_status_kib};
 

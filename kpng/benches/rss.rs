@@ -17,12 +17,13 @@
 //! the comments naming the Services.
 #![allow(unsafe_code, missing_docs, clippy::unwrap_used)]
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::time::Instant;
+mod support;
 
-use kpng_testkit::apiserver::{ApiServer, Reply, Resource, Script};
+use std::process::{Command, Stdio};
+
+use kpng_testkit::apiserver::{Reply, Resource, Script};
 use serde_json::json;
+use support::{ApiServerProcess, peak, peak_of};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -99,75 +100,26 @@ fn serve(services: usize, kubeconfig: &str) {
         Reply::List("1".into(), slices),
     );
     script.push(Resource::Nodes, false, Reply::List("1".into(), vec![node]));
-
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let server = runtime.block_on(ApiServer::start(script));
-    std::fs::write(kubeconfig, server.kubeconfig()).unwrap();
-    println!("ready");
-    // Serve until the parent closes our stdin, then report the list calls.
-    let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
-    let pages = server
-        .requests()
-        .iter()
-        .filter(|r| !r.contains("watch=true"))
-        .count();
-    println!("{pages}");
+    support::serve(script, kubeconfig);
 }
 
-/// A test apiserver process serving the cluster (its replies are a
-/// script: one client's lists each), with the kubeconfig to reach it.
-struct ApiServerProcess {
-    child: std::process::Child,
-    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
-    kubeconfig: String,
-}
-
-impl ApiServerProcess {
-    fn start(services: usize, kubeconfig: &std::path::Path) -> Self {
-        Self::start_in(None, services, kubeconfig)
-    }
-
-    /// The apiserver in network namespace `netns` (its loopback).
-    fn start_in(netns: Option<&str>, services: usize, kubeconfig: &std::path::Path) -> Self {
-        let exe = std::env::current_exe().unwrap();
-        let mut command = match netns {
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns]).arg(exe);
-                c
-            }
-            None => Command::new(exe),
-        };
-        let mut child = command
-            .args(["--services", &services.to_string(), "--serve"])
-            .arg(kubeconfig)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        assert_eq!(lines.next().unwrap().unwrap(), "ready");
-        let kubeconfig = kubeconfig.to_str().unwrap().to_owned();
-        Self {
-            child,
-            lines,
-            kubeconfig,
-        }
-    }
-
-    /// Stops it; returns how many list requests it served.
-    fn stop(mut self) -> String {
-        drop(self.child.stdin.take());
-        let pages = self.lines.next().unwrap().unwrap();
-        self.child.wait().unwrap();
-        pages
-    }
+/// A test apiserver process serving the cluster of `services`.
+fn start_apiserver(
+    netns: Option<&str>,
+    services: usize,
+    kubeconfig: &std::path::Path,
+) -> ApiServerProcess {
+    ApiServerProcess::start_in(
+        netns,
+        &["--services", &services.to_string(), "--serve"],
+        kubeconfig,
+    )
 }
 
 fn measure(services: usize) {
     let dir = std::env::temp_dir().join(format!("kpng-rss-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let apiserver = ApiServerProcess::start(services, &dir.join("kubeconfig"));
+    let apiserver = start_apiserver(None, services, &dir.join("kubeconfig"));
     let (rss_mib, secs) = peak(&[
         "kube",
         "--kubeconfig",
@@ -216,7 +168,7 @@ fn measure(services: usize) {
     // An agent: `kpng kube … to-api` serves the same cluster (from a
     // fresh apiserver) on a unix socket; `kpng api … to-nft --once
     // --dry-run` streams node-0's view from it and renders it.
-    let apiserver = ApiServerProcess::start(services, &dir.join("kubeconfig-api"));
+    let apiserver = start_apiserver(None, services, &dir.join("kubeconfig-api"));
     let socket = dir.join("api.sock");
     let listen = format!("unix://{}", socket.display());
     let mut api = Command::new(env!("CARGO_BIN_EXE_kpng"))
@@ -271,7 +223,7 @@ fn applied(services: usize, dir: &std::path::Path) {
     // The lab's node namespace (loopback up), deleted with the lab.
     let lab = kpng_lab::Lab::new();
     let ns = lab.ns("node");
-    let apiserver = ApiServerProcess::start_in(Some(&ns), services, &dir.join("kubeconfig-ns"));
+    let apiserver = start_apiserver(Some(&ns), services, &dir.join("kubeconfig-ns"));
     let exe = env!("CARGO_BIN_EXE_kpng");
     let (mib, secs) = peak_of(
         "ip",
@@ -315,89 +267,16 @@ fn applied(services: usize, dir: &std::path::Path) {
     println!("{{\"applied_peak_rss_mib\":{mib:.1},\"applied_seconds\":{secs:.2}}}");
 }
 
-/// The eBPF backend's real sync: `kpng file … to-ebpf --once` loads its
-/// programs into a test cgroup and bpffs and writes the maps for the same
-/// cluster; the process's peak RSS, and the kernel memory of the maps
-/// (they stay pinned after it exits).
+/// The eBPF backend's real sync from the file (see
+/// [`support::ebpf_from_file`]).
 fn ebpf(input: &str) {
-    use kpng_testkit::bpf::{BpfFs, TestCgroup, unavailable};
-    if let Some(why) = unavailable() {
-        println!("ebpf: SKIPPED ({why})");
+    let Some((mib, secs, kernel_mib)) = support::ebpf_from_file(input) else {
         return;
-    }
-    let fs = BpfFs::new("kpng-rss-bpf").unwrap();
-    let cgroup = TestCgroup::new("kpng-rss-cg").unwrap();
-    let pins = fs.path.join("kpng");
-    let (cgroup_path, pin_path) = (cgroup.path.to_str().unwrap(), pins.to_str().unwrap());
-    let (mib, secs) = peak(&[
-        "file",
-        "--input",
-        input,
-        "--node",
-        "node-0",
-        "to-ebpf",
-        "--once",
-        "--cgroup-path",
-        cgroup_path,
-        "--bpf-pin-path",
-        pin_path,
-        "--north-south",
-        "none",
-        "--healthz-bind-address",
-        "",
-        "--metrics-bind-address",
-        "",
-        "--no-conntrack-cleanup",
-        "--conntrack-max-per-core",
-        "0",
-        "--conntrack-tcp-timeout-established",
-        "0",
-        "--conntrack-tcp-timeout-close-wait",
-        "0",
-    ]);
-    let kernel_kib = kpng_backend_ebpf::map_memory(&pins) / 1024;
-    println!(
-        "ebpf: kpng file --input cluster.json ... to-ebpf --once into a test cgroup and bpffs: peak RSS {mib:.1} MiB, {secs:.2} s; the pinned maps hold {:.1} MiB of kernel memory",
-        kernel_kib as f64 / 1024.0
-    );
-    println!(
-        "{{\"ebpf_peak_rss_mib\":{mib:.1},\"ebpf_seconds\":{secs:.2},\"ebpf_kernel_maps_mib\":{:.1}}}",
-        kernel_kib as f64 / 1024.0
-    );
-    drop(cgroup);
-    drop(fs);
-}
-
-/// Runs `kpng ARGS` to its end: its peak RSS in MiB (`wait4`) and the
-/// time it took.
-fn peak(args: &[&str]) -> (f64, f64) {
-    peak_of(env!("CARGO_BIN_EXE_kpng"), args)
-}
-
-/// Runs `program ARGS` to its end: its peak RSS in MiB and the time.
-#[allow(clippy::zombie_processes)] // reaped by `wait4`, which clippy cannot see
-fn peak_of(program: &str, args: &[&str]) -> (f64, f64) {
-    let start = Instant::now();
-    let extra = std::env::var("KPNG_RSS_FLAGS").unwrap_or_default();
-    let extra: Vec<&str> = match args.contains(&"to-nft") {
-        true => extra.split_whitespace().collect(),
-        false => Vec::new(),
     };
-    let child = Command::new(program)
-        .args(args)
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let pid = child.id() as libc::pid_t;
-    let mut status = 0;
-    // SAFETY: an all-zero rusage is valid; wait4 fills it for our child.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `status` and `usage` are valid for writes; `pid` is our child.
-    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    let secs = start.elapsed().as_secs_f64();
-    assert_eq!(waited, pid);
-    assert_eq!(status, 0, "kpng {args:?} exited with status {status}");
-    (usage.ru_maxrss as f64 / 1024.0, secs)
+    println!(
+        "ebpf: kpng file --input cluster.json ... to-ebpf --once into a test cgroup and bpffs: peak RSS {mib:.1} MiB, {secs:.2} s; the pinned maps hold {kernel_mib:.1} MiB of kernel memory"
+    );
+    println!(
+        "{{\"ebpf_peak_rss_mib\":{mib:.1},\"ebpf_seconds\":{secs:.2},\"ebpf_kernel_maps_mib\":{kernel_mib:.1}}}"
+    );
 }

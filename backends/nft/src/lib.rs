@@ -722,9 +722,22 @@ mod tests {
             "add chain ip kpng pick-vip-cluster-2",
             "add rule ip kpng pick-vip-cluster-2 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 2 map @vip-cluster",
             "10.96.0.10 . tcp . 80 . 1 : 10.244.2.5 . 8080",
+            // ClientIP affinity: one set for every Service, keyed by the
+            // client, the Service port's number and the endpoint.
+            "add set ip kpng affinity { type ipv4_addr . mark . ipv4_addr . inet_service; flags dynamic,timeout; size 1048576; }",
+            " . ip daddr & 0.0.0.0 | 10.244.1.6 . th dport & 0 | 8080 @affinity meta l4proto tcp dnat to 10.244.1.6:8080",
+            " . ip daddr & 0.0.0.0 | 10.244.1.6 . th dport & 0 | 8080 timeout 60s }",
         ] {
             assert!(text.contains(line), "{line} in\n{text}");
         }
+        // No set of a Service's own: the IPv4 table (with the Services)
+        // declares as many as the IPv6 one (with none).
+        assert_eq!(
+            text.matches("add set ip kpng ").count() + text.matches("add map ip kpng ").count(),
+            text.matches("add set ip6 kpng ").count() + text.matches("add map ip6 kpng ").count(),
+            "{text}"
+        );
+        assert!(!text.contains("afc-") && !text.contains("afm-"), "{text}");
         // Only the endpoint counts in use.
         assert!(!text.contains("pick-vip-cluster-3"), "{text}");
         assert!(backend.last_sync().full);
@@ -758,7 +771,8 @@ mod tests {
         assert!(text.contains("delete chain ip kpng svc-c2"), "{text}");
         assert!(!text.contains("pick-vip-cluster-2"), "{text}");
 
-        // The affinity Service goes: its chains, sets and map go with it.
+        // The affinity Service goes: its chains go with it; the shared
+        // affinity set stays, and no set of its own was ever made.
         let before = view.clone();
         view.apply(&ViewOp::DeleteService(
             service("sticky", "10.96.0.11", true).service_name(),
@@ -766,13 +780,10 @@ mod tests {
         .expect("delete");
         sync(&mut backend, Some(&before), &mut view, 3);
         let text = backend.last_script();
-        for gone in [
-            "delete set ip kpng afm-",
-            "delete set ip kpng afc-",
-            "delete chain ip kpng aff-",
-        ] {
+        for gone in ["delete chain ip kpng afe-", "delete chain ip kpng aff-"] {
             assert!(text.contains(gone), "{gone} in\n{text}");
         }
+        assert!(!text.contains("delete set"), "{text}");
     }
 
     /// The dry run names the Service each of its chains and its elements
@@ -797,7 +808,6 @@ mod tests {
             "10.96.0.10 . tcp . 80 comment \"t/web:http/tcp\" : goto svc-c1",
             "10.96.0.11 . tcp . 80 comment \"t/sticky:http/tcp\" : goto svc-",
             "add element ip kpng cluster-ips { 10.96.0.10 comment \"t/web\", 10.96.0.11 comment \"t/sticky\" }",
-            "0 comment \"t/sticky:http/tcp\" : goto afe-",
         ] {
             assert!(text.contains(line), "{line} in\n{text}");
         }

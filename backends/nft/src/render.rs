@@ -48,6 +48,12 @@ pub(crate) const CLUSTER_CIDRS: &str = "cluster-cidrs";
 pub(crate) const SERVICE_CIDRS: &str = "service-cidrs";
 /// The chain that rejects.
 pub(crate) const REJECT_CHAIN: &str = "reject-chain";
+/// Set: ClientIP affinity, (client, Service port, endpoint, endpoint
+/// port) with the Service's timeout: one for every Service, so that the
+/// kernel, which finds a set by name in a list, never holds thousands.
+pub(crate) const AFFINITY: &str = "affinity";
+/// The most clients (per Service port and endpoint) [`AFFINITY`] holds.
+pub(crate) const AFFINITY_SIZE: u32 = 1 << 20;
 
 /// A set's or map's name: most are the table's fixed ones.
 pub(crate) type SetName = Cow<'static, str>;
@@ -327,19 +333,33 @@ pub(crate) fn prefix_of(key: &Key) -> Option<IpNet> {
     IpNet::new(ip, len).ok()
 }
 
+/// FNV-1a of `text`.
+fn fnv(text: &str) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in text.bytes() {
+        hash = (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
+
 /// A stable, short, nft-safe id for one Service port: FNV-1a over the
 /// Service name, port name and protocol, in base 32. Chain names never carry
 /// user text.
 pub(crate) fn port_id(name: &ServiceName, port: &ServicePort) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    let text = format!("{name}/{}/{}", port.name, port.protocol);
-    for byte in text.bytes() {
-        hash = (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
-    }
+    let hash = fnv(&format!("{name}/{}/{}", port.name, port.protocol));
     const ALPHABET: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz234567";
     (0..13)
         .map(|i| ALPHABET[((hash >> (i * 5)) & 31) as usize] as char)
         .collect()
+}
+
+/// The number that stands for a Service port (its [`port_id`]) in the
+/// [`AFFINITY`] set's keys. Two ports of one number would share a client's
+/// record only for an endpoint both have, and send the client to it: an
+/// endpoint of the Service either way.
+pub(crate) fn port_mark(id: &str) -> u32 {
+    // The low half of the hash of the id.
+    (fnv(id) & 0xffff_ffff) as u32
 }
 
 fn sanitize_ip(ip: IpAddr) -> String {
@@ -544,61 +564,59 @@ impl PortCtx<'_> {
         shared.name()
     }
 
-    /// ClientIP affinity: one timeout set and one chain per endpoint, and
+    /// ClientIP affinity: one chain per endpoint that records the client
+    /// in the shared [`AFFINITY`] set (keyed by the client, this Service
+    /// port's number, the endpoint and its port) and sends it there, and
     /// one chain per endpoint set that sends known clients back to their
-    /// endpoint and spreads the others through a map by random index.
+    /// endpoint and spreads the others evenly (endpoint `i` of `n` with
+    /// chance 1/(n-i) among those left, as kube-proxy's iptables mode
+    /// does), with no set or map of its own.
     fn affinity_chain(&self, render: &mut Render, local: bool, timeout: u32) -> String {
         let set = self.targets(local);
         let family = self.fam.family();
         let which = if local { "local" } else { "cluster" };
         let name = format!("aff-{}-{which}", self.id);
-        let spread = format!("afm-{}-{which}", self.id);
-        let saddr = [Load::Saddr(family)];
+        let id = port_mark(&self.id).to_ne_bytes();
         let mut rules = Vec::new();
+        let mut spread = Vec::new();
+        let n = set.len();
         for (i, (ip, port)) in set.iter().enumerate() {
-            let tag = sanitize_ip(*ip);
-            let clients = format!("afc-{}-{tag}", self.id);
-            let chain = format!("afe-{}-{tag}", self.id);
+            let Some(addr) = self.fam.bytes(*ip) else {
+                continue;
+            };
+            let port_bytes = port.to_be_bytes();
+            let key = [
+                (Load::Saddr(family), None),
+                (Load::Mark, Some(&id[..])),
+                (Load::Daddr(family), Some(&addr[..])),
+                (Load::Dport, Some(&port_bytes[..])),
+            ];
+            let chain = format!("afe-{}-{}", self.id, sanitize_ip(*ip));
             let dnat = [
                 build::equals(Load::L4Proto, &[self.proto]),
                 build::dnat_to(*ip, *port),
             ]
             .concat();
-            rules.push([build::lookup(&saddr, &clients, None, false), dnat.clone()].concat());
-            let index = u32::try_from(i).unwrap_or(u32::MAX);
-            render.noted(
-                spread.clone(),
-                Key::of(&[&index.to_ne_bytes()]),
-                Value::Goto(chain.as_str().into()),
-                self.comment.as_ref(),
-            );
-            render.sets.insert(
-                clients.clone(),
-                Set::new(clients.clone(), self.fam.addr_type()).with_timeouts(),
-            );
-            let mut update = build::load(&saddr);
+            rules.push([build::lookup_fixed(&key, AFFINITY), dnat.clone()].concat());
+            let left = u32::try_from(n - i).unwrap_or(u32::MAX);
+            spread.push(match left {
+                1 => build::verdict(Verdict::Goto(chain.clone())),
+                _ => [
+                    build::equals(Load::Random(left), &0u32.to_ne_bytes()),
+                    build::verdict(Verdict::Goto(chain.clone())),
+                ]
+                .concat(),
+            });
+            let mut update = build::load_fixed(&key);
             update.push(Expr::Dynset {
                 op: DynsetOp::Update,
-                set: clients,
+                set: AFFINITY.into(),
                 key: Reg::r32(0),
                 timeout_ms: Some(u64::from(timeout) * 1000),
             });
             render.chain(chain, vec![update, dnat], self.comment.as_ref());
         }
-        let n = u32::try_from(set.len()).unwrap_or(u32::MAX);
-        render.sets.insert(
-            spread.clone(),
-            // Declared with a fixed modulus: `typeof` only names the
-            // key's type, and the declaration stays the same whatever the
-            // endpoint count.
-            Set::keyed_by(spread.clone(), &[Load::Random(2)]).to_verdicts(),
-        );
-        rules.push(build::lookup(
-            &[Load::Random(n)],
-            &spread,
-            Some(Reg::VERDICT),
-            false,
-        ));
+        rules.extend(spread);
         render.chain(name.clone(), rules, self.comment.as_ref());
         name
     }
@@ -790,6 +808,12 @@ pub(crate) fn globals(
         Set::new(NODEPORT_IPS, addr).intervals(),
         Set::new(CLUSTER_CIDRS, addr).intervals(),
         Set::new(SERVICE_CIDRS, addr).intervals(),
+        Set::new(
+            AFFINITY,
+            DataType::concat(&[addr, DataType::MARK, addr, port]),
+        )
+        .with_timeouts()
+        .with_size(AFFINITY_SIZE),
     ];
     for set in sets.into_iter().chain(Pick::ALL.map(|p| p.set(f))) {
         render.sets.insert(set.name.clone(), set);

@@ -30,6 +30,42 @@ pub fn load(keys: &[Load]) -> Vec<Expr> {
         .collect()
 }
 
+/// Loads `keys` as [`load`] does, each part given a value made a
+/// constant: `LOAD & 0 | VALUE` (the value's bytes in the load's order),
+/// which nft writes for a constant inside a concatenation of packet
+/// fields (nft 1.0.6 parses no bare constant there). A set keyed by a
+/// packet field and constants (a client and the endpoint it was sent
+/// to) is then one set for all, not one per constant.
+pub fn load_fixed(keys: &[(Load, Option<&[u8]>)]) -> Vec<Expr> {
+    let mut reg = Reg::r32(0);
+    let mut out = Vec::new();
+    for (load, value) in keys {
+        out.push(load.expr(reg));
+        if let Some(value) = value {
+            out.push(Expr::Bitwise {
+                sreg: reg,
+                dreg: reg,
+                mask: vec![0; value.len()],
+                xor: value.to_vec(),
+            });
+        }
+        reg = reg.after(load.len());
+    }
+    out
+}
+
+/// `KEYS @set` as [`lookup`] reads it, the keys loaded by [`load_fixed`].
+pub fn lookup_fixed(keys: &[(Load, Option<&[u8]>)], set: &str) -> Vec<Expr> {
+    let mut out = load_fixed(keys);
+    out.push(Expr::Lookup {
+        sreg: Reg::r32(0),
+        set: set.to_owned(),
+        dreg: None,
+        invert: false,
+    });
+    out
+}
+
 /// `KEYS @set` (or `KEYS != @set`), `KEYS vmap @map` with `dreg` the
 /// verdict register, or `KEYS map @map` into `dreg`.
 pub fn lookup(keys: &[Load], set: &str, dreg: Option<Reg>, invert: bool) -> Vec<Expr> {

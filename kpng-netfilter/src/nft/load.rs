@@ -21,6 +21,8 @@ pub enum Load {
     Sport,
     /// `numgen random mod N`.
     Random(u32),
+    /// `meta mark`.
+    Mark,
 }
 
 impl Load {
@@ -28,7 +30,7 @@ impl Load {
     pub fn len(self) -> u32 {
         match self {
             Load::Saddr(Family::Ip6) | Load::Daddr(Family::Ip6) => 16,
-            Load::Saddr(_) | Load::Daddr(_) | Load::Random(_) => 4,
+            Load::Saddr(_) | Load::Daddr(_) | Load::Random(_) | Load::Mark => 4,
             Load::L4Proto => 1,
             Load::Dport | Load::Sport => 2,
         }
@@ -47,6 +49,7 @@ impl Load {
             Load::L4Proto => DataType::INET_PROTO,
             Load::Dport | Load::Sport => DataType::INET_SERVICE,
             Load::Random(_) => DataType::INTEGER,
+            Load::Mark => DataType::MARK,
         }
     }
 
@@ -54,7 +57,7 @@ impl Load {
     /// and numgen values, network order for packet fields.
     fn byte_order(self) -> u32 {
         match self {
-            Load::L4Proto | Load::Random(_) => 1,
+            Load::L4Proto | Load::Random(_) | Load::Mark => 1,
             _ => 2,
         }
     }
@@ -79,6 +82,8 @@ impl Load {
             Load::Dport => (PAYLOAD, &[DESC_TH, 2]),
             // NFT_META_L4PROTO.
             Load::L4Proto => (META, &[16]),
+            // NFT_META_MARK.
+            Load::Mark => (META, &[3]),
             // NFT_NG_RANDOM, the modulus, no offset.
             Load::Random(modulus) => (NUMGEN, &[1, modulus, 0]),
         };
@@ -200,6 +205,10 @@ impl Load {
             Load::Sport => payload(PayloadBase::Transport, 0, 2),
             Load::L4Proto => Expr::Meta {
                 key: MetaKey::L4Proto,
+                dreg,
+            },
+            Load::Mark => Expr::Meta {
+                key: MetaKey::Mark,
                 dreg,
             },
             Load::Random(modulus) => Expr::Numgen {

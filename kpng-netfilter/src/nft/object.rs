@@ -182,6 +182,10 @@ pub struct Set {
     /// What a map declared by `typeof` maps to.
     #[serde(default)]
     pub typeof_data: Option<Typeof>,
+    /// The most elements it holds (`size`); `None`: the kernel's default
+    /// (65,535 for a set that rules add to).
+    #[serde(default)]
+    pub size: Option<u32>,
 }
 
 impl Set {
@@ -195,6 +199,7 @@ impl Set {
             timeout: false,
             typeof_key: None,
             typeof_data: None,
+            size: None,
         }
     }
 
@@ -252,6 +257,13 @@ impl Set {
     /// A set whose elements expire and that rules may update.
     pub fn with_timeouts(mut self) -> Self {
         self.timeout = true;
+        self
+    }
+
+    /// A set that holds at most `size` elements (nft's `size`): what rules
+    /// add beyond it is not added.
+    pub fn with_size(mut self, size: u32) -> Self {
+        self.size = Some(size);
         self
     }
 }

@@ -84,6 +84,7 @@ fn load_words(load: Load) -> String {
         Load::Dport => "th dport".into(),
         Load::Sport => "th sport".into(),
         Load::Random(n) => format!("numgen random mod {n}"),
+        Load::Mark => "meta mark".into(),
     }
 }
 
@@ -130,6 +131,9 @@ impl Set {
         }
         if !flags.is_empty() {
             let _ = write!(body, "; flags {}", flags.join(","));
+        }
+        if let Some(size) = self.size {
+            let _ = write!(body, "; size {size}");
         }
         body
     }

@@ -266,7 +266,17 @@ impl fmt::Display for Rule {
                     let or = mask.len() == xor.len()
                         && mask.iter().zip(xor.iter()).all(|(m, x)| *m == !*x)
                         && xor.iter().any(|b| *b != 0);
-                    let words = if or {
+                    let fixed = mask.iter().all(|b| *b == 0);
+                    let words = if fixed {
+                        // A constant (`build::load_fixed`): nft reads
+                        // `x & 0 | c` back as this.
+                        format!(
+                            "{} & {} | {}",
+                            src.words,
+                            constant(kind, mask),
+                            constant(kind, xor)
+                        )
+                    } else if or {
                         format!("{} | {}", src.words, constant(kind, xor))
                     } else if xor.iter().all(|b| *b == 0) {
                         format!("{} & {}", src.words, constant(kind, mask))

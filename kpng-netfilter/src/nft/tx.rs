@@ -4,9 +4,9 @@
 use netlink_packet_core::{NLM_F_ACK, NLM_F_APPEND, NLM_F_CREATE, NLM_F_REQUEST, NetlinkMessage};
 use netlink_packet_netfilter::nftables::{
     ChainAttribute, ChainMessage, DataAttribute, Hook as NlHook, HookNumber, InetHookNumber,
-    ListAttribute, NfTablesMessage, RuleAttribute, RuleMessage, SetAttribute, SetElementAttribute,
-    SetElementFlags, SetElementList, SetElementMessage, SetFlags, SetMessage, TableAttribute,
-    TableMessage, Verdict as NlVerdict, VerdictAttribute,
+    ListAttribute, NfTablesMessage, RuleAttribute, RuleMessage, SetAttribute, SetDescription,
+    SetElementAttribute, SetElementFlags, SetElementList, SetElementMessage, SetFlags, SetMessage,
+    TableAttribute, TableMessage, Verdict as NlVerdict, VerdictAttribute,
 };
 use netlink_packet_netfilter::none::ControlMessage;
 use netlink_packet_netfilter::{
@@ -566,6 +566,9 @@ fn set_message(t: &Table, s: &Set, id: u32) -> SetMessage {
             attributes.push(SetAttribute::DataLen(data.len));
         }
         None => {}
+    }
+    if let Some(size) = s.size {
+        attributes.push(SetAttribute::Description(vec![SetDescription::Size(size)]));
     }
     if let Some(userdata) = s.userdata() {
         attributes.push(SetAttribute::UserData(userdata));
