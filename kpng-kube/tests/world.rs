@@ -44,7 +44,7 @@ fn the_scale_world_loads_whole_with_its_mix() {
         count(&|s| s.internal_traffic_policy == TrafficPolicy::Local as i32),
         65
     );
-    assert_eq!(count(&|s| s.client_ip_affinity.is_some()), 130);
+    assert_eq!(count(&|s| s.client_ip_affinity.is_some()), 13);
     assert_eq!(count(&|s| s.load_balancer_source_ranges.is_some()), 100);
     assert_eq!(count(&|s| s.traffic_distribution == "PreferClose"), 130);
     assert_eq!(
