@@ -121,22 +121,40 @@ impl Socket {
     }
 
     pub(crate) fn send_all(&self, bytes: &[u8]) -> Result<(), Error> {
+        self.send_pieces(&[std::io::IoSlice::new(bytes)])
+    }
+
+    /// Sends a batch in pieces, as one message (one `sendmsg`).
+    pub(crate) fn send_chunks(&self, bytes: &super::tx::Chunks) -> Result<(), Error> {
+        let pieces: Vec<std::io::IoSlice<'_>> = bytes.pieces().map(std::io::IoSlice::new).collect();
+        self.send_pieces(&pieces)
+    }
+
+    fn send_pieces(&self, pieces: &[std::io::IoSlice<'_>]) -> Result<(), Error> {
         // A batch goes in one message: the kernel needs the socket's send
         // buffer to hold it whole.
-        let want = bytes.len().saturating_add(64 * 1024);
+        let total: usize = pieces.iter().map(|p| p.len()).sum();
+        let want = total.saturating_add(64 * 1024);
         let size = usize::max(want, 256 * 1024);
         if socket::setsockopt(&self.fd, sockopt::SndBufForce, &size).is_err() {
             socket::setsockopt(&self.fd, sockopt::SndBuf, &size)
                 .map_err(Self::io("send buffer"))?;
         }
-        let sent = socket::send(self.fd.as_raw_fd(), bytes, MsgFlags::empty()).map_err(|e| {
+        let sent = socket::sendmsg::<()>(
+            self.fd.as_raw_fd(),
+            pieces,
+            &[],
+            MsgFlags::empty(),
+            None,
+        )
+        .map_err(|e| {
             Self::io(if e == Errno::EMSGSIZE {
                 "send (the batch is larger than the send buffer, which only CAP_NET_ADMIN can force)"
             } else {
                 "send"
             })(e)
         })?;
-        if sent == bytes.len() {
+        if sent == total {
             Ok(())
         } else {
             Err(Error::Io {
@@ -191,7 +209,7 @@ impl Socket {
         // Begin, the messages, end: the next batch numbers on after them.
         let used = u32::try_from(encoded.labels.len() + 1).unwrap_or(u32::MAX);
         self.take_seqs(used);
-        self.send_all(&encoded.bytes)?;
+        self.send_chunks(&encoded.bytes)?;
         // The kernel runs the whole batch inside the send: every answer is
         // queued by now. Read them all without waiting. (Waiting for the
         // acknowledged message alone could wait forever: on ENOMEM the

@@ -77,11 +77,47 @@ pub struct Transaction {
 
 /// A batch in wire form, and what each of its messages does (for errors).
 pub(crate) struct Encoded {
-    pub(crate) bytes: Vec<u8>,
+    pub(crate) bytes: Chunks,
     /// Per message, in order from the first sequence number: what it does.
     pub(crate) labels: Vec<String>,
     /// The sequence number of the batch's begin message; messages follow.
     pub(crate) first_seq: u32,
+}
+
+/// A batch's bytes in pieces of about [`Chunks::SIZE`], each holding
+/// whole messages: growing one buffer by doubling held the old and the
+/// new copy of a large batch at once (hundreds of MiB at 100k Services);
+/// the pieces go to the kernel in one `sendmsg`, as one batch.
+#[derive(Debug, Default)]
+pub(crate) struct Chunks(Vec<Vec<u8>>);
+
+impl Chunks {
+    /// The size of a piece.
+    const SIZE: usize = 1 << 20;
+
+    /// Room for `len` more bytes at the end of the last piece; its
+    /// buffer.
+    fn room(&mut self, len: usize) -> &mut Vec<u8> {
+        let fits = self
+            .0
+            .last()
+            .is_some_and(|last| last.is_empty() || last.len() + len <= last.capacity());
+        if !fits {
+            self.0.push(Vec::with_capacity(Self::SIZE.max(len)));
+        }
+        let at = self.0.len() - 1;
+        &mut self.0[at]
+    }
+
+    /// The pieces, in order.
+    pub(crate) fn pieces(&self) -> impl Iterator<Item = &[u8]> {
+        self.0.iter().map(Vec::as_slice)
+    }
+
+    /// The bytes in all, in one buffer (for checks and tests).
+    pub(crate) fn to_vec(&self) -> Vec<u8> {
+        self.0.concat()
+    }
 }
 
 impl Encoded {
@@ -254,7 +290,7 @@ impl Transaction {
         // chunk of elements is ever held twice.
         let count = self.message_count();
         let mut w = Writer {
-            bytes: Vec::new(),
+            bytes: Chunks::default(),
             labels: Vec::with_capacity(count + 1),
             seq: first_seq,
             count,
@@ -446,7 +482,7 @@ impl Transaction {
 
 /// A batch being serialized.
 struct Writer {
-    bytes: Vec<u8>,
+    bytes: Chunks,
     /// What each message written so far does.
     labels: Vec<String>,
     /// The sequence number of the last message written.
@@ -487,7 +523,7 @@ fn proto_family(family: Family) -> NetfilterProtoFamily {
 }
 
 fn push(
-    out: &mut Vec<u8>,
+    out: &mut Chunks,
     family: NetfilterProtoFamily,
     res_id: u16,
     inner: NetfilterMessageInner,
@@ -501,8 +537,10 @@ fn push(
     message.header.flags = NLM_F_REQUEST | flags;
     message.header.sequence_number = seq;
     message.finalize();
+    let len = message.buffer_len();
+    let out = out.room(len);
     let at = out.len();
-    out.resize(at + message.buffer_len(), 0);
+    out.resize(at + len, 0);
     message.serialize(&mut out[at..]);
 }
 
@@ -667,7 +705,8 @@ mod tests {
         );
         assert_eq!(encoded.label(100), None);
         // The first message is a batch begin for nf_tables.
-        assert_eq!(&encoded.bytes[4..6], &0x10u16.to_ne_bytes());
-        assert_eq!(&encoded.bytes[8..12], &100u32.to_ne_bytes());
+        let bytes = encoded.bytes.to_vec();
+        assert_eq!(&bytes[4..6], &0x10u16.to_ne_bytes());
+        assert_eq!(&bytes[8..12], &100u32.to_ne_bytes());
     }
 }

@@ -30,7 +30,8 @@ impl Transaction {
     pub fn verify_encoding(&self) -> Result<(), String> {
         let encoded = self.encode(1);
         let mut got = Vec::new();
-        for message in messages(&encoded.bytes) {
+        let bytes = encoded.bytes.to_vec();
+        for message in messages(&bytes) {
             let message = message?;
             // Element messages (NFT_MSG_NEWSETELEM 12, DELSETELEM 14 of
             // subsystem 10) are read by hand, as dumps are (see `raw`).
