@@ -56,6 +56,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use kpng_testkit::bpf::{BpfFs, TestCgroup, in_cgroup_and_netns};
+
 use crate::lab::{CLIENT, SERVER};
 
 static NEXT: AtomicUsize = AtomicUsize::new(0);
@@ -96,6 +98,11 @@ pub enum AgentBackend {
     Nft,
     /// `to-iptables --iptables-mode nft`.
     Iptables,
+    /// `to-ebpf --cgroup-path CG --bpf-pin-path DIR --tc-interfaces eth0`
+    /// (`--north-south nft`): a cgroup and a bpffs per node; the sockets
+    /// of that node's pods' clients ([`Cluster::connect`] from a pod) are
+    /// made in its cgroup, and balanced by its socket programs.
+    Ebpf,
 }
 
 impl AgentBackend {
@@ -104,6 +111,7 @@ impl AgentBackend {
         match self {
             AgentBackend::Nft => "nftables",
             AgentBackend::Iptables => "iptables",
+            AgentBackend::Ebpf => "ebpf+nftables",
         }
     }
 
@@ -112,6 +120,7 @@ impl AgentBackend {
         match self {
             AgentBackend::Nft => &["nft"],
             AgentBackend::Iptables => &["iptables-nft-restore", "iptables-nft-save"],
+            AgentBackend::Ebpf => &["nft", "nsenter"],
         }
     }
 
@@ -119,7 +128,15 @@ impl AgentBackend {
         match self {
             AgentBackend::Nft => &["to-nft"],
             AgentBackend::Iptables => &["to-iptables", "--iptables-mode", "nft"],
+            AgentBackend::Ebpf => &["to-ebpf", "--tc-interfaces", "eth0"],
         }
+    }
+
+    /// Whether it balances sockets before any packet is sent: then a
+    /// connection a rule drops fails at once with EPERM in the client
+    /// instead of timing out (see [`crate::scenarios::dropped_locally`]).
+    pub fn sockets(self) -> bool {
+        self == AgentBackend::Ebpf
     }
 }
 
@@ -151,7 +168,10 @@ pub fn kpng_binary() -> PathBuf {
 
 /// Why the cluster lab cannot run here with `backend`, if it cannot.
 pub fn unavailable(backend: AgentBackend) -> Option<String> {
-    crate::unavailable(backend.tools())
+    crate::unavailable(backend.tools()).or_else(|| match backend {
+        AgentBackend::Ebpf => kpng_testkit::bpf::unavailable(),
+        _ => None,
+    })
 }
 
 /// Skips the calling test, with a clear message, when the cluster lab
@@ -357,6 +377,10 @@ pub struct Cluster {
     echo: Vec<Child>,
     server: Option<Process>,
     agents: Vec<Option<Process>>,
+    /// Per node, for [`AgentBackend::Ebpf`]: its bpffs and cgroup,
+    /// removed after the namespaces (field order), which detaches what
+    /// the agent left.
+    bpf: Vec<(BpfFs, TestCgroup)>,
 }
 
 impl Drop for Cluster {
@@ -436,6 +460,7 @@ impl Cluster {
             echo: Vec::new(),
             server: None,
             agents: (0..nodes).map(|_| None).collect(),
+            bpf: Vec::new(),
         };
         let (fab, client) = (cluster.fabric_ns(), cluster.client_ns());
         let mut all = vec![fab.clone(), client.clone()];
@@ -445,6 +470,14 @@ impl Cluster {
         }
         // Recorded first: a failure from here on deletes whatever exists.
         cluster.namespaces = all.clone();
+        if backend == AgentBackend::Ebpf {
+            for k in 1..=nodes {
+                let tag = format!("{}-n{k}", cluster.prefix);
+                let fs = BpfFs::new(&format!("{tag}-bpf")).expect("a bpffs");
+                let cgroup = TestCgroup::new(&format!("{tag}-cg")).expect("a cgroup");
+                cluster.bpf.push((fs, cgroup));
+            }
+        }
         let mut host: Vec<String> = all.iter().map(|ns| format!("netns add {ns}")).collect();
         host.push(format!(
             "link add fc netns {fab} type veth peer name eth0 netns {client}"
@@ -653,23 +686,45 @@ impl Cluster {
     /// When it runs already.
     pub fn start_agent(&mut self, k: usize) {
         assert!(self.agents[k - 1].is_none(), "agent {k} runs already");
-        let mut command = Command::new("ip");
+        let mut command = if self.backend == AgentBackend::Ebpf {
+            // `ip netns exec` mounts a /sys of its own, which hides the
+            // cgroup tree; nsenter enters the network namespace alone.
+            let mut command = Command::new("nsenter");
+            command.arg(format!("--net=/run/netns/{}", self.node_ns(k)));
+            command
+        } else {
+            let mut command = Command::new("ip");
+            command.args(["netns", "exec", &self.node_ns(k)]);
+            command
+        };
         command
-            .args(["netns", "exec", &self.node_ns(k)])
             .arg(&self.binary)
             .args(["api", "--api"])
             .arg(format!("unix://{}", self.socket_path().display()))
             .args(["--node", &node_name(k)])
-            .args(self.backend.sink())
-            .args([
-                "--cluster-cidr",
-                CLUSTER_CIDR,
-                "--service-cidr",
-                SERVICE_CIDR,
-                "--metrics-bind-address",
-                "",
-            ]);
+            .args(self.backend.sink());
+        if self.backend == AgentBackend::Ebpf {
+            let (fs, cgroup) = &self.bpf[k - 1];
+            command
+                .arg("--cgroup-path")
+                .arg(&cgroup.path)
+                .arg("--bpf-pin-path")
+                .arg(fs.path.join("kpng"));
+        }
+        command.args([
+            "--cluster-cidr",
+            CLUSTER_CIDR,
+            "--service-cidr",
+            SERVICE_CIDR,
+            "--metrics-bind-address",
+            "",
+        ]);
         self.agents[k - 1] = Some(Process::spawn(command));
+    }
+
+    /// Node `k`'s cgroup, with [`AgentBackend::Ebpf`].
+    pub fn cgroup(&self, k: usize) -> Option<&Path> {
+        self.bpf.get(k - 1).map(|(_, cgroup)| cgroup.path.as_path())
     }
 
     /// Starts every node's agent.
@@ -786,7 +841,9 @@ impl Cluster {
 
     /// `count` connections (or datagrams) from namespace `ns`; one line
     /// each: `<endpoint> <peer seen>`, `REFUSED <seconds>`, `TIMEOUT` or
-    /// `ERROR …` (as [`Lab::connect`](crate::Lab::connect)).
+    /// `ERROR …` (as [`Lab::connect`](crate::Lab::connect)). With
+    /// [`AgentBackend::Ebpf`], a client in a pod of node K runs in node
+    /// K's cgroup.
     pub fn connect(
         &self,
         ns: &str,
@@ -796,11 +853,17 @@ impl Cluster {
         count: usize,
     ) -> Vec<String> {
         let (port, count) = (port.to_string(), count.to_string());
-        let out = Command::new("ip")
-            .args(["netns", "exec", ns, "python3", "-c", CLIENT])
-            .args([proto, host, &port, &count])
-            .output()
-            .expect("client");
+        let args = ["python3", "-c", CLIENT, proto, host, &port, &count];
+        let node = (1..=self.nodes).find(|&k| ns.starts_with(&format!("{}p", self.node_ns(k))));
+        let mut command = match node.and_then(|k| self.cgroup(k)) {
+            Some(cgroup) => in_cgroup_and_netns(cgroup, ns, &args),
+            None => {
+                let mut command = Command::new("ip");
+                command.args(["netns", "exec", ns]).args(args);
+                command
+            }
+        };
+        let out = command.output().expect("client");
         String::from_utf8_lossy(&out.stdout)
             .lines()
             .map(str::to_owned)
@@ -825,6 +888,9 @@ impl Cluster {
         let tool: &[&str] = match self.backend {
             AgentBackend::Nft => &["nft", "list", "ruleset"],
             AgentBackend::Iptables => &["iptables-nft-save"],
+            // The socket programs' maps are not listed: the north-south
+            // nftables backend's rules are.
+            AgentBackend::Ebpf => &["nft", "list", "ruleset"],
         };
         let out = Command::new("ip")
             .args(["netns", "exec", &self.node_ns(k)])

@@ -5,9 +5,12 @@
 //! another node (masqueraded, so the reply comes back the same way),
 //! externalTrafficPolicy and internalTrafficPolicy Local, the health-check
 //! node port of each node, a manifest change reaching every node, and an
-//! agent's and the server's restart. Run as root with the `kpng` binary
-//! built (`cargo build -p kpng`); otherwise it prints SKIPPED and passes
-//! (not root) or fails naming the missing binary.
+//! agent's and the server's restart; for nft, iptables and eBPF (socket
+//! programs in a cgroup per node, tc on its fabric link, nft beside; the
+//! EPERM of a dropped connection shows the socket programs at work). Run
+//! as root with the `kpng` binary built (`cargo build -p kpng`);
+//! otherwise it prints SKIPPED and passes (not root) or fails naming the
+//! missing binary.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -27,6 +30,16 @@ fn eps(pods: &[(usize, usize)]) -> String {
         .map(|&(k, j)| format!("{{addresses: [{}], nodeName: node-{k}}}", pod_ip(k, j)))
         .collect();
     format!("[{}]", items.join(", "))
+}
+
+/// What a pod's client sees of a connection its node drops: a timeout,
+/// or with socket-level balancing an EPERM at once (no packet is sent).
+fn dropped_locally(backend: AgentBackend) -> &'static str {
+    if backend.sockets() {
+        "ERROR [Errno 1] Operation not permitted"
+    } else {
+        "TIMEOUT"
+    }
 }
 
 fn set(ips: &[String]) -> BTreeSet<String> {
@@ -161,7 +174,7 @@ fn cross_node_traffic_policies_and_health_checks(backend: AgentBackend) {
         assert_eq!(lines.len(), 10);
     }
     let line = cluster.connect(&pod(3), "tcp", "10.96.0.30", 80, 1);
-    assert_eq!(line, ["TIMEOUT"], "node-3");
+    assert_eq!(line, [dropped_locally(backend)], "node-3");
 }
 
 fn changes_and_restarts_reach_every_node(backend: AgentBackend) {
@@ -233,5 +246,19 @@ mod iptables {
     #[test]
     fn changes_and_restarts_reach_every_node() {
         super::changes_and_restarts_reach_every_node(AgentBackend::Iptables);
+    }
+}
+
+mod ebpf {
+    use kpng_lab::cluster::AgentBackend;
+
+    #[test]
+    fn cross_node_traffic_policies_and_health_checks() {
+        super::cross_node_traffic_policies_and_health_checks(AgentBackend::Ebpf);
+    }
+
+    #[test]
+    fn changes_and_restarts_reach_every_node() {
+        super::changes_and_restarts_reach_every_node(AgentBackend::Ebpf);
     }
 }
