@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo build --release -p kpng
-//! cargo bench -p kpng-lab --bench cluster [-- --nodes 100 --backend nft|iptables --services 20 --changes 3]
+//! cargo bench -p kpng-lab --bench cluster [-- --nodes 100 --backend nft|iptables|ebpf --services 20 --changes 3]
 //! ```
 //!
 //! It prints the time to build the cluster, the time from the server's
@@ -94,6 +94,7 @@ fn manifest(cluster: &Cluster, services: usize, removed: bool) -> String {
 fn main() {
     let backend = match arg("--backend").as_deref() {
         Some("iptables") => AgentBackend::Iptables,
+        Some("ebpf") => AgentBackend::Ebpf,
         _ => AgentBackend::Nft,
     };
     if let Some(why) = kpng_lab::cluster::unavailable(backend) {
