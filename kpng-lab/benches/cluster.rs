@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo build --release -p kpng
-//! cargo bench -p kpng-lab --bench cluster [-- --nodes 100 --backend nft|iptables|ebpf --services 20 --changes 3]
+//! cargo bench -p kpng-lab --bench cluster [-- --nodes 100 --backend nft|iptables|ebpf --services 20 --changes 3 --no-conntrack-cleanup]
 //! ```
 //!
 //! It prints the time to build the cluster, the time from the server's
@@ -18,6 +18,12 @@
 //! backend's batch is applied; at the end every node's ruleset is listed
 //! to check that it holds the last change. Memory is the whole process
 //! tree's (server and agents): RSS summed, and PSS (shared pages divided).
+//! The CPU the agents spend on each change is printed too: in this lab
+//! every node shares one kernel, whose conntrack table is one hash table
+//! for all namespaces, so each agent's conntrack cleanup (a dump of the
+//! table after a change that removes UDP endpoints) walks all of it, and
+//! the N agents' walks queue on the same cores; `--no-conntrack-cleanup`
+//! runs the agents without it.
 #![allow(missing_docs, clippy::unwrap_used)]
 
 use std::time::{Duration, Instant, SystemTime};
@@ -105,12 +111,20 @@ fn main() {
     let services = num("--services", 20).max(1);
     let changes = num("--changes", 3);
     println!(
-        "cluster bench: {nodes} nodes, {services} NodePort Services x 3 endpoints, backend {}",
-        backend.name()
+        "cluster bench: {nodes} nodes, {services} NodePort Services x 3 endpoints, backend {}{}",
+        backend.name(),
+        if std::env::args().any(|a| a == "--no-conntrack-cleanup") {
+            ", agents with --no-conntrack-cleanup"
+        } else {
+            ""
+        }
     );
 
     let t = Instant::now();
     let mut cluster = Cluster::without_servers(nodes, 1, backend);
+    if std::env::args().any(|a| a == "--no-conntrack-cleanup") {
+        cluster.agent_flags.push("--no-conntrack-cleanup".into());
+    }
     println!(
         "  cluster built ({} namespaces): {:.1} s",
         2 + 2 * nodes,
@@ -144,12 +158,24 @@ fn main() {
         mib(pss)
     );
 
+    // What the agents spend with nothing to do, to set against what a
+    // change costs them.
+    let idle = cluster.cpu_ms();
+    std::thread::sleep(Duration::from_secs(3));
+    let idle = (cluster.cpu_ms().1 - idle.1) / 3.0;
+    println!(
+        "  idle CPU of the agents: {idle:.0} ms a second ({:.2} ms a node)",
+        idle / nodes as f64
+    );
+
     for c in 1..=changes {
         std::thread::sleep(Duration::from_millis(1500));
         removed = !removed;
+        let cpu_before = cluster.cpu_ms();
         let at = cluster.write_manifest(&manifest(&cluster, services, removed));
         let (reloaded, revision) = cluster.wait_reload(at, Duration::from_secs(30));
         let applied = cluster.wait_revision(revision, Duration::from_secs(60));
+        let cpu_after = cluster.cpu_ms();
         let mut from_write: Vec<Duration> = applied.iter().map(|t| since(*t, at)).collect();
         let mut from_reload: Vec<Duration> = applied.iter().map(|t| since(*t, reloaded)).collect();
         let (w50, w99, wmax) = percentiles(&mut from_write);
@@ -169,6 +195,12 @@ fn main() {
         );
         println!(
             "    file written  -> node kernel:            p50 {w50:.1} ms, p99 {w99:.1} ms, max {wmax:.1} ms"
+        );
+        let agents_cpu = cpu_after.1 - cpu_before.1;
+        println!(
+            "    CPU for the change: server {:.0} ms, agents {agents_cpu:.0} ms ({:.1} ms a node; 10 ms ticks)",
+            cpu_after.0 - cpu_before.0,
+            agents_cpu / applied.len().max(1) as f64
         );
     }
 

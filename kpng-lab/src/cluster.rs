@@ -371,6 +371,9 @@ pub struct Cluster {
     pub pods_per_node: usize,
     /// The backend every agent runs.
     pub backend: AgentBackend,
+    /// More flags for every agent started from now on (after the
+    /// backend's), e.g. `--no-conntrack-cleanup`.
+    pub agent_flags: Vec<String>,
     binary: PathBuf,
     dir: PathBuf,
     namespaces: Vec<String>,
@@ -461,6 +464,7 @@ impl Cluster {
             server: None,
             agents: (0..nodes).map(|_| None).collect(),
             bpf: Vec::new(),
+            agent_flags: Vec::new(),
         };
         let (fab, client) = (cluster.fabric_ns(), cluster.client_ns());
         let mut all = vec![fab.clone(), client.clone()];
@@ -719,6 +723,7 @@ impl Cluster {
             "--metrics-bind-address",
             "",
         ]);
+        command.args(&self.agent_flags);
         self.agents[k - 1] = Some(Process::spawn(command));
     }
 
@@ -898,6 +903,34 @@ impl Cluster {
             .output()
             .expect("list the rules");
         String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The CPU time (user and system) the server and the agents have
+    /// used so far, in ms: `(server, every agent summed)`. The kernel
+    /// counts it in ticks (10 ms at 100 Hz); summed over many agents it
+    /// says what a change costs them all.
+    pub fn cpu_ms(&self) -> (f64, f64) {
+        let ticks = |pid: u32| -> f64 {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // `pid (comm) state …`: utime and stime are the 12th and 13th
+            // fields after the command.
+            let fields: Vec<&str> = stat
+                .rsplit_once(')')
+                .map(|(_, rest)| rest.split_whitespace().collect())
+                .unwrap_or_default();
+            let field = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok());
+            field(11).unwrap_or(0.0) + field(12).unwrap_or(0.0)
+        };
+        // USER_HZ, what /proc counts in, is 100 on Linux.
+        let ms = |t: f64| t * 10.0;
+        let server = self.server.as_ref().map_or(0.0, |s| ms(ticks(s.pid())));
+        let agents = self
+            .agents
+            .iter()
+            .flatten()
+            .map(|a| ms(ticks(a.pid())))
+            .sum();
+        (server, agents)
     }
 
     /// The resident memory of the whole process tree (the server, every
