@@ -24,7 +24,8 @@
 //! * **The control plane** is the `kpng` binary: one server
 //!   (`kpng file --input M --watch to-api --listen unix://S`, outside the
 //!   nodes: it programs no kernel) and one agent per node
-//!   (`ip netns exec NODE kpng api --api unix://S --node node-K to-nft …`),
+//!   (`ip netns exec NODE kpng api --api unix://S --node node-K to-nft …`,
+//!   or `to-iptables`, or `to-ebpf` with a cgroup and a bpffs per node),
 //!   each programming its own node's kernel. Their logs are read line by
 //!   line with their timestamps: the server's `manifest reloaded
 //!   revision=…` and each agent's `synced revision=…` (logged once the
