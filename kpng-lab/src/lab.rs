@@ -11,7 +11,7 @@ use kpng_testkit::bpf::{BpfFs, TestCgroup, in_cgroup_and_netns};
 
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 
-const SERVER: &str = r#"
+pub(crate) const SERVER: &str = r#"
 import socket, sys, threading
 me = sys.argv[1]
 def who(addr):
@@ -41,7 +41,7 @@ print("ready", flush=True)
 threading.Event().wait()
 "#;
 
-const CLIENT: &str = r#"
+pub(crate) const CLIENT: &str = r#"
 import socket, sys, time
 proto, host, port, count = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 fam = socket.AF_INET6 if ":" in host else socket.AF_INET

@@ -6,11 +6,15 @@
 //! backend from manifests through the real ingest and node view into the
 //! lab's node namespace. The [`scenarios`] are written once against
 //! [`LabBackend`] and run by `tests/nft.rs` and `tests/iptables.rs` alike;
-//! `benches/backends.rs` prints the same figures for each backend.
+//! `benches/backends.rs` prints the same figures for each backend. The
+//! [`cluster`] lab runs the distributed design instead: one `kpng` server
+//! and one agent per node, over N node namespaces on a fabric
+//! (`tests/cluster.rs`, `benches/cluster.rs`).
 //!
 //! Not published: it is the workspace's test bench, not a library.
 
 pub mod bench;
+pub mod cluster;
 mod lab;
 pub mod scenarios;
 

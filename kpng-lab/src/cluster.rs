@@ -1,0 +1,1030 @@
+//! A cluster lab: the distributed design (one server, one agent per node)
+//! run as real `kpng` processes over N nodes, each a network namespace.
+//!
+//! ```text
+//!                 fabric namespace: bridge br0 (192.168.0.0/16)
+//!      ┌──────────────┬──────────────┬──── … ───┬────────────────┐
+//!   node-1          node-2         node-3     node-N       client (outside)
+//!   192.168.1.1     192.168.1.2    …          192.168.1.N  192.168.0.10
+//!   cbr0 10.244.1.1/24  …                                  
+//!    ├ pod 10.244.1.10 (echo)      each node routes 10.244.K.0/24
+//!    └ pod 10.244.1.11 (echo)      via 192.168.1.K (K ≠ itself)
+//! ```
+//!
+//! * **Nodes** are namespaces on the fabric bridge (a namespace of its
+//!   own), each forwarding, with a bridge `cbr0` for its pods, a route to
+//!   every other node's pod CIDR through that node's address, and a
+//!   default route to the fabric ([`GATEWAY_IP`], which forwards nothing).
+//! * **Pods** are namespaces behind their node's bridge, each holding a
+//!   /32 and routing everything (same-node pods included) through the
+//!   node, so that the node's conntrack sees both directions; each runs
+//!   the lab's echo server, which answers with its own address and the
+//!   peer it saw.
+//! * **The client** is a namespace on the fabric outside every pod CIDR.
+//! * **The control plane** is the `kpng` binary: one server
+//!   (`kpng file --input M --watch to-api --listen unix://S`, outside the
+//!   nodes: it programs no kernel) and one agent per node
+//!   (`ip netns exec NODE kpng api --api unix://S --node node-K to-nft …`,
+//!   or `to-iptables`, or `to-ebpf` with a cgroup and a bpffs per node),
+//!   each programming its own node's kernel. Their logs are read line by
+//!   line with their timestamps: the server's `manifest reloaded
+//!   revision=…` and each agent's `synced revision=…` (logged once the
+//!   backend's batch is in the kernel) tell when each node applied which
+//!   revision.
+//!
+//! Every namespace name starts with a prefix unique to the process and
+//! the cluster; dropping the [`Cluster`] (also on a failed assertion)
+//! kills its processes and deletes its namespaces.
+//!
+//! The `kpng` binary must be built first (`cargo build -p kpng`, with
+//! `--release` for the benchmark): [`kpng_binary`] says where it is looked
+//! for, and `KPNG_BIN` overrides it.
+//!
+//! ```no_run
+//! use kpng_lab::cluster::{AgentBackend, Cluster};
+//!
+//! let mut cluster = Cluster::new(3, 2, AgentBackend::Nft);
+//! cluster.write_manifest(&cluster.manifest(&[]));
+//! cluster.start_server();
+//! cluster.start_agents();
+//! cluster.wait_all_synced(std::time::Duration::from_secs(30));
+//! ```
+
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use kpng_testkit::bpf::{BpfFs, TestCgroup, in_cgroup_and_netns};
+
+use crate::lab::{CLIENT, SERVER};
+
+static NEXT: AtomicUsize = AtomicUsize::new(0);
+
+/// The client's address on the fabric (outside every pod CIDR).
+pub const CLIENT_IP: &str = "192.168.0.10";
+/// The fabric's own address, every node's default gateway: it forwards
+/// nothing, so what a node routes there (an address no rule took) is
+/// dropped, as by a router that has no route for it.
+pub const GATEWAY_IP: &str = "192.168.0.1";
+/// The pod CIDR of the whole cluster (`--cluster-cidr`).
+pub const CLUSTER_CIDR: &str = "10.244.0.0/16";
+/// The Service CIDR (`--service-cidr`).
+pub const SERVICE_CIDR: &str = "10.96.0.0/16";
+/// The most nodes a cluster may have (node addresses are 192.168.1.K,
+/// pod CIDRs 10.244.K.0/24).
+pub const MAX_NODES: usize = 250;
+
+/// Node `k`'s address (nodes count from 1).
+pub fn node_ip(k: usize) -> String {
+    format!("192.168.1.{k}")
+}
+
+/// Node `k`'s name in manifests.
+pub fn node_name(k: usize) -> String {
+    format!("node-{k}")
+}
+
+/// The address of pod `j` (from 0) on node `k`.
+pub fn pod_ip(k: usize, j: usize) -> String {
+    format!("10.244.{k}.{}", 10 + j)
+}
+
+/// The backend each agent runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AgentBackend {
+    /// `to-nft`.
+    Nft,
+    /// `to-iptables --iptables-mode nft`.
+    Iptables,
+    /// `to-ebpf --cgroup-path CG --bpf-pin-path DIR --tc-interfaces eth0`
+    /// (`--north-south nft`): a cgroup and a bpffs per node; the sockets
+    /// of that node's pods' clients ([`Cluster::connect`] from a pod) are
+    /// made in its cgroup, and balanced by its socket programs.
+    Ebpf,
+}
+
+impl AgentBackend {
+    /// Its name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            AgentBackend::Nft => "nftables",
+            AgentBackend::Iptables => "iptables",
+            AgentBackend::Ebpf => "ebpf+nftables",
+        }
+    }
+
+    /// The commands it needs besides `ip` and `python3`.
+    pub fn tools(self) -> &'static [&'static str] {
+        match self {
+            AgentBackend::Nft => &["nft"],
+            AgentBackend::Iptables => &["iptables-nft-restore", "iptables-nft-save"],
+            AgentBackend::Ebpf => &["nft", "nsenter"],
+        }
+    }
+
+    fn sink(self) -> &'static [&'static str] {
+        match self {
+            AgentBackend::Nft => &["to-nft"],
+            AgentBackend::Iptables => &["to-iptables", "--iptables-mode", "nft"],
+            AgentBackend::Ebpf => &["to-ebpf", "--tc-interfaces", "eth0"],
+        }
+    }
+
+    /// Whether it balances sockets before any packet is sent: then a
+    /// connection a rule drops fails at once with EPERM in the client
+    /// instead of timing out (see [`crate::scenarios::dropped_locally`]).
+    pub fn sockets(self) -> bool {
+        self == AgentBackend::Ebpf
+    }
+}
+
+/// Where the `kpng` binary is: `KPNG_BIN` when set, else `kpng` in the
+/// profile directory of the running test or bench (`target/debug/kpng`
+/// for tests, `target/release/kpng` for benches).
+///
+/// # Panics
+/// When it is not there: build it first (`cargo build -p kpng`, with
+/// `--release` for a bench).
+pub fn kpng_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("KPNG_BIN") {
+        return path.into();
+    }
+    let exe = std::env::current_exe().expect("the running executable");
+    // target/<profile>/deps/<test-binary>
+    let profile = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("a target/<profile>/deps directory");
+    let binary = profile.join("kpng");
+    assert!(
+        binary.exists(),
+        "{} not found: build it first (`cargo build -p kpng`, `--release` for benches) or set KPNG_BIN",
+        binary.display()
+    );
+    binary
+}
+
+/// Why the cluster lab cannot run here with `backend`, if it cannot.
+pub fn unavailable(backend: AgentBackend) -> Option<String> {
+    crate::unavailable(backend.tools()).or_else(|| match backend {
+        AgentBackend::Ebpf => kpng_testkit::bpf::unavailable(),
+        _ => None,
+    })
+}
+
+/// Skips the calling test, with a clear message, when the cluster lab
+/// cannot run `$backend` here (not root, or a tool missing).
+#[macro_export]
+macro_rules! require_cluster {
+    ($backend:expr) => {
+        if let Some(why) = $crate::cluster::unavailable($backend) {
+            eprintln!("SKIPPED: {why}");
+            return;
+        }
+    };
+}
+
+/// One line of a process's log, with the time its log line gives.
+#[derive(Clone, Debug)]
+pub struct LogLine {
+    /// The line's timestamp (`tracing`'s RFC 3339, UTC), if it has one.
+    pub at: Option<SystemTime>,
+    /// The whole line.
+    pub text: String,
+}
+
+/// A `kpng` process of the cluster, its standard error read line by line.
+pub struct Process {
+    child: Child,
+    log: Arc<Mutex<Vec<LogLine>>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Process {
+    fn spawn(mut command: Command) -> Self {
+        command
+            .env("RUST_LOG", "kpng=info,warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().expect("spawn kpng");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let stderr = child.stderr.take().expect("piped stderr");
+        let lines = Arc::clone(&log);
+        let reader = std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr).lines() {
+                let Ok(text) = line else { break };
+                let at = text.split_whitespace().next().and_then(parse_rfc3339);
+                lines.lock().expect("log lock").push(LogLine { at, text });
+            }
+        });
+        Process {
+            child,
+            log,
+            reader: Some(reader),
+        }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The lines logged so far.
+    pub fn log(&self) -> Vec<LogLine> {
+        self.log.lock().expect("log lock").clone()
+    }
+
+    /// The lines logged so far, as text (for failure messages).
+    pub fn log_text(&self) -> String {
+        self.log()
+            .iter()
+            .map(|l| l.text.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// Each `synced revision=R` line (an agent's round in the kernel):
+    /// its time and revision.
+    pub fn synced(&self) -> Vec<(SystemTime, u64)> {
+        self.revisions(" synced ")
+    }
+
+    /// Each `manifest reloaded … revision=Some(R)` line (the server's
+    /// file source): its time and revision.
+    pub fn reloads(&self) -> Vec<(SystemTime, u64)> {
+        self.revisions("manifest reloaded")
+    }
+
+    fn revisions(&self, marker: &str) -> Vec<(SystemTime, u64)> {
+        let log = self.log.lock().expect("log lock");
+        log.iter()
+            .filter(|l| l.text.contains(marker))
+            .filter_map(|l| Some((l.at?, revision_field(&l.text)?)))
+            .collect()
+    }
+
+    /// Whether it has exited (and how).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The `revision=N` (or `revision=Some(N)`) field of a log line.
+fn revision_field(text: &str) -> Option<u64> {
+    let rest = &text[text.find("revision=")? + "revision=".len()..];
+    let rest = rest.strip_prefix("Some(").unwrap_or(rest);
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+/// `2026-11-26T18:48:26.733793Z` as a time.
+fn parse_rfc3339(text: &str) -> Option<SystemTime> {
+    let text = text.strip_suffix('Z')?;
+    let (date, time) = text.split_once('T')?;
+    let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
+    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    let mut t = time.split(':');
+    let (h, min) = (
+        t.next()?.parse::<u64>().ok()?,
+        t.next()?.parse::<u64>().ok()?,
+    );
+    let secs: f64 = t.next()?.parse().ok()?;
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = u64::try_from(era * 146_097 + doe - 719_468).ok()?;
+    let whole = days * 86_400 + h * 3600 + min * 60;
+    Some(SystemTime::UNIX_EPOCH + Duration::from_secs(whole) + Duration::from_secs_f64(secs))
+}
+
+/// Runs `ip [-n ns] -batch -` with `lines` on its standard input.
+fn batch(ns: Option<&str>, lines: &[String]) {
+    if lines.is_empty() {
+        return;
+    }
+    let mut command = Command::new("ip");
+    if let Some(ns) = ns {
+        command.args(["-n", ns]);
+    }
+    let mut child = command
+        .args(["-batch", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("ip -batch");
+    {
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin
+            .write_all(lines.join("\n").as_bytes())
+            .expect("ip -batch input");
+    }
+    let out = child.wait_with_output().expect("ip -batch");
+    assert!(
+        out.status.success(),
+        "ip {ns:?} -batch failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The HTTP GET a client makes to a health-check node port: prints the
+/// status code, then the body.
+const HTTP_GET: &str = r#"
+import sys, urllib.request, urllib.error
+try:
+    r = urllib.request.urlopen(sys.argv[1], timeout=2)
+    print(r.status); print(r.read().decode())
+except urllib.error.HTTPError as e:
+    print(e.code); print(e.read().decode())
+except Exception as e:
+    print("ERROR %s" % e)
+"#;
+
+/// A cluster lab; see the [module](self) documentation.
+pub struct Cluster {
+    /// The prefix of its namespace names (unique per process and cluster).
+    pub prefix: String,
+    /// How many nodes (named `node-1` … `node-N`).
+    pub nodes: usize,
+    /// How many pods each node has.
+    pub pods_per_node: usize,
+    /// The backend every agent runs.
+    pub backend: AgentBackend,
+    /// More flags for every agent started from now on (after the
+    /// backend's), e.g. `--no-conntrack-cleanup`.
+    pub agent_flags: Vec<String>,
+    binary: PathBuf,
+    dir: PathBuf,
+    namespaces: Vec<String>,
+    echo: Vec<Child>,
+    server: Option<Process>,
+    agents: Vec<Option<Process>>,
+    /// Per node, for [`AgentBackend::Ebpf`]: its bpffs and cgroup,
+    /// removed after the namespaces (field order), which detaches what
+    /// the agent left.
+    bpf: Vec<(BpfFs, TestCgroup)>,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.server = None;
+        self.agents.clear();
+        for child in &mut self.echo {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if std::env::var_os("KPNG_KEEP_LAB").is_some() {
+            eprintln!("KPNG_KEEP_LAB: kept namespaces {}-*", self.prefix);
+            return;
+        }
+        let lines: Vec<String> = self
+            .namespaces
+            .iter()
+            .map(|ns| format!("netns del {ns}"))
+            .collect();
+        let mut child = match Command::new("ip")
+            .args(["-force", "-batch", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+        {
+            Ok(child) => child,
+            Err(_) => return,
+        };
+        if let Some(mut stdin) = child.stdin.take() {
+            let _ = stdin.write_all(lines.join("\n").as_bytes());
+        }
+        let _ = child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Cluster {
+    /// Builds `nodes` nodes with `pods_per_node` pods each (every pod
+    /// serving the echo server), the fabric and the client; no kpng
+    /// process yet.
+    ///
+    /// # Panics
+    /// When a namespace, link, address or route cannot be made, or with
+    /// more than [`MAX_NODES`] nodes.
+    pub fn new(nodes: usize, pods_per_node: usize, backend: AgentBackend) -> Self {
+        Self::build(nodes, pods_per_node, backend, true)
+    }
+
+    /// [`Cluster::new`] with pods that run nothing (their addresses
+    /// exist, nothing answers): for benchmarks of the control plane.
+    pub fn without_servers(nodes: usize, pods_per_node: usize, backend: AgentBackend) -> Self {
+        Self::build(nodes, pods_per_node, backend, false)
+    }
+
+    fn build(nodes: usize, pods_per_node: usize, backend: AgentBackend, serve: bool) -> Self {
+        assert!(
+            (1..=MAX_NODES).contains(&nodes),
+            "1 to {MAX_NODES} nodes, not {nodes}"
+        );
+        assert!(pods_per_node <= 200, "at most 200 pods a node");
+        let prefix = format!(
+            "kpc{}x{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let dir = std::env::temp_dir().join(&prefix);
+        std::fs::create_dir_all(&dir).expect("the cluster's directory");
+        let mut cluster = Cluster {
+            prefix,
+            nodes,
+            pods_per_node,
+            backend,
+            binary: kpng_binary(),
+            dir,
+            namespaces: Vec::new(),
+            echo: Vec::new(),
+            server: None,
+            agents: (0..nodes).map(|_| None).collect(),
+            bpf: Vec::new(),
+            agent_flags: Vec::new(),
+        };
+        let (fab, client) = (cluster.fabric_ns(), cluster.client_ns());
+        let mut all = vec![fab.clone(), client.clone()];
+        for k in 1..=nodes {
+            all.push(cluster.node_ns(k));
+            all.extend((0..pods_per_node).map(|j| cluster.pod_ns(k, j)));
+        }
+        // Recorded first: a failure from here on deletes whatever exists.
+        cluster.namespaces = all.clone();
+        if backend == AgentBackend::Ebpf {
+            for k in 1..=nodes {
+                let tag = format!("{}-n{k}", cluster.prefix);
+                let fs = BpfFs::new(&format!("{tag}-bpf")).expect("a bpffs");
+                let cgroup = TestCgroup::new(&format!("{tag}-cg")).expect("a cgroup");
+                cluster.bpf.push((fs, cgroup));
+            }
+        }
+        let mut host: Vec<String> = all.iter().map(|ns| format!("netns add {ns}")).collect();
+        host.push(format!(
+            "link add fc netns {fab} type veth peer name eth0 netns {client}"
+        ));
+        for k in 1..=nodes {
+            let node = cluster.node_ns(k);
+            host.push(format!(
+                "link add f{k} netns {fab} type veth peer name eth0 netns {node}"
+            ));
+            for j in 0..pods_per_node {
+                let pod = cluster.pod_ns(k, j);
+                host.push(format!(
+                    "link add p{j} netns {node} type veth peer name eth0 netns {pod}"
+                ));
+            }
+        }
+        batch(None, &host);
+
+        // The fabric: one bridge, every node and the client on it.
+        let mut lines = vec![
+            "link set lo up".to_owned(),
+            "link add br0 type bridge".to_owned(),
+            "link set br0 up".to_owned(),
+            format!("addr add {GATEWAY_IP}/16 dev br0"),
+            "link set fc master br0".to_owned(),
+            "link set fc up".to_owned(),
+        ];
+        for k in 1..=nodes {
+            lines.push(format!("link set f{k} master br0"));
+            lines.push(format!("link set f{k} up"));
+        }
+        batch(Some(&fab), &lines);
+        batch(
+            Some(&client),
+            &[
+                "link set lo up".into(),
+                format!("addr add {CLIENT_IP}/16 dev eth0"),
+                "link set eth0 up".into(),
+            ],
+        );
+
+        // Each node: its address, its pods' bridge, routes to the others'.
+        for k in 1..=nodes {
+            let node = cluster.node_ns(k);
+            let mut lines = vec![
+                "link set lo up".to_owned(),
+                format!("addr add {}/16 dev eth0", node_ip(k)),
+                "link set eth0 up".to_owned(),
+                "link add cbr0 type bridge".to_owned(),
+                format!("addr add 10.244.{k}.1/24 dev cbr0"),
+                "link set cbr0 up".to_owned(),
+            ];
+            for j in 0..pods_per_node {
+                lines.push(format!("link set p{j} master cbr0"));
+                lines.push(format!("link set p{j} up"));
+            }
+            lines.push(format!("route add default via {GATEWAY_IP}"));
+            for other in (1..=nodes).filter(|&o| o != k) {
+                lines.push(format!(
+                    "route add 10.244.{other}.0/24 via {}",
+                    node_ip(other)
+                ));
+            }
+            batch(Some(&node), &lines);
+            crate::run(&[
+                "ip",
+                "netns",
+                "exec",
+                &node,
+                "sysctl",
+                "-qw",
+                "net.ipv4.ip_forward=1",
+                "net.ipv4.conf.all.send_redirects=0",
+                "net.ipv4.conf.default.send_redirects=0",
+                "net.ipv4.conf.cbr0.send_redirects=0",
+            ]);
+            for j in 0..pods_per_node {
+                let ip = pod_ip(k, j);
+                batch(
+                    Some(&cluster.pod_ns(k, j)),
+                    &[
+                        "link set lo up".into(),
+                        format!("addr add {ip}/32 dev eth0"),
+                        "link set eth0 up".into(),
+                        format!("route add 10.244.{k}.1 dev eth0"),
+                        format!("route add default via 10.244.{k}.1 dev eth0"),
+                    ],
+                );
+                if serve {
+                    cluster.serve(k, j);
+                }
+            }
+        }
+        cluster
+    }
+
+    fn serve(&mut self, k: usize, j: usize) {
+        let ip = pod_ip(k, j);
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &self.pod_ns(k, j)])
+            .args(["python3", "-u", "-c", SERVER, &ip])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("echo server");
+        let mut line = String::new();
+        if let Some(out) = child.stdout.take() {
+            let _ = std::io::BufReader::new(out).read_line(&mut line);
+        }
+        self.echo.push(child);
+        assert_eq!(line.trim(), "ready", "the echo server of pod {ip}");
+    }
+
+    /// The fabric's namespace (the bridge).
+    pub fn fabric_ns(&self) -> String {
+        format!("{}-fab", self.prefix)
+    }
+
+    /// The client's namespace.
+    pub fn client_ns(&self) -> String {
+        format!("{}-cl", self.prefix)
+    }
+
+    /// Node `k`'s namespace.
+    pub fn node_ns(&self, k: usize) -> String {
+        format!("{}-n{k}", self.prefix)
+    }
+
+    /// The namespace of pod `j` on node `k`.
+    pub fn pod_ns(&self, k: usize, j: usize) -> String {
+        format!("{}-n{k}p{j}", self.prefix)
+    }
+
+    /// The manifest file the server watches.
+    pub fn manifest_path(&self) -> PathBuf {
+        self.dir.join("cluster.yaml")
+    }
+
+    /// The server's unix socket.
+    pub fn socket_path(&self) -> PathBuf {
+        self.dir.join("api.sock")
+    }
+
+    /// A List of every Node (`node-K`, InternalIP 192.168.1.K, zone
+    /// `zone-K`) and `items` (YAML list items, each starting with `- `).
+    pub fn manifest(&self, items: &[String]) -> String {
+        let mut out = String::from("apiVersion: v1\nkind: List\nitems:\n");
+        for k in 1..=self.nodes {
+            out.push_str(&format!(
+                "- apiVersion: v1\n  kind: Node\n  metadata: {{name: {}, labels: {{topology.kubernetes.io/zone: zone-{k}}}}}\n  status: {{addresses: [{{type: InternalIP, address: {}}}]}}\n",
+                node_name(k),
+                node_ip(k)
+            ));
+        }
+        for item in items {
+            out.push_str(item.trim_start_matches('\n'));
+            if !item.ends_with('\n') {
+                out.push('\n');
+            }
+        }
+        out
+    }
+
+    /// Replaces the manifest whole (written aside, then renamed into
+    /// place, as the file source expects); the time just before.
+    pub fn write_manifest(&self, yaml: &str) -> SystemTime {
+        let at = SystemTime::now();
+        let aside = self.dir.join("cluster.yaml.new");
+        std::fs::write(&aside, yaml).expect("write the manifest");
+        std::fs::rename(&aside, self.manifest_path()).expect("rename the manifest");
+        at
+    }
+
+    /// Starts the server: `kpng file --input M --watch to-api --listen
+    /// unix://S`, in the test's own namespace (it programs no kernel).
+    ///
+    /// # Panics
+    /// When one runs already.
+    pub fn start_server(&mut self) {
+        assert!(self.server.is_none(), "the server runs already");
+        let mut command = Command::new(&self.binary);
+        command
+            .args(["file", "--input"])
+            .arg(self.manifest_path())
+            .args(["--watch", "to-api", "--listen"])
+            .arg(format!("unix://{}", self.socket_path().display()));
+        self.server = Some(Process::spawn(command));
+    }
+
+    /// Kills the server (SIGKILL: no goodbye to its agents).
+    pub fn kill_server(&mut self) {
+        self.server = None;
+    }
+
+    /// The server, while it runs.
+    pub fn server(&self) -> Option<&Process> {
+        self.server.as_ref()
+    }
+
+    /// Starts node `k`'s agent inside its namespace: `kpng api --api
+    /// unix://S --node node-K` and the backend's sink, with the cluster's
+    /// CIDRs, `/healthz` and the health-check node ports on their usual
+    /// addresses, no metrics.
+    ///
+    /// # Panics
+    /// When it runs already.
+    pub fn start_agent(&mut self, k: usize) {
+        assert!(self.agents[k - 1].is_none(), "agent {k} runs already");
+        let mut command = if self.backend == AgentBackend::Ebpf {
+            // `ip netns exec` mounts a /sys of its own, which hides the
+            // cgroup tree; nsenter enters the network namespace alone.
+            let mut command = Command::new("nsenter");
+            command.arg(format!("--net=/run/netns/{}", self.node_ns(k)));
+            command
+        } else {
+            let mut command = Command::new("ip");
+            command.args(["netns", "exec", &self.node_ns(k)]);
+            command
+        };
+        command
+            .arg(&self.binary)
+            .args(["api", "--api"])
+            .arg(format!("unix://{}", self.socket_path().display()))
+            .args(["--node", &node_name(k)])
+            .args(self.backend.sink());
+        if self.backend == AgentBackend::Ebpf {
+            let (fs, cgroup) = &self.bpf[k - 1];
+            command
+                .arg("--cgroup-path")
+                .arg(&cgroup.path)
+                .arg("--bpf-pin-path")
+                .arg(fs.path.join("kpng"));
+        }
+        command.args([
+            "--cluster-cidr",
+            CLUSTER_CIDR,
+            "--service-cidr",
+            SERVICE_CIDR,
+            "--metrics-bind-address",
+            "",
+        ]);
+        command.args(&self.agent_flags);
+        self.agents[k - 1] = Some(Process::spawn(command));
+    }
+
+    /// Node `k`'s cgroup, with [`AgentBackend::Ebpf`].
+    pub fn cgroup(&self, k: usize) -> Option<&Path> {
+        self.bpf.get(k - 1).map(|(_, cgroup)| cgroup.path.as_path())
+    }
+
+    /// Starts every node's agent.
+    pub fn start_agents(&mut self) {
+        for k in 1..=self.nodes {
+            self.start_agent(k);
+        }
+    }
+
+    /// Kills node `k`'s agent (SIGKILL: its rules stay in the kernel).
+    pub fn kill_agent(&mut self, k: usize) {
+        self.agents[k - 1] = None;
+    }
+
+    /// Node `k`'s agent, while it runs.
+    pub fn agent(&self, k: usize) -> Option<&Process> {
+        self.agents[k - 1].as_ref()
+    }
+
+    /// The running processes (server and agents).
+    pub fn processes(&self) -> impl Iterator<Item = &Process> {
+        self.server.iter().chain(self.agents.iter().flatten())
+    }
+
+    /// Waits until every running agent has synced at least once; the
+    /// time each did (its first `synced`), by node.
+    ///
+    /// # Panics
+    /// After `timeout`, naming the nodes that did not, with their logs;
+    /// or when a process exited.
+    pub fn wait_all_synced(&mut self, timeout: Duration) -> Vec<SystemTime> {
+        self.wait_revision(0, timeout)
+    }
+
+    /// Waits until every running agent has synced revision `revision` or
+    /// a later one; the time of the first such sync, by node (running
+    /// agents only).
+    ///
+    /// # Panics
+    /// As [`Cluster::wait_all_synced`].
+    pub fn wait_revision(&mut self, revision: u64, timeout: Duration) -> Vec<SystemTime> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.check_alive();
+            let times: Vec<Option<SystemTime>> = self
+                .agents
+                .iter()
+                .flatten()
+                .map(|a| {
+                    a.synced()
+                        .into_iter()
+                        .find(|(_, r)| *r >= revision)
+                        .map(|(at, _)| at)
+                })
+                .collect();
+            if times.iter().all(Option::is_some) {
+                return times.into_iter().flatten().collect();
+            }
+            if Instant::now() > deadline {
+                let missing: Vec<String> = self
+                    .agents
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, a)| a.as_ref().map(|a| (i + 1, a)))
+                    .filter(|(_, a)| !a.synced().iter().any(|(_, r)| *r >= revision))
+                    .take(3)
+                    .map(|(k, a)| format!("node-{k}:\n{}", a.log_text()))
+                    .collect();
+                panic!(
+                    "agents did not sync revision {revision} within {timeout:?}; first ones:\n{}",
+                    missing.join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Waits for the server's next reload after `after` (its `manifest
+    /// reloaded` line): its time and revision.
+    ///
+    /// # Panics
+    /// After `timeout`, or without a server.
+    pub fn wait_reload(&mut self, after: SystemTime, timeout: Duration) -> (SystemTime, u64) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.check_alive();
+            let server = self.server.as_ref().expect("a server");
+            if let Some(found) = server.reloads().into_iter().find(|(at, _)| *at >= after) {
+                return found;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the server did not reload the manifest within {timeout:?}:\n{}",
+                server.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn check_alive(&mut self) {
+        if let Some(server) = self.server.as_mut()
+            && let Some(status) = server.exited()
+        {
+            panic!("the server exited ({status}):\n{}", server.log_text());
+        }
+        for (i, agent) in self.agents.iter_mut().enumerate() {
+            if let Some(agent) = agent
+                && let Some(status) = agent.exited()
+            {
+                panic!("agent {} exited ({status}):\n{}", i + 1, agent.log_text());
+            }
+        }
+    }
+
+    /// `count` connections (or datagrams) from namespace `ns`; one line
+    /// each: `<endpoint> <peer seen>`, `REFUSED <seconds>`, `TIMEOUT` or
+    /// `ERROR …` (as [`Lab::connect`](crate::Lab::connect)). With
+    /// [`AgentBackend::Ebpf`], a client in a pod of node K runs in node
+    /// K's cgroup.
+    pub fn connect(
+        &self,
+        ns: &str,
+        proto: &str,
+        host: &str,
+        port: u16,
+        count: usize,
+    ) -> Vec<String> {
+        let (port, count) = (port.to_string(), count.to_string());
+        let args = ["python3", "-c", CLIENT, proto, host, &port, &count];
+        let node = (1..=self.nodes).find(|&k| ns.starts_with(&format!("{}p", self.node_ns(k))));
+        let mut command = match node.and_then(|k| self.cgroup(k)) {
+            Some(cgroup) => in_cgroup_and_netns(cgroup, ns, &args),
+            None => {
+                let mut command = Command::new("ip");
+                command.args(["netns", "exec", ns]).args(args);
+                command
+            }
+        };
+        let out = command.output().expect("client");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// An HTTP GET of `url` from namespace `ns`: the status code (0 when
+    /// there was no answer) and the body.
+    pub fn http_get(&self, ns: &str, url: &str) -> (u16, String) {
+        let out = Command::new("ip")
+            .args(["netns", "exec", ns, "python3", "-c", HTTP_GET, url])
+            .output()
+            .expect("http client");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (status, body) = text.split_once('\n').unwrap_or((&text, ""));
+        (status.trim().parse().unwrap_or(0), body.trim().to_owned())
+    }
+
+    /// The rules node `k`'s kernel holds, as the backend's tool lists
+    /// them (`nft list ruleset`, `iptables-nft-save`).
+    pub fn rules(&self, k: usize) -> String {
+        let tool: &[&str] = match self.backend {
+            AgentBackend::Nft => &["nft", "list", "ruleset"],
+            AgentBackend::Iptables => &["iptables-nft-save"],
+            // The socket programs' maps are not listed: the north-south
+            // nftables backend's rules are.
+            AgentBackend::Ebpf => &["nft", "list", "ruleset"],
+        };
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.node_ns(k)])
+            .args(tool)
+            .output()
+            .expect("list the rules");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The CPU time (user and system) the server and the agents have
+    /// used so far, in ms: `(server, every agent summed)`. The kernel
+    /// counts it in ticks (10 ms at 100 Hz); summed over many agents it
+    /// says what a change costs them all.
+    pub fn cpu_ms(&self) -> (f64, f64) {
+        let ticks = |pid: u32| -> f64 {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // `pid (comm) state …`: utime and stime are the 12th and 13th
+            // fields after the command.
+            let fields: Vec<&str> = stat
+                .rsplit_once(')')
+                .map(|(_, rest)| rest.split_whitespace().collect())
+                .unwrap_or_default();
+            let field = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok());
+            field(11).unwrap_or(0.0) + field(12).unwrap_or(0.0)
+        };
+        // USER_HZ, what /proc counts in, is 100 on Linux.
+        let ms = |t: f64| t * 10.0;
+        let server = self.server.as_ref().map_or(0.0, |s| ms(ticks(s.pid())));
+        let agents = self
+            .agents
+            .iter()
+            .flatten()
+            .map(|a| ms(ticks(a.pid())))
+            .sum();
+        (server, agents)
+    }
+
+    /// The resident memory of the whole process tree (the server, every
+    /// agent and anything they started), summed: RSS (each process's
+    /// pages, shared ones counted in each) and PSS (shared pages divided
+    /// among their sharers), both in KiB; and how many processes were
+    /// counted.
+    pub fn memory(&self) -> (u64, u64, usize) {
+        let roots: Vec<u32> = self.processes().map(Process::pid).collect();
+        let (mut rss, mut pss, mut count) = (0, 0, 0);
+        for pid in descendants(&roots) {
+            let field = |file: &str, name: &str| -> u64 {
+                std::fs::read_to_string(format!("/proc/{pid}/{file}"))
+                    .unwrap_or_default()
+                    .lines()
+                    .find(|l| l.starts_with(name))
+                    .and_then(|l| l.split_whitespace().nth(1))
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0)
+            };
+            rss += field("status", "VmRSS:");
+            pss += field("smaps_rollup", "Pss:");
+            count += 1;
+        }
+        (rss, pss, count)
+    }
+}
+
+/// `roots` and every process below them.
+fn descendants(roots: &[u32]) -> Vec<u32> {
+    let mut parents = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        // `pid (comm) state ppid …`: the command may hold spaces.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if let Some(ppid) = ppid {
+            parents.push((pid, ppid));
+        }
+    }
+    let mut tree: Vec<u32> = roots.to_vec();
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        tree.extend(
+            parents
+                .iter()
+                .filter(|(_, p)| *p == parent)
+                .map(|(c, _)| *c),
+        );
+        i += 1;
+    }
+    tree
+}
+
+/// The endpoint part of each reply line (as [`crate::endpoints`]).
+pub use crate::lab::endpoints;
+
+#[cfg(test)]
+mod tests {
+    use super::{parse_rfc3339, revision_field};
+    use std::time::{Duration, SystemTime};
+
+    #[test]
+    fn log_timestamps_and_revisions_are_read() {
+        let at = parse_rfc3339("1970-01-02T00:00:01.500000Z").expect("a time");
+        assert_eq!(
+            at,
+            SystemTime::UNIX_EPOCH + Duration::from_millis(86_401_500)
+        );
+        let at = parse_rfc3339("2026-11-26T18:48:26.733793Z").expect("a time");
+        let secs = at
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .expect("after")
+            .as_secs();
+        assert_eq!(secs, 1_795_718_906);
+        assert_eq!(
+            revision_field("… INFO kpng_sink::report: synced revision=12 full=true commands=3"),
+            Some(12)
+        );
+        assert_eq!(
+            revision_field("… manifest reloaded path=/tmp/x revision=Some(7)"),
+            Some(7)
+        );
+        assert_eq!(revision_field("… manifest reloaded revision=None"), None);
+    }
+}
