@@ -76,11 +76,13 @@ pub struct ConntrackCleaner {
     /// Service has is stale, whenever its Service went.
     service_cidrs: Vec<IpNet>,
     last: Vec<Flow>,
+    /// Rounds that needed no dump.
+    skipped: u64,
 }
 
 /// One UDP Service port in one family: its addresses, its NodePort, and
 /// its endpoints' addresses.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq, Eq)]
 struct UdpPort {
     addresses: Vec<IpAddr>,
     node_port: Option<u16>,
@@ -124,6 +126,47 @@ fn udp_ports(view: &ServiceView) -> Vec<((IpFamily, u16), UdpPort)> {
         }
     }
     out
+}
+
+/// Whether a Service's change from `before` to `after` can leave a UDP
+/// flow stale: a UDP port or address gone or changed, an endpoint no
+/// longer serving one, or a UDP port that had no endpoint getting one
+/// (its flows were rejected, not translated). Endpoints added to a port
+/// that had some leave every flow as it was.
+fn may_leave_stale(before: Option<&ServiceView>, after: Option<&ServiceView>) -> bool {
+    let before = before.map(udp_ports).unwrap_or_default();
+    let after = after.map(udp_ports).unwrap_or_default();
+    fn find(ports: &[((IpFamily, u16), UdpPort)], key: (IpFamily, u16)) -> Option<&UdpPort> {
+        ports.iter().find(|(k, _)| *k == key).map(|(_, p)| p)
+    }
+    let changed = before.iter().any(|(key, was)| match find(&after, *key) {
+        None => true,
+        Some(now) => {
+            was.addresses != now.addresses
+                || was.node_port != now.node_port
+                || !was.endpoints.is_subset(&now.endpoints)
+                || (was.endpoints.is_empty() && !now.endpoints.is_empty())
+        }
+    });
+    changed
+        || after
+            .iter()
+            .any(|(key, now)| find(&before, *key).is_none() && !now.endpoints.is_empty())
+}
+
+/// Whether `round` can leave a UDP flow stale (see [`may_leave_stale`]):
+/// a full round always can (what is in the kernel is not known), as can
+/// a change of the node or of the Service CIDRs.
+fn round_may_leave_stale(round: &Round<'_>) -> bool {
+    round.is_full()
+        || round.node_changed()
+        || round.service_cidrs_changed()
+        || round.services().any(|change| {
+            may_leave_stale(
+                change.before.map(|v| v.as_ref()),
+                change.after.map(|v| v.as_ref()),
+            )
+        })
 }
 
 /// What a view allows: per Service address and port, and per node port,
@@ -193,6 +236,12 @@ impl ConntrackCleaner {
         &self.last
     }
 
+    /// The rounds that dumped no flow: no change in them could leave a
+    /// UDP flow stale.
+    pub fn skipped_rounds(&self) -> u64 {
+        self.skipped
+    }
+
     /// The flows of `flows` that `view` leaves stale: to a Service address
     /// and port (or a node port) of the view, answered from an address
     /// that does not serve it now; or DNATed to a Service address and port
@@ -248,11 +297,18 @@ impl ConntrackCleaner {
 }
 
 impl Sink for ConntrackCleaner {
-    /// Deletes the flows the round's view leaves stale, full round or
-    /// not: the flows are dumped whole each round, so they are reconciled
+    /// Deletes the flows the round's view leaves stale: on a full round,
+    /// and on a round that can have left one stale (a UDP endpoint gone,
+    /// a UDP Service gone or given its first endpoint; kube-proxy dumps on
+    /// every sync). The flows are dumped whole, so they are reconciled
     /// with the whole view. Failures are logged, never fatal: a stale
     /// entry times out on its own.
     fn sync(&mut self, round: &Round<'_>) -> Result<(), SinkError> {
+        if !round_may_leave_stale(round) {
+            self.last.clear();
+            self.skipped += 1;
+            return Ok(());
+        }
         let allowed = Allowed::of(round.view());
         self.last = match self.reconcile(&allowed) {
             Ok(deleted) => deleted,
@@ -340,6 +396,35 @@ mod tests {
             },
             zone: 0,
         }
+    }
+
+    /// Only a round that can leave a UDP flow stale dumps the flows: an
+    /// endpoint added to a port that has some cannot; one gone, a first
+    /// endpoint, a Service gone and a full round can.
+    #[test]
+    fn only_rounds_that_can_leave_a_flow_stale_dump() {
+        use kpng_sink::Round;
+        let (none, one, two) = (
+            view(&[], 0),
+            view(&["10.244.1.1"], 0),
+            view(&["10.244.1.1", "10.244.2.2"], 0),
+        );
+        let empty = NodeView::default();
+        let needs = |before: &NodeView, after: &NodeView| {
+            super::round_may_leave_stale(&Round::between(before, after))
+        };
+        assert!(!needs(&one, &two), "an endpoint added");
+        assert!(!needs(&one, &one), "nothing changed");
+        assert!(needs(&two, &one), "an endpoint gone");
+        assert!(needs(&none, &one), "the first endpoint");
+        assert!(!needs(&empty, &none), "a Service with none");
+        assert!(needs(&empty, &one), "a Service with endpoints");
+        assert!(needs(&one, &empty), "a Service gone");
+        assert!(needs(&one, &view(&["10.244.1.1"], 30053)), "a node port");
+        assert!(
+            super::round_may_leave_stale(&Round::full(&two)),
+            "a full round"
+        );
     }
 
     #[test]
