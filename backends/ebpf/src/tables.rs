@@ -150,6 +150,9 @@ pub(crate) trait Tables {
 pub(crate) struct Batched<'a> {
     inner: &'a mut dyn Tables,
     pending: BTreeMap<usize, (Vec<u8>, Vec<u8>, usize)>,
+    /// Bytes gathered: past [`Batched::LIMIT`], everything is written
+    /// (tables in their order: what is gathered of each Service is whole).
+    bytes: usize,
 }
 
 impl<'a> Batched<'a> {
@@ -162,15 +165,21 @@ impl<'a> Batched<'a> {
         Table::Live,
     ];
 
+    /// What is gathered before it is written: a few calls per map at
+    /// 100k Services, and a bounded buffer.
+    const LIMIT: usize = 8 << 20;
+
     pub(crate) fn new(inner: &'a mut dyn Tables) -> Self {
         Self {
             inner,
             pending: BTreeMap::new(),
+            bytes: 0,
         }
     }
 
     /// Writes what is gathered.
     pub(crate) fn flush(&mut self) -> Result<(), Error> {
+        self.bytes = 0;
         for (at, (keys, values, count)) in std::mem::take(&mut self.pending) {
             self.inner
                 .put_many(Self::ORDER[at], &keys, &values, count)?;
@@ -187,6 +196,10 @@ impl Tables for Batched<'_> {
                 keys.extend_from_slice(key);
                 values.extend_from_slice(value);
                 *count += 1;
+                self.bytes += key.len() + value.len();
+                if self.bytes > Self::LIMIT {
+                    self.flush()?;
+                }
                 Ok(())
             }
             None => {
