@@ -62,6 +62,9 @@ struct Inner {
     transactions: Counter,
     held_back: Gauge,
     holds: Counter,
+    /// The eBPF backend's maps: entries asked of each, and its size.
+    map_entries: Family<[(&'static str, String); 1], Gauge>,
+    map_max_entries: Family<[(&'static str, String); 1], Gauge>,
     /// What was counted of the store's and the aggregator's totals.
     seen: Mutex<(kpng_store::Stats, u64)>,
     /// kube-proxy's other metrics, `/configz` and `/proxyMode`.

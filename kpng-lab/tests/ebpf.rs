@@ -329,6 +329,23 @@ fn maps_grow_by_a_planned_swap_and_connections_keep_working() {
         .filter(|n| n.starts_with("maps") || n == "next")
         .collect();
     assert_eq!(generations, ["maps-2"], "{generations:?}");
+
+    // A restart opens the grown maps and adopts what they hold: nothing
+    // written, and the programs serve on.
+    let config = proxy.backend.config().clone();
+    drop(proxy);
+    let mut proxy = Proxy::with(EbpfBackend::attach(config).expect("attach again"));
+    proxy.load(&manifest(&numbered(201))).expect("sync");
+    let stats = proxy.backend.last_sync().clone();
+    assert!(stats.adopted && stats.full && !stats.grown, "{stats:?}");
+    assert_eq!(stats.writes, 0, "{stats:?}");
+    assert_eq!(fill(&proxy, "kpng_services"), (402, 1024));
+    let lines = lab.connect("podc", "tcp", "10.96.1.201", 80, 30);
+    assert_eq!(
+        endpoints(&lines),
+        [E1, E2, E3].map(String::from).into(),
+        "{lines:?}"
+    );
     EbpfWithNft::clear(&lab);
 }
 
