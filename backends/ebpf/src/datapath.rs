@@ -197,6 +197,49 @@ fn generation_of(name: &str) -> Option<u32> {
     }
 }
 
+/// The pin directory of this object (`v-<digest>`), with tc or without
+/// (the maps differ in size: each has its pins), and with the sizes of
+/// the connection maps the operator set.
+fn version_dir(pin_path: &Path, tc: &Tc, sizes: &MapSizes) -> PathBuf {
+    let with_tc = if tc.interfaces.is_empty() { "" } else { "-tc" };
+    let fixed: Vec<String> = CONNECTION_MAPS
+        .iter()
+        .filter_map(|(name, _)| Some(format!("{name}={}", sizes.fixed(name)?)))
+        .collect();
+    let sized = if fixed.is_empty() {
+        String::new()
+    } else {
+        let text = fixed.join(",");
+        let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        format!("-c{:08x}", hash & 0xffff_ffff)
+    };
+    pin_path.join(format!("v-{:016x}{with_tc}{sized}", digest()))
+}
+
+/// Whether nothing of this object is pinned under `pin_path` yet (no map
+/// of any generation): its first load can wait for the cluster to be
+/// known. Checks what [`Datapath::open`] would refuse first: the bpf file
+/// system and the cgroup.
+pub(crate) fn fresh(pin_path: &Path, cgroup: &Path, tc: &Tc, sizes: &MapSizes) -> Result<bool, Error> {
+    check_bpffs(pin_path)?;
+    File::open(cgroup).map_err(|source| Error::Cgroup {
+        path: cgroup.to_path_buf(),
+        source,
+    })?;
+    let version = version_dir(pin_path, tc, sizes);
+    let Ok(entries) = std::fs::read_dir(&version) else {
+        return Ok(true);
+    };
+    let pinned = entries.flatten().any(|e| {
+        let name = e.file_name().to_string_lossy().into_owned();
+        (generation_of(&name).is_some() || name.starts_with("links-") || name.starts_with("tc-"))
+            && std::fs::read_dir(e.path()).is_ok_and(|mut d| d.next().is_some())
+    });
+    Ok(!pinned)
+}
+
 /// Where a swap builds the next generation of maps.
 const NEXT: &str = "next";
 
@@ -329,25 +372,10 @@ impl Datapath {
         cgroup: &Path,
         tc: &Tc,
         sizes: &MapSizes,
+        cluster: &BTreeMap<&'static str, u32>,
     ) -> Result<Self, Error> {
         check_bpffs(pin_path)?;
-        // With tc or without, the maps differ in size: each has its pins;
-        // so do connection maps of sizes the operator set.
-        let with_tc = if tc.interfaces.is_empty() { "" } else { "-tc" };
-        let fixed: Vec<String> = CONNECTION_MAPS
-            .iter()
-            .filter_map(|(name, _)| Some(format!("{name}={}", sizes.fixed(name)?)))
-            .collect();
-        let sized = if fixed.is_empty() {
-            String::new()
-        } else {
-            let text = fixed.join(",");
-            let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-            });
-            format!("-c{:08x}", hash & 0xffff_ffff)
-        };
-        let version = pin_path.join(format!("v-{:016x}{with_tc}{sized}", digest()));
+        let version = version_dir(pin_path, tc, sizes);
         std::fs::create_dir_all(&version).map_err(pin_err(&version))?;
         // The newest generation of maps; a swap that did not finish
         // (`next`) is dropped, older generations go after the first sync.
@@ -383,7 +411,7 @@ impl Datapath {
         std::fs::create_dir_all(&links_dir).map_err(pin_err(&links_dir))?;
 
         let with_tc = !tc.interfaces.is_empty();
-        let mut ebpf = load_object(&maps_dir, sizes, &BTreeMap::new(), with_tc)?;
+        let mut ebpf = load_object(&maps_dir, sizes, cluster, with_tc)?;
         load_programs(&mut ebpf, with_tc)?;
         let mut adopted = true;
         let mut links = Vec::new();

@@ -383,6 +383,9 @@ pub struct EbpfSyncStats {
 
 enum Target {
     Kernel(Box<Datapath>),
+    /// Nothing pinned yet: the object is loaded at the first sync, its
+    /// maps sized from the cluster.
+    Fresh,
     DryRun(Recorder),
 }
 
@@ -415,7 +418,22 @@ impl EbpfBackend {
             interfaces: config.tc_interfaces.clone(),
             netns: config.tc_netns.clone(),
         };
-        let datapath = Datapath::open(&config.pin_path, &config.cgroup, &tc, &config.map_sizes)?;
+        // Without tc programs, a node where nothing is pinned yet waits
+        // for its first sync to load, with maps sized from the cluster.
+        // (tc programs are attached at once: their interfaces are checked
+        // here.)
+        if tc.interfaces.is_empty()
+            && datapath::fresh(&config.pin_path, &config.cgroup, &tc, &config.map_sizes)?
+        {
+            return Ok(Self::with_target(config, Target::Fresh));
+        }
+        let datapath = Datapath::open(
+            &config.pin_path,
+            &config.cgroup,
+            &tc,
+            &config.map_sizes,
+            &std::collections::BTreeMap::new(),
+        )?;
         Ok(Self::with_target(
             config,
             Target::Kernel(Box::new(datapath)),
@@ -469,6 +487,7 @@ impl EbpfBackend {
     pub fn served(&self) -> Result<Vec<String>, Error> {
         match &self.target {
             Target::Kernel(datapath) => tables::served(&datapath.kernel),
+            Target::Fresh => Ok(Vec::new()),
             Target::DryRun(recorder) => tables::served(recorder),
         }
     }
@@ -482,7 +501,7 @@ impl EbpfBackend {
     /// run): see [`map_memory`].
     pub fn kernel_memory(&self) -> u64 {
         match &self.target {
-            Target::Kernel(_) => map_memory(&self.config.pin_path),
+            Target::Kernel(_) | Target::Fresh => map_memory(&self.config.pin_path),
             Target::DryRun(_) => 0,
         }
     }
@@ -491,7 +510,7 @@ impl EbpfBackend {
     pub fn counters(&self) -> Result<Counters, Error> {
         match &self.target {
             Target::Kernel(datapath) => datapath.counters(),
-            Target::DryRun(_) => Ok(Counters::default()),
+            Target::Fresh | Target::DryRun(_) => Ok(Counters::default()),
         }
     }
 
@@ -553,6 +572,27 @@ impl EbpfBackend {
             ..
         } = self;
         let rendered = render(config, round, full);
+        if matches!(target, Target::Fresh) {
+            // The first load, sized from what this (full) round needs.
+            let mut need = Usage::default();
+            for (_, c) in &rendered.changes {
+                need.add(&c.usage());
+            }
+            need.0[Usage::CIDRS] = rendered.cidrs.len() as u64;
+            let cluster = need
+                .by_name()
+                .map(|(name, n)| (name, config.map_sizes.load_size(name, n)))
+                .collect();
+            let tc = datapath::Tc::default();
+            let datapath = Datapath::open(
+                &config.pin_path,
+                &config.cgroup,
+                &tc,
+                &config.map_sizes,
+                &cluster,
+            )?;
+            *target = Target::Kernel(Box::new(datapath));
+        }
         if let Target::Kernel(datapath) = target {
             let need = if full {
                 let mut need = Usage::default();
