@@ -222,7 +222,12 @@ fn version_dir(pin_path: &Path, tc: &Tc, sizes: &MapSizes) -> PathBuf {
 /// of any generation): its first load can wait for the cluster to be
 /// known. Checks what [`Datapath::open`] would refuse first: the bpf file
 /// system and the cgroup.
-pub(crate) fn fresh(pin_path: &Path, cgroup: &Path, tc: &Tc, sizes: &MapSizes) -> Result<bool, Error> {
+pub(crate) fn fresh(
+    pin_path: &Path,
+    cgroup: &Path,
+    tc: &Tc,
+    sizes: &MapSizes,
+) -> Result<bool, Error> {
     check_bpffs(pin_path)?;
     File::open(cgroup).map_err(|source| Error::Cgroup {
         path: cgroup.to_path_buf(),

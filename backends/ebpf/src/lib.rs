@@ -45,6 +45,14 @@
 //!   incremental round), rewrites everything, adopting what the maps
 //!   hold. The backend keeps what it wrote of each Service, never a copy
 //!   of the view.
+//! - **Map sizes**: the maps that hold the cluster are sized from it
+//!   (1.5 × the need, a power of two, at least
+//!   [`MapSizes::min_entries`]); a round that would fill one past 3/4
+//!   grows it by a planned swap (new maps loaded and filled, every program
+//!   switched to them with `BPF_LINK_UPDATE`). A size the operator fixed
+//!   ([`MapSizes::fix`]) never grows: a round that needs more fails with
+//!   [`Error::MapFull`] before writing anything. [`EbpfBackend::map_fill`]
+//!   tells how full each map is.
 //! - **Restarts**: maps and links are pinned under a bpffs directory;
 //!   the programs stay attached while kpng is down, connections keep
 //!   working, and a restart adopts them. [`cleanup`] removes everything.
@@ -412,7 +420,10 @@ impl std::fmt::Debug for EbpfBackend {
 
 impl EbpfBackend {
     /// Loads the programs (or adopts those a previous run pinned),
-    /// attaches them to the configured cgroup and opens the maps.
+    /// attaches them to the configured cgroup and opens the maps. Where
+    /// nothing is pinned yet and no tc interface is given, it only checks
+    /// the bpf file system and the cgroup: the first sync loads and
+    /// attaches, with maps sized from what it needs.
     pub fn attach(config: EbpfConfig) -> Result<Self, Error> {
         let tc = datapath::Tc {
             interfaces: config.tc_interfaces.clone(),
