@@ -19,6 +19,7 @@
 //! | `kubeproxy_sync_proxy_rules_nftables_sync_failures_total`, `kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total` | failed syncs in nftables mode ([`Metrics::for_mode`]); kpng has no separate cleanup, so the second stays 0 |
 //! | `kubeproxy_sync_proxy_rules_iptables_restore_failures_total` | failed syncs (restores) in iptables mode |
 //! | `kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy, ip_family}` | Service ports with a Local policy (`internal`, `external`) and no local endpoint, per family (`IPv4`, `IPv6`) |
+//! | `kpng_bpf_map_entries{map}`, `kpng_bpf_map_max_entries{map}` | the eBPF backend: entries its state asks of each map that holds the cluster (at most), and the map's size ([`Metrics::observe_map_fill`]) |
 //! | `process_cpu_seconds_total`, `process_resident_memory_bytes`, `process_virtual_memory_bytes`, `process_open_fds`, `process_max_fds`, `process_start_time_seconds` | the process collector's, from `/proc/self` at each scrape |
 //!
 //! [`serve_metrics`] also answers kube-proxy's `/configz` (the effective
@@ -61,6 +62,9 @@ struct Inner {
     transactions: Counter,
     held_back: Gauge,
     holds: Counter,
+    /// The eBPF backend's maps: entries asked of each, and its size.
+    map_entries: Family<[(&'static str, String); 1], Gauge>,
+    map_max_entries: Family<[(&'static str, String); 1], Gauge>,
     /// What was counted of the store's and the aggregator's totals.
     seen: Mutex<(kpng_store::Stats, u64)>,
     /// kube-proxy's other metrics, `/configz` and `/proxyMode`.
@@ -179,6 +183,17 @@ impl Metrics {
             "Mass deletions held back",
             Counter::clone(&holds),
         );
+        let (map_entries, map_max_entries) = (Family::default(), Family::default());
+        registry.register(
+            "kpng_bpf_map_entries",
+            "Entries the eBPF backend asks of each BPF map that holds the cluster (at most)",
+            Family::clone(&map_entries),
+        );
+        registry.register(
+            "kpng_bpf_map_max_entries",
+            "The size of each BPF map that holds the cluster",
+            Family::clone(&map_max_entries),
+        );
         let kube = KubeProxy::register(&mut registry, mode);
         Self(Arc::new(Inner {
             registry,
@@ -196,6 +211,8 @@ impl Metrics {
             transactions,
             held_back,
             holds,
+            map_entries,
+            map_max_entries,
             seen: Mutex::new((kpng_store::Stats::default(), 0)),
             kube,
         }))
@@ -235,6 +252,26 @@ impl Metrics {
         if held && !was {
             self.0.holds.inc();
         }
+    }
+
+    /// How full BPF map `map` is: `entries` of `max_entries` (the eBPF
+    /// backend's maps, after each sync).
+    ///
+    /// ```
+    /// use kpng_health::metrics::Metrics;
+    ///
+    /// let metrics = Metrics::new();
+    /// metrics.observe_map_fill("kpng_services", 1500, 4096);
+    /// assert!(metrics.encode().contains("kpng_bpf_map_max_entries{map=\"kpng_services\"} 4096"));
+    /// ```
+    pub fn observe_map_fill(&self, map: &str, entries: u64, max_entries: u64) {
+        let label = [("map", map.to_owned())];
+        let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        self.0.map_entries.get_or_create(&label).set(gauge(entries));
+        self.0
+            .map_max_entries
+            .get_or_create(&label)
+            .set(gauge(max_entries));
     }
 
     /// Serves `config` (kube-proxy's shape: `{"kubeproxy.config.k8s.io":

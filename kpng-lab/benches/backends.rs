@@ -1,9 +1,15 @@
 //! Each backend's figures, side by side in one run (as root):
 //!
 //! ```text
-//! cargo bench -p kpng-lab --bench backends [-- nft|iptables|ebpf|iptables-50k]
+//! cargo bench -p kpng-lab --bench backends [-- nft|iptables|ebpf|iptables-50k|ebpf-100k]
 //! cargo bench -p kpng-lab --bench backends -- nft-comments
 //! ```
+//!
+//! `ebpf` ends with the eBPF backend at scale (`ebpf-100k` runs only
+//! that): a cold full load of 100,000 Services × 10 endpoints
+//! (`KPNG_BENCH_EBPF_SERVICES` changes the count) into a lab created empty
+//! for it, in a process of its own, then one endpoint change (median of
+//! 20); with the kernel memory of the maps and the process's peak RSS.
 //!
 //! `nft-comments` (not part of the default run): what the comments naming
 //! the Services cost the nft backend's full sync at 10k, in time and heap.
@@ -36,6 +42,27 @@ fn scale_services() -> usize {
 /// In a child process: one cold full sync by `backend`, then one line
 /// with its time, this process's peak RSS and its children's.
 fn cold_child(backend: &str) {
+    if backend == "ebpf-100k" {
+        let services = std::env::var("KPNG_BENCH_EBPF_SERVICES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(100_000);
+        let r = kpng_lab::bench::ebpf_at_scale(services);
+        let hwm = kpng_testkit::proc_status_kib(None, "VmHWM:");
+        println!(
+            "EBPF {services} {:.1} {:.1} {:.1} {} {:.4} {:.4} {} {} {hwm} {}",
+            r.full_ms,
+            r.full_cpu_ms,
+            r.backend_ms,
+            r.full_writes,
+            r.change_ms,
+            r.change_backend_ms,
+            r.change_writes,
+            r.kernel_bytes,
+            r.note
+        );
+        return;
+    }
     let services = scale_services();
     let (ms, note) = match backend {
         "nft" => kpng_lab::bench::cold_full_sync::<NftBackend>(services),
@@ -173,6 +200,57 @@ fn cold_at_scale() {
     }
 }
 
+/// The eBPF backend at scale, in a process of its own.
+fn ebpf_at_scale() {
+    if let Some(why) = kpng_testkit::bpf::unavailable() {
+        println!("SKIPPED: {why}");
+        return;
+    }
+    let exe = std::env::current_exe().expect("the bench binary");
+    let out = std::process::Command::new(exe)
+        .env(COLD, "ebpf-100k")
+        .output()
+        .expect("the bench binary runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let Some(line) = text.lines().find_map(|l| l.strip_prefix("EBPF ")) else {
+        println!(
+            "ebpf at scale: FAILED: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        return;
+    };
+    let words: Vec<&str> = line.splitn(11, ' ').collect();
+    let number = |i: usize| {
+        words
+            .get(i)
+            .and_then(|w| w.parse::<f64>().ok())
+            .unwrap_or(f64::NAN)
+    };
+    let services = number(0);
+    let (full, cpu, backend, writes) = (number(1), number(2), number(3), number(4));
+    let (change, change_backend, change_writes) = (number(5), number(6), number(7));
+    let (kernel, hwm) = (number(8) / (1024.0 * 1024.0), number(9) / 1024.0);
+    let note = words.get(10).copied().unwrap_or_default();
+    println!(
+        "kpng ebpf backend at scale: {services} services x 10 endpoints, a cold full load into a lab created empty for it, in a process of its own"
+    );
+    println!(
+        "  cold full load: {:>8.2} s, CPU time {:.2} s (the backend's own part {:.2} s; {writes} map writes)  [<= 2 s]",
+        full / 1e3,
+        cpu / 1e3,
+        backend / 1e3
+    );
+    println!(
+        "  one endpoint change after it, median of 20: {change:.3} ms (the backend's own part {change_backend:.3} ms; {change_writes} map writes)  [<= 0.1 ms]"
+    );
+    println!(
+        "  kernel memory of the maps: {kernel:.1} MiB; peak RSS of the process: {hwm:.1} MiB  ({note})"
+    );
+    println!(
+        "{{\"backend\":\"ebpf\",\"services\":{services},\"cold_full_load_ms\":{full:.1},\"cold_full_load_cpu_ms\":{cpu:.1},\"backend_ms\":{backend:.1},\"change_ms\":{change:.4},\"change_backend_ms\":{change_backend:.4},\"kernel_maps_mib\":{kernel:.1},\"peak_rss_mib\":{hwm:.1}}}"
+    );
+}
+
 // Counts heap bytes (a relaxed atomic add per allocation), for the
 // comments' cost.
 #[global_allocator]
@@ -213,6 +291,9 @@ fn main() {
             ],
             true,
         );
+    }
+    if wanted("ebpf") || wanted("ebpf-100k") {
+        ebpf_at_scale();
     }
     if wanted("iptables") {
         kpng_lab::bench::run::<IptablesBackend>(

@@ -403,3 +403,92 @@ pub fn cold_full_sync<B: LabBackend>(services: usize) -> (f64, String) {
     let ms = start.elapsed().as_secs_f64() * 1e3;
     (ms, backend.last_note())
 }
+
+/// What [`ebpf_at_scale`] measured.
+#[derive(Clone, Debug, Default)]
+pub struct EbpfAtScale {
+    /// The cold full load, in ms.
+    pub full_ms: f64,
+    /// The CPU time spent in it (user and system), in ms: on a busy
+    /// machine, wall time also counts waiting for a CPU.
+    pub full_cpu_ms: f64,
+    /// The backend's own part of it (rendering and map writes), in ms.
+    pub backend_ms: f64,
+    /// Map elements it wrote.
+    pub full_writes: usize,
+    /// One endpoint change after it, median of 20, in ms.
+    pub change_ms: f64,
+    /// The backend's own part of the change, median, in ms.
+    pub change_backend_ms: f64,
+    /// Map elements one change wrote (median).
+    pub change_writes: usize,
+    /// The kernel memory of the maps after the load, in bytes.
+    pub kernel_bytes: u64,
+    /// The backend's note (sets, records, maps).
+    pub note: String,
+}
+
+/// The eBPF backend alone at scale: a node's first sync of `services`
+/// Services × 10 endpoints (the simple shape) into a lab of its own,
+/// created empty for it (the cold full load), then 20 endpoint changes
+/// (an endpoint not ready, then ready again), each synced on its own.
+pub fn ebpf_at_scale(services: usize) -> EbpfAtScale {
+    let lab = Lab::new();
+    let cluster = cluster(services, true);
+    let mut store = Store::new();
+    cluster.load_into(&mut store);
+    let mut projector = NodeProjector::new("node-0");
+    let mut backend = crate::EbpfOnly::in_lab(&lab, &settings());
+    let cpu = cpu_ms();
+    let start = Instant::now();
+    projector
+        .sync_into(&store.snapshot(), &mut backend)
+        .expect("the cold full load");
+    let full_ms = start.elapsed().as_secs_f64() * 1e3;
+    let full_cpu_ms = cpu_ms() - cpu;
+    let stats = backend.0.last_sync().clone();
+    let kernel_bytes = backend.0.kernel_memory();
+    let note = backend.last_note();
+    let mut change = Vec::new();
+    for i in 0..20 {
+        let (name, ep) = cluster.endpoints[(i / 2) * 49_999 % cluster.endpoints.len()].clone();
+        let ready = i % 2 == 1;
+        let mut txn = store.begin();
+        txn.set_endpoint(name, ep.with_conditions(ready, ready, false));
+        txn.commit();
+        let start = Instant::now();
+        projector
+            .sync_into(&store.snapshot(), &mut backend)
+            .expect("an endpoint change");
+        let ms = start.elapsed().as_secs_f64() * 1e3;
+        let last = backend.0.last_sync();
+        assert!(!last.full, "incremental");
+        change.push((ms, last.micros as f64 / 1e3, last.writes));
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let mut writes: Vec<usize> = change.iter().map(|c| c.2).collect();
+    writes.sort_unstable();
+    EbpfAtScale {
+        full_ms,
+        full_cpu_ms,
+        backend_ms: stats.micros as f64 / 1e3,
+        full_writes: stats.writes,
+        change_ms: median(change.iter().map(|c| c.0).collect()),
+        change_backend_ms: median(change.iter().map(|c| c.1).collect()),
+        change_writes: writes[writes.len() / 2],
+        kernel_bytes,
+        note,
+    }
+}
+
+/// The CPU time of this thread so far (user and system), in ms, from
+/// `/proc/thread-self/schedstat` (ns on a CPU); the sync runs on it.
+fn cpu_ms() -> f64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok())
+        .map_or(f64::NAN, |ns| ns / 1e6)
+}

@@ -377,7 +377,7 @@ impl Lab {
     /// `args` run as a client in host `from`: in the lab's cgroup too
     /// when an eBPF backend made one and `from` is one of this node's
     /// hosts ([`LOCAL_HOSTS`]).
-    fn client(&self, from: &str, args: &[&str]) -> Command {
+    pub fn client(&self, from: &str, args: &[&str]) -> Command {
         match self.bpf.get() {
             Some((_, cgroup)) if LOCAL_HOSTS.contains(&from) => {
                 in_cgroup_and_netns(&cgroup.path, &self.ns(from), args)

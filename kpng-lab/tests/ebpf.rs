@@ -162,3 +162,238 @@ fn tc_programs_serve_ipv6_from_outside() {
     );
     EbpfWithNft::clear(&lab);
 }
+
+/// A ClusterIP Service `s<i>` (10.96.1.i) with TCP 80 and UDP 53 on e1,
+/// e2 and e3.
+fn numbered(count: usize) -> Vec<String> {
+    (1..=count)
+        .map(|i| {
+            let spec = format!(
+                "{{clusterIP: 10.96.1.{i}, ports: [{{name: http, port: 80, targetPort: 8080}}, {{name: dns, port: 53, protocol: UDP, targetPort: 5353}}]}}"
+            );
+            service(&format!("s{i}"), &spec, ALL3)
+        })
+        .collect()
+}
+
+/// A client that holds sockets across a swap: a connected UDP socket and
+/// a TCP connection to s1, made before; after a line on its stdin, a
+/// datagram on the UDP socket, whose reply must come from the Service
+/// address, and the TCP socket's peer name (the Service address too).
+const HELD: &str = r#"
+import socket, sys
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.settimeout(3)
+u.connect(("10.96.1.1", 53)); u.send(b"a")
+d, a = u.recvfrom(200)
+t = socket.create_connection(("10.96.1.1", 80), timeout=3)
+print("before", a[0], a[1], t.getpeername()[0], t.getpeername()[1], flush=True)
+sys.stdin.readline()
+u.send(b"b")
+d, a = u.recvfrom(200)
+print("after", a[0], a[1], t.getpeername()[0], t.getpeername()[1], flush=True)
+"#;
+
+/// New TCP connections to s1, one after the other, until told to stop
+/// (a line on stdin after `ready`); one line each.
+const LOOP: &str = r#"
+import select, socket, sys
+n = 0
+while True:
+    try:
+        s = socket.create_connection(("10.96.1.1", 80), timeout=3)
+        out = s.recv(200).decode().strip(); s.close()
+    except OSError as e:
+        out = "ERROR %s" % e
+    print(out, flush=True)
+    n += 1
+    if n == 1: print("ready", flush=True)
+    if select.select([sys.stdin], [], [], 0)[0]: break
+"#;
+
+/// The maps sized from the cluster start small (a floor of 4 entries
+/// here) and grow by a planned swap when the cluster outgrows them: new
+/// maps are filled and the programs switched to them, twice, while a
+/// client keeps connecting (every connection answered), and sockets made
+/// before the swaps keep their Service address (getpeername, a connected
+/// UDP socket's replies): the connections' maps carried over.
+#[test]
+fn maps_grow_by_a_planned_swap_and_connections_keep_working() {
+    use std::io::{BufRead, Write};
+    use std::process::Stdio;
+    require_lab!(EbpfWithNft);
+    let lab = lab();
+    let sizes = kpng_backend_ebpf::MapSizes::default().min_entries(4);
+    let config = ebpf_config(&lab, &Settings::lab(), false).map_sizes(sizes);
+    let mut proxy = Proxy::with(EbpfBackend::attach(config).expect("attach"));
+    proxy.load(&manifest(&numbered(1))).expect("sync");
+    let fill = |proxy: &Proxy<EbpfBackend>, map: &str| {
+        let fills = proxy.backend.map_fill();
+        let f = fills
+            .iter()
+            .find(|f| f.map == map)
+            .expect("a map of the cluster");
+        (f.entries, f.max_entries)
+    };
+    // Two records (TCP 80, UDP 53) in four entries.
+    assert_eq!(fill(&proxy, "kpng_services"), (2, 4));
+    assert!(!proxy.backend.last_sync().grown);
+    settle();
+
+    let mut held = lab
+        .client("podc", &["python3", "-u", "-c", HELD])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("client");
+    let mut held_out = std::io::BufReader::new(held.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    held_out.read_line(&mut line).expect("a line");
+    assert_eq!(line.trim(), "before 10.96.1.1 53 10.96.1.1 80");
+
+    let mut looping = lab
+        .client("podc", &["python3", "-u", "-c", LOOP])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("client");
+    let mut loop_out = std::io::BufReader::new(looping.stdout.take().expect("stdout"));
+    let mut lines = Vec::new();
+    loop {
+        let mut line = String::new();
+        if loop_out.read_line(&mut line).expect("a line") == 0 || line.trim() == "ready" {
+            break;
+        }
+        lines.push(line.trim().to_owned());
+    }
+
+    // 40 Services: 80 records, past 3/4 of 4: the maps grow.
+    proxy.load(&manifest(&numbered(40))).expect("sync");
+    let stats = proxy.backend.last_sync().clone();
+    assert!(stats.grown && stats.full, "{stats:?}");
+    let (entries, max) = fill(&proxy, "kpng_services");
+    assert_eq!(entries, 80);
+    assert!(max >= 120 && max.is_power_of_two(), "{max}");
+    // And again, past 3/4 of that.
+    proxy.load(&manifest(&numbered(200))).expect("sync");
+    assert!(proxy.backend.last_sync().grown);
+    assert_eq!(fill(&proxy, "kpng_services").0, 400);
+    // A round that fits is incremental again.
+    proxy.load(&manifest(&numbered(201))).expect("sync");
+    let stats = proxy.backend.last_sync().clone();
+    assert!(!stats.grown && !stats.full, "{stats:?}");
+
+    looping
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"stop\n")
+        .expect("stop");
+    for line in loop_out.lines() {
+        lines.push(line.expect("a line"));
+    }
+    let _ = looping.wait();
+    assert!(lines.len() >= 2, "{lines:?}");
+    assert!(
+        lines.iter().all(|l| l.starts_with("10.244.")),
+        "every connection through the swaps answered: {lines:?}"
+    );
+
+    held.stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"\n")
+        .expect("write");
+    let mut line = String::new();
+    held_out.read_line(&mut line).expect("a line");
+    assert_eq!(line.trim(), "after 10.96.1.1 53 10.96.1.1 80");
+    let _ = held.wait();
+
+    // New connections to the first and the last Service reach every
+    // endpoint; nothing was counted missing.
+    for ip in ["10.96.1.1", "10.96.1.201"] {
+        let lines = lab.connect("podc", "tcp", ip, 80, 30);
+        assert_eq!(
+            endpoints(&lines),
+            [E1, E2, E3].map(String::from).into(),
+            "{ip}: {lines:?}"
+        );
+    }
+    assert_eq!(proxy.backend.counters().expect("counters").missing, 0);
+    // One generation of maps is pinned: the old ones went.
+    let (_, pins) = lab.bpf_env();
+    let generations: Vec<String> = std::fs::read_dir(&pins)
+        .expect("pins")
+        .flatten()
+        .flat_map(|v| std::fs::read_dir(v.path()).into_iter().flatten().flatten())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("maps") || n == "next")
+        .collect();
+    assert_eq!(generations, ["maps-2"], "{generations:?}");
+
+    // A restart opens the grown maps and adopts what they hold: nothing
+    // written, and the programs serve on.
+    let config = proxy.backend.config().clone();
+    drop(proxy);
+    let mut proxy = Proxy::with(EbpfBackend::attach(config).expect("attach again"));
+    proxy.load(&manifest(&numbered(201))).expect("sync");
+    let stats = proxy.backend.last_sync().clone();
+    assert!(stats.adopted && stats.full && !stats.grown, "{stats:?}");
+    assert_eq!(stats.writes, 0, "{stats:?}");
+    assert_eq!(fill(&proxy, "kpng_services"), (402, 1024));
+    let lines = lab.connect("podc", "tcp", "10.96.1.201", 80, 30);
+    assert_eq!(
+        endpoints(&lines),
+        [E1, E2, E3].map(String::from).into(),
+        "{lines:?}"
+    );
+    EbpfWithNft::clear(&lab);
+}
+
+/// A map of a size the operator fixed does not grow: a round that needs
+/// more fails, naming the map, its size and the need, and writes nothing:
+/// the previous state serves on.
+#[test]
+fn a_full_map_of_a_fixed_size_fails_the_round_and_keeps_the_previous_state() {
+    require_lab!(EbpfWithNft);
+    let lab = lab();
+    let sizes = kpng_backend_ebpf::MapSizes::default()
+        .fix("kpng_services", 4)
+        .expect("a map");
+    let config = ebpf_config(&lab, &Settings::lab(), false).map_sizes(sizes);
+    let mut proxy = Proxy::with(EbpfBackend::attach(config).expect("attach"));
+    proxy.load(&manifest(&numbered(2))).expect("sync");
+    settle();
+    let error = proxy
+        .load(&manifest(&numbered(3)))
+        .expect_err("the map is full");
+    let text = format!(
+        "{error}: {}",
+        std::error::Error::source(&error)
+            .map(ToString::to_string)
+            .unwrap_or_default()
+    );
+    assert!(
+        text.contains("map kpng_services is full: it holds 4 entries and the round needs 6"),
+        "{text}"
+    );
+    assert_eq!(proxy.backend.last_sync().writes, 0);
+    // s1 and s2 as before; s3 not programmed (an address of the Service
+    // CIDR no Service holds: dropped).
+    let lines = lab.connect("podc", "tcp", "10.96.1.2", 80, 20);
+    assert_eq!(
+        endpoints(&lines),
+        [E1, E2, E3].map(String::from).into(),
+        "{lines:?}"
+    );
+    assert_eq!(
+        lab.once("podc", "tcp", "10.96.1.3", 80),
+        dropped_locally::<EbpfWithNft>()
+    );
+    // Fewer Services fit again.
+    proxy.load(&manifest(&numbered(1))).expect("sync");
+    assert_eq!(
+        lab.once("podc", "tcp", "10.96.1.2", 80),
+        dropped_locally::<EbpfWithNft>()
+    );
+    EbpfWithNft::clear(&lab);
+}

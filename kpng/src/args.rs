@@ -272,6 +272,20 @@ pub(crate) struct EbpfArgs {
     /// nftables backend in this process, or `none`.
     #[arg(long, default_value = "nft", value_parser = ["nft", "none"])]
     pub(crate) north_south: String,
+    /// Fixed sizes of BPF maps, `NAME=ENTRIES,...`. The maps that hold
+    /// the cluster (kpng_services, kpng_slots, kpng_members, kpng_live,
+    /// kpng_cidrs, kpng_external, kpng_ranges) are otherwise sized from it
+    /// (1.5 x the need, a power of two) and grown by a planned swap; one
+    /// fixed here never grows: a sync that needs more fails, naming it.
+    /// The connections' maps (kpng_affinity 16384, kpng_reverse 65536,
+    /// kpng_flows 16384, kpng_ext_flows, kpng_ext_replies, kpng_snat,
+    /// kpng_snat_out 65536, kpng_ext_affinity 16384) get this size instead
+    /// of their default.
+    #[arg(long, default_value = "")]
+    pub(crate) bpf_map_sizes: String,
+    /// The least size of a map sized from the cluster.
+    #[arg(long, default_value_t = kpng_backend_ebpf::DEFAULT_MIN_ENTRIES)]
+    pub(crate) bpf_map_min_entries: u32,
     /// Detach the programs and remove the pinned maps (and the nftables
     /// tables of `--north-south nft`), then exit. With `--dry-run`: print
     /// what would be removed, and remove nothing.

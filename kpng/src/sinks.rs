@@ -212,7 +212,12 @@ fn ebpf_backend(
 ) -> Result<Boxed, Error> {
     let args = &ebpf.common;
     let proxy = args.proxy()?;
-    let mut config = EbpfConfig::new(proxy.clone()).pin_path(&ebpf.bpf_pin_path);
+    let sizes = kpng_backend_ebpf::MapSizes::default()
+        .min_entries(ebpf.bpf_map_min_entries)
+        .parse_fixed(&ebpf.bpf_map_sizes)?;
+    let mut config = EbpfConfig::new(proxy.clone())
+        .pin_path(&ebpf.bpf_pin_path)
+        .map_sizes(sizes);
     if let Some(path) = &ebpf.cgroup_path {
         config = config.cgroup(path);
     }
@@ -233,11 +238,34 @@ fn ebpf_backend(
         }
         return Ok(sinks.with(parts.measure()).boxed());
     }
-    sinks.push(EbpfBackend::attach(config)?.logged().boxed());
+    sinks.push(
+        EbpfBackend::attach(config)?
+            .with(MapFill(parts.metrics.clone()))
+            .logged()
+            .boxed(),
+    );
     if let Some(nft) = nft {
         sinks.push(nft.logged().boxed());
     }
     companions(sinks.with(parts.measure()), args, &proxy, parts, health)
+}
+
+/// After each sync of the eBPF backend: how full its maps are, as
+/// metrics (`kpng_bpf_map_entries`, `kpng_bpf_map_max_entries`).
+struct MapFill(kpng_health::metrics::Metrics);
+
+impl kpng_sink::Hook<EbpfBackend> for MapFill {
+    fn after(
+        &mut self,
+        backend: &EbpfBackend,
+        _round: &kpng_sink::Round<'_>,
+        _result: &Result<(), kpng_sink::SinkError>,
+    ) {
+        for fill in backend.map_fill() {
+            self.0
+                .observe_map_fill(fill.map, fill.entries, u64::from(fill.max_entries));
+        }
+    }
 }
 
 /// `backend` with what kube-proxy runs beside a kernel backend: its

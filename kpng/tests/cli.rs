@@ -809,6 +809,34 @@ fn to_ebpf_dry_run_prints_the_map_writes_and_the_nft_rules_beside_them() {
     assert!(!alone.contains("add table"), "{alone}");
 }
 
+/// `--bpf-map-sizes` takes `NAME=ENTRIES` of the backend's maps; an
+/// unknown map or a size of 0 is refused before anything runs, naming
+/// it.
+#[test]
+fn to_ebpf_map_sizes_name_known_maps() {
+    let base = ["file", "to-ebpf", "--dry-run", "--metrics-bind-address", ""];
+    let sized = [
+        &base[..],
+        &[
+            "--bpf-map-sizes",
+            "kpng_services=4096,kpng_affinity=65536",
+            "--bpf-map-min-entries",
+            "64",
+        ],
+    ]
+    .concat();
+    let (code, _, stderr) = kpng(&sized);
+    assert_eq!(code, 0, "{stderr}");
+    for (flag, wrong) in [
+        ("kpng_nothing=5", "kpng_nothing=5: no such map"),
+        ("kpng_live=0", "kpng_live=0: a size is at least 1"),
+    ] {
+        let (code, _, stderr) = kpng(&[&base[..], &["--bpf-map-sizes", flag]].concat());
+        assert_ne!(code, 0);
+        assert!(stderr.contains(wrong), "{stderr}");
+    }
+}
+
 /// As root with cgroup v2: `to-ebpf --once` attaches to a test cgroup and
 /// pins in a test bpffs, and exits (it runs in the machine's namespace,
 /// since `ip netns exec` hides the cgroup tree: the conntrack sysctl flags

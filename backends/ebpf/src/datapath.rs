@@ -6,8 +6,19 @@
 //!
 //! ```text
 //! v-<object digest>/maps/kpng_services, kpng_slots, ...
+//! v-<object digest>/maps-N/...        (the maps after N planned swaps)
 //! v-<object digest>/links-<cgroup inode>/kpng_connect4, ...
 //! ```
+//!
+//! The maps that hold the cluster are sized from it (see
+//! [`sizes`](crate::sizes)): when a round needs more, a planned swap
+//! loads the object anew with bigger maps in `next/`, fills them, switches
+//! every link to the new programs (`BPF_LINK_UPDATE`) and renames `next`
+//! to the next generation. The connections' maps (affinity, flows) are
+//! the same maps in every generation: nothing a connection keeps is lost.
+//! A restart opens the newest generation and, after its first sync,
+//! switches the pinned links to its own programs (so that a swap cut
+//! short by a crash is made whole).
 //!
 //! A pinned link keeps its program attached after the process exits: the
 //! data path outlives kpng. A restart with the same object opens the same
@@ -25,8 +36,11 @@ use aya::maps::{HashMap, MapData, PerCpuArray};
 use aya::programs::links::{FdLink, PinnedLink};
 use aya::programs::{CgroupAttachMode, CgroupSockAddr};
 
+use std::collections::BTreeMap;
+
 use crate::Error;
 use crate::object::{OBJECT, PROGRAMS, digest};
+use crate::sizes::{CLUSTER_MAPS, CONNECTION_MAPS, Capacity, MapSizes};
 use crate::tables::Kernel;
 
 /// The maps only the tc programs use.
@@ -125,12 +139,27 @@ pub(crate) struct Datapath {
     /// Pins of another object, cgroup or interface, removed by
     /// [`retire_stale`](Self::retire_stale) after the first sync.
     stale: Vec<PathBuf>,
+    /// The object as loaded: its programs are what the links run (once
+    /// [`retire_stale`](Self::retire_stale) switched adopted ones).
+    ebpf: aya::Ebpf,
+    /// The object's pin directory (`v-<digest>...`).
+    version: PathBuf,
+    /// The maps in use: `maps` (generation 0) or `maps-N`.
+    generation: u32,
+    /// Every link in use (its pin) and the program it runs.
+    links: Vec<(PathBuf, &'static str)>,
+    /// Links found pinned: switched to this process's programs after the
+    /// first sync.
+    relink: Vec<(PathBuf, &'static str)>,
+    /// Whether the tc programs are in use.
+    tc: bool,
 }
 
 impl std::fmt::Debug for Datapath {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Datapath")
             .field("adopted", &self.adopted)
+            .field("generation", &self.generation)
             .finish()
     }
 }
@@ -151,16 +180,226 @@ pub struct Counters {
     pub missing: u64,
 }
 
+/// The directory of generation `n` of the maps.
+fn generation_dir(version: &Path, n: u32) -> PathBuf {
+    if n == 0 {
+        version.join("maps")
+    } else {
+        version.join(format!("maps-{n}"))
+    }
+}
+
+/// The generation a directory name is of (`maps`, `maps-N`).
+fn generation_of(name: &str) -> Option<u32> {
+    match name {
+        "maps" => Some(0),
+        _ => name.strip_prefix("maps-")?.parse().ok(),
+    }
+}
+
+/// The pin directory of this object (`v-<digest>`), with tc or without
+/// (the maps differ in size: each has its pins), and with the sizes of
+/// the connection maps the operator set.
+fn version_dir(pin_path: &Path, tc: &Tc, sizes: &MapSizes) -> PathBuf {
+    let with_tc = if tc.interfaces.is_empty() { "" } else { "-tc" };
+    let fixed: Vec<String> = CONNECTION_MAPS
+        .iter()
+        .filter_map(|(name, _)| Some(format!("{name}={}", sizes.fixed(name)?)))
+        .collect();
+    let sized = if fixed.is_empty() {
+        String::new()
+    } else {
+        let text = fixed.join(",");
+        let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        format!("-c{:08x}", hash & 0xffff_ffff)
+    };
+    pin_path.join(format!("v-{:016x}{with_tc}{sized}", digest()))
+}
+
+/// Whether nothing of this object is pinned under `pin_path` yet (no map
+/// of any generation): its first load can wait for the cluster to be
+/// known. Checks what [`Datapath::open`] would refuse first: the bpf file
+/// system and the cgroup.
+pub(crate) fn fresh(
+    pin_path: &Path,
+    cgroup: &Path,
+    tc: &Tc,
+    sizes: &MapSizes,
+) -> Result<bool, Error> {
+    check_bpffs(pin_path)?;
+    File::open(cgroup).map_err(|source| Error::Cgroup {
+        path: cgroup.to_path_buf(),
+        source,
+    })?;
+    let version = version_dir(pin_path, tc, sizes);
+    let Ok(entries) = std::fs::read_dir(&version) else {
+        return Ok(true);
+    };
+    let pinned = entries.flatten().any(|e| {
+        let name = e.file_name().to_string_lossy().into_owned();
+        (generation_of(&name).is_some() || name.starts_with("links-") || name.starts_with("tc-"))
+            && std::fs::read_dir(e.path()).is_ok_and(|mut d| d.next().is_some())
+    });
+    Ok(!pinned)
+}
+
+/// Where a swap builds the next generation of maps.
+const NEXT: &str = "next";
+
+/// Loads the object with its maps pinned in `maps_dir` (opening those
+/// pinned there already), the maps sized from the cluster at `cluster`'s
+/// sizes (the floor or fixed size where it has none), the others at
+/// theirs.
+fn load_object(
+    maps_dir: &Path,
+    sizes: &MapSizes,
+    cluster: &BTreeMap<&'static str, u32>,
+    tc: bool,
+) -> Result<aya::Ebpf, Error> {
+    let mut loader = EbpfLoader::new();
+    loader.default_map_pin_directory(maps_dir);
+    for name in CLUSTER_MAPS {
+        let size = cluster
+            .get(name)
+            .copied()
+            .unwrap_or_else(|| sizes.load_size(name, 0));
+        loader.map_max_entries(name, size);
+    }
+    for (name, _) in CONNECTION_MAPS {
+        loader.map_max_entries(name, sizes.load_size(name, 0));
+    }
+    if !tc {
+        // No tc program: its maps are made as small as the kernel takes
+        // them (an LRU map wants some entries per CPU).
+        for name in TC_MAPS {
+            loader.map_max_entries(name, 64);
+        }
+    }
+    loader.load(OBJECT).map_err(|e| Error::Load(Box::new(e)))
+}
+
+/// Loads the programs into the kernel (the verifier checks them): the
+/// socket programs, and with `tc` the tc ones.
+fn load_programs(ebpf: &mut aya::Ebpf, tc: bool) -> Result<(), Error> {
+    use aya::programs::SchedClassifier;
+    for (name, _) in PROGRAMS {
+        let program: &mut CgroupSockAddr = ebpf
+            .program_mut(name)
+            .ok_or(Error::Missing { name })?
+            .try_into()
+            .map_err(|source| Error::Program { name, source })?;
+        program
+            .load()
+            .map_err(|source| Error::Program { name, source })?;
+    }
+    if tc {
+        for name in TC_PROGRAMS {
+            let program: &mut SchedClassifier = ebpf
+                .program_mut(name)
+                .ok_or(Error::Missing { name })?
+                .try_into()
+                .map_err(|source| Error::Program { name, source })?;
+            program
+                .load()
+                .map_err(|source| Error::Program { name, source })?;
+        }
+    }
+    Ok(())
+}
+
+/// The tc programs.
+const TC_PROGRAMS: [&str; 2] = ["kpng_tc_ingress", "kpng_tc_egress"];
+
+/// Switches every link of `links` to `ebpf`'s program of its name, each
+/// in one step (`BPF_LINK_UPDATE`).
+fn relink(ebpf: &aya::Ebpf, links: &[(PathBuf, &'static str)]) -> Result<(), Error> {
+    use std::os::fd::AsFd;
+    for (pin, name) in links {
+        let program = ebpf.program(name).ok_or(Error::Missing { name })?;
+        let fd = program
+            .fd()
+            .map_err(|source| Error::Program { name, source })?;
+        let update = |pin: &Path| -> std::io::Result<()> {
+            let link = crate::sys::obj_get(pin)?;
+            crate::sys::link_update(link.as_fd(), fd.as_fd())
+        };
+        update(pin).map_err(|source| Error::LinkUpdate {
+            path: pin.clone(),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+/// The maps of a loaded object, and their sizes.
+fn take_maps(ebpf: &mut aya::Ebpf) -> Result<(Kernel, PerCpuArray<MapData, u64>), Error> {
+    let take = |ebpf: &mut aya::Ebpf, name: &'static str| {
+        ebpf.take_map(name).ok_or(Error::Missing { name })
+    };
+    let wrap = |map: &'static str| move |source| Error::Map { map, source };
+    let mut capacity = Capacity::default();
+    for name in CLUSTER_MAPS {
+        if let Some(map) = ebpf.map(name) {
+            let info = match map {
+                aya::maps::Map::HashMap(data) | aya::maps::Map::LpmTrie(data) => data.info(),
+                _ => continue,
+            };
+            let info = info.map_err(|source| Error::Map { map: name, source })?;
+            capacity.0.insert(name, info.max_entries());
+        }
+    }
+    let kernel = Kernel {
+        services: HashMap::try_from(take(ebpf, "kpng_services")?).map_err(wrap("kpng_services"))?,
+        slots: HashMap::try_from(take(ebpf, "kpng_slots")?).map_err(wrap("kpng_slots"))?,
+        members: HashMap::try_from(take(ebpf, "kpng_members")?).map_err(wrap("kpng_members"))?,
+        live: HashMap::try_from(take(ebpf, "kpng_live")?).map_err(wrap("kpng_live"))?,
+        cidrs: LpmTrie::try_from(take(ebpf, "kpng_cidrs")?).map_err(wrap("kpng_cidrs"))?,
+        external: HashMap::try_from(take(ebpf, "kpng_external")?).map_err(wrap("kpng_external"))?,
+        ranges: LpmTrie::try_from(take(ebpf, "kpng_ranges")?).map_err(wrap("kpng_ranges"))?,
+        node: aya::maps::Array::try_from(take(ebpf, "kpng_node")?).map_err(wrap("kpng_node"))?,
+        capacity,
+    };
+    let counters =
+        PerCpuArray::try_from(take(ebpf, "kpng_counters")?).map_err(wrap("kpng_counters"))?;
+    Ok((kernel, counters))
+}
+
 impl Datapath {
     /// Loads the object (or opens its pinned maps), attaches its programs
     /// to `cgroup` (or adopts the pinned links), and removes the pins of
-    /// any other object or cgroup under `pin_path`.
-    pub(crate) fn open(pin_path: &Path, cgroup: &Path, tc: &Tc) -> Result<Self, Error> {
+    /// any other object or cgroup under `pin_path`. Maps not pinned yet
+    /// are made at their floor (or fixed) size: the first sync sizes them
+    /// from the cluster.
+    pub(crate) fn open(
+        pin_path: &Path,
+        cgroup: &Path,
+        tc: &Tc,
+        sizes: &MapSizes,
+        cluster: &BTreeMap<&'static str, u32>,
+    ) -> Result<Self, Error> {
         check_bpffs(pin_path)?;
-        // With tc or without, the maps differ in size: each has its pins.
-        let with_tc = if tc.interfaces.is_empty() { "" } else { "-tc" };
-        let version = pin_path.join(format!("v-{:016x}{with_tc}", digest()));
-        let maps_dir = version.join("maps");
+        let version = version_dir(pin_path, tc, sizes);
+        std::fs::create_dir_all(&version).map_err(pin_err(&version))?;
+        // The newest generation of maps; a swap that did not finish
+        // (`next`) is dropped, older generations go after the first sync.
+        let mut generation = 0;
+        let mut older = Vec::new();
+        for entry in std::fs::read_dir(&version)
+            .map_err(pin_err(&version))?
+            .flatten()
+        {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name == NEXT {
+                let path = entry.path();
+                std::fs::remove_dir_all(&path).map_err(pin_err(&path))?;
+            } else if let Some(n) = generation_of(&name) {
+                older.push(n);
+                generation = generation.max(n);
+            }
+        }
+        let maps_dir = generation_dir(&version, generation);
         std::fs::create_dir_all(&maps_dir).map_err(pin_err(&maps_dir))?;
         let cgroup_file = File::open(cgroup).map_err(|source| Error::Cgroup {
             path: cgroup.to_path_buf(),
@@ -176,20 +415,17 @@ impl Datapath {
         let links_dir = version.join(format!("links-{inode}"));
         std::fs::create_dir_all(&links_dir).map_err(pin_err(&links_dir))?;
 
-        let mut loader = EbpfLoader::new();
-        loader.default_map_pin_directory(&maps_dir);
-        if tc.interfaces.is_empty() {
-            // No tc program: its maps are made as small as the kernel
-            // takes them (an LRU map wants some entries per CPU).
-            for name in TC_MAPS {
-                loader.map_max_entries(name, 64);
-            }
-        }
-        let mut ebpf = loader.load(OBJECT).map_err(|e| Error::Load(Box::new(e)))?;
+        let with_tc = !tc.interfaces.is_empty();
+        let mut ebpf = load_object(&maps_dir, sizes, cluster, with_tc)?;
+        load_programs(&mut ebpf, with_tc)?;
         let mut adopted = true;
+        let mut links = Vec::new();
+        let mut relink = Vec::new();
         for (name, _) in PROGRAMS {
             let pin = links_dir.join(name);
+            links.push((pin.clone(), name));
             if pinned(&pin) {
+                relink.push((pin, name));
                 continue;
             }
             adopted = false;
@@ -197,9 +433,6 @@ impl Datapath {
                 .program_mut(name)
                 .ok_or(Error::Missing { name })?
                 .try_into()
-                .map_err(|source| Error::Program { name, source })?;
-            program
-                .load()
                 .map_err(|source| Error::Program { name, source })?;
             // A link (aya makes one on kernels >= 5.7) always runs beside
             // other programs of the cgroup; the kernel refuses attach flags
@@ -215,7 +448,12 @@ impl Datapath {
                 .map_err(|source| Error::Link { name, source })?;
             keep(link, &pin)?;
         }
-        let tc_dirs = attach_tc(&mut ebpf, &version, tc, &mut adopted)?;
+        let tc_dirs = attach_tc(&mut ebpf, &version, tc, &mut adopted, &mut relink)?;
+        for dir in &tc_dirs {
+            for name in TC_PROGRAMS {
+                links.push((dir.join(name), name));
+            }
+        }
         // Older objects' pins (`v-*`), and other cgroups' and interfaces'
         // links: ours replace them once our maps are filled (the first
         // sync), so that something serves the Services meanwhile.
@@ -242,31 +480,15 @@ impl Datapath {
                 stale.push(path);
             }
         }
-        let take = |ebpf: &mut aya::Ebpf, name: &'static str| {
-            ebpf.take_map(name).ok_or(Error::Missing { name })
-        };
-        let wrap = |map: &'static str| move |source| Error::Map { map, source };
-        let kernel = Kernel {
-            services: HashMap::try_from(take(&mut ebpf, "kpng_services")?)
-                .map_err(wrap("kpng_services"))?,
-            slots: HashMap::try_from(take(&mut ebpf, "kpng_slots")?).map_err(wrap("kpng_slots"))?,
-            members: HashMap::try_from(take(&mut ebpf, "kpng_members")?)
-                .map_err(wrap("kpng_members"))?,
-            live: HashMap::try_from(take(&mut ebpf, "kpng_live")?).map_err(wrap("kpng_live"))?,
-            cidrs: LpmTrie::try_from(take(&mut ebpf, "kpng_cidrs")?).map_err(wrap("kpng_cidrs"))?,
-            external: HashMap::try_from(take(&mut ebpf, "kpng_external")?)
-                .map_err(wrap("kpng_external"))?,
-            ranges: LpmTrie::try_from(take(&mut ebpf, "kpng_ranges")?)
-                .map_err(wrap("kpng_ranges"))?,
-            node: aya::maps::Array::try_from(take(&mut ebpf, "kpng_node")?)
-                .map_err(wrap("kpng_node"))?,
-        };
-        let counters = PerCpuArray::try_from(take(&mut ebpf, "kpng_counters")?)
-            .map_err(wrap("kpng_counters"))?;
+        for n in older.into_iter().filter(|&n| n != generation) {
+            stale.push(generation_dir(&version, n));
+        }
+        let (kernel, counters) = take_maps(&mut ebpf)?;
         tracing::info!(
             pins = %version.display(),
             cgroup = %cgroup.display(),
             adopted,
+            generation,
             "eBPF programs attached"
         );
         Ok(Self {
@@ -274,12 +496,103 @@ impl Datapath {
             counters,
             adopted,
             stale,
+            ebpf,
+            version,
+            generation,
+            links,
+            relink,
+            tc: with_tc,
         })
     }
 
+    /// The planned swap: loads the object anew with maps of `grow`'s
+    /// sizes (the others as they are; the connection maps and counters
+    /// are the same maps, pinned again), lets `fill` write the whole
+    /// state into them, then switches every link to the new programs
+    /// (`BPF_LINK_UPDATE`: atomic per program; both sets of maps serve the
+    /// same meanwhile) and drops the old maps. On failure before the
+    /// switch, the new maps go and the old ones serve on.
+    pub(crate) fn swap<T>(
+        &mut self,
+        grow: &BTreeMap<&'static str, u32>,
+        sizes: &MapSizes,
+        fill: impl FnOnce(&mut Kernel) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        let next = self.version.join(NEXT);
+        if next.exists() {
+            std::fs::remove_dir_all(&next).map_err(pin_err(&next))?;
+        }
+        std::fs::create_dir_all(&next).map_err(pin_err(&next))?;
+        let result = self.swap_into(&next, grow, sizes, fill);
+        if result.is_err() {
+            let _ = std::fs::remove_dir_all(&next);
+        }
+        result
+    }
+
+    fn swap_into<T>(
+        &mut self,
+        next: &Path,
+        grow: &BTreeMap<&'static str, u32>,
+        sizes: &MapSizes,
+        fill: impl FnOnce(&mut Kernel) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        let current = generation_dir(&self.version, self.generation);
+        // The connections' maps and the counters carry over.
+        let kept = CONNECTION_MAPS
+            .iter()
+            .map(|(name, _)| *name)
+            .chain(["kpng_counters", "kpng_node"]);
+        for name in kept {
+            let from = current.join(name);
+            let map =
+                MapData::from_pin(&from).map_err(|source| Error::Map { map: name, source })?;
+            map.pin(next.join(name)).map_err(|source| Error::PinLink {
+                path: next.join(name),
+                source,
+            })?;
+        }
+        let mut cluster = self.kernel.capacity.0.clone();
+        cluster.extend(grow.iter().map(|(k, v)| (*k, *v)));
+        let mut ebpf = load_object(next, sizes, &cluster, self.tc)?;
+        load_programs(&mut ebpf, self.tc)?;
+        let (mut kernel, counters) = take_maps(&mut ebpf)?;
+        let filled = fill(&mut kernel)?;
+        if let Err(e) = relink(&ebpf, &self.links) {
+            // Back to the old programs (whose maps still serve all).
+            if let Err(back) = relink(&self.ebpf, &self.links) {
+                tracing::error!(error = %back, "cannot switch the links back to the old maps");
+            }
+            return Err(e);
+        }
+        let generation = self.generation + 1;
+        let dir = generation_dir(&self.version, generation);
+        std::fs::rename(next, &dir).map_err(pin_err(&dir))?;
+        tracing::info!(
+            from = self.generation,
+            to = generation,
+            sizes = ?kernel.capacity.0,
+            "eBPF maps grown: the programs switched to the new maps"
+        );
+        self.kernel = kernel;
+        self.counters = counters;
+        self.ebpf = ebpf;
+        if let Err(error) = std::fs::remove_dir_all(&current) {
+            tracing::warn!(path = %current.display(), %error, "cannot remove the old maps' pins");
+        }
+        self.generation = generation;
+        self.relink.clear();
+        Ok(filled)
+    }
+
     /// Removes the pins of other objects, cgroups and interfaces (which
-    /// detaches their programs): called once the maps are filled.
+    /// detaches their programs), and switches links found pinned to this
+    /// process's programs: called once the maps are filled.
     pub(crate) fn retire_stale(&mut self) {
+        let found = std::mem::take(&mut self.relink);
+        if let Err(error) = relink(&self.ebpf, &found) {
+            tracing::warn!(%error, "cannot switch the pinned links to this process's programs");
+        }
         for path in std::mem::take(&mut self.stale) {
             tracing::info!(path = %path.display(), "removing an older object's, cgroup's or interface's pins");
             if let Err(error) = std::fs::remove_dir_all(&path) {
@@ -322,6 +635,7 @@ fn attach_tc(
     version: &Path,
     tc: &Tc,
     adopted: &mut bool,
+    relink: &mut Vec<(PathBuf, &'static str)>,
 ) -> Result<Vec<PathBuf>, Error> {
     use aya::programs::SchedClassifier;
     use aya::programs::tc::TcAttachType;
@@ -383,6 +697,7 @@ fn attach_tc(
         ] {
             let pin = dir.join(name);
             if pinned(&pin) {
+                relink.push((pin, name));
                 continue;
             }
             *adopted = false;
@@ -391,11 +706,6 @@ fn attach_tc(
                 .ok_or(Error::Missing { name })?
                 .try_into()
                 .map_err(|source| Error::Program { name, source })?;
-            if program.fd().is_err() {
-                program
-                    .load()
-                    .map_err(|source| Error::Program { name, source })?;
-            }
             // In the namespace of the interfaces (setns affects this
             // thread only, so a scoped one does it).
             let link =
@@ -438,8 +748,16 @@ pub fn map_memory(pin_path: &Path) -> u64 {
         return 0;
     };
     let mut total = 0;
-    for version in versions.flatten() {
-        let Ok(maps) = std::fs::read_dir(version.path().join("maps")) else {
+    let dirs = versions.flatten().flat_map(|version| {
+        std::fs::read_dir(version.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| generation_of(&e.file_name().to_string_lossy()).is_some())
+            .map(|e| e.path())
+    });
+    for dir in dirs {
+        let Ok(maps) = std::fs::read_dir(dir) else {
             continue;
         };
         for pin in maps.flatten() {

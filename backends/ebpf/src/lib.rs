@@ -45,6 +45,14 @@
 //!   incremental round), rewrites everything, adopting what the maps
 //!   hold. The backend keeps what it wrote of each Service, never a copy
 //!   of the view.
+//! - **Map sizes**: the maps that hold the cluster are sized from it
+//!   (1.5 × the need, a power of two, at least
+//!   [`MapSizes::min_entries`]); a round that would fill one past 3/4
+//!   grows it by a planned swap (new maps loaded and filled, every program
+//!   switched to them with `BPF_LINK_UPDATE`). A size the operator fixed
+//!   ([`MapSizes::fix`]) never grows: a round that needs more fails with
+//!   [`Error::MapFull`] before writing anything. [`EbpfBackend::map_fill`]
+//!   tells how full each map is.
 //! - **Restarts**: maps and links are pinned under a bpffs directory;
 //!   the programs stay attached while kpng is down, connections keep
 //!   working, and a restart adopts them. [`cleanup`] removes everything.
@@ -78,7 +86,9 @@
 mod datapath;
 mod layout;
 pub mod object;
+mod sizes;
 mod state;
+mod sys;
 mod tables;
 
 use std::path::PathBuf;
@@ -92,8 +102,10 @@ pub use datapath::{
     Counters, DEFAULT_PIN_PATH, ProgramRuns, RunTimeStats, cgroup2_root, cleanup, cleanup_plan,
     map_memory,
 };
-use state::{State, contribution, nodeport_ips};
-use tables::{Recorder, Tables};
+pub use sizes::{CLUSTER_MAPS, CONNECTION_MAPS, DEFAULT_MIN_ENTRIES, MapFill, MapSizes};
+use sizes::{Plan, Usage};
+use state::{Contribution, State, contribution, nodeport_ips};
+use tables::{Batched, Recorder, Tables};
 
 /// Errors of the eBPF backend.
 #[derive(Debug, thiserror::Error)]
@@ -209,6 +221,46 @@ pub enum Error {
     /// The thread that attaches tc programs in their namespace panicked.
     #[error("the thread attaching tc programs panicked")]
     Thread,
+    /// A map size that names no map of the backend, or is 0.
+    #[error("map size {name}={entries}: {}", if *entries == 0 { "a size is at least 1" } else { "no such map (the cluster's: kpng_services, kpng_slots, kpng_members, kpng_live, kpng_cidrs, kpng_external, kpng_ranges; the connections': kpng_affinity, kpng_reverse, kpng_flows, kpng_ext_flows, kpng_ext_replies, kpng_snat, kpng_snat_out, kpng_ext_affinity)" })]
+    MapSize {
+        /// The name given.
+        name: String,
+        /// The size given.
+        entries: u32,
+    },
+    /// A round needs more entries than a map holds, and the map cannot
+    /// grow (its size is fixed): nothing of the round was written.
+    #[error(
+        "map {map} is full: it holds {max_entries} entries and the round needs {need} (the previous state stays programmed; raise its size: --bpf-map-sizes {map}=N)"
+    )]
+    MapFull {
+        /// The map.
+        map: &'static str,
+        /// Its size.
+        max_entries: u32,
+        /// What the round needs.
+        need: u64,
+    },
+    /// A program could not be switched to maps loaded anew (a link
+    /// update).
+    #[error("switching {} to the new maps: {source}", path.display())]
+    LinkUpdate {
+        /// The link's pin.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Writing many elements of a map at once failed.
+    #[error("map {map}: {source}")]
+    Write {
+        /// The map.
+        map: &'static str,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// A key or value of the wrong size (a bug).
     #[error("map {map}: {len} bytes do not fit its layout")]
     Layout {
@@ -248,6 +300,10 @@ pub struct EbpfConfig {
     /// The network namespace of `tc_interfaces` (`/run/netns/NAME`);
     /// `None`: the process's own.
     pub tc_netns: Option<PathBuf>,
+    /// The maps' sizes: how those holding the cluster are sized (from
+    /// it, with headroom; grown by a planned swap), and the sizes the
+    /// operator fixed.
+    pub map_sizes: MapSizes,
 }
 
 impl Default for EbpfConfig {
@@ -265,7 +321,15 @@ impl EbpfConfig {
             pin_path: PathBuf::from(DEFAULT_PIN_PATH),
             tc_interfaces: Vec::new(),
             tc_netns: None,
+            map_sizes: MapSizes::default(),
         }
+    }
+
+    /// Sizes the maps with `sizes`.
+    #[must_use]
+    pub fn map_sizes(mut self, sizes: MapSizes) -> Self {
+        self.map_sizes = sizes;
+        self
     }
 
     /// Serves the sockets of `path` (a cgroup v2 directory).
@@ -321,10 +385,15 @@ pub struct EbpfSyncStats {
     pub micros: u128,
     /// Whether the programs were found attached by a previous run.
     pub adopted: bool,
+    /// Whether it grew the maps (a planned swap).
+    pub grown: bool,
 }
 
 enum Target {
     Kernel(Box<Datapath>),
+    /// Nothing pinned yet: the object is loaded at the first sync, its
+    /// maps sized from the cluster.
+    Fresh,
     DryRun(Recorder),
 }
 
@@ -351,13 +420,31 @@ impl std::fmt::Debug for EbpfBackend {
 
 impl EbpfBackend {
     /// Loads the programs (or adopts those a previous run pinned),
-    /// attaches them to the configured cgroup and opens the maps.
+    /// attaches them to the configured cgroup and opens the maps. Where
+    /// nothing is pinned yet and no tc interface is given, it only checks
+    /// the bpf file system and the cgroup: the first sync loads and
+    /// attaches, with maps sized from what it needs.
     pub fn attach(config: EbpfConfig) -> Result<Self, Error> {
         let tc = datapath::Tc {
             interfaces: config.tc_interfaces.clone(),
             netns: config.tc_netns.clone(),
         };
-        let datapath = Datapath::open(&config.pin_path, &config.cgroup, &tc)?;
+        // Without tc programs, a node where nothing is pinned yet waits
+        // for its first sync to load, with maps sized from the cluster.
+        // (tc programs are attached at once: their interfaces are checked
+        // here.)
+        if tc.interfaces.is_empty()
+            && datapath::fresh(&config.pin_path, &config.cgroup, &tc, &config.map_sizes)?
+        {
+            return Ok(Self::with_target(config, Target::Fresh));
+        }
+        let datapath = Datapath::open(
+            &config.pin_path,
+            &config.cgroup,
+            &tc,
+            &config.map_sizes,
+            &std::collections::BTreeMap::new(),
+        )?;
         Ok(Self::with_target(
             config,
             Target::Kernel(Box::new(datapath)),
@@ -411,6 +498,7 @@ impl EbpfBackend {
     pub fn served(&self) -> Result<Vec<String>, Error> {
         match &self.target {
             Target::Kernel(datapath) => tables::served(&datapath.kernel),
+            Target::Fresh => Ok(Vec::new()),
             Target::DryRun(recorder) => tables::served(recorder),
         }
     }
@@ -424,7 +512,7 @@ impl EbpfBackend {
     /// run): see [`map_memory`].
     pub fn kernel_memory(&self) -> u64 {
         match &self.target {
-            Target::Kernel(_) => map_memory(&self.config.pin_path),
+            Target::Kernel(_) | Target::Fresh => map_memory(&self.config.pin_path),
             Target::DryRun(_) => 0,
         }
     }
@@ -433,7 +521,7 @@ impl EbpfBackend {
     pub fn counters(&self) -> Result<Counters, Error> {
         match &self.target {
             Target::Kernel(datapath) => datapath.counters(),
-            Target::DryRun(_) => Ok(Counters::default()),
+            Target::Fresh | Target::DryRun(_) => Ok(Counters::default()),
         }
     }
 
@@ -442,63 +530,176 @@ impl EbpfBackend {
         self.full = true;
     }
 
+    /// How full each map sized from the cluster is: the entries the
+    /// backend's state asks of it (at most) against its size. Empty in a
+    /// dry run (its maps have no size).
+    ///
+    /// ```
+    /// use kpng_backend_ebpf::{EbpfBackend, EbpfConfig};
+    ///
+    /// let backend = EbpfBackend::dry_run(EbpfConfig::default());
+    /// assert!(backend.map_fill().is_empty());
+    /// ```
+    pub fn map_fill(&self) -> Vec<MapFill> {
+        let Target::Kernel(datapath) = &self.target else {
+            return Vec::new();
+        };
+        let usage = self.state.usage();
+        usage
+            .by_name()
+            .filter_map(|(map, entries)| {
+                let max_entries = *datapath.kernel.capacity.0.get(map)?;
+                Some(MapFill {
+                    map,
+                    entries,
+                    max_entries,
+                })
+            })
+            .collect()
+    }
+
     /// Writes one round: everything when it is full or this backend's own
-    /// state asks for it; returns whether it was full and how many
-    /// Services it looked at.
-    fn write_round(&mut self, round: &Round<'_>) -> Result<(bool, usize), SinkError> {
+    /// state asks for it; returns whether it was full, how many Services
+    /// it looked at and whether it grew the maps.
+    fn write_round(&mut self, round: &Round<'_>) -> Result<(bool, usize, bool), SinkError> {
+        let rewrite = self.full || round.is_full();
+        let result = self.write_round_inner(round, rewrite);
+        // A failed round leaves the maps partly written (or, when a map
+        // was full, unwritten): the next one rewrites everything, whatever
+        // round the driver hands.
+        self.full = result.is_err();
+        result.map_err(|e| SinkError::backend("ebpf", e))
+    }
+
+    fn write_round_inner(
+        &mut self,
+        round: &Round<'_>,
+        full: bool,
+    ) -> Result<(bool, usize, bool), Error> {
         let Self {
-            full,
             state,
             target,
             config,
             ..
         } = self;
-        let tables: &mut dyn Tables = match target {
-            Target::Kernel(datapath) => &mut datapath.kernel,
-            Target::DryRun(recorder) => recorder,
+        let rendered = render(config, round, full);
+        if matches!(target, Target::Fresh) {
+            // The first load, sized from what this (full) round needs.
+            let mut need = Usage::default();
+            for (_, c) in &rendered.changes {
+                need.add(&c.usage());
+            }
+            need.0[Usage::CIDRS] = rendered.cidrs.len() as u64;
+            let cluster = need
+                .by_name()
+                .map(|(name, n)| (name, config.map_sizes.load_size(name, n)))
+                .collect();
+            let tc = datapath::Tc::default();
+            let datapath = Datapath::open(
+                &config.pin_path,
+                &config.cgroup,
+                &tc,
+                &config.map_sizes,
+                &cluster,
+            )?;
+            *target = Target::Kernel(Box::new(datapath));
+        }
+        if let Target::Kernel(datapath) = target {
+            let need = if full {
+                let mut need = Usage::default();
+                for (_, c) in &rendered.changes {
+                    need.add(&c.usage());
+                }
+                need.0[Usage::CIDRS] = rendered.cidrs.len() as u64;
+                need
+            } else {
+                // (Pages the last round cut off go at the start of this
+                // one: not counted.)
+                state.need_with(&rendered.changes, rendered.cidrs.len())
+            };
+            if let Plan::Grow(grow) = datapath.kernel.capacity.plan(&config.map_sizes, &need)? {
+                // The whole view, into new maps.
+                let all = if full {
+                    rendered
+                } else {
+                    render(config, round, true)
+                };
+                let looked = all.looked;
+                let fresh = datapath.swap(&grow, &config.map_sizes, |kernel| {
+                    let mut fresh = State::default();
+                    let mut batched = Batched::new(kernel);
+                    apply(&mut fresh, &mut batched, all, true)?;
+                    batched.flush()?;
+                    Ok(fresh)
+                })?;
+                let writes = state.take_writes();
+                *state = fresh;
+                state.add_writes(writes);
+                return Ok((true, looked, true));
+            }
+            let looked = rendered.looked;
+            if full {
+                let mut batched = Batched::new(&mut datapath.kernel);
+                apply(state, &mut batched, rendered, true)?;
+                batched.flush()?;
+            } else {
+                apply(state, &mut datapath.kernel, rendered, false)?;
+            }
+            return Ok((full, looked, false));
+        }
+        let Target::DryRun(recorder) = target else {
+            return Ok((full, 0, false));
         };
-        let rewrite = *full || round.is_full();
-        let result = sync_round(state, tables, config, round, rewrite);
-        // A failed round leaves the maps partly written: the next one
-        // rewrites everything, whatever round the driver hands.
-        *full = result.is_err();
-        result.map_err(|e| SinkError::backend("ebpf", e))
+        let looked = rendered.looked;
+        apply(state, recorder, rendered, full)?;
+        Ok((full, looked, false))
     }
 }
 
-/// One round's writes; `full`: rewrite everything, adopting what the maps
-/// hold.
-fn sync_round(
-    state: &mut State,
-    tables: &mut dyn Tables,
-    config: &EbpfConfig,
-    round: &Round<'_>,
-    full: bool,
-) -> Result<(bool, usize), Error> {
+/// A round's Services, rendered: what each changed one (every one in a
+/// full round) now contributes, and what else the round sets.
+struct Rendered {
+    changes: Vec<(ServiceName, Contribution)>,
+    cidrs: Vec<kpng_model::IpNet>,
+    /// The node's addresses for the tc programs, when they are to be
+    /// written.
+    node: Option<Vec<std::net::IpAddr>>,
+    cidrs_changed: bool,
+    /// Services looked at.
+    looked: usize,
+}
+
+/// Renders one round; `full`: every Service of the view.
+fn render(config: &EbpfConfig, round: &Round<'_>, full: bool) -> Rendered {
     let view = round.view();
-    state.begin_round(tables)?;
     let node_ips = nodeport_ips(view, config.proxy.nodeport_addresses.as_deref());
-    let cidrs = || view.service_cidrs_with(&config.proxy.service_cidrs);
     let external = !config.tc_interfaces.is_empty();
-    if external && (full || round.node_changed()) {
-        let ips: Vec<std::net::IpAddr> = kpng_model::IpFamily::BOTH
+    let node = (external && (full || round.node_changed())).then(|| {
+        kpng_model::IpFamily::BOTH
             .into_iter()
             .flat_map(|f| view.node_addresses(f))
-            .collect();
-        state.set_node(tables, &ips)?;
-    }
+            .collect()
+    });
+    let cidrs = view.service_cidrs_with(&config.proxy.service_cidrs);
     if full {
-        let mut services = view.services.iter().map(|(name, service)| {
-            (
-                name.clone(),
-                contribution(name, service, &node_ips, external),
-            )
-        });
-        state.replace_all(tables, &mut services, &cidrs())?;
-        return Ok((true, view.services.len()));
-    }
-    if round.service_cidrs_changed() {
-        state.set_cidrs(tables, &cidrs())?;
+        let changes: Vec<(ServiceName, Contribution)> = view
+            .services
+            .iter()
+            .map(|(name, service)| {
+                (
+                    name.clone(),
+                    contribution(name, service, &node_ips, external),
+                )
+            })
+            .collect();
+        let looked = changes.len();
+        return Rendered {
+            changes,
+            cidrs,
+            node,
+            cidrs_changed: true,
+            looked,
+        };
     }
     // The node's addresses are where NodePorts are reached: a change of
     // them touches every Service (rare), and those the round removes.
@@ -511,15 +712,51 @@ fn sync_round(
     } else {
         round.services().map(|change| change.name.clone()).collect()
     };
-    for name in &names {
-        let new = view
-            .services
-            .get(name)
-            .map(|service| contribution(name, service, &node_ips, external))
-            .unwrap_or_default();
-        state.update_service(tables, name, new)?;
+    let changes: Vec<(ServiceName, Contribution)> = names
+        .into_iter()
+        .map(|name| {
+            let new = view
+                .services
+                .get(&name)
+                .map(|service| contribution(&name, service, &node_ips, external))
+                .unwrap_or_default();
+            (name, new)
+        })
+        .collect();
+    let looked = changes.len();
+    Rendered {
+        changes,
+        cidrs,
+        node,
+        cidrs_changed: round.service_cidrs_changed(),
+        looked,
     }
-    Ok((false, names.len()))
+}
+
+/// One round's writes; `full`: rewrite everything, adopting what the maps
+/// hold.
+fn apply(
+    state: &mut State,
+    tables: &mut dyn Tables,
+    rendered: Rendered,
+    full: bool,
+) -> Result<(), Error> {
+    state.begin_round(tables)?;
+    if let Some(ips) = &rendered.node {
+        state.set_node(tables, ips)?;
+    }
+    if full {
+        let mut services = rendered.changes.into_iter();
+        state.replace_all(tables, &mut services, &rendered.cidrs)?;
+        return Ok(());
+    }
+    if rendered.cidrs_changed {
+        state.set_cidrs(tables, &rendered.cidrs)?;
+    }
+    for (name, new) in rendered.changes {
+        state.update_service(tables, &name, new)?;
+    }
+    Ok(())
 }
 
 impl kpng_sink::RoundReport for EbpfBackend {
@@ -555,9 +792,9 @@ impl Sink for EbpfBackend {
         }
         let (sets, records) = self.state.sizes();
         let adopted = matches!(&self.target, Target::Kernel(d) if d.adopted);
-        let (full, services) = match &result {
+        let (full, services, grown) = match &result {
             Ok(done) => *done,
-            Err(_) => (false, 0),
+            Err(_) => (false, 0, false),
         };
         self.last = EbpfSyncStats {
             full,
@@ -567,6 +804,7 @@ impl Sink for EbpfBackend {
             records,
             micros: start.elapsed().as_micros(),
             adopted,
+            grown,
         };
         match &result {
             Ok(_) => tracing::debug!(revision, full, writes, "ebpf sync applied"),

@@ -30,6 +30,7 @@ use kpng_model::ServiceName;
 
 use crate::Error;
 use crate::layout::{Endpoint, Frontend, Record};
+use crate::sizes::Usage;
 use crate::tables::{Table, Tables};
 
 use adopt::Found;
@@ -88,6 +89,35 @@ pub(crate) struct Contribution {
     ranges: BTreeSet<Range>,
 }
 
+impl Contribution {
+    /// The entries it asks of each map sized from the cluster (records
+    /// another Service also claims, and ClusterIPs two Services share, are
+    /// counted for each: an upper bound).
+    pub(crate) fn usage(&self) -> Usage {
+        let mut usage = Usage::default();
+        for (side, _) in self.records.keys() {
+            match side {
+                Side::Socket => usage.0[Usage::SERVICES] += 1,
+                Side::External => usage.0[Usage::EXTERNAL] += 1,
+            }
+        }
+        for (set, endpoints) in &self.sets {
+            let n = endpoints.len() as u64;
+            usage.0[Usage::SLOTS] += n.div_ceil(crate::layout::PAGE as u64);
+            if self
+                .records
+                .values()
+                .any(|c| c.affinity > 0 && &c.set == set)
+            {
+                usage.0[Usage::MEMBERS] += n;
+            }
+        }
+        usage.0[Usage::LIVE] = self.live.len() as u64;
+        usage.0[Usage::RANGES] = self.ranges.len() as u64;
+        usage
+    }
+}
+
 #[derive(Debug)]
 struct SetState {
     id: u32,
@@ -122,12 +152,44 @@ pub(crate) struct State {
     found: Option<Found>,
     /// Element writes and deletes since the last `take_writes`.
     writes: usize,
+    /// What the contributions ask of the maps (CIDRs apart).
+    usage: Usage,
 }
 
 impl State {
     /// The writes made since the last call.
     pub(crate) fn take_writes(&mut self) -> usize {
         std::mem::take(&mut self.writes)
+    }
+
+    /// Counts `n` writes more (made by another state, replaced by this
+    /// one).
+    pub(crate) fn add_writes(&mut self, n: usize) {
+        self.writes += n;
+    }
+
+    /// What the maps hold (at most), by map.
+    pub(crate) fn usage(&self) -> Usage {
+        let mut usage = self.usage;
+        usage.0[Usage::CIDRS] = self.cidrs.len() as u64;
+        // Pages past a set's new end, deleted next round.
+        usage.0[Usage::SLOTS] += self.later.len() as u64;
+        usage
+    }
+
+    /// What the maps will hold once `changes` are written (each Service's
+    /// new contribution; an empty one: it goes), with `cidrs` Service
+    /// CIDRs.
+    pub(crate) fn need_with(&self, changes: &[(ServiceName, Contribution)], cidrs: usize) -> Usage {
+        let mut need = self.usage;
+        for (name, new) in changes {
+            if let Some(old) = self.contributions.get(name) {
+                need.sub(&old.usage());
+            }
+            need.add(&new.usage());
+        }
+        need.0[Usage::CIDRS] = cidrs as u64;
+        need
     }
 
     /// Endpoint sets and records held.

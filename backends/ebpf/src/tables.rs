@@ -10,6 +10,7 @@ use aya::maps::{Array, HashMap, MapData};
 
 use crate::Error;
 use crate::layout::{self, Endpoint, Frontend, Record};
+use crate::sizes::Capacity;
 
 /// The maps the backend writes, by their names in the object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -118,6 +119,109 @@ pub(crate) trait Tables {
     fn keys(&self, table: Table) -> Result<Vec<Vec<u8>>, Error>;
     /// One element's value.
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, Error>;
+    /// Sets `count` elements of `table` at once (keys and values back to
+    /// back), in their order. Default: one by one.
+    fn put_many(
+        &mut self,
+        table: Table,
+        keys: &[u8],
+        values: &[u8],
+        count: usize,
+    ) -> Result<(), Error> {
+        let (k, v) = (keys.len() / count.max(1), values.len() / count.max(1));
+        for i in 0..count {
+            self.put(
+                table,
+                &keys[i * k..(i + 1) * k],
+                &values[i * v..(i + 1) * v],
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes to a [`Tables`] gathered per table and written in batches
+/// (`BPF_MAP_UPDATE_BATCH`: one call per map instead of one per element):
+/// for a full round. The order a round relies on is kept: each table's
+/// writes in their order, tables in the order of [`Batched::ORDER`]
+/// (endpoint sets and members before the records that lead to them, the
+/// records before the live ClusterIPs), and everything gathered is
+/// written before any delete or read.
+pub(crate) struct Batched<'a> {
+    inner: &'a mut dyn Tables,
+    pending: BTreeMap<usize, (Vec<u8>, Vec<u8>, usize)>,
+    /// Bytes gathered: past [`Batched::LIMIT`], everything is written
+    /// (tables in their order: what is gathered of each Service is whole).
+    bytes: usize,
+}
+
+impl<'a> Batched<'a> {
+    /// The tables gathered, in the order they are written.
+    const ORDER: [Table; 5] = [
+        Table::Slots,
+        Table::Members,
+        Table::Services,
+        Table::External,
+        Table::Live,
+    ];
+
+    /// What is gathered before it is written: a few calls per map at
+    /// 100k Services, and a bounded buffer.
+    const LIMIT: usize = 8 << 20;
+
+    pub(crate) fn new(inner: &'a mut dyn Tables) -> Self {
+        Self {
+            inner,
+            pending: BTreeMap::new(),
+            bytes: 0,
+        }
+    }
+
+    /// Writes what is gathered.
+    pub(crate) fn flush(&mut self) -> Result<(), Error> {
+        self.bytes = 0;
+        for (at, (keys, values, count)) in std::mem::take(&mut self.pending) {
+            self.inner
+                .put_many(Self::ORDER[at], &keys, &values, count)?;
+        }
+        Ok(())
+    }
+}
+
+impl Tables for Batched<'_> {
+    fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), Error> {
+        match Self::ORDER.iter().position(|t| *t == table) {
+            Some(at) => {
+                let (keys, values, count) = self.pending.entry(at).or_default();
+                keys.extend_from_slice(key);
+                values.extend_from_slice(value);
+                *count += 1;
+                self.bytes += key.len() + value.len();
+                if self.bytes > Self::LIMIT {
+                    self.flush()?;
+                }
+                Ok(())
+            }
+            None => {
+                self.flush()?;
+                self.inner.put(table, key, value)
+            }
+        }
+    }
+
+    fn delete(&mut self, table: Table, key: &[u8]) -> Result<(), Error> {
+        self.flush()?;
+        self.inner.delete(table, key)
+    }
+
+    fn keys(&self, table: Table) -> Result<Vec<Vec<u8>>, Error> {
+        // Reads come before any write of a round (adoption reads first).
+        self.inner.keys(table)
+    }
+
+    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+        self.inner.get(table, key)
+    }
 }
 
 /// An in-memory copy of the maps: what a dry run writes, line by line.
@@ -192,6 +296,35 @@ pub(crate) struct Kernel {
     pub(crate) external: HashMap<MapData, [u8; 20], [u8; 16]>,
     pub(crate) ranges: LpmTrie<MapData, [u8; 36], u8>,
     pub(crate) node: Array<MapData, [u8; 20]>,
+    /// The sizes of the maps sized from the cluster.
+    pub(crate) capacity: Capacity,
+}
+
+impl Kernel {
+    /// A failed write's error: a full map (`E2BIG`) says so, with its
+    /// size.
+    fn write_error(&self, table: Table, io: &std::io::Error) -> Option<Error> {
+        (io.raw_os_error() == Some(libc::E2BIG)).then(|| {
+            let max = self.capacity.0.get(table.map_name()).copied().unwrap_or(0);
+            Error::MapFull {
+                map: table.map_name(),
+                max_entries: max,
+                need: u64::from(max) + 1,
+            }
+        })
+    }
+
+    fn wrap(&self, table: Table, source: aya::maps::MapError) -> Error {
+        if let aya::maps::MapError::SyscallError(e) = &source
+            && let Some(full) = self.write_error(table, &e.io_error)
+        {
+            return full;
+        }
+        Error::Map {
+            map: table.map_name(),
+            source,
+        }
+    }
 }
 
 impl std::fmt::Debug for Kernel {
@@ -282,38 +415,46 @@ impl Tables for Kernel {
         }
     }
 
-    fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), Error> {
-        let map = table.map_name();
-        let wrap = |source| Error::Map { map, source };
-        match table {
-            Table::Services => self
-                .services
-                .insert(array(table, key)?, array::<16>(table, value)?, 0)
-                .map_err(wrap),
-            Table::Slots => self
-                .slots
-                .insert(array(table, key)?, array::<168>(table, value)?, 0)
-                .map_err(wrap),
-            Table::Members => self
-                .members
-                .insert(array(table, key)?, 1u8, 0)
-                .map_err(wrap),
-            Table::Live => self.live.insert(array(table, key)?, 1u32, 0).map_err(wrap),
-            Table::Cidrs => self.cidrs.insert(&cidr(key)?, 1u8, 0).map_err(wrap),
-            Table::External => self
-                .external
-                .insert(array(table, key)?, array::<16>(table, value)?, 0)
-                .map_err(wrap),
-            Table::Ranges => self.ranges.insert(&range(key)?, 1u8, 0).map_err(wrap),
-            Table::Node => self
-                .node
-                .set(
-                    u32::from_ne_bytes(array(table, key)?),
-                    array::<20>(table, value)?,
-                    0,
-                )
-                .map_err(wrap),
+    fn put_many(
+        &mut self,
+        table: Table,
+        keys: &[u8],
+        values: &[u8],
+        count: usize,
+    ) -> Result<(), Error> {
+        use aya::maps::IterableMap;
+        use std::os::fd::AsFd;
+        let fd = match table {
+            Table::Services => self.services.map().fd().as_fd(),
+            Table::Slots => self.slots.map().fd().as_fd(),
+            Table::Members => self.members.map().fd().as_fd(),
+            Table::Live => self.live.map().fd().as_fd(),
+            Table::External => self.external.map().fd().as_fd(),
+            _ => return one_by_one(self, table, keys, values, count),
+        };
+        match crate::sys::map_update_batch(fd, keys, values, count) {
+            Ok(()) => Ok(()),
+            // A kernel without batches (before 5.6): one by one.
+            Err((0, e))
+                if e.raw_os_error() == Some(libc::EINVAL)
+                    || e.raw_os_error() == Some(libc::ENOTSUP)
+                    || e.raw_os_error() == Some(524) =>
+            {
+                one_by_one(self, table, keys, values, count)
+            }
+            Err((_, e)) => Err(self.write_error(table, &e).unwrap_or_else(|| Error::Write {
+                map: table.map_name(),
+                source: e,
+            })),
         }
+    }
+
+    fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), Error> {
+        let result = self.put_one(table, key, value);
+        result.map_err(|e| match e {
+            Error::Map { source, .. } => self.wrap(table, source),
+            other => other,
+        })
     }
 
     fn delete(&mut self, table: Table, key: &[u8]) -> Result<(), Error> {
@@ -471,4 +612,59 @@ pub(crate) fn served(t: &dyn Tables) -> Result<Vec<String>, Error> {
     }
     lines.sort();
     Ok(lines)
+}
+
+impl Kernel {
+    fn put_one(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), Error> {
+        let map = table.map_name();
+        let wrap = |source| Error::Map { map, source };
+        match table {
+            Table::Services => self
+                .services
+                .insert(array(table, key)?, array::<16>(table, value)?, 0)
+                .map_err(wrap),
+            Table::Slots => self
+                .slots
+                .insert(array(table, key)?, array::<168>(table, value)?, 0)
+                .map_err(wrap),
+            Table::Members => self
+                .members
+                .insert(array(table, key)?, 1u8, 0)
+                .map_err(wrap),
+            Table::Live => self.live.insert(array(table, key)?, 1u32, 0).map_err(wrap),
+            Table::Cidrs => self.cidrs.insert(&cidr(key)?, 1u8, 0).map_err(wrap),
+            Table::External => self
+                .external
+                .insert(array(table, key)?, array::<16>(table, value)?, 0)
+                .map_err(wrap),
+            Table::Ranges => self.ranges.insert(&range(key)?, 1u8, 0).map_err(wrap),
+            Table::Node => self
+                .node
+                .set(
+                    u32::from_ne_bytes(array(table, key)?),
+                    array::<20>(table, value)?,
+                    0,
+                )
+                .map_err(wrap),
+        }
+    }
+}
+
+/// Writes `count` elements one by one.
+fn one_by_one(
+    kernel: &mut Kernel,
+    table: Table,
+    keys: &[u8],
+    values: &[u8],
+    count: usize,
+) -> Result<(), Error> {
+    let (k, v) = (keys.len() / count.max(1), values.len() / count.max(1));
+    for i in 0..count {
+        kernel.put(
+            table,
+            &keys[i * k..(i + 1) * k],
+            &values[i * v..(i + 1) * v],
+        )?;
+    }
+    Ok(())
 }

@@ -60,6 +60,11 @@ pub(crate) fn contribution(
 ) -> Contribution {
     let mut out = Contribution::default();
     for family in IpFamily::BOTH {
+        // No ClusterIP of this family: nothing of it (see below); its
+        // plan is not worked out.
+        if kpng_model::addr::family_of(view.service.cluster_ips.as_ref(), family).is_empty() {
+            continue;
+        }
         let plan = view.plan(family);
         let v6 = family == IpFamily::V6;
         let cluster_ips: Vec<IpAddr> = plan.cluster_ips.clone();

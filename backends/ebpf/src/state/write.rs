@@ -102,6 +102,8 @@ impl State {
             }
             return Ok(());
         }
+        self.usage.sub(&old.usage());
+        self.usage.add(&new.usage());
         // 1. Sets first: whole before any record points at them.
         for (set, endpoints) in &new.sets {
             let members = new
