@@ -11,6 +11,12 @@
 //! for it, in a process of its own, then one endpoint change (median of
 //! 20); with the kernel memory of the maps and the process's peak RSS.
 //!
+//! `nft-100k` and `ebpf-100k-data` (not part of the default run): the
+//! backend with 100,000 Services × 10 endpoints programmed
+//! (`KPNG_BENCH_SCALE_SERVICES` changes the count), in a process of its
+//! own: the cold full sync, one endpoint change (median of 20), and new
+//! connections through a ClusterIP against straight to the pod.
+//!
 //! `nft-comments` (not part of the default run): what the comments naming
 //! the Services cost the nft backend's full sync at 10k, in time and heap.
 //!
@@ -42,6 +48,21 @@ fn scale_services() -> usize {
 /// In a child process: one cold full sync by `backend`, then one line
 /// with its time, this process's peak RSS and its children's.
 fn cold_child(backend: &str) {
+    if let Some(which) = backend.strip_prefix("at-scale-") {
+        let services = std::env::var("KPNG_BENCH_SCALE_SERVICES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(100_000);
+        let r = match which {
+            "nft" => kpng_lab::bench::at_scale::<NftBackend>(services),
+            _ => kpng_lab::bench::at_scale::<EbpfOnly>(services),
+        };
+        println!(
+            "SCALE {services} {:.1} {:.4} {} {:.3} {:.0} {:.0}",
+            r.full_ms, r.change_ms, r.change_commands, r.via_vs_direct, r.rates.0, r.rates.1
+        );
+        return;
+    }
     if backend == "ebpf-100k" {
         let services = std::env::var("KPNG_BENCH_EBPF_SERVICES")
             .ok()
@@ -200,6 +221,36 @@ fn cold_at_scale() {
     }
 }
 
+/// `backend` (`nft` or `ebpf`) with 100k Services programmed, in a
+/// process of its own: full sync, one change, ClusterIP vs straight.
+fn data_plane_at_scale(backend: &str, change_goal: &str) {
+    let exe = std::env::current_exe().expect("the bench binary");
+    let out = std::process::Command::new(exe)
+        .env(COLD, format!("at-scale-{backend}"))
+        .output()
+        .expect("the bench binary runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let Some(line) = text.lines().find_map(|l| l.strip_prefix("SCALE ")) else {
+        println!(
+            "{backend} at scale: FAILED: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        return;
+    };
+    let v: Vec<f64> = line
+        .split(' ')
+        .map(|w| w.parse().unwrap_or(f64::NAN))
+        .collect();
+    println!(
+        "{backend} with {:.0} services x 10 endpoints programmed: cold full sync {:.1} ms; one endpoint change, median of 20: {:.3} ms ({:.0} commands)  [{change_goal}]; new connections through a ClusterIP / straight to the pod, 5,000 each, alternating: {:.3} ({:.0} and {:.0}/s)  [>= 0.95]",
+        v[0], v[1], v[2], v[3], v[4], v[5], v[6]
+    );
+    println!(
+        "{{\"backend\":\"{backend}\",\"services\":{:.0},\"full_sync_ms\":{:.1},\"change_ms\":{:.4},\"via_service_vs_direct\":{:.3}}}",
+        v[0], v[1], v[2], v[4]
+    );
+}
+
 /// The eBPF backend at scale, in a process of its own.
 fn ebpf_at_scale() {
     if let Some(why) = kpng_testkit::bpf::unavailable() {
@@ -294,6 +345,12 @@ fn main() {
     }
     if wanted("ebpf") || wanted("ebpf-100k") {
         ebpf_at_scale();
+    }
+    if only.iter().any(|o| o == "nft-100k") {
+        data_plane_at_scale("nft", "<= 2 ms");
+    }
+    if only.iter().any(|o| o == "ebpf-100k-data") {
+        data_plane_at_scale("ebpf", "<= 0.1 ms");
     }
     if wanted("iptables") {
         kpng_lab::bench::run::<IptablesBackend>(

@@ -492,3 +492,69 @@ fn cpu_ms() -> f64 {
         .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok())
         .map_or(f64::NAN, |ns| ns / 1e6)
 }
+
+/// What [`at_scale`] measured.
+#[derive(Clone, Debug, Default)]
+pub struct AtScale {
+    /// The cold full sync, in ms.
+    pub full_ms: f64,
+    /// One endpoint change after it, median of 20, in ms.
+    pub change_ms: f64,
+    /// Commands (or writes) of one change, median.
+    pub change_commands: usize,
+    /// New connections through a ClusterIP / straight to the pod, 5,000
+    /// each, alternating, with all the Services programmed.
+    pub via_vs_direct: f64,
+    /// The connection rates through the Service and straight, per second.
+    pub rates: (f64, f64),
+}
+
+/// Backend `B` at scale: a node's first sync of `services` Services × 10
+/// endpoints (the simple shape) and a real Service (a pod in the lab)
+/// into a lab created empty for it, then 20 endpoint changes (an
+/// endpoint not ready, then ready again), each synced on its own, then
+/// new connections through the real Service's ClusterIP against straight
+/// to its pod.
+pub fn at_scale<B: LabBackend>(services: usize) -> AtScale {
+    let mut lab = Lab::new();
+    lab.host("podc", &["10.244.1.99"], &[]);
+    lab.host("e1", &["10.244.1.10"], &[]);
+    lab.serve("e1", "10.244.1.10");
+    let cluster = cluster(services, true);
+    let mut store = Store::new();
+    cluster.load_into(&mut store);
+    real_service(&mut store);
+    let mut projector = NodeProjector::new("node-0");
+    let mut backend = B::in_lab(&lab, &settings());
+    let start = Instant::now();
+    projector
+        .sync_into(&store.snapshot(), &mut backend)
+        .expect("the cold full sync");
+    let full_ms = start.elapsed().as_secs_f64() * 1e3;
+    let mut change = Vec::new();
+    for i in 0..20 {
+        let (name, ep) = cluster.endpoints[(i / 2) * 49_999 % cluster.endpoints.len()].clone();
+        let ready = i % 2 == 1;
+        let mut txn = store.begin();
+        txn.set_endpoint(name, ep.with_conditions(ready, ready, false));
+        txn.commit();
+        let start = Instant::now();
+        projector
+            .sync_into(&store.snapshot(), &mut backend)
+            .expect("an endpoint change");
+        change.push((start.elapsed().as_secs_f64() * 1e3, backend.last_commands()));
+        assert!(!backend.last_full(), "incremental");
+    }
+    change.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (change_ms, change_commands) = change[change.len() / 2];
+    settle();
+    warm_up(&lab);
+    let (via, direct, via_vs_direct) = rates(&lab);
+    AtScale {
+        full_ms,
+        change_ms,
+        change_commands,
+        via_vs_direct,
+        rates: (via, direct),
+    }
+}
