@@ -335,7 +335,7 @@ pub(crate) enum Pending {
     None,
     Ops(std::vec::IntoIter<ViewOp>),
     /// The whole view, in messages of shared pieces.
-    Full(FullView),
+    Full(Box<FullView>),
 }
 
 impl Feed for NodeFeed {
@@ -370,10 +370,10 @@ impl Feed for NodeFeed {
     }
     fn full(&mut self, server: &Server, snapshot: &Snapshot) {
         self.view = server.shared.project(self.view.node_name(), snapshot);
-        self.pending = Pending::Full(FullView::new(
+        self.pending = Pending::Full(Box::new(FullView::new(
             self.view.clone(),
             server.encodings.generation(),
-        ));
+        )));
     }
     fn advance(&mut self, server: &Server, snapshot: &Snapshot) {
         let ops = server.shared.update(&mut self.view, snapshot);
