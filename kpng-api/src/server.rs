@@ -270,14 +270,18 @@ impl Server {
             // above), then takes the latest revision: the ones between
             // merge.
             snapshot = tokio::select! {
-                next = reader.newer_than(feed.revision()) => match next {
-                    Ok(next) => next,
-                    Err(_) => return,
-                },
+                // Closing first: once streams are told to close, a
+                // revision committed since is not sent (the agent gets it
+                // from whichever server it reconnects to).
+                biased;
                 _ = closing.changed() => return,
                 // A watcher that went away frees its stream now, not at
                 // the next revision.
                 () = tx.closed() => return,
+                next = reader.newer_than(feed.revision()) => match next {
+                    Ok(next) => next,
+                    Err(_) => return,
+                },
             };
             feed.advance(&self, &snapshot);
         }
