@@ -215,6 +215,33 @@ async fn agents_of_distinct_nodes_get_their_views_from_shared_encodings() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_asking_for_zstd_gets_its_view_compressed() {
+    // The full view's shared pieces and the changes after it go through
+    // the negotiated compression like any message.
+    let cluster = cluster();
+    let mut store = store(&cluster);
+    let path = socket("zstd");
+    let serving = tokio::spawn(serve(
+        bind_unix(&path).expect("bind"),
+        Server::new(store.reader()),
+    ));
+    let seen = Seen::default();
+    let mut sink = seen.clone();
+    let mut config = AgentConfig::default();
+    config.compress = true;
+    config.retry = Duration::from_millis(20);
+    let address = Address::Unix(path.clone());
+    let _agent = tokio::spawn(async move {
+        let _ = run_agent(&address, "node-2", &mut sink, &config).await;
+    });
+    assert_eq!(converged(&seen, &store, "node-2").await, 1);
+    flip(&mut store, &cluster, 2);
+    assert_eq!(converged(&seen, &store, "node-2").await, 1);
+    serving.abort();
+    let _ = std::fs::remove_file(&path);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_watcher_gets_merged_revisions_not_a_queue() {
     let cluster = cluster();
     let mut store = store(&cluster);
