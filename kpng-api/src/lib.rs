@@ -19,6 +19,10 @@
 //!   built on one shared base per zone ([`kpng_view::SharedViews`]); full
 //!   views are streamed in batches as the agent reads them, at most
 //!   [`INITIAL_VIEWS`] at once;
+//! - what a full view costs the server is mostly a copy: a Service view
+//!   that nodes share is encoded once, and its bytes are sent to each of
+//!   them (the message is the same `WatchEvent`; the compact tables are
+//!   shared, and each stream sends the part its agent lacks first);
 //! - a slow agent costs the server a few messages at most: the server
 //!   computes the next batch only when the previous one is sent, from the
 //!   latest revision, so revisions that arrived meanwhile merge into one.
@@ -78,6 +82,7 @@ mod authority;
 
 mod agent;
 pub mod codec;
+mod full;
 mod rounds;
 mod server;
 mod transport;

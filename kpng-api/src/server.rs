@@ -7,12 +7,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::Stream;
-use kpng_model::ServiceName;
 use kpng_model::entries;
 use kpng_model::v1::enls_server::{Enls, EnlsServer};
 use kpng_model::v1::global_event::Event as GlobalKind;
 use kpng_model::v1::{EnlsChanges, GlobalEvent, WatchEvent, WatchRequest, watch_event::Event};
-use kpng_model::view::{NodeView, ViewDigest, ViewOp};
+use kpng_model::view::{ViewDigest, ViewOp};
 use kpng_store::{Reader, Snapshot};
 use kpng_view::{SharedNodeView, SharedViews, view_changes};
 use tokio::sync::mpsc;
@@ -20,6 +19,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use crate::codec::compact;
+use crate::full::{Encodings, FullView, Outgoing};
 
 /// Changes per message: a full view of 10k Services × 10 endpoints goes as
 /// ~110 messages, none near gRPC's 4 MiB limit.
@@ -55,6 +55,8 @@ pub struct Server {
     shared: SharedViews,
     /// Full views in flight.
     initial: Arc<tokio::sync::Semaphore>,
+    /// Service views encoded once for every node that shares them.
+    encodings: Arc<Encodings>,
     counters: Arc<Counters>,
 }
 
@@ -79,6 +81,10 @@ pub struct ServerStats {
     /// Streams that resumed on the digest of the view the watcher holds
     /// (after a restart, or from another replica): no reset, no transfer.
     pub resumed_by_digest: u64,
+    /// Service views encoded for full views: each view that nodes share
+    /// once (per revision it changes at), and each node's own Services
+    /// once per full view of that node.
+    pub services_encoded: u64,
 }
 
 /// Decrements the open-stream count when a stream ends.
@@ -119,6 +125,7 @@ impl Server {
             closing: Arc::new(tokio::sync::watch::Sender::new(0)),
             shared: SharedViews::new(),
             initial: Arc::new(tokio::sync::Semaphore::new(INITIAL_VIEWS)),
+            encodings: Arc::default(),
             counters: Arc::default(),
         };
         server.remember(server.reader.snapshot());
@@ -146,6 +153,7 @@ impl Server {
             full_views: c.full.load(Ordering::Relaxed),
             resumed: c.resumed.load(Ordering::Relaxed),
             resumed_by_digest: c.by_digest.load(Ordering::Relaxed),
+            services_encoded: self.encodings.encoded(),
         }
     }
 
@@ -262,14 +270,18 @@ impl Server {
             // above), then takes the latest revision: the ones between
             // merge.
             snapshot = tokio::select! {
-                next = reader.newer_than(feed.revision()) => match next {
-                    Ok(next) => next,
-                    Err(_) => return,
-                },
+                // Closing first: once streams are told to close, a
+                // revision committed since is not sent (the agent gets it
+                // from whichever server it reconnects to).
+                biased;
                 _ = closing.changed() => return,
                 // A watcher that went away frees its stream now, not at
                 // the next revision.
                 () = tx.closed() => return,
+                next = reader.newer_than(feed.revision()) => match next {
+                    Ok(next) => next,
+                    Err(_) => return,
+                },
             };
             feed.advance(&self, &snapshot);
         }
@@ -326,79 +338,20 @@ pub(crate) struct NodeFeed {
 pub(crate) enum Pending {
     None,
     Ops(std::vec::IntoIter<ViewOp>),
-    /// The whole view, from a cursor.
-    Full(FullView),
-}
-
-/// A whole view sent in batches: the node, the Service CIDRs, then per
-/// Service its set and its endpoints, resumed at (Service, position) between batches.
-pub(crate) struct FullView {
-    view: NodeView,
-    node_sent: bool,
-    /// Where the next batch starts (`None`: at the beginning).
-    next: Option<Cursor>,
-}
-
-pub(crate) enum Cursor {
-    /// At a Service and a position in it (0: the Service itself, i: its
-    /// endpoint i - 1).
-    At(ServiceName, usize),
-    /// Everything was sent.
-    Done,
-}
-
-impl FullView {
-    fn next_batch(&mut self) -> Option<Vec<ViewOp>> {
-        let mut out = Vec::new();
-        if !std::mem::replace(&mut self.node_sent, true)
-            && let Some(node) = &self.view.node
-        {
-            out.push(ViewOp::SetNode(node.clone()));
-        }
-        if self.next.is_none() && !self.view.service_cidrs.is_empty() {
-            out.push(ViewOp::SetServiceCidrs(self.view.service_cidrs.clone()));
-        }
-        let start = match self.next.take() {
-            Some(Cursor::Done) => return None,
-            Some(Cursor::At(name, i)) => Some((name, i)),
-            None => None,
-        };
-        let services = match &start {
-            Some((name, _)) => self.view.services.range(name.clone()..),
-            None => self.view.services.range::<_, ServiceName>(..),
-        };
-        for (name, service) in services {
-            let from = match &start {
-                Some((at, i)) if at == name => *i,
-                _ => 0,
-            };
-            for i in from..=service.endpoints.len() {
-                if out.len() == CHANGES_PER_MESSAGE {
-                    self.next = Some(Cursor::At(name.clone(), i));
-                    return Some(out);
-                }
-                let op = match i.checked_sub(1).and_then(|e| service.endpoints.get(e)) {
-                    None => ViewOp::SetService(service.service.clone()),
-                    Some(endpoint) => ViewOp::SetEndpoint(name.clone(), endpoint.clone()),
-                };
-                out.push(op);
-            }
-        }
-        self.next = Some(Cursor::Done);
-        (!out.is_empty()).then_some(out)
-    }
+    /// The whole view, in messages of shared pieces.
+    Full(Box<FullView>),
 }
 
 impl Feed for NodeFeed {
-    type Message = WatchEvent;
-    fn instance(id: u64) -> WatchEvent {
-        event(Event::Instance(id))
+    type Message = Outgoing;
+    fn instance(id: u64) -> Outgoing {
+        Outgoing::Event(event(Event::Instance(id)))
     }
-    fn reset() -> WatchEvent {
-        event(Event::Reset(true))
+    fn reset() -> Outgoing {
+        Outgoing::Event(event(Event::Reset(true)))
     }
-    fn sync(revision: u64) -> WatchEvent {
-        event(Event::Sync(revision))
+    fn sync(revision: u64) -> Outgoing {
+        Outgoing::Event(event(Event::Sync(revision)))
     }
     fn resume(
         &mut self,
@@ -421,11 +374,10 @@ impl Feed for NodeFeed {
     }
     fn full(&mut self, server: &Server, snapshot: &Snapshot) {
         self.view = server.shared.project(self.view.node_name(), snapshot);
-        self.pending = Pending::Full(FullView {
-            view: self.view.view().clone(),
-            node_sent: false,
-            next: None,
-        });
+        self.pending = Pending::Full(Box::new(FullView::new(
+            self.view.clone(),
+            server.encodings.generation(),
+        )));
     }
     fn advance(&mut self, server: &Server, snapshot: &Snapshot) {
         let ops = server.shared.update(&mut self.view, snapshot);
@@ -433,27 +385,27 @@ impl Feed for NodeFeed {
             self.pending = Pending::Ops(ops.into_iter());
         }
     }
-    fn next_message(&mut self) -> Option<WatchEvent> {
-        let ops = match &mut self.pending {
+    fn next_message(&mut self) -> Option<Outgoing> {
+        let message = match &mut self.pending {
             Pending::None => None,
             Pending::Ops(ops) => {
                 let batch: Vec<_> = ops.take(CHANGES_PER_MESSAGE).collect();
-                (!batch.is_empty()).then_some(batch)
+                (!batch.is_empty())
+                    .then(|| Outgoing::Event(event(Event::Changes(self.encoder.batch(&batch)))))
             }
-            Pending::Full(full) => full.next_batch(),
+            Pending::Full(full) => full.next_message(),
         };
-        match ops {
-            Some(ops) => Some(event(Event::Changes(self.encoder.batch(&ops)))),
-            None => {
-                self.pending = Pending::None;
-                None
-            }
+        if message.is_none() {
+            self.pending = Pending::None;
         }
+        message
     }
-    fn digest(&mut self) -> Option<WatchEvent> {
+    fn digest(&mut self) -> Option<Outgoing> {
         // The round ends with the sync that follows.
         self.encoder.end_round();
-        Some(event(Event::Digest(self.view.digest().to_bytes().to_vec())))
+        Some(Outgoing::Event(event(Event::Digest(
+            self.view.digest().to_bytes().to_vec(),
+        ))))
     }
     fn revision(&self) -> u64 {
         self.view.view().revision
@@ -551,13 +503,14 @@ pub(crate) fn global(event: GlobalKind) -> GlobalEvent {
 
 /// The gRPC service, with compression negotiated: a watcher that accepts
 /// zstd or gzip gets it.
-pub(crate) fn service(server: Server) -> EnlsServer<Server> {
+pub(crate) fn service(server: Server) -> Routes {
     use tonic::codec::CompressionEncoding::{Gzip, Zstd};
-    EnlsServer::new(server)
+    let generated = EnlsServer::new(server.clone())
         .send_compressed(Zstd)
         .send_compressed(Gzip)
         .accept_compressed(Zstd)
-        .accept_compressed(Gzip)
+        .accept_compressed(Gzip);
+    Routes { server, generated }
 }
 
 #[tonic::async_trait]
@@ -583,7 +536,24 @@ impl Enls for Server {
         &self,
         request: Request<WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        let request = request.into_inner();
+        // The served path sends full views as shared encoded pieces
+        // ([`Routes`]); through the trait, each message is a `WatchEvent`.
+        use futures::StreamExt;
+        let stream = self.watch_encoded(request.into_inner())?;
+        Ok(Response::new(Box::pin(
+            stream.map(|message| message.and_then(Outgoing::into_event)),
+        )))
+    }
+}
+
+/// The full path of the node watch.
+const WATCH_PATH: &str = "/kpng.model.v1.Enls/Watch";
+
+type OutgoingStream = Pin<Box<dyn Stream<Item = Result<Outgoing, Status>> + Send>>;
+
+impl Server {
+    /// The node watch: its messages, full views as shared pieces.
+    fn watch_encoded(&self, request: WatchRequest) -> Result<OutgoingStream, Status> {
         if request.node.is_empty() {
             return Err(Status::invalid_argument("name a node"));
         }
@@ -595,6 +565,73 @@ impl Enls for Server {
             encoder: compact::Encoder::new(),
         };
         tokio::spawn(self.clone().pump(feed, since, tx));
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        Ok(Box::pin(ReceiverStream::new(rx)))
+    }
+}
+
+/// The watch, served with a codec that writes shared pieces as they are.
+struct WatchEncoded(Server);
+
+impl tonic::server::ServerStreamingService<WatchRequest> for WatchEncoded {
+    type Response = Outgoing;
+    type ResponseStream = OutgoingStream;
+    type Future = futures::future::Ready<Result<Response<OutgoingStream>, Status>>;
+
+    fn call(&mut self, request: Request<WatchRequest>) -> Self::Future {
+        futures::future::ready(
+            self.0
+                .watch_encoded(request.into_inner())
+                .map(Response::new),
+        )
+    }
+}
+
+/// The ENLS service: `Watch` with a codec that sends the shared pieces of
+/// full views without decoding them, the rest as generated.
+#[derive(Clone)]
+pub(crate) struct Routes {
+    server: Server,
+    generated: EnlsServer<Server>,
+}
+
+impl tonic::server::NamedService for Routes {
+    const NAME: &'static str = <EnlsServer<Server> as tonic::server::NamedService>::NAME;
+}
+
+type BoxResponse = Pin<
+    Box<
+        dyn std::future::Future<
+                Output = Result<http::Response<tonic::body::Body>, std::convert::Infallible>,
+            > + Send,
+    >,
+>;
+
+impl tower::Service<http::Request<tonic::body::Body>> for Routes {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = BoxResponse;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        use tonic::codec::CompressionEncoding::{Gzip, Zstd};
+        if request.uri().path() != WATCH_PATH {
+            return Box::pin(self.generated.call(request));
+        }
+        let method = WatchEncoded(self.server.clone());
+        Box::pin(async move {
+            let codec = tonic_prost::ProstCodec::<Outgoing, WatchRequest>::default();
+            let mut grpc = tonic::server::Grpc::new(codec)
+                .send_compressed(Zstd)
+                .send_compressed(Gzip)
+                .accept_compressed(Zstd)
+                .accept_compressed(Gzip);
+            Ok(grpc.server_streaming(method, request).await)
+        })
     }
 }

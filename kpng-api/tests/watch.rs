@@ -169,6 +169,79 @@ async fn an_agent_resumes_and_a_restarted_server_resets_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_of_distinct_nodes_get_their_views_from_shared_encodings() {
+    // 30 Services × 4 endpoints on 4 nodes in 2 zones; agents of those
+    // nodes (their own Services differ from the base) and of nodes named
+    // nowhere (all base).
+    let cluster = cluster();
+    let mut store = store(&cluster);
+    let path = socket("shared");
+    let server = Server::new(store.reader());
+    let serving = tokio::spawn(serve(bind_unix(&path).expect("bind"), server.clone()));
+    let nodes = [
+        "node-0", "node-1", "node-2", "node-3", "other-a", "other-b", "other-c", "other-d",
+    ];
+    let mut agents = Vec::new();
+    for node in nodes {
+        agents.push((node, agent(path.clone(), node)));
+    }
+    for (node, (seen, _)) in &agents {
+        assert_eq!(converged(seen, &store, node).await, 1, "{node}");
+    }
+    // Each shared Service view was encoded once, not once per node: at
+    // most the 30 of the zone-less base, 30 per zone, and each node's own.
+    let stats = server.stats();
+    assert_eq!(stats.full_views, 8);
+    let own: usize = nodes
+        .iter()
+        .map(|n| {
+            kpng_view::SharedViews::new()
+                .project(n, &store.snapshot())
+                .own_services()
+        })
+        .sum();
+    assert!(
+        stats.services_encoded as usize <= 3 * 30 + own,
+        "{} Service views encoded for 8 nodes ({own} own)",
+        stats.services_encoded
+    );
+    // Then changes stream as before, to every agent.
+    flip(&mut store, &cluster, 3);
+    for (node, (seen, _)) in &agents {
+        assert_eq!(converged(seen, &store, node).await, 1, "{node}");
+    }
+    serving.abort();
+    let _ = std::fs::remove_file(&path);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_asking_for_zstd_gets_its_view_compressed() {
+    // The full view's shared pieces and the changes after it go through
+    // the negotiated compression like any message.
+    let cluster = cluster();
+    let mut store = store(&cluster);
+    let path = socket("zstd");
+    let serving = tokio::spawn(serve(
+        bind_unix(&path).expect("bind"),
+        Server::new(store.reader()),
+    ));
+    let seen = Seen::default();
+    let mut sink = seen.clone();
+    let mut config = AgentConfig::default();
+    config.compress = true;
+    config.retry = Duration::from_millis(20);
+    let address = Address::Unix(path.clone());
+    let _agent = tokio::spawn(async move {
+        let _ = run_agent(&address, "node-2", &mut sink, &config).await;
+    });
+    assert_eq!(converged(&seen, &store, "node-2").await, 1);
+    flip(&mut store, &cluster, 2);
+    assert_eq!(converged(&seen, &store, "node-2").await, 1);
+    serving.abort();
+    let _ = std::fs::remove_file(&path);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_watcher_gets_merged_revisions_not_a_queue() {
     let cluster = cluster();
     let mut store = store(&cluster);

@@ -54,6 +54,7 @@ type Services = OrdMap<ServiceName, Arc<ServiceView>>;
 /// // ... node-a's own Service is its own, node-b's comes from the base.
 /// assert_eq!(a.own_services(), 1);
 /// assert_eq!(b.own_services(), 0);
+/// assert!(a.is_own(&web) && !b.is_own(&web));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Debug, Default)]
@@ -143,6 +144,13 @@ impl SharedNodeView {
     /// zone's base).
     pub fn own_services(&self) -> usize {
         self.own.len()
+    }
+
+    /// Whether Service `name`'s view in this view is the node's own
+    /// (differs from its zone's base); `false` for a Service the view
+    /// shares with other nodes of its zone, or does not hold.
+    pub fn is_own(&self, name: &ServiceName) -> bool {
+        self.own.contains_key(name)
     }
 }
 

@@ -162,6 +162,22 @@ impl Encoder {
     /// One batch: `ops` in order, runs of endpoints of one Service as
     /// one `SetEndpoints`, with the table entries they add.
     pub fn batch<'a>(&mut self, ops: impl IntoIterator<Item = &'a ViewOp>) -> v1::ViewChanges {
+        let mut tables = v1::ViewChanges::default();
+        let mut batch = self.batch_with_tables(ops, &mut tables);
+        batch.strings = tables.strings;
+        batch.port_lists = tables.port_lists;
+        batch
+    }
+
+    /// [`batch`](Self::batch), the table entries the ops add pushed onto
+    /// `tables` (its `strings` and `port_lists`) instead of the batch:
+    /// an encoder whose round never ends shares one table among batches
+    /// sent to many watchers.
+    pub(crate) fn batch_with_tables<'a>(
+        &mut self,
+        ops: impl IntoIterator<Item = &'a ViewOp>,
+        tables: &mut v1::ViewChanges,
+    ) -> v1::ViewChanges {
         let mut batch = v1::ViewChanges::default();
         let mut run: Option<(ServiceName, Vec<v1::CompactEndpoint>)> = None;
         let flush = |run: &mut Option<(ServiceName, Vec<v1::CompactEndpoint>)>,
@@ -177,7 +193,7 @@ impl Encoder {
         };
         for op in ops {
             if let ViewOp::SetEndpoint(name, endpoint) = op {
-                let compact = self.endpoint(&mut batch, endpoint);
+                let compact = self.endpoint(tables, endpoint);
                 match &mut run {
                     Some((current, endpoints)) if current == name => endpoints.push(compact),
                     _ => {
