@@ -6,6 +6,19 @@
 //! [`apply_batches`] puts back what every table held before (from the
 //! applied copy, or the `iptables-save` it read on a full apply).
 //!
+//! **Scale with iptables-legacy**: `iptables-legacy-restore` keeps every
+//! chain name it meets (each `:CHAIN` line, each `-j` to a chain) in
+//! libxtables' `notargets` hash table, 512 buckets walked on every `:CHAIN`
+//! line and every `-j`: a transaction of N chains and M rules costs
+//! O(N × M / 512) string compares (`perf`: half of a 10k × 10 restore, most
+//! of a 50k × 10 one). So a section declaring more than
+//! [`LEGACY_CHUNK_CHAINS`] chains is applied in several transactions, one
+//! process each ([`in_chunks`]); not many, since each legacy commit
+//! rewrites the whole table. A failed chunk leaves the chunks before it
+//! applied (chains the old rules still reach, refilled whole) and
+//! [`apply_batches`] puts back what they wrote; the xtables lock is free
+//! between them.
+//!
 //! The tools run through [`crate::process`]: a timeout on every run, and
 //! they die with kpng. The timeout scales with the input
 //! ([`scaled_timeout`]) unless [`Runner::timeout`] sets one.
@@ -53,6 +66,14 @@ pub const TIMEOUT_PER_LINE: Duration = Duration::from_millis(2);
 /// A table section of an iptables-nft transaction declaring at least this
 /// many chains starts with `-S` (see the module docs).
 pub const LIST_FIRST_CHAINS: usize = 1_000;
+
+/// With iptables-legacy, a table section declaring more chains than this
+/// is applied in several transactions of at most this many chains each
+/// (see [`in_chunks`]): `iptables-legacy-restore` keeps every chain name it
+/// meets in a 512-bucket hash table (libxtables' `notargets`) walked by
+/// every `:CHAIN` line and every `-j`, so one transaction of N chains costs
+/// O(N²); each commit also rewrites the whole table, so chunks are few.
+pub const LEGACY_CHUNK_CHAINS: usize = 100_000;
 
 /// How long a run with `lines` lines of input (or output) may take:
 /// [`TIMEOUT_BASE`] plus [`TIMEOUT_PER_LINE`] per line.
@@ -254,12 +275,42 @@ impl Runner {
     /// # Errors
     /// [`Error::Spawn`], [`Error::Timeout`], or [`Error::Command`] with what
     /// it printed.
+    ///
+    /// With iptables-legacy, a section declaring more than
+    /// [`LEGACY_CHUNK_CHAINS`] chains is applied in several transactions,
+    /// one `iptables-restore` each, each with its own timeout ([`in_chunks`]
+    /// says in which order, so that no jump ever points at a chain not yet
+    /// made or already emptied); on a failure the chunks before it stay
+    /// applied, and the caller puts back what it wrote
+    /// ([`apply_batches`] does).
     pub fn restore(&mut self, family: Family, script: &str) -> Result<(), Error> {
         let mode = self.mode();
+        let declared = || script.split('\n').filter(|l| l.starts_with(':')).count();
+        if mode == Mode::Legacy && declared() > LEGACY_CHUNK_CHAINS {
+            let chunks = in_chunks(script, LEGACY_CHUNK_CHAINS);
+            if chunks.len() > 1 {
+                let count = chunks.len();
+                for (i, chunk) in chunks.iter().enumerate() {
+                    tracing::debug!(chunk = i + 1, count, "iptables-legacy-restore chunk");
+                    self.restore_one(family, mode, vec![chunk.as_str()], chunk)?;
+                }
+                return Ok(());
+            }
+        }
         let parts = match mode {
             Mode::Nft => listing_first(script),
             Mode::Legacy => vec![script],
         };
+        self.restore_one(family, mode, parts, script)
+    }
+
+    fn restore_one(
+        &self,
+        family: Family,
+        mode: Mode,
+        parts: Vec<&str>,
+        script: &str,
+    ) -> Result<(), Error> {
         self.command(family, mode, "restore", 0)
             .timeout(self.restore_timeout(script))
             .args(["-w", "5", "--noflush"])
@@ -268,6 +319,186 @@ impl Runner {
             .run()
             .map(drop)
     }
+}
+
+/// `script` as one or more `iptables-restore --noflush` inputs, applied
+/// one after the other: a table section declaring more than `max_chains`
+/// chains is cut into sections of at most `max_chains` declared chains
+/// each (a single input when none is).
+///
+/// The order keeps every state in between sound: a chain comes after
+/// every chain of the section its rules jump to (`-j`, `-g`), so a jump
+/// never points at a chain not made yet; chains declared only to be
+/// deleted (`-X`), and every line that is not a chain's declaration or
+/// `-A` rule (`-I`, `-D`, `-X`, …), stay in the last section, which so
+/// holds the chains that jump to the others (the dispatch chains). Chains
+/// keep their order within a level (sorted names: libiptc's chain list is
+/// sorted, and a sorted insert is its cheap case). A section whose jumps
+/// form a loop is left whole.
+///
+/// ```
+/// use kpng_netfilter::iptables::in_chunks;
+///
+/// let script = "*nat\n:A - [0:0]\n:B - [0:0]\n:C - [0:0]\n\
+///               -A A -j B\n-A B -j DNAT --to-destination 10.0.0.1\n\
+///               -A C -j MARK --or-mark 0x4000\n-I PREROUTING 1 -j A\nCOMMIT\n";
+/// let chunks = in_chunks(script, 2);
+/// assert_eq!(chunks.len(), 2);
+/// // B and C jump to no chain of the section: they come first.
+/// assert!(chunks[0].contains(":B ") && chunks[0].contains(":C "));
+/// assert!(chunks[1].contains(":A ") && chunks[1].contains("-I PREROUTING"));
+/// assert_eq!(in_chunks(script, 3), [script]);
+/// ```
+pub fn in_chunks(script: &str, max_chains: usize) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut pending = String::new();
+    let mut section: Vec<&str> = Vec::new();
+    let mut header = "";
+    for line in script.split_inclusive('\n') {
+        if header.is_empty() {
+            if line.starts_with('*') {
+                header = line;
+                section.clear();
+            } else {
+                pending.push_str(line);
+            }
+            continue;
+        }
+        if line.starts_with("COMMIT") {
+            match split_section(header, &section, max_chains) {
+                Some(parts) => {
+                    let mut parts = parts.into_iter();
+                    if let Some(first) = parts.next() {
+                        pending.push_str(&first);
+                    }
+                    for part in parts {
+                        out.push(std::mem::take(&mut pending));
+                        pending = part;
+                    }
+                }
+                None => {
+                    pending.push_str(header);
+                    section.iter().for_each(|l| pending.push_str(l));
+                    pending.push_str(line);
+                }
+            }
+            header = "";
+        } else {
+            section.push(line);
+        }
+    }
+    if !header.is_empty() {
+        // An unterminated section: left as it came.
+        pending.push_str(header);
+        section.iter().for_each(|l| pending.push_str(l));
+    }
+    if !pending.is_empty() || out.is_empty() {
+        out.push(pending);
+    }
+    out
+}
+
+/// One table section (`header`, its lines without `COMMIT`) cut into
+/// whole sections of at most `max` declared chains, in the order
+/// [`in_chunks`] describes; `None` when it is small or its jumps loop.
+fn split_section(header: &str, lines: &[&str], max: usize) -> Option<Vec<String>> {
+    let declarations: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| l.starts_with(':'))
+        .collect();
+    let declared: Vec<&str> = declarations
+        .iter()
+        .filter_map(|l| l[1..].split_whitespace().next())
+        .collect();
+    if declared.len() <= max || declared.len() != declarations.len() {
+        return None;
+    }
+    let index: std::collections::HashMap<&str, usize> =
+        declared.iter().enumerate().map(|(i, c)| (*c, i)).collect();
+    let mut rules: Vec<Vec<&str>> = vec![Vec::new(); declared.len()];
+    let mut rest: Vec<&str> = Vec::new();
+    let mut deleted: BTreeSet<usize> = BTreeSet::new();
+    for line in lines {
+        if line.starts_with(':') {
+            continue;
+        }
+        let chain = line
+            .strip_prefix("-A ")
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|c| index.get(c));
+        match chain {
+            Some(&i) => rules[i].push(line),
+            None => {
+                if let Some(name) = line.strip_prefix("-X ").map(str::trim) {
+                    deleted.extend(index.get(name).copied());
+                }
+                rest.push(line);
+            }
+        }
+    }
+    // Level: 0 for a chain jumping to no chain of the section, else one
+    // more than the highest of those it jumps to.
+    let targets: Vec<Vec<usize>> = rules
+        .iter()
+        .map(|list| {
+            list.iter()
+                .filter_map(|rule| jump_target(rule))
+                .filter_map(|t| index.get(t).copied())
+                .collect()
+        })
+        .collect();
+    let mut level: Vec<Option<usize>> = vec![None; declared.len()];
+    for _ in 0..=declared.len() {
+        let mut changed = false;
+        for i in 0..declared.len() {
+            if level[i].is_some() {
+                continue;
+            }
+            let mut highest = Some(None);
+            for t in &targets[i] {
+                highest = match (highest, level[*t]) {
+                    (Some(h), Some(l)) => Some(h.max(Some(l))),
+                    _ => None,
+                };
+            }
+            if let Some(highest) = highest {
+                level[i] = Some(highest.map_or(0, |m| m + 1));
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    let level: Vec<usize> = level.into_iter().collect::<Option<_>>()?;
+    let mut order: Vec<usize> = (0..declared.len())
+        .filter(|i| !deleted.contains(i))
+        .collect();
+    order.sort_by_key(|i| (level[*i], *i));
+    // The last section: the chains deleted, and the highest level's last
+    // chains up to `max` in all.
+    let tail = max.saturating_sub(deleted.len()).min(order.len());
+    let last: Vec<usize> = order
+        .split_off(order.len() - tail)
+        .into_iter()
+        .chain(deleted)
+        .collect();
+    let write = |chains: &[usize], rest: &[&str]| {
+        let mut text = String::from(header);
+        for i in chains {
+            text.push_str(declarations[*i]);
+        }
+        for i in chains {
+            rules[*i].iter().for_each(|r| text.push_str(r));
+        }
+        rest.iter().for_each(|l| text.push_str(l));
+        text.push_str("COMMIT\n");
+        text
+    };
+    let mut parts: Vec<String> = order.chunks(max.max(1)).map(|c| write(c, &[])).collect();
+    parts.push(write(&last, &rest));
+    Some(parts)
 }
 
 /// The lines of `text`.
@@ -653,6 +884,103 @@ mod tests {
             fixed.restore_timeout(&script(5_000, 10)),
             Duration::from_millis(5)
         );
+    }
+
+    /// A full batch's shape: per Service an SVC chain jumping to its SEP
+    /// chains, a dispatch chain jumping to the SVCs, a stale chain, the
+    /// hooks.
+    fn batch_script(services: usize) -> String {
+        let mut out = String::from("*filter\n:KUBE-SERVICES - [0:0]\nCOMMIT\n*nat\n");
+        let mut decl = vec!["KUBE-MARK-MASQ".to_owned(), "KUBE-SERVICES".to_owned()];
+        for s in 0..services {
+            decl.push(format!("KUBE-SVC-{s:04}"));
+            decl.extend((0..3).map(|e| format!("KUBE-SEP-{s:04}-{e}")));
+        }
+        decl.push("KUBE-SVC-OLD".to_owned());
+        decl.sort();
+        for name in &decl {
+            let _ = writeln!(out, ":{name} - [0:0]");
+        }
+        out.push_str("-A KUBE-MARK-MASQ -j MARK --or-mark 0x4000\n");
+        for s in 0..services {
+            let _ = writeln!(out, "-A KUBE-SERVICES -d 10.96.0.{s}/32 -j KUBE-SVC-{s:04}");
+        }
+        for s in 0..services {
+            for e in 0..3 {
+                let _ = writeln!(out, "-A KUBE-SVC-{s:04} -g KUBE-SEP-{s:04}-{e}");
+                let _ = writeln!(
+                    out,
+                    "-A KUBE-SEP-{s:04}-{e} -s 10.244.0.{e}/32 -j KUBE-MARK-MASQ"
+                );
+                let _ = writeln!(
+                    out,
+                    "-A KUBE-SEP-{s:04}-{e} -j DNAT --to-destination 10.244.0.{e}:80"
+                );
+            }
+        }
+        out.push_str("-I PREROUTING 1 -j KUBE-SERVICES\n-X KUBE-SVC-OLD\nCOMMIT\n");
+        out
+    }
+
+    /// A large section became several transactions: each declares at most
+    /// the limit, every line is kept once, a jump never goes to a chain
+    /// of a later transaction, and the hooks and deletions come last.
+    #[test]
+    fn a_large_legacy_section_is_cut_so_that_every_jump_has_its_chain() {
+        let script = batch_script(40);
+        assert_eq!(in_chunks(&script, 1_000), std::slice::from_ref(&script));
+        let chunks = in_chunks(&script, 50);
+        assert!(chunks.len() >= 4, "{} chunks", chunks.len());
+        let lines = |text: &str| -> Vec<String> {
+            let mut all: Vec<String> = text
+                .lines()
+                .filter(|l| !l.starts_with('*') && *l != "COMMIT")
+                .map(str::to_owned)
+                .collect();
+            all.sort();
+            all
+        };
+        assert_eq!(lines(&chunks.concat()), lines(&script));
+        let mut made: BTreeSet<String> = BTreeSet::new();
+        for (i, chunk) in chunks.iter().enumerate() {
+            let declared: Vec<&str> = chunk
+                .lines()
+                .filter_map(|l| l.strip_prefix(':'))
+                .filter_map(|l| l.split(' ').next())
+                .collect();
+            for section in chunk.split('*').skip(1) {
+                let count = section.lines().filter(|l| l.starts_with(':')).count();
+                assert!(count <= 50, "chunk {i}: {count}");
+            }
+            made.extend(declared.iter().map(|d| (*d).to_owned()));
+            for rule in chunk.lines().filter(|l| l.starts_with("-A ")) {
+                if let Some(to) = jump_target(rule).filter(|t| t.starts_with("KUBE-")) {
+                    assert!(made.contains(to), "chunk {i}: {rule} before {to} is made");
+                }
+            }
+            let last = i + 1 == chunks.len();
+            for tail in [
+                "-I PREROUTING",
+                "-X KUBE-SVC-OLD",
+                ":KUBE-SVC-OLD",
+                ":KUBE-SERVICES",
+            ] {
+                assert_eq!(
+                    chunk.contains(tail),
+                    last || (i == 0 && tail == ":KUBE-SERVICES"),
+                    "chunk {i}: {tail}"
+                );
+            }
+            assert_eq!(
+                chunk.matches("COMMIT\n").count(),
+                chunk.matches('*').count()
+            );
+        }
+        // The first holds the small filter section whole.
+        assert!(chunks[0].starts_with("*filter\n:KUBE-SERVICES - [0:0]\nCOMMIT\n*nat\n"));
+        // A loop leaves the section whole.
+        let looped = "*nat\n:A - [0:0]\n:B - [0:0]\n-A A -j B\n-A B -j A\nCOMMIT\n";
+        assert_eq!(in_chunks(looped, 1), [looped]);
     }
 
     /// Only sections that declare many chains list the table first, right
