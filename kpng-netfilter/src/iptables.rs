@@ -75,6 +75,10 @@ pub const LIST_FIRST_CHAINS: usize = 1_000;
 /// O(N²); each commit also rewrites the whole table, so chunks are few.
 pub const LEGACY_CHUNK_CHAINS: usize = 100_000;
 
+/// [`in_chunks`]: a chain more than this many chains jump to is shared
+/// (it goes first), one that jumps to more is a dispatch chain (last).
+const HUB_CHAINS: usize = 64;
+
 /// How long a run with `lines` lines of input (or output) may take:
 /// [`TIMEOUT_BASE`] plus [`TIMEOUT_PER_LINE`] per line.
 ///
@@ -326,28 +330,33 @@ impl Runner {
 /// chains is cut into sections of at most `max_chains` declared chains
 /// each (a single input when none is).
 ///
-/// The order keeps every state in between sound: a chain comes after
-/// every chain of the section its rules jump to (`-j`, `-g`), so a jump
-/// never points at a chain not made yet; chains declared only to be
-/// deleted (`-X`), and every line that is not a chain's declaration or
-/// `-A` rule (`-I`, `-D`, `-X`, …), stay in the last section, which so
-/// holds the chains that jump to the others (the dispatch chains). Chains
-/// keep their order within a level (sorted names: libiptc's chain list is
-/// sorted, and a sorted insert is its cheap case). A section whose jumps
-/// form a loop is left whole.
+/// The order keeps every state in between sound, and each run cheap:
+/// chains that many chains jump to (KUBE-MARK-MASQ) come first; then the
+/// chains that jump to each other, by connected group (a Service port's
+/// KUBE-SVC and its KUBE-SEP chains), a group never split, so that a jump
+/// mostly names a chain its own run made; last, the chains no chain of
+/// the section jumps to or that jump to many (the dispatch chains), the
+/// chains declared only to be deleted (`-X`), and every line that is not
+/// a chain's declaration or `-A` rule (`-I`, `-D`, `-X`, …). A jump never
+/// points at a chain not made yet; a chain is refilled whole in one run.
+/// Chains keep their order within a run (sorted names: libiptc's chain
+/// list is sorted). A section where that order cannot hold is left whole.
 ///
 /// ```
 /// use kpng_netfilter::iptables::in_chunks;
 ///
-/// let script = "*nat\n:A - [0:0]\n:B - [0:0]\n:C - [0:0]\n\
-///               -A A -j B\n-A B -j DNAT --to-destination 10.0.0.1\n\
-///               -A C -j MARK --or-mark 0x4000\n-I PREROUTING 1 -j A\nCOMMIT\n";
-/// let chunks = in_chunks(script, 2);
-/// assert_eq!(chunks.len(), 2);
-/// // B and C jump to no chain of the section: they come first.
-/// assert!(chunks[0].contains(":B ") && chunks[0].contains(":C "));
-/// assert!(chunks[1].contains(":A ") && chunks[1].contains("-I PREROUTING"));
-/// assert_eq!(in_chunks(script, 3), [script]);
+/// let script = "*nat\n:A - [0:0]\n:B - [0:0]\n:C - [0:0]\n:D - [0:0]\n\
+///               -A A -j B\n-A A -j D\n-A B -j DNAT --to-destination 10.0.0.1\n\
+///               -A C -j D\n-A D -j DNAT --to-destination 10.0.0.2\n\
+///               -I PREROUTING 1 -j A\nCOMMIT\n";
+/// let chunks = in_chunks(script, 1);
+/// assert_eq!(chunks.len(), 3);
+/// // B, then D, then A and C, which jump to them, with the hooks.
+/// assert!(chunks[0].contains(":B ") && !chunks[0].contains(":A "));
+/// assert!(chunks[1].contains(":D ") && !chunks[1].contains(":C "));
+/// assert!(chunks[2].contains(":A ") && chunks[2].contains(":C "));
+/// assert!(chunks[2].contains("-I PREROUTING"));
+/// assert_eq!(in_chunks(script, 4), [script]);
 /// ```
 pub fn in_chunks(script: &str, max_chains: usize) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
@@ -400,7 +409,8 @@ pub fn in_chunks(script: &str, max_chains: usize) -> Vec<String> {
 
 /// One table section (`header`, its lines without `COMMIT`) cut into
 /// whole sections of at most `max` declared chains, in the order
-/// [`in_chunks`] describes; `None` when it is small or its jumps loop.
+/// [`in_chunks`] describes; `None` when it is small or that order does
+/// not hold.
 fn split_section(header: &str, lines: &[&str], max: usize) -> Option<Vec<String>> {
     let declarations: Vec<&str> = lines
         .iter()
@@ -437,67 +447,106 @@ fn split_section(header: &str, lines: &[&str], max: usize) -> Option<Vec<String>
             }
         }
     }
-    // Level: 0 for a chain jumping to no chain of the section, else one
-    // more than the highest of those it jumps to.
+    let n = declared.len();
     let targets: Vec<Vec<usize>> = rules
         .iter()
         .map(|list| {
-            list.iter()
+            let mut to: Vec<usize> = list
+                .iter()
                 .filter_map(|rule| jump_target(rule))
                 .filter_map(|t| index.get(t).copied())
-                .collect()
+                .collect();
+            to.sort_unstable();
+            to.dedup();
+            to
         })
         .collect();
-    let mut level: Vec<Option<usize>> = vec![None; declared.len()];
-    for _ in 0..=declared.len() {
-        let mut changed = false;
-        for i in 0..declared.len() {
-            if level[i].is_some() {
-                continue;
-            }
-            let mut highest = Some(None);
-            for t in &targets[i] {
-                highest = match (highest, level[*t]) {
-                    (Some(h), Some(l)) => Some(h.max(Some(l))),
-                    _ => None,
-                };
-            }
-            if let Some(highest) = highest {
-                level[i] = Some(highest.map_or(0, |m| m + 1));
-                changed = true;
-            }
-        }
-        if !changed {
-            break;
+    let mut referrers = vec![0_usize; n];
+    for to in &targets {
+        for j in to {
+            referrers[*j] += 1;
         }
     }
-    let level: Vec<usize> = level.into_iter().collect::<Option<_>>()?;
-    let mut order: Vec<usize> = (0..declared.len())
-        .filter(|i| !deleted.contains(i))
+    // Shared chains (many chains jump to them: KUBE-MARK-MASQ) come
+    // first; the dispatch chains (jumping to many, or reached from none
+    // of the section) and the chains deleted, last; the others go by
+    // connected groups (a Service port's chains), never split.
+    let shared: Vec<bool> = referrers.iter().map(|r| *r > HUB_CHAINS).collect();
+    let mut last: Vec<bool> = (0..n)
+        .map(|i| !shared[i] && (referrers[i] == 0 || targets[i].len() > HUB_CHAINS))
         .collect();
-    order.sort_by_key(|i| (level[*i], *i));
-    // The last section: the chains deleted, and the highest level's last
-    // chains up to `max` in all.
-    let tail = max.saturating_sub(deleted.len()).min(order.len());
-    let last: Vec<usize> = order
-        .split_off(order.len() - tail)
-        .into_iter()
-        .chain(deleted)
-        .collect();
-    let write = |chains: &[usize], rest: &[&str]| {
+    for i in &deleted {
+        last[*i] = true;
+    }
+    let mut group: Vec<usize> = (0..n).collect();
+    fn root(group: &mut [usize], mut i: usize) -> usize {
+        while group[i] != i {
+            group[i] = group[group[i]];
+            i = group[i];
+        }
+        i
+    }
+    for (i, to) in targets.iter().enumerate() {
+        for j in to {
+            if !shared[i] && !last[i] && !shared[*j] && !last[*j] {
+                let (a, b) = (root(&mut group, i), root(&mut group, *j));
+                group[a.max(b)] = a.min(b);
+            }
+        }
+    }
+    let mut members: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for i in 0..n {
+        if !shared[i] && !last[i] {
+            let r = root(&mut group, i);
+            members.entry(r).or_default().push(i);
+        }
+    }
+    let mut chunks: Vec<Vec<usize>> = vec![(0..n).filter(|i| shared[*i]).collect()];
+    for list in members.into_values() {
+        let fits = chunks
+            .last()
+            .is_some_and(|c| c.len() + list.len() <= max.max(1));
+        match chunks.last_mut() {
+            Some(current) if fits || current.is_empty() => current.extend(list),
+            _ => chunks.push(list),
+        }
+    }
+    chunks.push((0..n).filter(|i| last[*i]).collect());
+    // Every jump goes to a chain of its chunk or of one before it, or the
+    // section stays whole.
+    let mut chunk_of = vec![0_usize; n];
+    for (c, list) in chunks.iter().enumerate() {
+        for i in list {
+            chunk_of[*i] = c;
+        }
+    }
+    let sound = (0..n).all(|i| targets[i].iter().all(|j| chunk_of[*j] <= chunk_of[i]));
+    if !sound {
+        return None;
+    }
+    let write = |chains: &mut Vec<usize>, rest: &[&str]| {
+        chains.sort_unstable();
         let mut text = String::from(header);
-        for i in chains {
+        for i in chains.iter() {
             text.push_str(declarations[*i]);
         }
-        for i in chains {
+        for i in chains.iter() {
             rules[*i].iter().for_each(|r| text.push_str(r));
         }
         rest.iter().for_each(|l| text.push_str(l));
         text.push_str("COMMIT\n");
         text
     };
-    let mut parts: Vec<String> = order.chunks(max.max(1)).map(|c| write(c, &[])).collect();
-    parts.push(write(&last, &rest));
+    let count = chunks.len();
+    let parts: Vec<String> = chunks
+        .iter_mut()
+        .enumerate()
+        .filter(|(c, list)| !list.is_empty() || (c + 1 == count && !rest.is_empty()))
+        .map(|(c, list)| write(list, if c + 1 == count { &rest } else { &[] }))
+        .collect();
+    if parts.len() < 2 {
+        return None;
+    }
     Some(parts)
 }
 
@@ -978,9 +1027,19 @@ mod tests {
         }
         // The first holds the small filter section whole.
         assert!(chunks[0].starts_with("*filter\n:KUBE-SERVICES - [0:0]\nCOMMIT\n*nat\n"));
-        // A loop leaves the section whole.
-        let looped = "*nat\n:A - [0:0]\n:B - [0:0]\n-A A -j B\n-A B -j A\nCOMMIT\n";
-        assert_eq!(in_chunks(looped, 1), [looped]);
+        // A Service port's chains share a run, whatever their names.
+        for chunk in &chunks {
+            for s in 0..40 {
+                let svc = chunk.contains(&format!(":KUBE-SVC-{s:04} "));
+                let seps = (0..3).filter(|e| chunk.contains(&format!(":KUBE-SEP-{s:04}-{e} ")));
+                assert_eq!(seps.count(), if svc { 3 } else { 0 }, "{s}");
+            }
+        }
+        // Chains that all jump to each other (a loop, which the kernel
+        // refuses anyway) make one group: the section stays whole.
+        let back =
+            "*nat\n:A - [0:0]\n:B - [0:0]\n:C - [0:0]\n-A A -j B\n-A B -j C\n-A C -j A\nCOMMIT\n";
+        assert_eq!(in_chunks(back, 1), [back]);
     }
 
     /// Only sections that declare many chains list the table first, right
