@@ -334,8 +334,8 @@ impl Runner {
 /// chains that many chains jump to (KUBE-MARK-MASQ) come first; then the
 /// chains that jump to each other, by connected group (a Service port's
 /// KUBE-SVC and its KUBE-SEP chains), a group never split, so that a jump
-/// mostly names a chain its own run made; last, the chains no chain of
-/// the section jumps to or that jump to many (the dispatch chains), the
+/// mostly names a chain its own run made; last, the chains that jump to
+/// many (the dispatch chains), the
 /// chains declared only to be deleted (`-X`), and every line that is not
 /// a chain's declaration or `-A` rule (`-I`, `-D`, `-X`, …). A jump never
 /// points at a chain not made yet; a chain is refilled whole in one run.
@@ -346,16 +346,15 @@ impl Runner {
 /// use kpng_netfilter::iptables::in_chunks;
 ///
 /// let script = "*nat\n:A - [0:0]\n:B - [0:0]\n:C - [0:0]\n:D - [0:0]\n\
-///               -A A -j B\n-A A -j D\n-A B -j DNAT --to-destination 10.0.0.1\n\
+///               -A A -j B\n-A B -j DNAT --to-destination 10.0.0.1\n\
 ///               -A C -j D\n-A D -j DNAT --to-destination 10.0.0.2\n\
-///               -I PREROUTING 1 -j A\nCOMMIT\n";
-/// let chunks = in_chunks(script, 1);
+///               -I PREROUTING 1 -j A\n-I PREROUTING 1 -j C\nCOMMIT\n";
+/// let chunks = in_chunks(script, 2);
 /// assert_eq!(chunks.len(), 3);
-/// // B, then D, then A and C, which jump to them, with the hooks.
-/// assert!(chunks[0].contains(":B ") && !chunks[0].contains(":A "));
-/// assert!(chunks[1].contains(":D ") && !chunks[1].contains(":C "));
-/// assert!(chunks[2].contains(":A ") && chunks[2].contains(":C "));
-/// assert!(chunks[2].contains("-I PREROUTING"));
+/// // A with B, C with D, then the hooks.
+/// assert!(chunks[0].contains(":A ") && chunks[0].contains(":B "));
+/// assert!(chunks[1].contains(":C ") && chunks[1].contains(":D "));
+/// assert!(chunks[2].contains("-I PREROUTING") && !chunks[2].contains(":A "));
 /// assert_eq!(in_chunks(script, 4), [script]);
 /// ```
 pub fn in_chunks(script: &str, max_chains: usize) -> Vec<String> {
@@ -468,12 +467,12 @@ fn split_section(header: &str, lines: &[&str], max: usize) -> Option<Vec<String>
         }
     }
     // Shared chains (many chains jump to them: KUBE-MARK-MASQ) come
-    // first; the dispatch chains (jumping to many, or reached from none
-    // of the section) and the chains deleted, last; the others go by
-    // connected groups (a Service port's chains), never split.
+    // first; the dispatch chains (jumping to many) and the chains
+    // deleted, last; the others go by connected groups (a Service port's
+    // chains), never split: a rollback's empty chains make a group each.
     let shared: Vec<bool> = referrers.iter().map(|r| *r > HUB_CHAINS).collect();
     let mut last: Vec<bool> = (0..n)
-        .map(|i| !shared[i] && (referrers[i] == 0 || targets[i].len() > HUB_CHAINS))
+        .map(|i| !shared[i] && targets[i].len() > HUB_CHAINS)
         .collect();
     for i in &deleted {
         last[*i] = true;
@@ -976,7 +975,7 @@ mod tests {
     /// of a later transaction, and the hooks and deletions come last.
     #[test]
     fn a_large_legacy_section_is_cut_so_that_every_jump_has_its_chain() {
-        let script = batch_script(40);
+        let script = batch_script(100);
         assert_eq!(in_chunks(&script, 1_000), std::slice::from_ref(&script));
         let chunks = in_chunks(&script, 50);
         assert!(chunks.len() >= 4, "{} chunks", chunks.len());
@@ -1029,12 +1028,20 @@ mod tests {
         assert!(chunks[0].starts_with("*filter\n:KUBE-SERVICES - [0:0]\nCOMMIT\n*nat\n"));
         // A Service port's chains share a run, whatever their names.
         for chunk in &chunks {
-            for s in 0..40 {
+            for s in 0..100 {
                 let svc = chunk.contains(&format!(":KUBE-SVC-{s:04} "));
                 let seps = (0..3).filter(|e| chunk.contains(&format!(":KUBE-SEP-{s:04}-{e} ")));
                 assert_eq!(seps.count(), if svc { 3 } else { 0 }, "{s}");
             }
         }
+        // A rollback's shape, empty chains only: runs of at most the limit.
+        let empty: String = (0..200)
+            .map(|i| format!(":KUBE-SEP-{i:04} - [0:0]\n"))
+            .collect();
+        let rollback = format!("*nat\n{empty}-D PREROUTING -j KUBE-SERVICES\nCOMMIT\n");
+        let runs = in_chunks(&rollback, 50);
+        assert_eq!(runs.len(), 5, "{runs:?}");
+        assert!(runs[4].starts_with("*nat\n-D PREROUTING"));
         // Chains that all jump to each other (a loop, which the kernel
         // refuses anyway) make one group: the section stays whole.
         let back =
