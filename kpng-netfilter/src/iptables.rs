@@ -6,6 +6,19 @@
 //! [`apply_batches`] puts back what every table held before (from the
 //! applied copy, or the `iptables-save` it read on a full apply).
 //!
+//! **Scale with iptables-legacy**: `iptables-legacy-restore` keeps every
+//! chain name it meets (each `:CHAIN` line, each `-j` to a chain) in
+//! libxtables' `notargets` hash table, 512 buckets walked on every `:CHAIN`
+//! line and every `-j`: a transaction of N chains and M rules costs
+//! O(N × M / 512) string compares (`perf`: half of a 10k × 10 restore, most
+//! of a 50k × 10 one). So a section declaring more than
+//! [`LEGACY_CHUNK_CHAINS`] chains is applied in several transactions, one
+//! process each ([`in_chunks`]); not many, since each legacy commit
+//! rewrites the whole table. A failed chunk leaves the chunks before it
+//! applied (chains the old rules still reach, refilled whole) and
+//! [`apply_batches`] puts back what they wrote; the xtables lock is free
+//! between them.
+//!
 //! The tools run through [`crate::process`]: a timeout on every run, and
 //! they die with kpng. The timeout scales with the input
 //! ([`scaled_timeout`]) unless [`Runner::timeout`] sets one.
@@ -53,6 +66,18 @@ pub const TIMEOUT_PER_LINE: Duration = Duration::from_millis(2);
 /// A table section of an iptables-nft transaction declaring at least this
 /// many chains starts with `-S` (see the module docs).
 pub const LIST_FIRST_CHAINS: usize = 1_000;
+
+/// With iptables-legacy, a table section declaring more chains than this
+/// is applied in several transactions of at most this many chains each
+/// (see [`in_chunks`]): `iptables-legacy-restore` keeps every chain name it
+/// meets in a 512-bucket hash table (libxtables' `notargets`) walked by
+/// every `:CHAIN` line and every `-j`, so one transaction of N chains costs
+/// O(N²); each commit also rewrites the whole table, so chunks are few.
+pub const LEGACY_CHUNK_CHAINS: usize = 100_000;
+
+/// [`in_chunks`]: a chain more than this many chains jump to is shared
+/// (it goes first), one that jumps to more is a dispatch chain (last).
+const HUB_CHAINS: usize = 64;
 
 /// How long a run with `lines` lines of input (or output) may take:
 /// [`TIMEOUT_BASE`] plus [`TIMEOUT_PER_LINE`] per line.
@@ -254,12 +279,42 @@ impl Runner {
     /// # Errors
     /// [`Error::Spawn`], [`Error::Timeout`], or [`Error::Command`] with what
     /// it printed.
+    ///
+    /// With iptables-legacy, a section declaring more than
+    /// [`LEGACY_CHUNK_CHAINS`] chains is applied in several transactions,
+    /// one `iptables-restore` each, each with its own timeout ([`in_chunks`]
+    /// says in which order, so that no jump ever points at a chain not yet
+    /// made or already emptied); on a failure the chunks before it stay
+    /// applied, and the caller puts back what it wrote
+    /// ([`apply_batches`] does).
     pub fn restore(&mut self, family: Family, script: &str) -> Result<(), Error> {
         let mode = self.mode();
+        let declared = || script.split('\n').filter(|l| l.starts_with(':')).count();
+        if mode == Mode::Legacy && declared() > LEGACY_CHUNK_CHAINS {
+            let chunks = in_chunks(script, LEGACY_CHUNK_CHAINS);
+            if chunks.len() > 1 {
+                let count = chunks.len();
+                for (i, chunk) in chunks.iter().enumerate() {
+                    tracing::debug!(chunk = i + 1, count, "iptables-legacy-restore chunk");
+                    self.restore_one(family, mode, vec![chunk.as_str()], chunk)?;
+                }
+                return Ok(());
+            }
+        }
         let parts = match mode {
             Mode::Nft => listing_first(script),
             Mode::Legacy => vec![script],
         };
+        self.restore_one(family, mode, parts, script)
+    }
+
+    fn restore_one(
+        &self,
+        family: Family,
+        mode: Mode,
+        parts: Vec<&str>,
+        script: &str,
+    ) -> Result<(), Error> {
         self.command(family, mode, "restore", 0)
             .timeout(self.restore_timeout(script))
             .args(["-w", "5", "--noflush"])
@@ -268,6 +323,230 @@ impl Runner {
             .run()
             .map(drop)
     }
+}
+
+/// `script` as one or more `iptables-restore --noflush` inputs, applied
+/// one after the other: a table section declaring more than `max_chains`
+/// chains is cut into sections of at most `max_chains` declared chains
+/// each (a single input when none is).
+///
+/// The order keeps every state in between sound, and each run cheap:
+/// chains that many chains jump to (KUBE-MARK-MASQ) come first; then the
+/// chains that jump to each other, by connected group (a Service port's
+/// KUBE-SVC and its KUBE-SEP chains), a group never split, so that a jump
+/// mostly names a chain its own run made; last, the chains that jump to
+/// many (the dispatch chains), the
+/// chains declared only to be deleted (`-X`), and every line that is not
+/// a chain's declaration or `-A` rule (`-I`, `-D`, `-X`, …). A jump never
+/// points at a chain not made yet; a chain is refilled whole in one run.
+/// Chains keep their order within a run (sorted names: libiptc's chain
+/// list is sorted). A section where that order cannot hold is left whole.
+///
+/// ```
+/// use kpng_netfilter::iptables::in_chunks;
+///
+/// let script = "*nat\n:A - [0:0]\n:B - [0:0]\n:C - [0:0]\n:D - [0:0]\n\
+///               -A A -j B\n-A B -j DNAT --to-destination 10.0.0.1\n\
+///               -A C -j D\n-A D -j DNAT --to-destination 10.0.0.2\n\
+///               -I PREROUTING 1 -j A\n-I PREROUTING 1 -j C\nCOMMIT\n";
+/// let chunks = in_chunks(script, 2);
+/// assert_eq!(chunks.len(), 3);
+/// // A with B, C with D, then the hooks.
+/// assert!(chunks[0].contains(":A ") && chunks[0].contains(":B "));
+/// assert!(chunks[1].contains(":C ") && chunks[1].contains(":D "));
+/// assert!(chunks[2].contains("-I PREROUTING") && !chunks[2].contains(":A "));
+/// assert_eq!(in_chunks(script, 4), [script]);
+/// ```
+pub fn in_chunks(script: &str, max_chains: usize) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut pending = String::new();
+    let mut section: Vec<&str> = Vec::new();
+    let mut header = "";
+    for line in script.split_inclusive('\n') {
+        if header.is_empty() {
+            if line.starts_with('*') {
+                header = line;
+                section.clear();
+            } else {
+                pending.push_str(line);
+            }
+            continue;
+        }
+        if line.starts_with("COMMIT") {
+            match split_section(header, &section, max_chains) {
+                Some(parts) => {
+                    let mut parts = parts.into_iter();
+                    if let Some(first) = parts.next() {
+                        pending.push_str(&first);
+                    }
+                    for part in parts {
+                        out.push(std::mem::take(&mut pending));
+                        pending = part;
+                    }
+                }
+                None => {
+                    pending.push_str(header);
+                    section.iter().for_each(|l| pending.push_str(l));
+                    pending.push_str(line);
+                }
+            }
+            header = "";
+        } else {
+            section.push(line);
+        }
+    }
+    if !header.is_empty() {
+        // An unterminated section: left as it came.
+        pending.push_str(header);
+        section.iter().for_each(|l| pending.push_str(l));
+    }
+    if !pending.is_empty() || out.is_empty() {
+        out.push(pending);
+    }
+    out
+}
+
+/// One table section (`header`, its lines without `COMMIT`) cut into
+/// whole sections of at most `max` declared chains, in the order
+/// [`in_chunks`] describes; `None` when it is small or that order does
+/// not hold.
+fn split_section(header: &str, lines: &[&str], max: usize) -> Option<Vec<String>> {
+    let declarations: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| l.starts_with(':'))
+        .collect();
+    let declared: Vec<&str> = declarations
+        .iter()
+        .filter_map(|l| l[1..].split_whitespace().next())
+        .collect();
+    if declared.len() <= max || declared.len() != declarations.len() {
+        return None;
+    }
+    let index: std::collections::HashMap<&str, usize> =
+        declared.iter().enumerate().map(|(i, c)| (*c, i)).collect();
+    let mut rules: Vec<Vec<&str>> = vec![Vec::new(); declared.len()];
+    let mut rest: Vec<&str> = Vec::new();
+    let mut deleted: BTreeSet<usize> = BTreeSet::new();
+    for line in lines {
+        if line.starts_with(':') {
+            continue;
+        }
+        let chain = line
+            .strip_prefix("-A ")
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|c| index.get(c));
+        match chain {
+            Some(&i) => rules[i].push(line),
+            None => {
+                if let Some(name) = line.strip_prefix("-X ").map(str::trim) {
+                    deleted.extend(index.get(name).copied());
+                }
+                rest.push(line);
+            }
+        }
+    }
+    let n = declared.len();
+    let targets: Vec<Vec<usize>> = rules
+        .iter()
+        .map(|list| {
+            let mut to: Vec<usize> = list
+                .iter()
+                .filter_map(|rule| jump_target(rule))
+                .filter_map(|t| index.get(t).copied())
+                .collect();
+            to.sort_unstable();
+            to.dedup();
+            to
+        })
+        .collect();
+    let mut referrers = vec![0_usize; n];
+    for to in &targets {
+        for j in to {
+            referrers[*j] += 1;
+        }
+    }
+    // Shared chains (many chains jump to them: KUBE-MARK-MASQ) come
+    // first; the dispatch chains (jumping to many) and the chains
+    // deleted, last; the others go by connected groups (a Service port's
+    // chains), never split: a rollback's empty chains make a group each.
+    let shared: Vec<bool> = referrers.iter().map(|r| *r > HUB_CHAINS).collect();
+    let mut last: Vec<bool> = (0..n)
+        .map(|i| !shared[i] && targets[i].len() > HUB_CHAINS)
+        .collect();
+    for i in &deleted {
+        last[*i] = true;
+    }
+    let mut group: Vec<usize> = (0..n).collect();
+    fn root(group: &mut [usize], mut i: usize) -> usize {
+        while group[i] != i {
+            group[i] = group[group[i]];
+            i = group[i];
+        }
+        i
+    }
+    for (i, to) in targets.iter().enumerate() {
+        for j in to {
+            if !shared[i] && !last[i] && !shared[*j] && !last[*j] {
+                let (a, b) = (root(&mut group, i), root(&mut group, *j));
+                group[a.max(b)] = a.min(b);
+            }
+        }
+    }
+    let mut members: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for i in 0..n {
+        if !shared[i] && !last[i] {
+            let r = root(&mut group, i);
+            members.entry(r).or_default().push(i);
+        }
+    }
+    let mut chunks: Vec<Vec<usize>> = vec![(0..n).filter(|i| shared[*i]).collect()];
+    for list in members.into_values() {
+        let fits = chunks
+            .last()
+            .is_some_and(|c| c.len() + list.len() <= max.max(1));
+        match chunks.last_mut() {
+            Some(current) if fits || current.is_empty() => current.extend(list),
+            _ => chunks.push(list),
+        }
+    }
+    chunks.push((0..n).filter(|i| last[*i]).collect());
+    // Every jump goes to a chain of its chunk or of one before it, or the
+    // section stays whole.
+    let mut chunk_of = vec![0_usize; n];
+    for (c, list) in chunks.iter().enumerate() {
+        for i in list {
+            chunk_of[*i] = c;
+        }
+    }
+    let sound = (0..n).all(|i| targets[i].iter().all(|j| chunk_of[*j] <= chunk_of[i]));
+    if !sound {
+        return None;
+    }
+    let write = |chains: &mut Vec<usize>, rest: &[&str]| {
+        chains.sort_unstable();
+        let mut text = String::from(header);
+        for i in chains.iter() {
+            text.push_str(declarations[*i]);
+        }
+        for i in chains.iter() {
+            rules[*i].iter().for_each(|r| text.push_str(r));
+        }
+        rest.iter().for_each(|l| text.push_str(l));
+        text.push_str("COMMIT\n");
+        text
+    };
+    let count = chunks.len();
+    let parts: Vec<String> = chunks
+        .iter_mut()
+        .enumerate()
+        .filter(|(c, list)| !list.is_empty() || (c + 1 == count && !rest.is_empty()))
+        .map(|(c, list)| write(list, if c + 1 == count { &rest } else { &[] }))
+        .collect();
+    if parts.len() < 2 {
+        return None;
+    }
+    Some(parts)
 }
 
 /// The lines of `text`.
@@ -653,6 +932,121 @@ mod tests {
             fixed.restore_timeout(&script(5_000, 10)),
             Duration::from_millis(5)
         );
+    }
+
+    /// A full batch's shape: per Service an SVC chain jumping to its SEP
+    /// chains, a dispatch chain jumping to the SVCs, a stale chain, the
+    /// hooks.
+    fn batch_script(services: usize) -> String {
+        let mut out = String::from("*filter\n:KUBE-SERVICES - [0:0]\nCOMMIT\n*nat\n");
+        let mut decl = vec!["KUBE-MARK-MASQ".to_owned(), "KUBE-SERVICES".to_owned()];
+        for s in 0..services {
+            decl.push(format!("KUBE-SVC-{s:04}"));
+            decl.extend((0..3).map(|e| format!("KUBE-SEP-{s:04}-{e}")));
+        }
+        decl.push("KUBE-SVC-OLD".to_owned());
+        decl.sort();
+        for name in &decl {
+            let _ = writeln!(out, ":{name} - [0:0]");
+        }
+        out.push_str("-A KUBE-MARK-MASQ -j MARK --or-mark 0x4000\n");
+        for s in 0..services {
+            let _ = writeln!(out, "-A KUBE-SERVICES -d 10.96.0.{s}/32 -j KUBE-SVC-{s:04}");
+        }
+        for s in 0..services {
+            for e in 0..3 {
+                let _ = writeln!(out, "-A KUBE-SVC-{s:04} -g KUBE-SEP-{s:04}-{e}");
+                let _ = writeln!(
+                    out,
+                    "-A KUBE-SEP-{s:04}-{e} -s 10.244.0.{e}/32 -j KUBE-MARK-MASQ"
+                );
+                let _ = writeln!(
+                    out,
+                    "-A KUBE-SEP-{s:04}-{e} -j DNAT --to-destination 10.244.0.{e}:80"
+                );
+            }
+        }
+        out.push_str("-I PREROUTING 1 -j KUBE-SERVICES\n-X KUBE-SVC-OLD\nCOMMIT\n");
+        out
+    }
+
+    /// A large section became several transactions: each declares at most
+    /// the limit, every line is kept once, a jump never goes to a chain
+    /// of a later transaction, and the hooks and deletions come last.
+    #[test]
+    fn a_large_legacy_section_is_cut_so_that_every_jump_has_its_chain() {
+        let script = batch_script(100);
+        assert_eq!(in_chunks(&script, 1_000), std::slice::from_ref(&script));
+        let chunks = in_chunks(&script, 50);
+        assert!(chunks.len() >= 4, "{} chunks", chunks.len());
+        let lines = |text: &str| -> Vec<String> {
+            let mut all: Vec<String> = text
+                .lines()
+                .filter(|l| !l.starts_with('*') && *l != "COMMIT")
+                .map(str::to_owned)
+                .collect();
+            all.sort();
+            all
+        };
+        assert_eq!(lines(&chunks.concat()), lines(&script));
+        let mut made: BTreeSet<String> = BTreeSet::new();
+        for (i, chunk) in chunks.iter().enumerate() {
+            let declared: Vec<&str> = chunk
+                .lines()
+                .filter_map(|l| l.strip_prefix(':'))
+                .filter_map(|l| l.split(' ').next())
+                .collect();
+            for section in chunk.split('*').skip(1) {
+                let count = section.lines().filter(|l| l.starts_with(':')).count();
+                assert!(count <= 50, "chunk {i}: {count}");
+            }
+            made.extend(declared.iter().map(|d| (*d).to_owned()));
+            for rule in chunk.lines().filter(|l| l.starts_with("-A ")) {
+                if let Some(to) = jump_target(rule).filter(|t| t.starts_with("KUBE-")) {
+                    assert!(made.contains(to), "chunk {i}: {rule} before {to} is made");
+                }
+            }
+            let last = i + 1 == chunks.len();
+            for tail in [
+                "-I PREROUTING",
+                "-X KUBE-SVC-OLD",
+                ":KUBE-SVC-OLD",
+                ":KUBE-SERVICES",
+            ] {
+                assert_eq!(
+                    chunk.contains(tail),
+                    last || (i == 0 && tail == ":KUBE-SERVICES"),
+                    "chunk {i}: {tail}"
+                );
+            }
+            assert_eq!(
+                chunk.matches("COMMIT\n").count(),
+                chunk.matches('*').count()
+            );
+        }
+        // The first holds the small filter section whole.
+        assert!(chunks[0].starts_with("*filter\n:KUBE-SERVICES - [0:0]\nCOMMIT\n*nat\n"));
+        // A Service port's chains share a run, whatever their names.
+        for chunk in &chunks {
+            for s in 0..100 {
+                let svc = chunk.contains(&format!(":KUBE-SVC-{s:04} "));
+                let seps = (0..3).filter(|e| chunk.contains(&format!(":KUBE-SEP-{s:04}-{e} ")));
+                assert_eq!(seps.count(), if svc { 3 } else { 0 }, "{s}");
+            }
+        }
+        // A rollback's shape, empty chains only: runs of at most the limit.
+        let empty: String = (0..200)
+            .map(|i| format!(":KUBE-SEP-{i:04} - [0:0]\n"))
+            .collect();
+        let rollback = format!("*nat\n{empty}-D PREROUTING -j KUBE-SERVICES\nCOMMIT\n");
+        let runs = in_chunks(&rollback, 50);
+        assert_eq!(runs.len(), 5, "{runs:?}");
+        assert!(runs[4].starts_with("*nat\n-D PREROUTING"));
+        // Chains that all jump to each other (a loop, which the kernel
+        // refuses anyway) make one group: the section stays whole.
+        let back =
+            "*nat\n:A - [0:0]\n:B - [0:0]\n:C - [0:0]\n-A A -j B\n-A B -j C\n-A C -j A\nCOMMIT\n";
+        assert_eq!(in_chunks(back, 1), [back]);
     }
 
     /// Only sections that declare many chains list the table first, right

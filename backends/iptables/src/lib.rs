@@ -26,6 +26,12 @@
 //!   copy of the view. Chains it does not own are never touched; the jumps
 //!   from the built-in chains are inserted once. A failed restore changes
 //!   nothing in the tables it failed in, and the next sync is a full one.
+//!   With iptables-legacy, a batch declaring more than
+//!   [`kpng_netfilter::iptables::LEGACY_CHUNK_CHAINS`] chains in a table (a
+//!   first sync past ~9,000 Services × 10 endpoints) is applied in several
+//!   `iptables-restore` runs, the chains jumped to before those jumping to
+//!   them, the dispatch chains last; on a failure what the earlier runs
+//!   wrote is put back.
 //! - **Modes**: iptables-nft or iptables-legacy, as set in [`IptablesConfig::mode`],
 //!   or detected as kube-proxy does: the mode that already holds rules.
 //!
@@ -113,7 +119,9 @@ pub struct IptablesConfig {
     /// How long one `iptables-restore` or `iptables-save` may run before it
     /// is killed (`kpng … to-iptables --iptables-restore-timeout`); `None`
     /// (default): 60 s plus 2 ms per line of its input
-    /// ([`kpng_netfilter::iptables::scaled_timeout`]). A sync that times out
+    /// ([`kpng_netfilter::iptables::scaled_timeout`]); with iptables-legacy,
+    /// each run of a batch applied in several (see the crate docs) has its
+    /// own, scaled to its part. A sync that times out
     /// fails, changes nothing, and the next one is a full one.
     pub restore_timeout: Option<std::time::Duration>,
 }
