@@ -189,6 +189,9 @@ struct FamilyState {
     globals: Render,
     desired: Objects,
     pending: Pending,
+    /// The sizes the pick maps were declared with by the last full sync
+    /// (or found with, when adopted).
+    sizes: std::collections::BTreeMap<&'static str, u32>,
 }
 
 /// One family's table as the backend wants it: see
@@ -506,7 +509,7 @@ impl NftBackend {
             || self
                 .families
                 .iter()
-                .any(|s| !s.pending.in_place(&s.desired));
+                .any(|s| !s.pending.in_place(&s.desired) || s.desired.outgrown(&s.sizes));
         let mut tx = Transaction::new();
         for (i, family) in IpFamily::BOTH.into_iter().enumerate() {
             let state = &self.families[i];
@@ -607,6 +610,9 @@ impl Sink for NftBackend {
                 }
                 if full {
                     self.generation += 1;
+                    for state in &mut self.families {
+                        state.sizes = state.desired.declared_sizes();
+                    }
                 }
                 self.full = false;
                 tracing::debug!(
@@ -697,6 +703,51 @@ mod tests {
             None => Round::full(view),
         };
         backend.sync(&round).expect("sync");
+    }
+
+    /// A full sync declares each pick map with room for twice its
+    /// elements (at least 65,536); a change that would take a map past the
+    /// size it was declared with is made a full sync, which declares it
+    /// bigger, rather than a transaction the kernel would refuse.
+    #[test]
+    fn a_pick_map_past_its_declared_size_takes_a_full_sync() {
+        let mut backend = NftBackend::new(NftConfig::default()).dry_run();
+        let mut view = NodeView::default();
+        load(&mut view, "web", "10.96.0.10", false, &["10.244.1.5"]);
+        sync(&mut backend, None, &mut view, 1);
+        let text = backend.last_script();
+        assert!(
+            text.contains("add map ip kpng vip-cluster { typeof ip daddr . meta l4proto . th dport . numgen random mod 2 : ip daddr . th dport; size 65536; }"),
+            "{text}"
+        );
+        assert_eq!(backend.families[0].sizes.get("vip-cluster"), Some(&65_536));
+
+        // Within the size: incremental.
+        let before = view.clone();
+        load(
+            &mut view,
+            "web",
+            "10.96.0.10",
+            false,
+            &["10.244.1.5", "10.244.2.5"],
+        );
+        sync(&mut backend, Some(&before), &mut view, 2);
+        assert!(!backend.last_sync().full);
+
+        // As if the last full sync had declared room for two: a third
+        // element takes a full sync.
+        backend.families[0].sizes.insert("vip-cluster", 2);
+        let before = view.clone();
+        load(
+            &mut view,
+            "web",
+            "10.96.0.10",
+            false,
+            &["10.244.1.5", "10.244.2.5", "10.244.3.5"],
+        );
+        sync(&mut backend, Some(&before), &mut view, 3);
+        assert!(backend.last_sync().full);
+        assert_eq!(backend.families[0].sizes.get("vip-cluster"), Some(&65_536));
     }
 
     /// Without a kernel: the transactions encode and parse back whole, and

@@ -7,7 +7,7 @@ use kpng_netfilter::Error;
 use kpng_netfilter::nft::{Chain, Data, Element, Rule, Set, Socket, Table, Transaction, Verdict};
 
 use crate::claims::Claims;
-use crate::render::{ChainDef, Elem, Key, Render, SetName, Value, prefix_of};
+use crate::render::{ChainDef, Elem, Key, Pick, Render, SetName, Value, prefix_of};
 
 /// The objects of one family's table, with reference counts: Service
 /// ports alike share a chain, and several Services may contribute the
@@ -236,7 +236,11 @@ impl Objects {
     pub(crate) fn full(&self, table: &Table, tx: &mut Transaction) {
         tx.add_table(table).delete_table(table).add_table(table);
         for (set, _) in self.sets.values() {
-            tx.add_set(table, set.clone());
+            let set = match self.size_of(&set.name) {
+                Some(size) => set.clone().with_size(size),
+                None => set.clone(),
+            };
+            tx.add_set(table, set);
         }
         for (name, (chain, _)) in &self.chains {
             tx.add_chain(table, chain_of(name, chain));
@@ -268,6 +272,38 @@ impl Objects {
             }
             tx.add_elements(table, &set.name, run);
         }
+    }
+
+    /// The size a full sync declares the pick map `name` with (the
+    /// maps holding an element per endpoint): twice its elements, a power
+    /// of two, at least 65,536. The kernel then makes its hash table
+    /// once, at that size, instead of growing it while a million elements
+    /// go in (1.5 s of system time at a million). The size is also the
+    /// most the map holds: a change that would go past it is made a full
+    /// sync ([`Objects::outgrown`]). `None` for other sets.
+    pub(crate) fn size_of(&self, name: &str) -> Option<u32> {
+        Pick::ALL.iter().find(|p| p.map() == name)?;
+        let len = self.elements.get(name).map_or(0, Claims::len);
+        Some(sized(len))
+    }
+
+    /// Whether a pick map now holds more elements than `declared` (the
+    /// sizes the last full sync gave them) allows.
+    pub(crate) fn outgrown(&self, declared: &BTreeMap<&'static str, u32>) -> bool {
+        Pick::ALL.iter().any(|p| {
+            let len = self.elements.get(p.map()).map_or(0, Claims::len);
+            declared
+                .get(p.map())
+                .is_some_and(|size| len > usize::try_from(*size).unwrap_or(usize::MAX))
+        })
+    }
+
+    /// The sizes a full sync of these objects declares the pick maps with.
+    pub(crate) fn declared_sizes(&self) -> BTreeMap<&'static str, u32> {
+        Pick::ALL
+            .iter()
+            .filter_map(|p| Some((p.map(), self.size_of(p.map())?)))
+            .collect()
     }
 
     /// The transaction that turns the applied table into these objects,
@@ -404,4 +440,11 @@ fn element(e: &Elem) -> Element {
         Some(comment) => element.with_comment(comment.as_ref()),
         None => element,
     }
+}
+
+/// A pick map's declared size for `len` elements: see
+/// [`Objects::size_of`].
+fn sized(len: usize) -> u32 {
+    let want = len.saturating_mul(2).max(1 << 16).next_power_of_two();
+    u32::try_from(want).unwrap_or(1 << 31)
 }
