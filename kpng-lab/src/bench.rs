@@ -450,21 +450,11 @@ pub fn ebpf_at_scale(services: usize) -> EbpfAtScale {
     let kernel_bytes = backend.0.kernel_memory();
     let note = backend.last_note();
     let mut change = Vec::new();
-    for i in 0..20 {
-        let (name, ep) = cluster.endpoints[(i / 2) * 49_999 % cluster.endpoints.len()].clone();
-        let ready = i % 2 == 1;
-        let mut txn = store.begin();
-        txn.set_endpoint(name, ep.with_conditions(ready, ready, false));
-        txn.commit();
-        let start = Instant::now();
-        projector
-            .sync_into(&store.snapshot(), &mut backend)
-            .expect("an endpoint change");
-        let ms = start.elapsed().as_secs_f64() * 1e3;
+    endpoint_flips(&cluster, &mut store, &mut projector, &mut backend, |ms, backend| {
         let last = backend.0.last_sync();
         assert!(!last.full, "incremental");
         change.push((ms, last.micros as f64 / 1e3, last.writes));
-    }
+    });
     let median = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
@@ -481,6 +471,30 @@ pub fn ebpf_at_scale(services: usize) -> EbpfAtScale {
         change_writes: writes[writes.len() / 2],
         kernel_bytes,
         note,
+    }
+}
+
+/// 20 endpoint changes at scale, each synced on its own: an endpoint of
+/// `cluster` (a different one each pair) goes not ready, then ready
+/// again. `each` gets each sync's time in ms and the backend after it.
+fn endpoint_flips<B: kpng_sink::Sink>(
+    cluster: &Cluster,
+    store: &mut Store,
+    projector: &mut NodeProjector,
+    backend: &mut B,
+    mut each: impl FnMut(f64, &B),
+) {
+    for i in 0..20 {
+        let (name, ep) = cluster.endpoints[(i / 2) * 49_999 % cluster.endpoints.len()].clone();
+        let ready = i % 2 == 1;
+        let mut txn = store.begin();
+        txn.set_endpoint(name, ep.with_conditions(ready, ready, false));
+        txn.commit();
+        let start = Instant::now();
+        projector
+            .sync_into(&store.snapshot(), backend)
+            .expect("an endpoint change");
+        each(start.elapsed().as_secs_f64() * 1e3, backend);
     }
 }
 
@@ -532,19 +546,10 @@ pub fn at_scale<B: LabBackend>(services: usize) -> AtScale {
         .expect("the cold full sync");
     let full_ms = start.elapsed().as_secs_f64() * 1e3;
     let mut change = Vec::new();
-    for i in 0..20 {
-        let (name, ep) = cluster.endpoints[(i / 2) * 49_999 % cluster.endpoints.len()].clone();
-        let ready = i % 2 == 1;
-        let mut txn = store.begin();
-        txn.set_endpoint(name, ep.with_conditions(ready, ready, false));
-        txn.commit();
-        let start = Instant::now();
-        projector
-            .sync_into(&store.snapshot(), &mut backend)
-            .expect("an endpoint change");
-        change.push((start.elapsed().as_secs_f64() * 1e3, backend.last_commands()));
+    endpoint_flips(&cluster, &mut store, &mut projector, &mut backend, |ms, backend| {
         assert!(!backend.last_full(), "incremental");
-    }
+        change.push((ms, backend.last_commands()));
+    });
     change.sort_by(|a, b| a.0.total_cmp(&b.0));
     let (change_ms, change_commands) = change[change.len() / 2];
     settle();
