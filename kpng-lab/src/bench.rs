@@ -450,11 +450,17 @@ pub fn ebpf_at_scale(services: usize) -> EbpfAtScale {
     let kernel_bytes = backend.0.kernel_memory();
     let note = backend.last_note();
     let mut change = Vec::new();
-    endpoint_flips(&cluster, &mut store, &mut projector, &mut backend, |ms, backend| {
-        let last = backend.0.last_sync();
-        assert!(!last.full, "incremental");
-        change.push((ms, last.micros as f64 / 1e3, last.writes));
-    });
+    endpoint_flips(
+        &cluster,
+        &mut store,
+        &mut projector,
+        &mut backend,
+        |ms, backend| {
+            let last = backend.0.last_sync();
+            assert!(!last.full, "incremental");
+            change.push((ms, last.micros as f64 / 1e3, last.writes));
+        },
+    );
     let median = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
@@ -546,10 +552,16 @@ pub fn at_scale<B: LabBackend>(services: usize) -> AtScale {
         .expect("the cold full sync");
     let full_ms = start.elapsed().as_secs_f64() * 1e3;
     let mut change = Vec::new();
-    endpoint_flips(&cluster, &mut store, &mut projector, &mut backend, |ms, backend| {
-        assert!(!backend.last_full(), "incremental");
-        change.push((ms, backend.last_commands()));
-    });
+    endpoint_flips(
+        &cluster,
+        &mut store,
+        &mut projector,
+        &mut backend,
+        |ms, backend| {
+            assert!(!backend.last_full(), "incremental");
+            change.push((ms, backend.last_commands()));
+        },
+    );
     change.sort_by(|a, b| a.0.total_cmp(&b.0));
     let (change_ms, change_commands) = change[change.len() / 2];
     settle();
