@@ -23,7 +23,7 @@ use std::process::{Command, Stdio};
 
 use kpng_testkit::apiserver::{Reply, Resource, Script};
 use serde_json::json;
-use support::{ApiServerProcess, peak, peak_of};
+use support::{ApiServerProcess, peak};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -220,47 +220,10 @@ fn measure(services: usize) {
 /// The real sync: `kpng kube … to-nft --once` programs a namespace of its
 /// own over netlink, from an apiserver in that namespace.
 fn applied(services: usize, dir: &std::path::Path) {
-    // The lab's node namespace (loopback up), deleted with the lab.
-    let lab = kpng_lab::Lab::new();
-    let ns = lab.ns("node");
-    let apiserver = start_apiserver(Some(&ns), services, &dir.join("kubeconfig-ns"));
-    let exe = env!("CARGO_BIN_EXE_kpng");
-    let (mib, secs) = peak_of(
-        "ip",
-        &[
-            "netns",
-            "exec",
-            &ns,
-            exe,
-            "kube",
-            "--kubeconfig",
-            &apiserver.kubeconfig,
-            "--node",
-            "node-0",
-            "to-nft",
-            "--once",
-            "--healthz-bind-address",
-            "",
-            "--metrics-bind-address",
-            "",
-        ],
+    let (mib, secs, elements) = support::applied_from_api(
+        |ns| start_apiserver(Some(ns), services, &dir.join("kubeconfig-ns")),
+        "vip-cluster",
     );
-    apiserver.stop();
-    let elements = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &ns,
-            "nft",
-            "list",
-            "map",
-            "ip",
-            "kpng",
-            "vip-cluster",
-        ])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).matches(" : ").count())
-        .unwrap_or(0);
     println!(
         "applied: kpng kube ... to-nft --once into a fresh namespace, over netlink: peak RSS {mib:.1} MiB (the whole process tree)  [<= 64 MiB; was 461 MiB with nft -f], {secs:.2} s to its first sync; {elements} pick elements read back"
     );

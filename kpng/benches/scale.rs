@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use kpng_testkit::CountingAllocator;
 use kpng_testkit::world::World;
-use support::{ApiServerProcess, peak_of};
+use support::{ApiServerProcess, map_elements, peak_of};
 
 // Counts heap bytes in the ingest child (a relaxed atomic add per
 // allocation); the other modes only pay that add.
@@ -132,16 +132,6 @@ fn nft_from_file(name: &str, input: &str) {
     println!(
         "{{\"world\":\"{name}\",\"row\":\"nft-file\",\"seconds\":{secs:.2},\"peak_rss_mib\":{mib:.1},\"elements\":{elements}}}"
     );
-}
-
-/// The elements of map `map` in table `ip kpng` of namespace `ns`.
-fn map_elements(ns: &str, map: &str) -> usize {
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns, "nft", "list", "map", "ip", "kpng", map])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
-    out.matches(" : ").count()
 }
 
 /// `kpng file --input F … to-ebpf --once` into a test cgroup and bpffs.
@@ -243,27 +233,8 @@ fn kube(name: &str, dir: &std::path::Path) {
     }
 
     // The whole command, applied, the apiserver in the namespace.
-    let lab = kpng_lab::Lab::new();
-    let ns = lab.ns("node");
-    let apiserver = served(Some(&ns), "kubeconfig-ns");
-    let exe = env!("CARGO_BIN_EXE_kpng");
-    let mut argv = vec![
-        "netns",
-        "exec",
-        &ns,
-        exe,
-        "kube",
-        "--kubeconfig",
-        &apiserver.kubeconfig,
-        "--node",
-        "node-0",
-        "to-nft",
-        "--once",
-    ];
-    argv.extend(NO_PORTS);
-    let (mib, secs) = peak_of("ip", &argv);
-    apiserver.stop();
-    let elements = map_elements(&ns, "service-ips");
+    let (mib, secs, elements) =
+        support::applied_from_api(|ns| served(Some(ns), "kubeconfig-ns"), "service-ips");
     println!(
         "  kube: kpng kube ... to-nft --once from the test apiserver, applied: {secs:.2} s to the first sync, peak RSS {mib:.1} MiB; {elements} service-ips elements read back"
     );

@@ -175,3 +175,49 @@ pub(crate) fn ebpf_from_file(input: &str) -> Option<(f64, f64, f64)> {
     drop(fs);
     Some((mib, secs, kernel_mib))
 }
+
+/// The elements of map `map` in table `ip kpng` of network namespace `ns`.
+pub(crate) fn map_elements(ns: &str, map: &str) -> usize {
+    Command::new("ip")
+        .args(["netns", "exec", ns, "nft", "list", "map", "ip", "kpng", map])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).matches(" : ").count())
+        .unwrap_or(0)
+}
+
+/// The real sync from the API: in a network namespace of its own (the
+/// lab's, loopback up, deleted after), an apiserver started by `serve`
+/// (given the namespace) and `kpng kube … to-nft --once`, which programs
+/// the namespace over netlink. Returns its peak RSS in MiB, its time, and
+/// the elements of map `map` read back.
+pub(crate) fn applied_from_api(
+    serve: impl FnOnce(&str) -> ApiServerProcess,
+    map: &str,
+) -> (f64, f64, usize) {
+    let lab = kpng_lab::Lab::new();
+    let ns = lab.ns("node");
+    let apiserver = serve(&ns);
+    let exe = env!("CARGO_BIN_EXE_kpng");
+    let (mib, secs) = peak_of(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            &ns,
+            exe,
+            "kube",
+            "--kubeconfig",
+            &apiserver.kubeconfig,
+            "--node",
+            "node-0",
+            "to-nft",
+            "--once",
+            "--healthz-bind-address",
+            "",
+            "--metrics-bind-address",
+            "",
+        ],
+    );
+    apiserver.stop();
+    (mib, secs, map_elements(&ns, map))
+}
