@@ -217,21 +217,19 @@ pub fn run<B: LabBackend>(refs: [&str; 4], extended: bool) {
     let mut change_ms = Vec::new();
     let mut change_commands = Vec::new();
     let mut notes = std::collections::BTreeMap::<String, usize>::new();
-    for i in 0..20 {
-        let (name, ep) = cluster.endpoints[(i / 2) * 4999 % cluster.endpoints.len()].clone();
-        let ready = i % 2 == 1;
-        let mut txn = store.begin();
-        txn.set_endpoint(name, ep.with_conditions(ready, ready, false));
-        txn.commit();
-        let start = Instant::now();
-        projector
-            .sync_into(&store.snapshot(), &mut backend)
-            .expect("bench setup");
-        change_ms.push(start.elapsed().as_secs_f64() * 1e3);
-        change_commands.push(backend.last_commands());
-        assert!(!backend.last_full(), "incremental");
-        *notes.entry(backend.last_note()).or_default() += 1;
-    }
+    endpoint_flips(
+        &cluster,
+        4999,
+        &mut store,
+        &mut projector,
+        &mut backend,
+        |ms, backend| {
+            change_ms.push(ms);
+            change_commands.push(backend.last_commands());
+            assert!(!backend.last_full(), "incremental");
+            *notes.entry(backend.last_note()).or_default() += 1;
+        },
+    );
     change_ms.sort_by(f64::total_cmp);
     change_commands.sort_unstable();
 
@@ -452,6 +450,7 @@ pub fn ebpf_at_scale(services: usize) -> EbpfAtScale {
     let mut change = Vec::new();
     endpoint_flips(
         &cluster,
+        49_999,
         &mut store,
         &mut projector,
         &mut backend,
@@ -480,18 +479,20 @@ pub fn ebpf_at_scale(services: usize) -> EbpfAtScale {
     }
 }
 
-/// 20 endpoint changes at scale, each synced on its own: an endpoint of
-/// `cluster` (a different one each pair) goes not ready, then ready
-/// again. `each` gets each sync's time in ms and the backend after it.
+/// 20 endpoint changes, each synced on its own: an endpoint of `cluster`
+/// (a different one each pair, `stride` apart in its list) goes not
+/// ready, then ready again. `each` gets each sync's time in ms and the
+/// backend after it.
 fn endpoint_flips<B: kpng_sink::Sink>(
     cluster: &Cluster,
+    stride: usize,
     store: &mut Store,
     projector: &mut NodeProjector,
     backend: &mut B,
     mut each: impl FnMut(f64, &B),
 ) {
     for i in 0..20 {
-        let (name, ep) = cluster.endpoints[(i / 2) * 49_999 % cluster.endpoints.len()].clone();
+        let (name, ep) = cluster.endpoints[(i / 2) * stride % cluster.endpoints.len()].clone();
         let ready = i % 2 == 1;
         let mut txn = store.begin();
         txn.set_endpoint(name, ep.with_conditions(ready, ready, false));
@@ -554,6 +555,7 @@ pub fn at_scale<B: LabBackend>(services: usize) -> AtScale {
     let mut change = Vec::new();
     endpoint_flips(
         &cluster,
+        49_999,
         &mut store,
         &mut projector,
         &mut backend,

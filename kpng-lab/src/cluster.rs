@@ -59,7 +59,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use kpng_testkit::bpf::{BpfFs, TestCgroup, in_cgroup_and_netns};
 
-use crate::lab::{CLIENT, SERVER};
+use crate::lab::{CLIENT, echo_server};
 
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 
@@ -581,17 +581,7 @@ impl Cluster {
 
     fn serve(&mut self, k: usize, j: usize) {
         let ip = pod_ip(k, j);
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &self.pod_ns(k, j)])
-            .args(["python3", "-u", "-c", SERVER, &ip])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("echo server");
-        let mut line = String::new();
-        if let Some(out) = child.stdout.take() {
-            let _ = std::io::BufReader::new(out).read_line(&mut line);
-        }
+        let (child, line) = echo_server(&self.pod_ns(k, j), &ip);
         self.echo.push(child);
         assert_eq!(line.trim(), "ready", "the echo server of pod {ip}");
     }

@@ -331,28 +331,9 @@ impl Lab {
     /// Starts the echo servers (TCP 8080, 8081, 9000; UDP 5353, 8125) in
     /// host `name`, answering with `me` and the peer address they saw.
     pub fn serve(&mut self, name: &str, me: &str) {
-        let mut child = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &self.ns(name),
-                "python3",
-                "-u",
-                "-c",
-                SERVER,
-                me,
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("server");
-        let mut line = String::new();
-        if let Some(out) = child.stdout.take() {
-            use std::io::BufRead;
-            let _ = std::io::BufReader::new(out).read_line(&mut line);
-        }
-        assert_eq!(line.trim(), "ready", "server in {name} did not start");
+        let (child, line) = echo_server(&self.ns(name), me);
         self.servers.push(child);
+        assert_eq!(line.trim(), "ready", "server in {name} did not start");
     }
 
     /// `count` connections (or datagrams) from host `from`; one line each:
@@ -502,6 +483,25 @@ impl Lab {
             .expect("spawn in the node namespace");
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
+}
+
+/// Starts the lab's echo servers ([`SERVER`]) in network namespace `ns`,
+/// answering with `me`; returns the process and the first line it
+/// printed (`ready` once it listens), for the caller to keep the process
+/// (so that it is killed with the lab) before checking the line.
+pub(crate) fn echo_server(ns: &str, me: &str) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", ns, "python3", "-u", "-c", SERVER, me])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("echo server");
+    let mut line = String::new();
+    if let Some(out) = child.stdout.take() {
+        let _ = std::io::BufReader::new(out).read_line(&mut line);
+    }
+    (child, line)
 }
 
 /// Waits a little for conntrack and routes to settle.

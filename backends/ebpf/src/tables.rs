@@ -128,15 +128,7 @@ pub(crate) trait Tables {
         values: &[u8],
         count: usize,
     ) -> Result<(), Error> {
-        let (k, v) = (keys.len() / count.max(1), values.len() / count.max(1));
-        for i in 0..count {
-            self.put(
-                table,
-                &keys[i * k..(i + 1) * k],
-                &values[i * v..(i + 1) * v],
-            )?;
-        }
-        Ok(())
+        one_by_one(self, table, keys, values, count)
     }
 }
 
@@ -650,9 +642,9 @@ impl Kernel {
     }
 }
 
-/// Writes `count` elements one by one.
-fn one_by_one(
-    kernel: &mut Kernel,
+/// Writes `count` elements (keys and values back to back) one by one.
+fn one_by_one<T: Tables + ?Sized>(
+    kernel: &mut T,
     table: Table,
     keys: &[u8],
     values: &[u8],
