@@ -87,7 +87,7 @@ impl Nft {
         &self.last_script
     }
 
-    fn send(&mut self, tx: &Transaction) -> Result<(), kpng_netfilter::Error> {
+    fn send(&mut self, tx: Transaction) -> Result<(), kpng_netfilter::Error> {
         let mut socket = match self.socket.take() {
             Some(socket) => socket,
             None => Socket::open(self.netns.as_deref())?,
@@ -130,7 +130,7 @@ impl Subsystem for Nft {
         if self.dry_run || tx.is_empty() {
             return Ok(());
         }
-        self.send(&tx).map_err(|e| e.to_string())
+        self.send(tx).map_err(|e| e.to_string())
     }
 }
 

@@ -243,7 +243,7 @@ fn variant(kind: &str, ns: &str, services: usize, per: usize) {
         "netlink" => {
             let tx = transaction(services, per);
             let mut socket = Socket::open(Some(&path)).unwrap();
-            socket.commit(&tx).unwrap();
+            socket.commit(tx).unwrap();
         }
         _ => {
             let text = script(services, per);

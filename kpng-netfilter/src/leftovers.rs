@@ -655,7 +655,7 @@ impl Leftovers {
         let mut socket = nft::Socket::open(None)?;
         let mut tx = nft::Transaction::new();
         tx.delete_table(&nft::Table::new(family, name));
-        socket.commit(&tx)
+        socket.commit(tx)
     }
 }
 

@@ -64,7 +64,7 @@
 //!     );
 //! assert!(!tx.is_empty());
 //! // let mut socket = kpng_netfilter::nft::Socket::open(Some("/run/netns/mine".as_ref()))?;
-//! // socket.commit(&tx)?;
+//! // socket.commit(tx)?;
 //! ```
 
 pub mod addresses;

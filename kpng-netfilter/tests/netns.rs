@@ -284,7 +284,7 @@ fn a_ruleset_applies_reads_back_and_carries_a_real_connection() {
 
     let table = Table::new(Family::Ip, "kpngtest");
     let mut socket = Socket::open(Some(&ns.path())).expect("socket in the namespace");
-    socket.commit(&service_ruleset(&table)).expect("applied");
+    socket.commit(service_ruleset(&table)).expect("applied");
     assert_eq!(ns.connect("10.99.0.1", 80), "hello");
     rules_read_as_written(&ns, &table, &service_ruleset(&table).rules());
 
@@ -334,7 +334,7 @@ fn a_ruleset_applies_reads_back_and_carries_a_real_connection() {
 
     // Applying the same replacement again leaves one copy of everything.
     socket
-        .commit(&service_ruleset(&table))
+        .commit(service_ruleset(&table))
         .expect("applied again");
     let again = socket.read(&table).expect("read").expect("the table");
     assert_eq!(again.chains.len(), 3);
@@ -352,7 +352,7 @@ fn a_ruleset_applies_reads_back_and_carries_a_real_connection() {
             &80u16.to_be_bytes(),
         ]))],
     );
-    socket.commit(&tx).expect("deleted");
+    socket.commit(tx).expect("deleted");
     assert_ne!(ns.connect("10.99.0.1", 80), "hello");
 }
 
@@ -361,7 +361,7 @@ fn a_refused_batch_changes_nothing_and_names_what_was_refused() {
     let Some(ns) = Netns::new() else { return };
     let table = Table::new(Family::Ip, "kpngtest");
     let mut socket = Socket::open(Some(&ns.path())).expect("socket");
-    socket.commit(&service_ruleset(&table)).expect("applied");
+    socket.commit(service_ruleset(&table)).expect("applied");
     let before = socket.read(&table).expect("read");
 
     // A new element, then a rule that jumps to a chain that does not exist.
@@ -379,7 +379,7 @@ fn a_refused_batch_changes_nothing_and_names_what_was_refused() {
         &table,
         Rule::new("svc", vec![Expr::verdict(Verdict::Jump("missing".into()))]),
     );
-    let error = socket.commit(&tx).expect_err("refused");
+    let error = socket.commit(tx).expect_err("refused");
     match &error {
         Error::Refused { what, source, .. } => {
             assert_eq!(
@@ -397,7 +397,7 @@ fn a_refused_batch_changes_nothing_and_names_what_was_refused() {
     // The socket goes on working after a refusal.
     let mut tx = Transaction::new();
     tx.add_rule(&table, Rule::new("svc", vec![Expr::Counter]));
-    socket.commit(&tx).expect("applied");
+    socket.commit(tx).expect("applied");
     let state = socket.read(&table).expect("read").expect("table");
     assert_eq!(state.chain("svc").expect("chain").rules.len(), 2);
 
@@ -577,7 +577,9 @@ fn every_expression_the_backends_use_is_accepted_and_reads_as_nft_writes_it() {
             Rule::new("filter", vec![Expr::verdict(Verdict::Drop)]),
         );
     let mut socket = Socket::open(Some(&ns.path())).expect("socket");
-    socket.commit(&tx).expect("every expression accepted");
+    socket
+        .commit(tx.clone())
+        .expect("every expression accepted");
     let rules = tx.rules();
     rules_read_as_written(&ns, &table, &rules);
 
@@ -617,7 +619,7 @@ fn a_large_refused_batch_is_reported_as_refused() {
     let mut socket = Socket::open(Some(&ns.path())).expect("socket");
     let mut tx = Transaction::new();
     tx.add_table(&table);
-    socket.commit(&tx).expect("table");
+    socket.commit(tx).expect("table");
     let mut tx = Transaction::new();
     tx.add_elements(
         &table,
@@ -626,7 +628,7 @@ fn a_large_refused_batch_is_reported_as_refused() {
             .map(|i| Element::key(i.to_be_bytes().to_vec()))
             .collect(),
     );
-    match socket.commit(&tx).expect_err("refused") {
+    match socket.commit(tx).expect_err("refused") {
         Error::Refused { what, source, .. } => {
             assert!(what.starts_with("add elements 0.."), "{what}");
             assert!(what.ends_with("of set nope of table ip kpngbig"), "{what}");
@@ -732,7 +734,7 @@ fn build_pieces_apply_and_read_as_nft_lists_them() {
         tx.add_rule(&table, rule.clone());
     }
     let mut socket = Socket::open(Some(&ns.path())).expect("socket");
-    socket.commit(&tx).expect("every piece accepted");
+    socket.commit(tx).expect("every piece accepted");
     rules_read_as_written(&ns, &table, &rules);
     let state = socket.read(&table).expect("read").expect("table");
     for chain in ["nat", "filter"] {

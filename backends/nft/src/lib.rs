@@ -348,7 +348,7 @@ impl NftBackend {
             let table = nft::Table::new(Fam(family).family(), config.table.as_str());
             let mut tx = Transaction::new();
             tx.delete_table(&table);
-            match socket.commit(&tx) {
+            match socket.commit(tx) {
                 Ok(()) => deleted += 1,
                 Err(kpng_netfilter::Error::Refused { source, .. })
                     if source.kind() == std::io::ErrorKind::NotFound => {}
@@ -550,7 +550,7 @@ impl NftBackend {
 
     /// Applies one transaction on the kept socket; a failure drops the
     /// socket, so the next one starts clean.
-    fn send(&mut self, tx: &Transaction) -> Result<(), Error> {
+    fn send(&mut self, tx: Transaction) -> Result<(), Error> {
         let mut socket = self.take_socket()?;
         socket.commit(tx)?;
         self.socket = Some(socket);
@@ -588,21 +588,27 @@ impl Sink for NftBackend {
                 }
             }
         }
-        let result = match self.mode {
-            Mode::DryRun => Ok(()),
-            Mode::Apply if tx.is_empty() => Ok(()),
-            Mode::Apply => self.send(&tx),
+        let commands = tx.len();
+        // The transaction is kept for its text when asked (a dry run, kept
+        // scripts); otherwise it is given to the socket, which frees each
+        // change as it encodes it.
+        let keep = self.mode == Mode::DryRun || self.keep_scripts;
+        let (result, kept) = match self.mode {
+            Mode::DryRun => (Ok(()), Some(tx)),
+            Mode::Apply if tx.is_empty() => (Ok(()), keep.then_some(tx)),
+            Mode::Apply if keep => (self.send(tx.clone()), Some(tx)),
+            Mode::Apply => (self.send(tx), None),
         };
         let kernel_micros = kernel_start.elapsed().as_micros();
         self.last = NftSyncStats {
             full,
-            commands: tx.len(),
+            commands,
             services,
             micros: start.elapsed().as_micros(),
             kernel_micros,
             adopted,
         };
-        self.last_tx = (self.mode == Mode::DryRun || self.keep_scripts).then_some(tx);
+        self.last_tx = kept;
         match result {
             Ok(()) => {
                 for state in &mut self.families {

@@ -162,6 +162,176 @@ impl Elements {
     }
 }
 
+/// Attribute numbers of an element list (`linux/netfilter/nf_tables.h`).
+mod nla {
+    /// `NLA_F_NESTED`.
+    pub(super) const NESTED: u16 = 0x8000;
+    /// `NFTA_LIST_ELEM`.
+    pub(super) const LIST_ELEM: u16 = 1;
+    /// `NFTA_SET_ELEM_KEY`.
+    pub(super) const KEY: u16 = 1;
+    /// `NFTA_SET_ELEM_DATA`.
+    pub(super) const DATA: u16 = 2;
+    /// `NFTA_SET_ELEM_FLAGS`.
+    pub(super) const FLAGS: u16 = 3;
+    /// `NFTA_SET_ELEM_TIMEOUT`.
+    pub(super) const TIMEOUT: u16 = 4;
+    /// `NFTA_SET_ELEM_USERDATA`.
+    pub(super) const USERDATA: u16 = 6;
+    /// `NFTA_DATA_VALUE`.
+    pub(super) const VALUE: u16 = 1;
+    /// `NFTA_DATA_VERDICT`.
+    pub(super) const VERDICT: u16 = 2;
+    /// `NFTA_VERDICT_CODE`.
+    pub(super) const CODE: u16 = 1;
+    /// `NFTA_VERDICT_CHAIN`.
+    pub(super) const CHAIN: u16 = 2;
+}
+
+/// An attribute of `payload` bytes, its header and padding counted.
+const fn attr(payload: usize) -> usize {
+    (4 + payload).next_multiple_of(4)
+}
+
+/// Writes an attribute header whose length is patched by [`close`].
+fn open(out: &mut Vec<u8>, kind: u16) -> usize {
+    let at = out.len();
+    out.extend_from_slice(&[0, 0]);
+    out.extend_from_slice(&kind.to_ne_bytes());
+    at
+}
+
+/// Sets the length of the attribute opened at `at`, and pads it.
+fn close(out: &mut Vec<u8>, at: usize) {
+    let len = u16::try_from(out.len() - at).unwrap_or(u16::MAX);
+    out[at..at + 2].copy_from_slice(&len.to_ne_bytes());
+    out.resize(out.len().next_multiple_of(4), 0);
+}
+
+/// Writes a whole attribute.
+fn put(out: &mut Vec<u8>, kind: u16, payload: &[u8]) {
+    let at = open(out, kind);
+    out.extend_from_slice(payload);
+    close(out, at);
+}
+
+impl Elements {
+    /// The bytes element `i` takes in an element list (with its data, its
+    /// timeout and comment when `with_data`: an addition).
+    pub(crate) fn encoded_len(&self, i: usize, with_data: bool) -> usize {
+        let Some(it) = self.items.get(i) else {
+            return 0;
+        };
+        let mut len = attr(0) + attr(attr(usize::from(it.key_len)));
+        if it.interval_end {
+            len += attr(4);
+        }
+        if with_data {
+            let data = usize::from(it.data_len);
+            len += match it.kind {
+                Kind::None => 0,
+                Kind::Value => attr(attr(data)),
+                Kind::Jump | Kind::Goto => attr(attr(attr(4) + attr(data + 1))),
+                _ => attr(attr(attr(4))),
+            };
+            if self.timeout(i).is_some() {
+                len += attr(8);
+            }
+            if let Some(comment) = self.comment(i) {
+                len += attr(comment.len() + 3);
+            }
+        }
+        len
+    }
+
+    /// Appends elements `range` as the entries of an element list
+    /// (`NFTA_SET_ELEM_LIST_ELEMENTS`' payload), straight from the flat
+    /// bytes: no element is rebuilt on the way.
+    pub(crate) fn encode(&self, range: std::ops::Range<usize>, with_data: bool, out: &mut Vec<u8>) {
+        for i in range {
+            let Some(it) = self.items.get(i) else {
+                continue;
+            };
+            let start = usize::try_from(it.start).unwrap_or(usize::MAX);
+            let key_end = start + usize::from(it.key_len);
+            let data_end = key_end + usize::from(it.data_len);
+            let (Some(key), Some(data)) = (
+                self.bytes.get(start..key_end),
+                self.bytes.get(key_end..data_end),
+            ) else {
+                continue;
+            };
+            let elem = open(out, nla::LIST_ELEM | nla::NESTED);
+            let at = open(out, nla::KEY | nla::NESTED);
+            put(out, nla::VALUE, key);
+            close(out, at);
+            if it.interval_end {
+                // NFT_SET_ELEM_INTERVAL_END, big-endian.
+                put(out, nla::FLAGS, &1u32.to_be_bytes());
+            }
+            if with_data {
+                let code: Option<i32> = match it.kind {
+                    Kind::None | Kind::Value => None,
+                    // NF_ACCEPT, NF_DROP, NFT_CONTINUE, NFT_RETURN,
+                    // NFT_JUMP, NFT_GOTO.
+                    Kind::Accept => Some(1),
+                    Kind::Drop => Some(0),
+                    Kind::Continue => Some(-1),
+                    Kind::Return => Some(-5),
+                    Kind::Jump => Some(-3),
+                    Kind::Goto => Some(-4),
+                };
+                match code {
+                    None if it.kind == Kind::Value => {
+                        let at = open(out, nla::DATA | nla::NESTED);
+                        put(out, nla::VALUE, data);
+                        close(out, at);
+                    }
+                    None => {}
+                    Some(code) => {
+                        let at = open(out, nla::DATA | nla::NESTED);
+                        let verdict = open(out, nla::VERDICT | nla::NESTED);
+                        put(out, nla::CODE, &code.to_be_bytes());
+                        if matches!(it.kind, Kind::Jump | Kind::Goto) {
+                            let chain = open(out, nla::CHAIN);
+                            out.extend_from_slice(data);
+                            out.push(0);
+                            close(out, chain);
+                        }
+                        close(out, verdict);
+                        close(out, at);
+                    }
+                }
+                if let Some(ms) = self.timeout(i) {
+                    put(out, nla::TIMEOUT, &ms.to_be_bytes());
+                }
+                if let Some(comment) = self.comment(i) {
+                    let at = open(out, nla::USERDATA);
+                    // nft's user data: a TLV of type 0 (a comment).
+                    out.push(0);
+                    out.push(u8::try_from(comment.len() + 1).unwrap_or(u8::MAX));
+                    out.extend_from_slice(comment.as_bytes());
+                    out.push(0);
+                    close(out, at);
+                }
+            }
+            close(out, elem);
+        }
+    }
+
+    /// Element `i`'s own timeout, in ms.
+    fn timeout(&self, i: usize) -> Option<u64> {
+        if self.timeouts.is_empty() {
+            return None;
+        }
+        let index = u32::try_from(i).ok()?;
+        self.timeouts
+            .binary_search_by_key(&index, |(at, _)| *at)
+            .ok()
+            .map(|at| self.timeouts[at].1)
+    }
+}
+
 /// The bytes an element's data is kept as: a value's, a chain's name.
 fn data_bytes(data: Option<&Data>) -> &[u8] {
     match data {

@@ -201,11 +201,14 @@ impl Socket {
     /// [`Error::Refused`] naming the first change the kernel refused and
     /// why; [`Error::Io`] when the socket failed. After either, drop the
     /// socket and open a new one.
-    pub fn commit(&mut self, tx: &Transaction) -> Result<(), Error> {
+    ///
+    /// The transaction is taken: each change is freed once it is in the
+    /// batch's bytes, so a large one is not held twice.
+    pub fn commit(&mut self, tx: Transaction) -> Result<(), Error> {
         if tx.is_empty() {
             return Ok(());
         }
-        let encoded = tx.encode(self.next_seq);
+        let encoded = tx.into_encoded(self.next_seq);
         // Begin, the messages, end: the next batch numbers on after them.
         let used = u32::try_from(encoded.labels.len() + 1).unwrap_or(u32::MAX);
         self.take_seqs(used);
