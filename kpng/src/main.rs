@@ -263,7 +263,8 @@ async fn run(cli: Cli) -> Result<(), Error> {
 
 /// mimalloc: at a million endpoints glibc's allocator was a tenth of a
 /// sync's CPU, and its arena locks made decoding a file on every core
-/// slower than on one.
+/// slower than on one. `--no-default-features` keeps the system's.
+#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -229,8 +229,7 @@ fn range_text(start: &[u8], end: Option<&[u8]>) -> String {
 
 impl Transaction {
     fn set_of(&self, table: &Table, name: &str) -> Option<&Set> {
-        self.ops
-            .iter()
+        self.ops()
             .find_map(|op| match op {
                 Op::AddSet(t, s) if t == table && s.name == name => Some(s),
                 _ => None,
@@ -281,7 +280,7 @@ impl Transaction {
 impl fmt::Display for Transaction {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let t = |table: &Table| format!("{} {}", table.family, table.name);
-        for op in &self.ops {
+        for op in self.ops() {
             match op {
                 Op::AddTable(table) => writeln!(f, "add {table}")?,
                 Op::DeleteTable(table) => writeln!(f, "delete {table}")?,

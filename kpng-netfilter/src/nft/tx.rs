@@ -68,7 +68,13 @@ pub(crate) enum Op {
 /// rule that jumps to it, a set before its elements.
 #[derive(Clone, Debug, Default)]
 pub struct Transaction {
-    pub(crate) ops: Vec<Op>,
+    /// Boxed: the list holds a pointer an op, and each op's memory goes
+    /// as soon as it is encoded ([`into_encoded`](Self::into_encoded)).
+    #[expect(
+        clippy::vec_box,
+        reason = "encoding frees each op's memory as it goes, not the list's"
+    )]
+    pub(crate) ops: Vec<Box<Op>>,
     /// Sets the transaction uses but does not declare, for printing.
     pub(crate) described: Vec<(Table, Set)>,
 }
@@ -162,54 +168,61 @@ impl Transaction {
         self.ops.is_empty()
     }
 
+    /// Its changes, in order.
+    pub(crate) fn ops(&self) -> impl Iterator<Item = &Op> {
+        self.ops.iter().map(|op| &**op)
+    }
+
+    fn push(&mut self, op: Op) {
+        self.ops.push(Box::new(op));
+    }
+
     /// Creates `table` unless it exists.
     pub fn add_table(&mut self, table: &Table) -> &mut Self {
-        self.ops.push(Op::AddTable(table.clone()));
+        self.push(Op::AddTable(table.clone()));
         self
     }
 
     /// Deletes `table` with everything in it. It must exist: to replace a
     /// table that may not exist, add it, delete it and add it again.
     pub fn delete_table(&mut self, table: &Table) -> &mut Self {
-        self.ops.push(Op::DeleteTable(table.clone()));
+        self.push(Op::DeleteTable(table.clone()));
         self
     }
 
     /// Creates a chain unless it exists.
     pub fn add_chain(&mut self, table: &Table, chain: Chain) -> &mut Self {
-        self.ops.push(Op::AddChain(table.clone(), chain));
+        self.push(Op::AddChain(table.clone(), chain));
         self
     }
 
     /// Deletes an empty chain that nothing jumps to.
     pub fn delete_chain(&mut self, table: &Table, chain: &str) -> &mut Self {
-        self.ops
-            .push(Op::DeleteChain(table.clone(), chain.to_owned()));
+        self.push(Op::DeleteChain(table.clone(), chain.to_owned()));
         self
     }
 
     /// Deletes every rule of a chain.
     pub fn flush_chain(&mut self, table: &Table, chain: &str) -> &mut Self {
-        self.ops
-            .push(Op::FlushChain(table.clone(), chain.to_owned()));
+        self.push(Op::FlushChain(table.clone(), chain.to_owned()));
         self
     }
 
     /// Creates a set or map unless it exists.
     pub fn add_set(&mut self, table: &Table, set: Set) -> &mut Self {
-        self.ops.push(Op::AddSet(table.clone(), set));
+        self.push(Op::AddSet(table.clone(), set));
         self
     }
 
     /// Deletes a set or map that no rule uses.
     pub fn delete_set(&mut self, table: &Table, set: &str) -> &mut Self {
-        self.ops.push(Op::DeleteSet(table.clone(), set.to_owned()));
+        self.push(Op::DeleteSet(table.clone(), set.to_owned()));
         self
     }
 
     /// Deletes every element of a set or map.
     pub fn flush_set(&mut self, table: &Table, set: &str) -> &mut Self {
-        self.ops.push(Op::FlushSet(table.clone(), set.to_owned()));
+        self.push(Op::FlushSet(table.clone(), set.to_owned()));
         self
     }
 
@@ -219,7 +232,7 @@ impl Transaction {
     /// transaction, to change its value.
     pub fn add_elements(&mut self, table: &Table, set: &str, elements: Vec<Element>) -> &mut Self {
         if !elements.is_empty() {
-            self.ops.push(Op::AddElements(
+            self.push(Op::AddElements(
                 table.clone(),
                 set.to_owned(),
                 Elements::new(elements),
@@ -236,7 +249,7 @@ impl Transaction {
         elements: Vec<Element>,
     ) -> &mut Self {
         if !elements.is_empty() {
-            self.ops.push(Op::DeleteElements(
+            self.push(Op::DeleteElements(
                 table.clone(),
                 set.to_owned(),
                 Elements::new(elements),
@@ -247,21 +260,19 @@ impl Transaction {
 
     /// Appends a rule to its chain.
     pub fn add_rule(&mut self, table: &Table, rule: Rule) -> &mut Self {
-        self.ops.push(Op::AddRule(table.clone(), rule));
+        self.push(Op::AddRule(table.clone(), rule));
         self
     }
 
     /// Deletes a rule by its handle (as read back).
     pub fn delete_rule(&mut self, table: &Table, chain: &str, handle: u64) -> &mut Self {
-        self.ops
-            .push(Op::DeleteRule(table.clone(), chain.to_owned(), handle));
+        self.push(Op::DeleteRule(table.clone(), chain.to_owned(), handle));
         self
     }
 
     /// The rules it adds, in order.
     pub fn rules(&self) -> Vec<Rule> {
-        self.ops
-            .iter()
+        self.ops()
             .filter_map(|op| match op {
                 Op::AddRule(_, rule) => Some(rule.clone()),
                 _ => None,
@@ -271,8 +282,7 @@ impl Transaction {
 
     /// How many messages the batch holds between its begin and end.
     pub(crate) fn message_count(&self) -> usize {
-        self.ops
-            .iter()
+        self.ops()
             .map(|op| match op {
                 Op::AddElements(_, _, e) | Op::DeleteElements(_, _, e) => element_chunks(e).len(),
                 _ => 1,
@@ -284,7 +294,7 @@ impl Transaction {
     /// message asks for an acknowledgement (errors are always reported,
     /// each with the number of the message that caused it).
     pub(crate) fn encode(&self, first_seq: u32) -> Encoded {
-        Self::encode_ops(self.message_count(), self.ops.iter(), first_seq)
+        Self::encode_ops(self.message_count(), self.ops(), first_seq)
     }
 
     /// The batch, as [`encode`](Self::encode) makes it, freeing each

@@ -72,7 +72,7 @@ impl Transaction {
             got.push(Item::Rule(chain, exprs));
         }
         let mut want = Vec::new();
-        for op in &self.ops {
+        for op in self.ops() {
             match op {
                 Op::AddRule(_, rule) => {
                     want.push(Item::Rule(rule.chain.clone(), rule.exprs.clone()))
