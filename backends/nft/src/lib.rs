@@ -469,10 +469,8 @@ impl NftBackend {
                 state.desired.add(&state.globals, pending.as_deref_mut());
             }
             if full {
-                for service in view.services.values() {
-                    let new = render::service(service, family, &self.config);
-                    state.desired.add(&new, pending.as_deref_mut());
-                }
+                let desired = &mut state.desired;
+                render_all(view, family, &self.config, |new| desired.add(&new, None));
                 continue;
             }
             for change in round.services() {
@@ -556,6 +554,38 @@ impl NftBackend {
         self.socket = Some(socket);
         Ok(())
     }
+}
+
+/// Renders every Service of `view` for `family`, handing each render to
+/// `add` in the view's order. The rendering runs on a second thread, a run
+/// of Services ahead of `add` (which fills the claims, one at a time): at
+/// 100k Services the two took about as long as each other.
+fn render_all(view: &NodeView, family: IpFamily, config: &NftConfig, mut add: impl FnMut(Render)) {
+    /// Services rendered before the run goes to `add`.
+    const RUN: usize = 256;
+    if view.services.len() <= RUN {
+        for service in view.services.values() {
+            add(render::service(service, family, config));
+        }
+        return;
+    }
+    std::thread::scope(|scope| {
+        let (runs, rendered) = std::sync::mpsc::sync_channel::<Vec<Render>>(4);
+        scope.spawn(move || {
+            let mut run = Vec::with_capacity(RUN);
+            for service in view.services.values() {
+                run.push(render::service(service, family, config));
+                if run.len() == RUN && runs.send(std::mem::take(&mut run)).is_err() {
+                    return;
+                }
+            }
+            // The receiver is there until every run is sent.
+            let _ = runs.send(run);
+        });
+        for run in rendered {
+            run.into_iter().for_each(&mut add);
+        }
+    });
 }
 
 impl Sink for NftBackend {
