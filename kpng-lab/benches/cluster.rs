@@ -4,8 +4,13 @@
 //!
 //! ```text
 //! cargo build --release -p kpng
-//! cargo bench -p kpng-lab --bench cluster [-- --nodes 100 --backend nft|iptables|ebpf --services 20 --changes 3 --no-conntrack-cleanup]
+//! cargo bench -p kpng-lab --bench cluster [-- --nodes 100 --backend nft|iptables|ebpf --services 20 --changes 3 --no-conntrack-cleanup --source file|api]
 //! ```
+//!
+//! `--source api` runs the server from the API instead (`kpng kube …
+//! to-api` against the lab's test apiserver, `kpng_lab::cluster::ApiSource`):
+//! each change is one EndpointSlice MODIFIED event, and its time is from
+//! the event's sending (the source) to each node's kernel.
 //!
 //! It prints the time to build the cluster, the time from the server's
 //! start to every agent's first full sync, then for each change (the
@@ -28,7 +33,7 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use kpng_lab::cluster::{AgentBackend, Cluster, pod_ip};
+use kpng_lab::cluster::{AgentBackend, ApiSource, Cluster, pod_ip};
 use kpng_lab::scenarios::service;
 
 fn arg(name: &str) -> Option<String> {
@@ -132,9 +137,20 @@ fn main() {
     );
 
     let mut removed = false;
-    cluster.write_manifest(&manifest(&cluster, services, removed));
-    let start = SystemTime::now();
-    cluster.start_server();
+    let from_api = arg("--source").as_deref() == Some("api");
+    let start;
+    let source = if from_api {
+        let source = ApiSource::start(&cluster, &manifest(&cluster, services, removed));
+        start = SystemTime::now();
+        cluster.start_kube_server(&source);
+        println!("  source: the API (kpng kube ... to-api against the lab's apiserver)");
+        Some(source)
+    } else {
+        cluster.write_manifest(&manifest(&cluster, services, removed));
+        start = SystemTime::now();
+        cluster.start_server();
+        None
+    };
     cluster.start_agents();
     let spawned = SystemTime::now();
     let timeout = Duration::from_secs(120 + nodes as u64);
@@ -172,6 +188,32 @@ fn main() {
         std::thread::sleep(Duration::from_millis(1500));
         removed = !removed;
         let cpu_before = cluster.cpu_ms();
+        if let Some(source) = &source {
+            let before = cluster.synced_revision();
+            let (sent, events) = source.update(&manifest(&cluster, services, removed));
+            assert_eq!(events, 1, "one EndpointSlice changed");
+            let applied = cluster.wait_revision(before + 1, Duration::from_secs(60));
+            let cpu_after = cluster.cpu_ms();
+            let mut from_event: Vec<Duration> = applied.iter().map(|t| since(*t, sent)).collect();
+            let (e50, e99, emax) = percentiles(&mut from_event);
+            println!(
+                "  change {c} ({}; revision {}): watch event sent -> node kernel, {} nodes: p50 {e50:.1} ms, p99 {e99:.1} ms, max {emax:.1} ms",
+                if removed {
+                    "an endpoint removed"
+                } else {
+                    "the endpoint back"
+                },
+                before + 1,
+                applied.len()
+            );
+            let agents_cpu = cpu_after.1 - cpu_before.1;
+            println!(
+                "    CPU for the change: server {:.0} ms, agents {agents_cpu:.0} ms ({:.1} ms a node; 10 ms ticks)",
+                cpu_after.0 - cpu_before.0,
+                agents_cpu / applied.len().max(1) as f64
+            );
+            continue;
+        }
         let at = cluster.write_manifest(&manifest(&cluster, services, removed));
         let (reloaded, revision) = cluster.wait_reload(at, Duration::from_secs(30));
         let applied = cluster.wait_revision(revision, Duration::from_secs(60));

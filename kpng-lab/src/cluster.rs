@@ -30,7 +30,12 @@
 //!   line with their timestamps: the server's `manifest reloaded
 //!   revision=…` and each agent's `synced revision=…` (logged once the
 //!   backend's batch is in the kernel) tell when each node applied which
-//!   revision.
+//!   revision. Their log filter is `kpng=info,warn`, or `KPNG_LAB_LOG`'s.
+//! * **From the API** instead of a file: [`ApiSource`] serves the
+//!   manifest from a test apiserver in this process (list and watch, as
+//!   `kpng_testkit::apiserver` speaks them), [`Cluster::start_kube_server`]
+//!   runs `kpng kube --kubeconfig K to-api` against it, and a change is a
+//!   watch event sent when asked: its time is the source's.
 //!
 //! Every namespace name starts with a prefix unique to the process and
 //! the cluster; dropping the [`Cluster`] (also on a failed assertion)
@@ -57,6 +62,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use kpng_testkit::apiserver::{ApiServer, Reply, Resource, Script};
 use kpng_testkit::bpf::{BpfFs, TestCgroup, in_cgroup_and_netns};
 
 use crate::lab::{CLIENT, echo_server};
@@ -206,7 +212,10 @@ pub struct Process {
 impl Process {
     fn spawn(mut command: Command) -> Self {
         command
-            .env("RUST_LOG", "kpng=info,warn")
+            .env(
+                "RUST_LOG",
+                std::env::var("KPNG_LAB_LOG").unwrap_or_else(|_| "kpng=info,warn".into()),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
@@ -662,6 +671,33 @@ impl Cluster {
         self.server = Some(Process::spawn(command));
     }
 
+    /// Starts the server from the API instead of a file: `kpng kube
+    /// --kubeconfig K to-api --listen unix://S`, against `source`, in the
+    /// test's own namespace.
+    ///
+    /// # Panics
+    /// When one runs already.
+    pub fn start_kube_server(&mut self, source: &ApiSource) {
+        assert!(self.server.is_none(), "the server runs already");
+        let mut command = Command::new(&self.binary);
+        command
+            .args(["kube", "--kubeconfig"])
+            .arg(&source.kubeconfig)
+            .args(["to-api", "--listen"])
+            .arg(format!("unix://{}", self.socket_path().display()));
+        self.server = Some(Process::spawn(command));
+    }
+
+    /// The highest revision every running agent has synced.
+    pub fn synced_revision(&self) -> u64 {
+        self.agents
+            .iter()
+            .flatten()
+            .map(|a| a.synced().iter().map(|(_, r)| *r).max().unwrap_or(0))
+            .min()
+            .unwrap_or(0)
+    }
+
     /// Kills the server (SIGKILL: no goodbye to its agents).
     pub fn kill_server(&mut self) {
         self.server = None;
@@ -988,6 +1024,197 @@ fn descendants(roots: &[u32]) -> Vec<u32> {
 
 /// The endpoint part of each reply line (as [`crate::endpoints`]).
 pub use crate::lab::endpoints;
+
+/// The kinds a manifest holds that the apiserver serves, by `kind`.
+const SERVED: [(&str, Resource); 3] = [
+    ("Service", Resource::Services),
+    ("EndpointSlice", Resource::EndpointSlices),
+    ("Node", Resource::Nodes),
+];
+
+/// An object's kind and namespace/name: what an event names.
+fn object_key(object: &serde_json::Value) -> (String, String) {
+    let field = |path: &[&str]| {
+        path.iter()
+            .try_fold(object, |v, k| v.get(k))
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    (
+        field(&["kind"]),
+        format!(
+            "{}/{}",
+            field(&["metadata", "namespace"]),
+            field(&["metadata", "name"])
+        ),
+    )
+}
+
+/// The items of a manifest ([`Cluster::manifest`]'s YAML `List`) as JSON.
+fn manifest_items(manifest: &str) -> Vec<serde_json::Value> {
+    let list: serde_json::Value = serde_saphyr::from_str(manifest).expect("the manifest parses");
+    match list.get("items") {
+        Some(serde_json::Value::Array(items)) => items.clone(),
+        _ => vec![list],
+    }
+}
+
+/// The cluster's objects served by a test apiserver in this process, for
+/// a `kpng kube … to-api` server ([`Cluster::start_kube_server`]): the
+/// first manifest as the lists, every later one as watch events (ADDED,
+/// MODIFIED, DELETED for what changed), sent when [`ApiSource::update`]
+/// is called; a later list (a restarted server's) answers the last
+/// manifest's objects. The apiserver runs on a thread of its own until
+/// dropped.
+pub struct ApiSource {
+    kubeconfig: PathBuf,
+    server: ApiServer,
+    events: Vec<(Resource, tokio::sync::broadcast::Sender<serde_json::Value>)>,
+    served: Mutex<std::collections::BTreeMap<(String, String), serde_json::Value>>,
+    /// The last resourceVersion given out.
+    version: Mutex<u64>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ApiSource {
+    /// Serves `manifest` (as [`Cluster::manifest`] makes it): lists of its
+    /// Services, EndpointSlices and Nodes, no ServiceCIDR; its kubeconfig
+    /// is written in the cluster's directory.
+    ///
+    /// # Panics
+    /// When the manifest does not parse, or no loopback port is free.
+    pub fn start(cluster: &Cluster, manifest: &str) -> Self {
+        let items = manifest_items(manifest);
+        let mut script = Script::default();
+        let mut events = Vec::new();
+        let mut lists = Vec::new();
+        for (kind, resource) in SERVED {
+            let of_kind: Vec<serde_json::Value> = items
+                .iter()
+                .filter(|o| o.get("kind").and_then(serde_json::Value::as_str) == Some(kind))
+                .cloned()
+                .collect();
+            lists.push((resource, of_kind));
+            let (sender, _) = tokio::sync::broadcast::channel(4096);
+            script.push(resource, true, Reply::Follow(sender.clone()));
+            events.push((resource, sender));
+        }
+        script.push(
+            Resource::ServiceCidrs,
+            false,
+            Reply::List("1".into(), vec![]),
+        );
+        let (server_tx, server_rx) = std::sync::mpsc::channel();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime for the apiserver");
+            runtime.block_on(async move {
+                let _ = server_tx.send(ApiServer::start(script).await);
+                let _ = stopped.await;
+            });
+        });
+        let server = server_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the apiserver started");
+        for (resource, items) in lists {
+            server.set_list(resource, "1", items);
+        }
+        let kubeconfig = cluster.dir.join("kubeconfig");
+        std::fs::write(&kubeconfig, server.kubeconfig()).expect("write the kubeconfig");
+        let served = items.into_iter().map(|o| (object_key(&o), o)).collect();
+        Self {
+            kubeconfig,
+            server,
+            events,
+            served: Mutex::new(served),
+            version: Mutex::new(1),
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    /// The kubeconfig that points at the apiserver.
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// Makes the served objects those of `manifest`: an event for each
+    /// object added, changed or removed since the last one, sent at once
+    /// to every watch. Returns the time just before the first was sent,
+    /// and how many were.
+    ///
+    /// # Panics
+    /// When the manifest does not parse.
+    pub fn update(&self, manifest: &str) -> (SystemTime, usize) {
+        let next: std::collections::BTreeMap<_, _> = manifest_items(manifest)
+            .into_iter()
+            .map(|o| (object_key(&o), o))
+            .collect();
+        let mut served = self.served.lock().expect("served lock");
+        let mut out = Vec::new();
+        for (key, object) in &next {
+            match served.get(key) {
+                None => out.push(("ADDED", object.clone())),
+                Some(old) if old != object => out.push(("MODIFIED", object.clone())),
+                Some(_) => {}
+            }
+        }
+        for (key, object) in served.iter() {
+            if !next.contains_key(key) {
+                out.push(("DELETED", object.clone()));
+            }
+        }
+        // Each event's object carries the next resourceVersion, as the
+        // apiserver's do (a watch needs it to resume from).
+        let mut version = self.version.lock().expect("version lock");
+        for (_, object) in &mut out {
+            *version += 1;
+            object["metadata"]["resourceVersion"] = serde_json::json!(version.to_string());
+        }
+        *served = next;
+        // A server that lists again (a restart) gets the new state.
+        for (kind, resource) in SERVED {
+            let items = served
+                .values()
+                .filter(|o| o.get("kind").and_then(serde_json::Value::as_str) == Some(kind))
+                .cloned()
+                .collect();
+            self.server.set_list(resource, &version.to_string(), items);
+        }
+        let at = SystemTime::now();
+        for (kind, object) in &out {
+            let resource = SERVED
+                .iter()
+                .find(|(k, _)| object.get("kind").and_then(serde_json::Value::as_str) == Some(*k))
+                .map(|(_, r)| *r);
+            let sender = self
+                .events
+                .iter()
+                .find(|(r, _)| Some(*r) == resource)
+                .map(|(_, s)| s);
+            if let Some(sender) = sender {
+                let _ = sender.send(serde_json::json!({"type": kind, "object": object}));
+            }
+        }
+        (at, out.len())
+    }
+}
+
+impl Drop for ApiSource {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

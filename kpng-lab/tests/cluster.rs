@@ -5,7 +5,9 @@
 //! another node (masqueraded, so the reply comes back the same way),
 //! externalTrafficPolicy and internalTrafficPolicy Local, the health-check
 //! node port of each node, a manifest change reaching every node, and an
-//! agent's and the server's restart; for nft, iptables and eBPF (socket
+//! agent's and the server's restart, and the same changes from the API
+//! (`kpng kube … to-api` against a test apiserver, a change a watch
+//! event); for nft, iptables and eBPF (socket
 //! programs in a cgroup per node, tc on its fabric link, nft beside; the
 //! EPERM of a dropped connection shows the socket programs at work). Run
 //! as root with the `kpng` binary built (`cargo build -p kpng`);
@@ -15,7 +17,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use kpng_lab::cluster::{AgentBackend, CLIENT_IP, Cluster, node_ip, pod_ip};
+use kpng_lab::cluster::{AgentBackend, ApiSource, CLIENT_IP, Cluster, node_ip, pod_ip};
 use kpng_lab::endpoints;
 use kpng_lab::scenarios::service;
 
@@ -221,6 +223,56 @@ fn changes_and_restarts_reach_every_node(backend: AgentBackend) {
     }
 }
 
+/// The server fed from the API (`kpng kube … to-api` against the lab's
+/// test apiserver) instead of a file: a change is one watch event, which
+/// reaches every node's kernel; a Service added is two; the server
+/// restarted lists the current state and every node follows.
+fn changes_from_the_api_reach_every_node(backend: AgentBackend) {
+    kpng_lab::require_cluster!(backend);
+    let all = [(1, 0), (2, 0), (3, 0)];
+    let mut cluster = Cluster::new(3, 2, backend);
+    let source = ApiSource::start(&cluster, &cluster.manifest(&[web(&all)]));
+    cluster.start_kube_server(&source);
+    cluster.start_agents();
+    cluster.wait_all_synced(CONVERGE);
+    let ep = |k| pod_ip(k, 0);
+    wait_everywhere(&cluster, &[1, 2, 3], &[ep(1), ep(2), ep(3)]);
+
+    // An endpoint removed at the source: one EndpointSlice MODIFIED.
+    let before = cluster.synced_revision();
+    let (_, events) = source.update(&cluster.manifest(&[web(&[(1, 0), (2, 0)])]));
+    assert_eq!(events, 1, "one EndpointSlice changed");
+    cluster.wait_revision(before + 1, CONVERGE);
+    wait_everywhere(&cluster, &[1, 2, 3], &[ep(1), ep(2)]);
+
+    // A Service added: its Service and EndpointSlice ADDED.
+    let other = service(
+        "other",
+        "{clusterIP: 10.96.0.11, ports: [{name: http, port: 80, targetPort: 8080}]}",
+        &eps(&[(3, 0)]),
+    );
+    let (_, events) = source.update(&cluster.manifest(&[web(&[(1, 0), (2, 0)]), other.clone()]));
+    assert_eq!(events, 2, "a Service and its EndpointSlice added");
+    for k in 1..=3 {
+        let deadline = Instant::now() + CONVERGE;
+        loop {
+            let lines = cluster.connect(&cluster.pod_ns(k, 1), "tcp", "10.96.0.11", 80, 5);
+            if endpoints(&lines) == set(&[ep(3)]) && lines.len() == 5 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "node-{k}: {lines:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    // The server restarted after a change it did not see: it lists the
+    // source's current state, and every node follows.
+    cluster.kill_server();
+    source.update(&cluster.manifest(&[web(&[(3, 0)]), other]));
+    cluster.start_kube_server(&source);
+    wait_everywhere(&cluster, &[1, 2, 3], &[ep(3)]);
+}
+
 mod nft {
     use kpng_lab::cluster::AgentBackend;
 
@@ -232,6 +284,11 @@ mod nft {
     #[test]
     fn changes_and_restarts_reach_every_node() {
         super::changes_and_restarts_reach_every_node(AgentBackend::Nft);
+    }
+
+    #[test]
+    fn changes_from_the_api_reach_every_node() {
+        super::changes_from_the_api_reach_every_node(AgentBackend::Nft);
     }
 }
 
@@ -247,6 +304,11 @@ mod iptables {
     fn changes_and_restarts_reach_every_node() {
         super::changes_and_restarts_reach_every_node(AgentBackend::Iptables);
     }
+
+    #[test]
+    fn changes_from_the_api_reach_every_node() {
+        super::changes_from_the_api_reach_every_node(AgentBackend::Iptables);
+    }
 }
 
 mod ebpf {
@@ -260,5 +322,10 @@ mod ebpf {
     #[test]
     fn changes_and_restarts_reach_every_node() {
         super::changes_and_restarts_reach_every_node(AgentBackend::Ebpf);
+    }
+
+    #[test]
+    fn changes_from_the_api_reach_every_node() {
+        super::changes_from_the_api_reach_every_node(AgentBackend::Ebpf);
     }
 }

@@ -71,13 +71,19 @@ pub enum Reply {
     Garbage,
     /// The reply after a delay (an overloaded apiserver).
     Slow(std::time::Duration, Box<Reply>),
+    /// A watch stream that sends each event given to the sender from the
+    /// time it connects, as a live apiserver does; it ends when every
+    /// sender is dropped. It answers every later watch of the resource
+    /// too (it stays queued).
+    Follow(tokio::sync::broadcast::Sender<Value>),
 }
 
 /// Replies per resource, served in order.
 #[derive(Debug, Default)]
 pub struct Script {
     /// Per (resource, is_watch): replies in order. When a queue is empty, a
-    /// list answers empty and a watch holds open with no event.
+    /// list answers what [`ApiServer::set_list`] set (empty unless set)
+    /// and a watch holds open with no event.
     replies: HashMap<(&'static str, bool), VecDeque<Reply>>,
     /// Every request's path and query, in order.
     requests: Vec<String>,
@@ -86,6 +92,9 @@ pub struct Script {
     paging: HashMap<&'static str, (String, VecDeque<Value>)>,
     /// Resources answered `404 Not Found`.
     unserved: Vec<&'static str>,
+    /// What a list of a resource answers once its queue is empty
+    /// ([`ApiServer::set_list`]); empty when not set.
+    current: HashMap<&'static str, (String, Vec<Value>)>,
 }
 
 /// A running test apiserver.
@@ -140,6 +149,17 @@ impl ApiServer {
             .unwrap_or_default()
     }
 
+    /// Makes every later list of `resource` whose queue is empty answer
+    /// `items` at `resource_version` (a live apiserver's current state):
+    /// a client that lists again (a restart) gets them.
+    pub fn set_list(&self, resource: Resource, resource_version: &str, items: Vec<Value>) {
+        if let Ok(mut script) = self.script.lock() {
+            script
+                .current
+                .insert(resource.path(), (resource_version.to_owned(), items));
+        }
+    }
+
     /// A kubeconfig file's text that points a client at this server.
     pub fn kubeconfig(&self) -> String {
         format!(
@@ -191,10 +211,14 @@ async fn serve(mut socket: TcpStream, script: Arc<Mutex<Script>>) {
             return;
         };
         if watch {
-            script
-                .replies
-                .get_mut(&(resource, true))
-                .and_then(VecDeque::pop_front)
+            let queue = script.replies.get_mut(&(resource, true));
+            match queue {
+                Some(queue) if matches!(queue.front(), Some(Reply::Follow(_))) => {
+                    queue.front().cloned()
+                }
+                Some(queue) => queue.pop_front(),
+                None => None,
+            }
         } else {
             // Lists are paged as the apiserver does: `limit` items a page,
             // with a `continue` token while more remain.
@@ -219,7 +243,11 @@ async fn serve(mut socket: TcpStream, script: Arc<Mutex<Script>>) {
                 if !resume {
                     let (rv, items) = match next {
                         Some(Reply::List(rv, items)) => (rv, items),
-                        _ => ("1".into(), Vec::new()),
+                        _ => script
+                            .current
+                            .get(resource)
+                            .cloned()
+                            .unwrap_or_else(|| ("1".into(), Vec::new())),
                     };
                     script.paging.insert(resource, (rv, items.into()));
                 }
@@ -280,11 +308,43 @@ async fn serve(mut socket: TcpStream, script: Arc<Mutex<Script>>) {
         }
         Reply::Watch(events) => watch_stream(socket, header, events, false, with_type).await,
         Reply::WatchThenDrop(events) => watch_stream(socket, header, events, true, with_type).await,
+        Reply::Follow(sender) => follow(socket, header, sender.subscribe(), with_type).await,
         Reply::Slow(_, _) => {}
         Reply::Garbage => {
             let body = "<html>502 upstream glitch</html>\n{not json";
             let response = format!("{header}Content-Length: {}\r\n\r\n{body}", body.len());
             let _ = socket.write_all(response.as_bytes()).await;
+        }
+    }
+}
+
+/// A watch that streams each event sent after it connected, until every
+/// sender is gone.
+async fn follow(
+    mut socket: TcpStream,
+    header: &str,
+    mut events: tokio::sync::broadcast::Receiver<Value>,
+    with_type: impl Fn(Value) -> Value,
+) {
+    if socket
+        .write_all(format!("{header}\r\n").as_bytes())
+        .await
+        .is_err()
+    {
+        return;
+    }
+    loop {
+        let mut event = match events.recv().await {
+            Ok(event) => event,
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+        };
+        if event["type"] != "ERROR" && event["type"] != "BOOKMARK" {
+            event["object"] = with_type(event["object"].take());
+        }
+        let line = format!("{event}\n");
+        if socket.write_all(line.as_bytes()).await.is_err() {
+            return;
         }
     }
 }
