@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 
 use kpng_netfilter::Error;
-use kpng_netfilter::nft::{Chain, Data, Element, Rule, Set, Socket, Table, Transaction, Verdict};
+use kpng_netfilter::nft::{
+    Chain, Data, DataRef, Element, ElementList, Rule, Set, Socket, Table, Transaction, Verdict,
+};
 
 use crate::claims::Claims;
 use crate::render::{ChainDef, Elem, Key, Pick, Render, SetName, Value, prefix_of};
@@ -261,16 +263,23 @@ impl Objects {
             let Some(elements) = self.elements.get(set.name.as_str()) else {
                 continue;
             };
-            // In runs, without a list of them all.
-            let mut run = Vec::with_capacity(RUN.min(elements.len()));
+            // In runs, without a list of them all, flat: nothing is
+            // allocated per element.
+            let mut run = ElementList::with_capacity(RUN.min(elements.len()));
             for e in elements.holders(&set.name) {
-                run.push(element(&e));
+                let data = match &e.value {
+                    Value::None => None,
+                    Value::Goto(chain) => Some(DataRef::Goto(chain)),
+                    Value::Jump(chain) => Some(DataRef::Jump(chain)),
+                    Value::Target(t) => Some(DataRef::Value(t.as_slice())),
+                };
+                run.push(e.key.as_slice(), data, e.comment.as_deref());
                 if run.len() == RUN {
-                    let full = std::mem::replace(&mut run, Vec::with_capacity(RUN));
-                    tx.add_elements(table, &set.name, full);
+                    let full = std::mem::replace(&mut run, ElementList::with_capacity(RUN));
+                    tx.add_element_list(table, &set.name, full);
                 }
             }
-            tx.add_elements(table, &set.name, run);
+            tx.add_element_list(table, &set.name, run);
         }
     }
 

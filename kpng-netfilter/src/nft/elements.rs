@@ -45,6 +45,73 @@ pub(crate) struct Elements {
     text: Vec<u8>,
 }
 
+/// What an element maps to, borrowed: see [`ElementList::push`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DataRef<'a> {
+    /// A value (a map's data: an address and port, say).
+    Value(&'a [u8]),
+    /// A verdict without a chain.
+    Accept,
+    /// `drop`.
+    Drop,
+    /// `goto` a chain.
+    Goto(&'a str),
+    /// `jump` to a chain.
+    Jump(&'a str),
+}
+
+/// Elements for [`Transaction::add_element_list`](super::Transaction::add_element_list),
+/// kept flat as they are pushed: nothing is allocated per element (a
+/// million elements as [`Element`]s were two million allocations on the
+/// way to the kernel).
+#[derive(Clone, Debug, Default)]
+pub struct ElementList(pub(crate) Elements);
+
+impl ElementList {
+    /// An empty list with room for `n` elements.
+    pub fn with_capacity(n: usize) -> Self {
+        Self(Elements {
+            bytes: Vec::with_capacity(n * 16),
+            items: Vec::with_capacity(n),
+            ..Elements::default()
+        })
+    }
+
+    /// Adds an element: its key, what it maps to (in a map), and its
+    /// comment (fitted as [`Element::with_comment`] fits it).
+    pub fn push(&mut self, key: &[u8], data: Option<DataRef<'_>>, comment: Option<&str>) {
+        let (kind, bytes) = match data {
+            None => (Kind::None, &[][..]),
+            Some(DataRef::Value(v)) => (Kind::Value, v),
+            Some(DataRef::Accept) => (Kind::Accept, &[][..]),
+            Some(DataRef::Drop) => (Kind::Drop, &[][..]),
+            Some(DataRef::Goto(chain)) => (Kind::Goto, chain.as_bytes()),
+            Some(DataRef::Jump(chain)) => (Kind::Jump, chain.as_bytes()),
+        };
+        let fitted;
+        let comment = match comment {
+            Some(c) if super::object::comment_fits(c) => Some(c),
+            Some(c) => {
+                fitted = super::object::fit_comment(c.to_owned());
+                Some(fitted.as_str())
+            }
+            None => None,
+        };
+        self.0.push(key, kind, bytes, comment, None, false);
+    }
+
+    /// How many elements it holds.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.0.len() == 0
+    }
+}
+
 impl Elements {
     pub(crate) fn new(elements: Vec<Element>) -> Self {
         let size = elements
@@ -72,28 +139,48 @@ impl Elements {
                     Verdict::Goto(_) => Kind::Goto,
                 },
             };
-            let index = u32::try_from(out.items.len()).unwrap_or(u32::MAX);
-            if let Some(ms) = e.timeout_ms {
-                out.timeouts.push((index, ms));
-            }
-            if let Some(comment) = e.comment {
-                let start = u32::try_from(out.text.len()).unwrap_or(u32::MAX);
-                let len = u8::try_from(comment.len()).unwrap_or(u8::MAX);
-                out.text
-                    .extend_from_slice(&comment.as_bytes()[..usize::from(len)]);
-                out.comments.push((index, start, len));
-            }
-            out.items.push(Item {
-                start: u32::try_from(out.bytes.len()).unwrap_or(u32::MAX),
-                key_len: u8::try_from(e.key.len()).unwrap_or(u8::MAX),
-                data_len: u8::try_from(data.len()).unwrap_or(u8::MAX),
+            out.push(
+                &e.key,
                 kind,
-                interval_end: e.interval_end,
-            });
-            out.bytes.extend_from_slice(&e.key);
-            out.bytes.extend_from_slice(data);
+                data,
+                e.comment.as_deref(),
+                e.timeout_ms,
+                e.interval_end,
+            );
         }
         out
+    }
+
+    /// Appends one element.
+    fn push(
+        &mut self,
+        key: &[u8],
+        kind: Kind,
+        data: &[u8],
+        comment: Option<&str>,
+        timeout_ms: Option<u64>,
+        interval_end: bool,
+    ) {
+        let index = u32::try_from(self.items.len()).unwrap_or(u32::MAX);
+        if let Some(ms) = timeout_ms {
+            self.timeouts.push((index, ms));
+        }
+        if let Some(comment) = comment {
+            let start = u32::try_from(self.text.len()).unwrap_or(u32::MAX);
+            let len = u8::try_from(comment.len()).unwrap_or(u8::MAX);
+            self.text
+                .extend_from_slice(&comment.as_bytes()[..usize::from(len)]);
+            self.comments.push((index, start, len));
+        }
+        self.items.push(Item {
+            start: u32::try_from(self.bytes.len()).unwrap_or(u32::MAX),
+            key_len: u8::try_from(key.len()).unwrap_or(u8::MAX),
+            data_len: u8::try_from(data.len()).unwrap_or(u8::MAX),
+            kind,
+            interval_end,
+        });
+        self.bytes.extend_from_slice(key);
+        self.bytes.extend_from_slice(data);
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -366,5 +453,29 @@ mod tests {
         assert_eq!(flat.slice(0..all.len()), all);
         assert_eq!(flat.size(2), (12, 8));
         assert_eq!(flat.get(6), None);
+    }
+
+    #[test]
+    fn a_list_pushed_flat_is_the_elements_it_names() {
+        let long = "x".repeat(200);
+        let want = vec![
+            Element::key(vec![10, 0, 0, 1]),
+            Element::map(vec![1; 12], Data::Value(vec![2; 8])),
+            Element::map(vec![3; 4], Data::Verdict(Verdict::Goto("svc-c3".into()))),
+            Element::map(vec![3; 4], Data::Verdict(Verdict::Jump("j".into()))),
+            Element::map(vec![4; 4], Data::Verdict(Verdict::Drop)).with_comment("ns/a:http/tcp"),
+            Element::map(vec![4; 4], Data::Verdict(Verdict::Accept)).with_comment(long.clone()),
+            Element::key(vec![5; 4]).with_comment("a \"quoted\" one"),
+        ];
+        let mut list = ElementList::with_capacity(2);
+        list.push(&[10, 0, 0, 1], None, None);
+        list.push(&[1; 12], Some(DataRef::Value(&[2; 8])), None);
+        list.push(&[3; 4], Some(DataRef::Goto("svc-c3")), None);
+        list.push(&[3; 4], Some(DataRef::Jump("j")), None);
+        list.push(&[4; 4], Some(DataRef::Drop), Some("ns/a:http/tcp"));
+        list.push(&[4; 4], Some(DataRef::Accept), Some(&long));
+        list.push(&[5; 4], None, Some("a \"quoted\" one"));
+        assert_eq!(list.len(), want.len());
+        assert_eq!(list.0.slice(0..want.len()), want);
     }
 }

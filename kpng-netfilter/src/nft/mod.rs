@@ -18,6 +18,7 @@ mod tx;
 mod types;
 mod verify;
 
+pub use elements::{DataRef, ElementList};
 pub use expr::{
     CmpOp, CtKey, Data, DynsetOp, Expr, FibResult, MetaKey, NatKind, PayloadBase, RawExpr, Reg,
     RejectKind, Verdict,

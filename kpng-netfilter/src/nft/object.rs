@@ -401,9 +401,14 @@ pub fn fit_comment(mut comment: String) -> String {
 /// libnftnl TLV, type `NFTNL_UDATA_CHAIN_COMMENT` or
 /// `NFTNL_UDATA_SET_ELEM_COMMENT` (both 0), a one-byte length, and the
 /// text with its terminating NUL.
+/// Whether `comment` is as [`fit_comment`] leaves it.
+pub(crate) fn comment_fits(comment: &str) -> bool {
+    comment.len() <= COMMENT_MAX && !comment.chars().any(|c| c == '"' || c.is_control())
+}
+
 pub(crate) fn comment_userdata(comment: &str) -> Vec<u8> {
     // Comments come fitted already (`with_comment`); fit only what is not.
-    let fits = comment.len() <= COMMENT_MAX && !comment.chars().any(|c| c == '"' || c.is_control());
+    let fits = comment_fits(comment);
     let fitted;
     let text = if fits {
         comment

@@ -12,7 +12,7 @@ use netlink_packet_netfilter::{
     NetfilterHeader, NetfilterMessage, NetfilterMessageInner, NetfilterProtoFamily,
 };
 
-use super::elements::Elements;
+use super::elements::{ElementList, Elements};
 use super::object::{Chain, Element, Family, Hook, MapTo, Rule, Set, Table, comment_userdata};
 
 /// `NFNL_SUBSYS_NFTABLES`: the batch's resource id.
@@ -237,6 +237,20 @@ impl Transaction {
                 set.to_owned(),
                 Elements::new(elements),
             ));
+        }
+        self
+    }
+
+    /// Adds elements to a set or map, as [`add_elements`](Self::add_elements)
+    /// does, from a flat [`ElementList`].
+    pub fn add_element_list(
+        &mut self,
+        table: &Table,
+        set: &str,
+        elements: ElementList,
+    ) -> &mut Self {
+        if !elements.is_empty() {
+            self.push(Op::AddElements(table.clone(), set.to_owned(), elements.0));
         }
         self
     }
