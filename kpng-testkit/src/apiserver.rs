@@ -318,6 +318,28 @@ async fn serve(mut socket: TcpStream, script: Arc<Mutex<Script>>) {
     }
 }
 
+/// Starts a watch's response; false when the client is gone.
+async fn start_stream(socket: &mut TcpStream, header: &str) -> bool {
+    socket
+        .write_all(format!("{header}\r\n").as_bytes())
+        .await
+        .is_ok()
+}
+
+/// Writes one event as its line (its object typed); false when the
+/// client is gone.
+async fn write_event(
+    socket: &mut TcpStream,
+    mut event: Value,
+    with_type: &impl Fn(Value) -> Value,
+) -> bool {
+    if event["type"] != "ERROR" && event["type"] != "BOOKMARK" {
+        event["object"] = with_type(event["object"].take());
+    }
+    let line = format!("{event}\n");
+    socket.write_all(line.as_bytes()).await.is_ok()
+}
+
 /// A watch that streams each event sent after it connected, until every
 /// sender is gone.
 async fn follow(
@@ -326,24 +348,16 @@ async fn follow(
     mut events: tokio::sync::broadcast::Receiver<Value>,
     with_type: impl Fn(Value) -> Value,
 ) {
-    if socket
-        .write_all(format!("{header}\r\n").as_bytes())
-        .await
-        .is_err()
-    {
+    if !start_stream(&mut socket, header).await {
         return;
     }
     loop {
-        let mut event = match events.recv().await {
+        let event = match events.recv().await {
             Ok(event) => event,
             Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
             Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
         };
-        if event["type"] != "ERROR" && event["type"] != "BOOKMARK" {
-            event["object"] = with_type(event["object"].take());
-        }
-        let line = format!("{event}\n");
-        if socket.write_all(line.as_bytes()).await.is_err() {
+        if !write_event(&mut socket, event, &with_type).await {
             return;
         }
     }
@@ -356,32 +370,20 @@ async fn watch_stream(
     drop_after: bool,
     with_type: impl Fn(Value) -> Value,
 ) {
-    {
-        {
-            if socket
-                .write_all(format!("{header}\r\n").as_bytes())
-                .await
-                .is_err()
-            {
-                return;
-            }
-            for mut event in events {
-                if event["type"] != "ERROR" && event["type"] != "BOOKMARK" {
-                    event["object"] = with_type(event["object"].take());
-                }
-                let line = format!("{event}\n");
-                if socket.write_all(line.as_bytes()).await.is_err() {
-                    return;
-                }
-            }
-            if drop_after {
-                let _ = socket
-                    .write_all(b"{\"type\":\"ADDED\",\"object\":{\"metad")
-                    .await;
-                return;
-            }
-            // Hold the watch open, as a quiet apiserver does.
-            tokio::time::sleep(Duration::from_secs(600)).await;
+    if !start_stream(&mut socket, header).await {
+        return;
+    }
+    for event in events {
+        if !write_event(&mut socket, event, &with_type).await {
+            return;
         }
     }
+    if drop_after {
+        let _ = socket
+            .write_all(b"{\"type\":\"ADDED\",\"object\":{\"metad")
+            .await;
+        return;
+    }
+    // Hold the watch open, as a quiet apiserver does.
+    tokio::time::sleep(Duration::from_secs(600)).await;
 }
