@@ -106,53 +106,16 @@ fn cold_child(backend: &str) {
 /// /proc. (getrusage's children maxrss would count the bench's own pages
 /// in each forked child before its exec.)
 fn tree_rss_kib(root: u32) -> u64 {
-    let mut parent = std::collections::HashMap::new();
-    let mut rss = std::collections::HashMap::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
-    for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
-            continue;
-        };
-        for line in status.lines() {
-            let mut words = line.split_whitespace();
-            match (
-                words.next(),
-                words.next().and_then(|w| w.parse::<u64>().ok()),
-            ) {
-                (Some("PPid:"), Some(ppid)) => {
-                    parent.insert(pid, ppid as u32);
-                }
-                (Some("VmRSS:"), Some(kib)) => {
-                    rss.insert(pid, kib);
-                }
-                _ => {}
-            }
-        }
-    }
-    rss.iter()
-        .filter(|(pid, _)| {
-            let mut p = **pid;
-            for _ in 0..64 {
-                if p == root {
-                    return true;
-                }
-                match parent.get(&p) {
-                    Some(&next) if next != 0 => p = next,
-                    _ => return false,
-                }
-            }
-            false
+    kpng_lab::bench::descendants(&[root])
+        .into_iter()
+        .filter_map(|pid| {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|kib| kib.parse::<u64>().ok())
         })
-        .map(|(_, kib)| kib)
         .sum()
 }
 

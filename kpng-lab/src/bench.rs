@@ -577,3 +577,56 @@ pub fn at_scale<B: LabBackend>(services: usize) -> AtScale {
         rates: (via, direct),
     }
 }
+
+/// `roots` and every process below them now (read from `/proc`): the
+/// process tree whose memory or CPU a benchmark sums.
+pub fn descendants(roots: &[u32]) -> Vec<u32> {
+    let mut parents = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        // `pid (comm) state ppid …`: the command may hold spaces.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if let Some(ppid) = ppid {
+            parents.push((pid, ppid));
+        }
+    }
+    let mut tree: Vec<u32> = roots.to_vec();
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        tree.extend(
+            parents
+                .iter()
+                .filter(|(_, p)| *p == parent)
+                .map(|(c, _)| *c),
+        );
+        i += 1;
+    }
+    tree
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_child_is_below_its_parent() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .expect("sleep runs");
+        let tree = super::descendants(&[std::process::id()]);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(tree.first(), Some(&std::process::id()));
+        assert!(tree.contains(&child.id()), "{tree:?}");
+    }
+}

@@ -968,7 +968,7 @@ impl Cluster {
     pub fn memory(&self) -> (u64, u64, usize) {
         let roots: Vec<u32> = self.processes().map(Process::pid).collect();
         let (mut rss, mut pss, mut count) = (0, 0, 0);
-        for pid in descendants(&roots) {
+        for pid in crate::bench::descendants(&roots) {
             let field = |file: &str, name: &str| -> u64 {
                 std::fs::read_to_string(format!("/proc/{pid}/{file}"))
                     .unwrap_or_default()
@@ -984,42 +984,6 @@ impl Cluster {
         }
         (rss, pss, count)
     }
-}
-
-/// `roots` and every process below them.
-fn descendants(roots: &[u32]) -> Vec<u32> {
-    let mut parents = Vec::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-        // `pid (comm) state ppid …`: the command may hold spaces.
-        let ppid = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-            .and_then(|p| p.parse::<u32>().ok());
-        if let Some(ppid) = ppid {
-            parents.push((pid, ppid));
-        }
-    }
-    let mut tree: Vec<u32> = roots.to_vec();
-    let mut i = 0;
-    while i < tree.len() {
-        let parent = tree[i];
-        tree.extend(
-            parents
-                .iter()
-                .filter(|(_, p)| *p == parent)
-                .map(|(c, _)| *c),
-        );
-        i += 1;
-    }
-    tree
 }
 
 /// The endpoint part of each reply line (as [`crate::endpoints`]).
