@@ -228,17 +228,11 @@ impl Elements {
             Kind::Jump => Some(Data::Verdict(Verdict::Jump(chain()))),
             Kind::Goto => Some(Data::Verdict(Verdict::Goto(chain()))),
         };
-        let index = u32::try_from(i).ok()?;
-        let timeout_ms = self
-            .timeouts
-            .binary_search_by_key(&index, |(at, _)| *at)
-            .ok()
-            .map(|at| self.timeouts[at].1);
         Some(Element {
             key,
             interval_end: it.interval_end,
             data,
-            timeout_ms,
+            timeout_ms: self.timeout(i),
             comment: self.comment(i).map(str::to_owned),
         })
     }
@@ -250,9 +244,9 @@ impl Elements {
 }
 
 /// Attribute numbers of an element list (`linux/netfilter/nf_tables.h`).
-mod nla {
+pub(super) mod nla {
     /// `NLA_F_NESTED`.
-    pub(super) const NESTED: u16 = 0x8000;
+    pub(in super::super) const NESTED: u16 = 0x8000;
     /// `NFTA_LIST_ELEM`.
     pub(super) const LIST_ELEM: u16 = 1;
     /// `NFTA_SET_ELEM_KEY`.
@@ -281,7 +275,7 @@ const fn attr(payload: usize) -> usize {
 }
 
 /// Writes an attribute header whose length is patched by [`close`].
-fn open(out: &mut Vec<u8>, kind: u16) -> usize {
+pub(super) fn open(out: &mut Vec<u8>, kind: u16) -> usize {
     let at = out.len();
     out.extend_from_slice(&[0, 0]);
     out.extend_from_slice(&kind.to_ne_bytes());
@@ -289,7 +283,7 @@ fn open(out: &mut Vec<u8>, kind: u16) -> usize {
 }
 
 /// Sets the length of the attribute opened at `at`, and pads it.
-fn close(out: &mut Vec<u8>, at: usize) {
+pub(super) fn close(out: &mut Vec<u8>, at: usize) {
     let len = u16::try_from(out.len() - at).unwrap_or(u16::MAX);
     out[at..at + 2].copy_from_slice(&len.to_ne_bytes());
     out.resize(out.len().next_multiple_of(4), 0);

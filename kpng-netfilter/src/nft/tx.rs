@@ -12,7 +12,7 @@ use netlink_packet_netfilter::{
     NetfilterHeader, NetfilterMessage, NetfilterMessageInner, NetfilterProtoFamily,
 };
 
-use super::elements::{ElementList, Elements};
+use super::elements::{self as attr, ElementList, Elements};
 use super::object::{Chain, Element, Family, Hook, MapTo, Rule, Set, Table, comment_userdata};
 
 /// `NFNL_SUBSYS_NFTABLES`: the batch's resource id.
@@ -573,18 +573,14 @@ impl Writer {
         // struct nfgenmsg: family, NFNETLINK_V0, resource id 0.
         out.extend_from_slice(&[u8::from(proto_family(table.family)), 0, 0, 0]);
         for (kind, text) in [(LIST_TABLE, table.name.as_str()), (LIST_SET, set)] {
-            let at = out.len();
-            let attr = u16::try_from(4 + text.len() + 1).unwrap_or(u16::MAX);
-            out.extend_from_slice(&attr.to_ne_bytes());
-            out.extend_from_slice(&kind.to_ne_bytes());
+            let at = attr::open(out, kind);
             out.extend_from_slice(text.as_bytes());
             out.push(0);
-            out.resize(at + name(text), 0);
+            attr::close(out, at);
         }
-        let header = u16::try_from(4 + list).unwrap_or(u16::MAX);
-        out.extend_from_slice(&header.to_ne_bytes());
-        out.extend_from_slice(&(LIST_ELEMENTS | 0x8000).to_ne_bytes());
+        let at = attr::open(out, LIST_ELEMENTS | attr::nla::NESTED);
         elements.encode(range, add, out);
+        attr::close(out, at);
         debug_assert_eq!(out.len() - start, len);
         self.labels.push(label);
     }
