@@ -16,6 +16,8 @@
 //! (`KPNG_BENCH_SCALE_SERVICES` changes the count), in a process of its
 //! own: the cold full sync, one endpoint change (median of 20), and new
 //! connections through a ClusterIP against straight to the pod.
+//! `KPNG_BENCH_COUNTS=N` gives the Services N distinct endpoint counts,
+//! the measured Service's the least used (nft's dearest dispatch).
 //!
 //! `nft-comments` (not part of the default run): what the comments naming
 //! the Services cost the nft backend's full sync at 10k, in time and heap.
@@ -45,6 +47,16 @@ fn scale_services() -> usize {
         .unwrap_or(50_000)
 }
 
+/// `KPNG_BENCH_COUNTS`: how many distinct endpoint counts the Services of
+/// `nft-100k` and `ebpf-100k-data` have (0, the default: all ten; see
+/// `kpng_lab::bench::at_scale`).
+fn endpoint_counts() -> usize {
+    std::env::var("KPNG_BENCH_COUNTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
 /// In a child process: one cold full sync by `backend`, then one line
 /// with its time, this process's peak RSS and its children's.
 fn cold_child(backend: &str) {
@@ -54,8 +66,8 @@ fn cold_child(backend: &str) {
             .and_then(|v| v.parse().ok())
             .unwrap_or(100_000);
         let r = match which {
-            "nft" => kpng_lab::bench::at_scale::<NftBackend>(services),
-            _ => kpng_lab::bench::at_scale::<EbpfOnly>(services),
+            "nft" => kpng_lab::bench::at_scale::<NftBackend>(services, endpoint_counts()),
+            _ => kpng_lab::bench::at_scale::<EbpfOnly>(services, endpoint_counts()),
         };
         println!(
             "SCALE {services} {:.1} {:.4} {} {:.3} {:.0} {:.0}",
@@ -204,8 +216,15 @@ fn data_plane_at_scale(backend: &str, change_goal: &str) {
         .split(' ')
         .map(|w| w.parse().unwrap_or(f64::NAN))
         .collect();
+    let shape = match endpoint_counts() {
+        0 => "x 10 endpoints".to_owned(),
+        n => format!(
+            "of {n} endpoint counts (2 to {}; the measured Service's, 1, the least used)",
+            n + 1
+        ),
+    };
     println!(
-        "{backend} with {:.0} services x 10 endpoints programmed: cold full sync {:.1} ms; one endpoint change, median of 20: {:.3} ms ({:.0} commands)  [{change_goal}]; new connections through a ClusterIP / straight to the pod, 5,000 each, alternating: {:.3} ({:.0} and {:.0}/s)  [>= 0.95]",
+        "{backend} with {:.0} services {shape} programmed: cold full sync {:.1} ms; one endpoint change, median of 20: {:.3} ms ({:.0} commands)  [{change_goal}]; new connections through a ClusterIP / straight to the pod, 5,000 each, alternating: {:.3} ({:.0} and {:.0}/s)  [>= 0.95]",
         v[0], v[1], v[2], v[3], v[4], v[5], v[6]
     );
     println!(

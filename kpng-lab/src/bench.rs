@@ -536,12 +536,34 @@ pub struct AtScale {
 /// endpoint not ready, then ready again), each synced on its own, then
 /// new connections through the real Service's ClusterIP against straight
 /// to its pod.
-pub fn at_scale<B: LabBackend>(services: usize) -> AtScale {
+///
+/// With `counts` above 0, the synthetic Services have that many distinct
+/// endpoint counts (2 to `counts + 1`, in turn), so that the real
+/// Service's count (1) is the least used of `counts + 1`: for the nft
+/// backend, whose Service ports of one count share a chain (a class)
+/// found by one set lookup per class in order of use, the dearest case
+/// of the data path.
+pub fn at_scale<B: LabBackend>(services: usize, counts: usize) -> AtScale {
     let mut lab = Lab::new();
     lab.host("podc", &["10.244.1.99"], &[]);
     lab.host("e1", &["10.244.1.10"], &[]);
     lab.serve("e1", "10.244.1.10");
-    let cluster = cluster(services, true);
+    let mut cluster = cluster(services, true);
+    if counts > 0 {
+        let index: std::collections::HashMap<ServiceName, usize> = cluster
+            .services
+            .iter()
+            .enumerate()
+            .map(|(i, svc)| (svc.service_name(), i))
+            .collect();
+        let mut kept: std::collections::HashMap<ServiceName, usize> = Default::default();
+        cluster.endpoints.retain(|(name, _)| {
+            let want = 2 + index.get(name).copied().unwrap_or(0) % counts;
+            let n = kept.entry(name.clone()).or_default();
+            *n += 1;
+            *n <= want
+        });
+    }
     let mut store = Store::new();
     cluster.load_into(&mut store);
     real_service(&mut store);

@@ -64,7 +64,7 @@ fn a_failed_transaction_keeps_the_old_rules() {
             "element",
             "ip",
             "kpng",
-            "service-ips",
+            "service-keys",
             "{ 10.96.0.40 . tcp . 80 }",
         ])
         .status()
@@ -81,7 +81,7 @@ fn a_failed_transaction_keeps_the_old_rules() {
     let err = err.to_string();
     assert!(err.contains("nf_tables transaction failed"), "{err}");
     assert!(
-        err.contains("service-ips"),
+        err.contains("service-keys"),
         "the refused change named: {err}"
     );
     assert!(
@@ -464,9 +464,10 @@ fn nft_list_ruleset_names_the_service_of_chains_and_elements() {
         .windows(2)
         .any(|w| w[0].starts_with("chain ") && w[1].starts_with("comment \"web/api:"));
     assert!(named_chain, "no chain names web/api:\n{ruleset}");
-    // kube-dns's UDP port in the service-ips map, and its ClusterIP.
+    // kube-dns's UDP port in the set of its class (two endpoints), and
+    // its ClusterIP.
     for element in [
-        "10.96.0.10 . udp . 53 comment \"kube-system/kube-dns:dns/udp\" : goto ",
+        "10.96.0.10 . udp . 53 comment \"kube-system/kube-dns:dns/udp\"",
         "10.96.0.10 comment \"kube-system/kube-dns\"",
     ] {
         assert!(ruleset.contains(element), "{element} in\n{ruleset}");

@@ -49,13 +49,13 @@ fn dry_run_on_the_bundled_sample_prints_the_ruleset_and_changes_nothing() {
     // endpoint-less checkout rejected, the Proxy-mode LB IP absent.
     assert!(
         stdout.contains(
-            "10.96.0.10 . udp . 53 comment \"kube-system/kube-dns:dns/udp\" : goto svc-c2"
+            "add element ip kpng svc-c2 { 10.96.0.10 . tcp . 53 comment \"kube-system/kube-dns:dns-tcp/tcp\", 10.96.0.10 . tcp . 9153 comment \"kube-system/kube-dns:metrics/tcp\", 10.96.0.10 . udp . 53 comment \"kube-system/kube-dns:dns/udp\" }"
         ),
         "kube-dns UDP on node-a, named"
     );
     assert!(
         stdout.contains(
-            "10.96.20.20 . tcp . 443 comment \"shop/checkout:443/tcp\" : goto reject-chain"
+            "add element ip kpng no-endpoint-services { 10.96.20.20 . tcp . 443 comment \"shop/checkout:443/tcp\" }"
         )
     );
     assert!(
@@ -1353,7 +1353,7 @@ fn nft_comments_can_be_turned_off() {
     assert_eq!(code, 0, "{stderr}");
     assert!(!without.contains("comment"), "{without}");
     assert!(
-        without.contains("add element ip kpng service-ips"),
+        without.contains("add element ip kpng service-keys"),
         "{without}"
     );
 }

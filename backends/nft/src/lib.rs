@@ -5,9 +5,13 @@
 //! Service semantics into one table per IP family (`ip kpng`, `ip6 kpng`),
 //! owned wholly by kpng-rs.
 //!
-//! - **Dispatch** is one verdict-map lookup: `service-ips` keyed by
-//!   `daddr . l4proto . dport` (ClusterIPs, externalIPs, LB IPs) and
-//!   `service-nodeports` keyed by `l4proto . dport`.
+//! - **Dispatch** is by `daddr . l4proto . dport` (ClusterIPs,
+//!   externalIPs, LB IPs) and by `l4proto . dport` (NodePorts): a Service
+//!   port with chains of its own (ClientIP affinity) by a verdict map
+//!   (`service-ips`, `service-nodeports`), the others by the set of their
+//!   class, the shared chain of their kind, policy and endpoint counts
+//!   (`… @svc-c3 goto svc-c3`). An endpoint count change then moves data,
+//!   not a verdict, and the kernel does not check the whole table again.
 //! - **Load balancing** is uniform: each Service port has a tiny chain that
 //!   jumps to a shared chain per endpoint count, whose one rule looks the
 //!   target up in a single large map by `numgen random mod N`.
@@ -58,7 +62,7 @@
 //! backend.sync(&Round::full(&view))?;
 //! // No endpoint: the ClusterIP rejects; the element names its Service.
 //! assert!(backend.last_script().contains(
-//!     "add element ip kpng no-endpoint-services { 10.96.0.10 . tcp . 80 comment \"default/web:http/tcp\" : goto reject-chain }"
+//!     "add element ip kpng no-endpoint-services { 10.96.0.10 . tcp . 80 comment \"default/web:http/tcp\" }"
 //! ));
 //!
 //! let before = view.clone();
@@ -471,6 +475,7 @@ impl NftBackend {
             if full {
                 let desired = &mut state.desired;
                 render_all(view, family, &self.config, |new| desired.add(&new, None));
+                desired.order_classes();
                 continue;
             }
             for change in round.services() {
@@ -817,11 +822,26 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line} in\n{text}");
         }
-        // No set of a Service's own: the IPv4 table (with the Services)
-        // declares as many as the IPv6 one (with none).
-        assert_eq!(
-            text.matches("add set ip kpng ").count() + text.matches("add map ip kpng ").count(),
-            text.matches("add set ip6 kpng ").count() + text.matches("add map ip6 kpng ").count(),
+        // No set of a Service's own: beyond the IPv6 table's (with no
+        // Service), the IPv4 table declares only the set of the class
+        // the Service with no affinity is in.
+        let sets = |family: &str| -> Vec<String> {
+            text.lines()
+                .filter_map(|l| {
+                    let rest = l
+                        .strip_prefix(&format!("add set {family} kpng "))
+                        .or_else(|| l.strip_prefix(&format!("add map {family} kpng ")))?;
+                    Some(rest.split_whitespace().next()?.to_owned())
+                })
+                .collect()
+        };
+        let (v4, v6) = (sets("ip"), sets("ip6"));
+        let extra: Vec<&String> = v4.iter().filter(|s| !v6.contains(s)).collect();
+        assert_eq!(extra, ["svc-c2"], "{text}");
+        assert!(
+            text.contains("add element ip kpng svc-c2 { 10.96.0.10 . tcp . 80 comment \"t/web:http/tcp\" }")
+                && text.contains("add element ip kpng service-keys { 10.96.0.10 . tcp . 80 }")
+                && text.contains("add rule ip kpng service-classes ip daddr . meta l4proto . th dport @svc-c2 goto svc-c2"),
             "{text}"
         );
         assert!(!text.contains("afc-") && !text.contains("afm-"), "{text}");
@@ -852,11 +872,53 @@ mod tests {
             !text.contains("sticky") && !text.contains("add table"),
             "{text}"
         );
-        // The 2-endpoint policy chain is unused now: gone; its pick chain
-        // stays until the next full sync (binding the big map again would
-        // cost the kernel a pass over its elements).
-        assert!(text.contains("delete chain ip kpng svc-c2"), "{text}");
+        // A new class: its chain, its set, its rule in the classes
+        // chain; the Service's key moved from the old class's set.
+        for line in [
+            "add set ip kpng svc-c3 { type ipv4_addr . inet_proto . inet_service; }",
+            "add chain ip kpng svc-c3",
+            "add rule ip kpng service-classes ip daddr . meta l4proto . th dport @svc-c3 goto svc-c3",
+            "delete element ip kpng svc-c2 { 10.96.0.10 . tcp . 80 comment \"t/web:http/tcp\" }",
+            "add element ip kpng svc-c3 { 10.96.0.10 . tcp . 80 comment \"t/web:http/tcp\" }",
+        ] {
+            assert!(
+                text.contains(line),
+                "{line} in
+{text}"
+            );
+        }
+        // The 2-endpoint class is unused now, but it and its pick chain
+        // stay until the next full sync: a count that comes back must not
+        // make the kernel check the table again (a new rule that goes to a
+        // chain), nor bind the big map again (a pass over its elements).
+        assert!(!text.contains("delete chain"), "{text}");
         assert!(!text.contains("pick-vip-cluster-2"), "{text}");
+        assert!(!text.contains("delete set"), "{text}");
+
+        // Back to two endpoints: a class in use. Only data moves: elements
+        // of sets and maps, no chain, no rule, no verdict.
+        let before = view.clone();
+        view.apply(&ViewOp::DeleteEndpoint(
+            service("web", "10.96.0.10", false).service_name(),
+            "10.244.3.5".parse().expect("ip"),
+        ))
+        .expect("delete an endpoint");
+        sync(&mut backend, Some(&before), &mut view, 3);
+        let text = backend.last_script();
+        assert!(!backend.last_sync().full);
+        for line in text.lines() {
+            assert!(
+                line.starts_with("add element ") || line.starts_with("delete element "),
+                "{line} in\n{text}"
+            );
+            assert!(!line.contains("goto") && !line.contains("jump"), "{line}");
+        }
+        assert!(
+            text.contains(
+                "add element ip kpng svc-c2 { 10.96.0.10 . tcp . 80 comment \"t/web:http/tcp\" }"
+            ),
+            "{text}"
+        );
 
         // The affinity Service goes: its chains go with it; the shared
         // affinity set stays, and no set of its own was ever made.
@@ -865,7 +927,7 @@ mod tests {
             service("sticky", "10.96.0.11", true).service_name(),
         ))
         .expect("delete");
-        sync(&mut backend, Some(&before), &mut view, 3);
+        sync(&mut backend, Some(&before), &mut view, 4);
         let text = backend.last_script();
         for gone in ["delete chain ip kpng afe-", "delete chain ip kpng aff-"] {
             assert!(text.contains(gone), "{gone} in\n{text}");
@@ -892,7 +954,7 @@ mod tests {
         };
         let text = script(true);
         for line in [
-            "10.96.0.10 . tcp . 80 comment \"t/web:http/tcp\" : goto svc-c1",
+            "add element ip kpng svc-c1 { 10.96.0.10 . tcp . 80 comment \"t/web:http/tcp\" }",
             "10.96.0.11 . tcp . 80 comment \"t/sticky:http/tcp\" : goto svc-",
             "add element ip kpng cluster-ips { 10.96.0.10 comment \"t/web\", 10.96.0.11 comment \"t/sticky\" }",
         ] {

@@ -9,7 +9,9 @@ use kpng_netfilter::nft::{
 };
 
 use crate::claims::Claims;
-use crate::render::{ChainDef, Elem, Key, Pick, Render, SetName, Value, prefix_of};
+use crate::render::{
+    ChainDef, Elem, Key, NODEPORT_CLASSES, Pick, Render, SERVICE_CLASSES, SetName, Value, prefix_of,
+};
 
 /// The objects of one family's table, with reference counts: Service
 /// ports alike share a chain, and several Services may contribute the
@@ -117,7 +119,12 @@ impl Objects {
         }
         for name in render.sets.keys() {
             let was = pending.as_deref_mut().map(|p| &mut p.sets);
-            release(&mut self.sets, was, name, |_| false);
+            // A class's set stays with its chain.
+            let class = self
+                .chains
+                .get(name)
+                .is_some_and(|(chain, _)| chain.class.is_some());
+            release(&mut self.sets, was, name, |_| class);
         }
         for (set, elements) in &render.elements {
             let counts = self.elements.entry(set.clone()).or_default();
@@ -127,6 +134,31 @@ impl Objects {
             }
             if counts.is_empty() {
                 self.elements.remove(set);
+            }
+        }
+    }
+
+    /// Orders the rules of the classes chains by how many keys each
+    /// class's set holds, most first (then by name), so that the most
+    /// used classes are found after the fewest lookups. For a full sync,
+    /// which writes the chains whole; an incremental one appends.
+    pub(crate) fn order_classes(&mut self) {
+        for classes in [SERVICE_CLASSES, NODEPORT_CLASSES] {
+            let mut rules: Vec<(usize, &String, &Vec<_>)> = self
+                .chains
+                .iter()
+                .filter_map(|(name, (chain, _))| match &chain.class {
+                    Some((to, rule)) if *to == classes => {
+                        let keys = self.elements.get(name.as_str()).map_or(0, Claims::len);
+                        Some((keys, name, rule))
+                    }
+                    _ => None,
+                })
+                .collect();
+            rules.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(b.1)));
+            let rules: Vec<_> = rules.into_iter().map(|(_, _, rule)| rule.clone()).collect();
+            if let Some((chain, _)) = self.chains.get_mut(classes) {
+                chain.rules = rules;
             }
         }
     }
@@ -142,8 +174,17 @@ impl Objects {
     pub(crate) fn add(&mut self, render: &Render, mut pending: Option<&mut Pending>) {
         // A shared chain's rules are the same for every user.
         for (name, chain) in &render.chains {
+            let new = !self.chains.contains_key(name);
             let was = pending.as_deref_mut().map(|p| &mut p.chains);
             hold(&mut self.chains, was, name, chain);
+            // A class first used: its rule goes last in its classes chain.
+            if let (true, Some((classes, rule))) = (new, &chain.class) {
+                let was = pending.as_deref_mut().map(|p| &mut p.chains);
+                record(&self.chains, was, classes);
+                if let Some((chain, _)) = self.chains.get_mut(*classes) {
+                    chain.rules.push(rule.clone());
+                }
+            }
         }
         for (name, set) in &render.sets {
             let was = pending.as_deref_mut().map(|p| &mut p.sets);

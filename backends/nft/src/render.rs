@@ -26,13 +26,37 @@ use kpng_netfilter::nft::{
 
 use crate::NftConfig;
 
-/// Verdict map: (address, protocol, port) to the Service chain.
+/// Verdict map: (address, protocol, port) to the chain of a Service port
+/// with chains of its own (ClientIP affinity).
 pub(crate) const SERVICE_IPS: &str = "service-ips";
-/// Verdict map: (protocol, node port) to the NodePort chain.
+/// Verdict map: (protocol, node port) to the chain of a NodePort with
+/// chains of its own.
 pub(crate) const SERVICE_NODEPORTS: &str = "service-nodeports";
-/// Verdict map: Services with no endpoint at all, to the reject chain.
+/// Set: (address, protocol, port) of the Service ports served by a
+/// shared chain, which [`SERVICE_CLASSES`] finds.
+pub(crate) const SERVICE_KEYS: &str = "service-keys";
+/// Set: (protocol, node port) of the NodePorts served by a shared chain,
+/// which [`NODEPORT_CLASSES`] finds.
+pub(crate) const NODEPORT_KEYS: &str = "nodeport-keys";
+/// Chain: for each shared chain (a class), a rule that sends the keys of
+/// its set (of the same name) there.
+///
+/// Why not the verdict maps: an element that goes to a chain makes the
+/// kernel check the whole table when one is added (every element of
+/// every verdict map: ~10 ms at 100k Services), and an endpoint count
+/// change moves a Service port to another shared chain. As a set's
+/// element, that move is data: it costs the kernel ~50 µs. The classes
+/// are few (one per endpoint count and policy in use), kept once made
+/// until the next full sync, and ordered by how many keys each holds
+/// at it, most first.
+pub(crate) const SERVICE_CLASSES: &str = "service-classes";
+/// Chain: traffic to a node port on a NodePort address, dispatched.
+pub(crate) const NODEPORTS: &str = "nodeports";
+/// Chain: [`SERVICE_CLASSES`] for node ports.
+pub(crate) const NODEPORT_CLASSES: &str = "nodeport-classes";
+/// Set: Services with no endpoint at all (rejected).
 pub(crate) const NO_ENDPOINT_SERVICES: &str = "no-endpoint-services";
-/// Verdict map: node ports with no endpoint at all, to the reject chain.
+/// Set: node ports with no endpoint at all (rejected).
 pub(crate) const NO_ENDPOINT_NODEPORTS: &str = "no-endpoint-nodeports";
 /// Verdict map: load-balancer IPs with source ranges, to their firewall.
 pub(crate) const FIREWALL_IPS: &str = "firewall-ips";
@@ -46,8 +70,6 @@ pub(crate) const NODEPORT_IPS: &str = "nodeport-ips";
 pub(crate) const CLUSTER_CIDRS: &str = "cluster-cidrs";
 /// Set: the Service CIDRs (`--service-cidr`).
 pub(crate) const SERVICE_CIDRS: &str = "service-cidrs";
-/// The chain that rejects.
-pub(crate) const REJECT_CHAIN: &str = "reject-chain";
 /// Set: ClientIP affinity, (client, Service port, endpoint, endpoint
 /// port) with the Service's timeout: one for every Service, so that the
 /// kernel, which finds a set by name in a list, never holds thousands.
@@ -208,6 +230,10 @@ pub(crate) struct Elem {
 pub(crate) struct ChainDef {
     pub(crate) base: Option<BaseChain>,
     pub(crate) rules: Vec<Vec<Expr>>,
+    /// For a shared chain that serves Service ports (a class): the
+    /// classes chain ([`SERVICE_CLASSES`] or [`NODEPORT_CLASSES`]) and the
+    /// rule there that sends the keys of its set to it.
+    pub(crate) class: Option<(&'static str, Vec<Expr>)>,
     /// Kept once made, until the next full sync, though no Service uses
     /// it: a pick chain's rule binds the big map, and the kernel checks
     /// every element of a map a new rule binds (~20 ms at 100k elements),
@@ -262,6 +288,7 @@ impl Render {
         let chain = ChainDef {
             base: None,
             rules,
+            class: None,
             retain: false,
             comment: comment.cloned(),
         };
@@ -394,6 +421,14 @@ impl Kind {
         }
     }
 
+    /// What traffic of this kind is keyed by (in the classes' sets).
+    fn key(self, family: Family) -> Vec<Load> {
+        match self {
+            Kind::Svc | Kind::Ext => vec![Load::Daddr(family), Load::L4Proto, Load::Dport],
+            Kind::Np => vec![Load::L4Proto, Load::Dport],
+        }
+    }
+
     fn pick(self, local: bool) -> Pick {
         match self {
             Kind::Svc | Kind::Ext => Pick::Vip { local },
@@ -505,6 +540,14 @@ fn policy_rules(
     rules
 }
 
+/// Where a Service port's traffic of one kind goes.
+enum Target {
+    /// Its own chain, by the verdict map.
+    Own(String),
+    /// A shared chain (a class), by the set of that name.
+    Shared(String),
+}
+
 struct PortCtx<'a> {
     fam: Fam,
     config: &'a NftConfig,
@@ -524,9 +567,10 @@ impl PortCtx<'_> {
     }
 
     /// The chain that traffic of `kind` to this port goes to: a shared one
-    /// (`svc-c3`, `ext-l5-1`…) with the pick chains it uses, or with
-    /// ClientIP affinity, whose rules name endpoints, the port's own.
-    fn chain(&self, render: &mut Render, kind: Kind, local: bool) -> String {
+    /// (`svc-c3`, `ext-l5-1`…, a class: with its set of keys and the pick
+    /// chains it uses), or with ClientIP affinity, whose rules name
+    /// endpoints, the port's own.
+    fn chain(&self, render: &mut Render, kind: Kind, local: bool) -> Target {
         if let Some(timeout) = self.affinity {
             let name = format!("{}-{}", kind.word(), self.id);
             let rules = policy_rules(self.fam, self.config, kind, local, |set_local| {
@@ -537,7 +581,7 @@ impl PortCtx<'_> {
                 }
             });
             render.chain(name.clone(), rules, self.comment.as_ref());
-            return name;
+            return Target::Own(name);
         }
         let shared = Shared::new(kind, local, self.cluster.len(), self.local.len());
         let family = self.fam.family();
@@ -554,14 +598,38 @@ impl PortCtx<'_> {
             let chain = ChainDef {
                 base: None,
                 rules: vec![pick.rule(family, n)],
+                class: None,
                 retain: true,
                 comment: None,
             };
             render.chains.insert(pick.chain(n), chain);
             Verdict::Goto(pick.chain(n))
         });
-        render.chain(shared.name(), rules, None);
-        shared.name()
+        let name = shared.name();
+        let key = kind.key(family);
+        let classes = match kind {
+            Kind::Svc | Kind::Ext => SERVICE_CLASSES,
+            Kind::Np => NODEPORT_CLASSES,
+        };
+        let class = [
+            build::lookup(&key, &name, None, false),
+            build::verdict(Verdict::Goto(name.clone())),
+        ]
+        .concat();
+        render.chains.insert(
+            name.clone(),
+            ChainDef {
+                base: None,
+                rules,
+                class: Some((classes, class)),
+                retain: true,
+                comment: None,
+            },
+        );
+        render
+            .sets
+            .insert(name.clone(), Set::new(name.clone(), build::datatype(&key)));
+        Target::Shared(name)
     }
 
     /// ClientIP affinity: one chain per endpoint that records the client
@@ -711,7 +779,18 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &NftConfig) 
         let note = note.as_ref();
         let key = |vip: &[u8]| Key::of(&[vip, &[proto], &number.to_be_bytes()]);
         let np_key = |np: u16| Key::of(&[&[proto], &np.to_be_bytes()]);
-        let goto = |chain: &str| Value::Goto(chain.into());
+        // A key in the verdict map of own chains, or in its class's set
+        // and in the set of all keys with a class.
+        let dispatch =
+            |render: &mut Render, target: &Target, key: Option<Key>, own, keys| match target {
+                Target::Own(chain) => {
+                    render.noted(own, key, Value::Goto(chain.as_str().into()), note)
+                }
+                Target::Shared(class) => {
+                    render.element(keys, key, Value::None);
+                    render.noted(class.clone(), key, Value::None, note);
+                }
+            };
 
         // Source ranges apply to LB IPs only, whatever the endpoints.
         if !ranges.is_empty() && !lb_ips.is_empty() {
@@ -745,10 +824,10 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &NftConfig) 
         if ctx.cluster.is_empty() {
             // No usable endpoint anywhere: every address rejects.
             for vip in cluster_ips.iter().chain(&external) {
-                render.noted(NO_ENDPOINT_SERVICES, key(vip), goto(REJECT_CHAIN), note);
+                render.noted(NO_ENDPOINT_SERVICES, key(vip), Value::None, note);
             }
             if let Some(np) = node_port {
-                render.noted(NO_ENDPOINT_NODEPORTS, np_key(np), goto(REJECT_CHAIN), note);
+                render.noted(NO_ENDPOINT_NODEPORTS, np_key(np), Value::None, note);
             }
             continue;
         }
@@ -756,14 +835,14 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &NftConfig) 
         if !cluster_ips.is_empty() {
             let chain = ctx.chain(&mut render, Kind::Svc, itp_local);
             for ip in &cluster_ips {
-                render.noted(SERVICE_IPS, key(ip), goto(&chain), note);
+                dispatch(&mut render, &chain, key(ip), SERVICE_IPS, SERVICE_KEYS);
                 ctx.vip_elements(&mut render, ip, itp_local);
             }
         }
         if !external.is_empty() {
             let chain = ctx.chain(&mut render, Kind::Ext, etp_local);
             for ip in &external {
-                render.noted(SERVICE_IPS, key(ip), goto(&chain), note);
+                dispatch(&mut render, &chain, key(ip), SERVICE_IPS, SERVICE_KEYS);
                 ctx.vip_elements(&mut render, ip, false);
                 if etp_local {
                     ctx.vip_elements(&mut render, ip, true);
@@ -772,7 +851,13 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &NftConfig) 
         }
         if let Some(np) = node_port {
             let chain = ctx.chain(&mut render, Kind::Np, etp_local);
-            render.noted(SERVICE_NODEPORTS, np_key(np), goto(&chain), note);
+            dispatch(
+                &mut render,
+                &chain,
+                np_key(np),
+                SERVICE_NODEPORTS,
+                NODEPORT_KEYS,
+            );
             ctx.np_elements(&mut render, np, false);
             if etp_local {
                 ctx.np_elements(&mut render, np, true);
@@ -800,8 +885,10 @@ pub(crate) fn globals(
     let sets = [
         Set::verdict_map(SERVICE_IPS, vip),
         Set::verdict_map(SERVICE_NODEPORTS, np),
-        Set::verdict_map(NO_ENDPOINT_SERVICES, vip),
-        Set::verdict_map(NO_ENDPOINT_NODEPORTS, np),
+        Set::new(SERVICE_KEYS, vip),
+        Set::new(NODEPORT_KEYS, np),
+        Set::new(NO_ENDPOINT_SERVICES, vip),
+        Set::new(NO_ENDPOINT_NODEPORTS, np),
         Set::verdict_map(FIREWALL_IPS, vip),
         Set::new(CLUSTER_IPS, addr),
         Set::new(HAIRPIN, DataType::concat(&[addr, addr])),
@@ -832,12 +919,31 @@ pub(crate) fn globals(
     let daddr = [Load::Daddr(f)];
     let vip_key = [Load::Daddr(f), Load::L4Proto, Load::Dport];
     let np_key = [Load::L4Proto, Load::Dport];
+    let reject = RejectKind::Icmp(match fam.0 {
+        // Port unreachable, as nft's plain `reject` sends.
+        IpFamily::V4 => 3,
+        IpFamily::V6 => 4,
+    });
     let vmap = |keys: &[Load], map: &str| build::lookup(keys, map, Some(Reg::VERDICT), false);
-    let node_port = |map: &str| {
+    let node_port = |then: Vec<Expr>| {
         [
             build::fib_local(false),
             build::lookup(&daddr, NODEPORT_IPS, None, false),
-            vmap(&np_key, map),
+            then,
+        ]
+        .concat()
+    };
+    let to_class = |keys: &[Load], set: &str, chain: &str| {
+        [
+            build::lookup(keys, set, None, false),
+            build::verdict(Verdict::Goto(chain.into())),
+        ]
+        .concat()
+    };
+    let reject_if = |keys: &[Load], set: &str| {
+        [
+            build::lookup(keys, set, None, false),
+            vec![Expr::Reject(reject)],
         ]
         .concat()
     };
@@ -856,11 +962,6 @@ pub(crate) fn globals(
             vec![[new_conn(), jump("service-filter")].concat()],
         )
     };
-    let reject = RejectKind::Icmp(match fam.0 {
-        // Port unreachable, as nft's plain `reject` sends.
-        IpFamily::V4 => 3,
-        IpFamily::V6 => 4,
-    });
     let chains = [
         (
             "nat-prerouting",
@@ -908,7 +1009,22 @@ pub(crate) fn globals(
             "services",
             (
                 None,
-                vec![vmap(&vip_key, SERVICE_IPS), node_port(SERVICE_NODEPORTS)],
+                // Most Service ports have a class: their set first.
+                vec![
+                    to_class(&vip_key, SERVICE_KEYS, SERVICE_CLASSES),
+                    vmap(&vip_key, SERVICE_IPS),
+                    node_port(build::verdict(Verdict::Goto(NODEPORTS.into()))),
+                ],
+            ),
+        ),
+        (
+            NODEPORTS,
+            (
+                None,
+                vec![
+                    to_class(&np_key, NODEPORT_KEYS, NODEPORT_CLASSES),
+                    vmap(&np_key, SERVICE_NODEPORTS),
+                ],
             ),
         ),
         (
@@ -916,8 +1032,8 @@ pub(crate) fn globals(
             (
                 None,
                 vec![
-                    vmap(&vip_key, NO_ENDPOINT_SERVICES),
-                    node_port(NO_ENDPOINT_NODEPORTS),
+                    reject_if(&vip_key, NO_ENDPOINT_SERVICES),
+                    node_port(reject_if(&np_key, NO_ENDPOINT_NODEPORTS)),
                     [
                         build::lookup(&daddr, CLUSTER_IPS, None, false),
                         vec![Expr::Reject(reject)],
@@ -931,13 +1047,19 @@ pub(crate) fn globals(
                 ],
             ),
         ),
-        (REJECT_CHAIN, (None, vec![vec![Expr::Reject(reject)]])),
+        // Filled by the classes in use (see `Objects`).
+        (SERVICE_CLASSES, (None, Vec::new())),
+        (NODEPORT_CLASSES, (None, Vec::new())),
     ];
     for (name, (base, rules)) in chains {
+        let classes = name == SERVICE_CLASSES || name == NODEPORT_CLASSES;
         let chain = ChainDef {
             base,
             rules,
-            retain: false,
+            class: None,
+            // The classes chains keep their rules when the globals are
+            // made again (the node's addresses changed).
+            retain: classes,
             comment: None,
         };
         render.chains.insert(name.to_owned(), chain);

@@ -132,7 +132,7 @@ fn rounds_in_the_kernel_and_a_refused_one_keeps_the_old_rules() {
         "element",
         "ip",
         "kpng",
-        "service-ips",
+        "service-keys",
         "{ 10.96.0.40 . tcp . 80 }",
     ]);
     let kept = ns.table();
@@ -146,7 +146,7 @@ fn rounds_in_the_kernel_and_a_refused_one_keeps_the_old_rules() {
     let err = backend
         .sync(&Round::between(&before, &view))
         .expect_err("the kernel refuses");
-    assert!(err.to_string().contains("service-ips"), "{err}");
+    assert!(err.to_string().contains("service-keys"), "{err}");
     assert_eq!(
         ns.table(),
         kept,
