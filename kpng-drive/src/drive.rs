@@ -164,13 +164,20 @@ pub async fn drive<S: Sink + ?Sized>(
     if reader.listed(&config.wait_for).await.is_err() {
         return Ok(());
     }
+    if config.once {
+        // One round: the reader goes first, and the snapshot once the view
+        // is made, so that the store's memory can go back before the sink
+        // builds its batch (if the caller holds no other reader).
+        let snapshot = reader.snapshot();
+        drop(reader);
+        return projector.sync_last(snapshot, sink).map(drop);
+    }
     let mut limiter = SyncLimiter::new(config.min_sync_period, config.burst);
     let mut backoff = Backoff::new(config.retry, config.max_retry);
     loop {
         limiter.acquire().await;
         let snapshot = reader.snapshot();
         match projector.sync_into(&snapshot, sink) {
-            Ok(_) if config.once => return Ok(()),
             Ok(_) => {
                 backoff.reset();
                 let recheck = config.hold.as_ref().and_then(HoldStatus::recheck_in);
@@ -191,7 +198,6 @@ pub async fn drive<S: Sink + ?Sized>(
                     },
                 }
             }
-            Err(e) if config.once => return Err(e),
             Err(e) => {
                 let retry = backoff.next_delay();
                 tracing::warn!(error = %e, retry_in = ?retry, "sync failed; retrying with a full sync");

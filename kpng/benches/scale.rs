@@ -120,14 +120,14 @@ fn nft_from_file(name: &str, input: &str) {
     ];
     argv.extend(NO_PORTS);
     let (mib, secs) = peak_of("ip", &argv);
-    let elements = map_elements(&ns, "service-ips");
+    let elements = map_elements(&ns, "service-keys");
     let goal = match name {
         "wide" => "[<= 6 s, <= 384 MiB]",
         "deep" => "[<= 3 s]",
         _ => "",
     };
     println!(
-        "  nft: kpng file --input {name}.json ... to-nft --once, applied over netlink into a fresh namespace: {secs:.2} s, peak RSS {mib:.1} MiB; {elements} service-ips elements read back  {goal}"
+        "  nft: kpng file --input {name}.json ... to-nft --once, applied over netlink into a fresh namespace: {secs:.2} s, peak RSS {mib:.1} MiB; {elements} service-keys elements read back  {goal}"
     );
     println!(
         "{{\"world\":\"{name}\",\"row\":\"nft-file\",\"seconds\":{secs:.2},\"peak_rss_mib\":{mib:.1},\"elements\":{elements}}}"
@@ -234,9 +234,9 @@ fn kube(name: &str, dir: &std::path::Path) {
 
     // The whole command, applied, the apiserver in the namespace.
     let (mib, secs, elements) =
-        support::applied_from_api(|ns| served(Some(ns), "kubeconfig-ns"), "service-ips");
+        support::applied_from_api(|ns| served(Some(ns), "kubeconfig-ns"), "service-keys");
     println!(
-        "  kube: kpng kube ... to-nft --once from the test apiserver, applied: {secs:.2} s to the first sync, peak RSS {mib:.1} MiB; {elements} service-ips elements read back"
+        "  kube: kpng kube ... to-nft --once from the test apiserver, applied: {secs:.2} s to the first sync, peak RSS {mib:.1} MiB; {elements} service-keys elements read back"
     );
     println!(
         "{{\"world\":\"{name}\",\"row\":\"kube-nft\",\"seconds\":{secs:.2},\"peak_rss_mib\":{mib:.1}}}"

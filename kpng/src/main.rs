@@ -100,11 +100,15 @@ async fn finish(
     let conditions = Conditions::default();
     check_node(&reader, node, nodes, &conditions);
     serve::dry_run_notes(sink);
-    let metrics = serve::serve_metrics(sink, Some(reader.clone()), node)?;
+    // A one-shot run's store goes before its sync (see `drive`): the
+    // metrics and the hooks keep no reader of it, and report no store
+    // figures.
+    let metrics = serve::serve_metrics(sink, (!once).then(|| reader.clone()), node)?;
     let parts = sinks::Parts {
         metrics: &metrics,
-        store: Some(&reader),
+        store: (!once).then_some(&reader),
         conditions: &conditions,
+        once,
     };
     let (mut backend, hold) = sinks::build(sink, &parts)?;
     let mut projector = NodeProjector::new(node);
@@ -166,6 +170,12 @@ async fn run(cli: Cli) -> Result<(), Error> {
             // Readers see no new revision once the writer is gone: keep it,
             // or hand it to the file watcher.
             let _writer = match (&args.input, args.watch) {
+                // One round: the reader holds the loaded state, and the
+                // store goes with it before the sync (see `finish`).
+                _ if once && !args.watch => {
+                    drop(ingest);
+                    None
+                }
                 (Some(path), true) => {
                     let path = path.clone();
                     let period = Duration::from_secs(1);
@@ -262,6 +272,7 @@ async fn run(cli: Cli) -> Result<(), Error> {
                 metrics: &metrics,
                 store: None,
                 conditions: &conditions,
+                once: args.sink.once(),
             };
             let (sink, _hold) = sinks::build(&args.sink, &parts)?;
             let mut sink = sink.with(NodeSeen::new(&args.node, conditions));
