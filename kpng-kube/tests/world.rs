@@ -61,3 +61,83 @@ fn the_scale_world_loads_whole_with_its_mix() {
     assert_eq!(endpoints, world.endpoints());
     assert_eq!(snapshot.nodes().count(), 40);
 }
+
+/// A file of the world, read a chunk at a time (`load_file`), loads what
+/// its text loads whole (`load_str`); the same file cut short is refused,
+/// naming what is wrong, and applies nothing; a bad object in it is named
+/// by its `List` item.
+#[tokio::test]
+async fn a_json_file_read_in_chunks_loads_what_its_whole_text_loads() {
+    let world = World {
+        services: 3_000,
+        endpoints_per_service: 30,
+        nodes: 20,
+        ..World::wide()
+    };
+    let mut text = Vec::new();
+    world.write_list(&mut text).expect("written");
+    assert!(text.len() > 8 << 20, "more than two chunks: {}", text.len());
+    let dir = std::env::temp_dir().join(format!("kpng-world-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a directory");
+    let path = dir.join("world.json");
+    std::fs::write(&path, &text).expect("written");
+
+    let state = |ingest: &Ingest| {
+        let snapshot = ingest.reader().snapshot();
+        let services: Vec<_> = snapshot.services().map(|(_, s)| s.clone()).collect();
+        let endpoints: Vec<_> = snapshot
+            .service_names()
+            .map(|name| snapshot.endpoints(name).len())
+            .collect();
+        (services, endpoints)
+    };
+    let mut whole = Ingest::new(Store::new(), IngestConfig::for_node("node-0"));
+    whole
+        .load_str("world.json", std::str::from_utf8(&text).expect("utf-8"))
+        .expect("loads");
+    let mut chunked = Ingest::new(Store::new(), IngestConfig::for_node("node-0"));
+    let revision = chunked.load_file(&path).await.expect("loads");
+    assert!(revision.is_some());
+    assert_eq!(state(&chunked), state(&whole));
+    assert_eq!(chunked.reader().snapshot().services().count(), 3_000);
+
+    // Cut short: refused, and the state is the one before.
+    std::fs::write(&path, &text[..text.len() * 2 / 3]).expect("written");
+    let before = chunked.reader().snapshot().revision();
+    let err = chunked.load_file(&path).await.expect_err("refused");
+    let message = err.to_string();
+    assert!(
+        message.contains("world.json") && message.contains("is the file whole?"),
+        "{message}"
+    );
+    assert_eq!(chunked.reader().snapshot().revision(), before);
+    assert_eq!(state(&chunked), state(&whole));
+
+    // A bad object: named by its List item.
+    let bad = String::from_utf8(text.clone()).expect("utf-8").replacen(
+        "\"port\":",
+        "\"port\":\"x\",\"was\":",
+        1,
+    );
+    std::fs::write(&path, bad).expect("written");
+    let message = chunked
+        .load_file(&path)
+        .await
+        .expect_err("refused")
+        .to_string();
+    assert!(message.contains("List item"), "{message}");
+
+    // An object with items that is no List: read whole, as its text.
+    let other = r#"{"kind": "ServiceList", "items": [{"kind": "Service"}]}"#;
+    std::fs::write(&path, other).expect("written");
+    let streamed = chunked.load_file(&path).await.map_err(|e| e.to_string());
+    let mut fresh = Ingest::new(Store::new(), IngestConfig::for_node("node-0"));
+    let direct = fresh
+        .load_str(&path.display().to_string(), other)
+        .map_err(|e| e.to_string());
+    assert_eq!(streamed.is_ok(), direct.is_ok(), "{streamed:?} {direct:?}");
+    if let (Err(a), Err(b)) = (&streamed, &direct) {
+        assert_eq!(a, b);
+    }
+    std::fs::remove_dir_all(&dir).expect("cleaned up");
+}

@@ -10,7 +10,8 @@ use kpng_netfilter::nft::{
 
 use crate::claims::Claims;
 use crate::render::{
-    ChainDef, Elem, Key, NODEPORT_CLASSES, Pick, Render, SERVICE_CLASSES, SetName, Value, prefix_of,
+    ChainDef, Elem, Key, NODEPORT_CLASSES, NODEPORT_KEYS, Pick, Render, SERVICE_CLASSES,
+    SERVICE_KEYS, SetName, Value, prefix_of,
 };
 
 /// The objects of one family's table, with reference counts: Service
@@ -325,34 +326,39 @@ impl Objects {
     }
 
     /// The size a full sync declares the pick map `name` with (the
-    /// maps holding an element per endpoint): twice its elements, a power
-    /// of two, at least 65,536. The kernel then makes its hash table
+    /// maps holding an element per endpoint), or a set of keys: twice its
+    /// elements, a power of two, at least 65,536 (8,192 for the keys). The kernel then makes its hash table
     /// once, at that size, instead of growing it while a million elements
     /// go in (1.5 s of system time at a million). The size is also the
     /// most the map holds: a change that would go past it is made a full
     /// sync ([`Objects::outgrown`]). `None` for other sets.
     pub(crate) fn size_of(&self, name: &str) -> Option<u32> {
-        Pick::ALL.iter().find(|p| p.map() == name)?;
+        sized_sets().find(|s| *s == name)?;
         let len = self.elements.get(name).map_or(0, Claims::len);
-        Some(sized(len))
+        // The keys' sets are a tenth of the pick maps: a smaller least.
+        let least = if name == SERVICE_KEYS || name == NODEPORT_KEYS {
+            1 << 13
+        } else {
+            1 << 16
+        };
+        Some(sized(len, least))
     }
 
     /// Whether a pick map now holds more elements than `declared` (the
     /// sizes the last full sync gave them) allows.
     pub(crate) fn outgrown(&self, declared: &BTreeMap<&'static str, u32>) -> bool {
-        Pick::ALL.iter().any(|p| {
-            let len = self.elements.get(p.map()).map_or(0, Claims::len);
+        sized_sets().any(|name| {
+            let len = self.elements.get(name).map_or(0, Claims::len);
             declared
-                .get(p.map())
+                .get(name)
                 .is_some_and(|size| len > usize::try_from(*size).unwrap_or(usize::MAX))
         })
     }
 
     /// The sizes a full sync of these objects declares the pick maps with.
     pub(crate) fn declared_sizes(&self) -> BTreeMap<&'static str, u32> {
-        Pick::ALL
-            .iter()
-            .filter_map(|p| Some((p.map(), self.size_of(p.map())?)))
+        sized_sets()
+            .filter_map(|name| Some((name, self.size_of(name)?)))
             .collect()
     }
 
@@ -492,9 +498,20 @@ fn element(e: &Elem) -> Element {
     }
 }
 
+/// The sets declared with their size: the pick maps (an element per
+/// endpoint) and the keys of the Service ports of a class (one per port
+/// and address). The kernel's fixed-size hash then holds them, made once;
+/// the growing one rehashed as 100k elements went in.
+fn sized_sets() -> impl Iterator<Item = &'static str> {
+    Pick::ALL
+        .iter()
+        .map(|p| p.map())
+        .chain([SERVICE_KEYS, NODEPORT_KEYS])
+}
+
 /// A pick map's declared size for `len` elements: see
 /// [`Objects::size_of`].
-fn sized(len: usize) -> u32 {
-    let want = len.saturating_mul(2).max(1 << 16).next_power_of_two();
+fn sized(len: usize, least: usize) -> u32 {
+    let want = len.saturating_mul(2).max(least).next_power_of_two();
     u32::try_from(want).unwrap_or(1 << 31)
 }
