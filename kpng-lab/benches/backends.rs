@@ -26,13 +26,19 @@
 //! by iptables-nft, iptables-legacy and nftables, each in a process of its
 //! own, whose process tree's peak RSS (it and its `iptables-restore` and
 //! `-save` children, summed, sampled from /proc every 100 ms) is printed.
+//! `KPNG_BENCH_COLD_BACKENDS` (comma-separated, e.g.
+//! `iptables-legacy,iptables-legacy-compact`) picks which of them run:
+//! `iptables-legacy`, `nft`, `iptables-nft` (the default three), and the
+//! iptables backend forced to its compact layout, `iptables-legacy-compact`
+//! and `iptables-nft-compact`. `KPNG_LAB_IPTABLES_LAYOUT` sets the layout
+//! of the other iptables runs (default `auto`).
 #![allow(missing_docs)]
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use kpng_backend_iptables::IptablesBackend;
 use kpng_backend_nft::NftBackend;
-use kpng_lab::{EbpfOnly, LegacyIptables};
+use kpng_lab::{CompactIptables, EbpfOnly, LegacyIptables};
 
 /// The environment variable that makes this process one cold sync.
 const COLD: &str = "KPNG_BENCH_COLD";
@@ -88,6 +94,10 @@ fn cold_child(backend: &str) {
     let (ms, note) = match backend {
         "nft" => kpng_lab::bench::cold_full_sync::<NftBackend>(services),
         "iptables-legacy" => kpng_lab::bench::cold_full_sync::<LegacyIptables>(services),
+        // The mode comes from KPNG_LAB_IPTABLES_MODE, set by the parent.
+        "iptables-legacy-compact" | "iptables-nft-compact" => {
+            kpng_lab::bench::cold_full_sync::<CompactIptables>(services)
+        }
         _ => kpng_lab::bench::cold_full_sync::<IptablesBackend>(services),
     };
     let hwm = kpng_testkit::proc_status_kib(None, "VmHWM:");
@@ -129,12 +139,20 @@ fn cold_at_scale() {
     println!(
         "cold start at scale: {services} services x 10 endpoints, one full sync into an empty namespace, each in a process of its own"
     );
-    for backend in ["iptables-legacy", "nft", "iptables-nft"] {
+    let chosen = std::env::var("KPNG_BENCH_COLD_BACKENDS")
+        .unwrap_or_else(|_| "iptables-legacy,nft,iptables-nft".into());
+    for backend in chosen.split(',').map(str::trim).filter(|b| !b.is_empty()) {
         let exe = std::env::current_exe().expect("the bench binary");
         let mut child = std::process::Command::new(exe);
         child.env(COLD, backend);
-        if backend == "iptables-nft" {
-            child.env("KPNG_LAB_IPTABLES_MODE", "nft");
+        match backend {
+            "iptables-nft" | "iptables-nft-compact" => {
+                child.env("KPNG_LAB_IPTABLES_MODE", "nft");
+            }
+            "iptables-legacy-compact" => {
+                child.env("KPNG_LAB_IPTABLES_MODE", "legacy");
+            }
+            _ => {}
         }
         let running = child
             .stdout(std::process::Stdio::piped())
