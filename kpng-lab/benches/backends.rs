@@ -17,6 +17,12 @@
 //! own: the cold full sync, one endpoint change (median of 20), and new
 //! connections through a ClusterIP against straight to the pod.
 //!
+//! `iptables-switch` (not part of the default run): the iptables backend
+//! (in `KPNG_LAB_IPTABLES_MODE`'s mode) synced cold in kube-proxy's
+//! layout with `KPNG_BENCH_SCALE_SERVICES` (default 50,000) Services × 10
+//! endpoints, then switched to the compact layout and back, one sync
+//! each; with the `KUBE-SEP-*` chains left after each.
+//!
 //! `nft-comments` (not part of the default run): what the comments naming
 //! the Services cost the nft backend's full sync at 10k, in time and heap.
 //!
@@ -66,6 +72,19 @@ fn cold_child(backend: &str) {
         println!(
             "SCALE {services} {:.1} {:.4} {} {:.3} {:.0} {:.0}",
             r.full_ms, r.change_ms, r.change_commands, r.via_vs_direct, r.rates.0, r.rates.1
+        );
+        return;
+    }
+    if backend == "iptables-switch" {
+        let r = kpng_lab::bench::iptables_layout_switch(scale_services());
+        println!(
+            "SWITCH {:.0} {:.0} {:.0} {} {} {}",
+            r.cold_ms,
+            r.to_compact_ms,
+            r.back_ms,
+            r.endpoint_chains.0,
+            r.endpoint_chains.1,
+            r.endpoint_chains_back
         );
         return;
     }
@@ -232,6 +251,35 @@ fn data_plane_at_scale(backend: &str, change_goal: &str) {
     );
 }
 
+/// The iptables backend switching layouts at scale, in a process of its
+/// own (`KPNG_BENCH_SCALE_SERVICES`, default 50k; `KPNG_LAB_IPTABLES_MODE`).
+fn layout_switch() {
+    let exe = std::env::current_exe().expect("the bench binary");
+    let out = std::process::Command::new(exe)
+        .env(COLD, "iptables-switch")
+        .output()
+        .expect("the bench binary runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let Some(line) = text.lines().find_map(|l| l.strip_prefix("SWITCH ")) else {
+        println!(
+            "iptables layout switch: FAILED: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        return;
+    };
+    let v: Vec<&str> = line.split(' ').collect();
+    println!(
+        "iptables layout switch, {} services x 10 endpoints: cold full sync in kube-proxy's layout {} ms ({} KUBE-SEP chains); the next sync (one endpoint change) after switching to compact {} ms ({} KUBE-SEP chains left); back to kube-proxy's {} ms ({} KUBE-SEP chains)",
+        scale_services(),
+        v[0],
+        v[3],
+        v[1],
+        v[4],
+        v[2],
+        v[5]
+    );
+}
+
 /// The eBPF backend at scale, in a process of its own.
 fn ebpf_at_scale() {
     if let Some(why) = kpng_testkit::bpf::unavailable() {
@@ -346,5 +394,8 @@ fn main() {
     }
     if wanted("iptables") || wanted("iptables-50k") {
         cold_at_scale();
+    }
+    if only.iter().any(|o| o == "iptables-switch") {
+        layout_switch();
     }
 }
