@@ -124,9 +124,10 @@ pub const AUTO_KUBE_PROXY_ENDPOINTS: usize = 40_000;
 ///   port's balancing rule DNATs to it (`-m statistic … -p tcp -j DNAT
 ///   --to-destination IP:PORT`). Its hairpin rule is not needed: only
 ///   the endpoint itself sends from its address, and that traffic is
-///   translated on its own node. Endpoints on this node and every endpoint
-///   of a Service with ClientIP affinity (`-m recent` needs a name per
-///   endpoint) keep kube-proxy's chains. About a third of the table and a
+///   translated on its own node. Endpoints on this node, endpoints on no
+///   node (addresses outside the cluster, whose traffic may come through
+///   this one) and every endpoint of a Service with ClientIP affinity
+///   (`-m recent` needs a name per endpoint) keep kube-proxy's chains. About a third of the table and a
 ///   tenth of the chains at 100 nodes.
 ///
 /// The layout changes only with a full rewrite, which removes the other

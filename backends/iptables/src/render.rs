@@ -203,7 +203,8 @@ fn balance(
 /// DNATs to it. Its hairpin rule (`-s` the endpoint `-j KUBE-MARK-MASQ`)
 /// can only match traffic the endpoint itself sends through this node's
 /// nat table, which starts on the endpoint's own node; endpoints on this
-/// node keep their chain and that rule.
+/// node, and those on no node (an EndpointSlice's addresses outside the
+/// cluster), keep their chain and that rule.
 pub(crate) fn service(
     view: &ServiceView,
     family: IpFamily,
@@ -215,11 +216,14 @@ pub(crate) fn service(
     let name: ServiceName = view.service.service_name();
     let plan = view.plan(family);
     let pod_cidrs = config.proxy.cluster_cidrs_in(family);
-    // The endpoints on this node: those keep a chain in the compact layout.
+    // The endpoints on this node, and those on no node (addresses
+    // outside the cluster, whose own traffic may come through this node):
+    // those keep a chain in the compact layout.
     let mut here: Vec<IpAddr> = if compact {
         view.endpoints
             .iter()
-            .filter(|e| e.is_local() && e.family() == family)
+            .filter(|e| e.family() == family)
+            .filter(|e| e.is_local() || e.endpoint().node_name().is_empty())
             .map(EndpointView::ip)
             .collect()
     } else {

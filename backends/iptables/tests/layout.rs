@@ -86,7 +86,8 @@ fn endpoint_chains(backend: &IptablesBackend) -> usize {
 
 /// The compact layout: endpoints on other nodes are DNATed from the
 /// Service's chain, with the same probabilities; this node's keep their
-/// chain (hairpin); a Service with ClientIP affinity keeps every chain.
+/// chain (hairpin), as do endpoints on no node; a Service with ClientIP
+/// affinity keeps every chain.
 #[test]
 fn the_compact_layout_dnats_remote_endpoints_from_the_service_chain() {
     let manifest = format!(
@@ -113,6 +114,16 @@ fn the_compact_layout_dnats_remote_endpoints_from_the_service_chain() {
   addressType: IPv4
   endpoints: [{addresses: [10.244.2.20], nodeName: node-b}, {addresses: [10.244.3.20], nodeName: node-c}]
   ports: [{name: dns, port: 5353, protocol: UDP}]
+- apiVersion: v1
+  kind: Service
+  metadata: {namespace: ns, name: outside}
+  spec: {clusterIP: 10.96.0.12, ports: [{name: db, port: 5432}]}
+- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata: {namespace: ns, name: outside-1, labels: {kubernetes.io/service-name: outside}}
+  addressType: IPv4
+  endpoints: [{addresses: [192.0.2.50]}]
+  ports: [{name: db, port: 5432, protocol: TCP}]
 "#
     );
     let dry_run = |layout: Layout| {
@@ -139,7 +150,7 @@ fn the_compact_layout_dnats_remote_endpoints_from_the_service_chain() {
     // web, in kube-proxy's layout: three endpoint chains.
     assert_eq!(
         lines(&kube_proxy, ":KUBE-SEP-").len(),
-        3 + 2,
+        3 + 2 + 1,
         "{kube_proxy}"
     );
     // Compact: E1 (node-a, this node) keeps its chain and hairpin rule;
@@ -182,7 +193,13 @@ fn the_compact_layout_dnats_remote_endpoints_from_the_service_chain() {
         compact.contains("-s 10.244.3.20/32 -j KUBE-MARK-MASQ"),
         "{compact}"
     );
-    assert_eq!(lines(&compact, ":KUBE-SEP-").len(), 1 + 2, "{compact}");
+    // outside: an endpoint on no node keeps its chain (its own traffic
+    // may come through this node).
+    assert!(
+        compact.contains("-s 192.0.2.50/32 -j KUBE-MARK-MASQ"),
+        "{compact}"
+    );
+    assert_eq!(lines(&compact, ":KUBE-SEP-").len(), 1 + 2 + 1, "{compact}");
     // Everything else is the same.
     let others = |text: &str| -> Vec<String> {
         text.lines()
