@@ -608,12 +608,20 @@ impl IptablesBackend {
         let owned = |name: &str| render::owned(name);
         let existing = match (full, self.run) {
             (true, Run::Apply) => {
-                // What iptables-save prints scales with what is wanted.
-                self.runner.expected_lines = self.families[i]
-                    .desired
-                    .values()
-                    .map(|rules| rules.len() + 1)
-                    .sum();
+                // What iptables-save prints scales with what is wanted,
+                // or with what the kernel holds when that is more: the
+                // last sync's chains, or (the kernel may hold kube-proxy's
+                // layout after a switch or a restart) those of the compact
+                // layout's endpoints, 3 lines each there.
+                let state = &self.families[i];
+                let lines = |chains: &BTreeMap<ChainKey, Vec<String>>| -> usize {
+                    chains.values().map(|rules| rules.len() + 1).sum()
+                };
+                let mut expected = lines(&state.desired);
+                if self.compact {
+                    expected += 3 * state.endpoints;
+                }
+                self.runner.expected_lines = expected.max(state.applied.as_ref().map_or(0, lines));
                 Some(self.runner.save(tools(family), &owned)?)
             }
             _ => None,
