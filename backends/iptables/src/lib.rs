@@ -127,8 +127,8 @@ pub const AUTO_KUBE_PROXY_ENDPOINTS: usize = 40_000;
 ///   translated on its own node. Endpoints on this node, endpoints on no
 ///   node (addresses outside the cluster, whose traffic may come through
 ///   this one) and every endpoint of a Service with ClientIP affinity
-///   (`-m recent` needs a name per endpoint) keep kube-proxy's chains. About a third of the table and a
-///   tenth of the chains at 100 nodes.
+///   (`-m recent` needs a name per endpoint) keep kube-proxy's chains.
+///   About a third of the table and a tenth of the chains at 100 nodes.
 ///
 /// The layout changes only with a full rewrite, which removes the other
 /// layout's stale `KUBE-SEP-*` chains in the same restore.
