@@ -19,6 +19,12 @@
 //! `KPNG_BENCH_COUNTS=N` gives the Services N distinct endpoint counts,
 //! the measured Service's the least used (nft's dearest dispatch).
 //!
+//! `iptables-switch` (not part of the default run): the iptables backend
+//! (in `KPNG_LAB_IPTABLES_MODE`'s mode) synced cold in kube-proxy's
+//! layout with `KPNG_BENCH_SCALE_SERVICES` (default 50,000) Services × 10
+//! endpoints, then switched to the compact layout and back, one sync
+//! each; with the `KUBE-SEP-*` chains left after each.
+//!
 //! `nft-comments` (not part of the default run): what the comments naming
 //! the Services cost the nft backend's full sync at 10k, in time and heap.
 //!
@@ -28,13 +34,19 @@
 //! by iptables-nft, iptables-legacy and nftables, each in a process of its
 //! own, whose process tree's peak RSS (it and its `iptables-restore` and
 //! `-save` children, summed, sampled from /proc every 100 ms) is printed.
+//! `KPNG_BENCH_COLD_BACKENDS` (comma-separated, e.g.
+//! `iptables-legacy,iptables-legacy-compact`) picks which of them run:
+//! `iptables-legacy`, `nft`, `iptables-nft` (the default three), and the
+//! iptables backend forced to its compact layout, `iptables-legacy-compact`
+//! and `iptables-nft-compact`. `KPNG_LAB_IPTABLES_LAYOUT` sets the layout
+//! of the other iptables runs (default `auto`).
 #![allow(missing_docs)]
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use kpng_backend_iptables::IptablesBackend;
 use kpng_backend_nft::NftBackend;
-use kpng_lab::{EbpfOnly, LegacyIptables};
+use kpng_lab::{CompactIptables, EbpfOnly, LegacyIptables};
 
 /// The environment variable that makes this process one cold sync.
 const COLD: &str = "KPNG_BENCH_COLD";
@@ -75,6 +87,19 @@ fn cold_child(backend: &str) {
         );
         return;
     }
+    if backend == "iptables-switch" {
+        let r = kpng_lab::bench::iptables_layout_switch(scale_services());
+        println!(
+            "SWITCH {:.0} {:.0} {:.0} {} {} {}",
+            r.cold_ms,
+            r.to_compact_ms,
+            r.back_ms,
+            r.endpoint_chains.0,
+            r.endpoint_chains.1,
+            r.endpoint_chains_back
+        );
+        return;
+    }
     if backend == "ebpf-100k" {
         let services = std::env::var("KPNG_BENCH_EBPF_SERVICES")
             .ok()
@@ -100,6 +125,10 @@ fn cold_child(backend: &str) {
     let (ms, note) = match backend {
         "nft" => kpng_lab::bench::cold_full_sync::<NftBackend>(services),
         "iptables-legacy" => kpng_lab::bench::cold_full_sync::<LegacyIptables>(services),
+        // The mode comes from KPNG_LAB_IPTABLES_MODE, set by the parent.
+        "iptables-legacy-compact" | "iptables-nft-compact" => {
+            kpng_lab::bench::cold_full_sync::<CompactIptables>(services)
+        }
         _ => kpng_lab::bench::cold_full_sync::<IptablesBackend>(services),
     };
     let hwm = kpng_testkit::proc_status_kib(None, "VmHWM:");
@@ -141,12 +170,20 @@ fn cold_at_scale() {
     println!(
         "cold start at scale: {services} services x 10 endpoints, one full sync into an empty namespace, each in a process of its own"
     );
-    for backend in ["iptables-legacy", "nft", "iptables-nft"] {
+    let chosen = std::env::var("KPNG_BENCH_COLD_BACKENDS")
+        .unwrap_or_else(|_| "iptables-legacy,nft,iptables-nft".into());
+    for backend in chosen.split(',').map(str::trim).filter(|b| !b.is_empty()) {
         let exe = std::env::current_exe().expect("the bench binary");
         let mut child = std::process::Command::new(exe);
         child.env(COLD, backend);
-        if backend == "iptables-nft" {
-            child.env("KPNG_LAB_IPTABLES_MODE", "nft");
+        match backend {
+            "iptables-nft" | "iptables-nft-compact" => {
+                child.env("KPNG_LAB_IPTABLES_MODE", "nft");
+            }
+            "iptables-legacy-compact" => {
+                child.env("KPNG_LAB_IPTABLES_MODE", "legacy");
+            }
+            _ => {}
         }
         let running = child
             .stdout(std::process::Stdio::piped())
@@ -230,6 +267,35 @@ fn data_plane_at_scale(backend: &str, change_goal: &str) {
     println!(
         "{{\"backend\":\"{backend}\",\"services\":{:.0},\"full_sync_ms\":{:.1},\"change_ms\":{:.4},\"via_service_vs_direct\":{:.3}}}",
         v[0], v[1], v[2], v[4]
+    );
+}
+
+/// The iptables backend switching layouts at scale, in a process of its
+/// own (`KPNG_BENCH_SCALE_SERVICES`, default 50k; `KPNG_LAB_IPTABLES_MODE`).
+fn layout_switch() {
+    let exe = std::env::current_exe().expect("the bench binary");
+    let out = std::process::Command::new(exe)
+        .env(COLD, "iptables-switch")
+        .output()
+        .expect("the bench binary runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let Some(line) = text.lines().find_map(|l| l.strip_prefix("SWITCH ")) else {
+        println!(
+            "iptables layout switch: FAILED: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        return;
+    };
+    let v: Vec<&str> = line.split(' ').collect();
+    println!(
+        "iptables layout switch, {} services x 10 endpoints: cold full sync in kube-proxy's layout {} ms ({} KUBE-SEP chains); the next sync (one endpoint change) after switching to compact {} ms ({} KUBE-SEP chains left); back to kube-proxy's {} ms ({} KUBE-SEP chains)",
+        scale_services(),
+        v[0],
+        v[3],
+        v[1],
+        v[4],
+        v[2],
+        v[5]
     );
 }
 
@@ -347,5 +413,8 @@ fn main() {
     }
     if wanted("iptables") || wanted("iptables-50k") {
         cold_at_scale();
+    }
+    if only.iter().any(|o| o == "iptables-switch") {
+        layout_switch();
     }
 }

@@ -160,7 +160,12 @@ impl LabBackend for IptablesBackend {
         self.last_sync().rules
     }
     fn last_note(&self) -> String {
-        format!("{} chains rewritten", self.last_sync().chains)
+        let layout = if self.last_sync().compact {
+            "compact layout"
+        } else {
+            "kube-proxy layout"
+        };
+        format!("{} chains rewritten, {layout}", self.last_sync().chains)
     }
     fn dump(lab: &Lab) -> String {
         iptables_dump(lab, iptables_word())
@@ -343,15 +348,65 @@ impl LabBackend for LegacyIptables {
     }
 }
 
+/// The iptables backend in the compact layout
+/// ([`kpng_backend_iptables::Layout::Compact`]), whatever the size, in
+/// the lab's mode (`KPNG_LAB_IPTABLES_MODE`): the scenarios run against
+/// both layouts in one test run.
+#[derive(Debug)]
+pub struct CompactIptables(pub IptablesBackend);
+
+impl Sink for CompactIptables {
+    fn sync(&mut self, round: &Round<'_>) -> Result<(), SinkError> {
+        self.0.sync(round)
+    }
+}
+
+impl LabBackend for CompactIptables {
+    const NAME: &'static str = "iptables-compact";
+    const TOOLS: &'static [&'static str] = IptablesBackend::TOOLS;
+
+    fn in_lab(lab: &Lab, settings: &Settings) -> Self {
+        let mut backend = iptables_in_lab(lab, settings, iptables_mode());
+        backend.set_layout(kpng_backend_iptables::Layout::Compact);
+        Self(backend)
+    }
+    fn last_full(&self) -> bool {
+        self.0.last_full()
+    }
+    fn last_commands(&self) -> usize {
+        self.0.last_commands()
+    }
+    fn last_note(&self) -> String {
+        self.0.last_note()
+    }
+    fn dump(lab: &Lab) -> String {
+        IptablesBackend::dump(lab)
+    }
+    fn clear(lab: &Lab) {
+        IptablesBackend::clear(lab);
+    }
+}
+
 fn iptables_in_lab(
     lab: &Lab,
     settings: &Settings,
     mode: Option<kpng_backend_iptables::Mode>,
 ) -> IptablesBackend {
-    {
-        let mut config = kpng_backend_iptables::IptablesConfig::new(settings.proxy());
-        config.mode = mode;
-        IptablesBackend::new(config.in_netns(&lab.ns("node")))
+    let mut config = kpng_backend_iptables::IptablesConfig::new(settings.proxy());
+    config.mode = mode;
+    config.layout = iptables_layout();
+    IptablesBackend::new(config.in_netns(&lab.ns("node")))
+}
+
+/// The iptables layout the lab uses: `KPNG_LAB_IPTABLES_LAYOUT=compact`,
+/// `kube-proxy` or `auto` (the default).
+///
+/// # Panics
+/// On another value.
+pub fn iptables_layout() -> kpng_backend_iptables::Layout {
+    match std::env::var("KPNG_LAB_IPTABLES_LAYOUT") {
+        Ok(word) => word.parse().expect("KPNG_LAB_IPTABLES_LAYOUT"),
+        Err(_) => kpng_backend_iptables::Layout::Auto,
     }
 }
 

@@ -11,7 +11,13 @@ mod legacy {
     kpng_lab::scenario_tests!(kpng_lab::LegacyIptables);
 }
 
-use kpng_backend_iptables::{IptablesConfig, Mode};
+/// The same scenarios in the compact layout (in the lab's mode:
+/// `KPNG_LAB_IPTABLES_MODE=legacy` for iptables-legacy).
+mod compact {
+    kpng_lab::scenario_tests!(kpng_lab::CompactIptables);
+}
+
+use kpng_backend_iptables::{IptablesConfig, Layout, Mode};
 use kpng_lab::scenarios::{ALL3, E1, E3, lab, manifest, service};
 use kpng_lab::{LabBackend, Proxy, Settings, endpoints, iptables_tool, require_lab, settle};
 
@@ -318,4 +324,85 @@ fn a_large_first_sync_on_iptables_nft_applies_whole() {
     settle();
     let lines = lab.connect("podc", "tcp", "10.96.0.76", 80, 30);
     assert_eq!(endpoints(&lines).len(), 3, "{lines:?}");
+}
+
+/// The layout changes between syncs, both ways, with iptables-nft and
+/// -legacy: the sync after the change rewrites every chain, the other
+/// layout's KUBE-SEP chains go in that same restore, and the Service
+/// serves every endpoint before and after. In the compact layout only
+/// the endpoint on this node (E1, for hairpin) keeps its chain.
+#[test]
+fn the_layout_switches_between_syncs_and_the_old_endpoint_chains_go() {
+    require_lab!(kpng_lab::LegacyIptables);
+    require_lab!(IptablesBackend);
+    for mode in [Mode::Nft, Mode::Legacy] {
+        let lab = lab();
+        let config = iptables_config(&lab, Some(mode)).layout(Layout::KubeProxy);
+        let mut proxy = Proxy::with(IptablesBackend::new(config));
+        let save = format!(
+            "iptables-{}-save",
+            if mode == Mode::Nft { "nft" } else { "legacy" }
+        );
+        let nat = || lab.in_node(&[&save, "-t", "nat"]);
+        let sep_chains = |text: &str| text.lines().filter(|l| l.starts_with(":KUBE-SEP-")).count();
+        let direct = |text: &str| {
+            text.lines()
+                .filter(|l| l.starts_with("-A KUBE-SVC-") && l.contains("-j DNAT"))
+                .count()
+        };
+        let serves_all = || {
+            settle();
+            let lines = lab.connect("podc", "tcp", "10.96.0.78", 80, 30);
+            assert_eq!(endpoints(&lines).len(), 3, "{mode:?}: {lines:?}");
+        };
+        let other = service(
+            "other",
+            &format!("{{clusterIP: 10.96.0.79, {PORT}}}"),
+            "[{addresses: [10.244.3.10], nodeName: node-c}]",
+        );
+        proxy
+            .load(&manifest(&[web("10.96.0.78", ALL3)]))
+            .expect("sync");
+        assert!(!proxy.backend.last_sync().compact);
+        let text = nat();
+        assert_eq!((sep_chains(&text), direct(&text)), (3, 0), "{text}");
+        serves_all();
+
+        // To compact: an incremental round (a Service more) is written in full.
+        proxy.backend.set_layout(Layout::Compact);
+        proxy
+            .load(&manifest(&[web("10.96.0.78", ALL3), other.clone()]))
+            .expect("sync");
+        let stats = proxy.backend.last_sync().clone();
+        assert!(stats.full && stats.compact, "{stats:?}");
+        let text = nat();
+        // web: E2 and E3 DNATed from KUBE-SVC, E1 (this node) keeps its
+        // chain; other: E3 DNATed.
+        assert_eq!((sep_chains(&text), direct(&text)), (1, 3), "{text}");
+        assert!(
+            text.contains(&format!("-j DNAT --to-destination {E3}:8080")),
+            "{text}"
+        );
+        serves_all();
+        assert!(lab.once("podc", "tcp", "10.96.0.79", 80).starts_with(E3));
+
+        // An incremental round stays incremental in the compact layout.
+        proxy
+            .load(&manifest(&[web("10.96.0.78", ALL3)]))
+            .expect("sync");
+        assert!(!proxy.backend.last_sync().full);
+        // Its address is an unallocated one again: dropped.
+        assert_eq!(lab.once("podc", "tcp", "10.96.0.79", 80), "TIMEOUT");
+
+        // And back.
+        proxy.backend.set_layout(Layout::KubeProxy);
+        proxy
+            .load(&manifest(&[web("10.96.0.78", ALL3), other]))
+            .expect("sync");
+        let stats = proxy.backend.last_sync().clone();
+        assert!(stats.full && !stats.compact, "{stats:?}");
+        let text = nat();
+        assert_eq!((sep_chains(&text), direct(&text)), (4, 0), "{text}");
+        serves_all();
+    }
 }

@@ -244,6 +244,15 @@ pub(crate) struct IptablesArgs {
     /// plus 2ms per line of its input.
     #[arg(long, value_parser = parse_duration)]
     pub(crate) iptables_restore_timeout: Option<Duration>,
+    /// How endpoints are laid out: `kube-proxy` (a KUBE-SEP chain per
+    /// endpoint, as kube-proxy writes), `compact` (endpoints on other
+    /// nodes are DNATed from the Service's chain, no chain of their own:
+    /// the same semantics in a third of the table, so that 100k Services
+    /// x 10 endpoints fit an iptables-legacy table), or `auto`: compact
+    /// above 50,000 endpoints (summed over Service ports), kube-proxy's
+    /// again below 40,000. A change rewrites every chain.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "kube-proxy", "compact"])]
+    pub(crate) iptables_layout: String,
     #[command(flatten)]
     pub(crate) common: BackendArgs,
 }

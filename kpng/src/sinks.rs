@@ -110,6 +110,10 @@ fn unguarded(
                 _ => None,
             };
             config.restore_timeout = ipt.iptables_restore_timeout;
+            config.layout = ipt
+                .iptables_layout
+                .parse()
+                .map_err(|e: kpng_backend_iptables::Error| Error::Usage(e.to_string()))?;
             // The iptables kpng programs holds chains of kube-proxy's
             // names that are kpng's: known before kube-proxy's are removed.
             let own = (!args.keep_kube_proxy_rules).then(|| {

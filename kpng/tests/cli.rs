@@ -102,6 +102,42 @@ fn to_iptables_dry_run_prints_restore_batches_in_kube_proxy_layout() {
     assert!(stderr.contains("--iptables-mode"), "{stderr}");
 }
 
+/// `--iptables-layout compact`: the Service chains DNAT to endpoints of
+/// other nodes themselves; `auto` on a small cluster is kube-proxy's.
+#[test]
+fn to_iptables_layout_is_a_flag() {
+    let dry_run = |layout: &str| {
+        let (code, stdout, stderr) = kpng(&[
+            "file",
+            "to-iptables",
+            "--dry-run",
+            "--cluster-cidr",
+            "10.244.0.0/16",
+            "--iptables-layout",
+            layout,
+        ]);
+        assert_eq!(code, 0, "{stderr}");
+        stdout
+    };
+    let direct = |text: &str| {
+        text.lines()
+            .filter(|l| l.starts_with("-A KUBE-SVC-") && l.contains(" -j DNAT --to-destination "))
+            .count()
+    };
+    let (compact, kube_proxy) = (dry_run("compact"), dry_run("kube-proxy"));
+    assert!(direct(&compact) > 0, "{compact}");
+    assert!(
+        compact.matches("\n:KUBE-SEP-").count() < kube_proxy.matches("\n:KUBE-SEP-").count(),
+        "{compact}"
+    );
+    assert_eq!(direct(&kube_proxy), 0, "{kube_proxy}");
+    assert_eq!(dry_run("auto"), kube_proxy);
+
+    let (code, _, stderr) = kpng(&["file", "to-iptables", "--iptables-layout", "sparse"]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("--iptables-layout"), "{stderr}");
+}
+
 #[test]
 fn errors_are_one_clear_line() {
     let (code, stdout, stderr) = kpng(&[

@@ -11,6 +11,13 @@
 //!   `KUBE-EXT-*`, `KUBE-FW-*`; per endpoint `KUBE-SEP-*`, with stable
 //!   hashed names. Load balancing is `statistic --mode random` with
 //!   probability 1/(N-i); ClientIP affinity is `recent`.
+//! - **Compact layout** ([`Layout`], [`IptablesConfig::layout`], `kpng …
+//!   to-iptables --iptables-layout auto|kube-proxy|compact`): endpoints
+//!   on other nodes get no `KUBE-SEP-*` chain, their balancing rule DNATs
+//!   to them; the same semantics in a third of the table and a tenth of
+//!   the chains, so that 100k Services × 10 endpoints fit a legacy table
+//!   (512 MiB at most). `auto`, the default, uses it above
+//!   [`AUTO_COMPACT_ENDPOINTS`] endpoints.
 //! - **Semantics**: the same as the nftables backend (ClusterIP, NodePort,
 //!   externalIPs, LB IPs with source ranges, externalTrafficPolicy and
 //!   internalTrafficPolicy Local, terminating fallback and hints from the
@@ -81,6 +88,92 @@ pub enum Error {
     /// back).
     #[error(transparent)]
     Apply(#[from] kpng_netfilter::Error),
+    /// A [`Layout`] name that is none of `auto`, `kube-proxy`, `compact`.
+    #[error("unknown iptables layout {0:?}: expected auto, kube-proxy or compact")]
+    UnknownLayout(String),
+}
+
+/// [`Layout::Auto`] picks the compact layout when the Services' endpoints
+/// (summed over their ports, in the family that has most) exceed this:
+/// the `KUBE-SEP-*` chains kube-proxy's layout would make.
+///
+/// Below it both layouts sync in seconds and kube-proxy's per-endpoint
+/// chains (the names, the counters operators and tools know) cost
+/// little. Above it those chains are most of the table and of the time:
+/// `iptables-restore`'s and libiptc's costs grow with the number of
+/// chains, and with iptables-legacy each commit rewrites the whole table,
+/// ~0.97 KB per endpoint in kube-proxy's layout against ~0.3 KB in the
+/// compact one, up to the kernel's limit on a legacy table (512 MiB,
+/// ~550,000 endpoints in kube-proxy's layout). See docs/performance.md,
+/// "Issue #27: iptables at 100k".
+pub const AUTO_COMPACT_ENDPOINTS: usize = 50_000;
+
+/// [`Layout::Auto`] goes back to kube-proxy's layout only below this
+/// (80 % of [`AUTO_COMPACT_ENDPOINTS`]), so that a cluster near the
+/// threshold does not switch, and rewrite everything, back and forth.
+pub const AUTO_KUBE_PROXY_ENDPOINTS: usize = 40_000;
+
+/// How endpoints are laid out in the nat table. Both have kube-proxy's
+/// semantics, and every other chain is the same.
+///
+/// - **kube-proxy**: kube-proxy's own: a `KUBE-SEP-*` chain per endpoint
+///   (its hairpin rule, `-s` the endpoint `-j KUBE-MARK-MASQ`, then the
+///   DNAT), jumped to from the Service port's `KUBE-SVC-*`/`KUBE-SVL-*`
+///   rules.
+/// - **compact**: an endpoint on another node has no chain: the Service
+///   port's balancing rule DNATs to it (`-m statistic … -p tcp -j DNAT
+///   --to-destination IP:PORT`). Its hairpin rule is not needed: only
+///   the endpoint itself sends from its address, and that traffic is
+///   translated on its own node. Endpoints on this node, endpoints on no
+///   node (addresses outside the cluster, whose traffic may come through
+///   this one) and every endpoint of a Service with ClientIP affinity
+///   (`-m recent` needs a name per endpoint) keep kube-proxy's chains.
+///   About a third of the table and a tenth of the chains at 100 nodes.
+///
+/// The layout changes only with a full rewrite, which removes the other
+/// layout's stale `KUBE-SEP-*` chains in the same restore.
+///
+/// ```
+/// use kpng_backend_iptables::Layout;
+///
+/// assert_eq!("compact".parse::<Layout>()?, Layout::Compact);
+/// assert_eq!(Layout::KubeProxy.to_string(), "kube-proxy");
+/// assert!("sparse".parse::<Layout>().is_err());
+/// # Ok::<(), kpng_backend_iptables::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Layout {
+    /// Compact above [`AUTO_COMPACT_ENDPOINTS`] endpoints, kube-proxy's
+    /// below [`AUTO_KUBE_PROXY_ENDPOINTS`], decided again on every sync
+    /// (the default).
+    #[default]
+    Auto,
+    /// kube-proxy's layout, whatever the size.
+    KubeProxy,
+    /// The compact layout, whatever the size.
+    Compact,
+}
+
+impl std::str::FromStr for Layout {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self, Error> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "kube-proxy" => Ok(Self::KubeProxy),
+            "compact" => Ok(Self::Compact),
+            other => Err(Error::UnknownLayout(other.to_owned())),
+        }
+    }
+}
+
+impl std::fmt::Display for Layout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Auto => "auto",
+            Self::KubeProxy => "kube-proxy",
+            Self::Compact => "compact",
+        })
+    }
 }
 
 pub use kpng_netfilter::iptables::{ChainKey, Family, Mode, Table};
@@ -124,6 +217,9 @@ pub struct IptablesConfig {
     /// own, scaled to its part. A sync that times out
     /// fails, changes nothing, and the next one is a full one.
     pub restore_timeout: Option<std::time::Duration>,
+    /// How endpoints are laid out (`kpng … to-iptables --iptables-layout`):
+    /// see [`Layout`]; default [`Layout::Auto`].
+    pub layout: Layout,
 }
 
 impl Default for IptablesConfig {
@@ -140,7 +236,15 @@ impl IptablesConfig {
             mode: None,
             command_prefix: Vec::new(),
             restore_timeout: None,
+            layout: Layout::Auto,
         }
+    }
+
+    /// Lays endpoints out as `layout` says (see [`Layout`]).
+    #[must_use]
+    pub fn layout(mut self, layout: Layout) -> Self {
+        self.layout = layout;
+        self
     }
 
     /// Kills an `iptables-restore` (or `-save`) after `timeout`, whatever
@@ -182,6 +286,8 @@ pub struct IptablesSyncStats {
     pub micros: u128,
     /// Of which running `iptables-restore`.
     pub restore_micros: u128,
+    /// Whether the rules are in the compact layout (see [`Layout`]).
+    pub compact: bool,
 }
 
 /// Per-family state.
@@ -189,6 +295,8 @@ pub struct IptablesSyncStats {
 struct FamilyState {
     renders: BTreeMap<ServiceName, Render>,
     globals: Render,
+    /// The renders' endpoints, summed (what [`Layout::Auto`] counts).
+    endpoints: usize,
     /// Every chain as it should be.
     desired: BTreeMap<ChainKey, Vec<String>>,
     /// What the kernel holds, after the last successful sync.
@@ -203,6 +311,7 @@ impl FamilyState {
     fn replace(&mut self, old: Option<&Render>, new: Option<&Render>) {
         let empty = Render::default();
         let (old, new) = (old.unwrap_or(&empty), new.unwrap_or(&empty));
+        self.endpoints = (self.endpoints + new.endpoints).saturating_sub(old.endpoints);
         for key in old.chains.keys() {
             if !new.chains.contains_key(key) {
                 self.desired.remove(key);
@@ -262,6 +371,8 @@ pub struct IptablesBackend {
     /// The Service CIDRs dropped: `config.proxy.service_cidrs` and the
     /// cluster's ServiceCIDRs, merged.
     service_cidrs: Vec<IpNet>,
+    /// Whether the renders are in the compact layout.
+    compact: bool,
 }
 
 impl std::fmt::Debug for IptablesBackend {
@@ -296,12 +407,39 @@ impl IptablesBackend {
                 expected_lines: 0,
             },
             service_cidrs: config.proxy.service_cidrs.clone(),
+            compact: config_compact(&config),
             config,
             run: Run::Apply,
             full: true,
             families: Default::default(),
             last_script: String::new(),
             last: IptablesSyncStats::default(),
+        }
+    }
+
+    /// The layout the renders are in: compact or kube-proxy's.
+    pub fn layout_in_use(&self) -> Layout {
+        if self.compact {
+            Layout::Compact
+        } else {
+            Layout::KubeProxy
+        }
+    }
+
+    /// Sets the layout; a change takes effect on the next sync, which
+    /// rewrites everything (see [`Layout`]).
+    pub fn set_layout(&mut self, layout: Layout) {
+        self.config.layout = layout;
+    }
+
+    /// The layout [`IptablesConfig::layout`] wants for `endpoints` (see
+    /// [`Layout::Auto`]), from the one in use.
+    fn wanted_compact(&self, endpoints: usize) -> bool {
+        match self.config.layout {
+            Layout::KubeProxy => false,
+            Layout::Compact => true,
+            Layout::Auto if self.compact => endpoints >= AUTO_KUBE_PROXY_ENDPOINTS,
+            Layout::Auto => endpoints > AUTO_COMPACT_ENDPOINTS,
         }
     }
 
@@ -445,10 +583,9 @@ impl IptablesBackend {
             }
             for name in &names {
                 let old = state.renders.remove(name);
-                let new = view
-                    .services
-                    .get(name)
-                    .map(|service| render::service(service, family, &self.config, cidrs));
+                let new = view.services.get(name).map(|service| {
+                    render::service(service, family, &self.config, cidrs, self.compact)
+                });
                 state.replace(old.as_ref(), new.as_ref());
                 if let Some(new) = new {
                     state.renders.insert(name.clone(), new);
@@ -471,12 +608,20 @@ impl IptablesBackend {
         let owned = |name: &str| render::owned(name);
         let existing = match (full, self.run) {
             (true, Run::Apply) => {
-                // What iptables-save prints scales with what is wanted.
-                self.runner.expected_lines = self.families[i]
-                    .desired
-                    .values()
-                    .map(|rules| rules.len() + 1)
-                    .sum();
+                // What iptables-save prints scales with what is wanted,
+                // or with what the kernel holds when that is more: the
+                // last sync's chains, or (the kernel may hold kube-proxy's
+                // layout after a switch or a restart) those of the compact
+                // layout's endpoints, 3 lines each there.
+                let state = &self.families[i];
+                let lines = |chains: &BTreeMap<ChainKey, Vec<String>>| -> usize {
+                    chains.values().map(|rules| rules.len() + 1).sum()
+                };
+                let mut expected = lines(&state.desired);
+                if self.compact {
+                    expected += 3 * state.endpoints;
+                }
+                self.runner.expected_lines = expected.max(state.applied.as_ref().map_or(0, lines));
                 Some(self.runner.save(tools(family), &owned)?)
             }
             _ => None,
@@ -537,6 +682,28 @@ impl IptablesBackend {
     }
 }
 
+/// The layout a forced [`Layout`] setting wants; [`Layout::Auto`]: none
+/// yet (kube-proxy's until the first sync counts).
+fn config_compact(config: &IptablesConfig) -> bool {
+    config.layout == Layout::Compact
+}
+
+/// The endpoints of `view`'s Services summed over their ports, in the
+/// family that has most: what the renders will count, as near as the
+/// view tells before any is made (an endpoint lacking a port counts).
+fn estimated_endpoints(view: &NodeView) -> usize {
+    IpFamily::BOTH
+        .into_iter()
+        .map(|family| {
+            view.services
+                .values()
+                .map(|s| s.cluster_endpoints(family).count() * s.service.ports.len())
+                .sum::<usize>()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// Applies a round: a full one (or the first after this backend's own
 /// failure, or [`IptablesBackend::force_full`], or any in a dry run)
 /// rewrites every chain; an incremental one re-renders the Services it
@@ -549,12 +716,37 @@ impl Sink for IptablesBackend {
             // A dry run never reads the kernel: it writes everything.
             self.full = true;
         }
-        let full = self.full || round.is_full();
+        let mut full = self.full || round.is_full();
+        if full {
+            // Decided before rendering, so that a large cluster's first
+            // sync is rendered once: from the view's endpoints.
+            self.compact = self.wanted_compact(estimated_endpoints(round.view()));
+        } else if self.config.layout != Layout::Auto && self.wanted_compact(0) != self.compact {
+            // The layout was set (set_layout): everything is rewritten.
+            self.compact = !self.compact;
+            full = true;
+        }
         self.last = IptablesSyncStats {
             full,
             ..IptablesSyncStats::default()
         };
         self.last.services = self.refresh(round, full);
+        let counted = self.families.iter().map(|f| f.endpoints).max().unwrap_or(0);
+        if self.wanted_compact(counted) != self.compact {
+            // The Services' endpoints crossed Layout::Auto's threshold:
+            // everything is rendered again and rewritten, and the other
+            // layout's KUBE-SEP chains go in the same restore.
+            self.compact = !self.compact;
+            tracing::info!(
+                endpoints = counted,
+                layout = %self.layout_in_use(),
+                "iptables layout changes: every chain is rewritten"
+            );
+            full = true;
+            self.last.full = true;
+            self.last.services = self.refresh(round, true);
+        }
+        self.last.compact = self.compact;
         let result = self.apply_all(full);
         if let Ok(script) = &result {
             self.last_script.clone_from(script);

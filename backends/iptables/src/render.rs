@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::hash::Hasher;
 use std::net::IpAddr;
 
-use kpng_model::view::{PortPlan, ServicePlan, ServiceView};
+use kpng_model::view::{EndpointView, PortPlan, ServicePlan, ServiceView};
 use kpng_model::{IpFamily, IpNet, ServiceName};
 use siphasher::sip128::{Hasher128, SipHasher13};
 
@@ -83,6 +83,10 @@ pub(crate) struct Render {
     pub(crate) chains: BTreeMap<ChainKey, Vec<String>>,
     /// Its rules in each dispatch chain.
     pub(crate) dispatch: BTreeMap<(Table, &'static str), Vec<String>>,
+    /// Its endpoints, summed over its ports (cluster policy): the
+    /// `KUBE-SEP-*` chains kube-proxy's layout makes for it, what
+    /// [`crate::Layout::Auto`] counts.
+    pub(crate) endpoints: usize,
 }
 
 impl Render {
@@ -127,7 +131,8 @@ pub(crate) fn mark(config: &IptablesConfig) -> String {
 
 /// The rules of one port's load-balancing chain over `targets`, with
 /// ClientIP affinity when `affinity` is set. Adds the endpoint chains to
-/// `render`; `masq` rules come first.
+/// `render`; `masq` rules come first. An endpoint for which `direct` holds
+/// gets no chain: its balancing rule DNATs to it (the compact layout).
 fn balance(
     render: &mut Render,
     port_name: &str,
@@ -135,31 +140,41 @@ fn balance(
     targets: &[(IpAddr, u16)],
     affinity: Option<u32>,
     masq: Vec<String>,
+    direct: &dyn Fn(&IpAddr) -> bool,
 ) -> Vec<String> {
     let mut rules = masq;
-    let seps: Vec<String> = targets
+    // Each endpoint's verdict: a jump to its KUBE-SEP chain, or the DNAT.
+    let seps: Vec<Option<String>> = targets
         .iter()
-        .map(|(ip, port)| hash_name("KUBE-SEP-", &format!("{port_name}/{}", target(*ip, *port))))
+        .map(|(ip, port)| {
+            (!direct(ip))
+                .then(|| hash_name("KUBE-SEP-", &format!("{port_name}/{}", target(*ip, *port))))
+        })
         .collect();
     if let Some(timeout) = affinity {
-        for sep in &seps {
+        for sep in seps.iter().flatten() {
             rules.push(format!(
                 "-m recent --name {sep} --rcheck --seconds {timeout} --reap -j {sep}"
             ));
         }
     }
     let n = seps.len();
-    for (i, sep) in seps.iter().enumerate() {
+    for (i, ((ip, port), sep)) in targets.iter().zip(&seps).enumerate() {
+        let verdict = match sep {
+            Some(sep) => format!("-j {sep}"),
+            None => format!("-p {proto} -j DNAT --to-destination {}", target(*ip, *port)),
+        };
         if i + 1 == n {
-            rules.push(format!("-j {sep}"));
+            rules.push(verdict);
         } else {
             let p = 1.0 / (n - i) as f64;
             rules.push(format!(
-                "-m statistic --mode random --probability {p:.10} -j {sep}"
+                "-m statistic --mode random --probability {p:.10} {verdict}"
             ));
         }
     }
     for ((ip, port), sep) in targets.iter().zip(&seps) {
+        let Some(sep) = sep else { continue };
         let source = host(ip, IpFamily::of(ip));
         let recent = match affinity {
             Some(_) => format!("-m recent --name {sep} --set "),
@@ -182,18 +197,44 @@ fn balance(
 /// Renders one Service for one family: per port, the firewall drops, then
 /// either rejects (no endpoint) or the balancing chains, the ClusterIPs'
 /// jumps and the external paths; last, the rejects of unknown ports.
+///
+/// With `compact`, an endpoint on another node gets no `KUBE-SEP-*`
+/// chain unless the Service has ClientIP affinity: the balancing rule
+/// DNATs to it. Its hairpin rule (`-s` the endpoint `-j KUBE-MARK-MASQ`)
+/// can only match traffic the endpoint itself sends through this node's
+/// nat table, which starts on the endpoint's own node; endpoints on this
+/// node, and those on no node (an EndpointSlice's addresses outside the
+/// cluster), keep their chain and that rule.
 pub(crate) fn service(
     view: &ServiceView,
     family: IpFamily,
     config: &IptablesConfig,
     service_cidrs: &[IpNet],
+    compact: bool,
 ) -> Render {
     let mut render = Render::default();
     let name: ServiceName = view.service.service_name();
     let plan = view.plan(family);
     let pod_cidrs = config.proxy.cluster_cidrs_in(family);
+    // The endpoints on this node, and those on no node (addresses
+    // outside the cluster, whose own traffic may come through this node):
+    // those keep a chain in the compact layout.
+    let mut here: Vec<IpAddr> = if compact {
+        view.endpoints
+            .iter()
+            .filter(|e| e.family() == family)
+            .filter(|e| e.is_local() || e.endpoint().node_name().is_empty())
+            .map(EndpointView::ip)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    here.sort_unstable();
+    let direct =
+        |ip: &IpAddr| compact && plan.affinity.is_none() && here.binary_search(ip).is_err();
     for port in &plan.ports {
-        let port = PortRender::new(&name, &plan, port, family, config, &pod_cidrs);
+        render.endpoints += port.cluster.len();
+        let port = PortRender::new(&name, &plan, port, family, config, &pod_cidrs, &direct);
         port.firewall_drops(&mut render);
         if port.port.cluster.is_empty() {
             port.reject_everywhere(&mut render);
@@ -222,6 +263,8 @@ struct PortRender<'a> {
     ext_chain: String,
     fw_chain: String,
     mark_masq: String,
+    /// Whether an endpoint gets no chain of its own (see [`service`]).
+    direct: &'a dyn Fn(&IpAddr) -> bool,
 }
 
 impl<'a> PortRender<'a> {
@@ -232,6 +275,7 @@ impl<'a> PortRender<'a> {
         family: IpFamily,
         config: &'a IptablesConfig,
         pod_cidrs: &'a [String],
+        direct: &'a dyn Fn(&IpAddr) -> bool,
     ) -> Self {
         let port_name = format!("{name}:{}/{}", port.port.name, port.protocol);
         Self {
@@ -246,6 +290,7 @@ impl<'a> PortRender<'a> {
             fw_chain: hash_name("KUBE-FW-", &port_name),
             port_name,
             mark_masq: format!("-j {MARK_MASQ}"),
+            direct,
         }
     }
 
@@ -328,6 +373,7 @@ impl<'a> PortRender<'a> {
             &port.cluster,
             affinity,
             masq,
+            self.direct,
         );
         render
             .chains
@@ -338,7 +384,15 @@ impl<'a> PortRender<'a> {
             } else {
                 Vec::new()
             };
-            let rules = balance(render, &self.port_name, proto, &port.local, affinity, masq);
+            let rules = balance(
+                render,
+                &self.port_name,
+                proto,
+                &port.local,
+                affinity,
+                masq,
+                self.direct,
+            );
             render
                 .chains
                 .insert((Table::Nat, self.svl_chain.clone()), rules);

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use kpng_backend_iptables::{ChainKey, Family, IptablesBackend, IptablesConfig};
+use kpng_backend_iptables::{ChainKey, Family, IptablesBackend, IptablesConfig, Layout};
 use kpng_model::endpoint::Interner;
 use kpng_sink::{ProxyConfig, Round, Sink};
 use kpng_store::Store;
@@ -17,10 +17,10 @@ use kpng_testkit::{Cluster, ClusterShape};
 use kpng_view::NodeProjector;
 use proptest::prelude::*;
 
-fn backend() -> IptablesBackend {
+fn backend(layout: Layout) -> IptablesBackend {
     let proxy = ProxyConfig::default()
         .cluster_cidrs(["10.244.0.0/16", "fd00:10:244::/48"].map(|c| c.parse().expect("cidr")));
-    IptablesBackend::new(IptablesConfig::new(proxy)).publishing()
+    IptablesBackend::new(IptablesConfig::new(proxy).layout(layout)).publishing()
 }
 
 /// Every chain the backend wants, with its rules.
@@ -51,32 +51,66 @@ fn differences(
         .collect()
 }
 
+/// Drives one backend in `layout` through `steps`, comparing it with a
+/// fresh one at every step.
+fn check(
+    layout: Layout,
+    steps: Vec<(Vec<kpng_testkit::history::Change>, bool)>,
+) -> Result<(), TestCaseError> {
+    let mut store = Store::new();
+    Cluster::synthetic(ClusterShape {
+        services: 4,
+        endpoints: 12,
+        nodes: 3,
+        zones: 2,
+    })
+    .load_into(&mut store);
+    let mut interner = Interner::new();
+    let mut projector = NodeProjector::new(NODE);
+    let mut incremental = backend(layout);
+    let mut full_rounds = 0;
+    for (step, (changes, force)) in std::iter::once((Vec::new(), false))
+        .chain(steps)
+        .enumerate()
+    {
+        apply(&mut store, &changes, &mut interner);
+        if force {
+            incremental.force_full();
+        }
+        let report = projector
+            .sync_into(&store.snapshot(), &mut incremental)
+            .expect("sync");
+        if report.is_some_and(|r| r.full) {
+            full_rounds += 1;
+        }
+        let mut fresh = backend(layout);
+        fresh
+            .sync(&Round::full(projector.view()))
+            .expect("full round");
+        let (got, want) = (chains(&incremental), chains(&fresh));
+        prop_assert!(!want.is_empty());
+        let diff = differences(&got, &want);
+        prop_assert!(
+            diff.is_empty(),
+            "step {}: {:?}: (chain, incremental, fresh): {:#?}",
+            step,
+            changes,
+            diff
+        );
+    }
+    prop_assert_eq!(full_rounds, 1, "only the first round is full");
+    Ok(())
+}
+
 proptest! {
     #[test]
     fn incremental_rounds_want_what_a_full_round_wants(steps in steps()) {
-        let mut store = Store::new();
-        Cluster::synthetic(ClusterShape { services: 4, endpoints: 12, nodes: 3, zones: 2 })
-            .load_into(&mut store);
-        let mut interner = Interner::new();
-        let mut projector = NodeProjector::new(NODE);
-        let mut incremental = backend();
-        let mut full_rounds = 0;
-        for (step, (changes, force)) in std::iter::once((Vec::new(), false)).chain(steps).enumerate() {
-            apply(&mut store, &changes, &mut interner);
-            if force {
-                incremental.force_full();
-            }
-            let report = projector.sync_into(&store.snapshot(), &mut incremental).expect("sync");
-            if report.is_some_and(|r| r.full) {
-                full_rounds += 1;
-            }
-            let mut fresh = backend();
-            fresh.sync(&Round::full(projector.view())).expect("full round");
-            let (got, want) = (chains(&incremental), chains(&fresh));
-            prop_assert!(!want.is_empty());
-            let diff = differences(&got, &want);
-            prop_assert!(diff.is_empty(), "step {}: {:?}: (chain, incremental, fresh): {:#?}", step, changes, diff);
-        }
-        prop_assert_eq!(full_rounds, 1, "only the first round is full");
+        check(Layout::Auto, steps)?;
+    }
+
+    /// The same in the compact layout.
+    #[test]
+    fn incremental_rounds_want_what_a_full_round_wants_in_the_compact_layout(steps in steps()) {
+        check(Layout::Compact, steps)?;
     }
 }
