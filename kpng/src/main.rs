@@ -108,6 +108,7 @@ async fn finish(
         metrics: &metrics,
         store: (!once).then_some(&reader),
         conditions: &conditions,
+        once,
     };
     let (mut backend, hold) = sinks::build(sink, &parts)?;
     let mut projector = NodeProjector::new(node);
@@ -271,6 +272,7 @@ async fn run(cli: Cli) -> Result<(), Error> {
                 metrics: &metrics,
                 store: None,
                 conditions: &conditions,
+                once: args.sink.once(),
             };
             let (sink, _hold) = sinks::build(&args.sink, &parts)?;
             let mut sink = sink.with(NodeSeen::new(&args.node, conditions));

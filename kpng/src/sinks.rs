@@ -31,6 +31,9 @@ pub(crate) struct Parts<'a> {
     /// trigger times give the network programming latency.
     pub(crate) store: Option<&'a kpng_store::Reader>,
     pub(crate) conditions: &'a Conditions,
+    /// Whether the process ends after its first sync: a backend then
+    /// keeps no state for rounds after it.
+    pub(crate) once: bool,
 }
 
 impl Parts<'_> {
@@ -85,6 +88,11 @@ fn unguarded(
             let args = &nft.common;
             let proxy = args.proxy()?;
             let backend = NftBackend::new(NftConfig::new(proxy.clone()).comments(nft.nft_comments));
+            let backend = if parts.once {
+                backend.one_shot()
+            } else {
+                backend
+            };
             let sink = kernel(
                 backend,
                 NftBackend::dry_run,
