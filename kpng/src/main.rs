@@ -227,16 +227,34 @@ async fn run(cli: Cli) -> Result<(), Error> {
             watch.give_up_after = once.then_some(ONCE_ATTEMPTS);
             // The ingest comes back with the watch's end, so that the
             // store stays open (and the sink waiting) until the error is
-            // read here.
+            // read here. A one-shot run's watch ends once what its round
+            // waits for is listed (`None`): the store then goes with the
+            // round's snapshot, before the sink's sync (see `drive`).
+            let mut lists = ingest.reader();
+            let wait_for = DriveConfig::default().wait_for;
             let watching = tokio::spawn(async move {
-                let watched = kpng_kube::watch::run_on(client, &mut ingest, watch).await;
+                let watched = if once {
+                    tokio::select! {
+                        watched = kpng_kube::watch::run_on(client, &mut ingest, watch) => Some(watched),
+                        _ = lists.listed(&wait_for) => None,
+                    }
+                } else {
+                    Some(kpng_kube::watch::run_on(client, &mut ingest, watch).await)
+                };
+                drop(lists);
                 (watched, ingest)
             });
+            let finishing = finish(reader, args.node.as_deref(), Nodes::Only, &args.sink, once);
+            tokio::pin!(finishing);
             tokio::select! {
-                done = finish(reader, args.node.as_deref(), Nodes::Only, &args.sink, once) => done,
+                done = &mut finishing => done,
                 watched = watching => match watched {
-                    Ok((Ok(()), _)) => Err(Error::Kube("the watch ended".into())),
-                    Ok((Err(e), _)) => Err(e.into()),
+                    Ok((None, ingest)) => {
+                        drop(ingest);
+                        finishing.await
+                    }
+                    Ok((Some(Ok(())), _)) => Err(Error::Kube("the watch ended".into())),
+                    Ok((Some(Err(e)), _)) => Err(e.into()),
                     Err(e) => Err(Error::Kube(format!("the watch failed: {e}"))),
                 },
             }
