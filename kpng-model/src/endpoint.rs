@@ -402,6 +402,47 @@ impl EndpointInfo {
         }
     }
 
+    /// An endpoint at `address` on this one's node and zone (the same
+    /// shared copy), with `ports` and these conditions, and no hints and
+    /// no address of the other family: how a decoder makes many
+    /// endpoints of one node without looking the node up again.
+    ///
+    /// ```
+    /// use kpng_model::EndpointInfo;
+    /// use kpng_model::endpoint::{Interner, PortList};
+    ///
+    /// let mut interner = Interner::new();
+    /// let first = EndpointInfo::builder("10.0.0.1".parse()?)
+    ///     .node("node-a", "zone-1")
+    ///     .intern(&mut interner);
+    /// let second = first.on_same_node("10.0.0.2".parse()?, PortList::default(), true, false, false);
+    /// assert!(second.shares_node_with(&first));
+    /// assert_eq!(
+    ///     second,
+    ///     EndpointInfo::builder("10.0.0.2".parse()?)
+    ///         .node("node-a", "zone-1")
+    ///         .conditions(true, false, false)
+    ///         .build()
+    /// );
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn on_same_node(
+        &self,
+        address: IpAddr,
+        ports: PortList,
+        ready: bool,
+        serving: bool,
+        terminating: bool,
+    ) -> Self {
+        Self {
+            address,
+            flags: condition_bits(ready, serving, terminating),
+            place: self.place.clone(),
+            ports,
+            extra: None,
+        }
+    }
+
     /// The same endpoint with other ports.
     pub fn with_ports(&self, ports: PortList) -> Self {
         Self {

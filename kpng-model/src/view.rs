@@ -381,6 +381,50 @@ impl NodeView {
         Ok(())
     }
 
+    /// Sets endpoints of Service `name`, as one
+    /// [`ViewOp::SetEndpoint`] each in order, with one look-up of the
+    /// Service for them all.
+    ///
+    /// # Errors
+    /// [`Error::UnknownService`] when the view does not hold the Service
+    /// (then nothing is set).
+    pub fn set_endpoints(&mut self, name: &ServiceName, endpoints: Vec<EndpointView>) -> Result<()> {
+        let held = self.service(name)?;
+        let (mut changed, mut missing) = (false, 0);
+        for e in &endpoints {
+            match held.endpoint_index(&e.ip()) {
+                Ok(i) => changed |= held.endpoints[i] != *e,
+                Err(_) => (changed, missing) = (true, missing + 1),
+            }
+        }
+        if !changed {
+            // Already so: nothing is copied.
+            return Ok(());
+        }
+        let view = self.service_mut(name)?;
+        let list = &mut view.endpoints;
+        if missing > list.capacity() - list.len() {
+            // Exactly what they need when the list is new (a full view
+            // is built this way and kept), else by a quarter at least.
+            list.reserve_exact(missing.max(list.len() / 4));
+        }
+        for endpoint in endpoints {
+            let at = list.last().map_or(Err(0), |last| {
+                // In address order (as a full view sends them): at the end.
+                if last.ip() < endpoint.ip() {
+                    Err(list.len())
+                } else {
+                    list.binary_search_by(|e| e.ip().cmp(&endpoint.ip()))
+                }
+            });
+            match at {
+                Ok(i) => list[i] = endpoint,
+                Err(i) => list.insert(i, endpoint),
+            }
+        }
+        Ok(())
+    }
+
     fn service(&self, name: &ServiceName) -> Result<&ServiceView> {
         self.services
             .get(name)

@@ -371,6 +371,51 @@ pub struct SetEndpoints {
     /// The endpoints.
     #[prost(message, repeated, tag = "2")]
     pub endpoints: ::prost::alloc::vec::Vec<CompactEndpoint>,
+    /// More endpoints, in columns, set after `endpoints`. Sent only to a
+    /// watcher that asked for them (WatchRequest.endpoint_columns).
+    #[prost(message, optional, tag = "3")]
+    pub columns: ::core::option::Option<EndpointColumns>,
+}
+/// Endpoints in columns: entry i of each column is endpoint i's (the same
+/// as a CompactEndpoint each). The endpoints are as many as `flags` has
+/// entries; every other per-endpoint column has exactly as many, or none
+/// (then every endpoint's value there is 0).
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct EndpointColumns {
+    /// Per endpoint: the bits of CompactEndpoint.flags, and 64: its address
+    /// is IPv6 (16 bytes in `ips`; else IPv4, 4 bytes), 128: it has an
+    /// address in the other family (in `other_ips`).
+    #[prost(uint32, repeated, tag = "1")]
+    pub flags: ::prost::alloc::vec::Vec<u32>,
+    /// The addresses (CompactEndpoint.ip), one after the other.
+    #[prost(bytes = "vec", tag = "2")]
+    pub ips: ::prost::alloc::vec::Vec<u8>,
+    /// CompactEndpoint.node of each.
+    #[prost(uint32, repeated, tag = "3")]
+    pub nodes: ::prost::alloc::vec::Vec<u32>,
+    /// CompactEndpoint.zone of each.
+    #[prost(uint32, repeated, tag = "4")]
+    pub zones: ::prost::alloc::vec::Vec<u32>,
+    /// CompactEndpoint.ports of each.
+    #[prost(uint32, repeated, tag = "5")]
+    pub ports: ::prost::alloc::vec::Vec<u32>,
+    /// The addresses in the other family (CompactEndpoint.other_address) of
+    /// the endpoints with bit 128, one after the other: 4 bytes after an
+    /// IPv6 address, 16 after an IPv4 one.
+    #[prost(bytes = "vec", tag = "6")]
+    pub other_ips: ::prost::alloc::vec::Vec<u8>,
+    /// How many entries of `hint_zones` each endpoint has, in order.
+    #[prost(uint32, repeated, tag = "7")]
+    pub hint_zone_counts: ::prost::alloc::vec::Vec<u32>,
+    /// CompactEndpoint.hint_zones of every endpoint, one after the other.
+    #[prost(uint32, repeated, tag = "8")]
+    pub hint_zones: ::prost::alloc::vec::Vec<u32>,
+    /// How many entries of `hint_nodes` each endpoint has, in order.
+    #[prost(uint32, repeated, tag = "9")]
+    pub hint_node_counts: ::prost::alloc::vec::Vec<u32>,
+    /// CompactEndpoint.hint_nodes of every endpoint, one after the other.
+    #[prost(uint32, repeated, tag = "10")]
+    pub hint_nodes: ::prost::alloc::vec::Vec<u32>,
 }
 /// One endpoint as a node uses it, in compact form. It stands for an
 /// EndpointRef whose endpoint has at most one address per family, each in
@@ -452,6 +497,10 @@ pub struct WatchRequest {
     /// digest and a sync.
     #[prost(bytes = "vec", tag = "4")]
     pub since_digest: ::prost::alloc::vec::Vec<u8>,
+    /// The watcher reads SetEndpoints.columns: the server may send endpoints
+    /// in columns (cheaper to decode) instead of CompactEndpoint messages.
+    #[prost(bool, tag = "5")]
+    pub endpoint_columns: bool,
 }
 /// One message of a watch stream.
 #[derive(Clone, PartialEq, ::prost::Message)]

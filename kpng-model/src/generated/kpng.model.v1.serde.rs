@@ -665,6 +665,287 @@ impl<'de> serde::Deserialize<'de> for Endpoint {
         deserializer.deserialize_struct("kpng.model.v1.Endpoint", FIELDS, GeneratedVisitor)
     }
 }
+impl serde::Serialize for EndpointColumns {
+    #[allow(deprecated)]
+    fn serialize<S>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error>
+    where
+        S: serde::Serializer,
+    {
+        use serde::ser::SerializeStruct;
+        let mut len = 0;
+        if !self.flags.is_empty() {
+            len += 1;
+        }
+        if !self.ips.is_empty() {
+            len += 1;
+        }
+        if !self.nodes.is_empty() {
+            len += 1;
+        }
+        if !self.zones.is_empty() {
+            len += 1;
+        }
+        if !self.ports.is_empty() {
+            len += 1;
+        }
+        if !self.other_ips.is_empty() {
+            len += 1;
+        }
+        if !self.hint_zone_counts.is_empty() {
+            len += 1;
+        }
+        if !self.hint_zones.is_empty() {
+            len += 1;
+        }
+        if !self.hint_node_counts.is_empty() {
+            len += 1;
+        }
+        if !self.hint_nodes.is_empty() {
+            len += 1;
+        }
+        let mut struct_ser = serializer.serialize_struct("kpng.model.v1.EndpointColumns", len)?;
+        if !self.flags.is_empty() {
+            struct_ser.serialize_field("flags", &self.flags)?;
+        }
+        if !self.ips.is_empty() {
+            #[allow(clippy::needless_borrow)]
+            #[allow(clippy::needless_borrows_for_generic_args)]
+            struct_ser.serialize_field("ips", pbjson::private::base64::encode(&self.ips).as_str())?;
+        }
+        if !self.nodes.is_empty() {
+            struct_ser.serialize_field("nodes", &self.nodes)?;
+        }
+        if !self.zones.is_empty() {
+            struct_ser.serialize_field("zones", &self.zones)?;
+        }
+        if !self.ports.is_empty() {
+            struct_ser.serialize_field("ports", &self.ports)?;
+        }
+        if !self.other_ips.is_empty() {
+            #[allow(clippy::needless_borrow)]
+            #[allow(clippy::needless_borrows_for_generic_args)]
+            struct_ser.serialize_field("otherIps", pbjson::private::base64::encode(&self.other_ips).as_str())?;
+        }
+        if !self.hint_zone_counts.is_empty() {
+            struct_ser.serialize_field("hintZoneCounts", &self.hint_zone_counts)?;
+        }
+        if !self.hint_zones.is_empty() {
+            struct_ser.serialize_field("hintZones", &self.hint_zones)?;
+        }
+        if !self.hint_node_counts.is_empty() {
+            struct_ser.serialize_field("hintNodeCounts", &self.hint_node_counts)?;
+        }
+        if !self.hint_nodes.is_empty() {
+            struct_ser.serialize_field("hintNodes", &self.hint_nodes)?;
+        }
+        struct_ser.end()
+    }
+}
+impl<'de> serde::Deserialize<'de> for EndpointColumns {
+    #[allow(deprecated)]
+    fn deserialize<D>(deserializer: D) -> std::result::Result<Self, D::Error>
+    where
+        D: serde::Deserializer<'de>,
+    {
+        const FIELDS: &[&str] = &[
+            "flags",
+            "ips",
+            "nodes",
+            "zones",
+            "ports",
+            "other_ips",
+            "otherIps",
+            "hint_zone_counts",
+            "hintZoneCounts",
+            "hint_zones",
+            "hintZones",
+            "hint_node_counts",
+            "hintNodeCounts",
+            "hint_nodes",
+            "hintNodes",
+        ];
+
+        #[allow(clippy::enum_variant_names)]
+        enum GeneratedField {
+            Flags,
+            Ips,
+            Nodes,
+            Zones,
+            Ports,
+            OtherIps,
+            HintZoneCounts,
+            HintZones,
+            HintNodeCounts,
+            HintNodes,
+        }
+        impl<'de> serde::Deserialize<'de> for GeneratedField {
+            fn deserialize<D>(deserializer: D) -> std::result::Result<GeneratedField, D::Error>
+            where
+                D: serde::Deserializer<'de>,
+            {
+                struct GeneratedVisitor;
+
+                impl serde::de::Visitor<'_> for GeneratedVisitor {
+                    type Value = GeneratedField;
+
+                    fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                        write!(formatter, "expected one of: {:?}", &FIELDS)
+                    }
+
+                    #[allow(unused_variables)]
+                    fn visit_str<E>(self, value: &str) -> std::result::Result<GeneratedField, E>
+                    where
+                        E: serde::de::Error,
+                    {
+                        match value {
+                            "flags" => Ok(GeneratedField::Flags),
+                            "ips" => Ok(GeneratedField::Ips),
+                            "nodes" => Ok(GeneratedField::Nodes),
+                            "zones" => Ok(GeneratedField::Zones),
+                            "ports" => Ok(GeneratedField::Ports),
+                            "otherIps" | "other_ips" => Ok(GeneratedField::OtherIps),
+                            "hintZoneCounts" | "hint_zone_counts" => Ok(GeneratedField::HintZoneCounts),
+                            "hintZones" | "hint_zones" => Ok(GeneratedField::HintZones),
+                            "hintNodeCounts" | "hint_node_counts" => Ok(GeneratedField::HintNodeCounts),
+                            "hintNodes" | "hint_nodes" => Ok(GeneratedField::HintNodes),
+                            _ => Err(serde::de::Error::unknown_field(value, FIELDS)),
+                        }
+                    }
+                }
+                deserializer.deserialize_identifier(GeneratedVisitor)
+            }
+        }
+        struct GeneratedVisitor;
+        impl<'de> serde::de::Visitor<'de> for GeneratedVisitor {
+            type Value = EndpointColumns;
+
+            fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                formatter.write_str("struct kpng.model.v1.EndpointColumns")
+            }
+
+            fn visit_map<V>(self, mut map_: V) -> std::result::Result<EndpointColumns, V::Error>
+                where
+                    V: serde::de::MapAccess<'de>,
+            {
+                let mut flags__ = None;
+                let mut ips__ = None;
+                let mut nodes__ = None;
+                let mut zones__ = None;
+                let mut ports__ = None;
+                let mut other_ips__ = None;
+                let mut hint_zone_counts__ = None;
+                let mut hint_zones__ = None;
+                let mut hint_node_counts__ = None;
+                let mut hint_nodes__ = None;
+                while let Some(k) = map_.next_key()? {
+                    match k {
+                        GeneratedField::Flags => {
+                            if flags__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("flags"));
+                            }
+                            flags__ = 
+                                Some(map_.next_value::<Vec<::pbjson::private::NumberDeserialize<_>>>()?
+                                    .into_iter().map(|x| x.0).collect())
+                            ;
+                        }
+                        GeneratedField::Ips => {
+                            if ips__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("ips"));
+                            }
+                            ips__ = 
+                                Some(map_.next_value::<::pbjson::private::BytesDeserialize<_>>()?.0)
+                            ;
+                        }
+                        GeneratedField::Nodes => {
+                            if nodes__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("nodes"));
+                            }
+                            nodes__ = 
+                                Some(map_.next_value::<Vec<::pbjson::private::NumberDeserialize<_>>>()?
+                                    .into_iter().map(|x| x.0).collect())
+                            ;
+                        }
+                        GeneratedField::Zones => {
+                            if zones__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("zones"));
+                            }
+                            zones__ = 
+                                Some(map_.next_value::<Vec<::pbjson::private::NumberDeserialize<_>>>()?
+                                    .into_iter().map(|x| x.0).collect())
+                            ;
+                        }
+                        GeneratedField::Ports => {
+                            if ports__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("ports"));
+                            }
+                            ports__ = 
+                                Some(map_.next_value::<Vec<::pbjson::private::NumberDeserialize<_>>>()?
+                                    .into_iter().map(|x| x.0).collect())
+                            ;
+                        }
+                        GeneratedField::OtherIps => {
+                            if other_ips__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("otherIps"));
+                            }
+                            other_ips__ = 
+                                Some(map_.next_value::<::pbjson::private::BytesDeserialize<_>>()?.0)
+                            ;
+                        }
+                        GeneratedField::HintZoneCounts => {
+                            if hint_zone_counts__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("hintZoneCounts"));
+                            }
+                            hint_zone_counts__ = 
+                                Some(map_.next_value::<Vec<::pbjson::private::NumberDeserialize<_>>>()?
+                                    .into_iter().map(|x| x.0).collect())
+                            ;
+                        }
+                        GeneratedField::HintZones => {
+                            if hint_zones__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("hintZones"));
+                            }
+                            hint_zones__ = 
+                                Some(map_.next_value::<Vec<::pbjson::private::NumberDeserialize<_>>>()?
+                                    .into_iter().map(|x| x.0).collect())
+                            ;
+                        }
+                        GeneratedField::HintNodeCounts => {
+                            if hint_node_counts__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("hintNodeCounts"));
+                            }
+                            hint_node_counts__ = 
+                                Some(map_.next_value::<Vec<::pbjson::private::NumberDeserialize<_>>>()?
+                                    .into_iter().map(|x| x.0).collect())
+                            ;
+                        }
+                        GeneratedField::HintNodes => {
+                            if hint_nodes__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("hintNodes"));
+                            }
+                            hint_nodes__ = 
+                                Some(map_.next_value::<Vec<::pbjson::private::NumberDeserialize<_>>>()?
+                                    .into_iter().map(|x| x.0).collect())
+                            ;
+                        }
+                    }
+                }
+                Ok(EndpointColumns {
+                    flags: flags__.unwrap_or_default(),
+                    ips: ips__.unwrap_or_default(),
+                    nodes: nodes__.unwrap_or_default(),
+                    zones: zones__.unwrap_or_default(),
+                    ports: ports__.unwrap_or_default(),
+                    other_ips: other_ips__.unwrap_or_default(),
+                    hint_zone_counts: hint_zone_counts__.unwrap_or_default(),
+                    hint_zones: hint_zones__.unwrap_or_default(),
+                    hint_node_counts: hint_node_counts__.unwrap_or_default(),
+                    hint_nodes: hint_nodes__.unwrap_or_default(),
+                })
+            }
+        }
+        deserializer.deserialize_struct("kpng.model.v1.EndpointColumns", FIELDS, GeneratedVisitor)
+    }
+}
 impl serde::Serialize for EndpointEntry {
     #[allow(deprecated)]
     fn serialize<S>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error>
@@ -2954,12 +3235,18 @@ impl serde::Serialize for SetEndpoints {
         if !self.endpoints.is_empty() {
             len += 1;
         }
+        if self.columns.is_some() {
+            len += 1;
+        }
         let mut struct_ser = serializer.serialize_struct("kpng.model.v1.SetEndpoints", len)?;
         if let Some(v) = self.service.as_ref() {
             struct_ser.serialize_field("service", v)?;
         }
         if !self.endpoints.is_empty() {
             struct_ser.serialize_field("endpoints", &self.endpoints)?;
+        }
+        if let Some(v) = self.columns.as_ref() {
+            struct_ser.serialize_field("columns", v)?;
         }
         struct_ser.end()
     }
@@ -2973,12 +3260,14 @@ impl<'de> serde::Deserialize<'de> for SetEndpoints {
         const FIELDS: &[&str] = &[
             "service",
             "endpoints",
+            "columns",
         ];
 
         #[allow(clippy::enum_variant_names)]
         enum GeneratedField {
             Service,
             Endpoints,
+            Columns,
         }
         impl<'de> serde::Deserialize<'de> for GeneratedField {
             fn deserialize<D>(deserializer: D) -> std::result::Result<GeneratedField, D::Error>
@@ -3002,6 +3291,7 @@ impl<'de> serde::Deserialize<'de> for SetEndpoints {
                         match value {
                             "service" => Ok(GeneratedField::Service),
                             "endpoints" => Ok(GeneratedField::Endpoints),
+                            "columns" => Ok(GeneratedField::Columns),
                             _ => Err(serde::de::Error::unknown_field(value, FIELDS)),
                         }
                     }
@@ -3023,6 +3313,7 @@ impl<'de> serde::Deserialize<'de> for SetEndpoints {
             {
                 let mut service__ = None;
                 let mut endpoints__ = None;
+                let mut columns__ = None;
                 while let Some(k) = map_.next_key()? {
                     match k {
                         GeneratedField::Service => {
@@ -3037,11 +3328,18 @@ impl<'de> serde::Deserialize<'de> for SetEndpoints {
                             }
                             endpoints__ = Some(map_.next_value()?);
                         }
+                        GeneratedField::Columns => {
+                            if columns__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("columns"));
+                            }
+                            columns__ = map_.next_value()?;
+                        }
                     }
                 }
                 Ok(SetEndpoints {
                     service: service__,
                     endpoints: endpoints__.unwrap_or_default(),
+                    columns: columns__,
                 })
             }
         }
@@ -3609,6 +3907,9 @@ impl serde::Serialize for WatchRequest {
         if !self.since_digest.is_empty() {
             len += 1;
         }
+        if self.endpoint_columns {
+            len += 1;
+        }
         let mut struct_ser = serializer.serialize_struct("kpng.model.v1.WatchRequest", len)?;
         if !self.node.is_empty() {
             struct_ser.serialize_field("node", &self.node)?;
@@ -3628,6 +3929,9 @@ impl serde::Serialize for WatchRequest {
             #[allow(clippy::needless_borrows_for_generic_args)]
             struct_ser.serialize_field("sinceDigest", pbjson::private::base64::encode(&self.since_digest).as_str())?;
         }
+        if self.endpoint_columns {
+            struct_ser.serialize_field("endpointColumns", &self.endpoint_columns)?;
+        }
         struct_ser.end()
     }
 }
@@ -3645,6 +3949,8 @@ impl<'de> serde::Deserialize<'de> for WatchRequest {
             "sinceInstance",
             "since_digest",
             "sinceDigest",
+            "endpoint_columns",
+            "endpointColumns",
         ];
 
         #[allow(clippy::enum_variant_names)]
@@ -3653,6 +3959,7 @@ impl<'de> serde::Deserialize<'de> for WatchRequest {
             SinceRevision,
             SinceInstance,
             SinceDigest,
+            EndpointColumns,
         }
         impl<'de> serde::Deserialize<'de> for GeneratedField {
             fn deserialize<D>(deserializer: D) -> std::result::Result<GeneratedField, D::Error>
@@ -3678,6 +3985,7 @@ impl<'de> serde::Deserialize<'de> for WatchRequest {
                             "sinceRevision" | "since_revision" => Ok(GeneratedField::SinceRevision),
                             "sinceInstance" | "since_instance" => Ok(GeneratedField::SinceInstance),
                             "sinceDigest" | "since_digest" => Ok(GeneratedField::SinceDigest),
+                            "endpointColumns" | "endpoint_columns" => Ok(GeneratedField::EndpointColumns),
                             _ => Err(serde::de::Error::unknown_field(value, FIELDS)),
                         }
                     }
@@ -3701,6 +4009,7 @@ impl<'de> serde::Deserialize<'de> for WatchRequest {
                 let mut since_revision__ = None;
                 let mut since_instance__ = None;
                 let mut since_digest__ = None;
+                let mut endpoint_columns__ = None;
                 while let Some(k) = map_.next_key()? {
                     match k {
                         GeneratedField::Node => {
@@ -3733,6 +4042,12 @@ impl<'de> serde::Deserialize<'de> for WatchRequest {
                                 Some(map_.next_value::<::pbjson::private::BytesDeserialize<_>>()?.0)
                             ;
                         }
+                        GeneratedField::EndpointColumns => {
+                            if endpoint_columns__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("endpointColumns"));
+                            }
+                            endpoint_columns__ = Some(map_.next_value()?);
+                        }
                     }
                 }
                 Ok(WatchRequest {
@@ -3740,6 +4055,7 @@ impl<'de> serde::Deserialize<'de> for WatchRequest {
                     since_revision: since_revision__.unwrap_or_default(),
                     since_instance: since_instance__.unwrap_or_default(),
                     since_digest: since_digest__.unwrap_or_default(),
+                    endpoint_columns: endpoint_columns__.unwrap_or_default(),
                 })
             }
         }
