@@ -256,7 +256,12 @@ impl Inner {
     }
 
     /// The pieces of a view shared among nodes: encoded once.
-    fn shared(&mut self, name: &ServiceName, view: &Arc<ServiceView>, columns: bool) -> Arc<[Bytes]> {
+    fn shared(
+        &mut self,
+        name: &ServiceName,
+        view: &Arc<ServiceView>,
+        columns: bool,
+    ) -> Arc<[Bytes]> {
         let key = Arc::as_ptr(view) as usize;
         let form = usize::from(columns);
         if let Some((_, forms)) = self.services.get(&key)
@@ -514,7 +519,10 @@ mod tests {
             for node in ["node-1", "node-2", "elsewhere"] {
                 let (decoded, ..) = full_view_in(&shared, &encodings, &store, node, columns);
                 let want = node_view(&store.snapshot(), node);
-                assert!(decoded.services == want.services, "{node}, columns {columns}");
+                assert!(
+                    decoded.services == want.services,
+                    "{node}, columns {columns}"
+                );
             }
             first.push(encodings.encoded());
         }

@@ -240,27 +240,19 @@ impl Encoder {
             flags |= OTHER;
             put_ip(&mut columns.other_ips, &other);
         }
-        columns.flags.push(flags);
+        // Every bit fits in a byte.
+        columns.flags.push(u8::try_from(flags).unwrap_or(u8::MAX));
         let node = self.string(tables, ep.node_name());
-        columns.nodes.push(node);
         let zone = self.zone(tables, ep.zone());
-        columns.zones.push(zone);
         let ports = self.ports(tables, ep.ports());
-        columns.ports.push(ports);
-        for (counts, list, hints) in [
-            (
-                &mut columns.hint_zone_counts,
-                &mut columns.hint_zones,
-                ep.hint_zones(),
-            ),
-            (
-                &mut columns.hint_node_counts,
-                &mut columns.hint_nodes,
-                ep.hint_nodes(),
-            ),
-        ] {
-            counts.push(u32::try_from(hints.len()).unwrap_or(u32::MAX));
-            list.extend(hints.iter().map(|h| self.string(tables, h)));
+        columns.places.extend([node, zone, ports]);
+        let count = |hints: &[Box<str>]| u32::try_from(hints.len()).unwrap_or(u32::MAX);
+        columns
+            .hint_counts
+            .extend([count(ep.hint_zones()), count(ep.hint_nodes())]);
+        for hint in ep.hint_zones().iter().chain(ep.hint_nodes()) {
+            let i = self.string(tables, hint);
+            columns.hints.push(i);
         }
     }
 
@@ -295,13 +287,7 @@ impl Encoder {
                     Run::Compact(endpoints) => set.endpoints = endpoints,
                     Run::Columns(mut columns) => {
                         // Columns of zeros are left out.
-                        for column in [
-                            &mut columns.nodes,
-                            &mut columns.zones,
-                            &mut columns.ports,
-                            &mut columns.hint_zone_counts,
-                            &mut columns.hint_node_counts,
-                        ] {
+                        for column in [&mut columns.places, &mut columns.hint_counts] {
                             if column.iter().all(|v| *v == 0) {
                                 column.clear();
                             }
@@ -492,25 +478,29 @@ impl Decoder {
 
     /// The endpoints of `c`, appended to `out`, after checking the size
     /// of every column.
-    fn columns(&mut self, c: &v1::EndpointColumns, out: &mut Vec<EndpointView>) -> Result<(), Error> {
+    fn columns(
+        &mut self,
+        c: &v1::EndpointColumns,
+        out: &mut Vec<EndpointView>,
+    ) -> Result<(), Error> {
         let n = c.flags.len();
-        let per_endpoint = |field: &str, column: &[u32]| -> Result<bool, Error> {
+        let per_endpoint = |field: &str, column: &[u32], k: usize| -> Result<bool, Error> {
             match column.len() {
                 0 => Ok(false),
-                len if len == n => Ok(true),
-                len => Err(mis_sized(field, format!("{len} entries for {n} endpoints"))),
+                len if len == k * n => Ok(true),
+                len => Err(mis_sized(
+                    field,
+                    format!("{len} numbers for {n} endpoints ({k} each)"),
+                )),
             }
         };
-        let nodes = per_endpoint("nodes", &c.nodes)?;
-        let zones = per_endpoint("zones", &c.zones)?;
-        let ports = per_endpoint("ports", &c.ports)?;
-        let zone_counts = per_endpoint("hint_zone_counts", &c.hint_zone_counts)?;
-        let node_counts = per_endpoint("hint_node_counts", &c.hint_node_counts)?;
+        let places = per_endpoint("places", &c.places, 3)?;
+        let hinted = per_endpoint("hint_counts", &c.hint_counts, 2)?;
         let (mut ips, mut others) = (0usize, 0usize);
         for f in &c.flags {
-            let v6 = f & V6 != 0;
+            let v6 = u32::from(*f) & V6 != 0;
             ips += if v6 { 16 } else { 4 };
-            if f & OTHER != 0 {
+            if u32::from(*f) & OTHER != 0 {
                 others += if v6 { 4 } else { 16 };
             }
         }
@@ -525,22 +515,17 @@ impl Decoder {
                 ));
             }
         }
-        for (field, counts, list) in [
-            ("hint_zones", &c.hint_zone_counts, &c.hint_zones),
-            ("hint_nodes", &c.hint_node_counts, &c.hint_nodes),
-        ] {
-            let want: u64 = counts.iter().map(|k| u64::from(*k)).sum();
-            if list.len() as u64 != want {
-                return Err(mis_sized(
-                    field,
-                    format!("{} entries where the counts say {want}", list.len()),
-                ));
-            }
+        let hints: u64 = c.hint_counts.iter().map(|k| u64::from(*k)).sum();
+        if c.hints.len() as u64 != hints {
+            return Err(mis_sized(
+                "hints",
+                format!("{} numbers where hint_counts say {hints}", c.hints.len()),
+            ));
         }
-        let at = |column: &[u32], on: bool, i: usize| if on { column[i] } else { 0 };
         let (mut ip_bytes, mut other_bytes) = (c.ips.as_slice(), c.other_ips.as_slice());
-        let (mut zone_hints, mut node_hints) = (c.hint_zones.as_slice(), c.hint_nodes.as_slice());
+        let mut hint_list = c.hints.as_slice();
         for (i, flags) in c.flags.iter().enumerate() {
+            let flags = u32::from(*flags);
             let v6 = flags & V6 != 0;
             let (ip, rest) = take_ip(ip_bytes, v6);
             ip_bytes = rest;
@@ -551,19 +536,25 @@ impl Decoder {
             } else {
                 None
             };
-            let (hint_zones, rest) =
-                zone_hints.split_at(at(&c.hint_zone_counts, zone_counts, i) as usize);
-            zone_hints = rest;
-            let (hint_nodes, rest) =
-                node_hints.split_at(at(&c.hint_node_counts, node_counts, i) as usize);
-            node_hints = rest;
+            let [node, zone, ports] = match places {
+                true => [c.places[3 * i], c.places[3 * i + 1], c.places[3 * i + 2]],
+                false => [0; 3],
+            };
+            let [zones, nodes] = match hinted {
+                true => [c.hint_counts[2 * i], c.hint_counts[2 * i + 1]],
+                false => [0; 2],
+            };
+            // The counts were summed: never beyond the list.
+            let (hint_zones, rest) = hint_list.split_at((zones as usize).min(hint_list.len()));
+            let (hint_nodes, rest) = rest.split_at((nodes as usize).min(rest.len()));
+            hint_list = rest;
             out.push(self.endpoint(&Parts {
                 ip,
                 other,
-                flags: *flags,
-                node: at(&c.nodes, nodes, i),
-                zone: at(&c.zones, zones, i),
-                ports: at(&c.ports, ports, i),
+                flags,
+                node,
+                zone,
+                ports,
                 hint_zones,
                 hint_nodes,
             })?);
@@ -599,6 +590,22 @@ impl Decoder {
         let endpoint = match known {
             // The node's shared copy, no look-up.
             Some(on_node) => on_node.on_same_node(c.ip, ports, ready, serving, terminating),
+            // The first of its node in the round: the node looked up,
+            // kept for the next ones.
+            None if plain => {
+                let on_node = EndpointInfo::builder(c.ip)
+                    .node(string(c.node)?, string(c.zone)?)
+                    .intern(interner);
+                let endpoint = on_node.on_same_node(c.ip, ports, ready, serving, terminating);
+                // The node index was found in the table: it is not
+                // beyond it.
+                let slot = c.node as usize;
+                if nodes.len() <= slot {
+                    nodes.resize(slot + 1, None);
+                }
+                nodes[slot] = Some((c.zone, on_node));
+                endpoint
+            }
             None => {
                 let names = |list: &[u32]| -> Result<Vec<&str>, Error> {
                     list.iter().map(|i| string(*i)).collect()
@@ -612,22 +619,11 @@ impl Decoder {
                 if let Some(other) = c.other {
                     builder = builder.other_address(other);
                 }
-                let endpoint = builder.intern(interner);
-                // The node index was found in the table: it is not
-                // beyond it.
-                let slot = c.node as usize;
-                if plain && slot <= strings.len() {
-                    if nodes.len() <= slot {
-                        nodes.resize(slot + 1, None);
-                    }
-                    nodes[slot] = Some((c.zone, endpoint.clone()));
-                }
-                endpoint
+                builder.intern(interner)
             }
         };
         // Built at `ip`: always one of its addresses.
-        let view =
-            EndpointView::at(endpoint, c.ip).ok_or_else(|| bad_index("ip", 0))?;
+        let view = EndpointView::at(endpoint, c.ip).ok_or_else(|| bad_index("ip", 0))?;
         Ok(view
             .with_is_local(c.flags & IS_LOCAL != 0)
             .with_cluster(c.flags & CLUSTER != 0)
@@ -816,23 +812,27 @@ mod tests {
         assert_eq!(decode(good.clone()).expect("decodes"), ops);
         type Spoil = fn(&mut v1::EndpointColumns);
         let cases: [(&str, Spoil); 9] = [
+            // One more endpoint with its places, IPv6: 16 more bytes
+            // wanted.
+            ("EndpointColumns.ips", |c| {
+                c.flags.push(64);
+                c.places.extend([0, 0, 0]);
+                c.hint_counts.extend([0, 0]);
+            }),
             ("EndpointColumns.ips", |c| {
                 c.ips.pop();
             }),
             ("EndpointColumns.ips", |c| c.ips.push(1)),
             ("EndpointColumns.other_ips", |c| c.other_ips.truncate(2)),
-            // One more endpoint with the IPv6 bit: 16 more bytes wanted.
-            ("EndpointColumns.nodes", |c| c.flags.push(64)),
-            ("EndpointColumns.nodes", |c| {
-                c.nodes.pop();
+            // One more endpoint: its places missing.
+            ("EndpointColumns.places", |c| c.flags.push(64)),
+            ("EndpointColumns.places", |c| {
+                c.places.pop();
             }),
-            ("EndpointColumns.zones", |c| c.zones.push(1)),
-            ("EndpointColumns.ports", |c| {
-                c.ports.pop();
-            }),
-            ("EndpointColumns.hint_zones", |c| c.hint_zones.push(1)),
-            ("EndpointColumns.hint_node_counts", |c| {
-                c.hint_node_counts.pop();
+            ("EndpointColumns.places", |c| c.places.push(1)),
+            ("EndpointColumns.hints", |c| c.hints.push(1)),
+            ("EndpointColumns.hint_counts", |c| {
+                c.hint_counts.pop();
             }),
         ];
         for (field, spoil) in cases {
@@ -843,7 +843,7 @@ mod tests {
         }
         // An index beyond the tables.
         let mut bad = good.clone();
-        columns(&mut bad).nodes[0] = 99;
+        columns(&mut bad).places[0] = 99;
         let error = decode(bad).expect_err("index").to_string();
         assert!(error.contains("ViewChanges.strings"), "{error}");
         // Columns cut short in the bytes on the wire: prost refuses them.
@@ -908,8 +908,16 @@ mod tests {
                         1 => (v6, None),
                         _ => (v4, Some(v6)),
                     };
-                    let node = if node == 0 { String::new() } else { format!("node-{node}") };
-                    let zone = if zone == 0 { String::new() } else { format!("zone-{zone}") };
+                    let node = if node == 0 {
+                        String::new()
+                    } else {
+                        format!("node-{node}")
+                    };
+                    let zone = if zone == 0 {
+                        String::new()
+                    } else {
+                        format!("zone-{zone}")
+                    };
                     let zones: Vec<String> = zones.iter().map(|z| format!("zone-{z}")).collect();
                     let nodes: Vec<String> = nodes.iter().map(|z| format!("node-{z}")).collect();
                     let ports = kpng_model::endpoint::PortList::new((0..ports).map(|p| {

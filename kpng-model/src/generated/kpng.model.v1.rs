@@ -376,46 +376,38 @@ pub struct SetEndpoints {
     #[prost(message, optional, tag = "3")]
     pub columns: ::core::option::Option<EndpointColumns>,
 }
-/// Endpoints in columns: entry i of each column is endpoint i's (the same
-/// as a CompactEndpoint each). The endpoints are as many as `flags` has
-/// entries; every other per-endpoint column has exactly as many, or none
-/// (then every endpoint's value there is 0).
+/// Endpoints in columns: endpoint i's values are the i-th of each column
+/// (the same as a CompactEndpoint each). Few columns, each one field: a
+/// Service's endpoints decode with a few allocations.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct EndpointColumns {
-    /// Per endpoint: the bits of CompactEndpoint.flags, and 64: its address
-    /// is IPv6 (16 bytes in `ips`; else IPv4, 4 bytes), 128: it has an
-    /// address in the other family (in `other_ips`).
-    #[prost(uint32, repeated, tag = "1")]
-    pub flags: ::prost::alloc::vec::Vec<u32>,
+    /// One byte per endpoint (as many endpoints as bytes): the bits of
+    /// CompactEndpoint.flags, and 64: its address is IPv6 (16 bytes in
+    /// `ips`; else IPv4, 4 bytes), 128: it has an address in the other
+    /// family (in `other_ips`).
+    #[prost(bytes = "vec", tag = "1")]
+    pub flags: ::prost::alloc::vec::Vec<u8>,
     /// The addresses (CompactEndpoint.ip), one after the other.
     #[prost(bytes = "vec", tag = "2")]
     pub ips: ::prost::alloc::vec::Vec<u8>,
-    /// CompactEndpoint.node of each.
+    /// Three numbers per endpoint: CompactEndpoint.node, .zone and .ports;
+    /// or none at all (every one 0).
     #[prost(uint32, repeated, tag = "3")]
-    pub nodes: ::prost::alloc::vec::Vec<u32>,
-    /// CompactEndpoint.zone of each.
-    #[prost(uint32, repeated, tag = "4")]
-    pub zones: ::prost::alloc::vec::Vec<u32>,
-    /// CompactEndpoint.ports of each.
-    #[prost(uint32, repeated, tag = "5")]
-    pub ports: ::prost::alloc::vec::Vec<u32>,
+    pub places: ::prost::alloc::vec::Vec<u32>,
     /// The addresses in the other family (CompactEndpoint.other_address) of
     /// the endpoints with bit 128, one after the other: 4 bytes after an
     /// IPv6 address, 16 after an IPv4 one.
-    #[prost(bytes = "vec", tag = "6")]
+    #[prost(bytes = "vec", tag = "4")]
     pub other_ips: ::prost::alloc::vec::Vec<u8>,
-    /// How many entries of `hint_zones` each endpoint has, in order.
-    #[prost(uint32, repeated, tag = "7")]
-    pub hint_zone_counts: ::prost::alloc::vec::Vec<u32>,
-    /// CompactEndpoint.hint_zones of every endpoint, one after the other.
-    #[prost(uint32, repeated, tag = "8")]
-    pub hint_zones: ::prost::alloc::vec::Vec<u32>,
-    /// How many entries of `hint_nodes` each endpoint has, in order.
-    #[prost(uint32, repeated, tag = "9")]
-    pub hint_node_counts: ::prost::alloc::vec::Vec<u32>,
-    /// CompactEndpoint.hint_nodes of every endpoint, one after the other.
-    #[prost(uint32, repeated, tag = "10")]
-    pub hint_nodes: ::prost::alloc::vec::Vec<u32>,
+    /// Two numbers per endpoint: how many entries of `hints` are its
+    /// hints.forZones, then how many its hints.forNodes; or none at all (no
+    /// hints).
+    #[prost(uint32, repeated, tag = "5")]
+    pub hint_counts: ::prost::alloc::vec::Vec<u32>,
+    /// CompactEndpoint.hint_zones then .hint_nodes of each endpoint, one
+    /// endpoint after the other.
+    #[prost(uint32, repeated, tag = "6")]
+    pub hints: ::prost::alloc::vec::Vec<u32>,
 }
 /// One endpoint as a node uses it, in compact form. It stands for an
 /// EndpointRef whose endpoint has at most one address per family, each in

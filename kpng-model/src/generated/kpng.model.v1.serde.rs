@@ -679,64 +679,42 @@ impl serde::Serialize for EndpointColumns {
         if !self.ips.is_empty() {
             len += 1;
         }
-        if !self.nodes.is_empty() {
-            len += 1;
-        }
-        if !self.zones.is_empty() {
-            len += 1;
-        }
-        if !self.ports.is_empty() {
+        if !self.places.is_empty() {
             len += 1;
         }
         if !self.other_ips.is_empty() {
             len += 1;
         }
-        if !self.hint_zone_counts.is_empty() {
+        if !self.hint_counts.is_empty() {
             len += 1;
         }
-        if !self.hint_zones.is_empty() {
-            len += 1;
-        }
-        if !self.hint_node_counts.is_empty() {
-            len += 1;
-        }
-        if !self.hint_nodes.is_empty() {
+        if !self.hints.is_empty() {
             len += 1;
         }
         let mut struct_ser = serializer.serialize_struct("kpng.model.v1.EndpointColumns", len)?;
         if !self.flags.is_empty() {
-            struct_ser.serialize_field("flags", &self.flags)?;
+            #[allow(clippy::needless_borrow)]
+            #[allow(clippy::needless_borrows_for_generic_args)]
+            struct_ser.serialize_field("flags", pbjson::private::base64::encode(&self.flags).as_str())?;
         }
         if !self.ips.is_empty() {
             #[allow(clippy::needless_borrow)]
             #[allow(clippy::needless_borrows_for_generic_args)]
             struct_ser.serialize_field("ips", pbjson::private::base64::encode(&self.ips).as_str())?;
         }
-        if !self.nodes.is_empty() {
-            struct_ser.serialize_field("nodes", &self.nodes)?;
-        }
-        if !self.zones.is_empty() {
-            struct_ser.serialize_field("zones", &self.zones)?;
-        }
-        if !self.ports.is_empty() {
-            struct_ser.serialize_field("ports", &self.ports)?;
+        if !self.places.is_empty() {
+            struct_ser.serialize_field("places", &self.places)?;
         }
         if !self.other_ips.is_empty() {
             #[allow(clippy::needless_borrow)]
             #[allow(clippy::needless_borrows_for_generic_args)]
             struct_ser.serialize_field("otherIps", pbjson::private::base64::encode(&self.other_ips).as_str())?;
         }
-        if !self.hint_zone_counts.is_empty() {
-            struct_ser.serialize_field("hintZoneCounts", &self.hint_zone_counts)?;
+        if !self.hint_counts.is_empty() {
+            struct_ser.serialize_field("hintCounts", &self.hint_counts)?;
         }
-        if !self.hint_zones.is_empty() {
-            struct_ser.serialize_field("hintZones", &self.hint_zones)?;
-        }
-        if !self.hint_node_counts.is_empty() {
-            struct_ser.serialize_field("hintNodeCounts", &self.hint_node_counts)?;
-        }
-        if !self.hint_nodes.is_empty() {
-            struct_ser.serialize_field("hintNodes", &self.hint_nodes)?;
+        if !self.hints.is_empty() {
+            struct_ser.serialize_field("hints", &self.hints)?;
         }
         struct_ser.end()
     }
@@ -750,33 +728,22 @@ impl<'de> serde::Deserialize<'de> for EndpointColumns {
         const FIELDS: &[&str] = &[
             "flags",
             "ips",
-            "nodes",
-            "zones",
-            "ports",
+            "places",
             "other_ips",
             "otherIps",
-            "hint_zone_counts",
-            "hintZoneCounts",
-            "hint_zones",
-            "hintZones",
-            "hint_node_counts",
-            "hintNodeCounts",
-            "hint_nodes",
-            "hintNodes",
+            "hint_counts",
+            "hintCounts",
+            "hints",
         ];
 
         #[allow(clippy::enum_variant_names)]
         enum GeneratedField {
             Flags,
             Ips,
-            Nodes,
-            Zones,
-            Ports,
+            Places,
             OtherIps,
-            HintZoneCounts,
-            HintZones,
-            HintNodeCounts,
-            HintNodes,
+            HintCounts,
+            Hints,
         }
         impl<'de> serde::Deserialize<'de> for GeneratedField {
             fn deserialize<D>(deserializer: D) -> std::result::Result<GeneratedField, D::Error>
@@ -800,14 +767,10 @@ impl<'de> serde::Deserialize<'de> for EndpointColumns {
                         match value {
                             "flags" => Ok(GeneratedField::Flags),
                             "ips" => Ok(GeneratedField::Ips),
-                            "nodes" => Ok(GeneratedField::Nodes),
-                            "zones" => Ok(GeneratedField::Zones),
-                            "ports" => Ok(GeneratedField::Ports),
+                            "places" => Ok(GeneratedField::Places),
                             "otherIps" | "other_ips" => Ok(GeneratedField::OtherIps),
-                            "hintZoneCounts" | "hint_zone_counts" => Ok(GeneratedField::HintZoneCounts),
-                            "hintZones" | "hint_zones" => Ok(GeneratedField::HintZones),
-                            "hintNodeCounts" | "hint_node_counts" => Ok(GeneratedField::HintNodeCounts),
-                            "hintNodes" | "hint_nodes" => Ok(GeneratedField::HintNodes),
+                            "hintCounts" | "hint_counts" => Ok(GeneratedField::HintCounts),
+                            "hints" => Ok(GeneratedField::Hints),
                             _ => Err(serde::de::Error::unknown_field(value, FIELDS)),
                         }
                     }
@@ -829,14 +792,10 @@ impl<'de> serde::Deserialize<'de> for EndpointColumns {
             {
                 let mut flags__ = None;
                 let mut ips__ = None;
-                let mut nodes__ = None;
-                let mut zones__ = None;
-                let mut ports__ = None;
+                let mut places__ = None;
                 let mut other_ips__ = None;
-                let mut hint_zone_counts__ = None;
-                let mut hint_zones__ = None;
-                let mut hint_node_counts__ = None;
-                let mut hint_nodes__ = None;
+                let mut hint_counts__ = None;
+                let mut hints__ = None;
                 while let Some(k) = map_.next_key()? {
                     match k {
                         GeneratedField::Flags => {
@@ -844,8 +803,7 @@ impl<'de> serde::Deserialize<'de> for EndpointColumns {
                                 return Err(serde::de::Error::duplicate_field("flags"));
                             }
                             flags__ = 
-                                Some(map_.next_value::<Vec<::pbjson::private::NumberDeserialize<_>>>()?
-                                    .into_iter().map(|x| x.0).collect())
+                                Some(map_.next_value::<::pbjson::private::BytesDeserialize<_>>()?.0)
                             ;
                         }
                         GeneratedField::Ips => {
@@ -856,29 +814,11 @@ impl<'de> serde::Deserialize<'de> for EndpointColumns {
                                 Some(map_.next_value::<::pbjson::private::BytesDeserialize<_>>()?.0)
                             ;
                         }
-                        GeneratedField::Nodes => {
-                            if nodes__.is_some() {
-                                return Err(serde::de::Error::duplicate_field("nodes"));
+                        GeneratedField::Places => {
+                            if places__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("places"));
                             }
-                            nodes__ = 
-                                Some(map_.next_value::<Vec<::pbjson::private::NumberDeserialize<_>>>()?
-                                    .into_iter().map(|x| x.0).collect())
-                            ;
-                        }
-                        GeneratedField::Zones => {
-                            if zones__.is_some() {
-                                return Err(serde::de::Error::duplicate_field("zones"));
-                            }
-                            zones__ = 
-                                Some(map_.next_value::<Vec<::pbjson::private::NumberDeserialize<_>>>()?
-                                    .into_iter().map(|x| x.0).collect())
-                            ;
-                        }
-                        GeneratedField::Ports => {
-                            if ports__.is_some() {
-                                return Err(serde::de::Error::duplicate_field("ports"));
-                            }
-                            ports__ = 
+                            places__ = 
                                 Some(map_.next_value::<Vec<::pbjson::private::NumberDeserialize<_>>>()?
                                     .into_iter().map(|x| x.0).collect())
                             ;
@@ -891,38 +831,20 @@ impl<'de> serde::Deserialize<'de> for EndpointColumns {
                                 Some(map_.next_value::<::pbjson::private::BytesDeserialize<_>>()?.0)
                             ;
                         }
-                        GeneratedField::HintZoneCounts => {
-                            if hint_zone_counts__.is_some() {
-                                return Err(serde::de::Error::duplicate_field("hintZoneCounts"));
+                        GeneratedField::HintCounts => {
+                            if hint_counts__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("hintCounts"));
                             }
-                            hint_zone_counts__ = 
+                            hint_counts__ = 
                                 Some(map_.next_value::<Vec<::pbjson::private::NumberDeserialize<_>>>()?
                                     .into_iter().map(|x| x.0).collect())
                             ;
                         }
-                        GeneratedField::HintZones => {
-                            if hint_zones__.is_some() {
-                                return Err(serde::de::Error::duplicate_field("hintZones"));
+                        GeneratedField::Hints => {
+                            if hints__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("hints"));
                             }
-                            hint_zones__ = 
-                                Some(map_.next_value::<Vec<::pbjson::private::NumberDeserialize<_>>>()?
-                                    .into_iter().map(|x| x.0).collect())
-                            ;
-                        }
-                        GeneratedField::HintNodeCounts => {
-                            if hint_node_counts__.is_some() {
-                                return Err(serde::de::Error::duplicate_field("hintNodeCounts"));
-                            }
-                            hint_node_counts__ = 
-                                Some(map_.next_value::<Vec<::pbjson::private::NumberDeserialize<_>>>()?
-                                    .into_iter().map(|x| x.0).collect())
-                            ;
-                        }
-                        GeneratedField::HintNodes => {
-                            if hint_nodes__.is_some() {
-                                return Err(serde::de::Error::duplicate_field("hintNodes"));
-                            }
-                            hint_nodes__ = 
+                            hints__ = 
                                 Some(map_.next_value::<Vec<::pbjson::private::NumberDeserialize<_>>>()?
                                     .into_iter().map(|x| x.0).collect())
                             ;
@@ -932,14 +854,10 @@ impl<'de> serde::Deserialize<'de> for EndpointColumns {
                 Ok(EndpointColumns {
                     flags: flags__.unwrap_or_default(),
                     ips: ips__.unwrap_or_default(),
-                    nodes: nodes__.unwrap_or_default(),
-                    zones: zones__.unwrap_or_default(),
-                    ports: ports__.unwrap_or_default(),
+                    places: places__.unwrap_or_default(),
                     other_ips: other_ips__.unwrap_or_default(),
-                    hint_zone_counts: hint_zone_counts__.unwrap_or_default(),
-                    hint_zones: hint_zones__.unwrap_or_default(),
-                    hint_node_counts: hint_node_counts__.unwrap_or_default(),
-                    hint_nodes: hint_nodes__.unwrap_or_default(),
+                    hint_counts: hint_counts__.unwrap_or_default(),
+                    hints: hints__.unwrap_or_default(),
                 })
             }
         }
