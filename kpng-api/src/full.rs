@@ -188,6 +188,10 @@ pub(crate) struct Generation {
     encoded: Arc<AtomicU64>,
 }
 
+/// A Service view's pieces, endpoints as messages (`[0]`) and in columns
+/// (`[1]`), each once asked for.
+type Forms = [Option<Arc<[Bytes]>>; 2];
+
 #[derive(Debug, Default)]
 struct Inner {
     /// Its round never ends: its tables are the generation's.
@@ -201,7 +205,7 @@ struct Inner {
     /// Per shared Service view (by address; the view is held, so the
     /// address is not reused), its pieces: endpoints as messages, and in
     /// columns (each made when first asked for).
-    services: HashMap<usize, (Arc<ServiceView>, [Option<Arc<[Bytes]>>; 2])>,
+    services: HashMap<usize, (Arc<ServiceView>, Forms)>,
     /// `services`' size after the last pruning.
     pruned: usize,
     /// `table`'s size at the first pruning (what the views needed then).
