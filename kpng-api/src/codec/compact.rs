@@ -417,8 +417,8 @@ impl Decoder {
     }
 
     /// [`batch`](Self::batch), the endpoints of each `SetEndpoints`
-    /// handed on together (for [`NodeView::set_endpoints`]
-    /// (kpng_model::view::NodeView::set_endpoints)).
+    /// handed on together (for
+    /// [`NodeView::set_endpoints`](kpng_model::view::NodeView::set_endpoints)).
     ///
     /// # Errors
     /// As [`batch`](Self::batch). A `SetEndpoints` with a bad endpoint
