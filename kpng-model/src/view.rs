@@ -387,12 +387,15 @@ impl NodeView {
     ///
     /// # Errors
     /// [`Error::UnknownService`] when the view does not hold the Service
-    /// (then nothing is set).
+    /// (then nothing is set); none for no endpoints, as for no ops.
     pub fn set_endpoints(
         &mut self,
         name: &ServiceName,
         endpoints: Vec<EndpointView>,
     ) -> Result<()> {
+        if endpoints.is_empty() {
+            return Ok(());
+        }
         let held = self.service(name)?;
         let (mut changed, mut missing) = (false, 0);
         for e in &endpoints {
