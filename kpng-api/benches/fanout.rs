@@ -22,13 +22,106 @@
 //! nodes in a loop for 30 s; printed: the server's RSS before and after.
 //!
 //! The server and the watchers are child processes, so each RSS is the
-//! server's own; the watchers decode every message with the generated
-//! (prost) types.
+//! server's own. The watchers decode every message as the agent does
+//! (`run_agent`): the generated (prost) types, then the agent's decoder
+//! (`codec::compact::Decoder::batch_grouped`, one per stream, renewed
+//! once the full view is in) into view ops, which they drop. With `--build-views` they also build the node
+//! view from them as the agent does (`NodeView::apply`,
+//! `NodeView::set_endpoints`), dropped once whole with the decoder's
+//! shared copies (10,000 views would not fit side by side; later changes
+//! are then decoded only). They ask for
+//! endpoints in columns (`WatchRequest.endpoint_columns`), as the agent
+//! does; `--endpoints messages` asks for one `CompactEndpoint` each
+//! instead (what other clients get). The watcher process allocates with
+//! mimalloc (its default options), as kpng's agents do (the `kpng`
+//! binary's default `mimalloc` feature); `--watcher-malloc glibc` gives
+//! it the system's allocator. The server and this process keep the
+//! system's (glibc), as in the figures before.
 //!
 //! ```text
-//! cargo bench -p kpng-api --bench fanout [-- --nodes 100,1000,10000 --services 10000 --reread-seconds 30]
+//! cargo bench -p kpng-api --bench fanout [-- --nodes 100,1000,10000 --services 10000 --reread-seconds 30 --endpoints columns|messages --build-views --watcher-malloc mimalloc|glibc]
 //! ```
 #![allow(missing_docs, clippy::unwrap_used)]
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// Set (by this bench) in the watcher process's environment: it then
+/// allocates with mimalloc.
+const WATCHER_MIMALLOC: &std::ffi::CStr = c"KPNG_FANOUT_WATCHER_MIMALLOC";
+
+/// The allocator of each process of the bench, chosen at its first
+/// allocation: mimalloc in the watcher process when its environment says
+/// so, the system's otherwise.
+struct Allocator;
+
+/// 0: not chosen yet, 1: the system's, 2: mimalloc.
+static CHOSEN: AtomicU8 = AtomicU8::new(0);
+
+fn mimalloc() -> bool {
+    match CHOSEN.load(Ordering::Relaxed) {
+        1 => false,
+        2 => true,
+        _ => {
+            // SAFETY: reads the environment, which nothing changes in
+            // these processes; allocates nothing.
+            #[allow(unsafe_code)]
+            let on = unsafe { !libc::getenv(WATCHER_MIMALLOC.as_ptr()).is_null() };
+            CHOSEN.store(if on { 2 } else { 1 }, Ordering::Relaxed);
+            on
+        }
+    }
+}
+
+// SAFETY: every call goes to the one allocator chosen for the process,
+// before its first allocation, for its lifetime.
+#[allow(unsafe_code)]
+unsafe impl GlobalAlloc for Allocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        unsafe {
+            if mimalloc() {
+                mimalloc::MiMalloc.alloc(layout)
+            } else {
+                System.alloc(layout)
+            }
+        }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        unsafe {
+            if mimalloc() {
+                mimalloc::MiMalloc.alloc_zeroed(layout)
+            } else {
+                System.alloc_zeroed(layout)
+            }
+        }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe {
+            if mimalloc() {
+                mimalloc::MiMalloc.dealloc(ptr, layout)
+            } else {
+                System.dealloc(ptr, layout)
+            }
+        }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        unsafe {
+            if mimalloc() {
+                mimalloc::MiMalloc.realloc(ptr, layout, new_size)
+            } else {
+                System.realloc(ptr, layout, new_size)
+            }
+        }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Allocator = Allocator;
+
+/// The watcher process's allocator: `mimalloc` (the agent's) or `glibc`.
+fn watcher_malloc() -> String {
+    arg("--watcher-malloc").unwrap_or_else(|| "mimalloc".into())
+}
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -36,10 +129,12 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use kpng_api::codec::compact::{Decoded, Decoder};
 use kpng_api::{Server, bind_unix, connect_unix, serve};
 use kpng_model::Kind;
 use kpng_model::v1::enls_client::EnlsClient;
 use kpng_model::v1::{WatchRequest, watch_event::Event};
+use kpng_model::view::NodeView;
 use kpng_store::Store;
 use kpng_testkit::{Cluster, ClusterShape};
 use prost::Message as _;
@@ -53,6 +148,17 @@ fn arg(name: &str) -> Option<String> {
         .position(|a| a == name)
         .and_then(|i| args.get(i + 1))
         .cloned()
+}
+
+/// Whether the watchers build each node view from the ops they decode.
+fn build_views() -> bool {
+    std::env::args().any(|a| a == "--build-views")
+}
+
+/// How the watchers ask for endpoints: `columns` (the agent's way) or
+/// `messages`.
+fn endpoints_form() -> String {
+    arg("--endpoints").unwrap_or_else(|| "columns".into())
 }
 
 fn num(name: &str, default: usize) -> usize {
@@ -106,7 +212,14 @@ fn main() {
     let reread_seconds = num("--reread-seconds", 30);
     let socket = std::env::temp_dir().join(format!("kpng-fanout-{}.sock", std::process::id()));
     println!(
-        "kpng-api fan-out: {services} services x 10 endpoints, N distinct nodes, N watchers (one per node), unix socket"
+        "kpng-api fan-out: {services} services x 10 endpoints, N distinct nodes, N watchers (one per node, decoding as the agent{}, endpoints as {}, {}), unix socket",
+        if build_views() {
+            " and building the view"
+        } else {
+            ""
+        },
+        endpoints_form(),
+        watcher_malloc()
     );
     let mut per_node_rss = Vec::new();
     for &nodes in &counts {
@@ -116,6 +229,12 @@ fn main() {
         let mut watchers = Command::new(std::env::current_exe().unwrap())
             .args(["--client", socket.to_str().unwrap()])
             .args(["--nodes", &nodes.to_string()])
+            .args(["--endpoints", &endpoints_form()])
+            .args(build_views().then_some("--build-views"))
+            .envs(
+                (watcher_malloc() == "mimalloc")
+                    .then_some((WATCHER_MIMALLOC.to_str().unwrap(), "1")),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .spawn()
@@ -443,10 +562,12 @@ async fn watch(i: usize, pool: &Pool, tx: &tokio::sync::mpsc::UnboundedSender<Re
     let group = i / STREAMS_PER_CONNECTION;
     let mut held = WatchRequest {
         node: format!("node-{i}"),
+        endpoint_columns: endpoints_form() == "columns",
         ..Default::default()
     };
     let mut failed = None;
     let mut syncs = 0;
+    let build = build_views();
     loop {
         let (generation, mut client) = pool.get(group, failed).await;
         let Ok(response) = client.watch(held.clone()).await else {
@@ -456,13 +577,44 @@ async fn watch(i: usize, pool: &Pool, tx: &tokio::sync::mpsc::UnboundedSender<Re
         };
         let mut stream = response.into_inner();
         let (mut bytes, mut reset, mut instance, mut digest) = (0, false, 0, Vec::new());
+        // What the agent holds: its decoder and the view the changes build.
+        let (mut decoder, mut view) = (Decoder::new(), NodeView::default());
         while let Ok(Some(message)) = stream.message().await {
             bytes += message.encoded_len();
             match message.event {
-                Some(Event::Reset(_)) => reset = true,
+                Some(Event::Reset(_)) => {
+                    reset = true;
+                    (decoder, view) = (Decoder::new(), NodeView::default());
+                }
+                Some(Event::Changes(changes)) => decoder
+                    .batch_grouped::<kpng_model::Error>(changes, |decoded| {
+                        if !build || syncs > 0 {
+                            // Decoded only (the view dropped).
+                            return Ok(());
+                        }
+                        match decoded {
+                            Decoded::Op(op) => view.apply(&op),
+                            Decoded::Endpoints(name, endpoints) => {
+                                view.set_endpoints(&name, endpoints)
+                            }
+                        }
+                    })
+                    .unwrap(),
                 Some(Event::Instance(id)) => instance = id,
                 Some(Event::Digest(d)) => digest = d,
                 Some(Event::Sync(revision)) => {
+                    decoder.end_round();
+                    // Built: what a sink would take. Dropped here (10,000
+                    // views would not fit beside each other); later
+                    // changes are decoded, not applied.
+                    std::hint::black_box(&view);
+                    view = NodeView::default();
+                    // And the decoder's shared copies of what the view
+                    // held (a node's worth: 10,000 held here would take
+                    // gigabytes).
+                    if syncs == 0 {
+                        decoder = Decoder::new();
+                    }
                     held.since_instance = instance;
                     held.since_revision = revision;
                     held.since_digest = std::mem::take(&mut digest);

@@ -63,6 +63,8 @@ impl Held {
             since_revision: self.revision,
             since_instance: self.instance,
             since_digest: self.digest.clone(),
+            // The decoder reads endpoints in columns, the cheapest form.
+            endpoint_columns: true,
         }
     }
 }
@@ -297,8 +299,8 @@ pub(crate) async fn session<S: Sink + ?Sized>(
             }
             Some(Event::Changes(changes)) => {
                 let mut misfit = false;
-                let applied = decoder.batch(changes, |op| {
-                    rounds.apply(&op).map_err(|e| {
+                let applied = decoder.batch_grouped(changes, |decoded| {
+                    rounds.apply_decoded(decoded).map_err(|e| {
                         misfit = true;
                         Error::from(e)
                     })

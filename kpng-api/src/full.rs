@@ -188,6 +188,10 @@ pub(crate) struct Generation {
     encoded: Arc<AtomicU64>,
 }
 
+/// A Service view's pieces, endpoints as messages (`[0]`) and in columns
+/// (`[1]`), each once asked for.
+type Forms = [Option<Arc<[Bytes]>>; 2];
+
 #[derive(Debug, Default)]
 struct Inner {
     /// Its round never ends: its tables are the generation's.
@@ -199,8 +203,9 @@ struct Inner {
     /// added some): where a table may be cut between messages.
     marks: Vec<usize>,
     /// Per shared Service view (by address; the view is held, so the
-    /// address is not reused), its pieces.
-    services: HashMap<usize, (Arc<ServiceView>, Arc<[Bytes]>)>,
+    /// address is not reused), its pieces: endpoints as messages, and in
+    /// columns (each made when first asked for).
+    services: HashMap<usize, (Arc<ServiceView>, Forms)>,
     /// `services`' size after the last pruning.
     pruned: usize,
     /// `table`'s size at the first pruning (what the views needed then).
@@ -219,9 +224,10 @@ impl Generation {
 
 impl Inner {
     /// `view`'s pieces: `SetService`, then its endpoints in pieces of at
-    /// most [`PIECE_ENDPOINTS`].
-    fn encode(&mut self, name: &ServiceName, view: &ServiceView) -> Arc<[Bytes]> {
+    /// most [`PIECE_ENDPOINTS`] (in columns or not).
+    fn encode(&mut self, name: &ServiceName, view: &ServiceView, columns: bool) -> Arc<[Bytes]> {
         self.encoded += 1;
+        self.encoder.set_columns(columns);
         let mut tables = v1::ViewChanges::default();
         let mut pieces = Vec::with_capacity(1 + view.endpoints.len() / PIECE_ENDPOINTS);
         let set = ViewOp::SetService(view.service.clone());
@@ -254,13 +260,25 @@ impl Inner {
     }
 
     /// The pieces of a view shared among nodes: encoded once.
-    fn shared(&mut self, name: &ServiceName, view: &Arc<ServiceView>) -> Arc<[Bytes]> {
+    fn shared(
+        &mut self,
+        name: &ServiceName,
+        view: &Arc<ServiceView>,
+        columns: bool,
+    ) -> Arc<[Bytes]> {
         let key = Arc::as_ptr(view) as usize;
-        if let Some((_, pieces)) = self.services.get(&key) {
+        let form = usize::from(columns);
+        if let Some((_, forms)) = self.services.get(&key)
+            && let Some(pieces) = &forms[form]
+        {
             return pieces.clone();
         }
-        let pieces = self.encode(name, view);
-        self.services.insert(key, (view.clone(), pieces.clone()));
+        let pieces = self.encode(name, view, columns);
+        let (_, forms) = self
+            .services
+            .entry(key)
+            .or_insert_with(|| (view.clone(), [None, None]));
+        forms[form] = Some(pieces.clone());
         if self.services.len() > 2 * self.pruned + 1024 {
             self.prune();
         }
@@ -306,11 +324,14 @@ pub(crate) struct FullView {
     done: bool,
     /// Bytes of the generation's table the watcher holds.
     table_sent: usize,
+    /// Endpoints go in columns.
+    columns: bool,
 }
 
 impl FullView {
-    pub(crate) fn new(view: SharedNodeView, generation: Arc<Generation>) -> Self {
+    pub(crate) fn new(view: SharedNodeView, generation: Arc<Generation>, columns: bool) -> Self {
         Self {
+            columns,
             view,
             generation,
             head_sent: false,
@@ -372,9 +393,9 @@ impl FullView {
                 break;
             }
             let pieces = if self.view.is_own(name) {
-                shared.encode(name, view)
+                shared.encode(name, view, self.columns)
             } else {
-                shared.shared(name, view)
+                shared.shared(name, view, self.columns)
             };
             for piece in pieces.iter() {
                 size += piece.len();
@@ -438,8 +459,19 @@ mod tests {
         store: &Store,
         node: &str,
     ) -> (NodeView, usize, usize) {
+        full_view_in(shared, encodings, store, node, false)
+    }
+
+    /// [`full_view`], endpoints in columns or not.
+    fn full_view_in(
+        shared: &SharedViews,
+        encodings: &Encodings,
+        store: &Store,
+        node: &str,
+        columns: bool,
+    ) -> (NodeView, usize, usize) {
         let view = shared.project(node, &store.snapshot());
-        let mut full = FullView::new(view, encodings.generation());
+        let mut full = FullView::new(view, encodings.generation(), columns);
         let (mut decoder, mut decoded, mut messages) = (Decoder::new(), NodeView::default(), 0);
         let mut largest = 0;
         while let Some(message) = full.next_message() {
@@ -480,6 +512,33 @@ mod tests {
         // Again: only the own ones.
         full_view(&shared, &encodings, &store, "node-1");
         assert_eq!(encodings.encoded() as usize, encoded + 25);
+    }
+
+    #[test]
+    fn both_forms_decode_to_each_nodes_view_each_encoded_once() {
+        let store = store(50, 10, 20, "node-");
+        let (shared, encodings) = (SharedViews::new(), Encodings::default());
+        let mut first = Vec::new();
+        for columns in [true, false, true, false] {
+            for node in ["node-1", "node-2", "elsewhere"] {
+                let (decoded, ..) = full_view_in(&shared, &encodings, &store, node, columns);
+                let want = node_view(&store.snapshot(), node);
+                assert!(
+                    decoded.services == want.services,
+                    "{node}, columns {columns}"
+                );
+            }
+            first.push(encodings.encoded());
+        }
+        // The second form encodes the shared Services again (once); the
+        // same forms again only each node's own.
+        let own: u64 = ["node-1", "node-2", "elsewhere"]
+            .iter()
+            .map(|n| shared.project(n, &store.snapshot()).own_services() as u64)
+            .sum();
+        assert_eq!(first[2] - first[1], own);
+        assert_eq!(first[3] - first[2], own);
+        assert!(first[1] - first[0] > own, "{first:?}");
     }
 
     #[test]

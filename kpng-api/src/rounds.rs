@@ -7,6 +7,8 @@ use kpng_model::ServiceName;
 use kpng_model::view::{NodeView, ViewOp};
 use kpng_sink::{Changes, Round, Sink, SinkError};
 
+use crate::codec::compact::Decoded;
+
 /// The node view a watch streams, and what changed in it since the last
 /// round a sink took: at each sync, [`sync`](Self::sync) hands the sink a
 /// full round (the first, after a reset, after a failed round or an op
@@ -63,6 +65,26 @@ impl Rounds {
         if std::mem::take(&mut self.pending) {
             self.view = self.synced.clone().unwrap_or_default();
             self.touched.clear();
+        }
+    }
+
+    /// Applies what the decoder handed on: an op, or endpoints of one
+    /// Service together.
+    ///
+    /// # Errors
+    /// As [`apply`](Self::apply).
+    pub(crate) fn apply_decoded(&mut self, decoded: Decoded) -> Result<(), kpng_model::Error> {
+        match decoded {
+            Decoded::Op(op) => self.apply(&op),
+            Decoded::Endpoints(name, endpoints) => {
+                self.pending = true;
+                if !self.full && !self.touched.contains(&name) {
+                    self.touched.insert(name.clone());
+                }
+                self.view
+                    .set_endpoints(&name, endpoints)
+                    .inspect_err(|_| self.full = true)
+            }
         }
     }
 

@@ -332,6 +332,8 @@ pub(crate) struct NodeFeed {
     pending: Pending,
     /// The round's tables (compact endpoints).
     encoder: compact::Encoder,
+    /// The watcher reads endpoints in columns.
+    columns: bool,
 }
 
 /// Changes still to send.
@@ -377,6 +379,7 @@ impl Feed for NodeFeed {
         self.pending = Pending::Full(Box::new(FullView::new(
             self.view.clone(),
             server.encodings.generation(),
+            self.columns,
         )));
     }
     fn advance(&mut self, server: &Server, snapshot: &Snapshot) {
@@ -562,7 +565,8 @@ impl Server {
         let feed = NodeFeed {
             view: SharedNodeView::empty(request.node),
             pending: Pending::None,
-            encoder: compact::Encoder::new(),
+            encoder: compact::Encoder::new().with_columns(request.endpoint_columns),
+            columns: request.endpoint_columns,
         };
         tokio::spawn(self.clone().pump(feed, since, tx));
         Ok(Box::pin(ReceiverStream::new(rx)))

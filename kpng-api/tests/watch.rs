@@ -527,3 +527,80 @@ async fn a_restarted_server_with_the_same_view_sends_no_reset() {
     serving.abort();
     let _ = std::fs::remove_file(&path);
 }
+
+/// A watcher that asks for endpoints in columns gets them so, a full
+/// view and a change; one that does not (an older agent, another
+/// client) gets a `CompactEndpoint` each; both decode to the node's
+/// view.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoints_come_in_columns_only_to_a_watcher_that_asks() {
+    use kpng_api::codec::compact::Decoder;
+    use kpng_model::v1::view_change::Change;
+    let cluster = cluster();
+    let mut store = store(&cluster);
+    let path = socket("columns");
+    let serving = tokio::spawn(serve(
+        bind_unix(&path).expect("bind"),
+        Server::new(store.reader()),
+    ));
+    let mut client = connect_unix(&path).await.expect("connect");
+    for (round, columns) in [true, false, true].into_iter().enumerate() {
+        let mut stream = client
+            .watch(WatchRequest {
+                node: "node-1".into(),
+                endpoint_columns: columns,
+                ..Default::default()
+            })
+            .await
+            .expect("watch")
+            .into_inner();
+        let (mut decoder, mut view) = (Decoder::new(), NodeView::default());
+        let (mut in_columns, mut as_messages, mut syncs) = (0, 0, 0);
+        while syncs < 2 {
+            let message = tokio::time::timeout(Duration::from_secs(20), stream.message())
+                .await
+                .expect("a message within 20 s")
+                .expect("message")
+                .expect("open");
+            match message.event {
+                Some(Event::Changes(changes)) => {
+                    for change in &changes.changes {
+                        if let Some(Change::SetEndpoints(set)) = &change.change {
+                            in_columns += set.columns.as_ref().map_or(0, |c| c.flags.len());
+                            as_messages += set.endpoints.len();
+                        }
+                    }
+                    decoder
+                        .batch::<kpng_model::Error>(changes, |op| view.apply(&op))
+                        .expect("decodes and fits");
+                }
+                Some(Event::Sync(revision)) => {
+                    decoder.end_round();
+                    view.revision = revision;
+                    let want = node_view(&store.snapshot(), "node-1");
+                    assert!(view.services == want.services, "columns {columns}");
+                    syncs += 1;
+                    if syncs == 1 {
+                        // One endpoint changes (another each round): the
+                        // change comes in the same form.
+                        flip(&mut store, &cluster, round);
+                    }
+                }
+                _ => {}
+            }
+        }
+        if columns {
+            assert!(
+                in_columns > 0 && as_messages == 0,
+                "{in_columns} / {as_messages}"
+            );
+        } else {
+            assert!(
+                as_messages > 0 && in_columns == 0,
+                "{in_columns} / {as_messages}"
+            );
+        }
+    }
+    serving.abort();
+    let _ = std::fs::remove_file(&path);
+}

@@ -402,6 +402,47 @@ impl EndpointInfo {
         }
     }
 
+    /// An endpoint at `address` on this one's node and zone (the same
+    /// shared copy), with `ports` and these conditions, and no hints and
+    /// no address of the other family: how a decoder makes many
+    /// endpoints of one node without looking the node up again.
+    ///
+    /// ```
+    /// use kpng_model::EndpointInfo;
+    /// use kpng_model::endpoint::{Interner, PortList};
+    ///
+    /// let mut interner = Interner::new();
+    /// let first = EndpointInfo::builder("10.0.0.1".parse()?)
+    ///     .node("node-a", "zone-1")
+    ///     .intern(&mut interner);
+    /// let second = first.on_same_node("10.0.0.2".parse()?, PortList::default(), true, false, false);
+    /// assert!(second.shares_node_with(&first));
+    /// assert_eq!(
+    ///     second,
+    ///     EndpointInfo::builder("10.0.0.2".parse()?)
+    ///         .node("node-a", "zone-1")
+    ///         .conditions(true, false, false)
+    ///         .build()
+    /// );
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn on_same_node(
+        &self,
+        address: IpAddr,
+        ports: PortList,
+        ready: bool,
+        serving: bool,
+        terminating: bool,
+    ) -> Self {
+        Self {
+            address,
+            flags: condition_bits(ready, serving, terminating),
+            place: self.place.clone(),
+            ports,
+            extra: None,
+        }
+    }
+
     /// The same endpoint with other ports.
     pub fn with_ports(&self, ports: PortList) -> Self {
         Self {
@@ -587,10 +628,13 @@ fn stable_hash<T: Hash + ?Sized>(value: &T) -> u64 {
     hasher.finish()
 }
 
-/// One kind of shared value: buckets by content hash.
+/// One kind of shared value, by content hash: the first value of a hash
+/// in one map (no allocation of its own), values whose hash collides
+/// with it in another.
 #[derive(Debug)]
 struct Pool<T: ?Sized> {
-    buckets: HashMap<u64, Vec<Arc<T>>>,
+    first: HashMap<u64, Arc<T>>,
+    more: HashMap<u64, Vec<Arc<T>>>,
     len: usize,
     /// The size at which unused values are next dropped.
     purge_at: usize,
@@ -599,7 +643,8 @@ struct Pool<T: ?Sized> {
 impl<T: ?Sized> Default for Pool<T> {
     fn default() -> Self {
         Self {
-            buckets: HashMap::new(),
+            first: HashMap::new(),
+            more: HashMap::new(),
             len: 0,
             purge_at: 1024,
         }
@@ -608,12 +653,25 @@ impl<T: ?Sized> Default for Pool<T> {
 
 impl<T: ?Sized> Pool<T> {
     fn get(&mut self, hash: u64, eq: impl Fn(&T) -> bool, make: impl FnOnce() -> Arc<T>) -> Arc<T> {
-        let bucket = self.buckets.entry(hash).or_default();
-        if let Some(found) = bucket.iter().find(|v| eq(v)) {
+        if let Some(found) = self.first.get(&hash).filter(|v| eq(v)) {
+            return found.clone();
+        }
+        if let Some(found) = self
+            .more
+            .get(&hash)
+            .and_then(|list| list.iter().find(|v| eq(v)))
+        {
             return found.clone();
         }
         let value = make();
-        bucket.push(value.clone());
+        match self.first.entry(hash) {
+            std::collections::hash_map::Entry::Occupied(_) => {
+                self.more.entry(hash).or_default().push(value.clone());
+            }
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(value.clone());
+            }
+        }
         self.len += 1;
         if self.len >= self.purge_at {
             self.purge();
@@ -624,11 +682,12 @@ impl<T: ?Sized> Pool<T> {
     /// Drops the values only the pool holds. Amortized O(1) per insert:
     /// the next purge waits until the pool has doubled.
     fn purge(&mut self) {
-        self.buckets.retain(|_, bucket| {
-            bucket.retain(|v| Arc::strong_count(v) > 1);
-            !bucket.is_empty()
+        self.first.retain(|_, v| Arc::strong_count(v) > 1);
+        self.more.retain(|_, list| {
+            list.retain(|v| Arc::strong_count(v) > 1);
+            !list.is_empty()
         });
-        self.len = self.buckets.values().map(Vec::len).sum();
+        self.len = self.first.len() + self.more.values().map(Vec::len).sum::<usize>();
         self.purge_at = (self.len * 2).max(1024);
     }
 }
@@ -695,6 +754,31 @@ mod tests {
 
     fn ip(text: &str) -> IpAddr {
         text.parse().expect("ip")
+    }
+
+    #[test]
+    fn a_pool_keeps_values_whose_hashes_collide_apart() {
+        let mut pool: Pool<str> = Pool::default();
+        let get = |pool: &mut Pool<str>, text: &'static str| {
+            // Every value under one hash.
+            pool.get(7, |v| v == text, || Arc::from(text))
+        };
+        let a = get(&mut pool, "a");
+        let b = get(&mut pool, "b");
+        let c = get(&mut pool, "c");
+        assert_eq!((&*a, &*b, &*c), ("a", "b", "c"));
+        for (held, text) in [(&a, "a"), (&b, "b"), (&c, "c")] {
+            assert!(Arc::ptr_eq(held, &get(&mut pool, text)), "{text}");
+        }
+        assert_eq!(pool.len, 3);
+        // Unused ones go at a purge, from either map; the others stay.
+        drop((a, c));
+        pool.purge();
+        assert_eq!(pool.len, 1);
+        assert!(Arc::ptr_eq(&b, &get(&mut pool, "b")));
+        let again = get(&mut pool, "a");
+        assert_eq!(pool.len, 2);
+        assert!(Arc::ptr_eq(&again, &get(&mut pool, "a")));
     }
 
     #[test]

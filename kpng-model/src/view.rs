@@ -381,6 +381,64 @@ impl NodeView {
         Ok(())
     }
 
+    /// Sets endpoints of Service `name`, as one
+    /// [`ViewOp::SetEndpoint`] each in order, with one look-up of the
+    /// Service for them all.
+    ///
+    /// # Errors
+    /// [`Error::UnknownService`] when the view does not hold the Service
+    /// (then nothing is set); none for no endpoints, as for no ops.
+    pub fn set_endpoints(
+        &mut self,
+        name: &ServiceName,
+        endpoints: Vec<EndpointView>,
+    ) -> Result<()> {
+        if endpoints.is_empty() {
+            return Ok(());
+        }
+        let held = self.service(name)?;
+        let (mut changed, mut missing) = (false, 0);
+        for e in &endpoints {
+            match held.endpoint_index(&e.ip()) {
+                Ok(i) => changed |= held.endpoints[i] != *e,
+                Err(_) => (changed, missing) = (true, missing + 1),
+            }
+        }
+        if !changed {
+            // Already so: nothing is copied.
+            return Ok(());
+        }
+        let view = self.service_mut(name)?;
+        let list = &mut view.endpoints;
+        if list.is_empty() && endpoints.is_sorted_by(|a, b| a.ip() < b.ip()) {
+            // New, in address order (as a full view sends them): the
+            // list as it is.
+            *list = endpoints;
+            list.shrink_to_fit();
+            return Ok(());
+        }
+        if missing > list.capacity() - list.len() {
+            // Exactly what they need when the list is new (a full view
+            // is built this way and kept), else by a quarter at least.
+            list.reserve_exact(missing.max(list.len() / 4));
+        }
+        for endpoint in endpoints {
+            let at = list.last().map_or(Err(0), |last| {
+                // In address order (as a full view sends them): at the end.
+                if last.ip() < endpoint.ip() {
+                    Err(list.len())
+                } else {
+                    list.binary_search_by(|e| e.ip().cmp(&endpoint.ip()))
+                }
+            });
+            match at {
+                Ok(i) => list[i] = endpoint,
+                Err(i) => list.insert(i, endpoint),
+            }
+        }
+        Ok(())
+    }
+
     fn service(&self, name: &ServiceName) -> Result<&ServiceView> {
         self.services
             .get(name)
@@ -443,6 +501,64 @@ mod tests {
                 .with_cluster(!local)
                 .with_local(local),
         )
+    }
+
+    #[test]
+    fn endpoints_set_together_are_as_if_set_one_by_one() {
+        use super::NodeView;
+        let web = ServiceName::new("default", "web");
+        let ep = |ip: &str, node: &str| endpoint(&[ip], node, &[]);
+        let views = |ops: &[ViewOp]| -> Vec<EndpointView> {
+            ops.iter()
+                .map(|op| match op {
+                    ViewOp::SetEndpoint(_, e) => e.clone(),
+                    _ => unreachable!(),
+                })
+                .collect()
+        };
+        let mut one_by_one = NodeView::default();
+        one_by_one
+            .apply(&ViewOp::SetService(Arc::new(Service::new(
+                "default", "web",
+            ))))
+            .expect("set");
+        let mut together = one_by_one.clone();
+        // New and sorted; then unsorted, with a change, a repeat (the
+        // last one counts) and one already so.
+        let batches = [
+            vec![
+                set(&web, "10.0.0.2", &ep("10.0.0.2", "a"), true),
+                set(&web, "10.0.0.5", &ep("10.0.0.5", "a"), false),
+            ],
+            vec![
+                set(&web, "10.0.0.9", &ep("10.0.0.9", "b"), false),
+                set(&web, "10.0.0.1", &ep("10.0.0.1", "b"), false),
+                set(&web, "10.0.0.5", &ep("10.0.0.5", "c"), false),
+                set(&web, "10.0.0.1", &ep("10.0.0.1", "c"), true),
+                set(&web, "10.0.0.2", &ep("10.0.0.2", "a"), true),
+            ],
+        ];
+        for batch in batches {
+            for op in &batch {
+                one_by_one.apply(op).expect("fits");
+            }
+            together.set_endpoints(&web, views(&batch)).expect("fits");
+            assert_eq!(together, one_by_one);
+        }
+        let held = together.services.get(&web).map(|v| v.endpoints.len());
+        assert_eq!(held, Some(4));
+        // Nothing changes: the view stays shared.
+        let before = together.clone();
+        let again = vec![set(&web, "10.0.0.9", &ep("10.0.0.9", "b"), false)];
+        together.set_endpoints(&web, views(&again)).expect("fits");
+        assert!(Arc::ptr_eq(
+            &before.services[&web],
+            &together.services[&web]
+        ));
+        // An unknown Service: refused, nothing set.
+        let other = ServiceName::new("default", "other");
+        assert!(together.set_endpoints(&other, views(&again)).is_err());
+        assert_eq!(together, before);
     }
 
     /// A Service's addresses and `loadBalancerSourceRanges` are parsed

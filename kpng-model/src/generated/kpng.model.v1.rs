@@ -371,6 +371,43 @@ pub struct SetEndpoints {
     /// The endpoints.
     #[prost(message, repeated, tag = "2")]
     pub endpoints: ::prost::alloc::vec::Vec<CompactEndpoint>,
+    /// More endpoints, in columns, set after `endpoints`. Sent only to a
+    /// watcher that asked for them (WatchRequest.endpoint_columns).
+    #[prost(message, optional, tag = "3")]
+    pub columns: ::core::option::Option<EndpointColumns>,
+}
+/// Endpoints in columns: endpoint i's values are the i-th of each column
+/// (the same as a CompactEndpoint each). Few columns, each one field: a
+/// Service's endpoints decode with a few allocations.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct EndpointColumns {
+    /// One byte per endpoint (as many endpoints as bytes): the bits of
+    /// CompactEndpoint.flags, and 64: its address is IPv6 (16 bytes in
+    /// `ips`; else IPv4, 4 bytes), 128: it has an address in the other
+    /// family (in `other_ips`).
+    #[prost(bytes = "vec", tag = "1")]
+    pub flags: ::prost::alloc::vec::Vec<u8>,
+    /// The addresses (CompactEndpoint.ip), one after the other.
+    #[prost(bytes = "vec", tag = "2")]
+    pub ips: ::prost::alloc::vec::Vec<u8>,
+    /// Three numbers per endpoint: CompactEndpoint.node, .zone and .ports;
+    /// or none at all (every one 0).
+    #[prost(uint32, repeated, tag = "3")]
+    pub places: ::prost::alloc::vec::Vec<u32>,
+    /// The addresses in the other family (CompactEndpoint.other_address) of
+    /// the endpoints with bit 128, one after the other: 4 bytes after an
+    /// IPv6 address, 16 after an IPv4 one.
+    #[prost(bytes = "vec", tag = "4")]
+    pub other_ips: ::prost::alloc::vec::Vec<u8>,
+    /// Two numbers per endpoint: how many entries of `hints` are its
+    /// hints.forZones, then how many its hints.forNodes; or none at all (no
+    /// hints).
+    #[prost(uint32, repeated, tag = "5")]
+    pub hint_counts: ::prost::alloc::vec::Vec<u32>,
+    /// CompactEndpoint.hint_zones then .hint_nodes of each endpoint, one
+    /// endpoint after the other.
+    #[prost(uint32, repeated, tag = "6")]
+    pub hints: ::prost::alloc::vec::Vec<u32>,
 }
 /// One endpoint as a node uses it, in compact form. It stands for an
 /// EndpointRef whose endpoint has at most one address per family, each in
@@ -452,6 +489,10 @@ pub struct WatchRequest {
     /// digest and a sync.
     #[prost(bytes = "vec", tag = "4")]
     pub since_digest: ::prost::alloc::vec::Vec<u8>,
+    /// The watcher reads SetEndpoints.columns: the server may send endpoints
+    /// in columns (cheaper to decode) instead of CompactEndpoint messages.
+    #[prost(bool, tag = "5")]
+    pub endpoint_columns: bool,
 }
 /// One message of a watch stream.
 #[derive(Clone, PartialEq, ::prost::Message)]

@@ -665,6 +665,205 @@ impl<'de> serde::Deserialize<'de> for Endpoint {
         deserializer.deserialize_struct("kpng.model.v1.Endpoint", FIELDS, GeneratedVisitor)
     }
 }
+impl serde::Serialize for EndpointColumns {
+    #[allow(deprecated)]
+    fn serialize<S>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error>
+    where
+        S: serde::Serializer,
+    {
+        use serde::ser::SerializeStruct;
+        let mut len = 0;
+        if !self.flags.is_empty() {
+            len += 1;
+        }
+        if !self.ips.is_empty() {
+            len += 1;
+        }
+        if !self.places.is_empty() {
+            len += 1;
+        }
+        if !self.other_ips.is_empty() {
+            len += 1;
+        }
+        if !self.hint_counts.is_empty() {
+            len += 1;
+        }
+        if !self.hints.is_empty() {
+            len += 1;
+        }
+        let mut struct_ser = serializer.serialize_struct("kpng.model.v1.EndpointColumns", len)?;
+        if !self.flags.is_empty() {
+            #[allow(clippy::needless_borrow)]
+            #[allow(clippy::needless_borrows_for_generic_args)]
+            struct_ser.serialize_field("flags", pbjson::private::base64::encode(&self.flags).as_str())?;
+        }
+        if !self.ips.is_empty() {
+            #[allow(clippy::needless_borrow)]
+            #[allow(clippy::needless_borrows_for_generic_args)]
+            struct_ser.serialize_field("ips", pbjson::private::base64::encode(&self.ips).as_str())?;
+        }
+        if !self.places.is_empty() {
+            struct_ser.serialize_field("places", &self.places)?;
+        }
+        if !self.other_ips.is_empty() {
+            #[allow(clippy::needless_borrow)]
+            #[allow(clippy::needless_borrows_for_generic_args)]
+            struct_ser.serialize_field("otherIps", pbjson::private::base64::encode(&self.other_ips).as_str())?;
+        }
+        if !self.hint_counts.is_empty() {
+            struct_ser.serialize_field("hintCounts", &self.hint_counts)?;
+        }
+        if !self.hints.is_empty() {
+            struct_ser.serialize_field("hints", &self.hints)?;
+        }
+        struct_ser.end()
+    }
+}
+impl<'de> serde::Deserialize<'de> for EndpointColumns {
+    #[allow(deprecated)]
+    fn deserialize<D>(deserializer: D) -> std::result::Result<Self, D::Error>
+    where
+        D: serde::Deserializer<'de>,
+    {
+        const FIELDS: &[&str] = &[
+            "flags",
+            "ips",
+            "places",
+            "other_ips",
+            "otherIps",
+            "hint_counts",
+            "hintCounts",
+            "hints",
+        ];
+
+        #[allow(clippy::enum_variant_names)]
+        enum GeneratedField {
+            Flags,
+            Ips,
+            Places,
+            OtherIps,
+            HintCounts,
+            Hints,
+        }
+        impl<'de> serde::Deserialize<'de> for GeneratedField {
+            fn deserialize<D>(deserializer: D) -> std::result::Result<GeneratedField, D::Error>
+            where
+                D: serde::Deserializer<'de>,
+            {
+                struct GeneratedVisitor;
+
+                impl serde::de::Visitor<'_> for GeneratedVisitor {
+                    type Value = GeneratedField;
+
+                    fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                        write!(formatter, "expected one of: {:?}", &FIELDS)
+                    }
+
+                    #[allow(unused_variables)]
+                    fn visit_str<E>(self, value: &str) -> std::result::Result<GeneratedField, E>
+                    where
+                        E: serde::de::Error,
+                    {
+                        match value {
+                            "flags" => Ok(GeneratedField::Flags),
+                            "ips" => Ok(GeneratedField::Ips),
+                            "places" => Ok(GeneratedField::Places),
+                            "otherIps" | "other_ips" => Ok(GeneratedField::OtherIps),
+                            "hintCounts" | "hint_counts" => Ok(GeneratedField::HintCounts),
+                            "hints" => Ok(GeneratedField::Hints),
+                            _ => Err(serde::de::Error::unknown_field(value, FIELDS)),
+                        }
+                    }
+                }
+                deserializer.deserialize_identifier(GeneratedVisitor)
+            }
+        }
+        struct GeneratedVisitor;
+        impl<'de> serde::de::Visitor<'de> for GeneratedVisitor {
+            type Value = EndpointColumns;
+
+            fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                formatter.write_str("struct kpng.model.v1.EndpointColumns")
+            }
+
+            fn visit_map<V>(self, mut map_: V) -> std::result::Result<EndpointColumns, V::Error>
+                where
+                    V: serde::de::MapAccess<'de>,
+            {
+                let mut flags__ = None;
+                let mut ips__ = None;
+                let mut places__ = None;
+                let mut other_ips__ = None;
+                let mut hint_counts__ = None;
+                let mut hints__ = None;
+                while let Some(k) = map_.next_key()? {
+                    match k {
+                        GeneratedField::Flags => {
+                            if flags__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("flags"));
+                            }
+                            flags__ = 
+                                Some(map_.next_value::<::pbjson::private::BytesDeserialize<_>>()?.0)
+                            ;
+                        }
+                        GeneratedField::Ips => {
+                            if ips__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("ips"));
+                            }
+                            ips__ = 
+                                Some(map_.next_value::<::pbjson::private::BytesDeserialize<_>>()?.0)
+                            ;
+                        }
+                        GeneratedField::Places => {
+                            if places__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("places"));
+                            }
+                            places__ = 
+                                Some(map_.next_value::<Vec<::pbjson::private::NumberDeserialize<_>>>()?
+                                    .into_iter().map(|x| x.0).collect())
+                            ;
+                        }
+                        GeneratedField::OtherIps => {
+                            if other_ips__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("otherIps"));
+                            }
+                            other_ips__ = 
+                                Some(map_.next_value::<::pbjson::private::BytesDeserialize<_>>()?.0)
+                            ;
+                        }
+                        GeneratedField::HintCounts => {
+                            if hint_counts__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("hintCounts"));
+                            }
+                            hint_counts__ = 
+                                Some(map_.next_value::<Vec<::pbjson::private::NumberDeserialize<_>>>()?
+                                    .into_iter().map(|x| x.0).collect())
+                            ;
+                        }
+                        GeneratedField::Hints => {
+                            if hints__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("hints"));
+                            }
+                            hints__ = 
+                                Some(map_.next_value::<Vec<::pbjson::private::NumberDeserialize<_>>>()?
+                                    .into_iter().map(|x| x.0).collect())
+                            ;
+                        }
+                    }
+                }
+                Ok(EndpointColumns {
+                    flags: flags__.unwrap_or_default(),
+                    ips: ips__.unwrap_or_default(),
+                    places: places__.unwrap_or_default(),
+                    other_ips: other_ips__.unwrap_or_default(),
+                    hint_counts: hint_counts__.unwrap_or_default(),
+                    hints: hints__.unwrap_or_default(),
+                })
+            }
+        }
+        deserializer.deserialize_struct("kpng.model.v1.EndpointColumns", FIELDS, GeneratedVisitor)
+    }
+}
 impl serde::Serialize for EndpointEntry {
     #[allow(deprecated)]
     fn serialize<S>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error>
@@ -2954,12 +3153,18 @@ impl serde::Serialize for SetEndpoints {
         if !self.endpoints.is_empty() {
             len += 1;
         }
+        if self.columns.is_some() {
+            len += 1;
+        }
         let mut struct_ser = serializer.serialize_struct("kpng.model.v1.SetEndpoints", len)?;
         if let Some(v) = self.service.as_ref() {
             struct_ser.serialize_field("service", v)?;
         }
         if !self.endpoints.is_empty() {
             struct_ser.serialize_field("endpoints", &self.endpoints)?;
+        }
+        if let Some(v) = self.columns.as_ref() {
+            struct_ser.serialize_field("columns", v)?;
         }
         struct_ser.end()
     }
@@ -2973,12 +3178,14 @@ impl<'de> serde::Deserialize<'de> for SetEndpoints {
         const FIELDS: &[&str] = &[
             "service",
             "endpoints",
+            "columns",
         ];
 
         #[allow(clippy::enum_variant_names)]
         enum GeneratedField {
             Service,
             Endpoints,
+            Columns,
         }
         impl<'de> serde::Deserialize<'de> for GeneratedField {
             fn deserialize<D>(deserializer: D) -> std::result::Result<GeneratedField, D::Error>
@@ -3002,6 +3209,7 @@ impl<'de> serde::Deserialize<'de> for SetEndpoints {
                         match value {
                             "service" => Ok(GeneratedField::Service),
                             "endpoints" => Ok(GeneratedField::Endpoints),
+                            "columns" => Ok(GeneratedField::Columns),
                             _ => Err(serde::de::Error::unknown_field(value, FIELDS)),
                         }
                     }
@@ -3023,6 +3231,7 @@ impl<'de> serde::Deserialize<'de> for SetEndpoints {
             {
                 let mut service__ = None;
                 let mut endpoints__ = None;
+                let mut columns__ = None;
                 while let Some(k) = map_.next_key()? {
                     match k {
                         GeneratedField::Service => {
@@ -3037,11 +3246,18 @@ impl<'de> serde::Deserialize<'de> for SetEndpoints {
                             }
                             endpoints__ = Some(map_.next_value()?);
                         }
+                        GeneratedField::Columns => {
+                            if columns__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("columns"));
+                            }
+                            columns__ = map_.next_value()?;
+                        }
                     }
                 }
                 Ok(SetEndpoints {
                     service: service__,
                     endpoints: endpoints__.unwrap_or_default(),
+                    columns: columns__,
                 })
             }
         }
@@ -3609,6 +3825,9 @@ impl serde::Serialize for WatchRequest {
         if !self.since_digest.is_empty() {
             len += 1;
         }
+        if self.endpoint_columns {
+            len += 1;
+        }
         let mut struct_ser = serializer.serialize_struct("kpng.model.v1.WatchRequest", len)?;
         if !self.node.is_empty() {
             struct_ser.serialize_field("node", &self.node)?;
@@ -3628,6 +3847,9 @@ impl serde::Serialize for WatchRequest {
             #[allow(clippy::needless_borrows_for_generic_args)]
             struct_ser.serialize_field("sinceDigest", pbjson::private::base64::encode(&self.since_digest).as_str())?;
         }
+        if self.endpoint_columns {
+            struct_ser.serialize_field("endpointColumns", &self.endpoint_columns)?;
+        }
         struct_ser.end()
     }
 }
@@ -3645,6 +3867,8 @@ impl<'de> serde::Deserialize<'de> for WatchRequest {
             "sinceInstance",
             "since_digest",
             "sinceDigest",
+            "endpoint_columns",
+            "endpointColumns",
         ];
 
         #[allow(clippy::enum_variant_names)]
@@ -3653,6 +3877,7 @@ impl<'de> serde::Deserialize<'de> for WatchRequest {
             SinceRevision,
             SinceInstance,
             SinceDigest,
+            EndpointColumns,
         }
         impl<'de> serde::Deserialize<'de> for GeneratedField {
             fn deserialize<D>(deserializer: D) -> std::result::Result<GeneratedField, D::Error>
@@ -3678,6 +3903,7 @@ impl<'de> serde::Deserialize<'de> for WatchRequest {
                             "sinceRevision" | "since_revision" => Ok(GeneratedField::SinceRevision),
                             "sinceInstance" | "since_instance" => Ok(GeneratedField::SinceInstance),
                             "sinceDigest" | "since_digest" => Ok(GeneratedField::SinceDigest),
+                            "endpointColumns" | "endpoint_columns" => Ok(GeneratedField::EndpointColumns),
                             _ => Err(serde::de::Error::unknown_field(value, FIELDS)),
                         }
                     }
@@ -3701,6 +3927,7 @@ impl<'de> serde::Deserialize<'de> for WatchRequest {
                 let mut since_revision__ = None;
                 let mut since_instance__ = None;
                 let mut since_digest__ = None;
+                let mut endpoint_columns__ = None;
                 while let Some(k) = map_.next_key()? {
                     match k {
                         GeneratedField::Node => {
@@ -3733,6 +3960,12 @@ impl<'de> serde::Deserialize<'de> for WatchRequest {
                                 Some(map_.next_value::<::pbjson::private::BytesDeserialize<_>>()?.0)
                             ;
                         }
+                        GeneratedField::EndpointColumns => {
+                            if endpoint_columns__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("endpointColumns"));
+                            }
+                            endpoint_columns__ = Some(map_.next_value()?);
+                        }
                     }
                 }
                 Ok(WatchRequest {
@@ -3740,6 +3973,7 @@ impl<'de> serde::Deserialize<'de> for WatchRequest {
                     since_revision: since_revision__.unwrap_or_default(),
                     since_instance: since_instance__.unwrap_or_default(),
                     since_digest: since_digest__.unwrap_or_default(),
+                    endpoint_columns: endpoint_columns__.unwrap_or_default(),
                 })
             }
         }
