@@ -172,7 +172,8 @@ async fn run(cli: Cli) -> Result<(), Error> {
             let _writer = match (&args.input, args.watch) {
                 // One round: the reader holds the loaded state, and the
                 // store goes with it before the sync (see `finish`).
-                _ if once && !args.watch => {
+                // (A server, `to-api`, serves on: its store stays.)
+                _ if once && !args.watch && !matches!(args.sink, Sink::ToApi(_)) => {
                     drop(ingest);
                     None
                 }
