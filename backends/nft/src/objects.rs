@@ -326,8 +326,8 @@ impl Objects {
     }
 
     /// The size a full sync declares the pick map `name` with (the
-    /// maps holding an element per endpoint), or a set of keys: twice its
-    /// elements, a power of two, at least 65,536 (8,192 for the keys). The kernel then makes its hash table
+    /// maps holding an element per endpoint), or a set of keys of 32,768
+    /// or more: twice its elements, a power of two, at least 65,536. The kernel then makes its hash table
     /// once, at that size, instead of growing it while a million elements
     /// go in (1.5 s of system time at a million). The size is also the
     /// most the map holds: a change that would go past it is made a full
@@ -335,13 +335,13 @@ impl Objects {
     pub(crate) fn size_of(&self, name: &str) -> Option<u32> {
         sized_sets().find(|s| *s == name)?;
         let len = self.elements.get(name).map_or(0, Claims::len);
-        // The keys' sets are a tenth of the pick maps: a smaller least.
-        let least = if name == SERVICE_KEYS || name == NODEPORT_KEYS {
-            1 << 13
-        } else {
-            1 << 16
-        };
-        Some(sized(len, least))
+        // The keys' sets are a tenth of the pick maps: declared only when
+        // large; a small one grows as it fills, as before (a declared size
+        // costs its buckets, 128 KiB at 8,192, in every small node).
+        if (name == SERVICE_KEYS || name == NODEPORT_KEYS) && len < 1 << 15 {
+            return None;
+        }
+        Some(sized(len))
     }
 
     /// Whether a pick map now holds more elements than `declared` (the
@@ -511,7 +511,7 @@ fn sized_sets() -> impl Iterator<Item = &'static str> {
 
 /// A pick map's declared size for `len` elements: see
 /// [`Objects::size_of`].
-fn sized(len: usize, least: usize) -> u32 {
-    let want = len.saturating_mul(2).max(least).next_power_of_two();
+fn sized(len: usize) -> u32 {
+    let want = len.saturating_mul(2).max(1 << 16).next_power_of_two();
     u32::try_from(want).unwrap_or(1 << 31)
 }
