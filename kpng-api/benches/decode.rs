@@ -55,22 +55,13 @@ fn num(name: &str, default: usize) -> usize {
 
 /// The fan-out bench's cluster.
 fn cluster(services: usize, nodes: usize) -> Cluster {
-    let mut cluster = Cluster::synthetic(ClusterShape {
+    Cluster::synthetic(ClusterShape {
         services,
         endpoints: services * 10,
         nodes,
         zones: 3,
-    });
-    let mut interner = kpng_model::endpoint::Interner::new();
-    for (n, (_, endpoint)) in cluster.endpoints.iter_mut().enumerate() {
-        let node = &cluster.nodes[n.wrapping_mul(2_654_435_761) % cluster.nodes.len()];
-        let moved = endpoint
-            .to_builder()
-            .node(&node.name, &node.zone)
-            .intern(&mut interner);
-        *endpoint = moved;
-    }
-    cluster
+    })
+    .spread_by_hash()
 }
 
 /// The messages of `node`'s full view, encoded.

@@ -91,6 +91,21 @@ fn v4(base: Ipv4Addr, n: usize) -> IpAddr {
 }
 
 impl Cluster {
+    /// The same cluster with each endpoint on a node drawn by a hash of
+    /// its number (`synthetic` deals them round-robin): a node then holds
+    /// endpoints of many Services, as the fan-out benches want.
+    pub fn spread_by_hash(mut self) -> Self {
+        let mut interner = kpng_model::endpoint::Interner::new();
+        for (n, (_, endpoint)) in self.endpoints.iter_mut().enumerate() {
+            let node = &self.nodes[n.wrapping_mul(2_654_435_761) % self.nodes.len()];
+            *endpoint = endpoint
+                .to_builder()
+                .node(&node.name, &node.zone)
+                .intern(&mut interner);
+        }
+        self
+    }
+
     /// Writes every node, Service and endpoint into `store` as one
     /// transaction, each Service's endpoints as one list (as ingest does).
     pub fn load_into(&self, store: &mut kpng_store::Store) {

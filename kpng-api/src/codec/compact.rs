@@ -44,6 +44,17 @@ fn put_ip(out: &mut Vec<u8>, ip: &IpAddr) {
     }
 }
 
+/// A view endpoint's other address: the endpoint's one in the family its
+/// view's address is not in.
+fn other_address(e: &EndpointView) -> Option<IpAddr> {
+    let ep = e.endpoint();
+    if e.ip() == ep.address() {
+        ep.other_address()
+    } else {
+        Some(ep.address())
+    }
+}
+
 fn ip_from(field: &str, bytes: &[u8]) -> Result<IpAddr, Error> {
     let bad = || Error::InvalidAddress {
         field: format!("CompactEndpoint.{field}"),
@@ -189,12 +200,7 @@ impl Encoder {
     /// endpoint's other one beside it.
     fn endpoint(&mut self, batch: &mut v1::ViewChanges, e: &EndpointView) -> v1::CompactEndpoint {
         let ep = e.endpoint();
-        let ip = e.ip();
-        let other = if ip == ep.address() {
-            ep.other_address()
-        } else {
-            Some(ep.address())
-        };
+        let (ip, other) = (e.ip(), other_address(e));
         let flags = endpoint_flags(e);
         v1::CompactEndpoint {
             ip: ip_bytes(&ip),
@@ -225,12 +231,7 @@ impl Encoder {
         e: &EndpointView,
     ) {
         let ep = e.endpoint();
-        let ip = e.ip();
-        let other = if ip == ep.address() {
-            ep.other_address()
-        } else {
-            Some(ep.address())
-        };
+        let (ip, other) = (e.ip(), other_address(e));
         let mut flags = endpoint_flags(e);
         if ip.is_ipv6() {
             flags |= V6;
