@@ -12,9 +12,9 @@
 //!   class, the shared chain of their kind, policy and endpoint counts
 //!   (`… @svc-c3 goto svc-c3`). An endpoint count change then moves data,
 //!   not a verdict, and the kernel does not check the whole table again.
-//! - **Load balancing** is uniform: each Service port has a tiny chain that
-//!   jumps to a shared chain per endpoint count, whose one rule looks the
-//!   target up in a single large map by `numgen random mod N`.
+//! - **Load balancing** is uniform: the class's chain (masquerade
+//!   decisions) goes to a pick chain per endpoint count, whose one rule
+//!   looks the target up in a single large map by `numgen random mod N`.
 //! - **Semantics**: ClientIP affinity with its timeout, NodePorts on the
 //!   node's addresses (never loopback), LB IPs (ipMode Proxy ones are not
 //!   programmed) with source ranges, externalTrafficPolicy and
