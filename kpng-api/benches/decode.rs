@@ -33,7 +33,7 @@ use kpng_model::v1::enls_server::Enls;
 use kpng_model::v1::{WatchEvent, WatchRequest, watch_event::Event};
 use kpng_model::view::NodeView;
 use kpng_store::Store;
-use kpng_testkit::{Cluster, ClusterShape};
+use kpng_testkit::Cluster;
 use prost::Message as _;
 
 /// This thread's CPU time so far, in seconds (/proc/thread-self/schedstat:
@@ -51,17 +51,6 @@ fn num(name: &str, default: usize) -> usize {
         .and_then(|i| args.get(i + 1))
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-/// The fan-out bench's cluster.
-fn cluster(services: usize, nodes: usize) -> Cluster {
-    Cluster::synthetic(ClusterShape {
-        services,
-        endpoints: services * 10,
-        nodes,
-        zones: 3,
-    })
-    .spread_by_hash()
 }
 
 /// The messages of `node`'s full view, encoded.
@@ -127,7 +116,7 @@ fn main() {
     let services = num("--services", 10_000);
     let nodes = num("--nodes", 10_000);
     let views = num("--views", 20);
-    let cluster = cluster(services, nodes);
+    let cluster = Cluster::fanout(services, nodes);
     let mut store = Store::new();
     cluster.load_into(&mut store);
     store.mark_listed(Kind::Service);

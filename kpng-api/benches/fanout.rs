@@ -136,7 +136,7 @@ use kpng_model::v1::enls_client::EnlsClient;
 use kpng_model::v1::{WatchRequest, watch_event::Event};
 use kpng_model::view::NodeView;
 use kpng_store::Store;
-use kpng_testkit::{Cluster, ClusterShape};
+use kpng_testkit::Cluster;
 use prost::Message as _;
 use tonic::transport::Channel;
 
@@ -380,25 +380,13 @@ fn spawn_server(
     (child, stdin, lines)
 }
 
-/// The synthetic cluster with each endpoint on a node drawn by a hash of
-/// its number: a node holds endpoints of many Services.
-fn cluster(services: usize, nodes: usize) -> Cluster {
-    Cluster::synthetic(ClusterShape {
-        services,
-        endpoints: services * 10,
-        nodes,
-        zones: 3,
-    })
-    .spread_by_hash()
-}
-
 /// The server process: loads the cluster, makes `--skew` changes that
 /// are undone (other revision numbers, same content), serves, and on each
 /// `flip` line from stdin changes one endpoint and prints the time.
 fn server(socket: &Path) {
     let services = num("--services", 10_000);
     let nodes = num("--nodes", 100);
-    let cluster = cluster(services, nodes);
+    let cluster = Cluster::fanout(services, nodes);
     let mut store = Store::new();
     cluster.load_into(&mut store);
     store.mark_listed(Kind::Service);

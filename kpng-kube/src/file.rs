@@ -372,18 +372,25 @@ impl<'a> Checker<'a> {
     }
 }
 
+/// A JSON manifest's top-level object: its `kind`, and its `items` (a
+/// `List`'s) unparsed.
+#[derive(serde::Deserialize)]
+struct ListHead<'a> {
+    kind: Option<String>,
+    #[serde(borrow, default)]
+    items: Option<Vec<&'a serde_json::value::RawValue>>,
+}
+
+/// A manifest whose text is not JSON, naming what is wrong.
+fn invalid_json(path: &str, what: impl std::fmt::Display) -> Error {
+    manifest_error(path, 0, None, format!("invalid JSON: {what}"))
+}
+
 /// Decodes the documents of a JSON manifest (an object, a `List`, or an
 /// array of objects) without building a tree of values.
 fn parse_json(path: &str, text: &str, config: &TranslateConfig, each: Each<'_>) -> Result<()> {
     use serde_json::value::RawValue;
-    #[derive(serde::Deserialize)]
-    struct ListHead<'a> {
-        kind: Option<String>,
-        #[serde(borrow, default)]
-        items: Option<Vec<&'a RawValue>>,
-    }
-    let invalid =
-        |e: serde_json::Error| manifest_error(path, 0, None, format!("invalid JSON: {e}"));
+    let invalid = |e: serde_json::Error| invalid_json(path, e);
     let mut checker = Checker::new(path, config, each);
     if text.trim_start().starts_with('[') {
         let documents: Vec<&RawValue> = serde_json::from_str(text).map_err(invalid)?;
@@ -504,24 +511,46 @@ impl Ingest {
     /// for a manifest with no Service, EndpointSlice or Node (unless
     /// allowed). Nothing of the manifest is applied then.
     pub fn load_str(&mut self, path: &str, text: &str) -> Result<Option<u64>> {
+        let loaded = self.relist_all(path, |config, each| {
+            parse_each(path, text, config, each).map(Some)
+        })?;
+        // `parse_each` always reads the whole text.
+        Ok(loaded.flatten())
+    }
+
+    /// Relists every kind from what `parse` hands `each`, applied in one
+    /// transaction if `parse` reads the manifest whole (`Some`), with
+    /// something a proxy reads in it (unless empty input is allowed);
+    /// nothing is applied on an error, or when `parse` gives up (`None`).
+    /// Returns the new revision, if anything changed, or `None` when
+    /// `parse` gave up.
+    fn relist_all(
+        &mut self,
+        path: &str,
+        parse: impl FnOnce(&TranslateConfig, Each<'_>) -> Result<Option<()>>,
+    ) -> Result<Option<Option<u64>>> {
         let config = self.translate_config().clone();
         let allow_empty = self.allows_empty_input();
         self.begin_every_relist();
         let mut read = 0usize;
-        let parsed = parse_each(path, text, &config, &mut |object| {
+        let parsed = parse(&config, &mut |object| {
             if !matches!(object, Object::ServiceCidr(_)) {
                 read += 1;
             }
             self.relisted(&object);
         });
         let parsed = match parsed {
-            Ok(()) if read == 0 && !allow_empty => Err(Error::Empty {
+            Ok(Some(())) if read == 0 && !allow_empty => Err(Error::Empty {
                 path: path.to_owned(),
             }),
             other => other,
         };
         match parsed {
-            Ok(()) => Ok(self.finish_relists()),
+            Ok(Some(())) => Ok(Some(self.finish_relists())),
+            Ok(None) => {
+                self.abort_relists();
+                Ok(None)
+            }
             Err(e) => {
                 self.abort_relists();
                 Err(e)
@@ -574,28 +603,16 @@ impl Ingest {
         path: &str,
         reader: impl std::io::Read,
     ) -> Result<Option<Option<u64>>> {
-        let config = self.translate_config().clone();
-        let allow_empty = self.allows_empty_input();
-        self.begin_every_relist();
-        let mut read = 0usize;
-        let mut each = |object: Object| {
-            if !matches!(object, Object::ServiceCidr(_)) {
-                read += 1;
-            }
-            self.relisted(&object);
-        };
         let mut splitter = stream::Splitter::new(reader);
         let failure = |f: stream::Failure| match f {
             stream::Failure::Read(source) => Error::Read {
                 path: path.to_owned(),
                 source,
             },
-            stream::Failure::Text(message) => {
-                manifest_error(path, 0, None, format!("invalid JSON: {message}"))
-            }
+            stream::Failure::Text(message) => invalid_json(path, message),
         };
-        let streamed = (|| -> Result<Option<()>> {
-            let mut checker = Checker::new(path, &config, &mut each);
+        self.relist_all(path, |config, each| {
+            let mut checker = Checker::new(path, config, &mut *each);
             let mut index = 0;
             while splitter.advance().map_err(failure)? {
                 let docs: Vec<JsonBytes<'_>> = splitter.items().map(JsonBytes).collect();
@@ -608,42 +625,20 @@ impl Ingest {
             }
             drop(checker);
             let (shape, envelope) = splitter.finish().map_err(failure)?;
-            let invalid =
-                |e: serde_json::Error| manifest_error(path, 0, None, format!("invalid JSON: {e}"));
             match shape {
                 stream::Shape::Array => {}
                 stream::Shape::Items => {
-                    #[derive(serde::Deserialize)]
-                    struct Envelope {
-                        kind: Option<String>,
-                    }
-                    let envelope: Envelope = serde_json::from_str(&envelope).map_err(invalid)?;
-                    if envelope.kind.as_deref() != Some("List") {
+                    let head: ListHead<'_> =
+                        serde_json::from_str(&envelope).map_err(|e| invalid_json(path, e))?;
+                    if head.kind.as_deref() != Some("List") {
                         return Ok(None);
                     }
                 }
                 // One object, whole in the envelope.
-                stream::Shape::Object => parse_json(path, &envelope, &config, &mut each)?,
+                stream::Shape::Object => parse_json(path, &envelope, config, each)?,
             }
             Ok(Some(()))
-        })();
-        let streamed = match streamed {
-            Ok(Some(())) if read == 0 && !allow_empty => Err(Error::Empty {
-                path: path.to_owned(),
-            }),
-            other => other,
-        };
-        match streamed {
-            Ok(Some(())) => Ok(Some(self.finish_relists())),
-            Ok(None) => {
-                self.abort_relists();
-                Ok(None)
-            }
-            Err(e) => {
-                self.abort_relists();
-                Err(e)
-            }
-        }
+        })
     }
 }
 

@@ -91,19 +91,26 @@ fn v4(base: Ipv4Addr, n: usize) -> IpAddr {
 }
 
 impl Cluster {
-    /// The same cluster with each endpoint on a node drawn by a hash of
-    /// its number (`synthetic` deals them round-robin): a node then holds
-    /// endpoints of many Services, as the fan-out benches want.
-    pub fn spread_by_hash(mut self) -> Self {
+    /// The fan-out benches' cluster: `services` Services × 10 endpoints
+    /// over `nodes` nodes in 3 zones, each endpoint on a node drawn by a
+    /// hash of its number (`synthetic` deals them round-robin), so that a
+    /// node holds endpoints of many Services.
+    pub fn fanout(services: usize, nodes: usize) -> Self {
+        let mut cluster = Self::synthetic(ClusterShape {
+            services,
+            endpoints: services * 10,
+            nodes,
+            zones: 3,
+        });
         let mut interner = kpng_model::endpoint::Interner::new();
-        for (n, (_, endpoint)) in self.endpoints.iter_mut().enumerate() {
-            let node = &self.nodes[n.wrapping_mul(2_654_435_761) % self.nodes.len()];
+        for (n, (_, endpoint)) in cluster.endpoints.iter_mut().enumerate() {
+            let node = &cluster.nodes[n.wrapping_mul(2_654_435_761) % cluster.nodes.len()];
             *endpoint = endpoint
                 .to_builder()
                 .node(&node.name, &node.zone)
                 .intern(&mut interner);
         }
-        self
+        cluster
     }
 
     /// Writes every node, Service and endpoint into `store` as one

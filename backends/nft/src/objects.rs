@@ -327,9 +327,10 @@ impl Objects {
 
     /// The size a full sync declares the pick map `name` with (the
     /// maps holding an element per endpoint), or a set of keys of 32,768
-    /// or more: twice its elements, a power of two, at least 65,536. The kernel then makes its hash table
-    /// once, at that size, instead of growing it while a million elements
-    /// go in (1.5 s of system time at a million). The size is also the
+    /// or more: twice its elements, a power of two, at least 65,536. The
+    /// kernel then makes its hash table once, at that size, instead of
+    /// growing it while a million elements go in (1.5 s of system time at
+    /// a million). The size is also the
     /// most the map holds: a change that would go past it is made a full
     /// sync ([`Objects::outgrown`]). `None` for other sets.
     pub(crate) fn size_of(&self, name: &str) -> Option<u32> {

@@ -540,6 +540,16 @@ fn policy_rules(
     rules
 }
 
+/// `KEYS @set goto chain`: the rule that sends the keys of `set` to
+/// `chain` (a class's, and the gates to the classes chains).
+fn to_class(keys: &[Load], set: &str, chain: &str) -> Vec<Expr> {
+    [
+        build::lookup(keys, set, None, false),
+        build::verdict(Verdict::Goto(chain.into())),
+    ]
+    .concat()
+}
+
 /// Where a Service port's traffic of one kind goes.
 enum Target {
     /// Its own chain, by the verdict map.
@@ -611,11 +621,7 @@ impl PortCtx<'_> {
             Kind::Svc | Kind::Ext => SERVICE_CLASSES,
             Kind::Np => NODEPORT_CLASSES,
         };
-        let class = [
-            build::lookup(&key, &name, None, false),
-            build::verdict(Verdict::Goto(name.clone())),
-        ]
-        .concat();
+        let class = to_class(&key, &name, &name);
         render.chains.insert(
             name.clone(),
             ChainDef {
@@ -933,13 +939,6 @@ pub(crate) fn globals(
         ]
         .concat()
     };
-    let to_class = |keys: &[Load], set: &str, chain: &str| {
-        [
-            build::lookup(keys, set, None, false),
-            build::verdict(Verdict::Goto(chain.into())),
-        ]
-        .concat()
-    };
     let reject_if = |keys: &[Load], set: &str| {
         [
             build::lookup(keys, set, None, false),
@@ -1034,11 +1033,7 @@ pub(crate) fn globals(
                 vec![
                     reject_if(&vip_key, NO_ENDPOINT_SERVICES),
                     node_port(reject_if(&np_key, NO_ENDPOINT_NODEPORTS)),
-                    [
-                        build::lookup(&daddr, CLUSTER_IPS, None, false),
-                        vec![Expr::Reject(reject)],
-                    ]
-                    .concat(),
+                    reject_if(&daddr, CLUSTER_IPS),
                     [
                         build::lookup(&daddr, SERVICE_CIDRS, None, false),
                         build::verdict(Verdict::Drop),
