@@ -29,7 +29,12 @@
 //! view from them as the agent does (`NodeView::apply`,
 //! `NodeView::set_endpoints`), dropped once whole with the decoder's
 //! shared copies (10,000 views would not fit side by side; later changes
-//! are then decoded only). They ask for
+//! are then decoded only). With `--decode none` they only receive:
+//! each message whole, its event kind read and its changes skipped by
+//! their length. That times the server's delivery to every node, which
+//! on a real fleet is what bounds the cold start (each agent decodes its
+//! own view on its own node, in parallel), and not this one process
+//! decoding 10,000 views on the same cores. They ask for
 //! endpoints in columns (`WatchRequest.endpoint_columns`), as the agent
 //! does; `--endpoints messages` asks for one `CompactEndpoint` each
 //! instead (what other clients get). The watcher process allocates with
@@ -39,7 +44,7 @@
 //! system's (glibc), as in the figures before.
 //!
 //! ```text
-//! cargo bench -p kpng-api --bench fanout [-- --nodes 100,1000,10000 --services 10000 --reread-seconds 30 --endpoints columns|messages --build-views --watcher-malloc mimalloc|glibc]
+//! cargo bench -p kpng-api --bench fanout [-- --nodes 100,1000,10000 --services 10000 --reread-seconds 30 --endpoints columns|messages --decode agent|none --build-views --watcher-malloc mimalloc|glibc]
 //! ```
 #![allow(missing_docs, clippy::unwrap_used)]
 
@@ -130,10 +135,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use kpng_api::codec::compact::{Decoded, Decoder};
-use kpng_api::{Server, bind_unix, connect_unix, serve};
+use kpng_api::{Server, bind_unix, connect_unix, connect_unix_channel, serve};
 use kpng_model::Kind;
 use kpng_model::v1::enls_client::EnlsClient;
-use kpng_model::v1::{WatchRequest, watch_event::Event};
+use kpng_model::v1::{ViewChanges, WatchRequest, watch_event::Event};
 use kpng_model::view::NodeView;
 use kpng_store::Store;
 use kpng_testkit::Cluster;
@@ -148,6 +153,13 @@ fn arg(name: &str) -> Option<String> {
         .position(|a| a == name)
         .and_then(|i| args.get(i + 1))
         .cloned()
+}
+
+/// Whether the watchers decode the changes as the agent does (`--decode
+/// agent`, the default) or only receive them (`--decode none`: each
+/// message's event kind is read, the changes skipped by their length).
+fn decode() -> bool {
+    arg("--decode").is_none_or(|d| d != "none")
 }
 
 /// Whether the watchers build each node view from the ops they decode.
@@ -212,11 +224,11 @@ fn main() {
     let reread_seconds = num("--reread-seconds", 30);
     let socket = std::env::temp_dir().join(format!("kpng-fanout-{}.sock", std::process::id()));
     println!(
-        "kpng-api fan-out: {services} services x 10 endpoints, N distinct nodes, N watchers (one per node, decoding as the agent{}, endpoints as {}, {}), unix socket",
-        if build_views() {
-            " and building the view"
-        } else {
-            ""
+        "kpng-api fan-out: {services} services x 10 endpoints, N distinct nodes, N watchers (one per node, {}, endpoints as {}, {}), unix socket",
+        match (decode(), build_views()) {
+            (false, _) => "receiving each view, its changes not decoded",
+            (true, true) => "decoding as the agent and building the view",
+            (true, false) => "decoding as the agent",
         },
         endpoints_form(),
         watcher_malloc()
@@ -230,6 +242,7 @@ fn main() {
             .args(["--client", socket.to_str().unwrap()])
             .args(["--nodes", &nodes.to_string()])
             .args(["--endpoints", &endpoints_form()])
+            .args(["--decode", if decode() { "agent" } else { "none" }])
             .args(build_views().then_some("--build-views"))
             .envs(
                 (watcher_malloc() == "mimalloc")
@@ -434,17 +447,17 @@ fn server(socket: &Path) {
 /// the server goes away.
 struct Pool {
     socket: PathBuf,
-    slots: Vec<tokio::sync::Mutex<(u64, Option<EnlsClient<Channel>>)>>,
+    slots: Vec<tokio::sync::Mutex<(u64, Option<Channel>)>>,
 }
 
 impl Pool {
     /// The connection of group `g`; a new one when the one of generation
     /// `failed` broke.
-    async fn get(&self, g: usize, failed: Option<u64>) -> (u64, EnlsClient<Channel>) {
+    async fn get(&self, g: usize, failed: Option<u64>) -> (u64, Channel) {
         let mut slot = self.slots[g].lock().await;
         if slot.1.is_none() || failed == Some(slot.0) {
             loop {
-                match connect_unix(&self.socket).await {
+                match connect_unix_channel(&self.socket).await {
                     Ok(client) => {
                         *slot = (slot.0 + 1, Some(client));
                         break;
@@ -548,23 +561,24 @@ async fn watch(i: usize, pool: &Pool, tx: &tokio::sync::mpsc::UnboundedSender<Re
     let mut syncs = 0;
     let build = build_views();
     loop {
-        let (generation, mut client) = pool.get(group, failed).await;
-        let Ok(response) = client.watch(held.clone()).await else {
+        let (generation, channel) = pool.get(group, failed).await;
+        let Ok(mut stream) = Events::open(channel, held.clone()).await else {
             failed = Some(generation);
             tokio::time::sleep(Duration::from_millis(20)).await;
             continue;
         };
-        let mut stream = response.into_inner();
         let (mut bytes, mut reset, mut instance, mut digest) = (0, false, 0, Vec::new());
         // What the agent holds: its decoder and the view the changes build.
         let (mut decoder, mut view) = (Decoder::new(), NodeView::default());
-        while let Ok(Some(message)) = stream.message().await {
-            bytes += message.encoded_len();
-            match message.event {
+        while let Some((size, event)) = stream.next().await {
+            bytes += size;
+            match event {
                 Some(Event::Reset(_)) => {
                     reset = true;
                     (decoder, view) = (Decoder::new(), NodeView::default());
                 }
+                // Received, not decoded (`--decode none`).
+                Some(Event::Changes(_)) if !decode() => {}
                 Some(Event::Changes(changes)) => decoder
                     .batch_grouped::<kpng_model::Error>(changes, |decoded| {
                         if !build || syncs > 0 {
@@ -616,6 +630,106 @@ async fn watch(i: usize, pool: &Pool, tx: &tokio::sync::mpsc::UnboundedSender<Re
             }
         }
         failed = Some(generation);
+    }
+}
+
+/// A watch stream as the watchers read it: each message's size on the
+/// wire and its event, the changes decoded (the agent's way) or, with
+/// `--decode none`, skipped (an empty [`ViewChanges`] stands for them).
+enum Events {
+    Decoded(tonic::Streaming<kpng_model::v1::WatchEvent>),
+    Received(tonic::Streaming<(usize, Skim)>),
+}
+
+impl Events {
+    async fn open(channel: Channel, request: WatchRequest) -> Result<Self, tonic::Status> {
+        if decode() {
+            let response = EnlsClient::new(channel).watch(request).await?;
+            return Ok(Self::Decoded(response.into_inner()));
+        }
+        let mut grpc = tonic::client::Grpc::new(channel);
+        grpc.ready()
+            .await
+            .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+        let path =
+            tonic::codegen::http::uri::PathAndQuery::from_static("/kpng.model.v1.Enls/Watch");
+        let response = grpc
+            .server_streaming(tonic::Request::new(request), path, SkimCodec)
+            .await?;
+        Ok(Self::Received(response.into_inner()))
+    }
+
+    async fn next(&mut self) -> Option<(usize, Option<Event>)> {
+        match self {
+            Self::Decoded(stream) => {
+                let message = stream.message().await.ok()??;
+                Some((message.encoded_len(), message.event))
+            }
+            Self::Received(stream) => {
+                let (size, skim) = stream.message().await.ok()??;
+                let event = match skim {
+                    Skim { reset: Some(r), .. } => Event::Reset(r),
+                    Skim { sync: Some(s), .. } => Event::Sync(s),
+                    Skim {
+                        instance: Some(i), ..
+                    } => Event::Instance(i),
+                    Skim {
+                        digest: Some(d), ..
+                    } => Event::Digest(d),
+                    _ => Event::Changes(ViewChanges::default()),
+                };
+                Some((size, Some(event)))
+            }
+        }
+    }
+}
+
+/// A `WatchEvent` with its changes (field 2) left out: prost skips them
+/// by their length.
+#[derive(Clone, PartialEq, prost::Message)]
+struct Skim {
+    #[prost(bool, optional, tag = "1")]
+    reset: Option<bool>,
+    #[prost(uint64, optional, tag = "3")]
+    sync: Option<u64>,
+    #[prost(uint64, optional, tag = "4")]
+    instance: Option<u64>,
+    #[prost(bytes = "vec", optional, tag = "5")]
+    digest: Option<Vec<u8>>,
+}
+
+/// The codec of a stream of [`Skim`]s, each with its size on the wire.
+struct SkimCodec;
+
+impl tonic::codec::Codec for SkimCodec {
+    type Encode = WatchRequest;
+    type Decode = (usize, Skim);
+    type Encoder = tonic_prost::ProstEncoder<WatchRequest>;
+    type Decoder = SkimDecoder;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        tonic_prost::ProstEncoder::new(tonic::codec::BufferSettings::default())
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        SkimDecoder
+    }
+}
+
+struct SkimDecoder;
+
+impl tonic::codec::Decoder for SkimDecoder {
+    type Item = (usize, Skim);
+    type Error = tonic::Status;
+
+    fn decode(
+        &mut self,
+        buf: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<Self::Item>, Self::Error> {
+        use bytes::Buf as _;
+        let size = buf.remaining();
+        let skim = Skim::decode(buf).map_err(|e| tonic::Status::internal(e.to_string()))?;
+        Ok(Some((size, skim)))
     }
 }
 

@@ -90,7 +90,8 @@ mod transport;
 pub use agent::{AgentConfig, run_agent, run_mirror};
 pub use server::{INITIAL_VIEWS, Server, ServerStats};
 pub use transport::{
-    Address, Tls, bind_unix, connect, connect_unix, serve, serve_at, serve_tcp, serve_unix,
+    Address, Tls, bind_unix, connect, connect_unix, connect_unix_channel, serve, serve_at,
+    serve_tcp, serve_unix,
 };
 
 use tonic::Status;

@@ -225,6 +225,17 @@ pub async fn serve(listener: tokio::net::UnixListener, server: Server) -> Result
 /// # Errors
 /// When it cannot be reached.
 pub async fn connect_unix(path: &Path) -> Result<EnlsClient<tonic::transport::Channel>, Error> {
+    Ok(EnlsClient::new(connect_unix_channel(path).await?))
+}
+
+/// Connects to a server's unix socket, giving the bare channel: for a
+/// client of its own making (another codec, say, as the fan-out bench's
+/// watchers that only receive), or several generated clients on one
+/// connection.
+///
+/// # Errors
+/// When it cannot be reached.
+pub async fn connect_unix_channel(path: &Path) -> Result<tonic::transport::Channel, Error> {
     let path = path.to_owned();
     // The URI is required by the API but unused: the connector dials.
     let channel = tonic::transport::Endpoint::from_static("http://kpng.invalid")
@@ -236,5 +247,5 @@ pub async fn connect_unix(path: &Path) -> Result<EnlsClient<tonic::transport::Ch
             }
         }))
         .await?;
-    Ok(EnlsClient::new(channel))
+    Ok(channel)
 }

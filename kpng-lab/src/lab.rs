@@ -136,6 +136,12 @@ pub struct Lab {
     /// A bpffs and a cgroup for eBPF backends, made on first use; removed
     /// after the namespaces (field order), detaching whatever is left.
     bpf: std::sync::OnceLock<(BpfFs, TestCgroup)>,
+    /// Each host's addresses, for explaining its probes.
+    addresses: std::collections::HashMap<String, Vec<std::net::IpAddr>>,
+    /// The node's own addresses (its links' `node_addrs`).
+    node_addresses: Vec<std::net::IpAddr>,
+    /// What the probes are checked against: `kpng explain`.
+    pub(crate) witness: crate::witness::Shared,
 }
 
 /// The hosts whose sockets are this node's: the node itself, the pod
@@ -145,6 +151,29 @@ pub const LOCAL_HOSTS: [&str; 3] = ["node", "podc", "e1"];
 
 impl Drop for Lab {
     fn drop(&mut self) {
+        let (checked, disagreements) = match self.witness.lock() {
+            Ok(mut w) => (w.checked, std::mem::take(&mut w.disagreements)),
+            Err(_) => (0, Vec::new()),
+        };
+        if checked > 0 {
+            eprintln!(
+                "kpng explain: {checked} probes checked against the packets, {} disagreements",
+                disagreements.len()
+            );
+        }
+        self.clean_up();
+        if !disagreements.is_empty() && !std::thread::panicking() {
+            panic!(
+                "kpng explain disagrees with the packets on {} of {checked} probes:\n{}",
+                disagreements.len(),
+                disagreements.join("\n")
+            );
+        }
+    }
+}
+
+impl Lab {
+    fn clean_up(&mut self) {
         if std::env::var_os("KPNG_KEEP_LAB").is_some() {
             eprintln!("KPNG_KEEP_LAB: kept namespaces {}-*", self.prefix);
             return;
@@ -179,6 +208,9 @@ impl Lab {
             servers: Vec::new(),
             links: 0,
             bpf: std::sync::OnceLock::new(),
+            addresses: std::collections::HashMap::new(),
+            node_addresses: Vec::new(),
+            witness: crate::witness::Shared::default(),
         };
         lab.namespace("node");
         for s in ["net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"] {
@@ -205,6 +237,11 @@ impl Lab {
     /// it; it routes everything through the node. `node_addrs` are extra
     /// addresses the node holds on its side of the link (its node IPs).
     pub fn host(&mut self, name: &str, addrs: &[&str], node_addrs: &[&str]) {
+        let parsed = |list: &[&str]| -> Vec<std::net::IpAddr> {
+            list.iter().filter_map(|a| a.parse().ok()).collect()
+        };
+        self.addresses.insert(name.to_owned(), parsed(addrs));
+        self.node_addresses.extend(parsed(node_addrs));
         let ns = self.namespace(name);
         let node = self.ns("node");
         self.links += 1;
@@ -346,13 +383,48 @@ impl Lab {
         port: u16,
         count: usize,
     ) -> Vec<String> {
+        let packet = self.packet(from, proto, host, port);
         let (port, count) = (port.to_string(), count.to_string());
         let args = ["python3", "-c", CLIENT, proto, host, &port, &count];
         let out = self.client(from, &args).output().expect("client");
-        String::from_utf8_lossy(&out.stdout)
+        let lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
             .lines()
             .map(str::to_owned)
-            .collect()
+            .collect();
+        if let (Some(packet), Ok(mut witness)) = (packet, self.witness.lock()) {
+            let v4 = packet.destination.is_ipv4();
+            let resolve = |name: &str| {
+                let addresses = self.addresses.get(name)?;
+                addresses.iter().find(|a| a.is_ipv4() == v4).copied()
+            };
+            witness.probe(from, &packet, &lines, &resolve);
+        }
+        lines
+    }
+
+    /// The packet a probe from host `from` sends, for explaining it:
+    /// `None` when the lab does not know its source in that family.
+    fn packet(
+        &self,
+        from: &str,
+        proto: &str,
+        host: &str,
+        port: u16,
+    ) -> Option<kpng_explain::Packet> {
+        let destination: std::net::IpAddr = host.parse().ok()?;
+        let family = |ip: &&std::net::IpAddr| ip.is_ipv4() == destination.is_ipv4();
+        let source = if from == "node" {
+            self.node_addresses.iter().find(family)
+        } else {
+            self.addresses.get(from)?.iter().find(family)
+        };
+        Some(kpng_explain::Packet::new(
+            crate::witness::origin(from),
+            crate::witness::protocol(proto)?,
+            *source?,
+            destination,
+            port,
+        ))
     }
 
     /// `args` run as a client in host `from`: in the lab's cgroup too

@@ -17,6 +17,7 @@ pub mod bench;
 pub mod cluster;
 mod lab;
 pub mod scenarios;
+mod witness;
 
 pub use lab::{LOCAL_HOSTS, Lab, endpoints, run, settle, unavailable};
 
@@ -113,6 +114,9 @@ pub trait LabBackend: Sink + Sized {
     fn unavailable() -> Option<String> {
         None
     }
+    /// The mechanisms it programs, for `kpng explain` (the lab checks
+    /// every probe against it).
+    const DATA_PATH: kpng_explain::DataPath = kpng_explain::DataPath::Netfilter;
 }
 
 impl LabBackend for NftBackend {
@@ -204,6 +208,10 @@ impl LabBackend for EbpfWithNft {
     const TOOLS: &'static [&'static str] = &["nft"];
     const SOCKETS: bool = true;
     const TC: bool = true;
+    const DATA_PATH: kpng_explain::DataPath = kpng_explain::DataPath::Ebpf {
+        tc: true,
+        netfilter: true,
+    };
 
     fn in_lab(lab: &Lab, settings: &Settings) -> Self {
         let config = ebpf_config(lab, settings, true);
@@ -255,6 +263,15 @@ pub fn ebpf_config(lab: &Lab, settings: &Settings, tc: bool) -> EbpfConfig {
     }
 }
 
+/// What `kpng explain` follows for the eBPF backend alone (no netfilter
+/// backend beside it), with or without its tc programs.
+pub fn ebpf_alone(tc: bool) -> kpng_explain::DataPath {
+    kpng_explain::DataPath::Ebpf {
+        tc,
+        netfilter: false,
+    }
+}
+
 /// The eBPF backend alone, with no netfilter backend beside it: what its
 /// benchmark measures (the lab's clients of [`LOCAL_HOSTS`] are in its
 /// cgroup).
@@ -271,6 +288,10 @@ impl LabBackend for EbpfOnly {
     const NAME: &'static str = "ebpf";
     const TOOLS: &'static [&'static str] = &[];
     const SOCKETS: bool = true;
+    const DATA_PATH: kpng_explain::DataPath = kpng_explain::DataPath::Ebpf {
+        tc: false,
+        netfilter: false,
+    };
 
     fn in_lab(lab: &Lab, settings: &Settings) -> Self {
         let config = ebpf_config(lab, settings, false);
@@ -511,12 +532,18 @@ pub struct Proxy<B> {
     pub projector: NodeProjector,
     /// The backend.
     pub backend: B,
+    /// The lab's witness and the settings, when made by [`Proxy::new`]:
+    /// each successful load tells it what the rules now follow.
+    explained: Option<(witness::Shared, kpng_explain::Setup)>,
 }
 
 impl<B: LabBackend> Proxy<B> {
     /// A proxy whose backend programs `lab`'s node with `settings`.
     pub fn new(lab: &Lab, settings: &Settings) -> Self {
-        Self::with(B::in_lab(lab, settings))
+        let mut proxy = Self::with(B::in_lab(lab, settings));
+        let setup = kpng_explain::Setup::new(settings.proxy(), B::DATA_PATH);
+        proxy.explained = Some((lab.witness.clone(), setup));
+        proxy
     }
 }
 
@@ -527,7 +554,23 @@ impl<B: Sink> Proxy<B> {
             ingest: Ingest::new(Store::new(), IngestConfig::for_node(NODE)),
             projector: NodeProjector::new(NODE),
             backend,
+            explained: None,
         }
+    }
+
+    /// Checks every probe of `lab` against `kpng explain` for `data_path`
+    /// and `settings` (what [`Proxy::new`] does for its backend), for a
+    /// proxy made with [`Proxy::with`].
+    #[must_use]
+    pub fn explained_in(
+        mut self,
+        lab: &Lab,
+        settings: &Settings,
+        data_path: kpng_explain::DataPath,
+    ) -> Self {
+        let setup = kpng_explain::Setup::new(settings.proxy(), data_path);
+        self.explained = Some((lab.witness.clone(), setup));
+        self
     }
 
     /// Loads a manifest (the whole state) and syncs the backend.
@@ -538,8 +581,12 @@ impl<B: Sink> Proxy<B> {
         let objects = file::parse_str("test.yaml", yaml).expect("valid manifest");
         self.ingest.load(&objects);
         let snapshot = self.ingest.reader().snapshot();
-        self.projector
-            .sync_into(&snapshot, &mut self.backend)
-            .map(|_| ())
+        self.projector.sync_into(&snapshot, &mut self.backend)?;
+        if let Some((witness, setup)) = &self.explained
+            && let Ok(mut witness) = witness.lock()
+        {
+            witness.synced(snapshot, setup.clone());
+        }
+        Ok(())
     }
 }

@@ -25,7 +25,11 @@ fn ask(lab: &kpng_lab::Lab) -> String {
 fn proxy(lab: &kpng_lab::Lab) -> Proxy<FollowedBy<NftBackend, ConntrackCleaner>> {
     let cleaner =
         ConntrackCleaner::in_netns(std::path::Path::new("/run/netns").join(lab.ns("node")));
-    Proxy::with(NftBackend::in_lab(lab, &Settings::lab()).followed_by(cleaner))
+    Proxy::with(NftBackend::in_lab(lab, &Settings::lab()).followed_by(cleaner)).explained_in(
+        lab,
+        &Settings::lab(),
+        kpng_explain::DataPath::Netfilter,
+    )
 }
 
 fn dns(eps: &str) -> String {

@@ -21,7 +21,11 @@ fn the_ebpf_backend_alone_serves_the_node_s_sockets() {
     require_lab!(EbpfWithNft);
     let lab = lab();
     let config = ebpf_config(&lab, &Settings::lab(), false);
-    let mut proxy = Proxy::with(EbpfBackend::attach(config).expect("attach"));
+    let mut proxy = Proxy::with(EbpfBackend::attach(config).expect("attach")).explained_in(
+        &lab,
+        &Settings::lab(),
+        kpng_lab::ebpf_alone(false),
+    );
     let spec = "{clusterIP: 10.96.0.10, ports: [{name: http, port: 80, targetPort: 8080}, {name: dns, port: 53, protocol: UDP, targetPort: 5353}]}";
     proxy
         .load(&manifest(&[service("web", spec, ALL3)]))
@@ -62,7 +66,11 @@ fn tc_programs_serve_external_traffic() {
     require_lab!(EbpfWithNft);
     let lab = lab();
     let config = ebpf_config(&lab, &Settings::lab(), true);
-    let mut proxy = Proxy::with(EbpfBackend::attach(config).expect("attach"));
+    let mut proxy = Proxy::with(EbpfBackend::attach(config).expect("attach")).explained_in(
+        &lab,
+        &Settings::lab(),
+        kpng_lab::ebpf_alone(true),
+    );
     let local_two = "[{addresses: [10.244.1.10], nodeName: node-a}, {addresses: [10.244.2.10], nodeName: node-b}]";
     proxy
         .load(&manifest(&[
@@ -139,7 +147,11 @@ fn tc_programs_serve_ipv6_from_outside() {
     lab.host("e1", &["fd00:244:1::10"], &[]);
     lab.serve("e1", "e1");
     let config = ebpf_config(&lab, &Settings::default(), true);
-    let mut proxy = Proxy::with(EbpfBackend::attach(config).expect("attach"));
+    let mut proxy = Proxy::with(EbpfBackend::attach(config).expect("attach")).explained_in(
+        &lab,
+        &Settings::default(),
+        kpng_lab::ebpf_alone(true),
+    );
     let items = [r#"
 - apiVersion: v1
   kind: Service
@@ -224,7 +236,11 @@ fn maps_grow_by_a_planned_swap_and_connections_keep_working() {
     let lab = lab();
     let sizes = kpng_backend_ebpf::MapSizes::default().min_entries(4);
     let config = ebpf_config(&lab, &Settings::lab(), false).map_sizes(sizes);
-    let mut proxy = Proxy::with(EbpfBackend::attach(config).expect("attach"));
+    let mut proxy = Proxy::with(EbpfBackend::attach(config).expect("attach")).explained_in(
+        &lab,
+        &Settings::lab(),
+        kpng_lab::ebpf_alone(false),
+    );
     proxy.load(&manifest(&numbered(1))).expect("sync");
     let fill = |proxy: &Proxy<EbpfBackend>, map: &str| {
         let fills = proxy.backend.map_fill();
@@ -334,7 +350,11 @@ fn maps_grow_by_a_planned_swap_and_connections_keep_working() {
     // written, and the programs serve on.
     let config = proxy.backend.config().clone();
     drop(proxy);
-    let mut proxy = Proxy::with(EbpfBackend::attach(config).expect("attach again"));
+    let mut proxy = Proxy::with(EbpfBackend::attach(config).expect("attach again")).explained_in(
+        &lab,
+        &Settings::lab(),
+        kpng_lab::ebpf_alone(false),
+    );
     proxy.load(&manifest(&numbered(201))).expect("sync");
     let stats = proxy.backend.last_sync().clone();
     assert!(stats.adopted && stats.full && !stats.grown, "{stats:?}");
@@ -360,7 +380,11 @@ fn a_full_map_of_a_fixed_size_fails_the_round_and_keeps_the_previous_state() {
         .fix("kpng_services", 4)
         .expect("a map");
     let config = ebpf_config(&lab, &Settings::lab(), false).map_sizes(sizes);
-    let mut proxy = Proxy::with(EbpfBackend::attach(config).expect("attach"));
+    let mut proxy = Proxy::with(EbpfBackend::attach(config).expect("attach")).explained_in(
+        &lab,
+        &Settings::lab(),
+        kpng_lab::ebpf_alone(false),
+    );
     proxy.load(&manifest(&numbered(2))).expect("sync");
     settle();
     let error = proxy

@@ -49,7 +49,11 @@ fn the_mode_in_use_is_detected_and_legacy_works() {
         "-j",
         "ACCEPT",
     ]);
-    let mut proxy = Proxy::with(IptablesBackend::new(iptables_config(&lab, None)));
+    let mut proxy = Proxy::with(IptablesBackend::new(iptables_config(&lab, None))).explained_in(
+        &lab,
+        &Settings::lab(),
+        kpng_explain::DataPath::Netfilter,
+    );
     proxy
         .load(&manifest(&[web("10.96.0.70", ALL3)]))
         .expect("sync");
@@ -229,7 +233,11 @@ fn a_refused_restore_keeps_the_old_rules_and_the_retry_converges() {
 fn a_timed_out_restore_keeps_the_old_rules_and_the_retry_converges() {
     require_lab!(IptablesBackend);
     let lab = lab();
-    let mut proxy = Proxy::with(IptablesBackend::new(iptables_config(&lab, None)));
+    let mut proxy = Proxy::with(IptablesBackend::new(iptables_config(&lab, None))).explained_in(
+        &lab,
+        &Settings::lab(),
+        kpng_explain::DataPath::Netfilter,
+    );
     proxy
         .load(&manifest(&[web("10.96.0.74", ALL3)]))
         .expect("sync");
@@ -313,7 +321,8 @@ fn a_large_first_sync_on_iptables_nft_applies_whole() {
         })
         .collect();
     items.push(web("10.96.0.76", ALL3));
-    let mut proxy = Proxy::with(IptablesBackend::new(iptables_config(&lab, Some(Mode::Nft))));
+    let mut proxy = Proxy::with(IptablesBackend::new(iptables_config(&lab, Some(Mode::Nft))))
+        .explained_in(&lab, &Settings::lab(), kpng_explain::DataPath::Netfilter);
     proxy.load(&manifest(&items)).expect("sync");
     let saved = lab.in_node(&["iptables-nft-save", "-t", "nat"]);
     let chains = saved

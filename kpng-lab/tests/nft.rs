@@ -272,7 +272,8 @@ fn the_dry_run_text_is_what_netlink_applies() {
     require_lab!(NftBackend);
     let mut lab = lab();
     let reference = lab.scratch("ref");
-    let mut proxy = Proxy::with(NftBackend::in_lab(&lab, &Settings::lab()).keep_scripts());
+    let mut proxy = Proxy::with(NftBackend::in_lab(&lab, &Settings::lab()).keep_scripts())
+        .explained_in(&lab, &Settings::lab(), kpng_explain::DataPath::Netfilter);
     let lb = |ranges: &str| {
         kpng_lab::scenarios::service_with_status(
             "lb",

@@ -102,6 +102,7 @@ mod select;
 mod shared;
 
 pub use node::{NodeProjector, SyncReport, diff_views, node_view};
+pub use select::{CandidateUse, FamilySelection, Selection, TopologyFilter, selection};
 pub use shared::{SharedNodeView, SharedStats, SharedViews, view_changes};
 
 /// The README's examples, compiled and run as doctests.

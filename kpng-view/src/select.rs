@@ -87,8 +87,19 @@ fn hinted_here(c: &Candidate<'_>, mode: Topology, node: NodeContext<'_>) -> bool
     }
 }
 
-/// Selects the endpoints of one family and appends the used ones to `out`.
-fn select_family(candidates: &[Candidate<'_>], node: NodeContext<'_>, out: &mut Vec<EndpointView>) {
+/// The decisions of one family's selection: which candidates each policy
+/// uses, and why as a whole (the topology filter, the fallbacks).
+struct Choice {
+    mode: Topology,
+    cluster: Vec<bool>,
+    /// No ready endpoint passed: the serving-and-terminating ones are used.
+    cluster_fallback: bool,
+    local: Vec<bool>,
+    /// No local ready endpoint: the local serving-and-terminating ones.
+    local_fallback: bool,
+}
+
+fn choose(candidates: &[Candidate<'_>], node: NodeContext<'_>) -> Choice {
     // Cluster policy: ready endpoints, topology-filtered; when none is ready
     // anywhere, every serving-and-terminating endpoint, ignoring topology.
     let mode = topology(candidates, node);
@@ -96,7 +107,8 @@ fn select_family(candidates: &[Candidate<'_>], node: NodeContext<'_>, out: &mut 
         .iter()
         .map(|c| c.ready() && hinted_here(c, mode, node))
         .collect();
-    if !cluster.contains(&true) {
+    let cluster_fallback = !cluster.contains(&true);
+    if cluster_fallback {
         cluster = candidates
             .iter()
             .map(Candidate::serving_terminating)
@@ -106,16 +118,30 @@ fn select_family(candidates: &[Candidate<'_>], node: NodeContext<'_>, out: &mut 
     // Local policy: ready endpoints on this node; when none is, the
     // serving-and-terminating endpoints on this node.
     let local_ready = candidates.iter().any(|c| c.is_local && c.ready());
-    let local = candidates.iter().map(|c| {
-        c.is_local
-            && if local_ready {
-                c.ready()
-            } else {
-                c.serving_terminating()
-            }
-    });
+    let local = candidates
+        .iter()
+        .map(|c| {
+            c.is_local
+                && if local_ready {
+                    c.ready()
+                } else {
+                    c.serving_terminating()
+                }
+        })
+        .collect();
+    Choice {
+        mode,
+        cluster,
+        cluster_fallback,
+        local,
+        local_fallback: !local_ready,
+    }
+}
 
-    for ((c, cluster), local) in candidates.iter().zip(cluster).zip(local) {
+/// Selects the endpoints of one family and appends the used ones to `out`.
+fn select_family(candidates: &[Candidate<'_>], node: NodeContext<'_>, out: &mut Vec<EndpointView>) {
+    let choice = choose(candidates, node);
+    for ((c, cluster), local) in candidates.iter().zip(choice.cluster).zip(choice.local) {
         if cluster || local {
             // A candidate's address is one of its endpoint's.
             if let Some(view) = EndpointView::at(c.endpoint.clone(), c.ip) {
@@ -127,6 +153,142 @@ fn select_family(candidates: &[Candidate<'_>], node: NodeContext<'_>, out: &mut 
             }
         }
     }
+}
+
+/// How kube-proxy's topology rules applied to one family of a Service on
+/// a node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TopologyFilter {
+    /// No filter: some ready endpoint has no hint, or none names this
+    /// node or its zone (or no endpoint is ready).
+    None,
+    /// Zone hints: every ready endpoint has one, and one names this
+    /// node's zone.
+    Zone(String),
+    /// Node hints (PreferSameNode): every ready endpoint has one, and one
+    /// names this node.
+    Node(String),
+}
+
+/// One candidate endpoint of a [`FamilySelection`], and what each policy
+/// made of it.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct CandidateUse {
+    /// The endpoint, as the store holds it.
+    pub endpoint: EndpointInfo,
+    /// Its address in this family (its first).
+    pub ip: IpAddr,
+    /// On this node.
+    pub is_local: bool,
+    /// Used by the cluster policy (`Cluster` traffic policies).
+    pub cluster: bool,
+    /// Used by the local policy (`Local` traffic policies).
+    pub local: bool,
+}
+
+/// The selection of one IP family of a Service on a node, with what led
+/// to it: the same decisions [`NodeProjector`](crate::NodeProjector)
+/// takes, kept for explaining them.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct FamilySelection {
+    /// The family.
+    pub family: IpFamily,
+    /// The topology filter of the cluster policy.
+    pub topology: TopologyFilter,
+    /// No ready endpoint passed the cluster policy: it uses the serving
+    /// and terminating endpoints, hints ignored.
+    pub cluster_fallback: bool,
+    /// No local endpoint is ready: the local policy uses the local serving
+    /// and terminating ones.
+    pub local_fallback: bool,
+    /// Every endpoint with an address in this family, in the store's
+    /// order.
+    pub candidates: Vec<CandidateUse>,
+}
+
+/// A Service's endpoint selection on one node, with the reasons: see
+/// [`selection`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Selection {
+    /// The Service's view on the node, as the node view holds it.
+    pub view: ServiceView,
+    /// The node's zone (empty when unknown).
+    pub zone: String,
+    /// Per family, IPv4 first.
+    pub families: Vec<FamilySelection>,
+}
+
+/// The endpoint selection of Service `name` on node `node_name` at
+/// `snapshot`, with what led to each choice (the topology filter, the
+/// fallbacks, every candidate and the policies that use it): for
+/// explaining what the node does. `None` when the snapshot has no such
+/// Service. Its [`view`](Selection::view) is the node view's.
+pub fn selection(snapshot: &Snapshot, name: &ServiceName, node_name: &str) -> Option<Selection> {
+    let zone = snapshot
+        .node(node_name)
+        .map_or(String::new(), |n| n.zone.clone());
+    let node = NodeContext {
+        name: node_name,
+        zone: &zone,
+    };
+    let view = project_service(snapshot, name, node)?;
+    let mut families = Vec::new();
+    for family in IpFamily::BOTH {
+        let candidates = candidates(snapshot, name, family, node);
+        let choice = choose(&candidates, node);
+        families.push(FamilySelection {
+            family,
+            topology: match choice.mode {
+                Topology::None => TopologyFilter::None,
+                Topology::Zone => TopologyFilter::Zone(zone.clone()),
+                Topology::Node => TopologyFilter::Node(node_name.to_owned()),
+            },
+            cluster_fallback: choice.cluster_fallback,
+            local_fallback: choice.local_fallback,
+            candidates: candidates
+                .iter()
+                .zip(choice.cluster)
+                .zip(choice.local)
+                .map(|((c, cluster), local)| CandidateUse {
+                    endpoint: c.endpoint.clone(),
+                    ip: c.ip,
+                    is_local: c.is_local,
+                    cluster,
+                    local,
+                })
+                .collect(),
+        });
+    }
+    Some(Selection {
+        view,
+        zone,
+        families,
+    })
+}
+
+/// The candidates of one family: each endpoint's first address in it.
+fn candidates<'a>(
+    snapshot: &'a Snapshot,
+    name: &ServiceName,
+    family: IpFamily,
+    node: NodeContext<'_>,
+) -> Vec<Candidate<'a>> {
+    snapshot
+        .endpoints(name)
+        .iter()
+        .filter_map(|endpoint| {
+            // Only the first address of an endpoint is used, per family.
+            let ip = endpoint.address_in(family)?;
+            Some(Candidate {
+                ip,
+                endpoint,
+                is_local: !node.name.is_empty() && endpoint.node_name() == node.name,
+            })
+        })
+        .collect()
 }
 
 /// Projects one Service of `snapshot` onto the node: `None` when the

@@ -16,6 +16,39 @@ use kpng_view::{NodeProjector, SharedNodeView, SharedViews, diff_views, node_vie
 use proptest::prelude::*;
 
 proptest! {
+    /// `selection` (what explains a node's choice) takes the node view's
+    /// decisions: its view is the node view's, and the candidates it
+    /// marks used are the view's endpoints, policy by policy.
+    #[test]
+    fn selection_marks_what_the_node_view_holds(txns in txns()) {
+        for snap in &history(txns, 3) {
+            let view = node_view(snap, NODE);
+            for (name, service) in &view.services {
+                let selection = kpng_view::selection(snap, name, NODE).expect("the Service");
+                prop_assert_eq!(&selection.view, &**service);
+                for family in &selection.families {
+                    let mut cluster: Vec<_> = family.candidates.iter().filter(|c| c.cluster).map(|c| c.ip).collect();
+                    let mut local: Vec<_> = family.candidates.iter().filter(|c| c.local).map(|c| c.ip).collect();
+                    for list in [&mut cluster, &mut local] {
+                        list.sort();
+                        list.dedup();
+                    }
+                    let of = |local_set: bool| -> Vec<_> {
+                        let mut ips: Vec<_> = if local_set {
+                            service.local_endpoints(family.family).map(|e| e.ip()).collect()
+                        } else {
+                            service.cluster_endpoints(family.family).map(|e| e.ip()).collect()
+                        };
+                        ips.sort();
+                        ips
+                    };
+                    prop_assert_eq!(cluster, of(false));
+                    prop_assert_eq!(local, of(true));
+                }
+            }
+        }
+    }
+
     #[test]
     fn projector_matches_a_fresh_projection(txns in txns(), log in 1..6usize) {
         let snaps = history(txns, log);

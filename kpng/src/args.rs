@@ -165,6 +165,49 @@ pub(crate) enum Sink {
     ToApi(ListenArgs),
     /// Write this node's view as YAML at each sync (for debugging).
     ToFile(OutputArgs),
+    /// Explain what this node does with one packet, step by step (the
+    /// Service and port, the policy, every candidate endpoint and why,
+    /// affinity, masquerade, or the reject or drop and why), then exit.
+    /// Writes nothing.
+    Explain(ExplainArgs),
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct ExplainArgs {
+    /// Where the packet comes from: `pod` (a pod on this node), `host`
+    /// (the node itself) or `outside` (another machine).
+    #[arg(long, default_value = "pod")]
+    pub(crate) from: String,
+    /// The packet's source address.
+    #[arg(long)]
+    pub(crate) source: std::net::IpAddr,
+    /// The packet's destination address.
+    #[arg(long)]
+    pub(crate) destination: std::net::IpAddr,
+    /// The packet's destination port.
+    #[arg(long)]
+    pub(crate) port: u16,
+    /// `tcp`, `udp` or `sctp`.
+    #[arg(long, default_value = "tcp")]
+    pub(crate) protocol: String,
+    /// Whose rules: `nft` or `iptables` (netfilter rules, the same
+    /// semantics) or `ebpf` (socket programs for the node's own and its
+    /// pods' sockets).
+    #[arg(long, default_value = "nft", value_parser = ["nft", "iptables", "ebpf"])]
+    pub(crate) backend: String,
+    /// With `--backend ebpf`: its tc programs are on the interfaces this
+    /// packet comes in by (`to-ebpf --tc-interfaces`).
+    #[arg(long)]
+    pub(crate) tc: bool,
+    /// With `--backend ebpf`: `nft` (the default) or `none`, as
+    /// `to-ebpf --north-south`.
+    #[arg(long, default_value = "nft", value_parser = ["nft", "none"])]
+    pub(crate) north_south: String,
+    /// `text` or `json`.
+    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    pub(crate) output: String,
+    #[command(flatten)]
+    pub(crate) proxy: ProxyFlags,
 }
 
 #[derive(Args, Debug)]
@@ -198,13 +241,14 @@ impl Sink {
             Sink::ToNft(args) => Some(&args.common),
             Sink::ToIptables(args) => Some(&args.common),
             Sink::ToEbpf(args) => Some(&args.common),
-            Sink::ToApi(_) | Sink::ToFile(_) => None,
+            Sink::ToApi(_) | Sink::ToFile(_) | Sink::Explain(_) => None,
         }
     }
 
     pub(crate) fn once(&self) -> bool {
         match self {
             Sink::ToFile(out) => out.once,
+            Sink::Explain(_) => true,
             other => other.args().is_some_and(|a| a.once),
         }
     }
@@ -304,17 +348,10 @@ pub(crate) struct EbpfArgs {
     pub(crate) common: BackendArgs,
 }
 
-/// The flags every backend takes, with kube-proxy's names.
+/// kube-proxy's flags that say what the rules do (the backends' and
+/// `explain`'s).
 #[derive(Args, Debug)]
-pub(crate) struct BackendArgs {
-    /// Print the rules instead of applying them. A dry run writes
-    /// nothing: no rule, pin, sysctl or conntrack entry, and binds no
-    /// port (metrics, healthz) and no aggregator socket.
-    #[arg(long)]
-    pub(crate) dry_run: bool,
-    /// Exit after the first successful sync (non-zero if it failed).
-    #[arg(long)]
-    pub(crate) once: bool,
+pub(crate) struct ProxyFlags {
     /// The pod CIDRs, comma-separated (traffic from them is not
     /// masqueraded; it short-circuits externalTrafficPolicy Local).
     #[arg(long, default_value = "")]
@@ -333,6 +370,21 @@ pub(crate) struct BackendArgs {
     /// The mark bit that asks for masquerade.
     #[arg(long, visible_alias = "iptables-masquerade-bit", default_value_t = 14, value_parser = clap::value_parser!(u8).range(0..=31))]
     pub(crate) masquerade_bit: u8,
+}
+
+/// The flags every backend takes, with kube-proxy's names.
+#[derive(Args, Debug)]
+pub(crate) struct BackendArgs {
+    /// Print the rules instead of applying them. A dry run writes
+    /// nothing: no rule, pin, sysctl or conntrack entry, and binds no
+    /// port (metrics, healthz) and no aggregator socket.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+    /// Exit after the first successful sync (non-zero if it failed).
+    #[arg(long)]
+    pub(crate) once: bool,
+    #[command(flatten)]
+    pub(crate) proxy: ProxyFlags,
     /// The least time between syncs after a burst (e.g. 1s, 500ms).
     #[arg(long, visible_alias = "iptables-min-sync-period", default_value = "1s", value_parser = parse_duration)]
     pub(crate) min_sync_period: Duration,
@@ -420,9 +472,9 @@ impl Cli {
     /// # Errors
     /// [`Error::Usage`] naming the flag and the value.
     pub(crate) fn check(&self) -> Result<(), Error> {
-        match self.source.sink().args() {
-            Some(args) => args.check(),
-            None => Ok(()),
+        match self.source.sink() {
+            Sink::Explain(args) => args.proxy.proxy().map(|_| ()),
+            sink => sink.args().map_or(Ok(()), BackendArgs::check),
         }
     }
 }
@@ -449,6 +501,16 @@ impl BackendArgs {
             .allow_mass_delete(self.allow_mass_delete)
     }
 
+    /// kube-proxy's settings these flags give.
+    ///
+    /// # Errors
+    /// [`Error::Usage`] naming the flag whose value is not a CIDR list.
+    pub(crate) fn proxy(&self) -> Result<kpng_sink::ProxyConfig, Error> {
+        self.proxy.proxy()
+    }
+}
+
+impl ProxyFlags {
     /// kube-proxy's settings these flags give.
     ///
     /// # Errors
@@ -615,7 +677,7 @@ mod tests {
         ]);
         assert_eq!(args.metrics_bind_address, "0.0.0.0:10249");
         assert_eq!(args.healthz_bind_address, "[::]:10256");
-        assert_eq!(args.masquerade_bit, 12);
+        assert_eq!(args.proxy.masquerade_bit, 12);
         assert_eq!(args.min_sync_period, Duration::from_secs(2));
         let proxy = args.proxy().expect("primary is the default");
         assert!(proxy.nodeport_addresses.is_none());

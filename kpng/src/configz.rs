@@ -20,7 +20,7 @@ pub(crate) fn proxy_mode(sink: &Sink) -> Option<&'static str> {
         Sink::ToNft(_) => Some("nftables"),
         Sink::ToIptables(_) => Some("iptables"),
         Sink::ToEbpf(_) => Some("ebpf"),
-        Sink::ToApi(_) | Sink::ToFile(_) => None,
+        Sink::ToApi(_) | Sink::ToFile(_) | Sink::Explain(_) => None,
     }
 }
 
@@ -68,8 +68,8 @@ fn list(text: &str) -> Vec<String> {
 pub(crate) fn configz(sink: &Sink, node: &str) -> Option<Value> {
     let mode = proxy_mode(sink)?;
     let args: &BackendArgs = sink.args()?;
-    let clusters = list(&args.cluster_cidr);
-    let node_ports = match args.nodeport_addresses.as_deref() {
+    let clusters = list(&args.proxy.cluster_cidr);
+    let node_ports = match args.proxy.nodeport_addresses.as_deref() {
         None => json!(["primary"]),
         Some(text) if text.trim() == "primary" => json!(["primary"]),
         Some(text) => json!(list(text)),
@@ -79,8 +79,8 @@ pub(crate) fn configz(sink: &Sink, node: &str) -> Option<Value> {
         _ => (None, false),
     };
     let sync = json!({
-        "masqueradeBit": args.masquerade_bit,
-        "masqueradeAll": args.masquerade_all,
+        "masqueradeBit": args.proxy.masquerade_bit,
+        "masqueradeAll": args.proxy.masquerade_all,
         "minSyncPeriod": go_duration(args.min_sync_period),
     });
     let mut iptables = sync.clone();

@@ -33,6 +33,7 @@ mod args;
 mod cleanup;
 mod config;
 mod configz;
+mod explain;
 mod kube_proxy;
 mod leftovers;
 mod logging;
@@ -62,6 +63,8 @@ pub(crate) enum Error {
     Api(#[from] kpng_api::Error),
     #[error("{0}")]
     Usage(String),
+    #[error(transparent)]
+    Explain(#[from] kpng_explain::Error),
 }
 
 /// With `--once`, the failed attempts in a row after which the API
@@ -97,6 +100,9 @@ async fn finish(
         return Ok(kpng_api::serve_at(&address, kpng_api::Server::new(reader)).await?);
     }
     let node = node.ok_or_else(|| Error::Usage("--node is needed by this sink".into()))?;
+    if let Sink::Explain(args) = sink {
+        return explain::run(reader, node, args).await;
+    }
     let conditions = Conditions::default();
     check_node(&reader, node, nodes, &conditions);
     serve::dry_run_notes(sink);
@@ -274,6 +280,9 @@ async fn run(cli: Cli) -> Result<(), Error> {
             }
             if args.node.is_empty() {
                 return Err(Error::Usage("--node is needed by this sink".into()));
+            }
+            if let Sink::Explain(explain) = &args.sink {
+                return explain::from_server(&address, &args.node, explain).await;
             }
             serve::dry_run_notes(&args.sink);
             let metrics = serve::serve_metrics(&args.sink, None, &args.node)?;

@@ -60,7 +60,7 @@ pub(crate) fn serve_metrics(
     let metrics = match sink {
         Sink::ToNft(_) => Metrics::for_mode(ProxyMode::Nftables),
         Sink::ToIptables(_) => Metrics::for_mode(ProxyMode::Iptables),
-        Sink::ToEbpf(_) | Sink::ToApi(_) | Sink::ToFile(_) => Metrics::new(),
+        Sink::ToEbpf(_) | Sink::ToApi(_) | Sink::ToFile(_) | Sink::Explain(_) => Metrics::new(),
     };
     if let Some(mode) = configz::proxy_mode(sink) {
         metrics.set_proxy_mode(mode);

@@ -84,6 +84,9 @@ fn unguarded(
                 "to-api serves a store: use it with the file or kube source".into(),
             ));
         }
+        Sink::Explain(_) => {
+            return Err(Error::Usage("explain programs nothing".into()));
+        }
         Sink::ToNft(nft) => {
             let args = &nft.common;
             let proxy = args.proxy()?;

@@ -1393,3 +1393,125 @@ fn nft_comments_can_be_turned_off() {
         "{without}"
     );
 }
+
+/// The explain arguments of one packet: a pod on node-a to web/frontend's
+/// ClusterIP in the bundled sample.
+const EXPLAIN_FRONTEND: [&str; 14] = [
+    "explain",
+    "--from",
+    "pod",
+    "--source",
+    "10.244.1.99",
+    "--destination",
+    "10.96.10.20",
+    "--port",
+    "80",
+    "--cluster-cidr",
+    "10.244.0.0/16",
+    "--output",
+    "json",
+    "--protocol=tcp",
+];
+
+/// `kpng file … explain`: what node-a does with a packet, offline, as
+/// JSON; a mistyped node or protocol is an error naming it, and nothing is
+/// programmed (no flag asks for it: explain writes nothing).
+#[test]
+fn explain_answers_offline_and_names_a_mistyped_node() {
+    let mut args = vec!["file", "--node", "node-a"];
+    args.extend(EXPLAIN_FRONTEND);
+    let (code, stdout, stderr) = kpng(&args);
+    assert_eq!(code, 0, "{stderr}");
+    let explained: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    let outcome = &explained["outcome"];
+    assert_eq!(outcome["verdict"], "translated", "{stdout}");
+    assert_eq!(outcome["service"], "web/frontend");
+    assert_eq!(outcome["masquerade"], "no");
+    // The sample's zone hints: node-c's endpoint is for zone-b.
+    let why: Vec<&str> = explained["endpoints"]
+        .as_array()
+        .expect("endpoints")
+        .iter()
+        .filter_map(|e| e["why"].as_str())
+        .collect();
+    assert!(why.iter().any(|w| w.contains("zone-b")), "{why:?}");
+
+    // Text.
+    let (code, stdout, stderr) = kpng(&[
+        "file",
+        "--node",
+        "node-a",
+        "explain",
+        "--from",
+        "outside",
+        "--source",
+        "203.0.113.9",
+        "--destination",
+        "10.96.10.20",
+        "--port",
+        "80",
+        "--cluster-cidr",
+        "10.244.0.0/16",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("masquerade: yes"), "{stdout}");
+    assert!(stdout.contains("verdict: web/frontend"), "{stdout}");
+
+    let mut args = vec!["file", "--node", "node-x"];
+    args.extend(EXPLAIN_FRONTEND);
+    let (code, _, stderr) = kpng(&args);
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("node-x") && stderr.contains("node-a"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = kpng(&[
+        "file",
+        "--node",
+        "node-a",
+        "explain",
+        "--source",
+        "10.244.1.99",
+        "--destination",
+        "10.96.10.20",
+        "--port",
+        "80",
+        "--protocol",
+        "icmp",
+    ]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("icmp"), "{stderr}");
+}
+
+/// `kpng api … explain`: the same answer from a server's state as from
+/// the file it serves.
+#[test]
+fn explain_answers_from_a_server_as_from_its_file() {
+    use std::io::BufRead;
+    let socket = std::env::temp_dir().join(format!("kpng-cli-explain-{}.sock", std::process::id()));
+    let mut server = Command::new(env!("CARGO_BIN_EXE_kpng"))
+        .args(["file", "to-api", "--listen"])
+        .arg(format!("unix://{}", socket.display()))
+        .env("RUST_LOG", "kpng=info")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("server");
+    let stderr = server.stderr.take().expect("stderr");
+    let mut lines = std::io::BufReader::new(stderr).lines();
+    assert!(
+        lines.any(|l| l.is_ok_and(|l| l.contains("serving the ENLS"))),
+        "the server started"
+    );
+    let address = format!("unix://{}", socket.display());
+    let mut args = vec!["api", "--api", &address, "--node", "node-a"];
+    args.extend(EXPLAIN_FRONTEND);
+    let (code, from_server, stderr) = kpng(&args);
+    let _ = server.kill();
+    let _ = server.wait();
+    let _ = std::fs::remove_file(&socket);
+    assert_eq!(code, 0, "{stderr}");
+    let mut args = vec!["file", "--node", "node-a"];
+    args.extend(EXPLAIN_FRONTEND);
+    let (_, from_file, _) = kpng(&args);
+    assert_eq!(from_server, from_file);
+}

@@ -1,0 +1,371 @@
+//! `explain` on a small cluster: each kind of answer, for netfilter and
+//! for the eBPF programs. (`kpng-lab` checks the answers against real
+//! packets; these check the reasons given.)
+
+use kpng_explain::{
+    DataPath, Masquerade, Mechanism, Origin, Outcome, Packet, Protocol, Role, Setup, explain,
+};
+use kpng_kube::{Ingest, IngestConfig, file};
+use kpng_store::{Snapshot, Store};
+
+const CLUSTER: &str = r#"
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Node
+  metadata: {name: node-a, labels: {topology.kubernetes.io/zone: zone-a}}
+  status: {addresses: [{type: InternalIP, address: 192.168.50.1}]}
+- apiVersion: networking.k8s.io/v1
+  kind: ServiceCIDR
+  metadata: {name: kubernetes}
+  spec: {cidrs: [10.96.0.0/16]}
+- apiVersion: v1
+  kind: Service
+  metadata: {namespace: t, name: web}
+  spec: {type: NodePort, clusterIP: 10.96.0.10, sessionAffinity: ClientIP, ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30080}]}
+- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata: {namespace: t, name: web-1, labels: {kubernetes.io/service-name: web}}
+  addressType: IPv4
+  endpoints:
+  - {addresses: [10.244.1.10], nodeName: node-a}
+  - {addresses: [10.244.2.10], nodeName: node-b}
+  - {addresses: [10.244.3.10], nodeName: node-c, conditions: {ready: false, serving: false}}
+  ports: [{name: http, port: 8080, protocol: TCP}]
+- apiVersion: v1
+  kind: Service
+  metadata: {namespace: t, name: lb}
+  spec: {type: LoadBalancer, clusterIP: 10.96.0.21, externalIPs: [192.0.2.50], externalTrafficPolicy: Local, loadBalancerSourceRanges: [203.0.113.0/24], ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30081}]}
+  status: {loadBalancer: {ingress: [{ip: 198.51.100.10}, {ip: 198.51.100.11, ipMode: Proxy}]}}
+- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata: {namespace: t, name: lb-1, labels: {kubernetes.io/service-name: lb}}
+  addressType: IPv4
+  endpoints: [{addresses: [10.244.2.20], nodeName: node-b}]
+  ports: [{name: http, port: 8080, protocol: TCP}]
+- apiVersion: v1
+  kind: Service
+  metadata: {namespace: t, name: term}
+  spec: {clusterIP: 10.96.0.31, ports: [{name: http, port: 80, targetPort: 8080}]}
+- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata: {namespace: t, name: term-1, labels: {kubernetes.io/service-name: term}}
+  addressType: IPv4
+  endpoints:
+  - {addresses: [10.244.2.30], nodeName: node-b, conditions: {ready: false, serving: true, terminating: true}}
+  ports: [{name: http, port: 8080, protocol: TCP}]
+- apiVersion: v1
+  kind: Service
+  metadata: {namespace: t, name: empty}
+  spec: {clusterIP: 10.96.0.33, ports: [{name: http, port: 80, targetPort: 8080}]}
+"#;
+
+fn snapshot() -> Snapshot {
+    let mut ingest = Ingest::new(Store::new(), IngestConfig::for_node("node-a"));
+    ingest.load(&file::parse_str("cluster.yaml", CLUSTER).expect("manifest"));
+    ingest.reader().snapshot()
+}
+
+fn setup(data_path: DataPath) -> Setup {
+    let proxy =
+        kpng_sink::ProxyConfig::default().cluster_cidrs(["10.244.0.0/16".parse().expect("cidr")]);
+    Setup::new(proxy, data_path)
+}
+
+fn ask(data_path: DataPath, origin: Origin, src: &str, dst: &str, port: u16) -> Outcome {
+    let packet = Packet::new(
+        origin,
+        Protocol::Tcp,
+        src.parse().expect("ip"),
+        dst.parse().expect("ip"),
+        port,
+    );
+    let explained = explain(&snapshot(), "node-a", &setup(data_path), &packet).expect("explained");
+    // Every answer prints, and as JSON too.
+    assert!(explained.to_string().contains("verdict: "), "{explained}");
+    serde_json::to_string(&explained).expect("json");
+    explained.outcome
+}
+
+fn netfilter(origin: Origin, src: &str, dst: &str, port: u16) -> Outcome {
+    ask(DataPath::Netfilter, origin, src, dst, port)
+}
+
+fn ips(outcome: &Outcome) -> Vec<String> {
+    match outcome {
+        Outcome::Translated { endpoints, .. } => {
+            endpoints.iter().map(|t| t.ip.to_string()).collect()
+        }
+        other => panic!("not translated: {other:?}"),
+    }
+}
+
+fn masquerade(outcome: &Outcome) -> Masquerade {
+    match outcome {
+        Outcome::Translated { masquerade, .. } => *masquerade,
+        other => panic!("not translated: {other:?}"),
+    }
+}
+
+#[test]
+fn a_cluster_ip_goes_to_the_ready_endpoints_with_affinity_and_masquerades_outsiders() {
+    let from_pod = netfilter(Origin::Pod, "10.244.1.99", "10.96.0.10", 80);
+    assert_eq!(ips(&from_pod), ["10.244.1.10", "10.244.2.10"]);
+    assert_eq!(masquerade(&from_pod), Masquerade::No);
+    let Outcome::Translated {
+        role,
+        affinity_seconds,
+        service,
+        port,
+        ..
+    } = &from_pod
+    else {
+        unreachable!()
+    };
+    assert_eq!(
+        (role, service.as_str(), port.as_str()),
+        (&Role::ClusterIp, "t/web", "http")
+    );
+    assert_eq!(
+        *affinity_seconds,
+        Some(10800),
+        "kube-proxy's default timeout"
+    );
+
+    let from_outside = netfilter(Origin::Outside, "203.0.113.5", "10.96.0.10", 80);
+    assert_eq!(masquerade(&from_outside), Masquerade::Yes);
+    // The local endpoint reaching itself: hairpin.
+    let hairpin = netfilter(Origin::Pod, "10.244.1.10", "10.96.0.10", 80);
+    assert_eq!(masquerade(&hairpin), Masquerade::Hairpin);
+}
+
+#[test]
+fn every_candidate_has_its_reason() {
+    let packet = Packet::new(
+        Origin::Pod,
+        Protocol::Tcp,
+        "10.244.1.99".parse().expect("ip"),
+        "10.96.0.10".parse().expect("ip"),
+        80,
+    );
+    let explained =
+        explain(&snapshot(), "node-a", &setup(DataPath::Netfilter), &packet).expect("ok");
+    let reasons: Vec<(String, bool, &str)> = explained
+        .endpoints
+        .iter()
+        .map(|e| (e.ip.to_string(), e.cluster, e.why.as_str()))
+        .collect();
+    assert_eq!(reasons.len(), 3, "{reasons:?}");
+    assert!(
+        reasons[0].1 && reasons[0].2.contains("on this node"),
+        "{reasons:?}"
+    );
+    assert!(reasons[1].1 && reasons[1].2 == "ready", "{reasons:?}");
+    assert!(
+        !reasons[2].1 && reasons[2].2.contains("not serving"),
+        "{reasons:?}"
+    );
+
+    // The terminating fallback is named.
+    let packet = Packet::new(
+        Origin::Pod,
+        Protocol::Tcp,
+        "10.244.1.99".parse().expect("ip"),
+        "10.96.0.31".parse().expect("ip"),
+        80,
+    );
+    let explained =
+        explain(&snapshot(), "node-a", &setup(DataPath::Netfilter), &packet).expect("ok");
+    assert!(
+        explained.endpoints[0].why.contains("fallback"),
+        "{explained}"
+    );
+    assert_eq!(ips(&explained.outcome), ["10.244.2.30"]);
+}
+
+#[test]
+fn rejects_drops_and_what_the_proxy_leaves_alone() {
+    let reject = |o: &Outcome, what: &str| match o {
+        Outcome::Rejected { reason } => assert!(reason.contains(what), "{reason}"),
+        other => panic!("not rejected: {other:?}"),
+    };
+    let drop = |o: &Outcome, what: &str| match o {
+        Outcome::Dropped { reason } => assert!(reason.contains(what), "{reason}"),
+        other => panic!("not dropped: {other:?}"),
+    };
+    reject(
+        &netfilter(Origin::Pod, "10.244.1.99", "10.96.0.33", 80),
+        "no usable endpoint",
+    );
+    reject(
+        &netfilter(Origin::Pod, "10.244.1.99", "10.96.0.10", 81),
+        "unknown port",
+    );
+    drop(
+        &netfilter(Origin::Pod, "10.244.1.99", "10.96.0.99", 80),
+        "unallocated",
+    );
+    // LB IP: sources outside the ranges are dropped, inside reach the
+    // local endpoints, of which this node has none: dropped too.
+    drop(
+        &netfilter(Origin::Outside, "198.51.100.77", "198.51.100.10", 80),
+        "loadBalancerSourceRanges",
+    );
+    drop(
+        &netfilter(Origin::Outside, "203.0.113.10", "198.51.100.10", 80),
+        "Local",
+    );
+    // The ranges do not apply to the NodePort; pods short-circuit.
+    drop(
+        &netfilter(Origin::Outside, "198.51.100.77", "192.168.50.1", 30081),
+        "Local",
+    );
+    // A pod is a source like any other to the ranges.
+    drop(
+        &netfilter(Origin::Pod, "10.244.1.99", "198.51.100.10", 80),
+        "loadBalancerSourceRanges",
+    );
+    let from_pod = netfilter(Origin::Pod, "10.244.1.99", "192.0.2.50", 80);
+    assert_eq!(ips(&from_pod), ["10.244.2.20"]);
+    assert_eq!(masquerade(&from_pod), Masquerade::No);
+    // The node itself: every endpoint, masqueraded.
+    assert_eq!(
+        masquerade(&netfilter(
+            Origin::Host,
+            "192.168.50.1",
+            "198.51.100.10",
+            80
+        )),
+        Masquerade::Yes
+    );
+    // ipMode Proxy, and an address no Service has.
+    assert!(matches!(
+        netfilter(Origin::Outside, "203.0.113.10", "198.51.100.11", 80),
+        Outcome::Untouched { .. }
+    ));
+    assert!(matches!(
+        netfilter(Origin::Pod, "10.244.1.99", "8.8.8.8", 53),
+        Outcome::Untouched { .. }
+    ));
+}
+
+#[test]
+fn node_ports_listen_on_the_node_s_addresses_only() {
+    let np = netfilter(Origin::Outside, "203.0.113.10", "192.168.50.1", 30080);
+    assert_eq!(ips(&np), ["10.244.1.10", "10.244.2.10"]);
+    assert_eq!(
+        masquerade(&np),
+        Masquerade::Yes,
+        "externalTrafficPolicy Cluster"
+    );
+    assert!(matches!(
+        netfilter(Origin::Host, "127.0.0.1", "127.0.0.1", 30080),
+        Outcome::Untouched { .. }
+    ));
+}
+
+#[test]
+fn the_ebpf_programs_translate_at_connect_and_at_the_interface() {
+    let ebpf = DataPath::Ebpf {
+        tc: true,
+        netfilter: true,
+    };
+    let pod = ask(ebpf, Origin::Pod, "10.244.1.10", "10.96.0.10", 80);
+    assert!(
+        matches!(
+            pod,
+            Outcome::Translated {
+                mechanism: Mechanism::Sockets,
+                masquerade: Masquerade::No,
+                ..
+            }
+        ),
+        "{pod:?}"
+    );
+    // From a pod, an external IP is the cluster's endpoints whatever the
+    // policy; an LB IP with source ranges is left to the nftables rules.
+    assert_eq!(
+        ips(&ask(ebpf, Origin::Pod, "10.244.1.99", "192.0.2.50", 80)),
+        ["10.244.2.20"]
+    );
+    assert!(matches!(
+        ask(ebpf, Origin::Pod, "10.244.1.99", "198.51.100.10", 80),
+        Outcome::Dropped { .. }
+    ));
+    // From outside, at the tc programs: Cluster masquerades towards other
+    // nodes only.
+    let np = ask(ebpf, Origin::Outside, "203.0.113.10", "192.168.50.1", 30080);
+    assert!(
+        matches!(
+            np,
+            Outcome::Translated {
+                mechanism: Mechanism::Tc,
+                masquerade: Masquerade::RemoteEndpoints,
+                ..
+            }
+        ),
+        "{np:?}"
+    );
+    // A ClusterIP from outside is the nftables rules'.
+    let cip = ask(ebpf, Origin::Outside, "203.0.113.10", "10.96.0.10", 80);
+    assert!(
+        matches!(
+            cip,
+            Outcome::Translated {
+                mechanism: Mechanism::Netfilter,
+                ..
+            }
+        ),
+        "{cip:?}"
+    );
+    // With no netfilter backend, nothing serves it.
+    let alone = DataPath::Ebpf {
+        tc: false,
+        netfilter: false,
+    };
+    assert!(matches!(
+        ask(alone, Origin::Outside, "203.0.113.10", "10.96.0.10", 80),
+        Outcome::Untouched { .. }
+    ));
+    // The socket programs' drop and reject.
+    assert!(matches!(
+        ask(alone, Origin::Pod, "10.244.1.99", "10.96.0.99", 80),
+        Outcome::Dropped { .. }
+    ));
+    assert!(matches!(
+        ask(alone, Origin::Pod, "10.244.1.99", "10.96.0.33", 80),
+        Outcome::Rejected { .. }
+    ));
+}
+
+#[test]
+fn a_mistyped_node_or_mixed_families_are_errors_naming_them() {
+    let packet = Packet::new(
+        Origin::Pod,
+        Protocol::Tcp,
+        "10.244.1.99".parse().expect("ip"),
+        "10.96.0.10".parse().expect("ip"),
+        80,
+    );
+    let error = explain(&snapshot(), "node-x", &setup(DataPath::Netfilter), &packet)
+        .expect_err("no such node")
+        .to_string();
+    assert!(
+        error.contains("node-x") && error.contains("node-a"),
+        "{error}"
+    );
+    let mixed = Packet::new(
+        Origin::Pod,
+        Protocol::Tcp,
+        "fd00::1".parse().expect("ip"),
+        "10.96.0.10".parse().expect("ip"),
+        80,
+    );
+    let error = explain(&snapshot(), "node-a", &setup(DataPath::Netfilter), &mixed)
+        .expect_err("mixed")
+        .to_string();
+    assert!(error.contains("fd00::1"), "{error}");
+    assert!("icmp".parse::<Protocol>().is_err());
+    assert!("elsewhere".parse::<Origin>().is_err());
+}

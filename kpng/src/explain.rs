@@ -1,0 +1,85 @@
+//! `kpng … explain`: what this node does with one packet, from the state
+//! the source gives (a manifest file, the API's lists, a server's ENLS).
+
+use kpng_explain::{DataPath, Origin, Packet, Protocol, Setup};
+
+use crate::Error;
+use crate::args::ExplainArgs;
+
+/// The packet and the settings these flags describe.
+fn setup(args: &ExplainArgs) -> Result<(Setup, Packet), Error> {
+    let origin: Origin = args
+        .from
+        .parse()
+        .map_err(|e: kpng_explain::Error| Error::Usage(format!("invalid --from: {e}")))?;
+    let protocol: Protocol = args
+        .protocol
+        .parse()
+        .map_err(|e: kpng_explain::Error| Error::Usage(format!("invalid --protocol: {e}")))?;
+    let data_path = match args.backend.as_str() {
+        "ebpf" => DataPath::Ebpf {
+            tc: args.tc,
+            netfilter: args.north_south == "nft",
+        },
+        _ if args.tc => {
+            return Err(Error::Usage(
+                "--tc goes with --backend ebpf (its tc programs)".into(),
+            ));
+        }
+        _ => DataPath::Netfilter,
+    };
+    let packet = Packet::new(origin, protocol, args.source, args.destination, args.port);
+    Ok((Setup::new(args.proxy.proxy()?, data_path), packet))
+}
+
+/// Explains the packet at the state `reader` holds once every kind is
+/// listed, and prints it (text or JSON) on standard output.
+pub(crate) async fn run(
+    mut reader: kpng_store::Reader,
+    node: &str,
+    args: &ExplainArgs,
+) -> Result<(), Error> {
+    let (setup, packet) = setup(args)?;
+    let snapshot = reader
+        .listed(&kpng_drive::DriveConfig::default().wait_for)
+        .await
+        .map_err(|_| {
+            Error::Usage("the source ended before the cluster state was listed whole".into())
+        })?;
+    print(&snapshot, node, &setup, &packet, args)
+}
+
+/// Explains and prints.
+pub(crate) fn print(
+    snapshot: &kpng_store::Snapshot,
+    node: &str,
+    setup: &Setup,
+    packet: &Packet,
+    args: &ExplainArgs,
+) -> Result<(), Error> {
+    let explained = kpng_explain::explain(snapshot, node, setup, packet)?;
+    if args.output == "json" {
+        let json = serde_json::to_string_pretty(&explained)
+            .map_err(|e| Error::Usage(format!("the explanation as JSON: {e}")))?;
+        println!("{json}");
+    } else {
+        println!("{explained}");
+    }
+    Ok(())
+}
+
+/// Explains the packet at a server's ENLS (its global watch, mirrored
+/// once).
+pub(crate) async fn from_server(
+    address: &kpng_api::Address,
+    node: &str,
+    args: &ExplainArgs,
+) -> Result<(), Error> {
+    let (setup, packet) = setup(args)?;
+    let mut store = kpng_store::Store::new();
+    let mut config = kpng_api::AgentConfig::default();
+    config.once = true;
+    config.once_attempts = crate::ONCE_ATTEMPTS;
+    kpng_api::run_mirror(address, &mut store, &config).await?;
+    print(&store.snapshot(), node, &setup, &packet, args)
+}
