@@ -51,7 +51,7 @@
 //!
 //! let setup = Setup::new(
 //!     kpng_sink::ProxyConfig::default().cluster_cidrs(["10.244.0.0/16".parse()?]),
-//!     DataPath::Netfilter,
+//!     DataPath::Nftables,
 //! );
 //! let packet = Packet::new(
 //!     Origin::Pod,
@@ -247,9 +247,12 @@ impl fmt::Display for Packet {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DataPath {
-    /// Netfilter rules (the nftables or the iptables backend): every
-    /// packet is translated in the node's NAT hooks.
-    Netfilter,
+    /// The nftables backend: every packet is translated in the node's NAT
+    /// hooks; Services pick endpoints as their balancing says.
+    Nftables,
+    /// The iptables backend: the same rules as nftables', endpoints picked
+    /// at random whatever a Service's balancing.
+    Iptables,
     /// The eBPF backend: its socket programs serve the node's own and its
     /// pods' sockets at connect time.
     Ebpf {
@@ -321,6 +324,20 @@ pub enum Masquerade {
     RemoteEndpoints,
 }
 
+/// How a new connection picks its endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Balancing {
+    /// Uniformly at random.
+    Random,
+    /// By the flow's slot in the Service port's Maglev table (a hash of
+    /// its source address and port): the same endpoint for the flow on
+    /// every node while that endpoint stays.
+    Maglev,
+    /// In turn.
+    RoundRobin,
+}
+
 /// What translates the packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -367,6 +384,8 @@ pub enum Outcome {
         masquerade: Masquerade,
         /// ClientIP affinity's timeout, when the Service has it.
         affinity_seconds: Option<u32>,
+        /// How the endpoint is picked (affinity aside).
+        balancing: Balancing,
         /// What translates it.
         mechanism: Mechanism,
     },
@@ -522,7 +541,7 @@ impl<'a> Run<'a> {
     fn walk(&mut self) -> Outcome {
         let found = self.find();
         match self.setup.data_path {
-            DataPath::Netfilter => self.netfilter(&found),
+            DataPath::Nftables | DataPath::Iptables => self.netfilter(&found),
             DataPath::Ebpf { tc, netfilter } => self.ebpf(&found, tc, netfilter),
         }
     }
@@ -842,6 +861,15 @@ impl<'a> Run<'a> {
         affinity_seconds: Option<u32>,
         mechanism: Mechanism,
     ) -> Outcome {
+        let balancing = self.balancing(name, mechanism, affinity_seconds.is_some());
+        self.step(match balancing {
+            Balancing::Random => "picked uniformly at random".to_owned(),
+            Balancing::RoundRobin => "picked in turn (round robin; Service ports with as many endpoints share the turn)".to_owned(),
+            Balancing::Maglev => format!(
+                "picked by the flow's slot in the Maglev table ({} slots): a hash of its source address and port, so the flow keeps its endpoint while that stays, on every node",
+                kpng_model::maglev::SLOTS
+            ),
+        });
         self.step(format!(
             "translated ({}) to one of {}: {}",
             match mechanism {
@@ -864,7 +892,31 @@ impl<'a> Run<'a> {
             endpoints,
             masquerade,
             affinity_seconds,
+            balancing,
             mechanism,
+        }
+    }
+
+    /// How the Service picks endpoints by `mechanism`: its balancing (or
+    /// the default) in the nftables rules without affinity, random
+    /// elsewhere.
+    fn balancing(&self, name: &ServiceName, mechanism: Mechanism, affinity: bool) -> Balancing {
+        use kpng_model::v1::Balancing as Wanted;
+        let nftables = match self.setup.data_path {
+            DataPath::Nftables => true,
+            DataPath::Iptables => false,
+            DataPath::Ebpf { .. } => mechanism == Mechanism::Netfilter,
+        };
+        if !nftables || affinity {
+            return Balancing::Random;
+        }
+        let Some(service) = self.view.services.get(name) else {
+            return Balancing::Random;
+        };
+        match self.setup.proxy.balancing_of(&service.service) {
+            Wanted::Maglev => Balancing::Maglev,
+            Wanted::RoundRobin => Balancing::RoundRobin,
+            _ => Balancing::Random,
         }
     }
 

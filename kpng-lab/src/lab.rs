@@ -64,6 +64,29 @@ for _ in range(count):
     print(out, flush=True)
 "#;
 
+/// One TCP connection per source port given, each bound to it (so that
+/// the same flows can be made again): one line each, as [`CLIENT`]'s.
+const BOUND_CLIENT: &str = r#"
+import socket, sys, time
+host, port = sys.argv[1], int(sys.argv[2])
+fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+for sport in sys.argv[3:]:
+    t = time.monotonic()
+    try:
+        s = socket.socket(fam, socket.SOCK_STREAM); s.settimeout(2)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("", int(sport)))
+        s.connect((host, port)); out = s.recv(200).decode().strip()
+        s.close()
+    except ConnectionRefusedError:
+        out = "REFUSED %.2f" % (time.monotonic() - t)
+    except (socket.timeout, TimeoutError):
+        out = "TIMEOUT"
+    except OSError as e:
+        out = "ERROR %s" % e
+    print(out, flush=True)
+"#;
+
 /// `count` pairs of TCP connections, one to each of two destinations,
 /// alternating connection by connection (so that whatever the machine
 /// does meanwhile hits both alike); the time of each connection is added
@@ -383,23 +406,53 @@ impl Lab {
         port: u16,
         count: usize,
     ) -> Vec<String> {
-        let packet = self.packet(from, proto, host, port);
-        let (port, count) = (port.to_string(), count.to_string());
-        let args = ["python3", "-c", CLIENT, proto, host, &port, &count];
+        let (port_text, count) = (port.to_string(), count.to_string());
+        let args = ["python3", "-c", CLIENT, proto, host, &port_text, &count];
         let out = self.client(from, &args).output().expect("client");
         let lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
             .lines()
             .map(str::to_owned)
             .collect();
-        if let (Some(packet), Ok(mut witness)) = (packet, self.witness.lock()) {
+        self.witness(from, proto, host, port, &lines);
+        lines
+    }
+
+    /// One TCP connection from host `from` to `host:port` per source port
+    /// of `ports`, each bound to its port: one line each, in order (as
+    /// [`connect`](Self::connect)'s). The same ports make the same flows
+    /// again.
+    pub fn connect_from_ports(
+        &self,
+        from: &str,
+        host: &str,
+        port: u16,
+        ports: &[u16],
+    ) -> Vec<String> {
+        let port_text = port.to_string();
+        let sports: Vec<String> = ports.iter().map(ToString::to_string).collect();
+        let mut args = vec!["python3", "-c", BOUND_CLIENT, host, &port_text];
+        args.extend(sports.iter().map(String::as_str));
+        let out = self.client(from, &args).output().expect("client");
+        let lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        self.witness(from, "tcp", host, port, &lines);
+        lines
+    }
+
+    /// Checks what a probe's packets did against `kpng explain`.
+    fn witness(&self, from: &str, proto: &str, host: &str, port: u16, lines: &[String]) {
+        if let (Some(packet), Ok(mut witness)) =
+            (self.packet(from, proto, host, port), self.witness.lock())
+        {
             let v4 = packet.destination.is_ipv4();
             let resolve = |name: &str| {
                 let addresses = self.addresses.get(name)?;
                 addresses.iter().find(|a| a.is_ipv4() == v4).copied()
             };
-            witness.probe(from, &packet, &lines, &resolve);
+            witness.probe(from, &packet, lines, &resolve);
         }
-        lines
     }
 
     /// The packet a probe from host `from` sends, for explaining it:

@@ -116,7 +116,7 @@ pub trait LabBackend: Sink + Sized {
     }
     /// The mechanisms it programs, for `kpng explain` (the lab checks
     /// every probe against it).
-    const DATA_PATH: kpng_explain::DataPath = kpng_explain::DataPath::Netfilter;
+    const DATA_PATH: kpng_explain::DataPath = kpng_explain::DataPath::Nftables;
 }
 
 impl LabBackend for NftBackend {
@@ -151,6 +151,7 @@ impl LabBackend for NftBackend {
 }
 
 impl LabBackend for IptablesBackend {
+    const DATA_PATH: kpng_explain::DataPath = kpng_explain::DataPath::Iptables;
     const NAME: &'static str = "iptables";
     const TOOLS: &'static [&'static str] = &["iptables-restore", "ip6tables-restore"];
 
@@ -342,6 +343,7 @@ impl Sink for LegacyIptables {
 }
 
 impl LabBackend for LegacyIptables {
+    const DATA_PATH: kpng_explain::DataPath = kpng_explain::DataPath::Iptables;
     const NAME: &'static str = "iptables-legacy";
     const TOOLS: &'static [&'static str] = &["iptables-legacy-restore", "ip6tables-legacy-restore"];
 
@@ -383,6 +385,7 @@ impl Sink for CompactIptables {
 }
 
 impl LabBackend for CompactIptables {
+    const DATA_PATH: kpng_explain::DataPath = kpng_explain::DataPath::Iptables;
     const NAME: &'static str = "iptables-compact";
     const TOOLS: &'static [&'static str] = IptablesBackend::TOOLS;
 

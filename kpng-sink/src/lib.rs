@@ -178,6 +178,7 @@ mod config;
 pub use config::ProxyConfig;
 /// Typed CIDRs, as [`ProxyConfig`] takes them.
 pub use ipnet::IpNet;
+pub use kpng_model::v1::Balancing;
 
 #[cfg(test)]
 mod tests {

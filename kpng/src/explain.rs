@@ -26,7 +26,8 @@ fn setup(args: &ExplainArgs) -> Result<(Setup, Packet), Error> {
                 "--tc goes with --backend ebpf (its tc programs)".into(),
             ));
         }
-        _ => DataPath::Netfilter,
+        "iptables" => DataPath::Iptables,
+        _ => DataPath::Nftables,
     };
     let packet = Packet::new(origin, protocol, args.source, args.destination, args.port);
     Ok((Setup::new(args.proxy.proxy()?, data_path), packet))
