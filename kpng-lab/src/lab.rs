@@ -67,7 +67,7 @@ for _ in range(count):
 /// One TCP connection per source port given, each bound to it (so that
 /// the same flows can be made again): one line each, as [`CLIENT`]'s.
 const BOUND_CLIENT: &str = r#"
-import socket, sys, time
+import socket, struct, sys, time
 host, port = sys.argv[1], int(sys.argv[2])
 fam = socket.AF_INET6 if ":" in host else socket.AF_INET
 for sport in sys.argv[3:]:
@@ -75,6 +75,8 @@ for sport in sys.argv[3:]:
     try:
         s = socket.socket(fam, socket.SOCK_STREAM); s.settimeout(2)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # Closed by a reset: no TIME_WAIT keeps the port from the next round.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         s.bind(("", int(sport)))
         s.connect((host, port)); out = s.recv(200).decode().strip()
         s.close()
