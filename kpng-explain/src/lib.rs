@@ -203,9 +203,19 @@ pub struct Packet {
     pub destination: IpAddr,
     /// Its destination port.
     pub port: u16,
+    /// Its source port, when known: then a Maglev Service's endpoint for
+    /// the flow is named exactly.
+    pub source_port: Option<u16>,
 }
 
 impl Packet {
+    /// The packet from source port `port`.
+    #[must_use]
+    pub fn from_port(mut self, port: u16) -> Self {
+        self.source_port = Some(port);
+        self
+    }
+
     /// A packet.
     pub fn new(
         origin: Origin,
@@ -220,6 +230,7 @@ impl Packet {
             source,
             destination,
             port,
+            source_port: None,
         }
     }
 }
@@ -231,9 +242,10 @@ impl fmt::Display for Packet {
             IpAddr::V4(_) => ip.to_string(),
             IpAddr::V6(_) => format!("[{ip}]"),
         };
+        let sport = self.source_port.map_or(String::new(), |p| format!(":{p}"));
         write!(
             f,
-            "{} {} -> {}:{}, from {}",
+            "{} {}{sport} -> {}:{}, from {}",
             self.protocol,
             at(s),
             at(d),
@@ -870,20 +882,34 @@ impl<'a> Run<'a> {
                 kpng_model::maglev::SLOTS
             ),
         });
+        let mut endpoints = endpoints;
+        if let (Balancing::Maglev, Some(sport)) = (balancing, self.packet.source_port) {
+            let targets: Vec<(IpAddr, u16)> = endpoints.iter().map(|t| (t.ip, t.port)).collect();
+            let table = kpng_model::maglev::table(&targets, kpng_model::maglev::SLOTS);
+            let slot =
+                kpng_model::maglev::flow_slot(self.packet.source, sport, kpng_model::maglev::SLOTS);
+            if let Some(chosen) = table
+                .get(slot as usize)
+                .and_then(|&i| endpoints.get(i as usize))
+                .cloned()
+            {
+                self.step(format!(
+                    "this flow (source port {sport}) hashes to slot {slot} of {}, which names {}",
+                    kpng_model::maglev::SLOTS,
+                    target_text(&chosen)
+                ));
+                endpoints = vec![chosen];
+            }
+        }
         self.step(format!(
-            "translated ({}) to one of {}: {}",
+            "translated ({}) to {}",
             match mechanism {
                 Mechanism::Netfilter => "DNAT in netfilter",
                 Mechanism::Sockets =>
                     "at connect, by the eBPF socket programs: no packet is translated",
                 Mechanism::Tc => "DNAT by the eBPF tc programs at the interface",
             },
-            endpoints.len(),
-            endpoints
-                .iter()
-                .map(target_text)
-                .collect::<Vec<_>>()
-                .join(", ")
+            targets_text(&endpoints)
         ));
         Outcome::Translated {
             service: name.to_string(),
@@ -1212,6 +1238,15 @@ fn target_text(t: &Target) -> String {
         (_, true) => format!("{at} (this node)"),
         (true, false) => at,
         (false, false) => format!("{at} ({})", t.node),
+    }
+}
+
+/// `a`, or `one of 3: a, b, c`.
+fn targets_text(targets: &[Target]) -> String {
+    let all: Vec<String> = targets.iter().map(target_text).collect();
+    match all.as_slice() {
+        [one] => one.clone(),
+        _ => format!("one of {}: {}", all.len(), all.join(", ")),
     }
 }
 

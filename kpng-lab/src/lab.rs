@@ -415,7 +415,7 @@ impl Lab {
             .lines()
             .map(str::to_owned)
             .collect();
-        self.witness(from, proto, host, port, &lines);
+        self.witness(from, self.packet(from, proto, host, port), &lines);
         lines
     }
 
@@ -439,15 +439,20 @@ impl Lab {
             .lines()
             .map(str::to_owned)
             .collect();
-        self.witness(from, "tcp", host, port, &lines);
+        // Each flow on its own: a Maglev Service's endpoint is then named
+        // exactly.
+        for (sport, line) in ports.iter().zip(&lines) {
+            let packet = self
+                .packet(from, "tcp", host, port)
+                .map(|p| p.from_port(*sport));
+            self.witness(from, packet, std::slice::from_ref(line));
+        }
         lines
     }
 
     /// Checks what a probe's packets did against `kpng explain`.
-    fn witness(&self, from: &str, proto: &str, host: &str, port: u16, lines: &[String]) {
-        if let (Some(packet), Ok(mut witness)) =
-            (self.packet(from, proto, host, port), self.witness.lock())
-        {
+    fn witness(&self, from: &str, packet: Option<kpng_explain::Packet>, lines: &[String]) {
+        if let (Some(packet), Ok(mut witness)) = (packet, self.witness.lock()) {
             let v4 = packet.destination.is_ipv4();
             let resolve = |name: &str| {
                 let addresses = self.addresses.get(name)?;

@@ -534,6 +534,23 @@ fn maglev_keeps_flows_where_they_are_and_round_robin_takes_turns() {
     assert_eq!(first.len(), ports.len(), "{first:?}");
     // The same flows again: the same endpoints, flow by flow.
     assert_eq!(flows("10.96.0.60"), first);
+    // Each flow's endpoint is the one its slot names: the kernel's hash is
+    // `kpng_model::maglev::flow_slot`'s, so every node (and the eBPF
+    // programs) picks it too.
+    let targets: Vec<(std::net::IpAddr, u16)> = all
+        .iter()
+        .map(|ip| (ip.parse().expect("ip"), 8080))
+        .collect();
+    let table = kpng_model::maglev::table(&targets, kpng_model::maglev::SLOTS);
+    let client: std::net::IpAddr = scenarios::POD_CLIENT.parse().expect("ip");
+    let predicted: Vec<String> = ports
+        .iter()
+        .map(|p| {
+            let slot = kpng_model::maglev::flow_slot(client, *p, kpng_model::maglev::SLOTS);
+            targets[table[slot as usize] as usize].0.to_string()
+        })
+        .collect();
+    assert_eq!(first, predicted);
     // Every endpoint has its share of the flows.
     for ep in all {
         let n = first.iter().filter(|e| *e == ep).count();

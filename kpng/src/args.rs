@@ -187,6 +187,10 @@ pub(crate) struct ExplainArgs {
     /// The packet's destination port.
     #[arg(long)]
     pub(crate) port: u16,
+    /// The packet's source port, when known: a Maglev Service's endpoint
+    /// for the flow is then named exactly.
+    #[arg(long)]
+    pub(crate) source_port: Option<u16>,
     /// `tcp`, `udp` or `sctp`.
     #[arg(long, default_value = "tcp")]
     pub(crate) protocol: String,
