@@ -176,23 +176,10 @@ pub const LOCAL_HOSTS: [&str; 3] = ["node", "podc", "e1"];
 
 impl Drop for Lab {
     fn drop(&mut self) {
-        let (checked, disagreements) = match self.witness.lock() {
-            Ok(mut w) => (w.checked, std::mem::take(&mut w.disagreements)),
-            Err(_) => (0, Vec::new()),
-        };
-        if checked > 0 {
-            eprintln!(
-                "kpng explain: {checked} probes checked against the packets, {} disagreements",
-                disagreements.len()
-            );
-        }
+        let report = crate::witness::report(&self.witness);
         self.clean_up();
-        if !disagreements.is_empty() && !std::thread::panicking() {
-            panic!(
-                "kpng explain disagrees with the packets on {} of {checked} probes:\n{}",
-                disagreements.len(),
-                disagreements.join("\n")
-            );
+        if let Some(report) = report.filter(|_| !std::thread::panicking()) {
+            panic!("{report}");
         }
     }
 }
