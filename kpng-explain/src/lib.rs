@@ -671,19 +671,23 @@ impl<'a> Run<'a> {
                 role,
             } => self.netfilter_port(service, port, role),
             Found::ClusterIpOtherPort(service) => {
-                let name = service.service.service_name();
-                self.step(format!(
-                    "{} is a ClusterIP of Service {name}, which has no {} port {}",
-                    self.packet.destination, self.packet.protocol, self.packet.port
-                ));
-                Outcome::Rejected {
-                    reason: format!(
-                        "unknown port on a live ClusterIP ({name}): ICMP port unreachable"
-                    ),
-                }
+                self.unknown_port(service, "ICMP port unreachable")
             }
             Found::ProxyIp(service) => self.proxy_ip(service),
             Found::Nothing => self.unallocated_or_untouched(),
+        }
+    }
+
+    /// A ClusterIP of `service` on a port it does not have: refused
+    /// (`how`, as the mechanism refuses).
+    fn unknown_port(&mut self, service: &ServiceView, how: &str) -> Outcome {
+        let name = service.service.service_name();
+        self.step(format!(
+            "{} is a ClusterIP of Service {name}, which has no {} port {}",
+            self.packet.destination, self.packet.protocol, self.packet.port
+        ));
+        Outcome::Rejected {
+            reason: format!("unknown port on a live ClusterIP ({name}): {how}"),
         }
     }
 
@@ -1030,16 +1034,7 @@ impl<'a> Run<'a> {
                 role,
             } => self.sockets(service, port, role, netfilter),
             Found::ClusterIpOtherPort(service) => {
-                let name = service.service.service_name();
-                self.step(format!(
-                    "{} is a ClusterIP of Service {name}, which has no {} port {}",
-                    self.packet.destination, self.packet.protocol, self.packet.port
-                ));
-                Outcome::Rejected {
-                    reason: format!(
-                        "unknown port on a live ClusterIP ({name}): the connect fails with ECONNREFUSED"
-                    ),
-                }
+                self.unknown_port(service, "the connect fails with ECONNREFUSED")
             }
             Found::ProxyIp(service) => self.proxy_ip(service),
             Found::Nothing => {
