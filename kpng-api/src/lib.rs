@@ -82,12 +82,14 @@ mod authority;
 
 mod agent;
 pub mod codec;
+pub mod fleet;
 mod full;
 mod rounds;
 mod server;
 mod transport;
 
 pub use agent::{AgentConfig, run_agent, run_mirror};
+pub use fleet::Fleet;
 pub use server::{INITIAL_VIEWS, Server, ServerStats};
 pub use transport::{
     Address, Tls, bind_unix, connect, connect_unix, connect_unix_channel, serve, serve_at,
