@@ -43,6 +43,33 @@ const ERROR_CHARS: usize = 512;
 /// The laggards exported as labelled gauges in [`Fleet::openmetrics`].
 pub const METRIC_LAGGARDS: usize = 10;
 
+/// Asks the server at `address` for its fleet view (`Enls/Fleet`).
+///
+/// # Errors
+/// [`Error::Unsupported`](crate::Error::Unsupported) from a server that
+/// has none (an older one); the connection's or the server's error.
+pub async fn fleet_view(
+    address: &crate::Address,
+    request: FleetRequest,
+) -> Result<FleetReply, crate::Error> {
+    let mut client = crate::connect(address)
+        .await
+        .map_err(|e| crate::Error::Unreachable {
+            address: address.to_string(),
+            attempts: 1,
+            cause: kpng_drive::one_line(&e),
+        })?;
+    match client.fleet(request).await {
+        Ok(reply) => Ok(reply.into_inner()),
+        Err(status) if status.code() == tonic::Code::Unimplemented => {
+            Err(crate::Error::Unsupported(format!(
+                "the server at {address} has no fleet view (an older kpng)"
+            )))
+        }
+        Err(status) => Err(status.into()),
+    }
+}
+
 /// The fleet view of one server. Cloning shares it.
 #[derive(Clone, Debug)]
 pub struct Fleet(Arc<Mutex<Inner>>);

@@ -121,7 +121,11 @@ async fn agents_report_what_they_applied_and_a_failing_sink_is_listed_with_its_e
     })
     .await;
     assert_eq!((reply.behind, reply.failing, reply.revision), (0, 0, head));
-    let silent = reply.listed.iter().find(|n| n.node == "node-3").expect("node-3");
+    let silent = reply
+        .listed
+        .iter()
+        .find(|n| n.node == "node-3")
+        .expect("node-3");
     assert!(!silent.reporting && silent.streams == 1, "{silent:?}");
     // Whole views are no programming latency.
     assert_eq!(reply.latency_counts.iter().sum::<u64>(), 0);
@@ -156,7 +160,10 @@ async fn agents_report_what_they_applied_and_a_failing_sink_is_listed_with_its_e
     // It recovers (its agent asks for a whole view again): up to date,
     // the error gone.
     two.fail.store(false, Ordering::Relaxed);
-    until(&path, "node-2 recovered", |f| f.failing == 0 && f.up_to_date == 2).await;
+    until(&path, "node-2 recovered", |f| {
+        f.failing == 0 && f.up_to_date == 2
+    })
+    .await;
 
     // A report of another server instance changes nothing.
     let mut client = connect_unix(&path).await.expect("connect");
@@ -170,7 +177,11 @@ async fn agents_report_what_they_applied_and_a_failing_sink_is_listed_with_its_e
         .await
         .expect("report");
     let reply = fleet(&path, true).await;
-    let n1 = reply.listed.iter().find(|n| n.node == "node-1").expect("node-1");
+    let n1 = reply
+        .listed
+        .iter()
+        .find(|n| n.node == "node-1")
+        .expect("node-1");
     assert_eq!((n1.applied_revision, n1.error.as_str()), (head + 2, ""));
 
     // A bad query is an error naming the field.
