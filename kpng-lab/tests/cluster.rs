@@ -241,7 +241,7 @@ fn fleet_until(cluster: &Cluster, what: &str, ok: impl Fn(&FleetReply) -> bool) 
     }
 }
 
-fn node<'a>(fleet: &'a FleetReply, k: usize) -> &'a FleetNode {
+fn node(fleet: &FleetReply, k: usize) -> &FleetNode {
     let name = format!("node-{k}");
     fleet
         .listed

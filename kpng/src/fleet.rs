@@ -126,7 +126,7 @@ mod tests {
         assert_eq!(
             text(&reply),
             "NODE     APPLIED      SENT  REVISIONS    SECONDS  ERROR\n\
-             node-2       10        12          2       14.3  nft: Operation not permitted\n\
+             node-2        10        12          2       14.3  nft: Operation not permitted\n\
              revision 12: 3 nodes, 3 reporting, 2 up to date, 1 behind, 1 failing, 0 away\n\
              last change: revision 12, applied by 2 of 3 nodes sent it, p50 0.013s, p99 0.020s\n"
         );
