@@ -106,6 +106,9 @@ struct Record {
     away_since: Option<Instant>,
     /// The revision of the last sync sent.
     sent: u64,
+    /// The latest revision its stream has taken in (sent, or found to
+    /// change nothing for it); 0: none yet.
+    examined: u64,
     /// The last revision the agent reported applied.
     applied: u64,
     reporting: bool,
@@ -152,15 +155,23 @@ impl Fleet {
 
     /// The store reached `revision` at `now`.
     pub(crate) fn committed(&self, revision: u64, now: Instant) {
+        self.examined("", revision, now);
+    }
+
+    /// `node`'s stream takes in `revision` at `now` (it notes the
+    /// revision's commit, if first: before its sync can be reported).
+    pub(crate) fn examined(&self, node: &str, revision: u64, now: Instant) {
         let mut inner = self.lock();
-        if revision <= inner.head {
-            return;
+        if revision > inner.head {
+            inner.head = revision;
+            if inner.commits.len() == COMMITS {
+                inner.commits.pop_front();
+            }
+            inner.commits.push_back((revision, now));
         }
-        inner.head = revision;
-        if inner.commits.len() == COMMITS {
-            inner.commits.pop_front();
+        if let Some(record) = inner.nodes.get_mut(node) {
+            record.examined = record.examined.max(revision);
         }
-        inner.commits.push_back((revision, now));
     }
 
     /// A watch stream of `node` opened.
@@ -215,6 +226,7 @@ impl Fleet {
             return;
         };
         record.sent = record.sent.max(revision);
+        record.examined = record.examined.max(revision);
         let whole = record.pending.is_some_and(|p| p.whole);
         if !changed || whole {
             return;
@@ -495,16 +507,22 @@ impl Inner {
     }
 
     fn node(&self, name: &str, record: &Record, now: Instant) -> FleetNode {
-        let pending = record.pending.filter(|_| record.reporting);
+        // What it lacks: what was sent it and not applied, or revisions
+        // its stream has not taken in yet (the server is behind on it).
+        let unsent = (record.examined > 0 && record.examined < self.head && record.streams > 0)
+            .then(|| self.commit_time(record.examined + 1, now));
+        let oldest = match (record.pending.map(|p| p.committed), unsent) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+        .filter(|_| record.reporting);
         FleetNode {
             node: name.to_owned(),
             sent_revision: record.sent,
             applied_revision: record.applied,
-            revisions_behind: pending
-                .map_or(0, |_| self.head.saturating_sub(record.applied).max(1)),
-            seconds_behind: pending.map_or(0.0, |p| {
-                now.saturating_duration_since(p.committed).as_secs_f64()
-            }),
+            revisions_behind: oldest.map_or(0, |_| self.head.saturating_sub(record.applied).max(1)),
+            seconds_behind: oldest
+                .map_or(0.0, |at| now.saturating_duration_since(at).as_secs_f64()),
             error: record.error.clone().unwrap_or_default(),
             streams: record.streams,
             reporting: record.reporting,
@@ -651,6 +669,37 @@ mod tests {
             text.contains("kpng_fleet_programming_latency_seconds_bucket{le=\"0.1\"} 1\n"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_revision_the_server_has_not_sent_a_node_yet_counts_behind() {
+        let t0 = Instant::now();
+        let fleet = three(t0);
+        // Revision 2 committed; a's stream has taken it in (nothing for
+        // a), b's not yet: b is behind by the server, from 2's commit.
+        fleet.committed(2, t0 + secs(1.0));
+        fleet.examined("a", 2, t0 + secs(1.0));
+        fleet.examined("c", 2, t0 + secs(1.0));
+        let reply = fleet.view_at(&FleetRequest::default(), t0 + secs(1.5));
+        assert_eq!(
+            (reply.up_to_date, reply.behind, reply.listed.len()),
+            (2, 1, 1)
+        );
+        let b = node(&reply, "b");
+        assert_eq!(
+            (b.applied_revision, b.sent_revision, b.revisions_behind),
+            (1, 1, 1)
+        );
+        assert!((b.seconds_behind - 0.5).abs() < 1e-6, "{b:?}");
+        fleet.examined("b", 2, t0 + secs(2.0));
+        let reply = fleet.view_at(&FleetRequest::default(), t0 + secs(2.0));
+        assert_eq!((reply.up_to_date, reply.behind), (3, 0));
+        // A stream's first look notes a revision's commit before the
+        // clock does: its sync's report is taken.
+        fleet.examined("a", 3, t0 + secs(3.0));
+        fleet.sending("a", 3, false, t0 + secs(3.0));
+        fleet.sent("a", 3, true, t0 + secs(3.0));
+        assert!(fleet.report_at(&report("a", 3, ""), t0 + secs(3.1)));
     }
 
     #[test]

@@ -299,6 +299,9 @@ impl Server {
         let mut first = true;
         loop {
             self.remember(snapshot.clone());
+            if let Some((fleet, name)) = fleet {
+                fleet.examined(name, feed.revision(), Instant::now());
+            }
             let mut sent = false;
             // One batch at a time, made when the queue has room.
             while let Some(message) = feed.next_message() {
