@@ -46,7 +46,8 @@
 //!
 //! With `--report`, each watcher also reports each sync as the agent does
 //! (`Enls/Report` on its stream's connection, spawned, not awaited by
-//! the stream), and after the change the bench waits until the server's
+//! the stream, after a wait up to 1 s spread over the nodes, saying how
+//! long it waited), and after the change the bench waits until the server's
 //! fleet view shows every node up to date, then times one `Enls/Fleet`
 //! call (the fleet view the command reads) and prints its size and the
 //! server's p50/p99 of the change.
@@ -302,6 +303,7 @@ fn main() {
         );
 
         // 2. One endpoint change.
+        let cpu_before_change = cpu_s(server.id());
         writeln!(to_server, "flip").unwrap();
         let t0: u128 = from_server.next().unwrap().unwrap().parse().unwrap();
         let mut latencies = Vec::new();
@@ -314,18 +316,27 @@ fn main() {
             latencies.push(at.saturating_sub(t0) as f64 / 1e6);
         };
         latencies.sort_by(f64::total_cmp);
+        let change_cpu = cpu_s(server.id()) - cpu_before_change;
         let pct =
             |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
         println!(
-            "  one endpoint change reaching every watcher: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; {:.0} bytes per watcher",
+            "  one endpoint change reaching every watcher: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; {:.0} bytes per watcher; server CPU {:.0} ms ({:.1} us per node)",
             pct(0.5),
             pct(0.99),
             latencies.last().copied().unwrap_or(0.0),
             change_bytes / nodes as f64,
+            change_cpu * 1e3,
+            change_cpu * 1e6 / nodes as f64,
         );
 
         if reports() {
             fleet_figures(&socket, nodes, &pct);
+            let with_reports = cpu_s(server.id()) - cpu_before_change;
+            println!(
+                "  server CPU from the change until every node's report was taken: {:.0} ms ({:.1} us per node; the fleet view polled every 100 ms meanwhile)",
+                with_reports * 1e3,
+                with_reports * 1e6 / nodes as f64,
+            );
         }
 
         // 3. Restart onto the same content at other revision numbers.
@@ -407,7 +418,11 @@ fn fleet_figures(socket: &Path, nodes: usize, watchers: &dyn Fn(f64) -> f64) {
             ..FleetRequest::default()
         };
         let reply = loop {
-            let reply = client.fleet(all).await.unwrap().into_inner();
+            let reply = client
+                .fleet(FleetRequest::default())
+                .await
+                .unwrap()
+                .into_inner();
             if reply.up_to_date as usize == nodes && reply.last_change_applied as usize == nodes {
                 break reply;
             }
@@ -418,7 +433,7 @@ fn fleet_figures(socket: &Path, nodes: usize, watchers: &dyn Fn(f64) -> f64) {
                 );
                 break reply;
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
         };
         let t = Instant::now();
         let listed = client.fleet(all).await.unwrap().into_inner();
@@ -688,15 +703,20 @@ async fn watch(i: usize, pool: &Pool, tx: &tokio::sync::mpsc::UnboundedSender<Re
                     }
                     if let Some(client) = &reporter {
                         // As the agent: the report is not awaited by the
-                        // stream.
+                        // stream, and waits up to 1 s (spread over the
+                        // nodes), saying how long.
                         let mut client = client.clone();
-                        let report = NodeReport {
+                        let mut report = NodeReport {
                             node: held.node.clone(),
                             instance,
                             revision,
-                            error: String::new(),
+                            ..NodeReport::default()
                         };
+                        let ended = Instant::now();
+                        let wait = ((i as u64).wrapping_mul(2_654_435_761) ^ revision) % 1000;
                         tokio::spawn(async move {
+                            tokio::time::sleep(Duration::from_millis(wait)).await;
+                            report.held_ms = ended.elapsed().as_millis() as u32;
                             let _ = client.report(report).await;
                         });
                     }

@@ -33,6 +33,12 @@ pub struct AgentConfig {
     /// Ask the server to compress the stream (zstd): worth it over a
     /// network, not over a local unix socket. Off by default.
     pub compress: bool,
+    /// Each round's report to the server's fleet view waits a random
+    /// time up to this (1 s by default), so that the reports of
+    /// thousands of nodes after one change do not compete with its
+    /// delivery; the report says how long it waited, and the server dates
+    /// the round by it.
+    pub report_spread: Duration,
 }
 
 impl Default for AgentConfig {
@@ -43,6 +49,7 @@ impl Default for AgentConfig {
             once: false,
             once_attempts: 5,
             compress: false,
+            report_spread: Duration::from_secs(1),
         }
     }
 }
@@ -102,7 +109,7 @@ pub async fn run_agent<S: Sink + ?Sized>(
     let mut held = Held::default();
     let mut rounds = Rounds::new();
     let mut retries = Retries::new(address, config);
-    let reporter = Reporter::new();
+    let reporter = Reporter::new(config.report_spread);
     loop {
         let result = session(
             address,
@@ -133,26 +140,38 @@ pub async fn run_agent<S: Sink + ?Sized>(
 
 /// Tells the server, after each round, the revision the sink applied and
 /// its last error (`Enls/Report`): only the latest report is sent, one at
-/// a time, on the watch's connection, so a round costs one small unary
-/// call at most and a burst of rounds fewer. A server that takes no
-/// reports (an older one) is told nothing more than one refused call per
-/// round.
+/// a time, on the watch's connection, after a random wait up to
+/// [`AgentConfig::report_spread`] (with the time it waited), so a round
+/// costs one small unary call at most and a burst of rounds fewer. A
+/// server that takes no reports (an older one) is told nothing more than
+/// one refused call per round.
 pub(crate) struct Reporter {
-    latest: tokio::sync::watch::Sender<Option<(Client, NodeReport)>>,
+    latest: tokio::sync::watch::Sender<Option<Latest>>,
     task: tokio::task::JoinHandle<()>,
 }
+
+/// The report waiting: the connection, the report, when its round ended.
+type Latest = (Client, NodeReport, std::time::Instant);
 
 type Client = EnlsClient<tonic::transport::Channel>;
 
 impl Reporter {
-    pub(crate) fn new() -> Self {
-        let (latest, mut rx) = tokio::sync::watch::channel::<Option<(Client, NodeReport)>>(None);
+    pub(crate) fn new(spread: Duration) -> Self {
+        let (latest, mut rx) = tokio::sync::watch::channel::<Option<Latest>>(None);
         let task = tokio::spawn(async move {
             let mut refused = false;
             while rx.changed().await.is_ok() {
-                let Some((mut client, report)) = rx.borrow_and_update().clone() else {
+                // The wait starts with the first report waiting; one that
+                // replaces it goes at the same time.
+                let spread = u64::try_from(spread.as_micros()).unwrap_or(u64::MAX);
+                if spread > 0 {
+                    let wait = crate::server::random_u64() % spread;
+                    tokio::time::sleep(Duration::from_micros(wait)).await;
+                }
+                let Some((mut client, mut report, ended)) = rx.borrow_and_update().clone() else {
                     continue;
                 };
+                report.held_ms = u32::try_from(ended.elapsed().as_millis()).unwrap_or(u32::MAX);
                 match client.report(report).await {
                     Ok(_) => refused = false,
                     Err(status) if status.code() == tonic::Code::Unimplemented => {
@@ -174,7 +193,8 @@ impl Reporter {
 
     /// Sends `report` (replacing one not sent yet).
     fn report(&self, client: &Client, report: NodeReport) {
-        self.latest.send_replace(Some((client.clone(), report)));
+        self.latest
+            .send_replace(Some((client.clone(), report, std::time::Instant::now())));
     }
 
     /// Sends `report` now, waiting for at most a second (a `once` agent
@@ -394,6 +414,7 @@ pub(crate) async fn session<S: Sink + ?Sized>(
                         .err()
                         .map(|e| kpng_drive::one_line(e))
                         .unwrap_or_default(),
+                    held_ms: 0,
                 };
                 if config.once {
                     Reporter::report_now(&client, report).await;

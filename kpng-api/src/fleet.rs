@@ -21,6 +21,32 @@
 //! listed but never counted behind. Memory: O(1) per node (nodes away
 //! for [`AWAY_RETENTION`] are forgotten), the commit times of the last
 //! [`COMMITS`] revisions, and the last change's latency per node.
+//!
+//! # Example
+//!
+//! What a server's fleet holds is filled by its streams and the agents'
+//! reports; a report alone names a node, its revision and its error:
+//!
+//! ```
+//! use kpng_api::Fleet;
+//! use kpng_model::v1::{FleetRequest, NodeReport};
+//!
+//! let fleet = Fleet::new(7, 1); // server instance 7, store at revision 1
+//! let report = |instance, error: &str| NodeReport {
+//!     node: "node-a".into(),
+//!     instance,
+//!     revision: 1,
+//!     error: error.into(),
+//!     held_ms: 0,
+//! };
+//! // A report of another server instance (a restarted server) is ignored.
+//! assert!(!fleet.report(&report(6, "")));
+//! assert!(fleet.report(&report(7, "nft: Operation not permitted")));
+//! let view = fleet.view(&FleetRequest::default());
+//! assert_eq!((view.nodes, view.failing), (1, 1));
+//! assert_eq!(view.listed[0].error, "nft: Operation not permitted");
+//! assert!(fleet.openmetrics().contains("kpng_fleet_nodes_failing 1\n"));
+//! ```
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -255,6 +281,10 @@ impl Fleet {
         if report.instance != inner.instance || report.revision > inner.head {
             return false;
         }
+        // When the round ended: the report waited this long (at most a
+        // minute is believed).
+        let held = Duration::from_millis(u64::from(report.held_ms).min(60_000));
+        let now = now.checked_sub(held).unwrap_or(now);
         let inner = &mut *inner;
         let record = inner
             .nodes
@@ -558,6 +588,7 @@ mod tests {
             instance: I,
             revision,
             error: error.into(),
+            held_ms: 0,
         }
     }
 
@@ -700,6 +731,20 @@ mod tests {
         fleet.sending("a", 3, false, t0 + secs(3.0));
         fleet.sent("a", 3, true, t0 + secs(3.0));
         assert!(fleet.report_at(&report("a", 3, ""), t0 + secs(3.1)));
+    }
+
+    #[test]
+    fn a_report_that_waited_dates_its_round_back() {
+        let t0 = Instant::now();
+        let fleet = three(t0);
+        change(&fleet, 2, &["a"], t0 + secs(1.0));
+        // Applied at 1.2 s, reported at 1.9 s after waiting 700 ms.
+        let mut late = report("a", 2, "");
+        late.held_ms = 700;
+        assert!(fleet.report_at(&late, t0 + secs(1.9)));
+        let reply = fleet.view_at(&FleetRequest::default(), t0 + secs(2.0));
+        assert!((reply.latency_sum_seconds - 0.2).abs() < 1e-6, "{reply:?}");
+        assert!((reply.last_change_p50_seconds - 0.2).abs() < 1e-6);
     }
 
     #[test]

@@ -173,6 +173,7 @@ async fn agents_report_what_they_applied_and_a_failing_sink_is_listed_with_its_e
             instance: server.instance() + 1,
             revision: 1,
             error: "stale".into(),
+            held_ms: 0,
         })
         .await
         .expect("report");

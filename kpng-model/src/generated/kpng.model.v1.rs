@@ -645,6 +645,11 @@ pub struct NodeReport {
     /// The last round's error, one line; empty when it succeeded.
     #[prost(string, tag = "4")]
     pub error: ::prost::alloc::string::String,
+    /// Milliseconds from the round's end to this report's sending (agents
+    /// spread their reports over a moment): the server dates the round this
+    /// much before the report arrived.
+    #[prost(uint32, tag = "5")]
+    pub held_ms: u32,
 }
 /// The answer to a report (nothing).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]

@@ -2865,6 +2865,9 @@ impl serde::Serialize for NodeReport {
         if !self.error.is_empty() {
             len += 1;
         }
+        if self.held_ms != 0 {
+            len += 1;
+        }
         let mut struct_ser = serializer.serialize_struct("kpng.model.v1.NodeReport", len)?;
         if !self.node.is_empty() {
             struct_ser.serialize_field("node", &self.node)?;
@@ -2882,6 +2885,9 @@ impl serde::Serialize for NodeReport {
         if !self.error.is_empty() {
             struct_ser.serialize_field("error", &self.error)?;
         }
+        if self.held_ms != 0 {
+            struct_ser.serialize_field("heldMs", &self.held_ms)?;
+        }
         struct_ser.end()
     }
 }
@@ -2896,6 +2902,8 @@ impl<'de> serde::Deserialize<'de> for NodeReport {
             "instance",
             "revision",
             "error",
+            "held_ms",
+            "heldMs",
         ];
 
         #[allow(clippy::enum_variant_names)]
@@ -2904,6 +2912,7 @@ impl<'de> serde::Deserialize<'de> for NodeReport {
             Instance,
             Revision,
             Error,
+            HeldMs,
         }
         impl<'de> serde::Deserialize<'de> for GeneratedField {
             fn deserialize<D>(deserializer: D) -> std::result::Result<GeneratedField, D::Error>
@@ -2929,6 +2938,7 @@ impl<'de> serde::Deserialize<'de> for NodeReport {
                             "instance" => Ok(GeneratedField::Instance),
                             "revision" => Ok(GeneratedField::Revision),
                             "error" => Ok(GeneratedField::Error),
+                            "heldMs" | "held_ms" => Ok(GeneratedField::HeldMs),
                             _ => Err(serde::de::Error::unknown_field(value, FIELDS)),
                         }
                     }
@@ -2952,6 +2962,7 @@ impl<'de> serde::Deserialize<'de> for NodeReport {
                 let mut instance__ = None;
                 let mut revision__ = None;
                 let mut error__ = None;
+                let mut held_ms__ = None;
                 while let Some(k) = map_.next_key()? {
                     match k {
                         GeneratedField::Node => {
@@ -2982,6 +2993,14 @@ impl<'de> serde::Deserialize<'de> for NodeReport {
                             }
                             error__ = Some(map_.next_value()?);
                         }
+                        GeneratedField::HeldMs => {
+                            if held_ms__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("heldMs"));
+                            }
+                            held_ms__ = 
+                                Some(map_.next_value::<::pbjson::private::NumberDeserialize<_>>()?.0)
+                            ;
+                        }
                     }
                 }
                 Ok(NodeReport {
@@ -2989,6 +3008,7 @@ impl<'de> serde::Deserialize<'de> for NodeReport {
                     instance: instance__.unwrap_or_default(),
                     revision: revision__.unwrap_or_default(),
                     error: error__.unwrap_or_default(),
+                    held_ms: held_ms__.unwrap_or_default(),
                 })
             }
         }
