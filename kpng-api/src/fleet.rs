@@ -245,15 +245,14 @@ impl Fleet {
     }
 
     /// The sync of `revision` was queued to `node`; `changed`: the round
-    /// carried changes.
-    pub(crate) fn sent(&self, node: &str, revision: u64, changed: bool, now: Instant) {
+    /// carried changes; `whole`: it is the node's whole view.
+    pub(crate) fn sent(&self, node: &str, revision: u64, changed: bool, whole: bool, now: Instant) {
         let mut inner = self.lock();
         let Some(record) = inner.nodes.get_mut(node) else {
             return;
         };
         record.sent = record.sent.max(revision);
         record.examined = record.examined.max(revision);
-        let whole = record.pending.is_some_and(|p| p.whole);
         if !changed || whole {
             return;
         }
@@ -333,17 +332,13 @@ impl Fleet {
         record.pending = if report.revision >= record.sent {
             None
         } else {
-            // Applied part of what was sent: the rest is still pending.
+            // Applied part of what was sent (a whole view, say, and not
+            // yet the change sent after it): the rest is still pending.
             let revision = report.revision + 1;
-            let committed = if pending.whole {
-                pending.committed
-            } else {
-                commit_time(&inner.commits, revision, now)
-            };
             Some(Pending {
                 revision,
-                committed,
-                whole: pending.whole,
+                committed: commit_time(&inner.commits, revision, now),
+                whole: false,
             })
         };
         true
@@ -610,7 +605,7 @@ mod tests {
         for n in ["a", "b", "c"] {
             fleet.opened(n, t0);
             fleet.sending(n, 1, true, t0);
-            fleet.sent(n, 1, true, t0);
+            fleet.sent(n, 1, true, true, t0);
             assert!(fleet.report_at(&report(n, 1, ""), t0 + secs(0.5)));
         }
         fleet
@@ -620,7 +615,7 @@ mod tests {
         fleet.committed(revision, at);
         for n in nodes {
             fleet.sending(n, revision, false, at);
-            fleet.sent(n, revision, true, at);
+            fleet.sent(n, revision, true, false, at);
         }
     }
 
@@ -679,7 +674,7 @@ mod tests {
         // c catches up with one round of 2..=3 at 8 s: latency from 2's
         // commit; it is up to date, and the histogram has every round.
         fleet.sending("c", 3, false, t1 + secs(7.9));
-        fleet.sent("c", 3, true, t1 + secs(7.9));
+        fleet.sent("c", 3, true, false, t1 + secs(7.9));
         fleet.report_at(&report("c", 3, ""), t1 + secs(8.0));
         let reply = fleet.view_at(&all, t1 + secs(9.0));
         assert_eq!((reply.up_to_date, reply.behind), (3, 0));
@@ -729,7 +724,7 @@ mod tests {
         // clock does: its sync's report is taken.
         fleet.examined("a", 3, t0 + secs(3.0));
         fleet.sending("a", 3, false, t0 + secs(3.0));
-        fleet.sent("a", 3, true, t0 + secs(3.0));
+        fleet.sent("a", 3, true, false, t0 + secs(3.0));
         assert!(fleet.report_at(&report("a", 3, ""), t0 + secs(3.1)));
     }
 
@@ -745,6 +740,26 @@ mod tests {
         let reply = fleet.view_at(&FleetRequest::default(), t0 + secs(2.0));
         assert!((reply.latency_sum_seconds - 0.2).abs() < 1e-6, "{reply:?}");
         assert!((reply.last_change_p50_seconds - 0.2).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_whole_view_reported_after_the_next_change_was_sent_leaves_that_change_counted() {
+        let t0 = Instant::now();
+        let fleet = Fleet::new_at(I, 1, t0);
+        fleet.opened("a", t0);
+        fleet.sending("a", 1, true, t0);
+        fleet.sent("a", 1, true, true, t0);
+        // Revision 2 is sent before the whole view's report arrives.
+        change(&fleet, 2, &["a"], t0 + secs(1.0));
+        fleet.report_at(&report("a", 1, ""), t0 + secs(1.1));
+        fleet.report_at(&report("a", 2, ""), t0 + secs(1.3));
+        let reply = fleet.view_at(&FleetRequest::default(), t0 + secs(2.0));
+        assert_eq!((reply.last_change_sent, reply.last_change_applied), (1, 1));
+        assert!(
+            (reply.last_change_p50_seconds - 0.3).abs() < 1e-6,
+            "{reply:?}"
+        );
+        assert_eq!(reply.latency_counts.iter().sum::<u64>(), 1);
     }
 
     #[test]
@@ -787,7 +802,7 @@ mod tests {
         // Behind while its whole view goes, counted from the sending.
         let reply = fleet.view_at(&FleetRequest::default(), t1 + secs(3.0));
         assert!((node(&reply, "c").seconds_behind - 2.0).abs() < 1e-6);
-        fleet.sent("c", 2, true, t1 + secs(3.0));
+        fleet.sent("c", 2, true, true, t1 + secs(3.0));
         fleet.report_at(&report("c", 2, ""), t1 + secs(3.5));
         let reply = fleet.view_at(&FleetRequest::default(), t1 + secs(4.0));
         assert_eq!((reply.behind, reply.away), (0, 0));
@@ -800,7 +815,7 @@ mod tests {
         let new = Fleet::new_at(I + 1, 1, t1);
         new.opened("a", t1);
         new.sending("a", 1, true, t1);
-        new.sent("a", 1, true, t1);
+        new.sent("a", 1, true, true, t1);
         assert!(!new.report_at(&report("a", 99, ""), t1 + secs(0.1)));
         let reply = new.view_at(
             &FleetRequest {

@@ -323,7 +323,7 @@ impl Server {
                     return;
                 }
                 if let Some((fleet, name)) = fleet {
-                    fleet.sent(name, feed.revision(), sent, Instant::now());
+                    fleet.sent(name, feed.revision(), sent, whole, Instant::now());
                 }
             }
             first = false;
