@@ -43,8 +43,17 @@
 //! it the system's allocator. The server and this process keep the
 //! system's (glibc), as in the figures before.
 //!
+//!
+//! With `--report`, each watcher also reports each sync as the agent does
+//! (`Enls/Report` on its stream's connection, spawned, not awaited by
+//! the stream, after a wait up to 1 s spread over the nodes, saying how
+//! long it waited), and after the change the bench waits until the server's
+//! fleet view shows every node up to date, then times one `Enls/Fleet`
+//! call (the fleet view the command reads) and prints its size and the
+//! server's p50/p99 of the change.
+//!
 //! ```text
-//! cargo bench -p kpng-api --bench fanout [-- --nodes 100,1000,10000 --services 10000 --reread-seconds 30 --endpoints columns|messages --decode agent|none --build-views --watcher-malloc mimalloc|glibc]
+//! cargo bench -p kpng-api --bench fanout [-- --nodes 100,1000,10000 --services 10000 --reread-seconds 30 --endpoints columns|messages --decode agent|none --build-views --watcher-malloc mimalloc|glibc --report]
 //! ```
 #![allow(missing_docs, clippy::unwrap_used)]
 
@@ -138,7 +147,7 @@ use kpng_api::codec::compact::{Decoded, Decoder};
 use kpng_api::{Server, bind_unix, connect_unix, connect_unix_channel, serve};
 use kpng_model::Kind;
 use kpng_model::v1::enls_client::EnlsClient;
-use kpng_model::v1::{ViewChanges, WatchRequest, watch_event::Event};
+use kpng_model::v1::{NodeReport, ViewChanges, WatchRequest, watch_event::Event};
 use kpng_model::view::NodeView;
 use kpng_store::Store;
 use kpng_testkit::Cluster;
@@ -160,6 +169,11 @@ fn arg(name: &str) -> Option<String> {
 /// message's event kind is read, the changes skipped by their length).
 fn decode() -> bool {
     arg("--decode").is_none_or(|d| d != "none")
+}
+
+/// Whether the watchers report each sync as agents do (`--report`).
+fn reports() -> bool {
+    std::env::args().any(|a| a == "--report")
 }
 
 /// Whether the watchers build each node view from the ops they decode.
@@ -224,14 +238,19 @@ fn main() {
     let reread_seconds = num("--reread-seconds", 30);
     let socket = std::env::temp_dir().join(format!("kpng-fanout-{}.sock", std::process::id()));
     println!(
-        "kpng-api fan-out: {services} services x 10 endpoints, N distinct nodes, N watchers (one per node, {}, endpoints as {}, {}), unix socket",
+        "kpng-api fan-out: {services} services x 10 endpoints, N distinct nodes, N watchers (one per node, {}, endpoints as {}, {}{}), unix socket",
         match (decode(), build_views()) {
             (false, _) => "receiving each view, its changes not decoded",
             (true, true) => "decoding as the agent and building the view",
             (true, false) => "decoding as the agent",
         },
         endpoints_form(),
-        watcher_malloc()
+        watcher_malloc(),
+        if reports() {
+            ", reporting each sync"
+        } else {
+            ""
+        }
     );
     let mut per_node_rss = Vec::new();
     for &nodes in &counts {
@@ -244,6 +263,7 @@ fn main() {
             .args(["--endpoints", &endpoints_form()])
             .args(["--decode", if decode() { "agent" } else { "none" }])
             .args(build_views().then_some("--build-views"))
+            .args(reports().then_some("--report"))
             .envs(
                 (watcher_malloc() == "mimalloc")
                     .then_some((WATCHER_MIMALLOC.to_str().unwrap(), "1")),
@@ -283,6 +303,7 @@ fn main() {
         );
 
         // 2. One endpoint change.
+        let cpu_before_change = cpu_s(server.id());
         writeln!(to_server, "flip").unwrap();
         let t0: u128 = from_server.next().unwrap().unwrap().parse().unwrap();
         let mut latencies = Vec::new();
@@ -295,15 +316,28 @@ fn main() {
             latencies.push(at.saturating_sub(t0) as f64 / 1e6);
         };
         latencies.sort_by(f64::total_cmp);
+        let change_cpu = cpu_s(server.id()) - cpu_before_change;
         let pct =
             |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
         println!(
-            "  one endpoint change reaching every watcher: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; {:.0} bytes per watcher",
+            "  one endpoint change reaching every watcher: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; {:.0} bytes per watcher; server CPU {:.0} ms ({:.1} us per node)",
             pct(0.5),
             pct(0.99),
             latencies.last().copied().unwrap_or(0.0),
             change_bytes / nodes as f64,
+            change_cpu * 1e3,
+            change_cpu * 1e6 / nodes as f64,
         );
+
+        if reports() {
+            fleet_figures(&socket, nodes, &pct);
+            let with_reports = cpu_s(server.id()) - cpu_before_change;
+            println!(
+                "  server CPU from the change until every node's report was taken: {:.0} ms ({:.1} us per node; the fleet view polled every 100 ms meanwhile)",
+                with_reports * 1e3,
+                with_reports * 1e6 / nodes as f64,
+            );
+        }
 
         // 3. Restart onto the same content at other revision numbers.
         server.kill().unwrap();
@@ -365,6 +399,64 @@ fn main() {
     server.kill().unwrap();
     let _ = server.wait();
     let _ = std::fs::remove_file(&socket);
+}
+
+/// With `--report`: waits until the fleet view shows every node up to
+/// date with the change, then times one `Enls/Fleet` call (every node
+/// listed, as `fleet --all` asks).
+fn fleet_figures(socket: &Path, nodes: usize, watchers: &dyn Fn(f64) -> f64) {
+    use kpng_model::v1::FleetRequest;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut client = EnlsClient::new(connect_unix_channel(socket).await.unwrap());
+        let waited = Instant::now();
+        let all = FleetRequest {
+            all: true,
+            ..FleetRequest::default()
+        };
+        let reply = loop {
+            let reply = client
+                .fleet(FleetRequest::default())
+                .await
+                .unwrap()
+                .into_inner();
+            if reply.up_to_date as usize == nodes && reply.last_change_applied as usize == nodes {
+                break reply;
+            }
+            if waited.elapsed() > Duration::from_secs(120) {
+                println!(
+                    "  fleet view: after 120 s, {} of {nodes} nodes up to date, the change applied by {}  [goal: all]",
+                    reply.up_to_date, reply.last_change_applied
+                );
+                break reply;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let t = Instant::now();
+        let listed = client.fleet(all).await.unwrap().into_inner();
+        let all_ms = t.elapsed().as_secs_f64() * 1e3;
+        let t = Instant::now();
+        let behind = client
+            .fleet(FleetRequest::default())
+            .await
+            .unwrap()
+            .into_inner();
+        let behind_ms = t.elapsed().as_secs_f64() * 1e3;
+        println!(
+            "  fleet view: {} nodes, {} up to date; the change's programming latency by the server: p50 {:.1} ms, p99 {:.1} ms (the watchers' receipt: p50 {:.1} ms, p99 {:.1} ms); Fleet call listing every node {all_ms:.1} ms, {} bytes; listing the nodes behind ({}) {behind_ms:.1} ms",
+            reply.nodes,
+            reply.up_to_date,
+            reply.last_change_p50_seconds * 1e3,
+            reply.last_change_p99_seconds * 1e3,
+            watchers(0.5),
+            watchers(0.99),
+            prost::Message::encoded_len(&listed),
+            behind.listed.len(),
+        );
+    });
 }
 
 type Lines = std::io::Lines<BufReader<std::process::ChildStdout>>;
@@ -562,6 +654,7 @@ async fn watch(i: usize, pool: &Pool, tx: &tokio::sync::mpsc::UnboundedSender<Re
     let build = build_views();
     loop {
         let (generation, channel) = pool.get(group, failed).await;
+        let reporter = reports().then(|| EnlsClient::new(channel.clone()));
         let Ok(mut stream) = Events::open(channel, held.clone()).await else {
             failed = Some(generation);
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -607,6 +700,25 @@ async fn watch(i: usize, pool: &Pool, tx: &tokio::sync::mpsc::UnboundedSender<Re
                     // gigabytes).
                     if syncs == 0 {
                         decoder = Decoder::new();
+                    }
+                    if let Some(client) = &reporter {
+                        // As the agent: the report is not awaited by the
+                        // stream, and waits up to 1 s (spread over the
+                        // nodes), saying how long.
+                        let mut client = client.clone();
+                        let mut report = NodeReport {
+                            node: held.node.clone(),
+                            instance,
+                            revision,
+                            ..NodeReport::default()
+                        };
+                        let ended = Instant::now();
+                        let wait = ((i as u64).wrapping_mul(2_654_435_761) ^ revision) % 1000;
+                        tokio::spawn(async move {
+                            tokio::time::sleep(Duration::from_millis(wait)).await;
+                            report.held_ms = ended.elapsed().as_millis() as u32;
+                            let _ = client.report(report).await;
+                        });
                     }
                     held.since_instance = instance;
                     held.since_revision = revision;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use kpng_model::entries;
 use kpng_model::v1::enls_client::EnlsClient;
 use kpng_model::v1::global_event::Event as GlobalKind;
-use kpng_model::v1::{WatchRequest, watch_event::Event};
+use kpng_model::v1::{NodeReport, WatchRequest, watch_event::Event};
 use kpng_sink::Sink;
 
 use crate::Error;
@@ -33,6 +33,12 @@ pub struct AgentConfig {
     /// Ask the server to compress the stream (zstd): worth it over a
     /// network, not over a local unix socket. Off by default.
     pub compress: bool,
+    /// Each round's report to the server's fleet view waits a random
+    /// time up to this (1 s by default), so that the reports of
+    /// thousands of nodes after one change do not compete with its
+    /// delivery; the report says how long it waited, and the server dates
+    /// the round by it.
+    pub report_spread: Duration,
 }
 
 impl Default for AgentConfig {
@@ -43,6 +49,7 @@ impl Default for AgentConfig {
             once: false,
             once_attempts: 5,
             compress: false,
+            report_spread: Duration::from_secs(1),
         }
     }
 }
@@ -102,6 +109,7 @@ pub async fn run_agent<S: Sink + ?Sized>(
     let mut held = Held::default();
     let mut rounds = Rounds::new();
     let mut retries = Retries::new(address, config);
+    let reporter = Reporter::new(config.report_spread);
     loop {
         let result = session(
             address,
@@ -111,6 +119,7 @@ pub async fn run_agent<S: Sink + ?Sized>(
             &mut rounds,
             config,
             &mut retries,
+            &reporter,
         )
         .await;
         let delay = match result {
@@ -126,6 +135,79 @@ pub async fn run_agent<S: Sink + ?Sized>(
             Err(e) => retries.failed(&e, held.revision)?,
         };
         tokio::time::sleep(delay).await;
+    }
+}
+
+/// Tells the server, after each round, the revision the sink applied and
+/// its last error (`Enls/Report`): only the latest report is sent, one at
+/// a time, on the watch's connection, after a random wait up to
+/// [`AgentConfig::report_spread`] (with the time it waited), so a round
+/// costs one small unary call at most and a burst of rounds fewer. A
+/// server that takes no reports (an older one) is told nothing more than
+/// one refused call per round.
+pub(crate) struct Reporter {
+    latest: tokio::sync::watch::Sender<Option<Latest>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// The report waiting: the connection, the report, when its round ended.
+type Latest = (Client, NodeReport, std::time::Instant);
+
+type Client = EnlsClient<tonic::transport::Channel>;
+
+impl Reporter {
+    pub(crate) fn new(spread: Duration) -> Self {
+        let (latest, mut rx) = tokio::sync::watch::channel::<Option<Latest>>(None);
+        let task = tokio::spawn(async move {
+            let mut refused = false;
+            while rx.changed().await.is_ok() {
+                // The wait starts with the first report waiting; one that
+                // replaces it goes at the same time.
+                let spread = u64::try_from(spread.as_micros()).unwrap_or(u64::MAX);
+                if spread > 0 {
+                    let wait = crate::server::random_u64() % spread;
+                    tokio::time::sleep(Duration::from_micros(wait)).await;
+                }
+                let Some((mut client, mut report, ended)) = rx.borrow_and_update().clone() else {
+                    continue;
+                };
+                report.held_ms = u32::try_from(ended.elapsed().as_millis()).unwrap_or(u32::MAX);
+                match client.report(report).await {
+                    Ok(_) => refused = false,
+                    Err(status) if status.code() == tonic::Code::Unimplemented => {
+                        if !refused {
+                            tracing::info!(
+                                "the server takes no reports (an older one): its fleet view \
+                                 will not show what this node applied"
+                            );
+                        }
+                        refused = true;
+                    }
+                    // The next round's report says it again.
+                    Err(status) => tracing::debug!("report not taken: {}", status.message()),
+                }
+            }
+        });
+        Self { latest, task }
+    }
+
+    /// Sends `report` (replacing one not sent yet).
+    fn report(&self, client: &Client, report: NodeReport) {
+        self.latest
+            .send_replace(Some((client.clone(), report, std::time::Instant::now())));
+    }
+
+    /// Sends `report` now, waiting for at most a second (a `once` agent
+    /// returns at once after).
+    async fn report_now(client: &Client, report: NodeReport) {
+        let mut client = client.clone();
+        let _ = tokio::time::timeout(Duration::from_secs(1), client.report(report)).await;
+    }
+}
+
+impl Drop for Reporter {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }
 
@@ -267,7 +349,9 @@ pub(crate) async fn client(
 /// One connection: streams until it ends (or, with `once`, until the
 /// first sync), telling `retries` how far it gets. `held` names the view
 /// the agent holds (the server's instance, revision, digest), `rounds`
-/// holds it, with what changed since the last round.
+/// holds it, with what changed since the last round; `reporter` tells
+/// the server each round's outcome.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn session<S: Sink + ?Sized>(
     address: &Address,
     node: &str,
@@ -276,16 +360,14 @@ pub(crate) async fn session<S: Sink + ?Sized>(
     rounds: &mut Rounds,
     config: &AgentConfig,
     retries: &mut Retries,
+    reporter: &Reporter,
 ) -> Result<(), Error> {
     retries.start();
     // The server sends again what a lost stream did not close with a
     // sync.
     rounds.resume();
-    let mut stream = client(address, config)
-        .await?
-        .watch(held.request(node))
-        .await?
-        .into_inner();
+    let mut client = client(address, config).await?;
+    let mut stream = client.watch(held.request(node)).await?.into_inner();
     retries.opened();
     let (mut instance, mut digest) = (0, Vec::new());
     let mut decoder = compact::Decoder::new();
@@ -316,7 +398,30 @@ pub(crate) async fn session<S: Sink + ?Sized>(
             Some(Event::Digest(d)) => digest = d,
             Some(Event::Sync(revision)) => {
                 decoder.end_round();
-                rounds.sync(revision, sink)?;
+                let result = rounds.sync(revision, sink);
+                let report = NodeReport {
+                    node: node.to_owned(),
+                    instance,
+                    // What the sink holds: this round's, or on a failure
+                    // the last one that succeeded (of this server).
+                    revision: match &result {
+                        Ok(()) => revision,
+                        Err(_) if held.instance == instance => held.revision,
+                        Err(_) => 0,
+                    },
+                    error: result
+                        .as_ref()
+                        .err()
+                        .map(|e| kpng_drive::one_line(e))
+                        .unwrap_or_default(),
+                    held_ms: 0,
+                };
+                if config.once {
+                    Reporter::report_now(&client, report).await;
+                } else {
+                    reporter.report(&client, report);
+                }
+                result?;
                 *held = Held {
                     instance,
                     revision,

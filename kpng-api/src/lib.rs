@@ -82,12 +82,14 @@ mod authority;
 
 mod agent;
 pub mod codec;
+pub mod fleet;
 mod full;
 mod rounds;
 mod server;
 mod transport;
 
 pub use agent::{AgentConfig, run_agent, run_mirror};
+pub use fleet::{Fleet, fleet_view};
 pub use server::{INITIAL_VIEWS, Server, ServerStats};
 pub use transport::{
     Address, Tls, bind_unix, connect, connect_unix, connect_unix_channel, serve, serve_at,
@@ -124,6 +126,9 @@ pub enum Error {
     /// The sink failed.
     #[error(transparent)]
     Sink(#[from] kpng_sink::SinkError),
+    /// The server does not offer what was asked (an older server).
+    #[error("{0}")]
+    Unsupported(String),
     /// The server could not be watched, `attempts` times in a row (an
     /// agent or a mirror with `once`).
     #[error("cannot connect to {address} ({attempts} attempts): {cause}")]

@@ -2,15 +2,18 @@
 
 use std::collections::VecDeque;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::Stream;
 use kpng_model::entries;
 use kpng_model::v1::enls_server::{Enls, EnlsServer};
 use kpng_model::v1::global_event::Event as GlobalKind;
-use kpng_model::v1::{EnlsChanges, GlobalEvent, WatchEvent, WatchRequest, watch_event::Event};
+use kpng_model::v1::{
+    EnlsChanges, FleetReply, FleetRequest, GlobalEvent, NodeReport, ReportReply, WatchEvent,
+    WatchRequest, watch_event::Event,
+};
 use kpng_model::view::{ViewDigest, ViewOp};
 use kpng_store::{Reader, Snapshot};
 use kpng_view::{SharedNodeView, SharedViews, view_changes};
@@ -19,6 +22,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use crate::codec::compact;
+use crate::fleet::Fleet;
 use crate::full::{Encodings, FullView, Outgoing};
 
 /// Changes per message: a full view of 10k Services × 10 endpoints goes as
@@ -58,6 +62,10 @@ pub struct Server {
     /// Service views encoded once for every node that shares them.
     encodings: Arc<Encodings>,
     counters: Arc<Counters>,
+    /// What each node has applied, and how late.
+    fleet: Fleet,
+    /// The task noting each revision's commit time runs.
+    clock: Arc<AtomicBool>,
 }
 
 #[derive(Debug, Default)]
@@ -96,6 +104,15 @@ impl Drop for Open {
     }
 }
 
+/// Tells the fleet a node's stream ended.
+pub(crate) struct NodeOpen(Fleet, String);
+
+impl Drop for NodeOpen {
+    fn drop(&mut self) {
+        self.0.closed(&self.1, Instant::now());
+    }
+}
+
 /// What a watcher holds when it (re)connects.
 #[derive(Debug, Default)]
 pub(crate) struct Since {
@@ -118,15 +135,19 @@ impl Server {
     /// Serves the store behind `reader`. Agents are answered once the
     /// initial lists are synced.
     pub fn new(reader: Reader) -> Self {
+        let instance = instance_id();
+        let fleet = Fleet::new(instance, reader.snapshot().revision());
         let server = Self {
             reader,
             history: Arc::new(Mutex::new(VecDeque::with_capacity(HISTORY))),
-            instance: instance_id(),
+            instance,
             closing: Arc::new(tokio::sync::watch::Sender::new(0)),
             shared: SharedViews::new(),
             initial: Arc::new(tokio::sync::Semaphore::new(INITIAL_VIEWS)),
             encodings: Arc::default(),
             counters: Arc::default(),
+            fleet,
+            clock: Arc::default(),
         };
         server.remember(server.reader.snapshot());
         server
@@ -143,6 +164,30 @@ impl Server {
     /// This server instance's id (agents resume only within it).
     pub fn instance(&self) -> u64 {
         self.instance
+    }
+
+    /// The fleet view: what each node's agent reported applied, how far
+    /// behind each is, the programming latency (see [`Fleet`]).
+    pub fn fleet(&self) -> &Fleet {
+        &self.fleet
+    }
+
+    /// Notes the commit time of each revision, from the first stream on
+    /// (a task, ended with the store).
+    fn start_clock(&self) {
+        if self.clock.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let mut reader = self.reader.clone();
+        let fleet = self.fleet.clone();
+        tokio::spawn(async move {
+            let mut revision = reader.snapshot().revision();
+            fleet.committed(revision, Instant::now());
+            while let Ok(next) = reader.newer_than(revision).await {
+                revision = next.revision();
+                fleet.committed(revision, Instant::now());
+            }
+        });
     }
 
     /// What the server has done so far.
@@ -195,6 +240,13 @@ impl Server {
     ) {
         self.counters.open.fetch_add(1, Ordering::Relaxed);
         let _open = Open(self.counters.clone());
+        self.start_clock();
+        let node = feed.node().map(str::to_owned);
+        let _node_open = node.as_ref().map(|name| {
+            self.fleet.opened(name, Instant::now());
+            NodeOpen(self.fleet.clone(), name.clone())
+        });
+        let fleet = node.as_deref().map(|name| (&self.fleet, name));
         let mut reader = self.reader.clone();
         let Ok(mut snapshot) = reader
             .listed(&[kpng_model::Kind::Service, kpng_model::Kind::Endpoint])
@@ -209,6 +261,8 @@ impl Server {
             .at(since.revision)
             .filter(|_| since.revision > 0 && since.instance == self.instance);
         let mut permit = None;
+        // The oldest revision of the next round's changes; a whole view.
+        let (mut from, mut whole) = (since.revision + 1, false);
         match feed.resume(&self, old.as_ref(), &since.digest, &snapshot) {
             Some(Resumed::FromRevision) => {
                 self.counters.resumed.fetch_add(1, Ordering::Relaxed);
@@ -235,6 +289,7 @@ impl Server {
                     drop(turn);
                 }));
                 snapshot = reader.snapshot();
+                (from, whole) = (snapshot.revision(), true);
                 feed.full(&self, &snapshot);
                 self.counters.full.fetch_add(1, Ordering::Relaxed);
             }
@@ -244,9 +299,15 @@ impl Server {
         let mut first = true;
         loop {
             self.remember(snapshot.clone());
+            if let Some((fleet, name)) = fleet {
+                fleet.examined(name, feed.revision(), Instant::now());
+            }
             let mut sent = false;
             // One batch at a time, made when the queue has room.
             while let Some(message) = feed.next_message() {
+                if !sent && let Some((fleet, name)) = fleet {
+                    fleet.sending(name, from, whole, Instant::now());
+                }
                 sent = true;
                 if tx.send(Ok(message)).await.is_err() {
                     return;
@@ -260,6 +321,9 @@ impl Server {
                 }
                 if tx.send(Ok(F::sync(feed.revision()))).await.is_err() {
                     return;
+                }
+                if let Some((fleet, name)) = fleet {
+                    fleet.sent(name, feed.revision(), sent, whole, Instant::now());
                 }
             }
             first = false;
@@ -279,7 +343,10 @@ impl Server {
                 // the next revision.
                 () = tx.closed() => return,
                 next = reader.newer_than(feed.revision()) => match next {
-                    Ok(next) => next,
+                    Ok(next) => {
+                        (from, whole) = (feed.revision() + 1, false);
+                        next
+                    }
                     Err(_) => return,
                 },
             };
@@ -323,6 +390,10 @@ pub(crate) trait Feed: Send + 'static {
     fn digest(&mut self) -> Option<Self::Message>;
     /// The revision reached.
     fn revision(&self) -> u64;
+    /// The node whose view this is (`None`: the global watch).
+    fn node(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// One node's view, as `ViewChange`s.
@@ -412,6 +483,9 @@ impl Feed for NodeFeed {
     }
     fn revision(&self) -> u64 {
         self.view.view().revision
+    }
+    fn node(&self) -> Option<&str> {
+        Some(self.view.node_name())
     }
 }
 
@@ -546,6 +620,33 @@ impl Enls for Server {
         Ok(Response::new(Box::pin(
             stream.map(|message| message.and_then(Outgoing::into_event)),
         )))
+    }
+
+    async fn report(&self, request: Request<NodeReport>) -> Result<Response<ReportReply>, Status> {
+        let report = request.into_inner();
+        if report.node.is_empty() {
+            return Err(Status::invalid_argument("name a node"));
+        }
+        if !self.fleet.report(&report) {
+            tracing::debug!(
+                node = %report.node,
+                instance = report.instance,
+                revision = report.revision,
+                "report of another server instance or an unknown revision ignored"
+            );
+        }
+        Ok(Response::new(ReportReply {}))
+    }
+
+    async fn fleet(&self, request: Request<FleetRequest>) -> Result<Response<FleetReply>, Status> {
+        let request = request.into_inner();
+        if !request.min_seconds_behind.is_finite() || request.min_seconds_behind < 0.0 {
+            return Err(Status::invalid_argument(format!(
+                "min_seconds_behind {}: not a duration",
+                request.min_seconds_behind
+            )));
+        }
+        Ok(Response::new(self.fleet.view(&request)))
     }
 }
 

@@ -69,7 +69,13 @@ struct Inner {
     seen: Mutex<(kpng_store::Stats, u64)>,
     /// kube-proxy's other metrics, `/configz` and `/proxyMode`.
     kube: KubeProxy,
+    /// Metrics of other crates, as OpenMetrics text (see
+    /// [`Metrics::add_text`]).
+    texts: Mutex<Vec<TextSource>>,
 }
+
+/// A function giving metrics as OpenMetrics text.
+type TextSource = Box<dyn Fn() -> String + Send + Sync>;
 
 /// The metrics of one proxy. Cloning shares them.
 #[derive(Clone)]
@@ -215,6 +221,7 @@ impl Metrics {
             map_max_entries,
             seen: Mutex::new((kpng_store::Stats::default(), 0)),
             kube,
+            texts: Mutex::new(Vec::new()),
         }))
     }
 
@@ -289,11 +296,30 @@ impl Metrics {
         }
     }
 
+    /// Serves, at each scrape, the metrics `source` gives as OpenMetrics
+    /// text (`# HELP`, `# TYPE` and samples, no `# EOF`): metrics another
+    /// crate keeps, as the API server's fleet view.
+    pub fn add_text(&self, source: impl Fn() -> String + Send + Sync + 'static) {
+        if let Ok(mut texts) = self.0.texts.lock() {
+            texts.push(Box::new(source));
+        }
+    }
+
     /// The OpenMetrics text of every metric.
     pub fn encode(&self) -> String {
         let mut out = String::new();
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.0.registry);
+        if let Ok(texts) = self.0.texts.lock()
+            && !texts.is_empty()
+        {
+            let eof = out.rfind("# EOF").unwrap_or(out.len());
+            let mut extra = String::new();
+            for text in texts.iter() {
+                extra.push_str(&text());
+            }
+            out.insert_str(eof, &extra);
+        }
         out
     }
 }

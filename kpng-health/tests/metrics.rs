@@ -506,3 +506,20 @@ fn incremental_rounds_count_what_changed() {
         "{samples:?}"
     );
 }
+
+#[test]
+fn texts_of_other_crates_are_served_before_the_eof() {
+    let metrics = Metrics::new();
+    let scrapes = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counted = scrapes.clone();
+    metrics.add_text(move || {
+        let n = counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        format!(
+            "# HELP kpng_fleet_nodes Nodes.\n# TYPE kpng_fleet_nodes gauge\nkpng_fleet_nodes {n}\n"
+        )
+    });
+    // Read at each scrape.
+    let _ = metrics.encode();
+    let samples = parse(&metrics.encode());
+    assert_eq!(samples.get("kpng_fleet_nodes"), Some(&2.0));
+}

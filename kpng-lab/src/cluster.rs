@@ -803,6 +803,62 @@ impl Cluster {
         self.agents[k - 1] = None;
     }
 
+    /// Stops node `k`'s agent (SIGSTOP): it reads, applies and reports
+    /// nothing until [`Cluster::continue_agent`]; its stream stays open.
+    ///
+    /// # Panics
+    /// When it does not run.
+    pub fn stop_agent(&self, k: usize) {
+        self.signal_agent(k, "-STOP");
+    }
+
+    /// Lets node `k`'s stopped agent go on (SIGCONT).
+    ///
+    /// # Panics
+    /// When it does not run.
+    pub fn continue_agent(&self, k: usize) {
+        self.signal_agent(k, "-CONT");
+    }
+
+    fn signal_agent(&self, k: usize, signal: &str) {
+        let pid = self.agent(k).expect("the agent runs").pid();
+        let status = Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill {signal} {pid}: {status}");
+    }
+
+    /// The server's fleet view, as `kpng api --api unix://S fleet --all
+    /// --output json` prints it.
+    ///
+    /// # Panics
+    /// When the command fails or prints something else.
+    pub fn fleet(&self) -> kpng_model::v1::FleetReply {
+        let json = self.fleet_command(&["--all", "--output", "json"]);
+        serde_json::from_str(&json).unwrap_or_else(|e| panic!("fleet JSON: {e}:\n{json}"))
+    }
+
+    /// What `kpng api --api unix://S fleet ARGS` prints.
+    ///
+    /// # Panics
+    /// When the command fails.
+    pub fn fleet_command(&self, args: &[&str]) -> String {
+        let out = Command::new(&self.binary)
+            .args(["api", "--api"])
+            .arg(format!("unix://{}", self.socket_path().display()))
+            .arg("fleet")
+            .args(args)
+            .output()
+            .expect("run kpng api fleet");
+        assert!(
+            out.status.success(),
+            "kpng api fleet {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// Node `k`'s agent, while it runs.
     pub fn agent(&self, k: usize) -> Option<&Process> {
         self.agents[k - 1].as_ref()

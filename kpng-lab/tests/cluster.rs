@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use kpng_lab::cluster::{AgentBackend, ApiSource, CLIENT_IP, Cluster, node_ip, pod_ip};
 use kpng_lab::endpoints;
 use kpng_lab::scenarios::service;
+use kpng_model::v1::{FleetNode, FleetReply};
 
 /// How long the cluster may take to converge after a change: the file
 /// source looks every second and waits 0.5 s for the file to settle.
@@ -223,6 +224,223 @@ fn changes_and_restarts_reach_every_node(backend: AgentBackend) {
     }
 }
 
+/// Polls the fleet view (`kpng api … fleet --all --output json`) until
+/// `ok`.
+fn fleet_until(cluster: &Cluster, what: &str, ok: impl Fn(&FleetReply) -> bool) -> FleetReply {
+    let deadline = Instant::now() + CONVERGE;
+    loop {
+        let fleet = cluster.fleet();
+        if ok(&fleet) {
+            return fleet;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the fleet view never showed {what}: {fleet:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn node(fleet: &FleetReply, k: usize) -> &FleetNode {
+    let name = format!("node-{k}");
+    fleet
+        .listed
+        .iter()
+        .find(|n| n.node == name)
+        .unwrap_or_else(|| panic!("{name} not in the fleet view: {fleet:#?}"))
+}
+
+/// An nftables table of `ns` held by an `nft -i` process with the `owner`
+/// flag: the kernel refuses every other process's change to it, until
+/// that process ends (and the table with it).
+struct OwnedTable(std::process::Child);
+
+impl OwnedTable {
+    fn hold(ns: &str, table: &str) -> Self {
+        use std::io::Write as _;
+        use std::process::{Command, Stdio};
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", ns, "nft", "-i"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn nft -i");
+        let stdin = child.stdin.as_mut().expect("piped stdin");
+        writeln!(stdin, "add table {table} {{ flags owner; }}").expect("write to nft");
+        stdin.flush().expect("flush");
+        let owned = OwnedTable(child);
+        let deadline = Instant::now() + CONVERGE;
+        loop {
+            let out = Command::new("ip")
+                .args(["netns", "exec", ns, "nft", "list", "table"])
+                .args(table.split_whitespace())
+                .output()
+                .expect("nft list");
+            if String::from_utf8_lossy(&out.stdout).contains("flags owner") {
+                return owned;
+            }
+            assert!(Instant::now() < deadline, "nft -i did not take {table}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for OwnedTable {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The fleet view (issue #28): every node's agent reports the revision it
+/// applied; a stopped agent (SIGSTOP) is listed behind, its lag in
+/// revisions and seconds growing, while its kernel still sends to the
+/// endpoint removed; it catches up when let go; with nft, a node whose
+/// kernel refuses the agent's writes (its table held by another process
+/// with the `owner` flag) is listed with the kernel's error, and recovers.
+fn the_fleet_view_lists_a_stopped_agent_and_a_refusing_kernel(backend: AgentBackend) {
+    kpng_lab::require_cluster!(backend);
+    let ep = |k| pod_ip(k, 0);
+    let mut cluster = started(backend, &[web(&[(1, 0), (2, 0), (3, 0)])]);
+    wait_everywhere(&cluster, &[1, 2, 3], &[ep(1), ep(2), ep(3)]);
+    fleet_until(&cluster, "every node up to date", |f| {
+        f.nodes == 3 && f.reporting == 3 && f.up_to_date == 3 && f.behind == 0
+    });
+
+    // A change: every node applies it, and the fleet says so, with its
+    // programming latency across the three.
+    let at = cluster.write_manifest(&cluster.manifest(&[web(&[(1, 0), (2, 0)])]));
+    let (_, r1) = cluster.wait_reload(at, CONVERGE);
+    cluster.wait_revision(r1, CONVERGE);
+    wait_everywhere(&cluster, &[1, 2, 3], &[ep(1), ep(2)]);
+    let fleet = fleet_until(&cluster, "the change applied by all three", |f| {
+        f.up_to_date == 3 && f.last_change_revision >= r1 && f.last_change_applied == 3
+    });
+    assert_eq!(fleet.behind, 0);
+    assert!(
+        fleet.listed.iter().all(|n| n.applied_revision >= r1),
+        "{fleet:#?}"
+    );
+    assert!(fleet.last_change_p50_seconds <= fleet.last_change_p99_seconds);
+    assert!(fleet.last_change_p99_seconds < CONVERGE.as_secs_f64());
+    assert!(fleet.latency_counts.iter().sum::<u64>() >= 3);
+    let text = cluster.fleet_command(&[]);
+    assert!(text.starts_with("no node behind\n"), "{text}");
+
+    // node-3's agent stopped: a change reaches node-1 and node-2; node-3's
+    // kernel still sends to the endpoint removed; the fleet lists node-3
+    // alone, behind, more seconds behind as time goes.
+    cluster.stop_agent(3);
+    let at = cluster.write_manifest(&cluster.manifest(&[web(&[(1, 0)])]));
+    let (_, r2) = cluster.wait_reload(at, CONVERGE);
+    wait_everywhere(&cluster, &[1, 2], &[ep(1)]);
+    wait_everywhere(&cluster, &[3], &[ep(1), ep(2)]);
+    let first = fleet_until(&cluster, "node-3 behind", |f| {
+        f.behind == 1 && node(f, 3).seconds_behind > 0.0 && node(f, 1).applied_revision >= r2
+    });
+    let stopped = node(&first, 3);
+    assert!(
+        stopped.applied_revision >= r1 && stopped.applied_revision < r2,
+        "{stopped:?}"
+    );
+    assert!(stopped.revisions_behind >= r2 - stopped.applied_revision);
+    assert!(
+        stopped.sent_revision >= r2,
+        "the round was sent: {stopped:?}"
+    );
+    for k in [1, 2] {
+        assert_eq!(node(&first, k).revisions_behind, 0);
+        assert_eq!(node(&first, k).seconds_behind, 0.0);
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    // Another change: node-3's lag grows in revisions too.
+    let at = cluster.write_manifest(&cluster.manifest(&[web(&[(2, 0)])]));
+    let (_, r3) = cluster.wait_reload(at, CONVERGE);
+    wait_everywhere(&cluster, &[1, 2], &[ep(2)]);
+    let second = fleet_until(&cluster, "node-3 further behind", |f| {
+        node(f, 1).applied_revision >= r3 && node(f, 2).applied_revision >= r3
+    });
+    assert_eq!(second.behind, 1, "{second:#?}");
+    let later = node(&second, 3);
+    assert!(
+        later.seconds_behind >= stopped.seconds_behind + 1.0,
+        "{stopped:?} then {later:?}"
+    );
+    assert!(later.revisions_behind > stopped.revisions_behind);
+    assert_eq!(
+        later.revisions_behind,
+        second.revision - later.applied_revision
+    );
+    let text = cluster.fleet_command(&[]);
+    eprintln!("kpng api … fleet, node-3 stopped:\n{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("NODE"), "{text}");
+    assert!(lines[1].starts_with("node-3 "), "{text}");
+    assert!(
+        lines[2].starts_with("revision "),
+        "only node-3 listed: {text}"
+    );
+    assert!(lines[2].contains("2 up to date, 1 behind"), "{text}");
+    let text = cluster.fleet_command(&["--behind", "1h"]);
+    assert!(text.starts_with("no node behind\n"), "{text}");
+
+    // Let go, it catches up: applied, listed no more, its kernel follows.
+    cluster.continue_agent(3);
+    let caught = fleet_until(&cluster, "node-3 caught up", |f| {
+        f.behind == 0 && f.up_to_date == 3 && node(f, 3).applied_revision >= r3
+    });
+    // Its rounds' latency counts from the first change it missed: the
+    // histogram's sum grew by at least its lag.
+    assert!(
+        caught.latency_sum_seconds - second.latency_sum_seconds >= later.seconds_behind,
+        "{second:#?} then {caught:#?}"
+    );
+    wait_everywhere(&cluster, &[3], &[ep(2)]);
+
+    if backend != AgentBackend::Nft {
+        return;
+    }
+    // node-3's table taken by another process with the owner flag: the
+    // kernel refuses the agent's next round; the fleet lists node-3 with
+    // the kernel's error, the others up to date.
+    let status = std::process::Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &cluster.node_ns(3),
+            "nft",
+            "delete",
+            "table",
+            "ip",
+            "kpng",
+        ])
+        .status()
+        .expect("nft delete");
+    assert!(status.success());
+    let owner = OwnedTable::hold(&cluster.node_ns(3), "ip kpng");
+    let at = cluster.write_manifest(&cluster.manifest(&[web(&[(1, 0), (3, 0)])]));
+    let (_, r4) = cluster.wait_reload(at, CONVERGE);
+    wait_everywhere(&cluster, &[1, 2], &[ep(1), ep(3)]);
+    let failing = fleet_until(&cluster, "node-3 failing", |f| {
+        f.failing == 1 && !node(f, 3).error.is_empty()
+    });
+    let refused = node(&failing, 3);
+    eprintln!("node-3's error: {}", refused.error);
+    assert!(refused.error.contains("not permitted"), "{refused:?}");
+    assert!(refused.applied_revision < r4 && refused.revisions_behind >= 1);
+    assert_eq!(failing.up_to_date, 2);
+    let text = cluster.fleet_command(&[]);
+    assert!(text.contains("not permitted"), "{text}");
+    // The owner gone (its table with it), the agent's next attempt
+    // succeeds.
+    drop(owner);
+    fleet_until(&cluster, "node-3 recovered", |f| {
+        f.failing == 0 && f.up_to_date == 3 && node(f, 3).applied_revision >= r4
+    });
+    wait_everywhere(&cluster, &[3], &[ep(1), ep(3)]);
+}
+
 /// The server fed from the API (`kpng kube … to-api` against the lab's
 /// test apiserver) instead of a file: a change is one watch event, which
 /// reaches every node's kernel; a Service added is two; the server
@@ -289,6 +507,11 @@ mod nft {
     #[test]
     fn changes_from_the_api_reach_every_node() {
         super::changes_from_the_api_reach_every_node(AgentBackend::Nft);
+    }
+
+    #[test]
+    fn the_fleet_view_lists_a_stopped_agent_and_a_refusing_kernel() {
+        super::the_fleet_view_lists_a_stopped_agent_and_a_refusing_kernel(AgentBackend::Nft);
     }
 }
 

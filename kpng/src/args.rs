@@ -170,6 +170,25 @@ pub(crate) enum Sink {
     /// affinity, masquerade, or the reject or drop and why), then exit.
     /// Writes nothing.
     Explain(ExplainArgs),
+    /// List the nodes behind, from a server's fleet view (`kpng api --api
+    /// ADDR fleet`): each one's applied revision, lag in revisions and
+    /// seconds, last error; then the fleet's summary. Then exit.
+    Fleet(FleetArgs),
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct FleetArgs {
+    /// List only the nodes at least this far behind (e.g. 5s, 500ms,
+    /// 1m); nodes whose last round failed and nodes whose agent is away
+    /// are listed anyway. Default: every node behind.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub(crate) behind: Duration,
+    /// List every node, behind or not.
+    #[arg(long)]
+    pub(crate) all: bool,
+    /// `text` or `json`.
+    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    pub(crate) output: String,
 }
 
 #[derive(Args, Debug)]
@@ -223,6 +242,12 @@ pub(crate) struct ListenArgs {
     pub(crate) listen: String,
     #[command(flatten)]
     pub(crate) tls: TlsArgs,
+    /// Where Prometheus metrics are served (`/metrics`): the fleet view's
+    /// (`kpng_fleet_*`: nodes, nodes behind, programming latency) and the
+    /// process's. Empty (the default): not served. A bare IP takes port
+    /// 10249.
+    #[arg(long, default_value = "", value_parser = metrics_with_port)]
+    pub(crate) metrics_bind_address: String,
 }
 
 #[derive(Args, Debug)]
@@ -245,14 +270,14 @@ impl Sink {
             Sink::ToNft(args) => Some(&args.common),
             Sink::ToIptables(args) => Some(&args.common),
             Sink::ToEbpf(args) => Some(&args.common),
-            Sink::ToApi(_) | Sink::ToFile(_) | Sink::Explain(_) => None,
+            Sink::ToApi(_) | Sink::ToFile(_) | Sink::Explain(_) | Sink::Fleet(_) => None,
         }
     }
 
     pub(crate) fn once(&self) -> bool {
         match self {
             Sink::ToFile(out) => out.once,
-            Sink::Explain(_) => true,
+            Sink::Explain(_) | Sink::Fleet(_) => true,
             other => other.args().is_some_and(|a| a.once),
         }
     }
@@ -483,9 +508,16 @@ impl Cli {
     /// # Errors
     /// [`Error::Usage`] naming the flag and the value.
     pub(crate) fn check(&self) -> Result<(), Error> {
-        match self.source.sink() {
-            Sink::Explain(args) => args.proxy.proxy().map(|_| ()),
-            sink => sink.args().map_or(Ok(()), BackendArgs::check),
+        match (&self.source, self.source.sink()) {
+            (_, Sink::Explain(args)) => args.proxy.proxy().map(|_| ()),
+            (Source::Api(_), Sink::Fleet(_)) => Ok(()),
+            (_, Sink::Fleet(_)) => Err(Error::Usage(
+                "fleet asks a server for its fleet view: kpng api --api ADDRESS fleet".into(),
+            )),
+            (_, Sink::ToApi(listen)) => bind_address(&listen.metrics_bind_address, 10249)
+                .map(|_| ())
+                .map_err(|e| Error::Usage(format!("invalid --metrics-bind-address: {e}"))),
+            (_, sink) => sink.args().map_or(Ok(()), BackendArgs::check),
         }
     }
 }

@@ -20,7 +20,7 @@ pub(crate) fn proxy_mode(sink: &Sink) -> Option<&'static str> {
         Sink::ToNft(_) => Some("nftables"),
         Sink::ToIptables(_) => Some("iptables"),
         Sink::ToEbpf(_) => Some("ebpf"),
-        Sink::ToApi(_) | Sink::ToFile(_) | Sink::Explain(_) => None,
+        Sink::ToApi(_) | Sink::ToFile(_) | Sink::Explain(_) | Sink::Fleet(_) => None,
     }
 }
 

@@ -9,6 +9,7 @@
 //! kpng api --api unix:///run/kpng.sock --node N to-nft | to-iptables | to-file --output state.yaml
 //! kpng api --api tcp://server:7443 --tls-cert C --tls-key K --tls-ca CA to-api --listen unix:///run/kpng.sock
 //! kpng api --api unix:///run/kpng.sock --node N to-file --output - --format json --once   # what does node N think
+//! kpng api --api unix:///run/kpng.sock fleet [--behind 5s] [--all] [--output text|json]   # which nodes are behind
 //! kpng kube [--kubeconfig F] --node N to-ebpf [--cgroup-path CG] [--tc-interfaces eth0,…] [--bpf-pin-path DIR] [--north-south nft|none] [--cleanup] [backend flags]
 //! kpng kube [--kubeconfig F] --node N to-iptables [--iptables-mode auto|nft|legacy] [--aggregator-socket PATH] [backend flags]
 //! ```
@@ -34,6 +35,7 @@ mod cleanup;
 mod config;
 mod configz;
 mod explain;
+mod fleet;
 mod kube_proxy;
 mod leftovers;
 mod logging;
@@ -97,7 +99,9 @@ async fn finish(
     if let Sink::ToApi(listen) = sink {
         let address = listen.tls.address(&listen.listen)?;
         tracing::info!(address = %listen.listen, "serving the ENLS");
-        return Ok(kpng_api::serve_at(&address, kpng_api::Server::new(reader)).await?);
+        let server = kpng_api::Server::new(reader.clone());
+        serve::serve_server_metrics(listen, &server, reader)?;
+        return Ok(kpng_api::serve_at(&address, server).await?);
     }
     let node = node.ok_or_else(|| Error::Usage("--node is needed by this sink".into()))?;
     if let Sink::Explain(args) = sink {
@@ -277,6 +281,9 @@ async fn run(cli: Cli) -> Result<(), Error> {
                     let _ = kpng_api::run_mirror(&address, &mut store, &config).await;
                 });
                 return finish(reader, None, Nodes::All, &args.sink, false).await;
+            }
+            if let Sink::Fleet(fleet) = &args.sink {
+                return fleet::run(&address, fleet).await;
             }
             if args.node.is_empty() {
                 return Err(Error::Usage("--node is needed by this sink".into()));

@@ -60,7 +60,9 @@ pub(crate) fn serve_metrics(
     let metrics = match sink {
         Sink::ToNft(_) => Metrics::for_mode(ProxyMode::Nftables),
         Sink::ToIptables(_) => Metrics::for_mode(ProxyMode::Iptables),
-        Sink::ToEbpf(_) | Sink::ToApi(_) | Sink::ToFile(_) | Sink::Explain(_) => Metrics::new(),
+        Sink::ToEbpf(_) | Sink::ToApi(_) | Sink::ToFile(_) | Sink::Explain(_) | Sink::Fleet(_) => {
+            Metrics::new()
+        }
     };
     if let Some(mode) = configz::proxy_mode(sink) {
         metrics.set_proxy_mode(mode);
@@ -92,4 +94,27 @@ pub(crate) fn bind_tcp(flag: &str, value: &str) -> Result<tokio::net::TcpListene
         .and_then(|l| l.set_nonblocking(true).map(|()| l))
         .and_then(tokio::net::TcpListener::from_std)
         .map_err(|e| Error::Usage(format!("{flag} {address}: {e}")))
+}
+
+/// The server's metrics (`to-api --metrics-bind-address`): the fleet
+/// view's and the process's.
+pub(crate) fn serve_server_metrics(
+    listen: &crate::args::ListenArgs,
+    server: &kpng_api::Server,
+    store: kpng_store::Reader,
+) -> Result<(), Error> {
+    if listen.metrics_bind_address.is_empty() {
+        return Ok(());
+    }
+    let listener = bind_tcp("--metrics-bind-address", &listen.metrics_bind_address)?;
+    let metrics = kpng_health::metrics::Metrics::new();
+    let fleet = server.fleet().clone();
+    metrics.add_text(move || fleet.openmetrics());
+    tracing::info!(address = %listen.metrics_bind_address, "serving /metrics");
+    tokio::spawn(kpng_health::metrics::serve_metrics(
+        listener,
+        metrics,
+        Some(store),
+    ));
+    Ok(())
 }

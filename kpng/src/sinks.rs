@@ -87,6 +87,9 @@ fn unguarded(
         Sink::Explain(_) => {
             return Err(Error::Usage("explain programs nothing".into()));
         }
+        Sink::Fleet(_) => {
+            return Err(Error::Usage("fleet programs nothing".into()));
+        }
         Sink::ToNft(nft) => {
             let args = &nft.common;
             let proxy = args.proxy()?;

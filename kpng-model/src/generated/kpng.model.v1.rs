@@ -671,6 +671,135 @@ pub mod global_event {
         Instance(u64),
     }
 }
+/// What a node's agent reports after each round its sink applied or
+/// failed (see Enls.Report): small, at most one a round, never per op.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct NodeReport {
+    /// The node.
+    #[prost(string, tag = "1")]
+    pub node: ::prost::alloc::string::String,
+    /// The server instance whose revisions `revision` counts (its `instance`
+    /// event): a report of another instance (a restarted server) is ignored.
+    #[prost(uint64, tag = "2")]
+    pub instance: u64,
+    /// The revision of the last round the sink applied (0: none yet).
+    #[prost(uint64, tag = "3")]
+    pub revision: u64,
+    /// The last round's error, one line; empty when it succeeded.
+    #[prost(string, tag = "4")]
+    pub error: ::prost::alloc::string::String,
+    /// Milliseconds from the round's end to this report's sending (agents
+    /// spread their reports over a moment): the server dates the round this
+    /// much before the report arrived.
+    #[prost(uint32, tag = "5")]
+    pub held_ms: u32,
+}
+/// The answer to a report (nothing).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ReportReply {}
+/// What a fleet query asks for (see Enls.Fleet).
+#[derive(Clone, Copy, PartialEq, ::prost::Message)]
+pub struct FleetRequest {
+    /// List the nodes this many seconds or more behind (0: every node
+    /// behind), and the nodes whose last round failed.
+    #[prost(double, tag = "1")]
+    pub min_seconds_behind: f64,
+    /// List every node, behind or not.
+    #[prost(bool, tag = "2")]
+    pub all: bool,
+}
+/// One node as the server sees it.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct FleetNode {
+    /// The node.
+    #[prost(string, tag = "1")]
+    pub node: ::prost::alloc::string::String,
+    /// The revision of the last round sent to it (its sync).
+    #[prost(uint64, tag = "2")]
+    pub sent_revision: u64,
+    /// The revision its agent last reported applied (0: none).
+    #[prost(uint64, tag = "3")]
+    pub applied_revision: u64,
+    /// Revisions behind: the store's revision minus the applied one, when
+    /// it has not applied all it was sent; else 0.
+    #[prost(uint64, tag = "4")]
+    pub revisions_behind: u64,
+    /// Seconds since the oldest change it has not applied was committed;
+    /// 0 when up to date.
+    #[prost(double, tag = "5")]
+    pub seconds_behind: f64,
+    /// The last round's error, or empty.
+    #[prost(string, tag = "6")]
+    pub error: ::prost::alloc::string::String,
+    /// Watch streams of this node open now (0: its agent is away).
+    #[prost(uint32, tag = "7")]
+    pub streams: u32,
+    /// Its agent reports (older agents do not: never counted behind).
+    #[prost(bool, tag = "8")]
+    pub reporting: bool,
+    /// Seconds from commit to applied of the oldest change of its last
+    /// applied round.
+    #[prost(double, tag = "9")]
+    pub last_latency_seconds: f64,
+}
+/// The fleet: the nodes asked for, and the whole fleet's figures.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct FleetReply {
+    /// The server instance.
+    #[prost(uint64, tag = "1")]
+    pub instance: u64,
+    /// The store's revision.
+    #[prost(uint64, tag = "2")]
+    pub revision: u64,
+    /// Nodes known (with a stream open, or recently).
+    #[prost(uint64, tag = "3")]
+    pub nodes: u64,
+    /// Of them, those whose agent reports.
+    #[prost(uint64, tag = "4")]
+    pub reporting: u64,
+    /// Reporting nodes that applied everything they were sent.
+    #[prost(uint64, tag = "5")]
+    pub up_to_date: u64,
+    /// Reporting nodes that have not.
+    #[prost(uint64, tag = "6")]
+    pub behind: u64,
+    /// Nodes whose last round failed.
+    #[prost(uint64, tag = "7")]
+    pub failing: u64,
+    /// The last change: the newest revision sent to some node.
+    #[prost(uint64, tag = "8")]
+    pub last_change_revision: u64,
+    /// Nodes it was sent to, and those that applied it.
+    #[prost(uint64, tag = "9")]
+    pub last_change_sent: u64,
+    /// Nodes that applied it.
+    #[prost(uint64, tag = "10")]
+    pub last_change_applied: u64,
+    /// Its programming latency (commit to applied) across the nodes that
+    /// applied it: median and 99th percentile, in seconds.
+    #[prost(double, tag = "11")]
+    pub last_change_p50_seconds: f64,
+    /// See last_change_p50_seconds.
+    #[prost(double, tag = "12")]
+    pub last_change_p99_seconds: f64,
+    /// The programming latency of every applied round: upper bounds of the
+    /// buckets, in seconds (the last bucket, +Inf, is implied).
+    #[prost(double, repeated, tag = "13")]
+    pub latency_bounds: ::prost::alloc::vec::Vec<f64>,
+    /// Rounds per bucket (not cumulative), one more than the bounds.
+    #[prost(uint64, repeated, tag = "14")]
+    pub latency_counts: ::prost::alloc::vec::Vec<u64>,
+    /// The sum of the latencies, in seconds.
+    #[prost(double, tag = "15")]
+    pub latency_sum_seconds: f64,
+    /// The nodes asked for, most behind first.
+    #[prost(message, repeated, tag = "16")]
+    pub listed: ::prost::alloc::vec::Vec<FleetNode>,
+    /// Nodes with no watch stream open now (their agent is away; forgotten
+    /// after a while).
+    #[prost(uint64, tag = "17")]
+    pub away: u64,
+}
 /// Generated client implementations.
 #[cfg(feature = "grpc")]
 pub mod enls_client {
@@ -814,6 +943,48 @@ pub mod enls_client {
             req.extensions_mut().insert(GrpcMethod::new("kpng.model.v1.Enls", "Watch"));
             self.inner.server_streaming(req, path, codec).await
         }
+        /// An agent's report of the revision it applied and its last error
+        /// (optional: a server never requires it).
+        pub async fn report(
+            &mut self,
+            request: impl tonic::IntoRequest<super::NodeReport>,
+        ) -> std::result::Result<tonic::Response<super::ReportReply>, tonic::Status> {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/kpng.model.v1.Enls/Report",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut().insert(GrpcMethod::new("kpng.model.v1.Enls", "Report"));
+            self.inner.unary(req, path, codec).await
+        }
+        /// The fleet view: per-node lag, the laggards and the programming
+        /// latency.
+        pub async fn fleet(
+            &mut self,
+            request: impl tonic::IntoRequest<super::FleetRequest>,
+        ) -> std::result::Result<tonic::Response<super::FleetReply>, tonic::Status> {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static("/kpng.model.v1.Enls/Fleet");
+            let mut req = request.into_request();
+            req.extensions_mut().insert(GrpcMethod::new("kpng.model.v1.Enls", "Fleet"));
+            self.inner.unary(req, path, codec).await
+        }
     }
 }
 /// Generated server implementations.
@@ -855,6 +1026,18 @@ pub mod enls_server {
             &self,
             request: tonic::Request<super::WatchRequest>,
         ) -> std::result::Result<tonic::Response<Self::WatchStream>, tonic::Status>;
+        /// An agent's report of the revision it applied and its last error
+        /// (optional: a server never requires it).
+        async fn report(
+            &self,
+            request: tonic::Request<super::NodeReport>,
+        ) -> std::result::Result<tonic::Response<super::ReportReply>, tonic::Status>;
+        /// The fleet view: per-node lag, the laggards and the programming
+        /// latency.
+        async fn fleet(
+            &self,
+            request: tonic::Request<super::FleetRequest>,
+        ) -> std::result::Result<tonic::Response<super::FleetReply>, tonic::Status>;
     }
     /// The ENLS watch service.
     #[derive(Debug)]
@@ -1021,6 +1204,92 @@ pub mod enls_server {
                                 max_encoding_message_size,
                             );
                         let res = grpc.server_streaming(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/kpng.model.v1.Enls/Report" => {
+                    #[allow(non_camel_case_types)]
+                    struct ReportSvc<T: Enls>(pub Arc<T>);
+                    impl<T: Enls> tonic::server::UnaryService<super::NodeReport>
+                    for ReportSvc<T> {
+                        type Response = super::ReportReply;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::NodeReport>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as Enls>::report(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = ReportSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/kpng.model.v1.Enls/Fleet" => {
+                    #[allow(non_camel_case_types)]
+                    struct FleetSvc<T: Enls>(pub Arc<T>);
+                    impl<T: Enls> tonic::server::UnaryService<super::FleetRequest>
+                    for FleetSvc<T> {
+                        type Response = super::FleetReply;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::FleetRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as Enls>::fleet(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = FleetSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
                         Ok(res)
                     };
                     Box::pin(fut)

@@ -1730,6 +1730,795 @@ impl<'de> serde::Deserialize<'de> for EnlsChanges {
         deserializer.deserialize_struct("kpng.model.v1.EnlsChanges", FIELDS, GeneratedVisitor)
     }
 }
+impl serde::Serialize for FleetNode {
+    #[allow(deprecated)]
+    fn serialize<S>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error>
+    where
+        S: serde::Serializer,
+    {
+        use serde::ser::SerializeStruct;
+        let mut len = 0;
+        if !self.node.is_empty() {
+            len += 1;
+        }
+        if self.sent_revision != 0 {
+            len += 1;
+        }
+        if self.applied_revision != 0 {
+            len += 1;
+        }
+        if self.revisions_behind != 0 {
+            len += 1;
+        }
+        if self.seconds_behind != 0. {
+            len += 1;
+        }
+        if !self.error.is_empty() {
+            len += 1;
+        }
+        if self.streams != 0 {
+            len += 1;
+        }
+        if self.reporting {
+            len += 1;
+        }
+        if self.last_latency_seconds != 0. {
+            len += 1;
+        }
+        let mut struct_ser = serializer.serialize_struct("kpng.model.v1.FleetNode", len)?;
+        if !self.node.is_empty() {
+            struct_ser.serialize_field("node", &self.node)?;
+        }
+        if self.sent_revision != 0 {
+            #[allow(clippy::needless_borrow)]
+            #[allow(clippy::needless_borrows_for_generic_args)]
+            struct_ser.serialize_field("sentRevision", ToString::to_string(&self.sent_revision).as_str())?;
+        }
+        if self.applied_revision != 0 {
+            #[allow(clippy::needless_borrow)]
+            #[allow(clippy::needless_borrows_for_generic_args)]
+            struct_ser.serialize_field("appliedRevision", ToString::to_string(&self.applied_revision).as_str())?;
+        }
+        if self.revisions_behind != 0 {
+            #[allow(clippy::needless_borrow)]
+            #[allow(clippy::needless_borrows_for_generic_args)]
+            struct_ser.serialize_field("revisionsBehind", ToString::to_string(&self.revisions_behind).as_str())?;
+        }
+        if self.seconds_behind != 0. {
+            struct_ser.serialize_field("secondsBehind", &self.seconds_behind)?;
+        }
+        if !self.error.is_empty() {
+            struct_ser.serialize_field("error", &self.error)?;
+        }
+        if self.streams != 0 {
+            struct_ser.serialize_field("streams", &self.streams)?;
+        }
+        if self.reporting {
+            struct_ser.serialize_field("reporting", &self.reporting)?;
+        }
+        if self.last_latency_seconds != 0. {
+            struct_ser.serialize_field("lastLatencySeconds", &self.last_latency_seconds)?;
+        }
+        struct_ser.end()
+    }
+}
+impl<'de> serde::Deserialize<'de> for FleetNode {
+    #[allow(deprecated)]
+    fn deserialize<D>(deserializer: D) -> std::result::Result<Self, D::Error>
+    where
+        D: serde::Deserializer<'de>,
+    {
+        const FIELDS: &[&str] = &[
+            "node",
+            "sent_revision",
+            "sentRevision",
+            "applied_revision",
+            "appliedRevision",
+            "revisions_behind",
+            "revisionsBehind",
+            "seconds_behind",
+            "secondsBehind",
+            "error",
+            "streams",
+            "reporting",
+            "last_latency_seconds",
+            "lastLatencySeconds",
+        ];
+
+        #[allow(clippy::enum_variant_names)]
+        enum GeneratedField {
+            Node,
+            SentRevision,
+            AppliedRevision,
+            RevisionsBehind,
+            SecondsBehind,
+            Error,
+            Streams,
+            Reporting,
+            LastLatencySeconds,
+        }
+        impl<'de> serde::Deserialize<'de> for GeneratedField {
+            fn deserialize<D>(deserializer: D) -> std::result::Result<GeneratedField, D::Error>
+            where
+                D: serde::Deserializer<'de>,
+            {
+                struct GeneratedVisitor;
+
+                impl serde::de::Visitor<'_> for GeneratedVisitor {
+                    type Value = GeneratedField;
+
+                    fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                        write!(formatter, "expected one of: {:?}", &FIELDS)
+                    }
+
+                    #[allow(unused_variables)]
+                    fn visit_str<E>(self, value: &str) -> std::result::Result<GeneratedField, E>
+                    where
+                        E: serde::de::Error,
+                    {
+                        match value {
+                            "node" => Ok(GeneratedField::Node),
+                            "sentRevision" | "sent_revision" => Ok(GeneratedField::SentRevision),
+                            "appliedRevision" | "applied_revision" => Ok(GeneratedField::AppliedRevision),
+                            "revisionsBehind" | "revisions_behind" => Ok(GeneratedField::RevisionsBehind),
+                            "secondsBehind" | "seconds_behind" => Ok(GeneratedField::SecondsBehind),
+                            "error" => Ok(GeneratedField::Error),
+                            "streams" => Ok(GeneratedField::Streams),
+                            "reporting" => Ok(GeneratedField::Reporting),
+                            "lastLatencySeconds" | "last_latency_seconds" => Ok(GeneratedField::LastLatencySeconds),
+                            _ => Err(serde::de::Error::unknown_field(value, FIELDS)),
+                        }
+                    }
+                }
+                deserializer.deserialize_identifier(GeneratedVisitor)
+            }
+        }
+        struct GeneratedVisitor;
+        impl<'de> serde::de::Visitor<'de> for GeneratedVisitor {
+            type Value = FleetNode;
+
+            fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                formatter.write_str("struct kpng.model.v1.FleetNode")
+            }
+
+            fn visit_map<V>(self, mut map_: V) -> std::result::Result<FleetNode, V::Error>
+                where
+                    V: serde::de::MapAccess<'de>,
+            {
+                let mut node__ = None;
+                let mut sent_revision__ = None;
+                let mut applied_revision__ = None;
+                let mut revisions_behind__ = None;
+                let mut seconds_behind__ = None;
+                let mut error__ = None;
+                let mut streams__ = None;
+                let mut reporting__ = None;
+                let mut last_latency_seconds__ = None;
+                while let Some(k) = map_.next_key()? {
+                    match k {
+                        GeneratedField::Node => {
+                            if node__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("node"));
+                            }
+                            node__ = Some(map_.next_value()?);
+                        }
+                        GeneratedField::SentRevision => {
+                            if sent_revision__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("sentRevision"));
+                            }
+                            sent_revision__ = 
+                                Some(map_.next_value::<::pbjson::private::NumberDeserialize<_>>()?.0)
+                            ;
+                        }
+                        GeneratedField::AppliedRevision => {
+                            if applied_revision__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("appliedRevision"));
+                            }
+                            applied_revision__ = 
+                                Some(map_.next_value::<::pbjson::private::NumberDeserialize<_>>()?.0)
+                            ;
+                        }
+                        GeneratedField::RevisionsBehind => {
+                            if revisions_behind__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("revisionsBehind"));
+                            }
+                            revisions_behind__ = 
+                                Some(map_.next_value::<::pbjson::private::NumberDeserialize<_>>()?.0)
+                            ;
+                        }
+                        GeneratedField::SecondsBehind => {
+                            if seconds_behind__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("secondsBehind"));
+                            }
+                            seconds_behind__ = 
+                                Some(map_.next_value::<::pbjson::private::NumberDeserialize<_>>()?.0)
+                            ;
+                        }
+                        GeneratedField::Error => {
+                            if error__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("error"));
+                            }
+                            error__ = Some(map_.next_value()?);
+                        }
+                        GeneratedField::Streams => {
+                            if streams__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("streams"));
+                            }
+                            streams__ = 
+                                Some(map_.next_value::<::pbjson::private::NumberDeserialize<_>>()?.0)
+                            ;
+                        }
+                        GeneratedField::Reporting => {
+                            if reporting__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("reporting"));
+                            }
+                            reporting__ = Some(map_.next_value()?);
+                        }
+                        GeneratedField::LastLatencySeconds => {
+                            if last_latency_seconds__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("lastLatencySeconds"));
+                            }
+                            last_latency_seconds__ = 
+                                Some(map_.next_value::<::pbjson::private::NumberDeserialize<_>>()?.0)
+                            ;
+                        }
+                    }
+                }
+                Ok(FleetNode {
+                    node: node__.unwrap_or_default(),
+                    sent_revision: sent_revision__.unwrap_or_default(),
+                    applied_revision: applied_revision__.unwrap_or_default(),
+                    revisions_behind: revisions_behind__.unwrap_or_default(),
+                    seconds_behind: seconds_behind__.unwrap_or_default(),
+                    error: error__.unwrap_or_default(),
+                    streams: streams__.unwrap_or_default(),
+                    reporting: reporting__.unwrap_or_default(),
+                    last_latency_seconds: last_latency_seconds__.unwrap_or_default(),
+                })
+            }
+        }
+        deserializer.deserialize_struct("kpng.model.v1.FleetNode", FIELDS, GeneratedVisitor)
+    }
+}
+impl serde::Serialize for FleetReply {
+    #[allow(deprecated)]
+    fn serialize<S>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error>
+    where
+        S: serde::Serializer,
+    {
+        use serde::ser::SerializeStruct;
+        let mut len = 0;
+        if self.instance != 0 {
+            len += 1;
+        }
+        if self.revision != 0 {
+            len += 1;
+        }
+        if self.nodes != 0 {
+            len += 1;
+        }
+        if self.reporting != 0 {
+            len += 1;
+        }
+        if self.up_to_date != 0 {
+            len += 1;
+        }
+        if self.behind != 0 {
+            len += 1;
+        }
+        if self.failing != 0 {
+            len += 1;
+        }
+        if self.last_change_revision != 0 {
+            len += 1;
+        }
+        if self.last_change_sent != 0 {
+            len += 1;
+        }
+        if self.last_change_applied != 0 {
+            len += 1;
+        }
+        if self.last_change_p50_seconds != 0. {
+            len += 1;
+        }
+        if self.last_change_p99_seconds != 0. {
+            len += 1;
+        }
+        if !self.latency_bounds.is_empty() {
+            len += 1;
+        }
+        if !self.latency_counts.is_empty() {
+            len += 1;
+        }
+        if self.latency_sum_seconds != 0. {
+            len += 1;
+        }
+        if !self.listed.is_empty() {
+            len += 1;
+        }
+        if self.away != 0 {
+            len += 1;
+        }
+        let mut struct_ser = serializer.serialize_struct("kpng.model.v1.FleetReply", len)?;
+        if self.instance != 0 {
+            #[allow(clippy::needless_borrow)]
+            #[allow(clippy::needless_borrows_for_generic_args)]
+            struct_ser.serialize_field("instance", ToString::to_string(&self.instance).as_str())?;
+        }
+        if self.revision != 0 {
+            #[allow(clippy::needless_borrow)]
+            #[allow(clippy::needless_borrows_for_generic_args)]
+            struct_ser.serialize_field("revision", ToString::to_string(&self.revision).as_str())?;
+        }
+        if self.nodes != 0 {
+            #[allow(clippy::needless_borrow)]
+            #[allow(clippy::needless_borrows_for_generic_args)]
+            struct_ser.serialize_field("nodes", ToString::to_string(&self.nodes).as_str())?;
+        }
+        if self.reporting != 0 {
+            #[allow(clippy::needless_borrow)]
+            #[allow(clippy::needless_borrows_for_generic_args)]
+            struct_ser.serialize_field("reporting", ToString::to_string(&self.reporting).as_str())?;
+        }
+        if self.up_to_date != 0 {
+            #[allow(clippy::needless_borrow)]
+            #[allow(clippy::needless_borrows_for_generic_args)]
+            struct_ser.serialize_field("upToDate", ToString::to_string(&self.up_to_date).as_str())?;
+        }
+        if self.behind != 0 {
+            #[allow(clippy::needless_borrow)]
+            #[allow(clippy::needless_borrows_for_generic_args)]
+            struct_ser.serialize_field("behind", ToString::to_string(&self.behind).as_str())?;
+        }
+        if self.failing != 0 {
+            #[allow(clippy::needless_borrow)]
+            #[allow(clippy::needless_borrows_for_generic_args)]
+            struct_ser.serialize_field("failing", ToString::to_string(&self.failing).as_str())?;
+        }
+        if self.last_change_revision != 0 {
+            #[allow(clippy::needless_borrow)]
+            #[allow(clippy::needless_borrows_for_generic_args)]
+            struct_ser.serialize_field("lastChangeRevision", ToString::to_string(&self.last_change_revision).as_str())?;
+        }
+        if self.last_change_sent != 0 {
+            #[allow(clippy::needless_borrow)]
+            #[allow(clippy::needless_borrows_for_generic_args)]
+            struct_ser.serialize_field("lastChangeSent", ToString::to_string(&self.last_change_sent).as_str())?;
+        }
+        if self.last_change_applied != 0 {
+            #[allow(clippy::needless_borrow)]
+            #[allow(clippy::needless_borrows_for_generic_args)]
+            struct_ser.serialize_field("lastChangeApplied", ToString::to_string(&self.last_change_applied).as_str())?;
+        }
+        if self.last_change_p50_seconds != 0. {
+            struct_ser.serialize_field("lastChangeP50Seconds", &self.last_change_p50_seconds)?;
+        }
+        if self.last_change_p99_seconds != 0. {
+            struct_ser.serialize_field("lastChangeP99Seconds", &self.last_change_p99_seconds)?;
+        }
+        if !self.latency_bounds.is_empty() {
+            struct_ser.serialize_field("latencyBounds", &self.latency_bounds)?;
+        }
+        if !self.latency_counts.is_empty() {
+            struct_ser.serialize_field("latencyCounts", &self.latency_counts.iter().map(ToString::to_string).collect::<Vec<_>>())?;
+        }
+        if self.latency_sum_seconds != 0. {
+            struct_ser.serialize_field("latencySumSeconds", &self.latency_sum_seconds)?;
+        }
+        if !self.listed.is_empty() {
+            struct_ser.serialize_field("listed", &self.listed)?;
+        }
+        if self.away != 0 {
+            #[allow(clippy::needless_borrow)]
+            #[allow(clippy::needless_borrows_for_generic_args)]
+            struct_ser.serialize_field("away", ToString::to_string(&self.away).as_str())?;
+        }
+        struct_ser.end()
+    }
+}
+impl<'de> serde::Deserialize<'de> for FleetReply {
+    #[allow(deprecated)]
+    fn deserialize<D>(deserializer: D) -> std::result::Result<Self, D::Error>
+    where
+        D: serde::Deserializer<'de>,
+    {
+        const FIELDS: &[&str] = &[
+            "instance",
+            "revision",
+            "nodes",
+            "reporting",
+            "up_to_date",
+            "upToDate",
+            "behind",
+            "failing",
+            "last_change_revision",
+            "lastChangeRevision",
+            "last_change_sent",
+            "lastChangeSent",
+            "last_change_applied",
+            "lastChangeApplied",
+            "last_change_p50_seconds",
+            "lastChangeP50Seconds",
+            "last_change_p99_seconds",
+            "lastChangeP99Seconds",
+            "latency_bounds",
+            "latencyBounds",
+            "latency_counts",
+            "latencyCounts",
+            "latency_sum_seconds",
+            "latencySumSeconds",
+            "listed",
+            "away",
+        ];
+
+        #[allow(clippy::enum_variant_names)]
+        enum GeneratedField {
+            Instance,
+            Revision,
+            Nodes,
+            Reporting,
+            UpToDate,
+            Behind,
+            Failing,
+            LastChangeRevision,
+            LastChangeSent,
+            LastChangeApplied,
+            LastChangeP50Seconds,
+            LastChangeP99Seconds,
+            LatencyBounds,
+            LatencyCounts,
+            LatencySumSeconds,
+            Listed,
+            Away,
+        }
+        impl<'de> serde::Deserialize<'de> for GeneratedField {
+            fn deserialize<D>(deserializer: D) -> std::result::Result<GeneratedField, D::Error>
+            where
+                D: serde::Deserializer<'de>,
+            {
+                struct GeneratedVisitor;
+
+                impl serde::de::Visitor<'_> for GeneratedVisitor {
+                    type Value = GeneratedField;
+
+                    fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                        write!(formatter, "expected one of: {:?}", &FIELDS)
+                    }
+
+                    #[allow(unused_variables)]
+                    fn visit_str<E>(self, value: &str) -> std::result::Result<GeneratedField, E>
+                    where
+                        E: serde::de::Error,
+                    {
+                        match value {
+                            "instance" => Ok(GeneratedField::Instance),
+                            "revision" => Ok(GeneratedField::Revision),
+                            "nodes" => Ok(GeneratedField::Nodes),
+                            "reporting" => Ok(GeneratedField::Reporting),
+                            "upToDate" | "up_to_date" => Ok(GeneratedField::UpToDate),
+                            "behind" => Ok(GeneratedField::Behind),
+                            "failing" => Ok(GeneratedField::Failing),
+                            "lastChangeRevision" | "last_change_revision" => Ok(GeneratedField::LastChangeRevision),
+                            "lastChangeSent" | "last_change_sent" => Ok(GeneratedField::LastChangeSent),
+                            "lastChangeApplied" | "last_change_applied" => Ok(GeneratedField::LastChangeApplied),
+                            "lastChangeP50Seconds" | "last_change_p50_seconds" => Ok(GeneratedField::LastChangeP50Seconds),
+                            "lastChangeP99Seconds" | "last_change_p99_seconds" => Ok(GeneratedField::LastChangeP99Seconds),
+                            "latencyBounds" | "latency_bounds" => Ok(GeneratedField::LatencyBounds),
+                            "latencyCounts" | "latency_counts" => Ok(GeneratedField::LatencyCounts),
+                            "latencySumSeconds" | "latency_sum_seconds" => Ok(GeneratedField::LatencySumSeconds),
+                            "listed" => Ok(GeneratedField::Listed),
+                            "away" => Ok(GeneratedField::Away),
+                            _ => Err(serde::de::Error::unknown_field(value, FIELDS)),
+                        }
+                    }
+                }
+                deserializer.deserialize_identifier(GeneratedVisitor)
+            }
+        }
+        struct GeneratedVisitor;
+        impl<'de> serde::de::Visitor<'de> for GeneratedVisitor {
+            type Value = FleetReply;
+
+            fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                formatter.write_str("struct kpng.model.v1.FleetReply")
+            }
+
+            fn visit_map<V>(self, mut map_: V) -> std::result::Result<FleetReply, V::Error>
+                where
+                    V: serde::de::MapAccess<'de>,
+            {
+                let mut instance__ = None;
+                let mut revision__ = None;
+                let mut nodes__ = None;
+                let mut reporting__ = None;
+                let mut up_to_date__ = None;
+                let mut behind__ = None;
+                let mut failing__ = None;
+                let mut last_change_revision__ = None;
+                let mut last_change_sent__ = None;
+                let mut last_change_applied__ = None;
+                let mut last_change_p50_seconds__ = None;
+                let mut last_change_p99_seconds__ = None;
+                let mut latency_bounds__ = None;
+                let mut latency_counts__ = None;
+                let mut latency_sum_seconds__ = None;
+                let mut listed__ = None;
+                let mut away__ = None;
+                while let Some(k) = map_.next_key()? {
+                    match k {
+                        GeneratedField::Instance => {
+                            if instance__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("instance"));
+                            }
+                            instance__ = 
+                                Some(map_.next_value::<::pbjson::private::NumberDeserialize<_>>()?.0)
+                            ;
+                        }
+                        GeneratedField::Revision => {
+                            if revision__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("revision"));
+                            }
+                            revision__ = 
+                                Some(map_.next_value::<::pbjson::private::NumberDeserialize<_>>()?.0)
+                            ;
+                        }
+                        GeneratedField::Nodes => {
+                            if nodes__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("nodes"));
+                            }
+                            nodes__ = 
+                                Some(map_.next_value::<::pbjson::private::NumberDeserialize<_>>()?.0)
+                            ;
+                        }
+                        GeneratedField::Reporting => {
+                            if reporting__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("reporting"));
+                            }
+                            reporting__ = 
+                                Some(map_.next_value::<::pbjson::private::NumberDeserialize<_>>()?.0)
+                            ;
+                        }
+                        GeneratedField::UpToDate => {
+                            if up_to_date__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("upToDate"));
+                            }
+                            up_to_date__ = 
+                                Some(map_.next_value::<::pbjson::private::NumberDeserialize<_>>()?.0)
+                            ;
+                        }
+                        GeneratedField::Behind => {
+                            if behind__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("behind"));
+                            }
+                            behind__ = 
+                                Some(map_.next_value::<::pbjson::private::NumberDeserialize<_>>()?.0)
+                            ;
+                        }
+                        GeneratedField::Failing => {
+                            if failing__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("failing"));
+                            }
+                            failing__ = 
+                                Some(map_.next_value::<::pbjson::private::NumberDeserialize<_>>()?.0)
+                            ;
+                        }
+                        GeneratedField::LastChangeRevision => {
+                            if last_change_revision__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("lastChangeRevision"));
+                            }
+                            last_change_revision__ = 
+                                Some(map_.next_value::<::pbjson::private::NumberDeserialize<_>>()?.0)
+                            ;
+                        }
+                        GeneratedField::LastChangeSent => {
+                            if last_change_sent__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("lastChangeSent"));
+                            }
+                            last_change_sent__ = 
+                                Some(map_.next_value::<::pbjson::private::NumberDeserialize<_>>()?.0)
+                            ;
+                        }
+                        GeneratedField::LastChangeApplied => {
+                            if last_change_applied__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("lastChangeApplied"));
+                            }
+                            last_change_applied__ = 
+                                Some(map_.next_value::<::pbjson::private::NumberDeserialize<_>>()?.0)
+                            ;
+                        }
+                        GeneratedField::LastChangeP50Seconds => {
+                            if last_change_p50_seconds__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("lastChangeP50Seconds"));
+                            }
+                            last_change_p50_seconds__ = 
+                                Some(map_.next_value::<::pbjson::private::NumberDeserialize<_>>()?.0)
+                            ;
+                        }
+                        GeneratedField::LastChangeP99Seconds => {
+                            if last_change_p99_seconds__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("lastChangeP99Seconds"));
+                            }
+                            last_change_p99_seconds__ = 
+                                Some(map_.next_value::<::pbjson::private::NumberDeserialize<_>>()?.0)
+                            ;
+                        }
+                        GeneratedField::LatencyBounds => {
+                            if latency_bounds__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("latencyBounds"));
+                            }
+                            latency_bounds__ = 
+                                Some(map_.next_value::<Vec<::pbjson::private::NumberDeserialize<_>>>()?
+                                    .into_iter().map(|x| x.0).collect())
+                            ;
+                        }
+                        GeneratedField::LatencyCounts => {
+                            if latency_counts__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("latencyCounts"));
+                            }
+                            latency_counts__ = 
+                                Some(map_.next_value::<Vec<::pbjson::private::NumberDeserialize<_>>>()?
+                                    .into_iter().map(|x| x.0).collect())
+                            ;
+                        }
+                        GeneratedField::LatencySumSeconds => {
+                            if latency_sum_seconds__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("latencySumSeconds"));
+                            }
+                            latency_sum_seconds__ = 
+                                Some(map_.next_value::<::pbjson::private::NumberDeserialize<_>>()?.0)
+                            ;
+                        }
+                        GeneratedField::Listed => {
+                            if listed__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("listed"));
+                            }
+                            listed__ = Some(map_.next_value()?);
+                        }
+                        GeneratedField::Away => {
+                            if away__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("away"));
+                            }
+                            away__ = 
+                                Some(map_.next_value::<::pbjson::private::NumberDeserialize<_>>()?.0)
+                            ;
+                        }
+                    }
+                }
+                Ok(FleetReply {
+                    instance: instance__.unwrap_or_default(),
+                    revision: revision__.unwrap_or_default(),
+                    nodes: nodes__.unwrap_or_default(),
+                    reporting: reporting__.unwrap_or_default(),
+                    up_to_date: up_to_date__.unwrap_or_default(),
+                    behind: behind__.unwrap_or_default(),
+                    failing: failing__.unwrap_or_default(),
+                    last_change_revision: last_change_revision__.unwrap_or_default(),
+                    last_change_sent: last_change_sent__.unwrap_or_default(),
+                    last_change_applied: last_change_applied__.unwrap_or_default(),
+                    last_change_p50_seconds: last_change_p50_seconds__.unwrap_or_default(),
+                    last_change_p99_seconds: last_change_p99_seconds__.unwrap_or_default(),
+                    latency_bounds: latency_bounds__.unwrap_or_default(),
+                    latency_counts: latency_counts__.unwrap_or_default(),
+                    latency_sum_seconds: latency_sum_seconds__.unwrap_or_default(),
+                    listed: listed__.unwrap_or_default(),
+                    away: away__.unwrap_or_default(),
+                })
+            }
+        }
+        deserializer.deserialize_struct("kpng.model.v1.FleetReply", FIELDS, GeneratedVisitor)
+    }
+}
+impl serde::Serialize for FleetRequest {
+    #[allow(deprecated)]
+    fn serialize<S>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error>
+    where
+        S: serde::Serializer,
+    {
+        use serde::ser::SerializeStruct;
+        let mut len = 0;
+        if self.min_seconds_behind != 0. {
+            len += 1;
+        }
+        if self.all {
+            len += 1;
+        }
+        let mut struct_ser = serializer.serialize_struct("kpng.model.v1.FleetRequest", len)?;
+        if self.min_seconds_behind != 0. {
+            struct_ser.serialize_field("minSecondsBehind", &self.min_seconds_behind)?;
+        }
+        if self.all {
+            struct_ser.serialize_field("all", &self.all)?;
+        }
+        struct_ser.end()
+    }
+}
+impl<'de> serde::Deserialize<'de> for FleetRequest {
+    #[allow(deprecated)]
+    fn deserialize<D>(deserializer: D) -> std::result::Result<Self, D::Error>
+    where
+        D: serde::Deserializer<'de>,
+    {
+        const FIELDS: &[&str] = &[
+            "min_seconds_behind",
+            "minSecondsBehind",
+            "all",
+        ];
+
+        #[allow(clippy::enum_variant_names)]
+        enum GeneratedField {
+            MinSecondsBehind,
+            All,
+        }
+        impl<'de> serde::Deserialize<'de> for GeneratedField {
+            fn deserialize<D>(deserializer: D) -> std::result::Result<GeneratedField, D::Error>
+            where
+                D: serde::Deserializer<'de>,
+            {
+                struct GeneratedVisitor;
+
+                impl serde::de::Visitor<'_> for GeneratedVisitor {
+                    type Value = GeneratedField;
+
+                    fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                        write!(formatter, "expected one of: {:?}", &FIELDS)
+                    }
+
+                    #[allow(unused_variables)]
+                    fn visit_str<E>(self, value: &str) -> std::result::Result<GeneratedField, E>
+                    where
+                        E: serde::de::Error,
+                    {
+                        match value {
+                            "minSecondsBehind" | "min_seconds_behind" => Ok(GeneratedField::MinSecondsBehind),
+                            "all" => Ok(GeneratedField::All),
+                            _ => Err(serde::de::Error::unknown_field(value, FIELDS)),
+                        }
+                    }
+                }
+                deserializer.deserialize_identifier(GeneratedVisitor)
+            }
+        }
+        struct GeneratedVisitor;
+        impl<'de> serde::de::Visitor<'de> for GeneratedVisitor {
+            type Value = FleetRequest;
+
+            fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                formatter.write_str("struct kpng.model.v1.FleetRequest")
+            }
+
+            fn visit_map<V>(self, mut map_: V) -> std::result::Result<FleetRequest, V::Error>
+                where
+                    V: serde::de::MapAccess<'de>,
+            {
+                let mut min_seconds_behind__ = None;
+                let mut all__ = None;
+                while let Some(k) = map_.next_key()? {
+                    match k {
+                        GeneratedField::MinSecondsBehind => {
+                            if min_seconds_behind__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("minSecondsBehind"));
+                            }
+                            min_seconds_behind__ = 
+                                Some(map_.next_value::<::pbjson::private::NumberDeserialize<_>>()?.0)
+                            ;
+                        }
+                        GeneratedField::All => {
+                            if all__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("all"));
+                            }
+                            all__ = Some(map_.next_value()?);
+                        }
+                    }
+                }
+                Ok(FleetRequest {
+                    min_seconds_behind: min_seconds_behind__.unwrap_or_default(),
+                    all: all__.unwrap_or_default(),
+                })
+            }
+        }
+        deserializer.deserialize_struct("kpng.model.v1.FleetRequest", FIELDS, GeneratedVisitor)
+    }
+}
 impl serde::Serialize for GlobalEvent {
     #[allow(deprecated)]
     fn serialize<S>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error>
@@ -2133,6 +2922,176 @@ impl<'de> serde::Deserialize<'de> for Node {
         deserializer.deserialize_struct("kpng.model.v1.Node", FIELDS, GeneratedVisitor)
     }
 }
+impl serde::Serialize for NodeReport {
+    #[allow(deprecated)]
+    fn serialize<S>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error>
+    where
+        S: serde::Serializer,
+    {
+        use serde::ser::SerializeStruct;
+        let mut len = 0;
+        if !self.node.is_empty() {
+            len += 1;
+        }
+        if self.instance != 0 {
+            len += 1;
+        }
+        if self.revision != 0 {
+            len += 1;
+        }
+        if !self.error.is_empty() {
+            len += 1;
+        }
+        if self.held_ms != 0 {
+            len += 1;
+        }
+        let mut struct_ser = serializer.serialize_struct("kpng.model.v1.NodeReport", len)?;
+        if !self.node.is_empty() {
+            struct_ser.serialize_field("node", &self.node)?;
+        }
+        if self.instance != 0 {
+            #[allow(clippy::needless_borrow)]
+            #[allow(clippy::needless_borrows_for_generic_args)]
+            struct_ser.serialize_field("instance", ToString::to_string(&self.instance).as_str())?;
+        }
+        if self.revision != 0 {
+            #[allow(clippy::needless_borrow)]
+            #[allow(clippy::needless_borrows_for_generic_args)]
+            struct_ser.serialize_field("revision", ToString::to_string(&self.revision).as_str())?;
+        }
+        if !self.error.is_empty() {
+            struct_ser.serialize_field("error", &self.error)?;
+        }
+        if self.held_ms != 0 {
+            struct_ser.serialize_field("heldMs", &self.held_ms)?;
+        }
+        struct_ser.end()
+    }
+}
+impl<'de> serde::Deserialize<'de> for NodeReport {
+    #[allow(deprecated)]
+    fn deserialize<D>(deserializer: D) -> std::result::Result<Self, D::Error>
+    where
+        D: serde::Deserializer<'de>,
+    {
+        const FIELDS: &[&str] = &[
+            "node",
+            "instance",
+            "revision",
+            "error",
+            "held_ms",
+            "heldMs",
+        ];
+
+        #[allow(clippy::enum_variant_names)]
+        enum GeneratedField {
+            Node,
+            Instance,
+            Revision,
+            Error,
+            HeldMs,
+        }
+        impl<'de> serde::Deserialize<'de> for GeneratedField {
+            fn deserialize<D>(deserializer: D) -> std::result::Result<GeneratedField, D::Error>
+            where
+                D: serde::Deserializer<'de>,
+            {
+                struct GeneratedVisitor;
+
+                impl serde::de::Visitor<'_> for GeneratedVisitor {
+                    type Value = GeneratedField;
+
+                    fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                        write!(formatter, "expected one of: {:?}", &FIELDS)
+                    }
+
+                    #[allow(unused_variables)]
+                    fn visit_str<E>(self, value: &str) -> std::result::Result<GeneratedField, E>
+                    where
+                        E: serde::de::Error,
+                    {
+                        match value {
+                            "node" => Ok(GeneratedField::Node),
+                            "instance" => Ok(GeneratedField::Instance),
+                            "revision" => Ok(GeneratedField::Revision),
+                            "error" => Ok(GeneratedField::Error),
+                            "heldMs" | "held_ms" => Ok(GeneratedField::HeldMs),
+                            _ => Err(serde::de::Error::unknown_field(value, FIELDS)),
+                        }
+                    }
+                }
+                deserializer.deserialize_identifier(GeneratedVisitor)
+            }
+        }
+        struct GeneratedVisitor;
+        impl<'de> serde::de::Visitor<'de> for GeneratedVisitor {
+            type Value = NodeReport;
+
+            fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                formatter.write_str("struct kpng.model.v1.NodeReport")
+            }
+
+            fn visit_map<V>(self, mut map_: V) -> std::result::Result<NodeReport, V::Error>
+                where
+                    V: serde::de::MapAccess<'de>,
+            {
+                let mut node__ = None;
+                let mut instance__ = None;
+                let mut revision__ = None;
+                let mut error__ = None;
+                let mut held_ms__ = None;
+                while let Some(k) = map_.next_key()? {
+                    match k {
+                        GeneratedField::Node => {
+                            if node__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("node"));
+                            }
+                            node__ = Some(map_.next_value()?);
+                        }
+                        GeneratedField::Instance => {
+                            if instance__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("instance"));
+                            }
+                            instance__ = 
+                                Some(map_.next_value::<::pbjson::private::NumberDeserialize<_>>()?.0)
+                            ;
+                        }
+                        GeneratedField::Revision => {
+                            if revision__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("revision"));
+                            }
+                            revision__ = 
+                                Some(map_.next_value::<::pbjson::private::NumberDeserialize<_>>()?.0)
+                            ;
+                        }
+                        GeneratedField::Error => {
+                            if error__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("error"));
+                            }
+                            error__ = Some(map_.next_value()?);
+                        }
+                        GeneratedField::HeldMs => {
+                            if held_ms__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("heldMs"));
+                            }
+                            held_ms__ = 
+                                Some(map_.next_value::<::pbjson::private::NumberDeserialize<_>>()?.0)
+                            ;
+                        }
+                    }
+                }
+                Ok(NodeReport {
+                    node: node__.unwrap_or_default(),
+                    instance: instance__.unwrap_or_default(),
+                    revision: revision__.unwrap_or_default(),
+                    error: error__.unwrap_or_default(),
+                    held_ms: held_ms__.unwrap_or_default(),
+                })
+            }
+        }
+        deserializer.deserialize_struct("kpng.model.v1.NodeReport", FIELDS, GeneratedVisitor)
+    }
+}
 impl serde::Serialize for PortList {
     #[allow(deprecated)]
     fn serialize<S>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error>
@@ -2299,6 +3258,77 @@ impl<'de> serde::Deserialize<'de> for Protocol {
             }
         }
         deserializer.deserialize_any(GeneratedVisitor)
+    }
+}
+impl serde::Serialize for ReportReply {
+    #[allow(deprecated)]
+    fn serialize<S>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error>
+    where
+        S: serde::Serializer,
+    {
+        use serde::ser::SerializeStruct;
+        let len = 0;
+        let struct_ser = serializer.serialize_struct("kpng.model.v1.ReportReply", len)?;
+        struct_ser.end()
+    }
+}
+impl<'de> serde::Deserialize<'de> for ReportReply {
+    #[allow(deprecated)]
+    fn deserialize<D>(deserializer: D) -> std::result::Result<Self, D::Error>
+    where
+        D: serde::Deserializer<'de>,
+    {
+        const FIELDS: &[&str] = &[
+        ];
+
+        #[allow(clippy::enum_variant_names)]
+        enum GeneratedField {
+        }
+        impl<'de> serde::Deserialize<'de> for GeneratedField {
+            fn deserialize<D>(deserializer: D) -> std::result::Result<GeneratedField, D::Error>
+            where
+                D: serde::Deserializer<'de>,
+            {
+                struct GeneratedVisitor;
+
+                impl serde::de::Visitor<'_> for GeneratedVisitor {
+                    type Value = GeneratedField;
+
+                    fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                        write!(formatter, "expected one of: {:?}", &FIELDS)
+                    }
+
+                    #[allow(unused_variables)]
+                    fn visit_str<E>(self, value: &str) -> std::result::Result<GeneratedField, E>
+                    where
+                        E: serde::de::Error,
+                    {
+                            Err(serde::de::Error::unknown_field(value, FIELDS))
+                    }
+                }
+                deserializer.deserialize_identifier(GeneratedVisitor)
+            }
+        }
+        struct GeneratedVisitor;
+        impl<'de> serde::de::Visitor<'de> for GeneratedVisitor {
+            type Value = ReportReply;
+
+            fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                formatter.write_str("struct kpng.model.v1.ReportReply")
+            }
+
+            fn visit_map<V>(self, mut map_: V) -> std::result::Result<ReportReply, V::Error>
+                where
+                    V: serde::de::MapAccess<'de>,
+            {
+                while map_.next_key::<GeneratedField>()?.is_some() {
+                    let _ = map_.next_value::<serde::de::IgnoredAny>()?;
+                }
+                Ok(ReportReply {
+                })
+            }
+        }
+        deserializer.deserialize_struct("kpng.model.v1.ReportReply", FIELDS, GeneratedVisitor)
     }
 }
 impl serde::Serialize for Service {
