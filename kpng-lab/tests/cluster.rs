@@ -533,6 +533,11 @@ mod iptables {
     fn changes_from_the_api_reach_every_node() {
         super::changes_from_the_api_reach_every_node(AgentBackend::Iptables);
     }
+
+    #[test]
+    fn the_fleet_view_lists_a_stopped_agent() {
+        super::the_fleet_view_lists_a_stopped_agent_and_a_refusing_kernel(AgentBackend::Iptables);
+    }
 }
 
 mod ebpf {
@@ -551,5 +556,10 @@ mod ebpf {
     #[test]
     fn changes_from_the_api_reach_every_node() {
         super::changes_from_the_api_reach_every_node(AgentBackend::Ebpf);
+    }
+
+    #[test]
+    fn the_fleet_view_lists_a_stopped_agent() {
+        super::the_fleet_view_lists_a_stopped_agent_and_a_refusing_kernel(AgentBackend::Ebpf);
     }
 }
