@@ -334,7 +334,7 @@ impl Fleet {
         } else {
             // Applied part of what was sent (a whole view, say, and not
             // yet the change sent after it): the rest is still pending.
-            let revision = report.revision + 1;
+            let revision = report.revision.saturating_add(1);
             Some(Pending {
                 revision,
                 committed: commit_time(&inner.commits, revision, now),

@@ -25,7 +25,12 @@
 //!   shared, and each stream sends the part its agent lacks first);
 //! - a slow agent costs the server a few messages at most: the server
 //!   computes the next batch only when the previous one is sent, from the
-//!   latest revision, so revisions that arrived meanwhile merge into one.
+//!   latest revision, so revisions that arrived meanwhile merge into one;
+//! - the server knows which revision each node has applied: agents report
+//!   each round's revision and error (`Enls/Report`), and the [`Fleet`]
+//!   view gives per-node lag in revisions and seconds, the nodes behind,
+//!   and the programming latency (`Enls/Fleet`, [`fleet_view`],
+//!   [`Fleet::openmetrics`]).
 //!
 //! The transport is a unix socket (mode 0600) by default, or TCP with
 //! mutual TLS ([`serve_tcp`]: a client without a certificate from the

@@ -262,7 +262,7 @@ impl Server {
             .filter(|_| since.revision > 0 && since.instance == self.instance);
         let mut permit = None;
         // The oldest revision of the next round's changes; a whole view.
-        let (mut from, mut whole) = (since.revision + 1, false);
+        let (mut from, mut whole) = (since.revision.saturating_add(1), false);
         match feed.resume(&self, old.as_ref(), &since.digest, &snapshot) {
             Some(Resumed::FromRevision) => {
                 self.counters.resumed.fetch_add(1, Ordering::Relaxed);
@@ -344,7 +344,7 @@ impl Server {
                 () = tx.closed() => return,
                 next = reader.newer_than(feed.revision()) => match next {
                     Ok(next) => {
-                        (from, whole) = (feed.revision() + 1, false);
+                        (from, whole) = (feed.revision().saturating_add(1), false);
                         next
                     }
                     Err(_) => return,
