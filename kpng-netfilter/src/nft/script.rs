@@ -135,6 +135,9 @@ impl Set {
         if let Some(size) = self.size {
             let _ = write!(body, "; size {size}");
         }
+        if self.counter {
+            body.push_str("; counter");
+        }
         body
     }
 
