@@ -599,17 +599,20 @@ pub fn dual_stack_families_are_programmed_each_on_their_own<B: LabBackend>(
 /// the Service port's destination, split over the endpoints as the
 /// replies say the connections went, and name the Service port in the
 /// node view.
-pub fn counters_count_each_connection_per_service_port_and_endpoint<B: LabBackend>(
+///
+/// The caller checks the lab can run (`require_lab!`); `make` makes the
+/// backend in the lab.
+pub fn counters_count_each_connection_per_service_port_and_endpoint<B: kpng_sink::Sink>(
     node_port: bool,
+    make: impl FnOnce(&Lab) -> B,
     read: impl Fn(&Lab, &B) -> Vec<kpng_sink::traffic::ConnectionCount>,
 ) {
     use kpng_sink::traffic::{Destination, ServicePorts};
     use std::collections::BTreeMap;
     use std::net::SocketAddr;
 
-    crate::require_lab!(B);
     let lab = lab();
-    let mut proxy = Proxy::<B>::new(&lab, &Settings::lab());
+    let mut proxy = Proxy::with(make(&lab));
     let spec = "{type: NodePort, clusterIP: 10.96.0.70, ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30070}]}";
     proxy
         .load(&manifest(&[service("web", spec, ALL3)]))
@@ -632,9 +635,9 @@ pub fn counters_count_each_connection_per_service_port_and_endpoint<B: LabBacken
         out
     };
     // What the counters say, for one destination.
-    let counted = |rows: &[kpng_sink::traffic::ConnectionCount], to: Destination| {
+    let counted = |rows: &[kpng_sink::traffic::ConnectionCount], to: &[Destination]| {
         let mut out: BTreeMap<String, u64> = BTreeMap::new();
-        for row in rows.iter().filter(|r| r.destination == to) {
+        for row in rows.iter().filter(|r| to.contains(&r.destination)) {
             assert_eq!(row.endpoint.port(), 8080, "{row:?}");
             *out.entry(row.endpoint.ip().to_string()).or_default() += row.connections;
         }
@@ -647,7 +650,7 @@ pub fn counters_count_each_connection_per_service_port_and_endpoint<B: LabBacken
     assert_eq!(want.values().sum::<u64>(), count as u64, "{lines:?}");
     assert!(want.len() > 1, "spread over endpoints: {want:?}");
     let rows = read(&lab, &proxy.backend);
-    assert_eq!(counted(&rows, vip), want, "ClusterIP counters: {rows:?}");
+    assert_eq!(counted(&rows, &[vip]), want, "ClusterIP counters: {rows:?}");
 
     // Each row names the Service port in the view.
     let view = proxy.projector.view();
@@ -662,14 +665,21 @@ pub fn counters_count_each_connection_per_service_port_and_endpoint<B: LabBacken
         let want = replied(&lines);
         assert_eq!(want.values().sum::<u64>(), count as u64, "{lines:?}");
         let rows = read(&lab, &proxy.backend);
-        assert_eq!(
-            counted(&rows, Destination::NodePort(30070)),
-            want,
-            "NodePort counters: {rows:?}"
-        );
+        // A node port, or (the eBPF tc programs) the node's address and
+        // the node port.
+        let node_ip: std::net::IpAddr = NODE_IP.parse().expect("an address");
+        let to = [
+            Destination::NodePort(30070),
+            Destination::Address(SocketAddr::new(node_ip, 30070)),
+        ];
+        assert_eq!(counted(&rows, &to), want, "NodePort counters: {rows:?}");
+        for row in rows.iter().filter(|r| to.contains(&r.destination)) {
+            let (name, port) = ports.find(row).expect("a Service port of the view");
+            assert_eq!((name.name(), port.name.as_str()), ("web", "http"));
+        }
         // The ClusterIP's did not move.
         assert_eq!(
-            counted(&rows, vip).values().sum::<u64>(),
+            counted(&rows, &[vip]).values().sum::<u64>(),
             count as u64,
             "{rows:?}"
         );

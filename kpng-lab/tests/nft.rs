@@ -479,9 +479,11 @@ fn nft_list_ruleset_names_the_service_of_chains_and_elements() {
 /// connection to a ClusterIP and a NodePort for its endpoint.
 #[test]
 fn counters_count_each_connection_per_service_port_and_endpoint() {
-    scenarios::counters_count_each_connection_per_service_port_and_endpoint::<NftBackend>(
+    require_lab!(NftBackend);
+    scenarios::counters_count_each_connection_per_service_port_and_endpoint(
         true,
-        |lab, _| {
+        |lab| NftBackend::in_lab(lab, &Settings::lab()),
+        |lab, _: &NftBackend| {
             let config =
                 kpng_backend_nft::NftConfig::new(Settings::lab().proxy()).in_netns(&lab.ns("node"));
             kpng_backend_nft::CounterReader::new(&config)

@@ -124,10 +124,16 @@ impl<'a> ServicePorts<'a> {
     }
 
     /// The Service and port `count` was addressed to, if the view holds
-    /// it.
+    /// it. An address that is no Service's is taken for a node's (the
+    /// eBPF tc programs count node ports by the node address they were
+    /// reached on), and its port for a node port.
     pub fn find(&self, count: &ConnectionCount) -> Option<(&'a ServiceName, &'a ServicePort)> {
         match count.destination {
-            Destination::Address(addr) => self.addresses.get(&(count.protocol, addr)).copied(),
+            Destination::Address(addr) => self
+                .addresses
+                .get(&(count.protocol, addr))
+                .or_else(|| self.node_ports.get(&(count.protocol, addr.port())))
+                .copied(),
             Destination::NodePort(port) => self.node_ports.get(&(count.protocol, port)).copied(),
         }
     }
