@@ -245,3 +245,56 @@ pub(crate) fn element_message(buf: &[u8]) -> (String, Option<Vec<Element>>) {
     }
     (set, list)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An attribute: header (length, type) and payload, padded to 4.
+    fn nla(kind: u16, payload: &[u8]) -> Vec<u8> {
+        let len = u16::try_from(4 + payload.len()).unwrap();
+        let mut out = [len.to_ne_bytes(), kind.to_ne_bytes()].concat();
+        out.extend_from_slice(payload);
+        out.resize(out.len().next_multiple_of(4), 0);
+        out
+    }
+
+    /// An element message as the kernel dumps a map with counters: the
+    /// counter in `NFTA_SET_ELEM_EXPR` (a `counter` expression with its
+    /// bytes and packets), or in `NFTA_SET_ELEM_EXPRESSIONS`.
+    #[test]
+    fn element_counters_are_read_from_either_attribute() {
+        let counter = [
+            nla(1, b"counter\0"),
+            nla(
+                2,
+                &[nla(1, &300u64.to_be_bytes()), nla(2, &5u64.to_be_bytes())].concat(),
+            ),
+        ]
+        .concat();
+        let key = nla(1, &nla(1, &[10, 96, 0, 10]));
+        let one = [key.clone(), nla(7, &counter)].concat();
+        let two = [key.clone(), nla(11, &nla(1, &counter))].concat();
+        let bare = key;
+        let list = [nla(1, &one), nla(1, &two), nla(1, &bare)].concat();
+        let message = [nla(2, b"pick\0"), nla(3, &list)].concat();
+        let mut seen = Vec::new();
+        each_element(&message, &mut |e, c| seen.push((e.key, c)));
+        let want = Some(ElementCounter {
+            packets: 5,
+            bytes: 300,
+        });
+        assert_eq!(
+            seen,
+            vec![
+                (vec![10, 96, 0, 10], want),
+                (vec![10, 96, 0, 10], want),
+                (vec![10, 96, 0, 10], None),
+            ]
+        );
+        // The elements as adoption reads them: the same, no counter.
+        let (set, elements) = element_message(&message);
+        assert_eq!(set, "pick");
+        assert_eq!(elements.map(|e| e.len()), Some(3));
+    }
+}

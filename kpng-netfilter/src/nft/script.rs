@@ -357,6 +357,10 @@ mod tests {
             pick.declaration(),
             "typeof ip daddr . meta l4proto . th dport . numgen random mod 2 : ip daddr . th dport"
         );
+        assert_eq!(
+            pick.clone().with_counter().declaration(),
+            "typeof ip daddr . meta l4proto . th dport . numgen random mod 2 : ip daddr . th dport; counter"
+        );
         let e = Element::map(
             key(&[
                 &[10, 96, 0, 1],
