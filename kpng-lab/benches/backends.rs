@@ -447,6 +447,7 @@ fn counters_cost() {
             .counters(on);
         NftBackend::new(config)
     });
+    kpng_lab::bench::counters_scrape_cost();
     let _ = <EbpfOnly as LabBackend>::NAME;
     kpng_lab::bench::counters_cost::<EbpfOnly>(rounds, false, |lab, on| {
         let config = ebpf_config(lab, &settings, false).counters(on);
