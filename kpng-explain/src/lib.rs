@@ -51,7 +51,7 @@
 //!
 //! let setup = Setup::new(
 //!     kpng_sink::ProxyConfig::default().cluster_cidrs(["10.244.0.0/16".parse()?]),
-//!     DataPath::Netfilter,
+//!     DataPath::Nftables,
 //! );
 //! let packet = Packet::new(
 //!     Origin::Pod,
@@ -203,9 +203,19 @@ pub struct Packet {
     pub destination: IpAddr,
     /// Its destination port.
     pub port: u16,
+    /// Its source port, when known: then a Maglev Service's endpoint for
+    /// the flow is named exactly.
+    pub source_port: Option<u16>,
 }
 
 impl Packet {
+    /// The packet from source port `port`.
+    #[must_use]
+    pub fn from_port(mut self, port: u16) -> Self {
+        self.source_port = Some(port);
+        self
+    }
+
     /// A packet.
     pub fn new(
         origin: Origin,
@@ -220,6 +230,7 @@ impl Packet {
             source,
             destination,
             port,
+            source_port: None,
         }
     }
 }
@@ -231,9 +242,10 @@ impl fmt::Display for Packet {
             IpAddr::V4(_) => ip.to_string(),
             IpAddr::V6(_) => format!("[{ip}]"),
         };
+        let sport = self.source_port.map_or(String::new(), |p| format!(":{p}"));
         write!(
             f,
-            "{} {} -> {}:{}, from {}",
+            "{} {}{sport} -> {}:{}, from {}",
             self.protocol,
             at(s),
             at(d),
@@ -247,9 +259,12 @@ impl fmt::Display for Packet {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DataPath {
-    /// Netfilter rules (the nftables or the iptables backend): every
-    /// packet is translated in the node's NAT hooks.
-    Netfilter,
+    /// The nftables backend: every packet is translated in the node's NAT
+    /// hooks; Services pick endpoints as their balancing says.
+    Nftables,
+    /// The iptables backend: the same rules as nftables', endpoints picked
+    /// at random whatever a Service's balancing.
+    Iptables,
     /// The eBPF backend: its socket programs serve the node's own and its
     /// pods' sockets at connect time.
     Ebpf {
@@ -321,6 +336,20 @@ pub enum Masquerade {
     RemoteEndpoints,
 }
 
+/// How a new connection picks its endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Balancing {
+    /// Uniformly at random.
+    Random,
+    /// By the flow's slot in the Service port's Maglev table (a hash of
+    /// its source address and port): the same endpoint for the flow on
+    /// every node while that endpoint stays.
+    Maglev,
+    /// In turn.
+    RoundRobin,
+}
+
 /// What translates the packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -367,6 +396,8 @@ pub enum Outcome {
         masquerade: Masquerade,
         /// ClientIP affinity's timeout, when the Service has it.
         affinity_seconds: Option<u32>,
+        /// How the endpoint is picked (affinity aside).
+        balancing: Balancing,
         /// What translates it.
         mechanism: Mechanism,
     },
@@ -522,7 +553,7 @@ impl<'a> Run<'a> {
     fn walk(&mut self) -> Outcome {
         let found = self.find();
         match self.setup.data_path {
-            DataPath::Netfilter => self.netfilter(&found),
+            DataPath::Nftables | DataPath::Iptables => self.netfilter(&found),
             DataPath::Ebpf { tc, netfilter } => self.ebpf(&found, tc, netfilter),
         }
     }
@@ -640,19 +671,23 @@ impl<'a> Run<'a> {
                 role,
             } => self.netfilter_port(service, port, role),
             Found::ClusterIpOtherPort(service) => {
-                let name = service.service.service_name();
-                self.step(format!(
-                    "{} is a ClusterIP of Service {name}, which has no {} port {}",
-                    self.packet.destination, self.packet.protocol, self.packet.port
-                ));
-                Outcome::Rejected {
-                    reason: format!(
-                        "unknown port on a live ClusterIP ({name}): ICMP port unreachable"
-                    ),
-                }
+                self.unknown_port(service, "ICMP port unreachable")
             }
             Found::ProxyIp(service) => self.proxy_ip(service),
             Found::Nothing => self.unallocated_or_untouched(),
+        }
+    }
+
+    /// A ClusterIP of `service` on a port it does not have: refused
+    /// (`how`, as the mechanism refuses).
+    fn unknown_port(&mut self, service: &ServiceView, how: &str) -> Outcome {
+        let name = service.service.service_name();
+        self.step(format!(
+            "{} is a ClusterIP of Service {name}, which has no {} port {}",
+            self.packet.destination, self.packet.protocol, self.packet.port
+        ));
+        Outcome::Rejected {
+            reason: format!("unknown port on a live ClusterIP ({name}): {how}"),
         }
     }
 
@@ -842,20 +877,43 @@ impl<'a> Run<'a> {
         affinity_seconds: Option<u32>,
         mechanism: Mechanism,
     ) -> Outcome {
+        let balancing = self.balancing(name, mechanism, affinity_seconds.is_some());
+        self.step(match balancing {
+            Balancing::Random => "picked uniformly at random".to_owned(),
+            Balancing::RoundRobin => "picked in turn (round robin; Service ports with as many endpoints share the turn)".to_owned(),
+            Balancing::Maglev => format!(
+                "picked by the flow's slot in the Maglev table ({} slots): a hash of its source address and port, so the flow keeps its endpoint while that stays, on every node",
+                kpng_model::maglev::SLOTS
+            ),
+        });
+        let mut endpoints = endpoints;
+        if let (Balancing::Maglev, Some(sport)) = (balancing, self.packet.source_port) {
+            let targets: Vec<(IpAddr, u16)> = endpoints.iter().map(|t| (t.ip, t.port)).collect();
+            let table = kpng_model::maglev::table(&targets, kpng_model::maglev::SLOTS);
+            let slot =
+                kpng_model::maglev::flow_slot(self.packet.source, sport, kpng_model::maglev::SLOTS);
+            if let Some(chosen) = table
+                .get(slot as usize)
+                .and_then(|&i| endpoints.get(i as usize))
+                .cloned()
+            {
+                self.step(format!(
+                    "this flow (source port {sport}) hashes to slot {slot} of {}, which names {}",
+                    kpng_model::maglev::SLOTS,
+                    target_text(&chosen)
+                ));
+                endpoints = vec![chosen];
+            }
+        }
         self.step(format!(
-            "translated ({}) to one of {}: {}",
+            "translated ({}) to {}",
             match mechanism {
                 Mechanism::Netfilter => "DNAT in netfilter",
                 Mechanism::Sockets =>
                     "at connect, by the eBPF socket programs: no packet is translated",
                 Mechanism::Tc => "DNAT by the eBPF tc programs at the interface",
             },
-            endpoints.len(),
-            endpoints
-                .iter()
-                .map(target_text)
-                .collect::<Vec<_>>()
-                .join(", ")
+            targets_text(&endpoints)
         ));
         Outcome::Translated {
             service: name.to_string(),
@@ -864,7 +922,31 @@ impl<'a> Run<'a> {
             endpoints,
             masquerade,
             affinity_seconds,
+            balancing,
             mechanism,
+        }
+    }
+
+    /// How the Service picks endpoints by `mechanism`: its balancing (or
+    /// the default) in the nftables rules without affinity, random
+    /// elsewhere.
+    fn balancing(&self, name: &ServiceName, mechanism: Mechanism, affinity: bool) -> Balancing {
+        use kpng_model::v1::Balancing as Wanted;
+        let nftables = match self.setup.data_path {
+            DataPath::Nftables => true,
+            DataPath::Iptables => false,
+            DataPath::Ebpf { .. } => mechanism == Mechanism::Netfilter,
+        };
+        if !nftables || affinity {
+            return Balancing::Random;
+        }
+        let Some(service) = self.view.services.get(name) else {
+            return Balancing::Random;
+        };
+        match self.setup.proxy.balancing_of(&service.service) {
+            Wanted::Maglev => Balancing::Maglev,
+            Wanted::RoundRobin => Balancing::RoundRobin,
+            _ => Balancing::Random,
         }
     }
 
@@ -952,16 +1034,7 @@ impl<'a> Run<'a> {
                 role,
             } => self.sockets(service, port, role, netfilter),
             Found::ClusterIpOtherPort(service) => {
-                let name = service.service.service_name();
-                self.step(format!(
-                    "{} is a ClusterIP of Service {name}, which has no {} port {}",
-                    self.packet.destination, self.packet.protocol, self.packet.port
-                ));
-                Outcome::Rejected {
-                    reason: format!(
-                        "unknown port on a live ClusterIP ({name}): the connect fails with ECONNREFUSED"
-                    ),
-                }
+                self.unknown_port(service, "the connect fails with ECONNREFUSED")
             }
             Found::ProxyIp(service) => self.proxy_ip(service),
             Found::Nothing => {
@@ -1160,6 +1233,15 @@ fn target_text(t: &Target) -> String {
         (_, true) => format!("{at} (this node)"),
         (true, false) => at,
         (false, false) => format!("{at} ({})", t.node),
+    }
+}
+
+/// `a`, or `one of 3: a, b, c`.
+fn targets_text(targets: &[Target]) -> String {
+    let all: Vec<String> = targets.iter().map(target_text).collect();
+    match all.as_slice() {
+        [one] => one.clone(),
+        _ => format!("one of {}: {}", all.len(), all.join(", ")),
     }
 }
 

@@ -5,7 +5,7 @@ use std::fmt;
 
 use kpng_view::{CandidateUse, FamilySelection, TopologyFilter};
 
-use crate::{EndpointReason, Explanation, Masquerade, Mechanism, Outcome, target_text};
+use crate::{EndpointReason, Explanation, Masquerade, Mechanism, Outcome, targets_text};
 
 /// One line on how the Service's endpoints were selected on this node.
 pub(crate) fn selection_summary(family: &FamilySelection, zone: &str) -> String {
@@ -131,12 +131,8 @@ pub(crate) fn text(ex: &Explanation, f: &mut fmt::Formatter<'_>) -> fmt::Result 
                 affinity_seconds.map_or(String::new(), |s| format!(", ClientIP affinity {s} s"));
             write!(
                 f,
-                "verdict: {service}: to one of {} ({masq}{affinity}; {by})",
-                endpoints
-                    .iter()
-                    .map(target_text)
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                "verdict: {service}: to {} ({masq}{affinity}; {by})",
+                targets_text(endpoints)
             )
         }
         Outcome::Rejected { reason } => write!(f, "verdict: rejected: {reason}"),

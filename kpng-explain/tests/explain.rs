@@ -57,6 +57,16 @@ items:
   ports: [{name: http, port: 8080, protocol: TCP}]
 - apiVersion: v1
   kind: Service
+  metadata: {namespace: t, name: mg, annotations: {kpng.io/balancing: maglev}}
+  spec: {clusterIP: 10.96.0.60, ports: [{name: http, port: 80, targetPort: 8080}]}
+- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata: {namespace: t, name: mg-1, labels: {kubernetes.io/service-name: mg}}
+  addressType: IPv4
+  endpoints: [{addresses: [10.244.2.60], nodeName: node-b}]
+  ports: [{name: http, port: 8080, protocol: TCP}]
+- apiVersion: v1
+  kind: Service
   metadata: {namespace: t, name: empty}
   spec: {clusterIP: 10.96.0.33, ports: [{name: http, port: 80, targetPort: 8080}]}
 "#;
@@ -89,7 +99,7 @@ fn ask(data_path: DataPath, origin: Origin, src: &str, dst: &str, port: u16) -> 
 }
 
 fn netfilter(origin: Origin, src: &str, dst: &str, port: u16) -> Outcome {
-    ask(DataPath::Netfilter, origin, src, dst, port)
+    ask(DataPath::Nftables, origin, src, dst, port)
 }
 
 fn ips(outcome: &Outcome) -> Vec<String> {
@@ -150,7 +160,7 @@ fn every_candidate_has_its_reason() {
         80,
     );
     let explained =
-        explain(&snapshot(), "node-a", &setup(DataPath::Netfilter), &packet).expect("ok");
+        explain(&snapshot(), "node-a", &setup(DataPath::Nftables), &packet).expect("ok");
     let reasons: Vec<(String, bool, &str)> = explained
         .endpoints
         .iter()
@@ -176,7 +186,7 @@ fn every_candidate_has_its_reason() {
         80,
     );
     let explained =
-        explain(&snapshot(), "node-a", &setup(DataPath::Netfilter), &packet).expect("ok");
+        explain(&snapshot(), "node-a", &setup(DataPath::Nftables), &packet).expect("ok");
     assert!(
         explained.endpoints[0].why.contains("fallback"),
         "{explained}"
@@ -348,7 +358,7 @@ fn a_mistyped_node_or_mixed_families_are_errors_naming_them() {
         "10.96.0.10".parse().expect("ip"),
         80,
     );
-    let error = explain(&snapshot(), "node-x", &setup(DataPath::Netfilter), &packet)
+    let error = explain(&snapshot(), "node-x", &setup(DataPath::Nftables), &packet)
         .expect_err("no such node")
         .to_string();
     assert!(
@@ -362,10 +372,50 @@ fn a_mistyped_node_or_mixed_families_are_errors_naming_them() {
         "10.96.0.10".parse().expect("ip"),
         80,
     );
-    let error = explain(&snapshot(), "node-a", &setup(DataPath::Netfilter), &mixed)
+    let error = explain(&snapshot(), "node-a", &setup(DataPath::Nftables), &mixed)
         .expect_err("mixed")
         .to_string();
     assert!(error.contains("fd00::1"), "{error}");
     assert!("icmp".parse::<Protocol>().is_err());
     assert!("elsewhere".parse::<Origin>().is_err());
+}
+
+#[test]
+fn the_balancing_is_the_service_s_on_nftables_and_random_elsewhere() {
+    use kpng_explain::Balancing;
+    let how = |data_path| match ask(data_path, Origin::Pod, "10.244.1.99", "10.96.0.60", 80) {
+        Outcome::Translated { balancing, .. } => balancing,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(how(DataPath::Nftables), Balancing::Maglev);
+    assert_eq!(how(DataPath::Iptables), Balancing::Random);
+    let sockets = DataPath::Ebpf {
+        tc: false,
+        netfilter: true,
+    };
+    assert_eq!(how(sockets), Balancing::Random);
+    // The default, for a Service without the annotation.
+    let packet = Packet::new(
+        Origin::Pod,
+        Protocol::Tcp,
+        "10.244.1.99".parse().expect("ip"),
+        "10.96.0.31".parse().expect("ip"),
+        80,
+    );
+    let proxy = kpng_sink::ProxyConfig::default().balancing(kpng_sink::Balancing::RoundRobin);
+    let explained = explain(
+        &snapshot(),
+        "node-a",
+        &Setup::new(proxy, DataPath::Nftables),
+        &packet,
+    )
+    .expect("explained");
+    assert!(matches!(
+        explained.outcome,
+        Outcome::Translated {
+            balancing: Balancing::RoundRobin,
+            ..
+        }
+    ));
+    assert!(explained.to_string().contains("in turn"), "{explained}");
 }

@@ -47,13 +47,18 @@ fn lean_meta<'de, D: Deserializer<'de>>(deserializer: D) -> Result<ObjectMeta, D
 /// carries was triggered: the start of network programming latency.
 pub const LAST_CHANGE_TRIGGER_TIME: &str = "endpoints.kubernetes.io/last-change-trigger-time";
 
-/// The annotations kept: the trigger time only.
+/// The annotation that chooses a Service's balancing (`random`, `maglev`,
+/// `round-robin`).
+pub const BALANCING: &str = "kpng.io/balancing";
+
+/// The annotations kept: the trigger time and the balancing.
 fn kept_annotations(all: Option<&BTreeMap<String, String>>) -> Option<BTreeMap<String, String>> {
-    let time = all?.get(LAST_CHANGE_TRIGGER_TIME)?;
-    Some(BTreeMap::from([(
-        LAST_CHANGE_TRIGGER_TIME.to_owned(),
-        time.clone(),
-    )]))
+    let all = all?;
+    let kept: BTreeMap<String, String> = [LAST_CHANGE_TRIGGER_TIME, BALANCING]
+        .into_iter()
+        .filter_map(|key| Some((key.to_owned(), all.get(key)?.clone())))
+        .collect();
+    (!kept.is_empty()).then_some(kept)
 }
 
 fn lean(meta: &ObjectMeta) -> ObjectMeta {

@@ -311,7 +311,41 @@ pub fn service(
         load_balancer_source_ranges: (!ranges.is_empty())
             .then(|| Box::new(IpSet::from_cidrs(ranges))),
         traffic_distribution: spec.traffic_distribution.clone().unwrap_or_default(),
+        balancing: balancing(svc) as i32,
     }))
+}
+
+/// The balancing a Service's `kpng.io/balancing` annotation asks for:
+/// `random`, `maglev` or `round-robin`. Anything else is the proxy's
+/// default, with a warning naming the Service and the value (the Service
+/// itself is served).
+fn balancing(svc: &objects::Service) -> kpng_model::v1::Balancing {
+    use kpng_model::v1::Balancing;
+    let Some(value) = svc
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(objects::BALANCING))
+    else {
+        return Balancing::Unspecified;
+    };
+    match value.trim() {
+        "random" => Balancing::Random,
+        "maglev" => Balancing::Maglev,
+        "round-robin" | "roundrobin" | "rr" => Balancing::RoundRobin,
+        other => {
+            tracing::warn!(
+                service = %format!(
+                    "{}/{}",
+                    svc.metadata.namespace.as_deref().unwrap_or_default(),
+                    svc.metadata.name.as_deref().unwrap_or_default()
+                ),
+                value = other,
+                "unknown kpng.io/balancing (random, maglev or round-robin): the proxy's default is used"
+            );
+            Balancing::Unspecified
+        }
+    }
 }
 
 /// What one EndpointSlice contributes to its Service.

@@ -3,7 +3,13 @@
 //! ```text
 //! cargo bench -p kpng-lab --bench backends [-- nft|iptables|ebpf|iptables-50k|ebpf-100k]
 //! cargo bench -p kpng-lab --bench backends -- nft-comments
+//! cargo bench -p kpng-lab --bench backends -- balancing
 //! ```
+//!
+//! `balancing`: nftables' balancing choices with real packets, 10
+//! endpoints and 1,000 flows (a source port each) made before and after
+//! one endpoint leaves: the share of flows moved by Maglev and by random,
+//! and each choice's new-connection rate against random.
 //!
 //! `ebpf` ends with the eBPF backend at scale (`ebpf-100k` runs only
 //! that): a cold full load of 100,000 Services × 10 endpoints
@@ -426,6 +432,9 @@ fn main() {
     }
     if only.iter().any(|o| o == "iptables-switch") {
         layout_switch();
+    }
+    if wanted("balancing") {
+        kpng_lab::bench::balancing(10, 1000, 2000);
     }
 }
 

@@ -723,6 +723,109 @@ pub fn iptables_layout_switch(services: usize) -> LayoutSwitch {
     }
 }
 
+/// The balancing choices with real packets (nftables): `endpoints` pods,
+/// one Service per choice over all of them; `flows` TCP connections from
+/// a pod, each from a source port of its own, made before and after one
+/// endpoint leaves. Prints, for Maglev and random, the share of flows that
+/// moved (the leaving endpoint's own included: at best 1/`endpoints`),
+/// and the new-connection rate of each against random, alternated in one
+/// run.
+pub fn balancing(endpoints: usize, flows: usize, rate_connections: usize) {
+    use kpng_backend_nft::NftBackend;
+    if let Some(why) = crate::unavailable(NftBackend::TOOLS).or_else(NftBackend::unavailable) {
+        println!("SKIPPED: {why}");
+        return;
+    }
+    let mut lab = Lab::new();
+    lab.upstream();
+    lab.host("podc", &[crate::scenarios::POD_CLIENT], &[]);
+    let ips: Vec<String> = (0..endpoints)
+        .map(|i| format!("10.244.{}.{}", 100 + i / 200, 10 + i % 200))
+        .collect();
+    for (i, ip) in ips.iter().enumerate() {
+        let name = format!("p{i}");
+        lab.host(&name, &[ip], &[]);
+        lab.serve(&name, ip);
+    }
+    let world = |ips: &[String]| {
+        let eps: Vec<String> = ips
+            .iter()
+            .map(|ip| format!("{{addresses: [{ip}], nodeName: node-b}}"))
+            .collect();
+        let eps = format!("[{}]", eps.join(", "));
+        let svc = |name: &str, ip: &str, how: &str| {
+            crate::scenarios::service(
+                name,
+                &format!("{{clusterIP: {ip}, ports: [{{name: http, port: 80, targetPort: 8080}}]}}"),
+                &eps,
+            )
+            .replace(
+                &format!("metadata: {{namespace: t, name: {name}}}"),
+                &format!("metadata: {{namespace: t, name: {name}, annotations: {{kpng.io/balancing: {how}}}}}"),
+            )
+        };
+        crate::scenarios::manifest(&[
+            svc("mg", "10.96.0.60", "maglev"),
+            svc("rnd", "10.96.0.61", "random"),
+            svc("rr", "10.96.0.62", "round-robin"),
+        ])
+    };
+    let mut proxy = crate::Proxy::<NftBackend>::new(&lab, &settings());
+    proxy.load(&world(&ips)).expect("bench setup");
+    crate::settle();
+    // Below the ephemeral ports (32768 on): no other connection of the
+    // run holds one of them.
+    let ports: Vec<u16> = (0..flows).map(|i| 20_000 + i as u16).collect();
+    let first = |lines: Vec<String>| -> Vec<String> {
+        lines
+            .iter()
+            .map(|l| l.split_whitespace().next().unwrap_or_default().to_owned())
+            .collect()
+    };
+    let before: Vec<Vec<String>> = ["10.96.0.60", "10.96.0.61"]
+        .iter()
+        .map(|ip| first(lab.connect_from_ports("podc", ip, 80, &ports)))
+        .collect();
+    // The new-connection rate of each choice against random, alternated.
+    let rates: Vec<f64> = ["10.96.0.60", "10.96.0.62"]
+        .iter()
+        .map(|ip| {
+            let ((a, _), (b, _)) =
+                lab.paired_rates("podc", (ip, 80), ("10.96.0.61", 80), rate_connections);
+            if b > 0.0 { a / b } else { 0.0 }
+        })
+        .collect();
+    let rest: Vec<String> = ips.iter().skip(1).cloned().collect();
+    proxy.load(&world(&rest)).expect("bench setup");
+    crate::settle();
+    let after: Vec<Vec<String>> = ["10.96.0.60", "10.96.0.61"]
+        .iter()
+        .map(|ip| first(lab.connect_from_ports("podc", ip, 80, &ports)))
+        .collect();
+    let moved = |b: &[String], a: &[String]| {
+        let n = b.iter().zip(a).filter(|(b, a)| b != a).count();
+        100.0 * n as f64 / b.len().max(1) as f64
+    };
+    let answered = |v: &[String]| v.iter().filter(|e| ips.contains(e)).count();
+    println!(
+        "balancing, nftables, {endpoints} endpoints, {flows} flows (a source port each) from a pod, one endpoint leaving:"
+    );
+    println!(
+        "  share of flows moved: maglev {:.1} %  [goal <= 15 %; at best {:.1} %], random {:.1} %  (answered {}/{} and {}/{})",
+        moved(&before[0], &after[0]),
+        100.0 / endpoints as f64,
+        moved(&before[1], &after[1]),
+        answered(&before[0]),
+        flows,
+        answered(&before[1]),
+        flows
+    );
+    println!(
+        "  new connections/s against random, alternated ({rate_connections} each): maglev {:.3}, round robin {:.3}",
+        rates[0], rates[1]
+    );
+}
+
 /// One setting's figures in [`counters_cost`].
 #[derive(Clone, Copy, Debug, Default)]
 struct CounterRun {

@@ -394,10 +394,26 @@ pub struct Cluster {
     /// removed after the namespaces (field order), which detaches what
     /// the agent left.
     bpf: Vec<(BpfFs, TestCgroup)>,
+    /// What the probes are checked against: `kpng explain` of the node
+    /// that handles each, once its agent has the manifest's state.
+    witness: crate::witness::Shared,
+    /// When the manifest was last written, and when the file server was
+    /// started; `None` for a server that reads the API (not checked).
+    file_times: std::sync::Mutex<Option<(SystemTime, SystemTime)>>,
 }
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        let report = crate::witness::report(&self.witness);
+        self.clean_up();
+        if let Some(report) = report.filter(|_| !std::thread::panicking()) {
+            panic!("{report}");
+        }
+    }
+}
+
+impl Cluster {
+    fn clean_up(&mut self) {
         self.server = None;
         self.agents.clear();
         for child in &mut self.echo {
@@ -475,6 +491,8 @@ impl Cluster {
             agents: (0..nodes).map(|_| None).collect(),
             bpf: Vec::new(),
             agent_flags: Vec::new(),
+            witness: crate::witness::Shared::default(),
+            file_times: std::sync::Mutex::new(None),
         };
         let (fab, client) = (cluster.fabric_ns(), cluster.client_ns());
         let mut all = vec![fab.clone(), client.clone()];
@@ -652,6 +670,11 @@ impl Cluster {
         let aside = self.dir.join("cluster.yaml.new");
         std::fs::write(&aside, yaml).expect("write the manifest");
         std::fs::rename(&aside, self.manifest_path()).expect("rename the manifest");
+        if let Ok(mut times) = self.file_times.lock()
+            && let Some((written, _)) = times.as_mut()
+        {
+            *written = SystemTime::now();
+        }
         at
     }
 
@@ -662,6 +685,12 @@ impl Cluster {
     /// When one runs already.
     pub fn start_server(&mut self) {
         assert!(self.server.is_none(), "the server runs already");
+        if let Ok(mut times) = self.file_times.lock() {
+            let written = std::fs::metadata(self.manifest_path())
+                .and_then(|m| m.modified())
+                .unwrap_or(SystemTime::UNIX_EPOCH);
+            *times = Some((written, SystemTime::now()));
+        }
         let mut command = Command::new(&self.binary);
         command
             .args(["file", "--input"])
@@ -679,6 +708,9 @@ impl Cluster {
     /// When one runs already.
     pub fn start_kube_server(&mut self, source: &ApiSource) {
         assert!(self.server.is_none(), "the server runs already");
+        if let Ok(mut times) = self.file_times.lock() {
+            *times = None;
+        }
         let mut command = Command::new(&self.binary);
         command
             .args(["kube", "--kubeconfig"])
@@ -884,8 +916,8 @@ impl Cluster {
         port: u16,
         count: usize,
     ) -> Vec<String> {
-        let (port, count) = (port.to_string(), count.to_string());
-        let args = ["python3", "-c", CLIENT, proto, host, &port, &count];
+        let (port_text, count) = (port.to_string(), count.to_string());
+        let args = ["python3", "-c", CLIENT, proto, host, &port_text, &count];
         let node = (1..=self.nodes).find(|&k| ns.starts_with(&format!("{}p", self.node_ns(k))));
         let mut command = match node.and_then(|k| self.cgroup(k)) {
             Some(cgroup) => in_cgroup_and_netns(cgroup, ns, &args),
@@ -896,10 +928,123 @@ impl Cluster {
             }
         };
         let out = command.output().expect("client");
-        String::from_utf8_lossy(&out.stdout)
+        let lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
             .lines()
             .map(str::to_owned)
-            .collect()
+            .collect();
+        self.witness(ns, proto, host, port, &lines);
+        lines
+    }
+
+    /// Checks a probe against `kpng explain` of the node that handles it
+    /// (a pod's or the node's own; the NodePort's node for the client),
+    /// when that node's agent has synced the manifest as the file server
+    /// last loaded it, and the manifest has not been written since.
+    fn witness(&self, ns: &str, proto: &str, host: &str, port: u16, lines: &[String]) {
+        use kpng_explain::{Origin, Packet};
+        let Some(destination) = host.parse::<std::net::IpAddr>().ok() else {
+            return;
+        };
+        let Some(protocol) = crate::witness::protocol(proto) else {
+            return;
+        };
+        let pod = (1..=self.nodes).find_map(|k| {
+            (0..self.pods_per_node)
+                .find(|&j| self.pod_ns(k, j) == ns)
+                .map(|j| (k, Origin::Pod, pod_ip(k, j)))
+        });
+        let found = pod
+            .or_else(|| {
+                (1..=self.nodes)
+                    .find(|&k| self.node_ns(k) == ns)
+                    .map(|k| (k, Origin::Host, node_ip(k)))
+            })
+            .or_else(|| {
+                (ns == self.client_ns())
+                    .then(|| (1..=self.nodes).find(|&k| node_ip(k) == host))
+                    .flatten()
+                    .map(|k| (k, Origin::Outside, CLIENT_IP.to_owned()))
+            });
+        let Some((k, origin, source)) = found else {
+            return;
+        };
+        let Ok(source) = source.parse() else {
+            return;
+        };
+        if !self.holds_the_manifest(k) {
+            return;
+        }
+        let Ok(text) = std::fs::read_to_string(self.manifest_path()) else {
+            return;
+        };
+        let Ok(objects) = kpng_kube::file::parse_str("cluster.yaml", &text) else {
+            return;
+        };
+        let mut ingest = kpng_kube::Ingest::new(
+            kpng_store::Store::new(),
+            kpng_kube::IngestConfig::for_node(node_name(k)),
+        );
+        ingest.load(&objects);
+        let snapshot = ingest.reader().snapshot();
+        let settings = crate::Settings {
+            cluster_cidr: CLUSTER_CIDR.into(),
+            service_cidr: SERVICE_CIDR.into(),
+            ..crate::Settings::default()
+        };
+        let data_path = match self.backend {
+            AgentBackend::Nft => kpng_explain::DataPath::Nftables,
+            AgentBackend::Iptables => kpng_explain::DataPath::Iptables,
+            AgentBackend::Ebpf => kpng_explain::DataPath::Ebpf {
+                tc: true,
+                netfilter: true,
+            },
+        };
+        let setup = kpng_explain::Setup::new(settings.proxy(), data_path);
+        let packet = Packet::new(origin, protocol, source, destination, port);
+        if let Ok(mut witness) = self.witness.lock() {
+            witness.check(
+                &snapshot,
+                &setup,
+                &node_name(k),
+                ns,
+                &packet,
+                lines,
+                &|_| None,
+            );
+        }
+    }
+
+    /// Whether node `k`'s agent runs and has synced the state of the
+    /// manifest as it is (loaded by the file server, not written since).
+    fn holds_the_manifest(&self, k: usize) -> bool {
+        let Some((written, started)) = self.file_times.lock().ok().and_then(|t| *t) else {
+            return false;
+        };
+        let untaken = ["--masquerade-all", "--nodeport-addresses", "--balancing"];
+        if self
+            .agent_flags
+            .iter()
+            .any(|f| untaken.iter().any(|u| f.starts_with(u)))
+        {
+            // Flags the explanation here does not take.
+            return false;
+        }
+        let (Some(server), Some(agent)) = (&self.server, self.agent(k)) else {
+            return false;
+        };
+        let loaded = match server.reloads().last() {
+            Some((at, revision)) => (*at, Some(*revision)),
+            None => (started, None),
+        };
+        if written > loaded.0 {
+            return false;
+        }
+        // A sync since: from this server (a restarted one numbers its
+        // revisions anew), of the revision it loaded or a later one.
+        agent
+            .synced()
+            .iter()
+            .any(|(at, r)| *at >= loaded.0 && loaded.1.is_none_or(|revision| *r >= revision))
     }
 
     /// An HTTP GET of `url` from namespace `ns`: the status code (0 when

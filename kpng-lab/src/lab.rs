@@ -64,6 +64,31 @@ for _ in range(count):
     print(out, flush=True)
 "#;
 
+/// One TCP connection per source port given, each bound to it (so that
+/// the same flows can be made again): one line each, as [`CLIENT`]'s.
+const BOUND_CLIENT: &str = r#"
+import socket, struct, sys, time
+host, port = sys.argv[1], int(sys.argv[2])
+fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+for sport in sys.argv[3:]:
+    t = time.monotonic()
+    try:
+        s = socket.socket(fam, socket.SOCK_STREAM); s.settimeout(2)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # Closed by a reset: no TIME_WAIT keeps the port from the next round.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.bind(("", int(sport)))
+        s.connect((host, port)); out = s.recv(200).decode().strip()
+        s.close()
+    except ConnectionRefusedError:
+        out = "REFUSED %.2f" % (time.monotonic() - t)
+    except (socket.timeout, TimeoutError):
+        out = "TIMEOUT"
+    except OSError as e:
+        out = "ERROR %s" % e
+    print(out, flush=True)
+"#;
+
 /// `count` pairs of TCP connections, one to each of two destinations,
 /// alternating connection by connection (so that whatever the machine
 /// does meanwhile hits both alike); the time of each connection is added
@@ -151,23 +176,10 @@ pub const LOCAL_HOSTS: [&str; 3] = ["node", "podc", "e1"];
 
 impl Drop for Lab {
     fn drop(&mut self) {
-        let (checked, disagreements) = match self.witness.lock() {
-            Ok(mut w) => (w.checked, std::mem::take(&mut w.disagreements)),
-            Err(_) => (0, Vec::new()),
-        };
-        if checked > 0 {
-            eprintln!(
-                "kpng explain: {checked} probes checked against the packets, {} disagreements",
-                disagreements.len()
-            );
-        }
+        let report = crate::witness::report(&self.witness);
         self.clean_up();
-        if !disagreements.is_empty() && !std::thread::panicking() {
-            panic!(
-                "kpng explain disagrees with the packets on {} of {checked} probes:\n{}",
-                disagreements.len(),
-                disagreements.join("\n")
-            );
+        if let Some(report) = report.filter(|_| !std::thread::panicking()) {
+            panic!("{report}");
         }
     }
 }
@@ -383,23 +395,58 @@ impl Lab {
         port: u16,
         count: usize,
     ) -> Vec<String> {
-        let packet = self.packet(from, proto, host, port);
-        let (port, count) = (port.to_string(), count.to_string());
-        let args = ["python3", "-c", CLIENT, proto, host, &port, &count];
+        let (port_text, count) = (port.to_string(), count.to_string());
+        let args = ["python3", "-c", CLIENT, proto, host, &port_text, &count];
         let out = self.client(from, &args).output().expect("client");
         let lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
             .lines()
             .map(str::to_owned)
             .collect();
+        self.witness(from, self.packet(from, proto, host, port), &lines);
+        lines
+    }
+
+    /// One TCP connection from host `from` to `host:port` per source port
+    /// of `ports`, each bound to its port: one line each, in order (as
+    /// [`connect`](Self::connect)'s). The same ports make the same flows
+    /// again.
+    pub fn connect_from_ports(
+        &self,
+        from: &str,
+        host: &str,
+        port: u16,
+        ports: &[u16],
+    ) -> Vec<String> {
+        let port_text = port.to_string();
+        let sports: Vec<String> = ports.iter().map(ToString::to_string).collect();
+        let mut args = vec!["python3", "-c", BOUND_CLIENT, host, &port_text];
+        args.extend(sports.iter().map(String::as_str));
+        let out = self.client(from, &args).output().expect("client");
+        let lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        // Each flow on its own: a Maglev Service's endpoint is then named
+        // exactly.
+        for (sport, line) in ports.iter().zip(&lines) {
+            let packet = self
+                .packet(from, "tcp", host, port)
+                .map(|p| p.from_port(*sport));
+            self.witness(from, packet, std::slice::from_ref(line));
+        }
+        lines
+    }
+
+    /// Checks what a probe's packets did against `kpng explain`.
+    fn witness(&self, from: &str, packet: Option<kpng_explain::Packet>, lines: &[String]) {
         if let (Some(packet), Ok(mut witness)) = (packet, self.witness.lock()) {
             let v4 = packet.destination.is_ipv4();
             let resolve = |name: &str| {
                 let addresses = self.addresses.get(name)?;
                 addresses.iter().find(|a| a.is_ipv4() == v4).copied()
             };
-            witness.probe(from, &packet, &lines, &resolve);
+            witness.probe(from, &packet, lines, &resolve);
         }
-        lines
     }
 
     /// The packet a probe from host `from` sends, for explaining it:

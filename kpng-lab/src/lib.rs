@@ -116,7 +116,7 @@ pub trait LabBackend: Sink + Sized {
     }
     /// The mechanisms it programs, for `kpng explain` (the lab checks
     /// every probe against it).
-    const DATA_PATH: kpng_explain::DataPath = kpng_explain::DataPath::Netfilter;
+    const DATA_PATH: kpng_explain::DataPath = kpng_explain::DataPath::Nftables;
 }
 
 impl LabBackend for NftBackend {
@@ -178,6 +178,7 @@ pub fn without_counts(text: &str) -> String {
 }
 
 impl LabBackend for IptablesBackend {
+    const DATA_PATH: kpng_explain::DataPath = kpng_explain::DataPath::Iptables;
     const NAME: &'static str = "iptables";
     const TOOLS: &'static [&'static str] = &["iptables-restore", "ip6tables-restore"];
 
@@ -369,6 +370,7 @@ impl Sink for LegacyIptables {
 }
 
 impl LabBackend for LegacyIptables {
+    const DATA_PATH: kpng_explain::DataPath = kpng_explain::DataPath::Iptables;
     const NAME: &'static str = "iptables-legacy";
     const TOOLS: &'static [&'static str] = &["iptables-legacy-restore", "ip6tables-legacy-restore"];
 
@@ -410,6 +412,7 @@ impl Sink for CompactIptables {
 }
 
 impl LabBackend for CompactIptables {
+    const DATA_PATH: kpng_explain::DataPath = kpng_explain::DataPath::Iptables;
     const NAME: &'static str = "iptables-compact";
     const TOOLS: &'static [&'static str] = IptablesBackend::TOOLS;
 

@@ -26,6 +26,28 @@ pub(crate) struct Witness {
 /// The witness a lab and its proxy share.
 pub(crate) type Shared = Arc<Mutex<Witness>>;
 
+/// At a lab's or cluster's end: prints how many probes were checked, and
+/// the disagreements, if any, as a panic (unless one is under way).
+pub(crate) fn report(witness: &Shared) -> Option<String> {
+    let (checked, disagreements) = match witness.lock() {
+        Ok(mut w) => (w.checked, std::mem::take(&mut w.disagreements)),
+        Err(_) => return None,
+    };
+    if checked > 0 {
+        eprintln!(
+            "kpng explain: {checked} probes checked against the packets, {} disagreements",
+            disagreements.len()
+        );
+    }
+    (!disagreements.is_empty()).then(|| {
+        format!(
+            "kpng explain disagrees with the packets on {} of {checked} probes:\n{}",
+            disagreements.len(),
+            disagreements.join("\n")
+        )
+    })
+}
+
 impl Witness {
     /// The rules now follow `snapshot`, with `setup`.
     pub(crate) fn synced(&mut self, snapshot: Snapshot, setup: Setup) {
@@ -42,11 +64,26 @@ impl Witness {
         lines: &[String],
         resolve: &dyn Fn(&str) -> Option<IpAddr>,
     ) {
-        let Some((snapshot, setup)) = &self.state else {
+        let Some((snapshot, setup)) = self.state.clone() else {
             return;
         };
+        self.check(&snapshot, &setup, crate::NODE, from, packet, lines, resolve);
+    }
+
+    /// Checks one probe against `snapshot` and `setup` on node `node`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn check(
+        &mut self,
+        snapshot: &Snapshot,
+        setup: &Setup,
+        node: &str,
+        from: &str,
+        packet: &Packet,
+        lines: &[String],
+        resolve: &dyn Fn(&str) -> Option<IpAddr>,
+    ) {
         self.checked += 1;
-        let explained = match kpng_explain::explain(snapshot, crate::NODE, setup, packet) {
+        let explained = match kpng_explain::explain(snapshot, node, setup, packet) {
             Ok(explained) => explained,
             Err(e) => {
                 self.disagreements
@@ -63,7 +100,7 @@ impl Witness {
                 .unwrap_or("?")
                 .to_owned();
             self.disagreements.push(format!(
-                "{test}: from {from}: {packet}: {why}\n  the packets: {lines:?}\n  explain:\n{}",
+                "{test}: from {from} (node {node}): {packet}: {why}\n  the packets: {lines:?}\n  explain:\n{}",
                 indent(&explained.to_string())
             ));
         }

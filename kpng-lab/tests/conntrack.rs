@@ -28,7 +28,7 @@ fn proxy(lab: &kpng_lab::Lab) -> Proxy<FollowedBy<NftBackend, ConntrackCleaner>>
     Proxy::with(NftBackend::in_lab(lab, &Settings::lab()).followed_by(cleaner)).explained_in(
         lab,
         &Settings::lab(),
-        kpng_explain::DataPath::Netfilter,
+        kpng_explain::DataPath::Nftables,
     )
 }
 

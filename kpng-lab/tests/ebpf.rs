@@ -88,6 +88,9 @@ fn tc_programs_serve_external_traffic() {
         ]))
         .expect("sync");
     settle();
+    // The tc programs are on every link: every endpoint is reached
+    // through them.
+    assert_eq!(proxy.backend.unmasqueraded(), &[]);
     for (host, port) in [(NODE_IP, 30081), ("192.0.2.50", 80), ("198.51.100.10", 80)] {
         let lines = lab.connect("ext", "tcp", host, port, 10);
         assert!(
@@ -419,6 +422,54 @@ fn a_full_map_of_a_fixed_size_fails_the_round_and_keeps_the_previous_state() {
         lab.once("podc", "tcp", "10.96.1.2", 80),
         dropped_locally::<EbpfWithNft>()
     );
+    EbpfWithNft::clear(&lab);
+}
+
+/// The tc programs masquerade external traffic where they are: an
+/// endpoint on another node whose route leaves by an interface without
+/// them is named (with that interface) and warned about; the local one,
+/// and a Service with the Local policy, are not.
+#[test]
+fn endpoints_reached_around_the_tc_programs_are_named() {
+    use kpng_lab::scenarios::EXT_IN;
+    require_lab!(EbpfWithNft);
+    let lab = lab();
+    let dev = |ip: &str| -> String {
+        let route = lab.in_node(&["ip", "-o", "route", "get", ip]);
+        let mut words = route.split_whitespace().skip_while(|w| *w != "dev");
+        words.nth(1).expect("a dev").to_owned()
+    };
+    let outside = dev(EXT_IN);
+    let (cgroup, pins) = lab.bpf_env();
+    let config = kpng_backend_ebpf::EbpfConfig::new(Settings::lab().proxy())
+        .cgroup(cgroup)
+        .pin_path(pins)
+        .tc_interfaces([outside.clone()])
+        .tc_in_netns(&lab.ns("node"));
+    let mut proxy = Proxy::with(EbpfBackend::attach(config).expect("attach"));
+    let np = |policy: &str| {
+        service(
+            "np",
+            &format!(
+                "{{type: NodePort, clusterIP: 10.96.0.20, externalTrafficPolicy: {policy}, ports: [{{name: http, port: 80, targetPort: 8080, nodePort: 30080}}]}}"
+            ),
+            ALL3,
+        )
+    };
+    proxy.load(&manifest(&[np("Cluster")])).expect("sync");
+    let named: Vec<(String, String)> = proxy
+        .backend
+        .unmasqueraded()
+        .iter()
+        .map(|(ip, interface)| (ip.to_string(), interface.clone()))
+        .collect();
+    assert_eq!(
+        named,
+        [(E2.to_owned(), dev(E2)), (E3.to_owned(), dev(E3))],
+        "outside is {outside}"
+    );
+    proxy.load(&manifest(&[np("Local")])).expect("sync");
+    assert_eq!(proxy.backend.unmasqueraded(), &[]);
     EbpfWithNft::clear(&lab);
 }
 

@@ -52,7 +52,7 @@ fn the_mode_in_use_is_detected_and_legacy_works() {
     let mut proxy = Proxy::with(IptablesBackend::new(iptables_config(&lab, None))).explained_in(
         &lab,
         &Settings::lab(),
-        kpng_explain::DataPath::Netfilter,
+        kpng_explain::DataPath::Iptables,
     );
     proxy
         .load(&manifest(&[web("10.96.0.70", ALL3)]))
@@ -236,7 +236,7 @@ fn a_timed_out_restore_keeps_the_old_rules_and_the_retry_converges() {
     let mut proxy = Proxy::with(IptablesBackend::new(iptables_config(&lab, None))).explained_in(
         &lab,
         &Settings::lab(),
-        kpng_explain::DataPath::Netfilter,
+        kpng_explain::DataPath::Iptables,
     );
     proxy
         .load(&manifest(&[web("10.96.0.74", ALL3)]))
@@ -322,7 +322,7 @@ fn a_large_first_sync_on_iptables_nft_applies_whole() {
         .collect();
     items.push(web("10.96.0.76", ALL3));
     let mut proxy = Proxy::with(IptablesBackend::new(iptables_config(&lab, Some(Mode::Nft))))
-        .explained_in(&lab, &Settings::lab(), kpng_explain::DataPath::Netfilter);
+        .explained_in(&lab, &Settings::lab(), kpng_explain::DataPath::Iptables);
     proxy.load(&manifest(&items)).expect("sync");
     let saved = lab.in_node(&["iptables-nft-save", "-t", "nat"]);
     let chains = saved

@@ -273,7 +273,7 @@ fn the_dry_run_text_is_what_netlink_applies() {
     let mut lab = lab();
     let reference = lab.scratch("ref");
     let mut proxy = Proxy::with(NftBackend::in_lab(&lab, &Settings::lab()).keep_scripts())
-        .explained_in(&lab, &Settings::lab(), kpng_explain::DataPath::Netfilter);
+        .explained_in(&lab, &Settings::lab(), kpng_explain::DataPath::Nftables);
     let lb = |ranges: &str| {
         kpng_lab::scenarios::service_with_status(
             "lb",
@@ -473,6 +473,122 @@ fn nft_list_ruleset_names_the_service_of_chains_and_elements() {
     ] {
         assert!(ruleset.contains(element), "{element} in\n{ruleset}");
     }
+}
+
+/// The endpoint each line names, in order (`e1 10.244.1.99` → `e1`).
+fn reached(lines: &[String]) -> Vec<String> {
+    lines
+        .iter()
+        .map(|l| l.split_whitespace().next().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// Balancing choices with real packets (the `kpng.io/balancing`
+/// annotation): Maglev gives a flow (a client's source port) the same
+/// endpoint every time, spreads the flows over every endpoint, and when
+/// one endpoint leaves keeps the others' flows where they were (random
+/// moves most of them); round robin takes the endpoints in turn.
+#[test]
+fn maglev_keeps_flows_where_they_are_and_round_robin_takes_turns() {
+    require_lab!(NftBackend);
+    let mut lab = lab();
+    let more = [("e4", "10.244.4.10"), ("e5", "10.244.5.10")];
+    for (name, ip) in more {
+        lab.host(name, &[ip], &[]);
+        lab.serve(name, ip);
+    }
+    let all = [E1, E2, E3, "10.244.4.10", "10.244.5.10"];
+    let eps = |ips: &[&str]| {
+        let items: Vec<String> = ips
+            .iter()
+            .map(|ip| format!("{{addresses: [{ip}], nodeName: node-b}}"))
+            .collect();
+        format!("[{}]", items.join(", "))
+    };
+    let annotated = |name: &str, ip: &str, how: Option<&str>, ips: &[&str]| {
+        let spec =
+            format!("{{clusterIP: {ip}, ports: [{{name: http, port: 80, targetPort: 8080}}]}}");
+        let text = service(name, &spec, &eps(ips));
+        match how {
+            Some(how) => text.replace(
+                &format!("metadata: {{namespace: t, name: {name}}}"),
+                &format!("metadata: {{namespace: t, name: {name}, annotations: {{kpng.io/balancing: {how}}}}}"),
+            ),
+            None => text,
+        }
+    };
+    let world = |ips: &[&str]| {
+        manifest(&[
+            annotated("mg", "10.96.0.60", Some("maglev"), ips),
+            annotated("rnd", "10.96.0.61", None, ips),
+            annotated("rr", "10.96.0.62", Some("round-robin"), ips),
+        ])
+    };
+    let mut proxy = Proxy::<NftBackend>::new(&lab, &Settings::lab());
+    proxy.load(&world(&all)).expect("sync");
+    settle();
+
+    let ports: Vec<u16> = (21_000..21_150).collect();
+    let flows = |ip: &str| reached(&lab.connect_from_ports("podc", ip, 80, &ports));
+    let first = flows("10.96.0.60");
+    assert_eq!(first.len(), ports.len(), "{first:?}");
+    // The same flows again: the same endpoints, flow by flow.
+    assert_eq!(flows("10.96.0.60"), first);
+    // Each flow's endpoint is the one its slot names: the kernel's hash is
+    // `kpng_model::maglev::flow_slot`'s, so every node (and the eBPF
+    // programs) picks it too.
+    let targets: Vec<(std::net::IpAddr, u16)> = all
+        .iter()
+        .map(|ip| (ip.parse().expect("ip"), 8080))
+        .collect();
+    let table = kpng_model::maglev::table(&targets, kpng_model::maglev::SLOTS);
+    let client: std::net::IpAddr = scenarios::POD_CLIENT.parse().expect("ip");
+    let predicted: Vec<String> = ports
+        .iter()
+        .map(|p| {
+            let slot = kpng_model::maglev::flow_slot(client, *p, kpng_model::maglev::SLOTS);
+            targets[table[slot as usize] as usize].0.to_string()
+        })
+        .collect();
+    assert_eq!(first, predicted);
+    // Every endpoint has its share of the flows.
+    for ep in all {
+        let n = first.iter().filter(|e| *e == ep).count();
+        assert!(n >= 10, "{ep}: {n} of {} flows", ports.len());
+    }
+    let random_before = flows("10.96.0.61");
+
+    // Round robin: 25 connections, five to each endpoint.
+    let turns = reached(&lab.connect("podc", "tcp", "10.96.0.62", 80, 25));
+    for ep in all {
+        assert_eq!(turns.iter().filter(|e| *e == ep).count(), 5, "{turns:?}");
+    }
+
+    // E3 leaves.
+    let rest: Vec<&str> = all.iter().copied().filter(|ip| *ip != E3).collect();
+    proxy.load(&world(&rest)).expect("sync");
+    settle();
+    let kept = |before: &[String], after: &[String]| {
+        let stayed: Vec<(&String, &String)> =
+            before.iter().zip(after).filter(|(b, _)| *b != E3).collect();
+        let same = stayed.iter().filter(|(b, a)| b == a).count();
+        (same, stayed.len())
+    };
+    let after = flows("10.96.0.60");
+    assert!(after.iter().all(|e| e != E3), "{after:?}");
+    let (same, stayed) = kept(&first, &after);
+    assert!(
+        same * 100 >= stayed * 90,
+        "maglev kept {same} of {stayed} flows"
+    );
+    let (random_same, random_stayed) = kept(&random_before, &flows("10.96.0.61"));
+    assert!(
+        random_same * 100 < random_stayed * 60,
+        "random kept {random_same} of {random_stayed} flows"
+    );
+    eprintln!(
+        "flows kept when 1 of 5 endpoints left: maglev {same}/{stayed}, random {random_same}/{random_stayed}"
+    );
 }
 
 /// The pick maps' element counters, read back over netlink, count each

@@ -73,6 +73,7 @@ pub mod iptables;
 pub mod leftovers;
 pub mod nft;
 pub mod process;
+pub mod routes;
 
 /// Runs `open` on a thread of its own that has joined the network
 /// namespace at `path`: a socket it opens stays in that namespace, and the

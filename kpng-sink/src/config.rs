@@ -2,6 +2,7 @@
 
 use ipnet::IpNet;
 use kpng_model::IpFamily;
+use kpng_model::v1::Balancing;
 
 /// The settings every kpng-rs backend takes, named after kube-proxy's
 /// flags: the cluster's networks and masquerading. A backend's own config
@@ -35,6 +36,9 @@ pub struct ProxyConfig {
     /// `--masquerade-bit` (default 14): the packet mark bit that asks for
     /// masquerading.
     pub masquerade_bit: u8,
+    /// `--balancing`: how a Service without a `kpng.io/balancing`
+    /// annotation picks an endpoint (default: random, as kube-proxy).
+    pub balancing: Balancing,
 }
 
 impl Default for ProxyConfig {
@@ -45,11 +49,34 @@ impl Default for ProxyConfig {
             nodeport_addresses: None,
             masquerade_all: false,
             masquerade_bit: 14,
+            balancing: Balancing::Random,
         }
     }
 }
 
 impl ProxyConfig {
+    /// Sets `--balancing` (unspecified is random).
+    #[must_use]
+    pub fn balancing(mut self, balancing: Balancing) -> Self {
+        self.balancing = match balancing {
+            Balancing::Unspecified => Balancing::Random,
+            other => other,
+        };
+        self
+    }
+
+    /// How `service` picks its endpoints: its own choice, or this
+    /// default (never [`Balancing::Unspecified`]).
+    pub fn balancing_of(&self, service: &kpng_model::v1::Service) -> Balancing {
+        match service.balancing() {
+            Balancing::Unspecified => match self.balancing {
+                Balancing::Unspecified => Balancing::Random,
+                other => other,
+            },
+            own => own,
+        }
+    }
+
     /// Sets `--cluster-cidr` (host bits cleared).
     #[must_use]
     pub fn cluster_cidrs(mut self, cidrs: impl IntoIterator<Item = IpNet>) -> Self {

@@ -179,6 +179,7 @@ pub use config::ProxyConfig;
 pub mod traffic;
 /// Typed CIDRs, as [`ProxyConfig`] takes them.
 pub use ipnet::IpNet;
+pub use kpng_model::v1::Balancing;
 
 #[cfg(test)]
 mod tests {

@@ -187,6 +187,10 @@ pub(crate) struct ExplainArgs {
     /// The packet's destination port.
     #[arg(long)]
     pub(crate) port: u16,
+    /// The packet's source port, when known: a Maglev Service's endpoint
+    /// for the flow is then named exactly.
+    #[arg(long)]
+    pub(crate) source_port: Option<u16>,
     /// `tcp`, `udp` or `sctp`.
     #[arg(long, default_value = "tcp")]
     pub(crate) protocol: String,
@@ -385,6 +389,13 @@ pub(crate) struct ProxyFlags {
     /// The mark bit that asks for masquerade.
     #[arg(long, visible_alias = "iptables-masquerade-bit", default_value_t = 14, value_parser = clap::value_parser!(u8).range(0..=31))]
     pub(crate) masquerade_bit: u8,
+    /// How a new connection picks its endpoint, for Services without a
+    /// `kpng.io/balancing` annotation: `random` (kube-proxy's), `maglev`
+    /// (consistent hashing of the flow: an endpoint leaving moves about
+    /// its own share of the flows) or `round-robin` (in turn). nftables
+    /// only; the iptables and eBPF backends pick at random.
+    #[arg(long, default_value = "random", value_parser = ["random", "maglev", "round-robin"])]
+    pub(crate) balancing: String,
 }
 
 /// The flags every backend takes, with kube-proxy's names.
@@ -539,7 +550,12 @@ impl ProxyFlags {
             .cluster_cidrs(nets("--cluster-cidr", &self.cluster_cidr)?)
             .service_cidrs(nets("--service-cidr", &self.service_cidr)?)
             .masquerade_all(self.masquerade_all)
-            .masquerade_bit(self.masquerade_bit);
+            .masquerade_bit(self.masquerade_bit)
+            .balancing(match self.balancing.as_str() {
+                "maglev" => kpng_sink::Balancing::Maglev,
+                "round-robin" => kpng_sink::Balancing::RoundRobin,
+                _ => kpng_sink::Balancing::Random,
+            });
         // `primary` (kube-proxy's word) is kpng's default.
         if let Some(list) = self.nodeport_addresses.as_ref().filter(|l| *l != "primary") {
             proxy = proxy.nodeport_addresses(nets("--nodeport-addresses", list)?);

@@ -26,9 +26,13 @@ fn setup(args: &ExplainArgs) -> Result<(Setup, Packet), Error> {
                 "--tc goes with --backend ebpf (its tc programs)".into(),
             ));
         }
-        _ => DataPath::Netfilter,
+        "iptables" => DataPath::Iptables,
+        _ => DataPath::Nftables,
     };
-    let packet = Packet::new(origin, protocol, args.source, args.destination, args.port);
+    let mut packet = Packet::new(origin, protocol, args.source, args.destination, args.port);
+    if let Some(port) = args.source_port {
+        packet = packet.from_port(port);
+    }
     Ok((Setup::new(args.proxy.proxy()?, data_path), packet))
 }
 

@@ -245,13 +245,11 @@ fn to_nft_and_to_iptables_run_through_an_aggregator_socket() {
     }
 }
 
-/// The server/agent split from the command line: `kpng file to-api`
-/// serves the bundled sample; `kpng api ... to-file --output - --format
-/// json --once` answers "what does node-a think" in one command.
-#[test]
-fn what_a_node_thinks_in_one_command() {
+/// `kpng file to-api` serving the bundled sample on a unix socket named
+/// after `name`, once it serves: the process and the socket's path.
+fn sample_server(name: &str) -> (std::process::Child, std::path::PathBuf) {
     use std::io::BufRead;
-    let socket = std::env::temp_dir().join(format!("kpng-cli-{}.sock", std::process::id()));
+    let socket = std::env::temp_dir().join(format!("{name}-{}.sock", std::process::id()));
     let mut server = Command::new(env!("CARGO_BIN_EXE_kpng"))
         .args(["file", "to-api", "--listen"])
         .arg(format!("unix://{}", socket.display()))
@@ -266,6 +264,15 @@ fn what_a_node_thinks_in_one_command() {
         lines.any(|l| l.is_ok_and(|l| l.contains("serving the ENLS"))),
         "the server started"
     );
+    (server, socket)
+}
+
+/// The server/agent split from the command line: `kpng file to-api`
+/// serves the bundled sample; `kpng api ... to-file --output - --format
+/// json --once` answers "what does node-a think" in one command.
+#[test]
+fn what_a_node_thinks_in_one_command() {
+    let (mut server, socket) = sample_server("kpng-cli");
     let (code, stdout, stderr) = kpng(&[
         "api",
         "--api",
@@ -1487,21 +1494,7 @@ fn explain_answers_offline_and_names_a_mistyped_node() {
 /// the file it serves.
 #[test]
 fn explain_answers_from_a_server_as_from_its_file() {
-    use std::io::BufRead;
-    let socket = std::env::temp_dir().join(format!("kpng-cli-explain-{}.sock", std::process::id()));
-    let mut server = Command::new(env!("CARGO_BIN_EXE_kpng"))
-        .args(["file", "to-api", "--listen"])
-        .arg(format!("unix://{}", socket.display()))
-        .env("RUST_LOG", "kpng=info")
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("server");
-    let stderr = server.stderr.take().expect("stderr");
-    let mut lines = std::io::BufReader::new(stderr).lines();
-    assert!(
-        lines.any(|l| l.is_ok_and(|l| l.contains("serving the ENLS"))),
-        "the server started"
-    );
+    let (mut server, socket) = sample_server("kpng-cli-explain");
     let address = format!("unix://{}", socket.display());
     let mut args = vec!["api", "--api", &address, "--node", "node-a"];
     args.extend(EXPLAIN_FRONTEND);

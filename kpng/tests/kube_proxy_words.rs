@@ -382,9 +382,11 @@ ipvs:
     assert!(stdout.contains("add table ip kpng"), "{stdout}");
     assert!(stdout.contains("10.96.7.7 . tcp . 80"), "{stdout}");
     assert!(stdout.contains("10.244.3.9 . 8080"), "{stdout}");
+    // IPVS's rr: in turn.
+    assert!(stdout.contains("numgen inc mod"), "{stdout}");
     for warned in [
         "mode: ipvs: served by kpng's nftables backend",
-        "ipvs.scheduler: rr: kpng picks each new connection's endpoint at random",
+        "ipvs.scheduler: rr: served as --balancing round-robin",
         "ipvs.strictARP: ",
     ] {
         assert!(stderr.contains(warned), "{warned} in {stderr}");

@@ -86,6 +86,7 @@
 mod datapath;
 mod layout;
 pub mod object;
+mod routes;
 mod sizes;
 mod state;
 mod sys;
@@ -113,6 +114,9 @@ pub use traffic::TrafficReader;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// The routes of the tc interfaces' namespace could not be read.
+    #[error("checking the routes to endpoints: {0}")]
+    Routes(#[source] kpng_netfilter::Error),
     /// The object could not be loaded (a map created or opened).
     #[error("loading the BPF object: {0}")]
     Load(#[source] Box<aya::EbpfError>),
@@ -422,6 +426,10 @@ pub struct EbpfBackend {
     target: Target,
     last: EbpfSyncStats,
     last_writes: Vec<String>,
+    /// The endpoints external traffic reaches by an interface without
+    /// the tc programs.
+    routes: routes::RouteCheck,
+    unmasqueraded: Vec<(std::net::IpAddr, String)>,
 }
 
 impl std::fmt::Debug for EbpfBackend {
@@ -481,12 +489,26 @@ impl EbpfBackend {
             target,
             last: EbpfSyncStats::default(),
             last_writes: Vec::new(),
+            routes: routes::RouteCheck::default(),
+            unmasqueraded: Vec::new(),
         }
     }
 
     /// What the last sync did.
     pub fn last_sync(&self) -> &EbpfSyncStats {
         &self.last
+    }
+
+    /// The endpoints on other nodes that external traffic under
+    /// `externalTrafficPolicy: Cluster` is sent to, but whose route
+    /// leaves by an interface without the tc programs (or by none), with
+    /// that interface's name (`no route`): that traffic is not
+    /// masqueraded, and its replies do not come back through this node.
+    /// Each is also a warning when first found. Checked after each
+    /// successful sync with tc interfaces (the Services the round
+    /// changed; all of them in a full round); empty otherwise.
+    pub fn unmasqueraded(&self) -> &[(std::net::IpAddr, String)] {
+        &self.unmasqueraded
     }
 
     /// The last sync's writes as text, one per element (dry runs only).
@@ -802,6 +824,17 @@ impl Sink for EbpfBackend {
             // The maps serve now: whatever an older object, or another
             // cgroup or interface, left attached can go.
             datapath.retire_stale();
+        }
+        // With tc programs: are the endpoints of external traffic reached
+        // through them? (A failure to ask is logged; the round stands.)
+        if result.is_ok()
+            && !self.config.tc_interfaces.is_empty()
+            && matches!(self.target, Target::Kernel(_))
+        {
+            match self.routes.check(&self.config, round) {
+                Ok(found) => self.unmasqueraded = found,
+                Err(e) => tracing::warn!(error = %e, "cannot check the routes to endpoints"),
+            }
         }
         let writes = self.state.take_writes();
         if let Target::DryRun(recorder) = &mut self.target {

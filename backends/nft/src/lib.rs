@@ -1005,6 +1005,83 @@ mod tests {
         assert!(!text.contains("delete set"), "{text}");
     }
 
+    /// A Maglev Service: its slots' elements in the pick map, one shared
+    /// pick rule hashing the flow; an endpoint leaving rewrites only the
+    /// slots that change (its own and a few), as data.
+    #[test]
+    fn a_maglev_endpoint_leaving_rewrites_only_the_slots_that_change() {
+        let mut backend = NftBackend::new(NftConfig::default()).dry_run();
+        let mut view = NodeView::default();
+        let maglev = |svc: Arc<Service>| {
+            let mut svc = (*svc).clone();
+            svc.balancing = kpng_model::v1::Balancing::Maglev as i32;
+            Arc::new(svc)
+        };
+        let svc = maglev(service("mg", "10.96.0.60", false));
+        let key = svc.service_name();
+        view.apply(&ViewOp::SetService(svc)).expect("service");
+        let eps = [
+            "10.244.1.5",
+            "10.244.2.5",
+            "10.244.3.5",
+            "10.244.4.5",
+            "10.244.5.5",
+        ];
+        for ep in eps {
+            view.apply(&ViewOp::SetEndpoint(key.clone(), endpoint(ep)))
+                .expect("endpoint");
+        }
+        sync(&mut backend, None, &mut view, 1);
+        let text = backend.last_script();
+        assert!(
+            text.contains("add rule ip kpng pick-vip-cluster-maglev dnat ip to ip daddr . meta l4proto . th dport . jhash ip saddr . th sport mod 1021 seed 0x0 map @vip-cluster"),
+            "{text}"
+        );
+        let slots = text.matches("10.96.0.60 . tcp . 80 . ").count();
+        assert_eq!(
+            slots,
+            kpng_model::maglev::SLOTS as usize,
+            "one element a slot"
+        );
+
+        let before = view.clone();
+        view.apply(&ViewOp::DeleteEndpoint(
+            key,
+            "10.244.3.5".parse().expect("ip"),
+        ))
+        .expect("delete");
+        sync(&mut backend, Some(&before), &mut view, 2);
+        let text = backend.last_script();
+        assert!(!backend.last_sync().full);
+        // Each changed slot: its element deleted, and added anew.
+        let changed: usize = text
+            .lines()
+            .filter(|l| l.starts_with("delete element"))
+            .map(|l| l.matches("10.96.0.60 . tcp . 80 . ").count())
+            .sum();
+        // Its own fifth of the slots, and a few more.
+        let fifth = kpng_model::maglev::SLOTS as usize / 5;
+        assert!(
+            changed >= fifth && changed <= fifth * 13 / 10,
+            "{changed} slots:\n{text}"
+        );
+        for line in text.lines() {
+            assert!(
+                line.starts_with("add element ") || line.starts_with("delete element "),
+                "{line}"
+            );
+        }
+        // Nothing goes to the endpoint that left.
+        let added = text.lines().filter(|l| l.starts_with("add element"));
+        assert!(added.clone().count() > 0);
+        assert!(
+            added
+                .into_iter()
+                .all(|l| !l.contains(": 10.244.3.5 . 8080")),
+            "{text}"
+        );
+    }
+
     /// The dry run names the Service each of its chains and its elements
     /// of the verdict maps and `cluster-ips` serve, as `nft list` shows
     /// them; the shared chains and the pick maps carry none. Comments off:

@@ -15,7 +15,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use kpng_model::v1::ServicePort;
+use kpng_model::maglev;
+use kpng_model::v1::{Balancing, ServicePort};
 use kpng_model::view::ServiceView;
 use kpng_model::{IpFamily, IpNet, ServiceName};
 use kpng_netfilter::nft::build::{self, Load};
@@ -127,15 +128,32 @@ impl Pick {
             .to_values(&[Load::Daddr(family), Load::Dport])
     }
 
-    /// The shared chain that picks one of `n` targets.
-    pub(crate) fn chain(self, n: usize) -> String {
-        format!("pick-{}-{n}", self.map())
+    /// The shared chain that picks one of `n` targets `how`: at random
+    /// (`pick-vip-cluster-3`), in turn (`pick-vip-cluster-rr-3`), or by the
+    /// flow's slot in a Maglev table, whatever `n` (`pick-vip-cluster-maglev`).
+    pub(crate) fn chain(self, n: usize, how: Balancing) -> String {
+        match how {
+            Balancing::Maglev => format!("pick-{}-maglev", self.map()),
+            Balancing::RoundRobin => format!("pick-{}-rr-{n}", self.map()),
+            _ => format!("pick-{}-{n}", self.map()),
+        }
     }
 
-    /// The pick chain's rule: DNAT to the target at a random index.
-    pub(crate) fn rule(self, family: Family, n: usize) -> Vec<Expr> {
+    /// The pick chain's rule: DNAT to the target at a random index, the
+    /// next index in turn (`numgen inc`), or the flow's Maglev slot
+    /// (`jhash` of its source address and port, modulo
+    /// [`maglev::SLOTS`]), each the last part of the map's key.
+    pub(crate) fn rule(self, family: Family, n: usize, how: Balancing) -> Vec<Expr> {
         let n = u32::try_from(n).unwrap_or(u32::MAX);
-        build::dnat_map(family, &self.key(family, n), self.map())
+        let mut key = self.key(family, n);
+        if let Some(last) = key.last_mut() {
+            *last = match how {
+                Balancing::Maglev => Load::Jhash(family, maglev::SLOTS),
+                Balancing::RoundRobin => Load::Inc(n),
+                _ => Load::Random(n),
+            };
+        }
+        build::dnat_map(family, &key, self.map())
     }
 }
 
@@ -450,29 +468,47 @@ pub(crate) struct Shared {
     cluster: usize,
     /// Local endpoints (0 when the chain does not use them).
     local_n: usize,
+    /// How an endpoint is picked.
+    how: Balancing,
 }
 
 impl Shared {
-    fn new(kind: Kind, local: bool, cluster: usize, local_n: usize) -> Self {
+    fn new(kind: Kind, local: bool, cluster: usize, local_n: usize, how: Balancing) -> Self {
         let (cluster, local_n) = match (kind, local) {
             (Kind::Svc, true) => (0, local_n),
             (_, false) => (cluster, 0),
             (_, true) => (cluster, local_n),
+        };
+        // A Maglev pick is the same whatever the count: only none or some
+        // tells two chains apart.
+        let (cluster, local_n) = match how {
+            Balancing::Maglev => (cluster.min(1), local_n.min(1)),
+            _ => (cluster, local_n),
+        };
+        let how = match how {
+            Balancing::Maglev | Balancing::RoundRobin => how,
+            _ => Balancing::Random,
         };
         Self {
             kind,
             local,
             cluster,
             local_n,
+            how,
         }
     }
 
     pub(crate) fn name(self) -> String {
         let kind = self.kind.word();
-        match (self.kind, self.local) {
+        let base = match (self.kind, self.local) {
             (Kind::Svc, true) => format!("svc-l{}", self.local_n),
             (_, false) => format!("{kind}-c{}", self.cluster),
             (_, true) => format!("{kind}-l{}-{}", self.cluster, self.local_n),
+        };
+        match self.how {
+            Balancing::Maglev => format!("{base}-maglev"),
+            Balancing::RoundRobin => format!("{base}-rr"),
+            _ => base,
         }
     }
 }
@@ -565,6 +601,8 @@ struct PortCtx<'a> {
     proto: u8,
     port: u16,
     affinity: Option<u32>,
+    /// How an endpoint is picked (never unspecified).
+    how: Balancing,
     cluster: Vec<(IpAddr, u16)>,
     local: Vec<(IpAddr, u16)>,
     /// The Service port's comment (`None`: comments are off).
@@ -593,7 +631,7 @@ impl PortCtx<'_> {
             render.chain(name.clone(), rules, self.comment.as_ref());
             return Target::Own(name);
         }
-        let shared = Shared::new(kind, local, self.cluster.len(), self.local.len());
+        let shared = Shared::new(kind, local, self.cluster.len(), self.local.len(), self.how);
         let family = self.fam.family();
         let rules = policy_rules(self.fam, self.config, kind, local, |set_local| {
             let n = if set_local {
@@ -607,13 +645,13 @@ impl PortCtx<'_> {
             let pick = kind.pick(set_local);
             let chain = ChainDef {
                 base: None,
-                rules: vec![pick.rule(family, n)],
+                rules: vec![pick.rule(family, n, shared.how)],
                 class: None,
                 retain: true,
                 comment: None,
             };
-            render.chains.insert(pick.chain(n), chain);
-            Verdict::Goto(pick.chain(n))
+            render.chains.insert(pick.chain(n, shared.how), chain);
+            Verdict::Goto(pick.chain(n, shared.how))
         });
         let name = shared.name();
         let key = kind.key(family);
@@ -706,21 +744,42 @@ impl PortCtx<'_> {
         }
     }
 
+    /// The pick map's elements of one set of targets: index `i` to the
+    /// `i`th target, or with Maglev, each slot to its target.
+    fn picks(&self, local: bool) -> Vec<(u32, (IpAddr, u16))> {
+        let targets = self.targets(local);
+        if self.how == Balancing::Maglev && self.affinity.is_none() {
+            return maglev::table(targets, maglev::SLOTS)
+                .into_iter()
+                .zip(0u32..)
+                .map(|(i, slot)| (slot, targets[i as usize]))
+                .collect();
+        }
+        targets
+            .iter()
+            .zip(0u32..)
+            .map(|(target, i)| (i, *target))
+            .collect()
+    }
+
     fn vip_elements(&self, render: &mut Render, vip: &[u8], local: bool) {
         let map = Pick::Vip { local }.map();
-        for (i, (ip, port)) in self.targets(local).iter().enumerate() {
-            let index = u32::try_from(i).unwrap_or(u32::MAX).to_ne_bytes();
-            let key = Key::of(&[vip, &[self.proto], &self.port.to_be_bytes(), &index]);
-            render.element(map, key, self.target(*ip, *port));
+        for (i, (ip, port)) in self.picks(local) {
+            let key = Key::of(&[
+                vip,
+                &[self.proto],
+                &self.port.to_be_bytes(),
+                &i.to_ne_bytes(),
+            ]);
+            render.element(map, key, self.target(ip, port));
         }
     }
 
     fn np_elements(&self, render: &mut Render, node_port: u16, local: bool) {
         let map = Pick::NodePort { local }.map();
-        for (i, (ip, port)) in self.targets(local).iter().enumerate() {
-            let index = u32::try_from(i).unwrap_or(u32::MAX).to_ne_bytes();
-            let key = Key::of(&[&[self.proto], &node_port.to_be_bytes(), &index]);
-            render.element(map, key, self.target(*ip, *port));
+        for (i, (ip, port)) in self.picks(local) {
+            let key = Key::of(&[&[self.proto], &node_port.to_be_bytes(), &i.to_ne_bytes()]);
+            render.element(map, key, self.target(ip, port));
         }
     }
 }
@@ -774,6 +833,7 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &NftConfig) 
             proto,
             port: number,
             affinity: plan.affinity,
+            how: config.proxy.balancing_of(&view.service),
             cluster: port.cluster,
             local: port.local,
             comment: config

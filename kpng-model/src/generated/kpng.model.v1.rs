@@ -106,6 +106,10 @@ pub struct Service {
     /// `spec.trafficDistribution` (e.g. "PreferClose"), or empty.
     #[prost(string, tag = "14")]
     pub traffic_distribution: ::prost::alloc::string::String,
+    /// How a new connection picks its endpoint (the `kpng.io/balancing`
+    /// annotation); unspecified: the proxy's default (`--balancing`).
+    #[prost(enumeration = "Balancing", tag = "15")]
+    pub balancing: i32,
 }
 /// The port an endpoint serves for one Service port name.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
@@ -288,6 +292,45 @@ impl TrafficPolicy {
         match value {
             "TRAFFIC_POLICY_CLUSTER" => Some(Self::Cluster),
             "TRAFFIC_POLICY_LOCAL" => Some(Self::Local),
+            _ => None,
+        }
+    }
+}
+/// How a new connection picks one of a Service port's endpoints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+#[repr(i32)]
+pub enum Balancing {
+    /// The proxy's default (`--balancing`, itself random by default).
+    Unspecified = 0,
+    /// Uniformly at random, as kube-proxy does.
+    Random = 1,
+    /// Maglev-style consistent hashing of the flow (source address and
+    /// port): every node picks the same endpoint for a flow, and an endpoint
+    /// leaving moves about 1/N of the flows, its own.
+    Maglev = 2,
+    /// In turn: one endpoint after the other.
+    RoundRobin = 3,
+}
+impl Balancing {
+    /// String value of the enum field names used in the ProtoBuf definition.
+    ///
+    /// The values are not transformed in any way and thus are considered stable
+    /// (if the ProtoBuf definition does not change) and safe for programmatic use.
+    pub fn as_str_name(&self) -> &'static str {
+        match self {
+            Self::Unspecified => "BALANCING_UNSPECIFIED",
+            Self::Random => "BALANCING_RANDOM",
+            Self::Maglev => "BALANCING_MAGLEV",
+            Self::RoundRobin => "BALANCING_ROUND_ROBIN",
+        }
+    }
+    /// Creates an enum from field names used in the ProtoBuf definition.
+    pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
+        match value {
+            "BALANCING_UNSPECIFIED" => Some(Self::Unspecified),
+            "BALANCING_RANDOM" => Some(Self::Random),
+            "BALANCING_MAGLEV" => Some(Self::Maglev),
+            "BALANCING_ROUND_ROBIN" => Some(Self::RoundRobin),
             _ => None,
         }
     }

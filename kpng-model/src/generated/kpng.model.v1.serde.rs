@@ -1,3 +1,80 @@
+impl serde::Serialize for Balancing {
+    #[allow(deprecated)]
+    fn serialize<S>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error>
+    where
+        S: serde::Serializer,
+    {
+        let variant = match self {
+            Self::Unspecified => "BALANCING_UNSPECIFIED",
+            Self::Random => "BALANCING_RANDOM",
+            Self::Maglev => "BALANCING_MAGLEV",
+            Self::RoundRobin => "BALANCING_ROUND_ROBIN",
+        };
+        serializer.serialize_str(variant)
+    }
+}
+impl<'de> serde::Deserialize<'de> for Balancing {
+    #[allow(deprecated)]
+    fn deserialize<D>(deserializer: D) -> std::result::Result<Self, D::Error>
+    where
+        D: serde::Deserializer<'de>,
+    {
+        const FIELDS: &[&str] = &[
+            "BALANCING_UNSPECIFIED",
+            "BALANCING_RANDOM",
+            "BALANCING_MAGLEV",
+            "BALANCING_ROUND_ROBIN",
+        ];
+
+        struct GeneratedVisitor;
+
+        impl serde::de::Visitor<'_> for GeneratedVisitor {
+            type Value = Balancing;
+
+            fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(formatter, "expected one of: {:?}", &FIELDS)
+            }
+
+            fn visit_i64<E>(self, v: i64) -> std::result::Result<Self::Value, E>
+            where
+                E: serde::de::Error,
+            {
+                i32::try_from(v)
+                    .ok()
+                    .and_then(|x| x.try_into().ok())
+                    .ok_or_else(|| {
+                        serde::de::Error::invalid_value(serde::de::Unexpected::Signed(v), &self)
+                    })
+            }
+
+            fn visit_u64<E>(self, v: u64) -> std::result::Result<Self::Value, E>
+            where
+                E: serde::de::Error,
+            {
+                i32::try_from(v)
+                    .ok()
+                    .and_then(|x| x.try_into().ok())
+                    .ok_or_else(|| {
+                        serde::de::Error::invalid_value(serde::de::Unexpected::Unsigned(v), &self)
+                    })
+            }
+
+            fn visit_str<E>(self, value: &str) -> std::result::Result<Self::Value, E>
+            where
+                E: serde::de::Error,
+            {
+                match value {
+                    "BALANCING_UNSPECIFIED" => Ok(Balancing::Unspecified),
+                    "BALANCING_RANDOM" => Ok(Balancing::Random),
+                    "BALANCING_MAGLEV" => Ok(Balancing::Maglev),
+                    "BALANCING_ROUND_ROBIN" => Ok(Balancing::RoundRobin),
+                    _ => Err(serde::de::Error::unknown_variant(value, FIELDS)),
+                }
+            }
+        }
+        deserializer.deserialize_any(GeneratedVisitor)
+    }
+}
 impl serde::Serialize for ClientIpAffinity {
     #[allow(deprecated)]
     fn serialize<S>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error>
@@ -2274,6 +2351,9 @@ impl serde::Serialize for Service {
         if !self.traffic_distribution.is_empty() {
             len += 1;
         }
+        if self.balancing != 0 {
+            len += 1;
+        }
         let mut struct_ser = serializer.serialize_struct("kpng.model.v1.Service", len)?;
         if !self.namespace.is_empty() {
             struct_ser.serialize_field("namespace", &self.namespace)?;
@@ -2323,6 +2403,11 @@ impl serde::Serialize for Service {
         if !self.traffic_distribution.is_empty() {
             struct_ser.serialize_field("trafficDistribution", &self.traffic_distribution)?;
         }
+        if self.balancing != 0 {
+            let v = Balancing::try_from(self.balancing)
+                .map_err(|_| serde::ser::Error::custom(format!("Invalid variant {}", self.balancing)))?;
+            struct_ser.serialize_field("balancing", &v)?;
+        }
         struct_ser.end()
     }
 }
@@ -2357,6 +2442,7 @@ impl<'de> serde::Deserialize<'de> for Service {
             "loadBalancerSourceRanges",
             "traffic_distribution",
             "trafficDistribution",
+            "balancing",
         ];
 
         #[allow(clippy::enum_variant_names)]
@@ -2375,6 +2461,7 @@ impl<'de> serde::Deserialize<'de> for Service {
             HealthCheckNodePort,
             LoadBalancerSourceRanges,
             TrafficDistribution,
+            Balancing,
         }
         impl<'de> serde::Deserialize<'de> for GeneratedField {
             fn deserialize<D>(deserializer: D) -> std::result::Result<GeneratedField, D::Error>
@@ -2410,6 +2497,7 @@ impl<'de> serde::Deserialize<'de> for Service {
                             "healthCheckNodePort" | "health_check_node_port" => Ok(GeneratedField::HealthCheckNodePort),
                             "loadBalancerSourceRanges" | "load_balancer_source_ranges" => Ok(GeneratedField::LoadBalancerSourceRanges),
                             "trafficDistribution" | "traffic_distribution" => Ok(GeneratedField::TrafficDistribution),
+                            "balancing" => Ok(GeneratedField::Balancing),
                             _ => Err(serde::de::Error::unknown_field(value, FIELDS)),
                         }
                     }
@@ -2443,6 +2531,7 @@ impl<'de> serde::Deserialize<'de> for Service {
                 let mut health_check_node_port__ = None;
                 let mut load_balancer_source_ranges__ = None;
                 let mut traffic_distribution__ = None;
+                let mut balancing__ = None;
                 while let Some(k) = map_.next_key()? {
                     match k {
                         GeneratedField::Namespace => {
@@ -2531,6 +2620,12 @@ impl<'de> serde::Deserialize<'de> for Service {
                             }
                             traffic_distribution__ = Some(map_.next_value()?);
                         }
+                        GeneratedField::Balancing => {
+                            if balancing__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("balancing"));
+                            }
+                            balancing__ = Some(map_.next_value::<Balancing>()? as i32);
+                        }
                     }
                 }
                 Ok(Service {
@@ -2548,6 +2643,7 @@ impl<'de> serde::Deserialize<'de> for Service {
                     health_check_node_port: health_check_node_port__.unwrap_or_default(),
                     load_balancer_source_ranges: load_balancer_source_ranges__,
                     traffic_distribution: traffic_distribution__.unwrap_or_default(),
+                    balancing: balancing__.unwrap_or_default(),
                 })
             }
         }

@@ -22,8 +22,8 @@ pub use super::load::{Load, Typeof, datatype};
 pub fn load(keys: &[Load]) -> Vec<Expr> {
     let mut reg = Reg::r32(0);
     keys.iter()
-        .map(|k| {
-            let e = k.expr(reg);
+        .flat_map(|k| {
+            let e = k.exprs(reg);
             reg = reg.after(k.len());
             e
         })
@@ -40,7 +40,7 @@ pub fn load_fixed(keys: &[(Load, Option<&[u8]>)]) -> Vec<Expr> {
     let mut reg = Reg::r32(0);
     let mut out = Vec::new();
     for (load, value) in keys {
-        out.push(load.expr(reg));
+        out.extend(load.exprs(reg));
         if let Some(value) = value {
             out.push(Expr::Bitwise {
                 sreg: reg,

@@ -332,6 +332,20 @@ pub enum Expr {
         /// Where to.
         dreg: Reg,
     },
+    /// A Jenkins hash of `len` bytes from `sreg` on, modulo `modulus`, into
+    /// `dreg` (`jhash ip saddr . th sport mod 1021 seed 0x0`).
+    Hash {
+        /// Where the hashed bytes start.
+        sreg: Reg,
+        /// How many bytes.
+        len: u32,
+        /// How many values.
+        modulus: u32,
+        /// The hash's seed.
+        seed: u32,
+        /// Where to.
+        dreg: Reg,
+    },
     /// A routing lookup (`fib`).
     Fib {
         /// `NFTA_FIB_F_*` flags (source 1, destination 2, mark 4, iif 8,
@@ -426,6 +440,7 @@ impl Expr {
             Expr::Nat { .. } => "nat",
             Expr::Masquerade { .. } => "masq",
             Expr::Numgen { .. } => "numgen",
+            Expr::Hash { .. } => "hash",
             Expr::Fib { .. } => "fib",
             Expr::Reject(_) => "reject",
             Expr::Counter => "counter",
@@ -537,6 +552,21 @@ impl Expr {
                     vec![a(1, be32(*flags))]
                 }
             }
+            Expr::Hash {
+                sreg,
+                len,
+                modulus,
+                seed,
+                dreg,
+            } => vec![
+                a(1, reg(sreg)),
+                a(2, reg(dreg)),
+                a(3, be32(*len)),
+                a(4, be32(*modulus)),
+                a(5, be32(*seed)),
+                // NFT_HASH_JENKINS.
+                a(7, be32(0)),
+            ],
             Expr::Numgen {
                 modulus,
                 random,
@@ -794,6 +824,14 @@ impl RawExpr {
             "masq" => Expr::Masquerade {
                 flags: self.u32(1).unwrap_or(0),
             },
+            // Jenkins hashes only (NFT_HASH_JENKINS, the default).
+            "hash" if self.u32(7).unwrap_or(0) == 0 => Expr::Hash {
+                sreg: self.reg(1)?,
+                dreg: self.reg(2)?,
+                len: self.u32(3)?,
+                modulus: self.u32(4)?,
+                seed: self.u32(5).unwrap_or(0),
+            },
             "numgen" => Expr::Numgen {
                 modulus: self.u32(2)?,
                 random: self.u32(3)? == 1,
@@ -925,6 +963,13 @@ mod tests {
                 modulus: 3,
                 random: true,
                 offset: 0,
+                dreg: r(3),
+            },
+            Expr::Hash {
+                sreg: r(8),
+                len: 8,
+                modulus: 1021,
+                seed: 0,
                 dreg: r(3),
             },
             Expr::Fib {

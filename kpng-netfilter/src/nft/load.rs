@@ -21,6 +21,14 @@ pub enum Load {
     Sport,
     /// `numgen random mod N`.
     Random(u32),
+    /// `numgen inc mod N`: 0, 1, … N-1, 0, … over the packets the rule
+    /// sees (round robin).
+    Inc(u32),
+    /// `jhash ip saddr . th sport mod N seed 0x0`: a flow's hash (its
+    /// source address and port; the destination is the rule's), the same
+    /// for every packet of the flow and for every node (consistent
+    /// hashing's slot, with a Maglev table).
+    Jhash(Family, u32),
     /// `meta mark`.
     Mark,
 }
@@ -30,7 +38,12 @@ impl Load {
     pub fn len(self) -> u32 {
         match self {
             Load::Saddr(Family::Ip6) | Load::Daddr(Family::Ip6) => 16,
-            Load::Saddr(_) | Load::Daddr(_) | Load::Random(_) | Load::Mark => 4,
+            Load::Saddr(_)
+            | Load::Daddr(_)
+            | Load::Random(_)
+            | Load::Inc(_)
+            | Load::Jhash(..)
+            | Load::Mark => 4,
             Load::L4Proto => 1,
             Load::Dport | Load::Sport => 2,
         }
@@ -48,7 +61,7 @@ impl Load {
             Load::Saddr(family) | Load::Daddr(family) => DataType::addr(family),
             Load::L4Proto => DataType::INET_PROTO,
             Load::Dport | Load::Sport => DataType::INET_SERVICE,
-            Load::Random(_) => DataType::INTEGER,
+            Load::Random(_) | Load::Inc(_) | Load::Jhash(..) => DataType::INTEGER,
             Load::Mark => DataType::MARK,
         }
     }
@@ -57,7 +70,7 @@ impl Load {
     /// and numgen values, network order for packet fields.
     fn byte_order(self) -> u32 {
         match self {
-            Load::L4Proto | Load::Random(_) | Load::Mark => 1,
+            Load::L4Proto | Load::Random(_) | Load::Inc(_) | Load::Jhash(..) | Load::Mark => 1,
             _ => 2,
         }
     }
@@ -86,6 +99,12 @@ impl Load {
             Load::Mark => (META, &[3]),
             // NFT_NG_RANDOM, the modulus, no offset.
             Load::Random(modulus) => (NUMGEN, &[1, modulus, 0]),
+            // NFT_NG_INCREMENTAL.
+            Load::Inc(modulus) => (NUMGEN, &[0, modulus, 0]),
+            // An integer as numgen's is: nft 1.0.6 cannot list a set
+            // declared by `typeof jhash …` (it crashes), so a hash keys a
+            // map declared by `numgen`'s integer.
+            Load::Jhash(_, modulus) => (NUMGEN, &[1, modulus, 0]),
         };
         udata_u32(out, 0, kind);
         let mut inner = Vec::new();
@@ -188,7 +207,33 @@ pub enum Typeof {
 }
 
 impl Load {
-    /// The expression that loads it into `dreg`.
+    /// The expressions that load it into `dreg`: one, but for a hash,
+    /// whose input is loaded first into registers 8 on (beyond any key
+    /// kpng builds: a concatenation of IPv6 address, protocol, port and a
+    /// number fills registers 0 to 6).
+    pub fn exprs(self, dreg: Reg) -> Vec<Expr> {
+        match self {
+            Load::Jhash(family, modulus) => {
+                let input = Reg::r32(8);
+                let saddr = Load::Saddr(family);
+                vec![
+                    saddr.expr(input),
+                    Load::Sport.expr(input.after(saddr.len())),
+                    Expr::Hash {
+                        sreg: input,
+                        len: saddr.len() + 4,
+                        modulus,
+                        seed: 0,
+                        dreg,
+                    },
+                ]
+            }
+            other => vec![other.expr(dreg)],
+        }
+    }
+
+    /// The expression that loads it into `dreg` (for a hash: the hash
+    /// itself, its input loaded by [`exprs`](Self::exprs)).
     pub fn expr(self, dreg: Reg) -> Expr {
         let payload = |base, offset, len| Expr::Payload {
             base,
@@ -215,6 +260,19 @@ impl Load {
                 modulus,
                 random: true,
                 offset: 0,
+                dreg,
+            },
+            Load::Inc(modulus) => Expr::Numgen {
+                modulus,
+                random: false,
+                offset: 0,
+                dreg,
+            },
+            Load::Jhash(family, modulus) => Expr::Hash {
+                sreg: Reg::r32(8),
+                len: Load::Saddr(family).len() + 4,
+                modulus,
+                seed: 0,
                 dreg,
             },
         }

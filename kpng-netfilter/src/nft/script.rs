@@ -84,6 +84,11 @@ fn load_words(load: Load) -> String {
         Load::Dport => "th dport".into(),
         Load::Sport => "th sport".into(),
         Load::Random(n) => format!("numgen random mod {n}"),
+        Load::Inc(n) => format!("numgen inc mod {n}"),
+        Load::Jhash(family, n) => format!(
+            "jhash {} . th sport mod {n} seed 0x0",
+            load_words(Load::Saddr(family))
+        ),
         Load::Mark => "meta mark".into(),
     }
 }

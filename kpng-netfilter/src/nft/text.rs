@@ -165,6 +165,20 @@ fn concat(regs: &[Option<Value>; 24], first: Reg) -> Option<String> {
     (!words.is_empty()).then(|| words.join(" . "))
 }
 
+/// The registers from `first` on that make up `len` bytes: a hash's
+/// input.
+fn concat_of(regs: &[Option<Value>; 24], first: Reg, len: u32) -> Option<String> {
+    let mut at = usize::try_from(first.number()).ok()?;
+    let end = at + usize::try_from(len.div_ceil(4)).ok()?;
+    let mut words = Vec::new();
+    while at < end {
+        let v = regs.get(at)?.as_ref()?;
+        words.push(v.words.clone());
+        at += v.width;
+    }
+    (!words.is_empty()).then(|| words.join(" . "))
+}
+
 impl fmt::Display for Rule {
     /// The rule in nft's syntax, as `nft list` prints it in a table of
     /// the rule's address family, counters without their numbers (for the
@@ -231,6 +245,17 @@ impl fmt::Display for Rule {
                         slot(*dreg),
                         Value::new(format!("fib {dir} {what}"), kind),
                     );
+                }
+                Expr::Hash {
+                    sreg,
+                    len,
+                    modulus,
+                    seed,
+                    dreg,
+                } => {
+                    let input = concat_of(&regs, *sreg, *len).unwrap_or_else(|| format!("{e:?}"));
+                    let words = format!("jhash {input} mod {modulus} seed {seed:#x}");
+                    set(&mut regs, slot(*dreg), Value::new(words, Kind::Other));
                 }
                 Expr::Numgen {
                     modulus,
@@ -501,6 +526,42 @@ mod tests {
         assert_eq!(
             rule.to_string(),
             "dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 2 map @pick"
+        );
+        // A flow's hash and a round-robin number, as nft 1.0.6 lists them
+        // (checked with `nft -f` and `nft list ruleset` in a namespace).
+        use crate::nft::build;
+        use crate::nft::load::Load;
+        let keys = |last| [Load::Daddr(Family::Ip), Load::L4Proto, Load::Dport, last];
+        let maglev = Rule::new(
+            "c",
+            build::dnat_map(
+                Family::Ip,
+                &keys(Load::Jhash(Family::Ip, 1021)),
+                "vip-cluster",
+            ),
+        );
+        assert_eq!(
+            maglev.to_string(),
+            "dnat ip to ip daddr . meta l4proto . th dport . jhash ip saddr . th sport mod 1021 seed 0x0 map @vip-cluster"
+        );
+        let v6 = [
+            Load::Daddr(Family::Ip6),
+            Load::L4Proto,
+            Load::Dport,
+            Load::Jhash(Family::Ip6, 1021),
+        ];
+        let maglev6 = Rule::new("c", build::dnat_map(Family::Ip6, &v6, "vip-cluster"));
+        assert_eq!(
+            maglev6.to_string(),
+            "dnat ip6 to ip6 daddr . meta l4proto . th dport . jhash ip6 saddr . th sport mod 1021 seed 0x0 map @vip-cluster"
+        );
+        let rr = Rule::new(
+            "c",
+            build::dnat_map(Family::Ip, &keys(Load::Inc(3)), "vip-cluster"),
+        );
+        assert_eq!(
+            rr.to_string(),
+            "dnat ip to ip daddr . meta l4proto . th dport . numgen inc mod 3 map @vip-cluster"
         );
         let unknown = Rule::new(
             "c",

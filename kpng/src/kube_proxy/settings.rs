@@ -711,6 +711,12 @@ impl Settings {
         if let Some(bit) = self.masquerade_bit.get(mode) {
             flags.push(format!("--masquerade-bit={bit}"));
         }
+        if mode == "ipvs" {
+            flags.push(format!(
+                "--balancing={}",
+                scheduler_balancing(&self.ipvs.scheduler).0
+            ));
+        }
         if !is_zero(&self.min_sync_period) {
             flags.push(format!("--min-sync-period={}", self.min_sync_period));
         }
@@ -840,15 +846,16 @@ impl Settings {
             "ipvs: served by kpng's nftables backend (`to-nft`; KEP-5495 removes IPVS); no IPVS virtual servers and no kube-ipvs0 interface are made",
         );
         let ipvs = &self.ipvs;
-        if !ipvs.scheduler.is_empty() {
-            warn(
-                &file("ipvs.scheduler"),
-                &format!(
-                    "{}: kpng picks each new connection's endpoint at random, as kube-proxy's nftables and iptables modes do",
-                    ipvs.scheduler
-                ),
-            );
-        }
+        let (balancing, why) = scheduler_balancing(&ipvs.scheduler);
+        let scheduler = if ipvs.scheduler.is_empty() {
+            "(unset: IPVS's rr)"
+        } else {
+            ipvs.scheduler.as_str()
+        };
+        warn(
+            &file("ipvs.scheduler"),
+            &format!("{scheduler}: served as --balancing {balancing}: {why}"),
+        );
         if ipvs.exclude_cidrs.as_ref().is_some_and(|l| !l.is_empty()) {
             warn(
                 &self.at("ipvs.excludeCIDRs").name,
@@ -873,6 +880,33 @@ impl Settings {
                 );
             }
         }
+    }
+}
+
+/// The nearest of kpng's balancing choices to an IPVS scheduler, and
+/// what differs.
+pub(super) fn scheduler_balancing(scheduler: &str) -> (&'static str, &'static str) {
+    match scheduler.trim() {
+        "" | "rr" => (
+            "round-robin",
+            "each new connection goes to the next endpoint in turn",
+        ),
+        "wrr" => (
+            "round-robin",
+            "in turn; endpoints have no weights in Kubernetes, so all weigh the same",
+        ),
+        "mh" => (
+            "maglev",
+            "Maglev hashing of the flow (source address and port), on every node alike",
+        ),
+        "sh" | "dh" => (
+            "maglev",
+            "consistent hashing of the flow (source address and port), not of one address alone; sessionAffinity: ClientIP keeps a client on one endpoint",
+        ),
+        _ => (
+            "random",
+            "kpng's data path keeps no connection counts (lc, wlc, sed, nq and the like): each new connection's endpoint is picked at random",
+        ),
     }
 }
 

@@ -406,15 +406,16 @@ fn ipvs_mode_is_served_by_nftables_with_a_warning_per_ipvs_setting() {
         );
     let (argv, warnings) = with_file(&text, &["--hostname-override=n"]).expect("ipvs");
     assert_eq!(argv[4], "to-nft", "{argv:?}");
-    for flag in ["--min-sync-period=5s", "--masquerade-bit=13"] {
+    for flag in [
+        "--min-sync-period=5s",
+        "--masquerade-bit=13",
+        "--balancing=round-robin",
+    ] {
         assert!(argv.contains(&flag.to_owned()), "{flag} in {argv:?}");
     }
     for (field, says) in [
         ("mode", "ipvs: served by kpng's nftables backend"),
-        (
-            "ipvs.scheduler",
-            "wrr: kpng picks each new connection's endpoint at random",
-        ),
+        ("ipvs.scheduler", "wrr: served as --balancing round-robin"),
         ("ipvs.excludeCIDRs", "none"),
         (
             "ipvs.strictARP",
@@ -447,7 +448,22 @@ fn ipvs_mode_is_served_by_nftables_with_a_warning_per_ipvs_setting() {
     assert!(
         warnings
             .iter()
-            .any(|w| w.starts_with("ipvs.scheduler: sh: ")),
+            .any(|w| w.starts_with("ipvs.scheduler: sh: served as --balancing maglev")),
+        "{warnings:?}"
+    );
+    assert!(argv.contains(&"--balancing=maglev".to_owned()), "{argv:?}");
+    // Least connections has no counterpart: random, said so.
+    let (argv, warnings) = run(&[
+        "--proxy-mode=ipvs",
+        "--ipvs-scheduler=lc",
+        "--hostname-override=n",
+    ])
+    .expect("ipvs flags");
+    assert!(argv.contains(&"--balancing=random".to_owned()), "{argv:?}");
+    assert!(
+        warnings.iter().any(|w| w.contains(
+            "lc: served as --balancing random: kpng's data path keeps no connection counts"
+        )),
         "{warnings:?}"
     );
 }
