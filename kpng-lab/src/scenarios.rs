@@ -613,7 +613,7 @@ pub fn counters_count_each_connection_per_service_port_and_endpoint<B: kpng_sink
 
     let lab = lab();
     let mut proxy = Proxy::with(make(&lab));
-    let spec = "{type: NodePort, clusterIP: 10.96.0.70, ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30070}]}";
+    let spec = "{type: NodePort, clusterIP: 10.96.0.70, ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30070}, {name: dns, port: 53, protocol: UDP, targetPort: 5353, nodePort: 30071}]}";
     proxy
         .load(&manifest(&[service("web", spec, ALL3)]))
         .expect("sync");
@@ -638,7 +638,12 @@ pub fn counters_count_each_connection_per_service_port_and_endpoint<B: kpng_sink
     let counted = |rows: &[kpng_sink::traffic::ConnectionCount], to: &[Destination]| {
         let mut out: BTreeMap<String, u64> = BTreeMap::new();
         for row in rows.iter().filter(|r| to.contains(&r.destination)) {
-            assert_eq!(row.endpoint.port(), 8080, "{row:?}");
+            let want = if row.protocol == kpng_model::v1::Protocol::Udp {
+                5353
+            } else {
+                8080
+            };
+            assert_eq!(row.endpoint.port(), want, "{row:?}");
             *out.entry(row.endpoint.ip().to_string()).or_default() += row.connections;
         }
         out
@@ -659,6 +664,26 @@ pub fn counters_count_each_connection_per_service_port_and_endpoint<B: kpng_sink
         let (name, port) = ports.find(row).expect("a Service port of the view");
         assert_eq!((name.name(), port.name.as_str()), ("web", "http"));
     }
+
+    // UDP: each probe a socket of its own, so a flow of its own, counted
+    // once (its first datagram), on the Service's UDP port only.
+    let dns = Destination::Address(SocketAddr::from(([10, 96, 0, 70], 53)));
+    let lines = lab.connect("podc", "udp", "10.96.0.70", 53, 10);
+    let want = replied(&lines);
+    assert_eq!(want.values().sum::<u64>(), 10, "{lines:?}");
+    let rows = read(&lab, &proxy.backend);
+    assert_eq!(counted(&rows, &[dns]), want, "UDP counters: {rows:?}");
+    assert!(
+        rows.iter()
+            .filter(|r| r.destination == dns)
+            .all(|r| r.protocol == kpng_model::v1::Protocol::Udp),
+        "{rows:?}"
+    );
+    assert_eq!(
+        counted(&rows, &[vip]).values().sum::<u64>(),
+        count as u64,
+        "the TCP port's did not move: {rows:?}"
+    );
 
     if node_port {
         let lines = lab.connect("ext", "tcp", NODE_IP, 30070, count);
