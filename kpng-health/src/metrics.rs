@@ -20,6 +20,7 @@
 //! | `kubeproxy_sync_proxy_rules_iptables_restore_failures_total` | failed syncs (restores) in iptables mode |
 //! | `kubeproxy_sync_proxy_rules_no_local_endpoints_total{traffic_policy, ip_family}` | Service ports with a Local policy (`internal`, `external`) and no local endpoint, per family (`IPv4`, `IPv6`) |
 //! | `kpng_bpf_map_entries{map}`, `kpng_bpf_map_max_entries{map}` | the eBPF backend: entries its state asks of each map that holds the cluster (at most), and the map's size ([`Metrics::observe_map_fill`]) |
+//! | `kpng_service_connections_total{namespace, service, port, protocol}`, `kpng_endpoint_connections_total{…, endpoint}` | new connections (UDP: flows) per Service port and per endpoint, read from the backends' counters at each scrape ([`Metrics::count_connections`]) |
 //! | `process_cpu_seconds_total`, `process_resident_memory_bytes`, `process_virtual_memory_bytes`, `process_open_fds`, `process_max_fds`, `process_start_time_seconds` | the process collector's, from `/proc/self` at each scrape |
 //!
 //! [`serve_metrics`] also answers kube-proxy's `/configz` (the effective
@@ -42,9 +43,11 @@ use tokio::net::TcpListener;
 mod kube;
 mod measure;
 mod process;
+mod traffic;
 use kube::KubeProxy;
 pub use measure::{Measure, MeasuredExt};
 use process::Process;
+use traffic::{Traffic, TrafficCollector};
 
 struct Inner {
     registry: Registry,
@@ -72,6 +75,8 @@ struct Inner {
     /// Metrics of other crates, as OpenMetrics text (see
     /// [`Metrics::add_text`]).
     texts: Mutex<Vec<TextSource>>,
+    /// The backends' connection counters.
+    traffic: Arc<Traffic>,
 }
 
 /// A function giving metrics as OpenMetrics text.
@@ -201,6 +206,8 @@ impl Metrics {
             Family::clone(&map_max_entries),
         );
         let kube = KubeProxy::register(&mut registry, mode);
+        let traffic = Arc::new(Traffic::default());
+        registry.register_collector(Box::new(TrafficCollector(Arc::clone(&traffic))));
         Self(Arc::new(Inner {
             registry,
             sync,
@@ -222,6 +229,7 @@ impl Metrics {
             seen: Mutex::new((kpng_store::Stats::default(), 0)),
             kube,
             texts: Mutex::new(Vec::new()),
+            traffic,
         }))
     }
 
@@ -279,6 +287,56 @@ impl Metrics {
             .map_max_entries
             .get_or_create(&label)
             .set(gauge(max_entries));
+    }
+
+    /// Reads `source`, a backend's connection counters, at each scrape:
+    /// `kpng_service_connections_total{namespace, service, port,
+    /// protocol}` and `kpng_endpoint_connections_total{…, endpoint}`,
+    /// named by the node view of the last successful sync (the
+    /// [`Measure`] hook keeps it). Rows of destinations no Service port
+    /// of the view holds are left out.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use kpng_health::metrics::{Measure, Metrics};
+    /// use kpng_model::v1::{Protocol, Service, ServicePort};
+    /// use kpng_model::view::{NodeView, ServiceView};
+    /// use kpng_sink::traffic::{ConnectionCount, ConnectionCounters, Destination};
+    /// use kpng_sink::{Hook, Round, SinkError};
+    ///
+    /// struct Fixed;
+    /// impl ConnectionCounters for Fixed {
+    ///     fn read(&self) -> Result<Vec<ConnectionCount>, SinkError> {
+    ///         Ok(vec![ConnectionCount {
+    ///             protocol: Protocol::Tcp,
+    ///             destination: Destination::Address("10.96.0.10:80".parse().unwrap()),
+    ///             endpoint: "10.244.1.5:8080".parse().unwrap(),
+    ///             connections: 3,
+    ///         }])
+    ///     }
+    /// }
+    /// let metrics = Metrics::new();
+    /// metrics.count_connections(Fixed);
+    /// let svc = Arc::new(
+    ///     Service::new("default", "web")
+    ///         .with_cluster_ips(["10.96.0.10".parse()?])
+    ///         .with_port(ServicePort::new("http", Protocol::Tcp, 80)),
+    /// );
+    /// let mut view = NodeView::default();
+    /// view.services.insert(svc.service_name(), Arc::new(ServiceView::new(svc)));
+    /// let mut measure = Measure::new(metrics.clone());
+    /// let round = Round::full(&view);
+    /// Hook::<()>::before(&mut measure, &round);
+    /// Hook::<()>::after(&mut measure, &(), &round, &Ok(()));
+    /// let text = metrics.encode();
+    /// assert!(text.contains(
+    ///     "kpng_service_connections_total{namespace=\"default\",service=\"web\",port=\"http\",protocol=\"TCP\"} 3"
+    /// ), "{text}");
+    /// assert!(text.contains("endpoint=\"10.244.1.5:8080\"} 3"), "{text}");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn count_connections(&self, source: impl kpng_sink::traffic::ConnectionCounters + 'static) {
+        self.0.traffic.add(Box::new(source));
     }
 
     /// Serves `config` (kube-proxy's shape: `{"kubeproxy.config.k8s.io":

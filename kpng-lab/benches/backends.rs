@@ -34,6 +34,12 @@
 //! `nft-comments` (not part of the default run): what the comments naming
 //! the Services cost the nft backend's full sync at 10k, in time and heap.
 //!
+//! `counters` (not part of the default run; `KPNG_BENCH_ROUNDS`, default
+//! 3): what the per-Service counters cost each of the nft and eBPF
+//! backends at 10k × 10, on and off alternating in one lab: the full
+//! sync, one endpoint change, and the connection rate through a
+//! ClusterIP (the eBPF one also as the `connect4` program's own time).
+//!
 //! `iptables` ends with the cold start at scale (`iptables-50k` runs only
 //! that): 50,000 Services × 10 endpoints (`KPNG_BENCH_SCALE_SERVICES`
 //! changes the count), synced once into a namespace created empty for it,
@@ -374,6 +380,10 @@ fn main() {
         kpng_lab::bench::comments_cost(3);
         return;
     }
+    if only.iter().any(|o| o == "counters") {
+        counters_cost();
+        return;
+    }
     let wanted = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
     if wanted("nft") {
         kpng_lab::bench::run::<NftBackend>(
@@ -426,4 +436,30 @@ fn main() {
     if wanted("balancing") {
         kpng_lab::bench::balancing(10, 1000, 2000);
     }
+}
+
+/// `counters`: the per-Service counters' cost, nft then eBPF.
+fn counters_cost() {
+    use kpng_lab::{LabBackend, Settings, ebpf_config};
+    let rounds = std::env::var("KPNG_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let settings = Settings {
+        cluster_cidr: "10.244.0.0/16".into(),
+        service_cidr: "10.96.0.0/12".into(),
+        ..Settings::default()
+    };
+    kpng_lab::bench::counters_cost::<NftBackend>(rounds, true, |lab, on| {
+        let config = kpng_backend_nft::NftConfig::new(settings.proxy())
+            .in_netns(&lab.ns("node"))
+            .counters(on);
+        NftBackend::new(config)
+    });
+    kpng_lab::bench::counters_scrape_cost();
+    let _ = <EbpfOnly as LabBackend>::NAME;
+    kpng_lab::bench::counters_cost::<EbpfOnly>(rounds, false, |lab, on| {
+        let config = ebpf_config(lab, &settings, false).counters(on);
+        EbpfOnly(kpng_backend_ebpf::EbpfBackend::attach(config).expect("the eBPF programs attach"))
+    });
 }

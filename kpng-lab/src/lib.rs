@@ -140,14 +140,41 @@ impl LabBackend for NftBackend {
             String::new()
         }
     }
+    /// `nft list ruleset`, without the pick maps' element counters
+    /// (` counter packets N bytes M`: they change with traffic).
     fn dump(lab: &Lab) -> String {
-        lab.in_node(&["nft", "list", "ruleset"])
+        without_counts(&lab.in_node(&["nft", "list", "ruleset"]))
     }
     fn clear(lab: &Lab) {
         for family in ["ip", "ip6"] {
             lab.in_node(&["nft", "delete", "table", family, "kpng"]);
         }
     }
+}
+
+/// `text` without nft's element and rule counters (` counter packets N
+/// bytes M`).
+pub fn without_counts(text: &str) -> String {
+    const COUNTER: &str = " counter packets ";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(COUNTER) {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + COUNTER.len()..];
+        // "N bytes M": skip the two numbers and the word between.
+        let skip = after
+            .split_inclusive(' ')
+            .take(2)
+            .map(str::len)
+            .sum::<usize>();
+        let after = &after[skip..];
+        let digits = after
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(after.len());
+        rest = &after[digits..];
+    }
+    out.push_str(rest);
+    out
 }
 
 impl LabBackend for IptablesBackend {
@@ -591,5 +618,18 @@ impl<B: Sink> Proxy<B> {
             witness.synced(snapshot, setup.clone());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod counts_tests {
+    #[test]
+    fn counts_are_left_out() {
+        assert_eq!(
+            super::without_counts(
+                "10.96.0.1 . tcp . 80 . 0 counter packets 12 bytes 720 : 10.244.1.5 . 8080,"
+            ),
+            "10.96.0.1 . tcp . 80 . 0 : 10.244.1.5 . 8080,"
+        );
     }
 }

@@ -592,3 +592,121 @@ pub fn dual_stack_families_are_programmed_each_on_their_own<B: LabBackend>(
         "{v6:?}"
     );
 }
+
+/// Per-Service counters (issue #28): `count` connections to a ClusterIP
+/// from a pod and, with `node_port`, as many to a NodePort from outside;
+/// the backend's counters, read back by `read`, hold exactly as many for
+/// the Service port's destination, split over the endpoints as the
+/// replies say the connections went, and name the Service port in the
+/// node view.
+///
+/// The caller checks the lab can run (`require_lab!`); `make` makes the
+/// backend in the lab.
+pub fn counters_count_each_connection_per_service_port_and_endpoint<B: kpng_sink::Sink>(
+    node_port: bool,
+    make: impl FnOnce(&Lab) -> B,
+    read: impl Fn(&Lab, &B) -> Vec<kpng_sink::traffic::ConnectionCount>,
+) {
+    use kpng_sink::traffic::{Destination, ServicePorts};
+    use std::collections::BTreeMap;
+    use std::net::SocketAddr;
+
+    let lab = lab();
+    let mut proxy = Proxy::with(make(&lab));
+    let spec = "{type: NodePort, clusterIP: 10.96.0.70, ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30070}, {name: dns, port: 53, protocol: UDP, targetPort: 5353, nodePort: 30071}]}";
+    proxy
+        .load(&manifest(&[service("web", spec, ALL3)]))
+        .expect("sync");
+    settle();
+    let before = read(&lab, &proxy.backend);
+    assert!(
+        before.iter().all(|r| r.connections == 0),
+        "nothing counted yet: {before:?}"
+    );
+
+    // What the replies say: connections per endpoint address.
+    let replied = |lines: &[String]| -> BTreeMap<String, u64> {
+        let mut out = BTreeMap::new();
+        for line in lines {
+            let endpoint = line.split_whitespace().next().unwrap_or_default();
+            assert!([E1, E2, E3].contains(&endpoint), "{lines:?}");
+            *out.entry(endpoint.to_owned()).or_default() += 1;
+        }
+        out
+    };
+    // What the counters say, for one destination.
+    let counted = |rows: &[kpng_sink::traffic::ConnectionCount], to: &[Destination]| {
+        let mut out: BTreeMap<String, u64> = BTreeMap::new();
+        for row in rows.iter().filter(|r| to.contains(&r.destination)) {
+            let want = if row.protocol == kpng_model::v1::Protocol::Udp {
+                5353
+            } else {
+                8080
+            };
+            assert_eq!(row.endpoint.port(), want, "{row:?}");
+            *out.entry(row.endpoint.ip().to_string()).or_default() += row.connections;
+        }
+        out
+    };
+    let count = 40;
+    let vip = Destination::Address(SocketAddr::from(([10, 96, 0, 70], 80)));
+    let lines = lab.connect("podc", "tcp", "10.96.0.70", 80, count);
+    let want = replied(&lines);
+    assert_eq!(want.values().sum::<u64>(), count as u64, "{lines:?}");
+    assert!(want.len() > 1, "spread over endpoints: {want:?}");
+    let rows = read(&lab, &proxy.backend);
+    assert_eq!(counted(&rows, &[vip]), want, "ClusterIP counters: {rows:?}");
+
+    // Each row names the Service port in the view.
+    let view = proxy.projector.view();
+    let ports = ServicePorts::of(view);
+    for row in rows.iter().filter(|r| r.connections > 0) {
+        let (name, port) = ports.find(row).expect("a Service port of the view");
+        assert_eq!((name.name(), port.name.as_str()), ("web", "http"));
+    }
+
+    // UDP: each probe a socket of its own, so a flow of its own, counted
+    // once (its first datagram), on the Service's UDP port only.
+    let dns = Destination::Address(SocketAddr::from(([10, 96, 0, 70], 53)));
+    let lines = lab.connect("podc", "udp", "10.96.0.70", 53, 10);
+    let want = replied(&lines);
+    assert_eq!(want.values().sum::<u64>(), 10, "{lines:?}");
+    let rows = read(&lab, &proxy.backend);
+    assert_eq!(counted(&rows, &[dns]), want, "UDP counters: {rows:?}");
+    assert!(
+        rows.iter()
+            .filter(|r| r.destination == dns)
+            .all(|r| r.protocol == kpng_model::v1::Protocol::Udp),
+        "{rows:?}"
+    );
+    assert_eq!(
+        counted(&rows, &[vip]).values().sum::<u64>(),
+        count as u64,
+        "the TCP port's did not move: {rows:?}"
+    );
+
+    if node_port {
+        let lines = lab.connect("ext", "tcp", NODE_IP, 30070, count);
+        let want = replied(&lines);
+        assert_eq!(want.values().sum::<u64>(), count as u64, "{lines:?}");
+        let rows = read(&lab, &proxy.backend);
+        // A node port, or (the eBPF tc programs) the node's address and
+        // the node port.
+        let node_ip: std::net::IpAddr = NODE_IP.parse().expect("an address");
+        let to = [
+            Destination::NodePort(30070),
+            Destination::Address(SocketAddr::new(node_ip, 30070)),
+        ];
+        assert_eq!(counted(&rows, &to), want, "NodePort counters: {rows:?}");
+        for row in rows.iter().filter(|r| to.contains(&r.destination)) {
+            let (name, port) = ports.find(row).expect("a Service port of the view");
+            assert_eq!((name.name(), port.name.as_str()), ("web", "http"));
+        }
+        // The ClusterIP's did not move.
+        assert_eq!(
+            counted(&rows, &[vip]).values().sum::<u64>(),
+            count as u64,
+            "{rows:?}"
+        );
+    }
+}

@@ -472,3 +472,41 @@ fn endpoints_reached_around_the_tc_programs_are_named() {
     assert_eq!(proxy.backend.unmasqueraded(), &[]);
     EbpfWithNft::clear(&lab);
 }
+
+/// The programs' connection counters (`kpng_traffic`), read back from
+/// the pinned map: each connection to a ClusterIP from a pod (socket
+/// programs) and to a NodePort from outside (tc programs) counted for
+/// its endpoint.
+#[test]
+fn counters_count_each_connection_per_service_port_and_endpoint() {
+    require_lab!(EbpfWithNft);
+    kpng_lab::scenarios::counters_count_each_connection_per_service_port_and_endpoint(
+        true,
+        |lab| EbpfBackend::attach(ebpf_config(lab, &Settings::lab(), true)).expect("attach"),
+        |_, backend: &EbpfBackend| {
+            kpng_backend_ebpf::TrafficReader::new(backend.config())
+                .counts()
+                .expect("counters read")
+        },
+    );
+}
+
+/// With counters off the programs count nothing.
+#[test]
+fn counters_off_count_nothing() {
+    require_lab!(EbpfWithNft);
+    let lab = lab();
+    let config = ebpf_config(&lab, &Settings::lab(), false).counters(false);
+    let mut proxy = Proxy::with(EbpfBackend::attach(config.clone()).expect("attach"));
+    let spec = "{clusterIP: 10.96.0.71, ports: [{name: http, port: 80, targetPort: 8080}]}";
+    proxy
+        .load(&manifest(&[service("web", spec, ALL3)]))
+        .expect("sync");
+    settle();
+    let lines = lab.connect("podc", "tcp", "10.96.0.71", 80, 10);
+    assert_eq!(endpoints(&lines).len(), 3, "{lines:?}");
+    let rows = kpng_backend_ebpf::TrafficReader::new(&config)
+        .counts()
+        .expect("read");
+    assert!(rows.is_empty(), "{rows:?}");
+}

@@ -590,3 +590,44 @@ fn maglev_keeps_flows_where_they_are_and_round_robin_takes_turns() {
         "flows kept when 1 of 5 endpoints left: maglev {same}/{stayed}, random {random_same}/{random_stayed}"
     );
 }
+
+/// The pick maps' element counters, read back over netlink, count each
+/// connection to a ClusterIP and a NodePort for its endpoint.
+#[test]
+fn counters_count_each_connection_per_service_port_and_endpoint() {
+    require_lab!(NftBackend);
+    scenarios::counters_count_each_connection_per_service_port_and_endpoint(
+        true,
+        |lab| NftBackend::in_lab(lab, &Settings::lab()),
+        |lab, _: &NftBackend| {
+            let config =
+                kpng_backend_nft::NftConfig::new(Settings::lab().proxy()).in_netns(&lab.ns("node"));
+            kpng_backend_nft::CounterReader::new(&config)
+                .counts()
+                .expect("counters read")
+        },
+    );
+}
+
+/// With counters off, the pick maps carry none and nothing is counted.
+#[test]
+fn counters_off_count_nothing() {
+    require_lab!(NftBackend);
+    let lab = lab();
+    let config = kpng_backend_nft::NftConfig::new(Settings::lab().proxy())
+        .in_netns(&lab.ns("node"))
+        .counters(false);
+    let mut proxy = Proxy::with(NftBackend::new(config.clone()));
+    let spec = "{clusterIP: 10.96.0.71, ports: [{name: http, port: 80, targetPort: 8080}]}";
+    proxy
+        .load(&manifest(&[service("web", spec, ALL3)]))
+        .expect("sync");
+    settle();
+    assert_eq!(lab.connect("podc", "tcp", "10.96.0.71", 80, 5).len(), 5);
+    let rows = kpng_backend_nft::CounterReader::new(&config)
+        .counts()
+        .expect("read");
+    assert!(rows.is_empty(), "{rows:?}");
+    let listed = lab.in_node(&["nft", "list", "ruleset"]);
+    assert!(!listed.contains("counter"), "{listed}");
+}

@@ -176,6 +176,7 @@ mod report;
 pub use report::{Log, RoundReport, RoundSummary};
 mod config;
 pub use config::ProxyConfig;
+pub mod traffic;
 /// Typed CIDRs, as [`ProxyConfig`] takes them.
 pub use ipnet::IpNet;
 pub use kpng_model::v1::Balancing;

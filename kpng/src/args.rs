@@ -298,6 +298,13 @@ pub(crate) struct NftArgs {
     /// `--nft-comments=false` leaves them out.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub(crate) nft_comments: bool,
+    /// Count each new connection per Service port and endpoint (counters
+    /// on the pick maps' elements), served on /metrics as
+    /// `kpng_service_connections_total` and
+    /// `kpng_endpoint_connections_total`. `--counters=false` leaves them
+    /// out (see docs/operations.md for the cost).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub(crate) counters: bool,
     #[command(flatten)]
     pub(crate) common: BackendArgs,
 }
@@ -354,6 +361,14 @@ pub(crate) struct EbpfArgs {
     /// nftables backend in this process, or `none`.
     #[arg(long, default_value = "nft", value_parser = ["nft", "none"])]
     pub(crate) north_south: String,
+    /// Count each new connection per Service port and endpoint (the
+    /// programs' `kpng_traffic` map; with `--north-south nft`, the
+    /// nftables backend's counters too), served on /metrics as
+    /// `kpng_service_connections_total` and
+    /// `kpng_endpoint_connections_total`. `--counters=false` turns them
+    /// off.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub(crate) counters: bool,
     /// Fixed sizes of BPF maps, `NAME=ENTRIES,...`. The maps that hold
     /// the cluster (kpng_services, kpng_slots, kpng_members, kpng_live,
     /// kpng_cidrs, kpng_external, kpng_ranges) are otherwise sized from it

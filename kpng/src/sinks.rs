@@ -93,7 +93,17 @@ fn unguarded(
         Sink::ToNft(nft) => {
             let args = &nft.common;
             let proxy = args.proxy()?;
-            let backend = NftBackend::new(NftConfig::new(proxy.clone()).comments(nft.nft_comments));
+            let config = NftConfig::new(proxy.clone())
+                .comments(nft.nft_comments)
+                .counters(nft.counters);
+            // Read at each scrape; not through an aggregator (which
+            // applies the tables) nor in a dry run (nothing counts).
+            if nft.counters && !args.dry_run && nft.aggregator_socket.is_none() {
+                parts
+                    .metrics
+                    .count_connections(kpng_backend_nft::CounterReader::new(&config));
+            }
+            let backend = NftBackend::new(config);
             let backend = if parts.once {
                 backend.one_shot()
             } else {
@@ -245,7 +255,19 @@ fn ebpf_backend(
             .map(str::trim)
             .filter(|i| !i.is_empty()),
     );
-    let nft = (ebpf.north_south == "nft").then(|| NftBackend::new(NftConfig::new(proxy.clone())));
+    config = config.counters(ebpf.counters);
+    let nft_config = NftConfig::new(proxy.clone()).counters(ebpf.counters);
+    if ebpf.counters && !args.dry_run {
+        parts
+            .metrics
+            .count_connections(kpng_backend_ebpf::TrafficReader::new(&config));
+        if ebpf.north_south == "nft" {
+            parts
+                .metrics
+                .count_connections(kpng_backend_nft::CounterReader::new(&nft_config));
+        }
+    }
+    let nft = (ebpf.north_south == "nft").then(|| NftBackend::new(nft_config));
     // Both backends receive every round, even after one fails.
     let mut sinks: Vec<Boxed> = Vec::new();
     if args.dry_run {

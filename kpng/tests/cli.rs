@@ -1508,3 +1508,75 @@ fn explain_answers_from_a_server_as_from_its_file() {
     let (_, from_file, _) = kpng(&args);
     assert_eq!(from_server, from_file);
 }
+
+/// Per-Service counters on /metrics (issue #28): `kpng file … to-nft`
+/// in a namespace of its own, a Service whose endpoint listens in the
+/// namespace, real connections to its ClusterIP; the scrape shows them
+/// per Service port and per endpoint. With `--counters=false`, neither
+/// series.
+#[test]
+fn connection_counters_are_served_per_service_port_and_endpoint() {
+    for counters in [true, false] {
+        let Some(mut namespace) = Namespace::new("kpcn") else {
+            return;
+        };
+        let ns = namespace.name.clone();
+        namespace.run(&["ip", "addr", "add", "10.244.1.10/32", "dev", "lo"], None);
+        namespace.run(&["ip", "route", "add", "10.96.0.0/16", "dev", "lo"], None);
+        let listener = namespace
+            .command(&[
+                "python3",
+                "-c",
+                "import socket,time\ns=socket.socket()\ns.bind(('10.244.1.10',8080))\ns.listen(128)\nprint('ready',flush=True)\nwhile True:\n  c,_=s.accept(); c.close()",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("listener");
+        namespace.children.push(listener);
+        let input = std::env::temp_dir().join(format!(
+            "kpng-counters-{}-{counters}.yaml",
+            std::process::id()
+        ));
+        std::fs::write(
+            &input,
+            "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Node\n  metadata: {name: node-a}\n  status: {addresses: [{type: InternalIP, address: 192.168.50.1}]}\n- apiVersion: v1\n  kind: Service\n  metadata: {namespace: t, name: web}\n  spec: {clusterIP: 10.96.0.10, ports: [{name: http, port: 80, targetPort: 8080}]}\n- apiVersion: discovery.k8s.io/v1\n  kind: EndpointSlice\n  metadata: {namespace: t, name: web-1, labels: {kubernetes.io/service-name: web}}\n  addressType: IPv4\n  endpoints: [{addresses: [10.244.1.10], nodeName: node-a}]\n  ports: [{name: http, port: 8080, protocol: TCP}]\n",
+        )
+        .expect("manifest");
+        let bind = "127.0.0.1:10249";
+        let child = Command::new("ip")
+            .args(["netns", "exec", &ns, env!("CARGO_BIN_EXE_kpng")])
+            .args(["file", "--watch", "--node", "node-a", "--input"])
+            .arg(&input)
+            .args(["to-nft", "--cluster-cidr", "10.244.0.0/16"])
+            .arg(format!("--counters={counters}"))
+            .args(["--metrics-bind-address", bind])
+            .env("RUST_LOG", "error")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("run kpng");
+        namespace.children.push(child);
+        let url = format!("http://{bind}/metrics");
+        let mut synced = String::new();
+        for _ in 0..100 {
+            synced = get_in(&ns, &url);
+            if synced.contains("kpng_services 1") {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        assert!(synced.contains("kpng_services 1"), "{synced}");
+        let connect = "import socket\nok=0\nfor _ in range(7):\n  socket.create_connection(('10.96.0.10',80),2).close(); ok+=1\nprint(ok)";
+        assert_eq!(namespace.run(&["python3", "-c", connect], None).trim(), "7");
+        let metrics = get_in(&ns, &url);
+        drop(namespace);
+        let _ = std::fs::remove_file(&input);
+        let port = "kpng_service_connections_total{namespace=\"t\",service=\"web\",port=\"http\",protocol=\"TCP\"} 7";
+        let endpoint = "kpng_endpoint_connections_total{namespace=\"t\",service=\"web\",port=\"http\",protocol=\"TCP\",endpoint=\"10.244.1.10:8080\"} 7";
+        if counters {
+            assert!(metrics.contains(port), "{metrics}");
+            assert!(metrics.contains(endpoint), "{metrics}");
+        } else {
+            assert!(!metrics.contains("connections_total"), "{metrics}");
+        }
+    }
+}

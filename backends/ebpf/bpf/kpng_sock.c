@@ -222,11 +222,62 @@ static __always_inline void count(__u32 what)
 		*n += 1;
 }
 
+// Per-Service counters (issue #28): new connections per frontend (a
+// Service port's address, or a node's address and node port) and
+// endpoint. Counted when `kpng_settings[0]` has SETTING_COUNT set (the
+// backend writes it at attach; `--counters`).
+struct traffic_key {
+	struct frontend frontend;
+	struct endpoint endpoint; // flags 0
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_PERCPU_HASH);
+	__uint(max_entries, 1 << 16);
+	__type(key, struct traffic_key);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kpng_traffic SEC(".maps");
+
+// Settings the backend writes: [0] flags (SETTING_*).
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kpng_settings SEC(".maps");
+
+#define SETTING_COUNT 1
+
+// One more new connection from `fe` to `ep`, when counting is on.
+static __always_inline void count_traffic(struct frontend *fe,
+					  struct endpoint *ep)
+{
+	struct traffic_key key = {};
+	__u32 zero = 0;
+	__u32 *settings;
+	__u64 one = 1, *n;
+
+	settings = bpf_map_lookup_elem(&kpng_settings, &zero);
+	if (!settings || !(*settings & SETTING_COUNT))
+		return;
+	key.frontend = *fe;
+	key.endpoint = *ep;
+	key.endpoint.flags = 0;
+	n = bpf_map_lookup_elem(&kpng_traffic, &key);
+	if (n)
+		*n += 1;
+	else
+		bpf_map_update_elem(&kpng_traffic, &key, &one, BPF_NOEXIST);
+}
+
 // The verdicts of `pick`.
 #define PASS 0	    // not a Service address: leave the socket alone
 #define TRANSLATE 1 // `out` holds the endpoint
 #define REFUSE 2    // fail as a REJECT does (ECONNREFUSED)
 #define DROP 3	    // fail as a DROP would (EPERM, at once)
+#define KNOWN 4	    // as TRANSLATE, for a datagram of a flow already counted
 
 static __always_inline int no_service(struct frontend *fe)
 {
@@ -320,7 +371,8 @@ static __always_inline int pick(struct frontend *fe, __u64 netns, __u64 flow,
 		if (still_affine(aff, svc, now)) {
 			*out = aff->endpoint;
 			aff->last_ns = now;
-			return TRANSLATE;
+			// A datagram's flow was counted at its first.
+			return flow ? KNOWN : TRANSLATE;
 		}
 	}
 
@@ -337,7 +389,7 @@ static __always_inline int pick(struct frontend *fe, __u64 netns, __u64 flow,
 			if (ep && same(ep, &f->endpoint)) {
 				*out = f->endpoint;
 				f->last_ns = now;
-				return TRANSLATE;
+				return KNOWN;
 			}
 		}
 	}
@@ -411,10 +463,12 @@ static __always_inline int forward4(struct bpf_sock_addr *ctx, int datagram)
 		    datagram ? bpf_get_socket_cookie(ctx) : 0, &ep);
 	if (what == PASS)
 		return 1;
-	if (what != TRANSLATE)
+	if (what != TRANSLATE && what != KNOWN)
 		return verdict(what);
 	if (ep.family != FAMILY_V4)
 		return verdict(DROP);
+	if (what == TRANSLATE)
+		count_traffic(&fe, &ep);
 	ctx->user_ip4 = ep.addr[0];
 	ctx->user_port = (__u32)ep.port;
 	remember(bpf_get_socket_cookie(ctx), &ep, &fe);
@@ -439,10 +493,12 @@ static __always_inline int forward6(struct bpf_sock_addr *ctx, int datagram)
 		    datagram ? bpf_get_socket_cookie(ctx) : 0, &ep);
 	if (what == PASS)
 		return 1;
-	if (what != TRANSLATE)
+	if (what != TRANSLATE && what != KNOWN)
 		return verdict(what);
 	if (ep.family != FAMILY_V6)
 		return verdict(DROP);
+	if (what == TRANSLATE)
+		count_traffic(&fe, &ep);
 	ctx->user_ip6[0] = ep.addr[0];
 	ctx->user_ip6[1] = ep.addr[1];
 	ctx->user_ip6[2] = ep.addr[2];
@@ -1087,6 +1143,7 @@ int kpng_tc_ingress(struct __sk_buff *skb)
 		value.index = slot;
 		value.last_ns = now;
 		bpf_map_update_elem(&kpng_ext_flows, &ckey, &value, BPF_ANY);
+		count_traffic(&fe, &ep);
 	}
 	__builtin_memcpy(rkey.client, p.saddr, 16);
 	rkey.client_port = p.sport;

@@ -190,7 +190,7 @@ fn generation_dir(version: &Path, n: u32) -> PathBuf {
 }
 
 /// The generation a directory name is of (`maps`, `maps-N`).
-fn generation_of(name: &str) -> Option<u32> {
+pub(crate) fn generation_of(name: &str) -> Option<u32> {
     match name {
         "maps" => Some(0),
         _ => name.strip_prefix("maps-")?.parse().ok(),
@@ -200,7 +200,7 @@ fn generation_of(name: &str) -> Option<u32> {
 /// The pin directory of this object (`v-<digest>`), with tc or without
 /// (the maps differ in size: each has its pins), and with the sizes of
 /// the connection maps the operator set.
-fn version_dir(pin_path: &Path, tc: &Tc, sizes: &MapSizes) -> PathBuf {
+pub(crate) fn version_dir(pin_path: &Path, tc: &Tc, sizes: &MapSizes) -> PathBuf {
     let with_tc = if tc.interfaces.is_empty() { "" } else { "-tc" };
     let fixed: Vec<String> = CONNECTION_MAPS
         .iter()
@@ -333,6 +333,20 @@ fn relink(ebpf: &aya::Ebpf, links: &[(PathBuf, &'static str)]) -> Result<(), Err
     Ok(())
 }
 
+/// `kpng_settings[0]`: whether the programs count each new connection
+/// per frontend and endpoint in `kpng_traffic` (`EbpfConfig::counters`).
+fn set_counting(ebpf: &mut aya::Ebpf, on: bool) -> Result<(), Error> {
+    const SETTING_COUNT: u32 = 1;
+    let name = "kpng_settings";
+    let map = ebpf.map_mut(name).ok_or(Error::Missing { name })?;
+    let mut settings: aya::maps::Array<&mut MapData, u32> =
+        aya::maps::Array::try_from(map).map_err(|source| Error::Map { map: name, source })?;
+    let flags = if on { SETTING_COUNT } else { 0 };
+    settings
+        .set(0, flags, 0)
+        .map_err(|source| Error::Map { map: name, source })
+}
+
 /// The maps of a loaded object, and their sizes.
 fn take_maps(ebpf: &mut aya::Ebpf) -> Result<(Kernel, PerCpuArray<MapData, u64>), Error> {
     let take = |ebpf: &mut aya::Ebpf, name: &'static str| {
@@ -378,6 +392,7 @@ impl Datapath {
         tc: &Tc,
         sizes: &MapSizes,
         cluster: &BTreeMap<&'static str, u32>,
+        count_traffic: bool,
     ) -> Result<Self, Error> {
         check_bpffs(pin_path)?;
         let version = version_dir(pin_path, tc, sizes);
@@ -483,6 +498,7 @@ impl Datapath {
         for n in older.into_iter().filter(|&n| n != generation) {
             stale.push(generation_dir(&version, n));
         }
+        set_counting(&mut ebpf, count_traffic)?;
         let (kernel, counters) = take_maps(&mut ebpf)?;
         tracing::info!(
             pins = %version.display(),
@@ -539,10 +555,12 @@ impl Datapath {
     ) -> Result<T, Error> {
         let current = generation_dir(&self.version, self.generation);
         // The connections' maps and the counters carry over.
-        let kept = CONNECTION_MAPS
-            .iter()
-            .map(|(name, _)| *name)
-            .chain(["kpng_counters", "kpng_node"]);
+        let kept = CONNECTION_MAPS.iter().map(|(name, _)| *name).chain([
+            "kpng_counters",
+            "kpng_node",
+            "kpng_traffic",
+            "kpng_settings",
+        ]);
         for name in kept {
             let from = current.join(name);
             let map =

@@ -91,6 +91,7 @@ mod sizes;
 mod state;
 mod sys;
 mod tables;
+mod traffic;
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -107,6 +108,7 @@ pub use sizes::{CLUSTER_MAPS, CONNECTION_MAPS, DEFAULT_MIN_ENTRIES, MapFill, Map
 use sizes::{Plan, Usage};
 use state::{Contribution, State, contribution, nodeport_ips};
 use tables::{Batched, Recorder, Tables};
+pub use traffic::TrafficReader;
 
 /// Errors of the eBPF backend.
 #[derive(Debug, thiserror::Error)]
@@ -308,6 +310,10 @@ pub struct EbpfConfig {
     /// it, with headroom; grown by a planned swap), and the sizes the
     /// operator fixed.
     pub map_sizes: MapSizes,
+    /// Whether the programs count each new connection per Service
+    /// frontend and endpoint (`kpng_traffic`, read with
+    /// [`TrafficReader`]; `--counters`, default on).
+    pub counters: bool,
 }
 
 impl Default for EbpfConfig {
@@ -326,7 +332,16 @@ impl EbpfConfig {
             tc_interfaces: Vec::new(),
             tc_netns: None,
             map_sizes: MapSizes::default(),
+            counters: true,
         }
+    }
+
+    /// Whether the programs count connections (see
+    /// [`EbpfConfig::counters`]).
+    #[must_use]
+    pub fn counters(mut self, on: bool) -> Self {
+        self.counters = on;
+        self
     }
 
     /// Sizes the maps with `sizes`.
@@ -452,6 +467,7 @@ impl EbpfBackend {
             &tc,
             &config.map_sizes,
             &std::collections::BTreeMap::new(),
+            config.counters,
         )?;
         Ok(Self::with_target(
             config,
@@ -623,6 +639,7 @@ impl EbpfBackend {
                 &tc,
                 &config.map_sizes,
                 &cluster,
+                config.counters,
             )?;
             *target = Target::Kernel(Box::new(datapath));
         }

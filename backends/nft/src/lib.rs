@@ -78,6 +78,7 @@
 //! ```
 
 mod claims;
+mod counters;
 mod objects;
 mod render;
 
@@ -88,6 +89,7 @@ use kpng_model::view::NodeView;
 use kpng_model::{IpFamily, IpNet};
 use kpng_sink::{ProxyConfig, Round, Sink, SinkError};
 
+pub use counters::CounterReader;
 use kpng_netfilter::nft::{self, Transaction};
 use objects::{Objects, Pending};
 use render::{Fam, Render};
@@ -137,6 +139,11 @@ pub struct NftConfig {
     /// ruleset` and the dry run then say what serves what (default on;
     /// `--nft-comments=false` turns them off).
     pub comments: bool,
+    /// Whether the pick maps' elements carry counters: each counts the
+    /// new connections sent to its endpoint for its Service port and
+    /// kind of destination, read with [`CounterReader`] (`--counters`;
+    /// default on: see docs/operations.md for the cost).
+    pub counters: bool,
 }
 
 impl Default for NftConfig {
@@ -153,7 +160,16 @@ impl NftConfig {
             table: "kpng".into(),
             netns: None,
             comments: true,
+            counters: true,
         }
+    }
+
+    /// Whether the pick maps' elements count connections (see
+    /// [`NftConfig::counters`]).
+    #[must_use]
+    pub fn counters(mut self, on: bool) -> Self {
+        self.counters = on;
+        self
     }
 
     /// Whether chains and elements carry comments naming their Service.
@@ -777,7 +793,7 @@ mod tests {
         sync(&mut backend, None, &mut view, 1);
         let text = backend.last_script();
         assert!(
-            text.contains("add map ip kpng vip-cluster { typeof ip daddr . meta l4proto . th dport . numgen random mod 2 : ip daddr . th dport; size 65536; }"),
+            text.contains("add map ip kpng vip-cluster { typeof ip daddr . meta l4proto . th dport . numgen random mod 2 : ip daddr . th dport; size 65536; counter; }"),
             "{text}"
         );
         assert_eq!(backend.families[0].sizes.get("vip-cluster"), Some(&65_536));

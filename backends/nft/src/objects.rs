@@ -250,6 +250,7 @@ impl Objects {
                     && have.map == want.map
                     && have.interval == want.interval
                     && have.timeout == want.timeout
+                    && have.counter == want.counter
             })
         });
         if !chains || !declared {

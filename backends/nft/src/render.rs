@@ -968,7 +968,14 @@ pub(crate) fn globals(
         .with_timeouts()
         .with_size(AFFINITY_SIZE),
     ];
-    for set in sets.into_iter().chain(Pick::ALL.map(|p| p.set(f))) {
+    // The pick maps' elements count the connections sent to each target
+    // when asked (`NftConfig::counters`): the map is looked up once per
+    // new connection, in the nat hooks.
+    let picks = Pick::ALL.map(|p| match config.counters {
+        true => p.set(f).with_counter(),
+        false => p.set(f),
+    });
+    for set in sets.into_iter().chain(picks) {
         render.sets.insert(set.name.clone(), set);
     }
     for (set, list) in [

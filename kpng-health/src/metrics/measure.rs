@@ -139,6 +139,9 @@ impl Measure {
         m.endpoints
             .set(i64::try_from(self.endpoints).unwrap_or(i64::MAX));
         m.kube.set_no_local(&self.no_local_total);
+        if m.traffic.wanted() {
+            m.traffic.set_view(view);
+        }
     }
 }
 

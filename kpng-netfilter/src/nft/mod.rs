@@ -27,5 +27,5 @@ pub use object::{
     BaseChain, COMMENT_MAX, Chain, ChainType, DataType, Element, Family, Hook, MapTo, Rule, Set,
     Table, fit_comment, key,
 };
-pub use socket::{ChainState, RuleState, SetState, Socket, TableState};
+pub use socket::{ChainState, ElementCounter, RuleState, SetState, Socket, TableState};
 pub use tx::Transaction;

@@ -186,6 +186,12 @@ pub struct Set {
     /// (65,535 for a set that rules add to).
     #[serde(default)]
     pub size: Option<u32>,
+    /// Each element carries a counter of the packets that matched it
+    /// (nft's `counter` in the declaration: `NFTA_SET_EXPRESSIONS`).
+    /// The kernel counts a map's lookups too, so a NAT map's element
+    /// counts the connections sent to its target.
+    #[serde(default)]
+    pub counter: bool,
 }
 
 impl Set {
@@ -200,6 +206,7 @@ impl Set {
             typeof_key: None,
             typeof_data: None,
             size: None,
+            counter: false,
         }
     }
 
@@ -264,6 +271,14 @@ impl Set {
     /// add beyond it is not added.
     pub fn with_size(mut self, size: u32) -> Self {
         self.size = Some(size);
+        self
+    }
+
+    /// A set whose elements count the packets that match them (see
+    /// [`Set::counter`]); read them with
+    /// [`Socket::read_counters`](super::Socket::read_counters).
+    pub fn with_counter(mut self) -> Self {
+        self.counter = true;
         self
     }
 }

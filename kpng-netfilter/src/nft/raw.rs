@@ -8,6 +8,7 @@
 
 use super::expr::{Data, Verdict};
 use super::object::{Element, userdata_comment};
+use super::socket::ElementCounter;
 
 /// `NLA_TYPE_MASK`: the type bits of an attribute header.
 const TYPE_MASK: u16 = 0x3fff;
@@ -126,9 +127,45 @@ fn data(buf: &[u8]) -> Option<Data> {
     })
 }
 
+/// A `counter` expression's nest (`NFTA_EXPR_NAME`, `NFTA_EXPR_DATA`
+/// holding `NFTA_COUNTER_BYTES` and `_PACKETS`); `None` for another
+/// expression.
+fn counter(buf: &[u8]) -> Option<ElementCounter> {
+    let mut out = None;
+    let mut is_counter = false;
+    for (kind, value) in attributes(buf) {
+        match kind {
+            1 => is_counter = value.strip_suffix(b"\0").unwrap_or(value) == b"counter",
+            2 => {
+                let mut c = ElementCounter::default();
+                for (kind, value) in attributes(value) {
+                    let n = value
+                        .get(..8)
+                        .and_then(|b| b.try_into().ok())
+                        .map_or(0, u64::from_be_bytes);
+                    match kind {
+                        1 => c.bytes = n,
+                        2 => c.packets = n,
+                        _ => {}
+                    }
+                }
+                out = Some(c);
+            }
+            _ => {}
+        }
+    }
+    if is_counter { out } else { None }
+}
+
 /// One `NFTA_LIST_ELEM` nest.
 fn element(buf: &[u8]) -> Option<Element> {
+    element_counted(buf).map(|(e, _)| e)
+}
+
+/// One `NFTA_LIST_ELEM` nest, with its counter when it carries one.
+fn element_counted(buf: &[u8]) -> Option<(Element, Option<ElementCounter>)> {
     let mut out = Element::key(Vec::new());
+    let mut count = None;
     for (kind, value) in attributes(buf) {
         match kind {
             // NFTA_SET_ELEM_KEY: a data nest holding the value.
@@ -149,10 +186,37 @@ fn element(buf: &[u8]) -> Option<Element> {
             }
             // NFTA_SET_ELEM_USERDATA: nft's TLVs, the comment among them.
             6 => out.comment = userdata_comment(value),
+            // NFTA_SET_ELEM_EXPR: one expression.
+            7 => count = count.or_else(|| counter(value)),
+            // NFTA_SET_ELEM_EXPRESSIONS: NFTA_LIST_ELEM nests.
+            11 => {
+                count = count.or_else(|| {
+                    attributes(value)
+                        .filter(|(kind, _)| *kind == 1)
+                        .find_map(|(_, e)| counter(e))
+                });
+            }
             _ => {}
         }
     }
-    Some(out)
+    Some((out, count))
+}
+
+/// Hands each element of an element message's attributes (after the
+/// 4-byte nfgenmsg header) to `each`, with its counter.
+pub(crate) fn each_element(buf: &[u8], each: &mut impl FnMut(Element, Option<ElementCounter>)) {
+    for (kind, value) in attributes(buf) {
+        // NFTA_SET_ELEM_LIST_ELEMENTS: NFTA_LIST_ELEM nests.
+        if kind == 3 {
+            for (kind, e) in attributes(value) {
+                if kind == 1
+                    && let Some((element, count)) = element_counted(e)
+                {
+                    each(element, count);
+                }
+            }
+        }
+    }
 }
 
 /// The set name and elements of an element message's attributes (after
@@ -180,4 +244,57 @@ pub(crate) fn element_message(buf: &[u8]) -> (String, Option<Vec<Element>>) {
         }
     }
     (set, list)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An attribute: header (length, type) and payload, padded to 4.
+    fn nla(kind: u16, payload: &[u8]) -> Vec<u8> {
+        let len = u16::try_from(4 + payload.len()).unwrap();
+        let mut out = [len.to_ne_bytes(), kind.to_ne_bytes()].concat();
+        out.extend_from_slice(payload);
+        out.resize(out.len().next_multiple_of(4), 0);
+        out
+    }
+
+    /// An element message as the kernel dumps a map with counters: the
+    /// counter in `NFTA_SET_ELEM_EXPR` (a `counter` expression with its
+    /// bytes and packets), or in `NFTA_SET_ELEM_EXPRESSIONS`.
+    #[test]
+    fn element_counters_are_read_from_either_attribute() {
+        let counter = [
+            nla(1, b"counter\0"),
+            nla(
+                2,
+                &[nla(1, &300u64.to_be_bytes()), nla(2, &5u64.to_be_bytes())].concat(),
+            ),
+        ]
+        .concat();
+        let key = nla(1, &nla(1, &[10, 96, 0, 10]));
+        let one = [key.clone(), nla(7, &counter)].concat();
+        let two = [key.clone(), nla(11, &nla(1, &counter))].concat();
+        let bare = key;
+        let list = [nla(1, &one), nla(1, &two), nla(1, &bare)].concat();
+        let message = [nla(2, b"pick\0"), nla(3, &list)].concat();
+        let mut seen = Vec::new();
+        each_element(&message, &mut |e, c| seen.push((e.key, c)));
+        let want = Some(ElementCounter {
+            packets: 5,
+            bytes: 300,
+        });
+        assert_eq!(
+            seen,
+            vec![
+                (vec![10, 96, 0, 10], want),
+                (vec![10, 96, 0, 10], want),
+                (vec![10, 96, 0, 10], None),
+            ]
+        );
+        // The elements as adoption reads them: the same, no counter.
+        let (set, elements) = element_message(&message);
+        assert_eq!(set, "pick");
+        assert_eq!(elements.map(|e| e.len()), Some(3));
+    }
 }

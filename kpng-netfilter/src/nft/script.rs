@@ -140,6 +140,9 @@ impl Set {
         if let Some(size) = self.size {
             let _ = write!(body, "; size {size}");
         }
+        if self.counter {
+            body.push_str("; counter");
+        }
         body
     }
 
@@ -358,6 +361,10 @@ mod tests {
         assert_eq!(
             pick.declaration(),
             "typeof ip daddr . meta l4proto . th dport . numgen random mod 2 : ip daddr . th dport"
+        );
+        assert_eq!(
+            pick.clone().with_counter().declaration(),
+            "typeof ip daddr . meta l4proto . th dport . numgen random mod 2 : ip daddr . th dport; counter"
         );
         let e = Element::map(
             key(&[

@@ -336,6 +336,19 @@ impl Socket {
     /// The elements of `set`, dumped and parsed by hand (see
     /// [`super::raw`]: the crate's parser is quadratic in a list's size).
     fn dump_elements(&mut self, table: &Table, set: &str) -> Result<Vec<Element>, Error> {
+        let mut out = Vec::new();
+        self.dump_each_element(table, set, |element, _| out.push(element))?;
+        Ok(out)
+    }
+
+    /// Hands each element of `set` to `each`, with its counter when it
+    /// carries one; none when there is no such set.
+    fn dump_each_element(
+        &mut self,
+        table: &Table,
+        set: &str,
+        mut each: impl FnMut(Element, Option<ElementCounter>),
+    ) -> Result<(), Error> {
         let seq = self.take_seqs(1);
         let request = NfTablesMessage::GetSetElement(SetElementMessage {
             attributes: vec![
@@ -344,17 +357,14 @@ impl Socket {
             ],
         });
         self.send_dump(table.family, request, seq)?;
-        let mut out = Vec::new();
         self.answers(seq, "receive", "an element dump", 256 * 1024, |message| {
             match message.kind {
                 raw::NLMSG_DONE => Ok(true),
                 raw::NLMSG_ERROR => match raw::error_code(message.body) {
                     0 => Ok(false),
-                    // No such table or set: nothing to list.
-                    code if -code == Errno::ENOENT as i32 => {
-                        out.clear();
-                        Ok(true)
-                    }
+                    // No such table or set: nothing to list (an error
+                    // comes before any element).
+                    code if -code == Errno::ENOENT as i32 => Ok(true),
                     code => Err(Error::Io {
                         what: "dump",
                         source: Errno::from_raw(-code).into(),
@@ -363,14 +373,11 @@ impl Socket {
                 _ => {
                     // After the 4-byte nfgenmsg header: the attributes.
                     let attributes = message.body.get(4..).unwrap_or_default();
-                    if let (_, Some(list)) = raw::element_message(attributes) {
-                        out.extend(list);
-                    }
+                    raw::each_element(attributes, &mut each);
                     Ok(false)
                 }
             }
-        })?;
-        Ok(out)
+        })
     }
 
     /// Reads the answers to request `seq` (others are skipped), handing
@@ -455,6 +462,25 @@ impl Socket {
     /// [`Error::Io`] or [`Error::Decode`].
     pub fn read_elements(&mut self, table: &Table, set: &str) -> Result<Vec<Element>, Error> {
         self.dump_elements(table, set)
+    }
+
+    /// The elements of `set` in `table` with what their counters counted
+    /// (a set declared [`with_counter`](super::Set::with_counter); an
+    /// element without a counter reads as zero); none when there is no
+    /// such set. One dump: at 100k elements, a few tens of milliseconds.
+    ///
+    /// # Errors
+    /// [`Error::Io`] or [`Error::Decode`].
+    pub fn read_counters(
+        &mut self,
+        table: &Table,
+        set: &str,
+    ) -> Result<Vec<(Element, ElementCounter)>, Error> {
+        let mut out = Vec::new();
+        self.dump_each_element(table, set, |element, counter| {
+            out.push((element, counter.unwrap_or_default()));
+        })?;
+        Ok(out)
     }
 
     /// `table` without its sets' elements (each `SetState::elements` is
@@ -602,6 +628,17 @@ pub struct SetState {
     /// The elements (for a set with timeouts, `timeout_ms` is the
     /// element's own timeout).
     pub elements: Vec<Element>,
+    /// Whether its elements carry counters ([`Set::counter`](super::Set::counter)).
+    pub counter: bool,
+}
+
+/// What an element's counter counted (`counter packets N bytes M`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ElementCounter {
+    /// Packets that matched the element (for a NAT map, connections).
+    pub packets: u64,
+    /// Their bytes.
+    pub bytes: u64,
 }
 
 fn chain_state(c: ChainMessage, table: &str) -> Option<ChainState> {
@@ -644,6 +681,7 @@ fn set_state(s: SetMessage, table: &str) -> Option<SetState> {
         interval: false,
         timeout: false,
         elements: Vec::new(),
+        counter: false,
     };
     let mut in_table = false;
     let (mut flags, mut data) = (SetFlags::empty(), DataType { id: 0, len: 0 });
@@ -656,6 +694,10 @@ fn set_state(s: SetMessage, table: &str) -> Option<SetState> {
             SetAttribute::KeyLen(l) => state.key.len = l,
             SetAttribute::DataType(t) => data.id = t,
             SetAttribute::DataLen(l) => data.len = l,
+            SetAttribute::Expression(_) | SetAttribute::ListExpressions(_) => state.counter = true,
+            SetAttribute::Other(nla) if matches!(nla.kind() & 0x3fff, 17 | 18) => {
+                state.counter = true;
+            }
             _ => {}
         }
     }

@@ -3,9 +3,9 @@
 
 use netlink_packet_core::{NLM_F_ACK, NLM_F_APPEND, NLM_F_CREATE, NLM_F_REQUEST, NetlinkMessage};
 use netlink_packet_netfilter::nftables::{
-    ChainAttribute, ChainMessage, Hook as NlHook, HookNumber, InetHookNumber, NfTablesMessage,
-    RuleAttribute, RuleMessage, SetAttribute, SetDescription, SetElementList, SetElementMessage,
-    SetFlags, SetMessage, TableAttribute, TableMessage,
+    ChainAttribute, ChainMessage, ExpressionAttribute, Hook as NlHook, HookNumber, InetHookNumber,
+    NfTablesMessage, RuleAttribute, RuleMessage, SetAttribute, SetDescription, SetElementList,
+    SetElementMessage, SetFlags, SetMessage, TableAttribute, TableMessage,
 };
 use netlink_packet_netfilter::none::ControlMessage;
 use netlink_packet_netfilter::{
@@ -682,6 +682,14 @@ fn set_message(t: &Table, s: &Set, id: u32) -> SetMessage {
     }
     if let Some(userdata) = s.userdata() {
         attributes.push(SetAttribute::UserData(userdata));
+    }
+    if s.counter {
+        // As nft sends one: `NFTA_SET_EXPR` holding the expression's name
+        // (a counter starts at zero without data). `NFTA_SET_EXPRESSIONS`
+        // would need the set flag `NFT_SET_EXPR` (EINVAL without it).
+        attributes.push(SetAttribute::Expression(ExpressionAttribute::Name(
+            "counter".into(),
+        )));
     }
     SetMessage { attributes }
 }
