@@ -482,7 +482,10 @@ fn counters_count_each_connection_per_service_port_and_endpoint() {
     require_lab!(EbpfWithNft);
     kpng_lab::scenarios::counters_count_each_connection_per_service_port_and_endpoint(
         true,
-        |lab| EbpfBackend::attach(ebpf_config(lab, &Settings::lab(), true)).expect("attach"),
+        |lab| {
+            EbpfBackend::attach(ebpf_config(lab, &Settings::lab(), true).counters(true))
+                .expect("attach")
+        },
         |_, backend: &EbpfBackend| {
             kpng_backend_ebpf::TrafficReader::new(backend.config())
                 .counts()

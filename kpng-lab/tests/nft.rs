@@ -598,7 +598,12 @@ fn counters_count_each_connection_per_service_port_and_endpoint() {
     require_lab!(NftBackend);
     scenarios::counters_count_each_connection_per_service_port_and_endpoint(
         true,
-        |lab| NftBackend::in_lab(lab, &Settings::lab()),
+        |lab| {
+            let config = kpng_backend_nft::NftConfig::new(Settings::lab().proxy())
+                .in_netns(&lab.ns("node"))
+                .counters(true);
+            NftBackend::new(config)
+        },
         |lab, _: &NftBackend| {
             let config =
                 kpng_backend_nft::NftConfig::new(Settings::lab().proxy()).in_netns(&lab.ns("node"));

@@ -301,9 +301,10 @@ pub(crate) struct NftArgs {
     /// Count each new connection per Service port and endpoint (counters
     /// on the pick maps' elements), served on /metrics as
     /// `kpng_service_connections_total` and
-    /// `kpng_endpoint_connections_total`. `--counters=false` leaves them
-    /// out (see docs/operations.md for the cost).
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    /// `kpng_endpoint_connections_total`. Off by default: at 10k
+    /// Services they make a full sync ~30 % dearer and each scrape dumps
+    /// the pick maps (see docs/operations.md for the cost).
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub(crate) counters: bool,
     #[command(flatten)]
     pub(crate) common: BackendArgs,
@@ -365,9 +366,9 @@ pub(crate) struct EbpfArgs {
     /// programs' `kpng_traffic` map; with `--north-south nft`, the
     /// nftables backend's counters too), served on /metrics as
     /// `kpng_service_connections_total` and
-    /// `kpng_endpoint_connections_total`. `--counters=false` turns them
-    /// off.
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    /// `kpng_endpoint_connections_total`. Off by default, as
+    /// `to-nft`'s.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub(crate) counters: bool,
     /// Fixed sizes of BPF maps, `NAME=ENTRIES,...`. The maps that hold
     /// the cluster (kpng_services, kpng_slots, kpng_members, kpng_live,

@@ -312,7 +312,7 @@ pub struct EbpfConfig {
     pub map_sizes: MapSizes,
     /// Whether the programs count each new connection per Service
     /// frontend and endpoint (`kpng_traffic`, read with
-    /// [`TrafficReader`]; `--counters`, default on).
+    /// [`TrafficReader`]; `--counters`, default off, as nftables').
     pub counters: bool,
 }
 
@@ -332,7 +332,7 @@ impl EbpfConfig {
             tc_interfaces: Vec::new(),
             tc_netns: None,
             map_sizes: MapSizes::default(),
-            counters: true,
+            counters: false,
         }
     }
 

@@ -216,16 +216,16 @@ fn rounds_in_the_kernel_and_a_refused_one_keeps_the_old_rules() {
         "{stats:?}"
     );
     assert!(ns.table().contains("10.244.1.9 . 8080"));
-    // ... and onto the same state with counters switched off: the pick
-    // maps are declared without them, so it replaces them too.
-    let mut fourth = NftBackend::new(config.clone().counters(false));
+    // ... and onto the same state with counters switched on: the pick
+    // maps are declared with them, so it replaces them too.
+    let mut fourth = NftBackend::new(config.clone().counters(true));
     fourth.sync(&Round::full(&view)).expect("replaced");
     let stats = fourth.last_sync().clone();
     assert!(
         stats.full && !stats.adopted && stats.commands > 0,
         "{stats:?}"
     );
-    assert!(!ns.table().contains("counter"), "{}", ns.table());
+    assert!(ns.table().contains("counter"), "{}", ns.table());
     assert_eq!(NftBackend::cleanup(&config).expect("cleanup"), 2);
 }
 
