@@ -794,7 +794,7 @@ mod tests {
         sync(&mut backend, None, &mut view, 1);
         let text = backend.last_script();
         assert!(
-            text.contains("add map ip kpng vip-cluster { typeof ip daddr . meta l4proto . th dport . numgen random mod 2 : ip daddr . th dport; size 65536; counter; }"),
+            text.contains("add map ip kpng vip-cluster { typeof ip daddr . meta l4proto . th dport . numgen random mod 2 : ip daddr . th dport; size 65536; }"),
             "{text}"
         );
         assert_eq!(backend.families[0].sizes.get("vip-cluster"), Some(&65_536));
