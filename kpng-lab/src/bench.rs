@@ -980,7 +980,9 @@ pub fn counters_scrape_cost() {
     let mut store = Store::new();
     cluster.load_into(&mut store);
     real_service(&mut store);
-    let config = NftConfig::new(settings().proxy()).in_netns(&lab.ns("node"));
+    let config = NftConfig::new(settings().proxy())
+        .in_netns(&lab.ns("node"))
+        .counters(true);
     let metrics = Metrics::new();
     metrics.count_connections(CounterReader::new(&config));
     let mut backend = NftBackend::new(config.clone()).with(Measure::new(metrics.clone()));
