@@ -90,7 +90,8 @@ fn tc_programs_serve_external_traffic() {
     settle();
     // The tc programs are on every link: every endpoint is reached
     // through them.
-    assert_eq!(proxy.backend.unmasqueraded(), &[]);
+    let unmasqueraded = proxy.backend.unmasqueraded();
+    assert!(unmasqueraded.is_empty(), "{unmasqueraded:?}");
     for (host, port) in [(NODE_IP, 30081), ("192.0.2.50", 80), ("198.51.100.10", 80)] {
         let lines = lab.connect("ext", "tcp", host, port, 10);
         assert!(
@@ -469,7 +470,8 @@ fn endpoints_reached_around_the_tc_programs_are_named() {
         "outside is {outside}"
     );
     proxy.load(&manifest(&[np("Local")])).expect("sync");
-    assert_eq!(proxy.backend.unmasqueraded(), &[]);
+    let unmasqueraded = proxy.backend.unmasqueraded();
+    assert!(unmasqueraded.is_empty(), "{unmasqueraded:?}");
     EbpfWithNft::clear(&lab);
 }
 

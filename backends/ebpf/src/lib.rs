@@ -429,7 +429,6 @@ pub struct EbpfBackend {
     /// The endpoints external traffic reaches by an interface without
     /// the tc programs.
     routes: routes::RouteCheck,
-    unmasqueraded: Vec<(std::net::IpAddr, String)>,
 }
 
 impl std::fmt::Debug for EbpfBackend {
@@ -490,7 +489,6 @@ impl EbpfBackend {
             last: EbpfSyncStats::default(),
             last_writes: Vec::new(),
             routes: routes::RouteCheck::default(),
-            unmasqueraded: Vec::new(),
         }
     }
 
@@ -507,8 +505,8 @@ impl EbpfBackend {
     /// Each is also a warning when first found. Checked after each
     /// successful sync with tc interfaces (the Services the round
     /// changed; all of them in a full round); empty otherwise.
-    pub fn unmasqueraded(&self) -> &[(std::net::IpAddr, String)] {
-        &self.unmasqueraded
+    pub fn unmasqueraded(&self) -> Vec<(std::net::IpAddr, String)> {
+        self.routes.list()
     }
 
     /// The last sync's writes as text, one per element (dry runs only).
@@ -830,11 +828,9 @@ impl Sink for EbpfBackend {
         if result.is_ok()
             && !self.config.tc_interfaces.is_empty()
             && matches!(self.target, Target::Kernel(_))
+            && let Err(e) = self.routes.check(&self.config, round)
         {
-            match self.routes.check(&self.config, round) {
-                Ok(found) => self.unmasqueraded = found,
-                Err(e) => tracing::warn!(error = %e, "cannot check the routes to endpoints"),
-            }
+            tracing::warn!(error = %e, "cannot check the routes to endpoints");
         }
         let writes = self.state.take_writes();
         if let Target::DryRun(recorder) = &mut self.target {

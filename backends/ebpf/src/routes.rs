@@ -18,20 +18,21 @@ use kpng_sink::Round;
 
 use crate::EbpfConfig;
 
-/// What the last checks found.
+/// What the last checks found, kept up to date round by round: a round
+/// touches only the endpoints of the Services it changed.
 #[derive(Debug, Default)]
 pub(crate) struct RouteCheck {
     /// Per Service, the endpoints on other nodes its external traffic
     /// (Cluster policy) is sent to.
     remote: HashMap<ServiceName, Vec<IpAddr>>,
-    /// The interface of each endpoint's route, as last asked (`None`:
-    /// no route).
-    routes: HashMap<IpAddr, Option<u32>>,
+    /// Each such endpoint: how many Services send to it, and the
+    /// interface of its route when asked (`None`: no route).
+    endpoints: HashMap<IpAddr, (usize, Option<u32>)>,
     /// The tc interfaces' indexes.
     tc: Vec<u32>,
-    /// Endpoints reached by an interface without the programs, with that
-    /// interface's index (`None`: no route), as last reported.
-    bypass: BTreeMap<IpAddr, Option<u32>>,
+    /// The endpoints reached by an interface without the programs, with
+    /// that interface's name (`no route`).
+    bypass: BTreeMap<IpAddr, String>,
 }
 
 /// The endpoints on other nodes of `service`'s external traffic under
@@ -60,82 +61,98 @@ fn remote_endpoints(service: &ServiceView) -> Vec<IpAddr> {
 }
 
 impl RouteCheck {
-    /// Checks the round's Services: asks the routes of endpoints not seen
-    /// before (all of them in a full round), and warns once for each
-    /// endpoint newly found reached by an interface without the programs.
-    /// Returns those endpoints (all of them, not only new ones).
+    /// Checks the round's Services (all of them in a full round, which
+    /// starts over): asks the routes of the endpoints they newly send
+    /// external traffic to, and warns once for each one found reached by
+    /// an interface without the programs ([`list`](Self::list) gives
+    /// them all).
     pub(crate) fn check(
         &mut self,
         config: &EbpfConfig,
         round: &Round<'_>,
-    ) -> Result<Vec<(IpAddr, String)>, crate::Error> {
+    ) -> Result<(), crate::Error> {
         let netns = config.tc_netns.as_deref();
+        // What was reported: a full round does not warn of it again.
+        let mut reported = BTreeMap::new();
         if round.is_full() || self.tc.is_empty() {
             self.remote.clear();
-            self.routes.clear();
+            self.endpoints.clear();
+            reported = std::mem::take(&mut self.bypass);
             self.tc = kpng_netfilter::routes::interface_indexes(netns, &config.tc_interfaces)
                 .map_err(crate::Error::Routes)?
                 .into_iter()
                 .flatten()
                 .collect();
         }
+        let mut added = Vec::new();
         for change in round.services() {
-            match change.after {
-                Some(after) => {
-                    self.remote
-                        .insert(change.name.clone(), remote_endpoints(after));
+            let new = change
+                .after
+                .map(|a| remote_endpoints(a))
+                .unwrap_or_default();
+            let old = match change.after {
+                Some(_) => self.remote.insert(change.name.clone(), new.clone()),
+                None => self.remote.remove(change.name),
+            };
+            for ip in old.unwrap_or_default() {
+                if let Some((users, _)) = self.endpoints.get_mut(&ip) {
+                    *users -= 1;
+                    if *users == 0 {
+                        self.endpoints.remove(&ip);
+                        self.bypass.remove(&ip);
+                    }
                 }
-                None => {
-                    self.remote.remove(change.name);
+            }
+            for ip in new {
+                let (users, _) = self.endpoints.entry(ip).or_insert((0, None));
+                *users += 1;
+                if *users == 1 {
+                    added.push(ip);
                 }
             }
         }
-        let mut wanted: Vec<IpAddr> = self.remote.values().flatten().copied().collect();
-        wanted.sort();
-        wanted.dedup();
-        let unknown: Vec<IpAddr> = wanted
-            .iter()
-            .copied()
-            .filter(|ip| !self.routes.contains_key(ip))
-            .collect();
-        if !unknown.is_empty() {
-            let found = kpng_netfilter::routes::output_interfaces(netns, &unknown)
-                .map_err(crate::Error::Routes)?;
-            self.routes.extend(unknown.into_iter().zip(found));
+        if added.is_empty() {
+            return Ok(());
         }
-        let bypass: BTreeMap<IpAddr, Option<u32>> = wanted
-            .iter()
-            .filter_map(|ip| {
-                let oif = self.routes.get(ip).copied().flatten();
-                match oif {
-                    Some(i) if self.tc.contains(&i) => None,
-                    other => Some((*ip, other)),
-                }
-            })
-            .collect();
-        let names = kpng_netfilter::routes::interface_names(netns);
-        let name = |oif: Option<u32>| match oif {
-            Some(i) => names
-                .get(&i)
-                .cloned()
-                .unwrap_or_else(|| format!("interface {i}")),
-            None => "no route".to_owned(),
-        };
-        for (ip, oif) in &bypass {
-            if self.bypass.get(ip) != Some(oif) {
+        let found = kpng_netfilter::routes::output_interfaces(netns, &added)
+            .map_err(crate::Error::Routes)?;
+        let mut names = None;
+        for (ip, oif) in added.into_iter().zip(found) {
+            let Some(entry) = self.endpoints.get_mut(&ip) else {
+                continue;
+            };
+            entry.1 = oif;
+            if oif.is_some_and(|i| self.tc.contains(&i)) {
+                continue;
+            }
+            // Names are looked up only when one is needed, once a round.
+            let names = names.get_or_insert_with(|| kpng_netfilter::routes::interface_names(netns));
+            let name = match oif {
+                Some(i) => names
+                    .get(&i)
+                    .cloned()
+                    .unwrap_or_else(|| format!("interface {i}")),
+                None => "no route".to_owned(),
+            };
+            if reported.get(&ip) != Some(&name) {
                 tracing::warn!(
                     endpoint = %ip,
-                    interface = %name(*oif),
+                    interface = %name,
                     tc_interfaces = %config.tc_interfaces.join(","),
                     "externalTrafficPolicy Cluster traffic to this endpoint leaves by an interface without the tc programs: it is not masqueraded and its replies will not come back through this node; add the interface to --tc-interfaces"
                 );
             }
+            self.bypass.insert(ip, name);
         }
-        self.bypass = bypass;
-        Ok(self
-            .bypass
+        Ok(())
+    }
+
+    /// The endpoints in use reached by an interface without the programs,
+    /// with that interface's name (`no route`), by address.
+    pub(crate) fn list(&self) -> Vec<(IpAddr, String)> {
+        self.bypass
             .iter()
-            .map(|(ip, oif)| (*ip, name(*oif)))
-            .collect())
+            .map(|(ip, name)| (*ip, name.clone()))
+            .collect()
     }
 }
