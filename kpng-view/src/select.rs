@@ -237,7 +237,8 @@ pub fn selection(snapshot: &Snapshot, name: &ServiceName, node_name: &str) -> Op
     let view = project_service(snapshot, name, node)?;
     let mut families = Vec::new();
     for family in IpFamily::BOTH {
-        let candidates = candidates(snapshot, name, family, node);
+        let mut candidates = Vec::new();
+        self::candidates(snapshot, name, family, node, &mut candidates);
         let choice = choose(&candidates, node);
         families.push(FamilySelection {
             family,
@@ -275,20 +276,17 @@ fn candidates<'a>(
     name: &ServiceName,
     family: IpFamily,
     node: NodeContext<'_>,
-) -> Vec<Candidate<'a>> {
-    snapshot
-        .endpoints(name)
-        .iter()
-        .filter_map(|endpoint| {
-            // Only the first address of an endpoint is used, per family.
-            let ip = endpoint.address_in(family)?;
-            Some(Candidate {
-                ip,
-                endpoint,
-                is_local: !node.name.is_empty() && endpoint.node_name() == node.name,
-            })
+    out: &mut Vec<Candidate<'a>>,
+) {
+    out.extend(snapshot.endpoints(name).iter().filter_map(|endpoint| {
+        // Only the first address of an endpoint is used, per family.
+        let ip = endpoint.address_in(family)?;
+        Some(Candidate {
+            ip,
+            endpoint,
+            is_local: !node.name.is_empty() && endpoint.node_name() == node.name,
         })
-        .collect()
+    }));
 }
 
 /// Projects one Service of `snapshot` onto the node: `None` when the
@@ -303,17 +301,7 @@ pub(crate) fn project_service(
     let mut candidates = Vec::new();
     for family in IpFamily::BOTH {
         candidates.clear();
-        for endpoint in snapshot.endpoints(name) {
-            // Only the first address of an endpoint is used, per family.
-            let Some(ip) = endpoint.address_in(family) else {
-                continue;
-            };
-            candidates.push(Candidate {
-                ip,
-                endpoint,
-                is_local: !node.name.is_empty() && endpoint.node_name() == node.name,
-            });
-        }
+        self::candidates(snapshot, name, family, node, &mut candidates);
         select_family(&candidates, node, &mut view.endpoints);
     }
     view.endpoints.sort_by_key(EndpointView::ip);
