@@ -11,11 +11,9 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
 
 use netlink_packet_core::{NLM_F_REQUEST, NetlinkMessage, NetlinkPayload};
-use nix::sys::socket::{
-    self, AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType,
-};
-use rtnetlink::packet_route::RouteNetlinkMessage;
+use nix::sys::socket::{self, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType};
 use rtnetlink::packet_route::route::{RouteAddress, RouteAttribute, RouteMessage};
+use rtnetlink::packet_route::{AddressFamily, RouteNetlinkMessage};
 
 use crate::Error;
 
@@ -93,7 +91,7 @@ pub fn interface_names(netns: Option<&Path>) -> std::collections::HashMap<u32, S
 
 fn open() -> std::io::Result<OwnedFd> {
     let fd = socket::socket(
-        AddressFamily::Netlink,
+        socket::AddressFamily::Netlink,
         SockType::Raw,
         SockFlag::SOCK_CLOEXEC,
         SockProtocol::NetlinkRoute,
@@ -106,8 +104,8 @@ fn open() -> std::io::Result<OwnedFd> {
 fn route_get(fd: &OwnedFd, ip: IpAddr) -> std::io::Result<Option<u32>> {
     let mut message = RouteMessage::default();
     message.header.address_family = match ip {
-        IpAddr::V4(_) => netlink_packet_core_family(false),
-        IpAddr::V6(_) => netlink_packet_core_family(true),
+        IpAddr::V4(_) => AddressFamily::Inet,
+        IpAddr::V6(_) => AddressFamily::Inet6,
     };
     message.header.destination_prefix_length = if ip.is_ipv4() { 32 } else { 128 };
     message
@@ -133,14 +131,6 @@ fn route_get(fd: &OwnedFd, ip: IpAddr) -> std::io::Result<Option<u32>> {
         // No route (ENETUNREACH and the like).
         _ => None,
     })
-}
-
-fn netlink_packet_core_family(v6: bool) -> rtnetlink::packet_route::AddressFamily {
-    if v6 {
-        rtnetlink::packet_route::AddressFamily::Inet6
-    } else {
-        rtnetlink::packet_route::AddressFamily::Inet
-    }
 }
 
 #[cfg(test)]
