@@ -41,44 +41,28 @@ print("ready", flush=True)
 threading.Event().wait()
 "#;
 
+/// `count` connections (or datagrams); with source ports after the
+/// count, one TCP connection each, bound to its port (so that the same
+/// flows can be made again) and closed by a reset (no TIME_WAIT keeps
+/// the port from the next round). One line each.
 pub(crate) const CLIENT: &str = r#"
-import socket, sys, time
+import socket, struct, sys, time
 proto, host, port, count = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+sports = [int(p) for p in sys.argv[5:]] or [None] * count
 fam = socket.AF_INET6 if ":" in host else socket.AF_INET
-for _ in range(count):
+for sport in sports:
     t = time.monotonic()
     try:
         if proto == "tcp":
             s = socket.socket(fam, socket.SOCK_STREAM); s.settimeout(2)
+            if sport is not None:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                s.bind(("", sport))
             s.connect((host, port)); out = s.recv(200).decode().strip()
         else:
             s = socket.socket(fam, socket.SOCK_DGRAM); s.settimeout(2)
             s.sendto(b"hi", (host, port)); out = s.recv(200).decode().strip()
-        s.close()
-    except ConnectionRefusedError:
-        out = "REFUSED %.2f" % (time.monotonic() - t)
-    except (socket.timeout, TimeoutError):
-        out = "TIMEOUT"
-    except OSError as e:
-        out = "ERROR %s" % e
-    print(out, flush=True)
-"#;
-
-/// One TCP connection per source port given, each bound to it (so that
-/// the same flows can be made again): one line each, as [`CLIENT`]'s.
-const BOUND_CLIENT: &str = r#"
-import socket, struct, sys, time
-host, port = sys.argv[1], int(sys.argv[2])
-fam = socket.AF_INET6 if ":" in host else socket.AF_INET
-for sport in sys.argv[3:]:
-    t = time.monotonic()
-    try:
-        s = socket.socket(fam, socket.SOCK_STREAM); s.settimeout(2)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        # Closed by a reset: no TIME_WAIT keeps the port from the next round.
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        s.bind(("", int(sport)))
-        s.connect((host, port)); out = s.recv(200).decode().strip()
         s.close()
     except ConnectionRefusedError:
         out = "REFUSED %.2f" % (time.monotonic() - t)
@@ -417,9 +401,9 @@ impl Lab {
         port: u16,
         ports: &[u16],
     ) -> Vec<String> {
-        let port_text = port.to_string();
+        let (port_text, count) = (port.to_string(), ports.len().to_string());
         let sports: Vec<String> = ports.iter().map(ToString::to_string).collect();
-        let mut args = vec!["python3", "-c", BOUND_CLIENT, host, &port_text];
+        let mut args = vec!["python3", "-c", CLIENT, "tcp", host, &port_text, &count];
         args.extend(sports.iter().map(String::as_str));
         let out = self.client(from, &args).output().expect("client");
         let lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
