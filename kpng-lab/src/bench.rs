@@ -109,6 +109,25 @@ fn rates(lab: &Lab) -> (f64, f64, f64) {
 /// ClusterIP with one TCP port (the shape of kube-proxy's published
 /// figures); otherwise the testkit's mix (a third with a second, UDP port;
 /// the first 900 NodePort or LoadBalancer).
+/// A store holding `cluster` and the lab's real Service.
+fn store_of(cluster: &Cluster) -> Store {
+    let mut store = Store::new();
+    cluster.load_into(&mut store);
+    real_service(&mut store);
+    store
+}
+
+/// A cold full sync of `store` into `backend` by a new projector of
+/// node-0: the projector, and the sync's time in ms.
+fn timed_sync<S: kpng_sink::Sink>(store: &Store, backend: &mut S) -> (NodeProjector, f64) {
+    let mut projector = NodeProjector::new("node-0");
+    let start = Instant::now();
+    projector
+        .sync_into(&store.snapshot(), backend)
+        .expect("the cold full sync");
+    (projector, start.elapsed().as_secs_f64() * 1e3)
+}
+
 fn cluster(services: usize, simple: bool) -> Cluster {
     let mut cluster = Cluster::synthetic(ClusterShape {
         services,
@@ -132,17 +151,9 @@ fn full_sync<B: LabBackend>(
     services: usize,
     simple: bool,
 ) -> (f64, usize, Store, NodeProjector, B) {
-    let cluster = cluster(services, simple);
-    let mut store = Store::new();
-    cluster.load_into(&mut store);
-    real_service(&mut store);
-    let mut projector = NodeProjector::new("node-0");
+    let store = store_of(&cluster(services, simple));
     let mut backend = B::in_lab(lab, &settings());
-    let start = Instant::now();
-    projector
-        .sync_into(&store.snapshot(), &mut backend)
-        .expect("bench setup");
-    let ms = start.elapsed().as_secs_f64() * 1e3;
+    let (projector, ms) = timed_sync(&store, &mut backend);
     let commands = backend.last_commands();
     eprintln!(
         "  {services} services (simple: {simple}): {ms:.0} ms {}",
@@ -564,16 +575,9 @@ pub fn at_scale<B: LabBackend>(services: usize, counts: usize) -> AtScale {
             *n <= want
         });
     }
-    let mut store = Store::new();
-    cluster.load_into(&mut store);
-    real_service(&mut store);
-    let mut projector = NodeProjector::new("node-0");
+    let mut store = store_of(&cluster);
     let mut backend = B::in_lab(&lab, &settings());
-    let start = Instant::now();
-    projector
-        .sync_into(&store.snapshot(), &mut backend)
-        .expect("the cold full sync");
-    let full_ms = start.elapsed().as_secs_f64() * 1e3;
+    let (mut projector, full_ms) = timed_sync(&store, &mut backend);
     let mut change = Vec::new();
     endpoint_flips(
         &cluster,
@@ -861,19 +865,12 @@ pub fn counters_cost<B: LabBackend>(rounds: usize, syncs: bool, make: impl Fn(&L
     for round in 0..rounds * 2 {
         // Off first, then on, alternating.
         let on = round % 2 == 1;
-        let mut store = Store::new();
-        cluster.load_into(&mut store);
-        real_service(&mut store);
-        let mut projector = NodeProjector::new("node-0");
+        let mut store = store_of(&cluster);
         if syncs || round == 0 {
             B::clear(&lab);
         }
         let mut backend = make(&lab, on);
-        let start = Instant::now();
-        projector
-            .sync_into(&store.snapshot(), &mut backend)
-            .expect("bench setup");
-        let full_ms = start.elapsed().as_secs_f64() * 1e3;
+        let (mut projector, full_ms) = timed_sync(&store, &mut backend);
         let mut changes = Vec::new();
         endpoint_flips(
             &cluster,
@@ -976,20 +973,14 @@ pub fn counters_scrape_cost() {
     lab.host("podc", &["10.244.1.99"], &[]);
     lab.host("e1", &["10.244.1.10"], &[]);
     lab.serve("e1", "10.244.1.10");
-    let cluster = cluster(10_000, true);
-    let mut store = Store::new();
-    cluster.load_into(&mut store);
-    real_service(&mut store);
+    let store = store_of(&cluster(10_000, true));
     let config = NftConfig::new(settings().proxy())
         .in_netns(&lab.ns("node"))
         .counters(true);
     let metrics = Metrics::new();
     metrics.count_connections(CounterReader::new(&config));
     let mut backend = NftBackend::new(config.clone()).with(Measure::new(metrics.clone()));
-    let mut projector = NodeProjector::new("node-0");
-    projector
-        .sync_into(&store.snapshot(), &mut backend)
-        .expect("bench setup");
+    let _ = timed_sync(&store, &mut backend);
     settle();
     warm_up(&lab);
     let reader = CounterReader::new(&config);
