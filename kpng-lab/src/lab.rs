@@ -612,6 +612,15 @@ pub fn settle() {
     std::thread::sleep(Duration::from_millis(50));
 }
 
+/// The endpoint part of each reply line, in order (a failure's word as it
+/// is: `REFUSED`, `TIMEOUT`, `ERROR`).
+pub fn reached(lines: &[String]) -> Vec<String> {
+    lines
+        .iter()
+        .map(|l| l.split_whitespace().next().unwrap_or_default().to_owned())
+        .collect()
+}
+
 /// The endpoint part of each reply line.
 pub fn endpoints(lines: &[String]) -> std::collections::BTreeSet<String> {
     lines

@@ -7,7 +7,7 @@
 use kpng_backend_ebpf::EbpfBackend;
 use kpng_lab::scenarios::{ALL3, E1, E2, E3, POD_CLIENT, dropped_locally, lab, manifest, service};
 use kpng_lab::{
-    EbpfWithNft, LabBackend, Proxy, Settings, ebpf_config, endpoints, require_lab, settle,
+    EbpfWithNft, LabBackend, Proxy, Settings, ebpf_config, endpoints, reached, require_lab, settle,
 };
 
 kpng_lab::scenario_tests!(EbpfWithNft);
@@ -514,4 +514,108 @@ fn counters_off_count_nothing() {
         .counts()
         .expect("read");
     assert!(rows.is_empty(), "{rows:?}");
+}
+
+/// Balancing choices in the eBPF programs, with real packets. Maglev,
+/// from outside (tc): each flow (a client's source port) reaches the
+/// endpoint its slot names, the one the nftables rules would pick
+/// (`kpng_model::maglev::flow_slot` is their hash), the same flows again
+/// the same endpoints, and when one endpoint leaves the other flows stay
+/// where they were (a random Service's move). Round robin: a pod's
+/// connections to the ClusterIP, and outside clients' to the NodePort,
+/// take the endpoints in turn.
+#[test]
+fn maglev_from_outside_and_round_robin_in_the_ebpf_programs() {
+    use kpng_lab::scenarios::{EXT_IN, NODE_IP};
+    require_lab!(EbpfWithNft);
+    let lab = lab();
+    let config = ebpf_config(&lab, &Settings::lab(), true);
+    let mut proxy = Proxy::with(EbpfBackend::attach(config).expect("attach")).explained_in(
+        &lab,
+        &Settings::lab(),
+        kpng_lab::ebpf_alone(true),
+    );
+    let annotated = |name: &str, ip: &str, node_port: u16, how: Option<&str>, eps: &str| {
+        let spec = format!(
+            "{{type: NodePort, clusterIP: {ip}, ports: [{{name: http, port: 80, targetPort: 8080, nodePort: {node_port}}}]}}"
+        );
+        let text = service(name, &spec, eps);
+        match how {
+            Some(how) => text.replace(
+                &format!("metadata: {{namespace: t, name: {name}}}"),
+                &format!("metadata: {{namespace: t, name: {name}, annotations: {{kpng.io/balancing: {how}}}}}"),
+            ),
+            None => text,
+        }
+    };
+    let two = "[{addresses: [10.244.1.10], nodeName: node-a}, {addresses: [10.244.2.10], nodeName: node-b}]";
+    let world = |eps: &str| {
+        manifest(&[
+            annotated("mg", "10.96.0.60", 30060, Some("maglev"), eps),
+            annotated("rnd", "10.96.0.61", 30061, None, eps),
+            annotated("rr", "10.96.0.62", 30062, Some("round-robin"), ALL3),
+        ])
+    };
+    proxy.load(&world(ALL3)).expect("sync");
+    settle();
+
+    let ports: Vec<u16> = (22_000..22_120).collect();
+    let flows =
+        |node_port: u16| reached(&lab.connect_from_ports("ext", NODE_IP, node_port, &ports));
+    let first = flows(30060);
+    assert_eq!(first.len(), ports.len(), "{first:?}");
+    assert_eq!(flows(30060), first, "the same flows, the same endpoints");
+    let all = [E1, E2, E3];
+    let targets: Vec<(std::net::IpAddr, u16)> = all
+        .iter()
+        .map(|ip| (ip.parse().expect("ip"), 8080))
+        .collect();
+    let table = kpng_model::maglev::table(&targets, kpng_model::maglev::SLOTS);
+    let client: std::net::IpAddr = EXT_IN.parse().expect("ip");
+    let predicted: Vec<String> = ports
+        .iter()
+        .map(|p| {
+            let slot = kpng_model::maglev::flow_slot(client, *p, kpng_model::maglev::SLOTS);
+            targets[table[slot as usize] as usize].0.to_string()
+        })
+        .collect();
+    assert_eq!(first, predicted, "each flow where its Maglev slot says");
+    for ep in all {
+        let n = first.iter().filter(|e| *e == ep).count();
+        assert!(n >= 20, "{ep}: {n} of {} flows", ports.len());
+    }
+    let random_before = flows(30061);
+
+    // Round robin: 15 connections, five to each endpoint, from a pod's
+    // sockets and from outside through tc.
+    for (from, host, port) in [("podc", "10.96.0.62", 80), ("ext", NODE_IP, 30062)] {
+        let turns = reached(&lab.connect(from, "tcp", host, port, 15));
+        for ep in all {
+            let n = turns.iter().filter(|e| *e == ep).count();
+            assert_eq!(n, 5, "{from} -> {host}:{port}: {turns:?}");
+        }
+    }
+
+    // E3 leaves the Maglev and random Services.
+    proxy.load(&world(two)).expect("sync");
+    settle();
+    let kept = |before: &[String], after: &[String]| {
+        let stayed: Vec<(&String, &String)> =
+            before.iter().zip(after).filter(|(b, _)| *b != E3).collect();
+        let same = stayed.iter().filter(|(b, a)| b == a).count();
+        (same, stayed.len())
+    };
+    let after = flows(30060);
+    assert!(after.iter().all(|e| e == E1 || e == E2), "{after:?}");
+    let (same, stayed) = kept(&first, &after);
+    assert!(
+        same * 100 >= stayed * 90,
+        "maglev kept {same} of {stayed} flows"
+    );
+    let (random_same, random_stayed) = kept(&random_before, &flows(30061));
+    assert!(
+        random_same * 100 < random_stayed * 75,
+        "random kept {random_same} of {random_stayed} flows"
+    );
+    EbpfWithNft::clear(&lab);
 }

@@ -26,6 +26,9 @@
 // What a Service does when its endpoint set is empty.
 #define EMPTY_REJECT 1 // no endpoint at all: refuse, as a REJECT does
 #define EMPTY_DROP 2   // endpoints, but none for a Local policy: drop
+// (balancing flags of a record; none: at random)
+#define BAL_MAGLEV 16 // by the flow's Maglev slot (tc; sockets: at random)
+#define BAL_RR 32     // in turn, by the set's counter
 
 // Lookups of one program: the Service address the socket asked for.
 struct frontend {
@@ -337,6 +340,20 @@ static __always_inline int still_affine(struct affinity_value *aff,
 	return bpf_map_lookup_elem(&kpng_members, &member) != 0;
 }
 
+// The slot a new connection to `svc` takes among the `n` of its set
+// (whose first page is `first`): the next in turn for round robin (the
+// counter kept in page 0, reset when the set changes), else at random. A
+// Maglev Service's sockets also pick at random: a socket keeps the
+// endpoint it connected to for its life, so there is no flow of it to
+// keep in place.
+static __always_inline __u32 in_turn(struct service *svc, struct page *first,
+				     __u32 n)
+{
+	if (svc->flags & BAL_RR)
+		return __sync_fetch_and_add(&first->pad, 1) % n;
+	return bpf_get_prandom_u32() % n;
+}
+
 // The endpoint for a socket of `netns` asking for `fe`; `flow`: the
 // socket's cookie when its datagrams are to stay with one endpoint
 // (sendmsg), 0 otherwise.
@@ -394,7 +411,7 @@ static __always_inline int pick(struct frontend *fe, __u64 netns, __u64 flow,
 		}
 	}
 
-	i = bpf_get_prandom_u32() % n;
+	i = in_turn(svc, first, n);
 	ep = slot_of(first, svc->set, i);
 	if (!ep) {
 		count(COUNT_MISSING);
@@ -656,13 +673,16 @@ struct conn_key {
 
 // Its endpoint, the source port it was masqueraded to (0: not), where
 // the endpoint was found (set and slot; a slot past the set's: not from
-// a slot), and when it last sent.
+// a slot), a TCP flow's first SYN's sequence number, and when it last
+// sent.
 struct conn_value {
 	struct endpoint endpoint;
 	__u16 snat_port;
 	__u16 pad;
 	__u32 set;
 	__u32 index;
+	__u32 isn;
+	__u32 pad2;
 	__u64 last_ns;
 };
 
@@ -793,6 +813,7 @@ struct packet {
 	__u8 family;
 	__u8 syn; // a TCP SYN without ACK: a new connection
 	__u8 pad;
+	__u32 seq; // a SYN's sequence number (as it came)
 	__u32 saddr_off;
 	__u32 daddr_off;
 	__u32 l4_off;
@@ -851,6 +872,8 @@ static __always_inline int parse(struct __sk_buff *skb, struct packet *p)
 		if (bpf_skb_load_bytes(skb, p->l4_off + 13, &byte, 1))
 			return 0;
 		p->syn = (byte & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN;
+		if (p->syn && bpf_skb_load_bytes(skb, p->l4_off + 4, &p->seq, 4))
+			return 0;
 	} else if (p->proto == IPPROTO_UDP) {
 		p->csum_off = p->l4_off + 6;
 	} else {
@@ -998,8 +1021,95 @@ static __always_inline int snat_out(struct __sk_buff *skb, struct packet *p)
 	return TC_ACT_OK;
 }
 
+// Maglev: each set of a Service with `kpng.io/balancing: maglev` served
+// from outside has a table of MAGLEV_SLOTS slots, each the index of an
+// endpoint in the set's slots (kpng_model::maglev::table, written with the
+// set). A flow's slot is lookup3 of its source address and port, as the
+// nftables rule `jhash ip saddr . th sport mod 1021 seed 0x0` computes
+// it, so that nftables and eBPF nodes pick alike.
+#define MAGLEV_SLOTS 1021
+
+struct maglev {
+	__u16 index[MAGLEV_SLOTS + 1]; // the last: padding
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1 << 10);
+	__type(key, __u32); // the set
+	__type(value, struct maglev);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kpng_maglev SEC(".maps");
+
+#define ROL32(x, k) (((x) << (k)) | ((x) >> (32 - (k))))
+
+// lookup3's mix and final (Bob Jenkins, public domain), as the kernel's
+// jhash.
+#define JHASH_MIX(a, b, c)                                                     \
+	{                                                                      \
+		a -= c; a ^= ROL32(c, 4); c += b;                              \
+		b -= a; b ^= ROL32(a, 6); a += c;                              \
+		c -= b; c ^= ROL32(b, 8); b += a;                              \
+		a -= c; a ^= ROL32(c, 16); c += b;                             \
+		b -= a; b ^= ROL32(a, 19); a += c;                             \
+		c -= b; c ^= ROL32(b, 4); b += a;                              \
+	}
+#define JHASH_FINAL(a, b, c)                                                   \
+	{                                                                      \
+		c ^= b; c -= ROL32(b, 14);                                     \
+		a ^= c; a -= ROL32(c, 11);                                     \
+		b ^= a; b -= ROL32(a, 25);                                     \
+		c ^= b; c -= ROL32(b, 16);                                     \
+		a ^= c; a -= ROL32(c, 4);                                      \
+		b ^= a; b -= ROL32(a, 14);                                     \
+		c ^= b; c -= ROL32(b, 24);                                     \
+	}
+
+// The flow's slot: lookup3 (seed 0) over the source address and a 4-byte
+// word holding the source port's two bytes, scaled to the slots.
+static __always_inline __u32 flow_slot(struct packet *p)
+{
+	__u32 port = p->sport; // its two bytes as they came, then zeros
+	__u32 len = p->family == FAMILY_V4 ? 8 : 20;
+	__u32 a, b, c;
+
+	a = b = c = 0xdeadbeef + len;
+	if (p->family == FAMILY_V4) {
+		a += p->saddr[0];
+		b += port;
+	} else {
+		a += p->saddr[0];
+		b += p->saddr[1];
+		c += p->saddr[2];
+		JHASH_MIX(a, b, c);
+		a += p->saddr[3];
+		b += port;
+	}
+	JHASH_FINAL(a, b, c);
+	return (__u32)(((__u64)c * MAGLEV_SLOTS) >> 32);
+}
+
+// The slot a new flow of `p` takes in `svc`'s set of `n`: the one its
+// Maglev slot names; at random while the table is missing or names a
+// slot past the set's count (a set being rewritten).
+static __always_inline __u32 maglev_slot(struct packet *p, struct service *svc,
+					 __u32 n)
+{
+	struct maglev *table = bpf_map_lookup_elem(&kpng_maglev, &svc->set);
+	__u32 slot = flow_slot(p);
+	__u32 i;
+
+	if (table && slot < MAGLEV_SLOTS) {
+		i = table->index[slot];
+		if (i < n)
+			return i;
+	}
+	return bpf_get_prandom_u32() % n;
+}
+
 // The local endpoint for a new flow of `p` to `svc`: its client's
-// affinity, or one at random.
+// affinity, or one as its balancing says.
 static __always_inline int pick_external(struct packet *p, struct service *svc,
 					 struct endpoint *out, __u32 *slot, __u64 now)
 {
@@ -1027,7 +1137,8 @@ static __always_inline int pick_external(struct packet *p, struct service *svc,
 			return 1;
 		}
 	}
-	i = bpf_get_prandom_u32() % n;
+	i = (svc->flags & BAL_MAGLEV) ? maglev_slot(p, svc, n)
+				      : in_turn(svc, first, n);
 	ep = slot_of(first, svc->set, i);
 	if (!ep) {
 		count(COUNT_MISSING);
@@ -1109,11 +1220,13 @@ int kpng_tc_ingress(struct __sk_buff *skb)
 	ckey.family = p.family;
 	ckey.frontend = fe;
 	flow = bpf_map_lookup_elem(&kpng_ext_flows, &ckey);
-	// A TCP connection keeps its endpoint until a new one (a SYN)
-	// reuses its ports, as conntrack keeps it; a UDP flow while it is not
-	// idle 30 s and its endpoint stays.
+	// A TCP connection keeps its endpoint until a new one (a SYN with
+	// another sequence number: not a retransmission) reuses its ports, as
+	// conntrack keeps it; a UDP flow while it is not idle 30 s and its
+	// endpoint stays.
 	if (flow && (p.proto == IPPROTO_TCP
-			     ? !p.syn || now - flow->last_ns <= FLOW_IDLE_NS
+			     ? !p.syn || (p.seq == flow->isn &&
+					  now - flow->last_ns <= FLOW_IDLE_NS)
 			     : flow->set == svc->set &&
 				       now - flow->last_ns <= FLOW_IDLE_NS &&
 				       still_there(flow))) {
@@ -1141,6 +1254,7 @@ int kpng_tc_ingress(struct __sk_buff *skb)
 		value.snat_port = snat_port;
 		value.set = svc->set;
 		value.index = slot;
+		value.isn = p.seq;
 		value.last_ns = now;
 		bpf_map_update_elem(&kpng_ext_flows, &ckey, &value, BPF_ANY);
 		count_traffic(&fe, &ep);

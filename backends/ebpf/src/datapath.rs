@@ -44,9 +44,10 @@ use crate::sizes::{CLUSTER_MAPS, CONNECTION_MAPS, Capacity, MapSizes};
 use crate::tables::Kernel;
 
 /// The maps only the tc programs use.
-const TC_MAPS: [&str; 7] = [
+const TC_MAPS: [&str; 8] = [
     "kpng_external",
     "kpng_ranges",
+    "kpng_maglev",
     "kpng_ext_flows",
     "kpng_ext_replies",
     "kpng_snat",
@@ -373,6 +374,7 @@ fn take_maps(ebpf: &mut aya::Ebpf) -> Result<(Kernel, PerCpuArray<MapData, u64>)
         external: HashMap::try_from(take(ebpf, "kpng_external")?).map_err(wrap("kpng_external"))?,
         ranges: LpmTrie::try_from(take(ebpf, "kpng_ranges")?).map_err(wrap("kpng_ranges"))?,
         node: aya::maps::Array::try_from(take(ebpf, "kpng_node")?).map_err(wrap("kpng_node"))?,
+        maglev: HashMap::try_from(take(ebpf, "kpng_maglev")?).map_err(wrap("kpng_maglev"))?,
         capacity,
     };
     let counters =

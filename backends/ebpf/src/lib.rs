@@ -29,6 +29,12 @@
 //!   policies, topology. ClientIP affinity is kept per client network
 //!   namespace (a pod; the node's own sockets share one) in an LRU map,
 //!   with the Service's timeout.
+//! - **Balancing** as the Service asks (`kpng.io/balancing`, or
+//!   `ProxyConfig::balancing`): at random; round robin, the Service
+//!   port's own turn; Maglev, for packets from outside (the tc programs
+//!   hash the flow's source address and port into the set's Maglev table,
+//!   as the nftables backend does), at random for sockets (a socket keeps
+//!   its endpoint for its life).
 //! - **Failures** as kube-proxy's: no endpoint at all, or an unknown port
 //!   on a live ClusterIP, fails the connect with `ECONNREFUSED`; a Local
 //!   policy without a local endpoint, or an unallocated address in the
@@ -228,7 +234,7 @@ pub enum Error {
     #[error("the thread attaching tc programs panicked")]
     Thread,
     /// A map size that names no map of the backend, or is 0.
-    #[error("map size {name}={entries}: {}", if *entries == 0 { "a size is at least 1" } else { "no such map (the cluster's: kpng_services, kpng_slots, kpng_members, kpng_live, kpng_cidrs, kpng_external, kpng_ranges; the connections': kpng_affinity, kpng_reverse, kpng_flows, kpng_ext_flows, kpng_ext_replies, kpng_snat, kpng_snat_out, kpng_ext_affinity)" })]
+    #[error("map size {name}={entries}: {}", if *entries == 0 { "a size is at least 1" } else { "no such map (the cluster's: kpng_services, kpng_slots, kpng_members, kpng_live, kpng_cidrs, kpng_external, kpng_ranges, kpng_maglev; the connections': kpng_affinity, kpng_reverse, kpng_flows, kpng_ext_flows, kpng_ext_replies, kpng_snat, kpng_snat_out, kpng_ext_affinity)" })]
     MapSize {
         /// The name given.
         name: String,
@@ -725,7 +731,13 @@ fn render(config: &EbpfConfig, round: &Round<'_>, full: bool) -> Rendered {
             .map(|(name, service)| {
                 (
                     name.clone(),
-                    contribution(name, service, &node_ips, external),
+                    contribution(
+                        name,
+                        service,
+                        &node_ips,
+                        external,
+                        config.proxy.balancing_of(&service.service),
+                    ),
                 )
             })
             .collect();
@@ -755,7 +767,15 @@ fn render(config: &EbpfConfig, round: &Round<'_>, full: bool) -> Rendered {
             let new = view
                 .services
                 .get(&name)
-                .map(|service| contribution(&name, service, &node_ips, external))
+                .map(|service| {
+                    contribution(
+                        &name,
+                        service,
+                        &node_ips,
+                        external,
+                        config.proxy.balancing_of(&service.service),
+                    )
+                })
                 .unwrap_or_default();
             (name, new)
         })

@@ -11,8 +11,10 @@ use kpng_model::{IpFamily, IpNet, ServiceName};
 
 use super::{Claim, Contribution, SetName, Side};
 use crate::layout::{
-    EMPTY_DROP, EMPTY_REJECT, EXT_RANGES, EXT_SNAT, Endpoint, Frontend, proto_number,
+    BAL_MAGLEV, BAL_RR, EMPTY_DROP, EMPTY_REJECT, EXT_RANGES, EXT_SNAT, Endpoint, Frontend,
+    proto_number,
 };
+use kpng_model::v1::Balancing;
 
 /// The addresses a local socket reaches NodePorts on: this node's
 /// addresses (from its Node object) inside `--nodeport-addresses`, or all
@@ -52,11 +54,18 @@ pub(crate) fn nodeport_ips(view: &NodeView, prefixes: Option<&[IpNet]>) -> Vec<I
 ///   `externalTrafficPolicy: Local` they lead to the local endpoints,
 ///   under `Cluster` to every endpoint, masqueraded towards those on
 ///   other nodes.
+/// - `balancing` (the Service's, or the default) is a flag of each
+///   record without ClientIP affinity: round robin for sockets and
+///   packets from outside; Maglev for packets from outside (the tc
+///   programs hash each new flow; the set gets a Maglev table), sockets
+///   pick at random. With affinity, a client's first endpoint is picked at
+///   random, as the nftables backend does.
 pub(crate) fn contribution(
     service: &ServiceName,
     view: &ServiceView,
     node_ips: &[IpAddr],
     external: bool,
+    balancing: Balancing,
 ) -> Contribution {
     let mut out = Contribution::default();
     for family in IpFamily::BOTH {
@@ -93,6 +102,12 @@ pub(crate) fn contribution(
             .map(|e| e.ip())
             .collect();
         let affinity = plan.affinity.unwrap_or(0);
+        let how = match balancing {
+            _ if affinity > 0 => 0,
+            Balancing::Maglev => BAL_MAGLEV,
+            Balancing::RoundRobin => BAL_RR,
+            _ => 0,
+        };
         // Parsed once, when the plan was made.
         let ranges: Vec<(IpAddr, u8)> = plan
             .source_ranges
@@ -140,7 +155,7 @@ pub(crate) fn contribution(
                 let claim = Claim {
                     set: set.clone(),
                     affinity,
-                    flags,
+                    flags: flags | how,
                 };
                 out.records.insert((Side::Socket, frontend), claim);
             };
@@ -174,7 +189,7 @@ pub(crate) fn contribution(
                     let claim = Claim {
                         set: target.clone(),
                         affinity,
-                        flags: flags | policy | if ranged { EXT_RANGES } else { 0 },
+                        flags: flags | policy | how | if ranged { EXT_RANGES } else { 0 },
                     };
                     out.records.insert((Side::External, frontend), claim);
                     frontend
