@@ -462,7 +462,13 @@ impl EbpfBackend {
         // (tc programs are attached at once: their interfaces are checked
         // here.)
         if tc.interfaces.is_empty()
-            && datapath::fresh(&config.pin_path, &config.cgroup, &tc, &config.map_sizes)?
+            && datapath::fresh(
+                &config.pin_path,
+                &config.cgroup,
+                &tc,
+                &config.map_sizes,
+                config.counters,
+            )?
         {
             return Ok(Self::with_target(config, Target::Fresh));
         }
