@@ -148,8 +148,11 @@ fn tc_programs_serve_ipv6_from_outside() {
     let mut lab = kpng_lab::Lab::new();
     lab.upstream();
     lab.host("ext6", &["2001:db8:1::10"], &["2001:db8:1::1"]);
-    lab.host("e1", &["fd00:244:1::10"], &[]);
-    lab.serve("e1", "e1");
+    for k in 1..=3 {
+        let name = format!("e{k}");
+        lab.host(&name, &[&format!("fd00:244:{k}::10")], &[]);
+        lab.serve(&name, &name);
+    }
     let config = ebpf_config(&lab, &Settings::default(), true);
     let mut proxy = Proxy::with(EbpfBackend::attach(config).expect("attach")).explained_in(
         &lab,
@@ -167,6 +170,16 @@ fn tc_programs_serve_ipv6_from_outside() {
   addressType: IPv6
   endpoints: [{addresses: ["fd00:244:1::10"], nodeName: node-a}]
   ports: [{name: http, port: 8080, protocol: TCP}]
+- apiVersion: v1
+  kind: Service
+  metadata: {namespace: t, name: mg6, annotations: {kpng.io/balancing: maglev}}
+  spec: {clusterIP: "fd00:96::61", clusterIPs: ["fd00:96::61"], ipFamilies: [IPv6], externalIPs: ["2001:db8:5::51"], externalTrafficPolicy: Local, ports: [{name: http, port: 80, targetPort: 8080}]}
+- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata: {namespace: t, name: mg6-1, labels: {kubernetes.io/service-name: mg6}}
+  addressType: IPv6
+  endpoints: [{addresses: ["fd00:244:1::10"], nodeName: node-a}, {addresses: ["fd00:244:2::10"], nodeName: node-a}, {addresses: ["fd00:244:3::10"], nodeName: node-a}]
+  ports: [{name: http, port: 8080, protocol: TCP}]
 "#
     .to_string()];
     proxy.load(&manifest(&items)).expect("sync");
@@ -176,6 +189,23 @@ fn tc_programs_serve_ipv6_from_outside() {
         lines.len() == 5 && lines.iter().all(|l| l == "e1 2001:db8:1::10"),
         "{lines:?}"
     );
+    // Maglev over IPv6: each flow where the nftables rule's hash (a
+    // 20-byte key) puts it.
+    let ports: Vec<u16> = (23_000..23_060).collect();
+    let got = reached(&lab.connect_from_ports("ext6", "2001:db8:5::51", 80, &ports));
+    let targets: Vec<(std::net::IpAddr, u16)> = (1..=3)
+        .map(|k| (format!("fd00:244:{k}::10").parse().expect("ip"), 8080))
+        .collect();
+    let table = kpng_model::maglev::table(&targets, kpng_model::maglev::SLOTS);
+    let client: std::net::IpAddr = "2001:db8:1::10".parse().expect("ip");
+    let predicted: Vec<String> = ports
+        .iter()
+        .map(|p| {
+            let slot = kpng_model::maglev::flow_slot(client, *p, kpng_model::maglev::SLOTS);
+            format!("e{}", table[slot as usize] + 1)
+        })
+        .collect();
+    assert_eq!(got, predicted);
     EbpfWithNft::clear(&lab);
 }
 
