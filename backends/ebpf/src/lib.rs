@@ -730,22 +730,15 @@ fn render(config: &EbpfConfig, round: &Round<'_>, full: bool) -> Rendered {
             .collect()
     });
     let cidrs = view.service_cidrs_with(&config.proxy.service_cidrs);
+    let contribute = |name: &ServiceName, service: &kpng_model::view::ServiceView| {
+        let balancing = config.proxy.balancing_of(&service.service);
+        contribution(name, service, &node_ips, external, balancing)
+    };
     if full {
         let changes: Vec<(ServiceName, Contribution)> = view
             .services
             .iter()
-            .map(|(name, service)| {
-                (
-                    name.clone(),
-                    contribution(
-                        name,
-                        service,
-                        &node_ips,
-                        external,
-                        config.proxy.balancing_of(&service.service),
-                    ),
-                )
-            })
+            .map(|(name, service)| (name.clone(), contribute(name, service)))
             .collect();
         let looked = changes.len();
         return Rendered {
@@ -773,15 +766,7 @@ fn render(config: &EbpfConfig, round: &Round<'_>, full: bool) -> Rendered {
             let new = view
                 .services
                 .get(&name)
-                .map(|service| {
-                    contribution(
-                        &name,
-                        service,
-                        &node_ips,
-                        external,
-                        config.proxy.balancing_of(&service.service),
-                    )
-                })
+                .map(|service| contribute(&name, service))
                 .unwrap_or_default();
             (name, new)
         })
