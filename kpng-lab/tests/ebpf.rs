@@ -196,14 +196,10 @@ fn tc_programs_serve_ipv6_from_outside() {
     let targets: Vec<(std::net::IpAddr, u16)> = (1..=3)
         .map(|k| (format!("fd00:244:{k}::10").parse().expect("ip"), 8080))
         .collect();
-    let table = kpng_model::maglev::table(&targets, kpng_model::maglev::SLOTS);
     let client: std::net::IpAddr = "2001:db8:1::10".parse().expect("ip");
-    let predicted: Vec<String> = ports
-        .iter()
-        .map(|p| {
-            let slot = kpng_model::maglev::flow_slot(client, *p, kpng_model::maglev::SLOTS);
-            format!("e{}", table[slot as usize] + 1)
-        })
+    let predicted: Vec<String> = kpng_lab::maglev_picks(client, &ports, &targets)
+        .into_iter()
+        .map(|i| format!("e{}", i + 1))
         .collect();
     assert_eq!(got, predicted);
     EbpfWithNft::clear(&lab);
@@ -600,14 +596,10 @@ fn maglev_from_outside_and_round_robin_in_the_ebpf_programs() {
         .iter()
         .map(|ip| (ip.parse().expect("ip"), 8080))
         .collect();
-    let table = kpng_model::maglev::table(&targets, kpng_model::maglev::SLOTS);
     let client: std::net::IpAddr = EXT_IN.parse().expect("ip");
-    let predicted: Vec<String> = ports
-        .iter()
-        .map(|p| {
-            let slot = kpng_model::maglev::flow_slot(client, *p, kpng_model::maglev::SLOTS);
-            targets[table[slot as usize] as usize].0.to_string()
-        })
+    let predicted: Vec<String> = kpng_lab::maglev_picks(client, &ports, &targets)
+        .into_iter()
+        .map(|i| targets[i].0.to_string())
         .collect();
     assert_eq!(first, predicted, "each flow where its Maglev slot says");
     for ep in all {

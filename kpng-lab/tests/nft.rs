@@ -534,14 +534,10 @@ fn maglev_keeps_flows_where_they_are_and_round_robin_takes_turns() {
         .iter()
         .map(|ip| (ip.parse().expect("ip"), 8080))
         .collect();
-    let table = kpng_model::maglev::table(&targets, kpng_model::maglev::SLOTS);
     let client: std::net::IpAddr = scenarios::POD_CLIENT.parse().expect("ip");
-    let predicted: Vec<String> = ports
-        .iter()
-        .map(|p| {
-            let slot = kpng_model::maglev::flow_slot(client, *p, kpng_model::maglev::SLOTS);
-            targets[table[slot as usize] as usize].0.to_string()
-        })
+    let predicted: Vec<String> = kpng_lab::maglev_picks(client, &ports, &targets)
+        .into_iter()
+        .map(|i| targets[i].0.to_string())
         .collect();
     assert_eq!(first, predicted);
     // Every endpoint has its share of the flows.
