@@ -94,6 +94,7 @@ mod layout;
 pub mod object;
 mod routes;
 mod sizes;
+mod sockets;
 mod state;
 mod sys;
 mod tables;
@@ -412,6 +413,18 @@ pub struct EbpfSyncStats {
     pub adopted: bool,
     /// Whether it grew the maps (a planned swap).
     pub grown: bool,
+    /// Connected UDP sockets it ended: sent by a Service to an endpoint
+    /// the round took from it (see the crate docs).
+    pub udp_sockets_ended: u64,
+}
+
+/// The socket iterator that ends connected UDP sockets to removed
+/// endpoints: loaded at the first round that needs it.
+enum UdpEnder {
+    NotYet,
+    Ready(Box<sockets::SocketEnder>),
+    /// The kernel or the object cannot: warned once.
+    Unavailable,
 }
 
 enum Target {
@@ -435,6 +448,10 @@ pub struct EbpfBackend {
     /// The endpoints external traffic reaches by an interface without
     /// the tc programs.
     routes: routes::RouteCheck,
+    udp_ender: UdpEnder,
+    /// The (Service address, endpoint) pairs of UDP Service ports the
+    /// round being written takes away.
+    udp_gone: std::collections::BTreeSet<sockets::GonePair>,
 }
 
 impl std::fmt::Debug for EbpfBackend {
@@ -501,7 +518,46 @@ impl EbpfBackend {
             last: EbpfSyncStats::default(),
             last_writes: Vec::new(),
             routes: routes::RouteCheck::default(),
+            udp_ender: UdpEnder::NotYet,
+            udp_gone: std::collections::BTreeSet::new(),
         }
+    }
+
+    /// Ends the connected UDP sockets a Service sent to an endpoint the
+    /// last round took from it; the number ended.
+    fn end_udp_sockets(&mut self) -> u64 {
+        let gone = std::mem::take(&mut self.udp_gone);
+        let Target::Kernel(datapath) = &self.target else {
+            return 0;
+        };
+        if gone.is_empty() {
+            return 0;
+        }
+        if matches!(self.udp_ender, UdpEnder::NotYet) {
+            self.udp_ender = match sockets::SocketEnder::load(
+                &datapath.maps_dir().join("kpng_reverse"),
+            ) {
+                Ok(ender) => UdpEnder::Ready(Box::new(ender)),
+                Err(reason) => {
+                    tracing::warn!(
+                        %reason,
+                        "connected UDP sockets to removed endpoints cannot be ended here (needs the kfunc bpf_sock_destroy, Linux 6.5): they keep their endpoint"
+                    );
+                    UdpEnder::Unavailable
+                }
+            };
+        }
+        let UdpEnder::Ready(ender) = &mut self.udp_ender else {
+            return 0;
+        };
+        let ended = ender.end(&gone, &self.config.cgroup);
+        tracing::debug!(
+            pairs = gone.len(),
+            ended = ended.sockets,
+            namespaces = ended.namespaces,
+            "connected UDP sockets to removed endpoints ended"
+        );
+        ended.sockets
     }
 
     /// What the last sync did.
@@ -628,8 +684,10 @@ impl EbpfBackend {
             state,
             target,
             config,
+            udp_gone,
             ..
         } = self;
+        udp_gone.clear();
         let rendered = render(config, round, full);
         if matches!(target, Target::Fresh) {
             // The first load, sized from what this (full) round needs.
@@ -654,6 +712,9 @@ impl EbpfBackend {
             *target = Target::Kernel(Box::new(datapath));
         }
         if let Target::Kernel(datapath) = target {
+            if !full {
+                *udp_gone = state.udp_gone(&rendered.changes);
+            }
             let need = if full {
                 let mut need = Usage::default();
                 for (_, c) in &rendered.changes {
@@ -834,6 +895,12 @@ impl Sink for EbpfBackend {
             // cgroup or interface, left attached can go.
             datapath.retire_stale();
         }
+        let udp_sockets_ended = if result.is_ok() {
+            self.end_udp_sockets()
+        } else {
+            self.udp_gone.clear();
+            0
+        };
         // With tc programs: are the endpoints of external traffic reached
         // through them? (A failure to ask is logged; the round stands.)
         if result.is_ok()
@@ -862,6 +929,7 @@ impl Sink for EbpfBackend {
             micros: start.elapsed().as_micros(),
             adopted,
             grown,
+            udp_sockets_ended,
         };
         match &result {
             Ok(_) => tracing::debug!(revision, full, writes, "ebpf sync applied"),

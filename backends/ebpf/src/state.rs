@@ -206,6 +206,44 @@ impl State {
     }
 
     /// Endpoint sets and records held.
+    /// The (Service address, endpoint) pairs `changes` take from the UDP
+    /// Service ports that sockets connect to (records of the socket side):
+    /// each endpoint of a record's set before that its set after lacks
+    /// (address and port; the record gone: all of them).
+    pub(crate) fn udp_gone(
+        &self,
+        changes: &[(ServiceName, Contribution)],
+    ) -> BTreeSet<crate::sockets::GonePair> {
+        use crate::sockets::{endpoint_bytes, pair};
+        let mut out = BTreeSet::new();
+        for (name, new) in changes {
+            let Some(old) = self.contributions.get(name) else {
+                continue;
+            };
+            for (key, claim) in &old.records {
+                let (side, frontend) = key;
+                if *side != Side::Socket || frontend.proto != crate::layout::UDP {
+                    continue;
+                }
+                let Some(before) = old.sets.get(&claim.set) else {
+                    continue;
+                };
+                let after: &[Endpoint] = new
+                    .records
+                    .get(key)
+                    .and_then(|c| new.sets.get(&c.set))
+                    .map_or(&[], Vec::as_slice);
+                let service = endpoint_bytes(frontend.ip, frontend.port);
+                for ep in before {
+                    if !after.iter().any(|a| a.ip == ep.ip && a.port == ep.port) {
+                        out.insert(pair(service, endpoint_bytes(ep.ip, ep.port)));
+                    }
+                }
+            }
+        }
+        out
+    }
+
     pub(crate) fn sizes(&self) -> (usize, usize) {
         (self.sets.len(), self.records.len())
     }
