@@ -321,6 +321,12 @@ pub struct EbpfConfig {
     /// frontend and endpoint (`kpng_traffic`, read with
     /// [`TrafficReader`]; `--counters`, default off, as nftables').
     pub counters: bool,
+    /// Whether a round that takes endpoints from UDP Service ports ends
+    /// the connected UDP sockets a Service sent to them (in every network
+    /// namespace of the cgroup's processes), as kube-proxy clears their
+    /// conntrack entries (default on; Linux 6.5 or later, otherwise a
+    /// warning and nothing ended).
+    pub end_udp_sockets: bool,
 }
 
 impl Default for EbpfConfig {
@@ -340,7 +346,16 @@ impl EbpfConfig {
             tc_netns: None,
             map_sizes: MapSizes::default(),
             counters: false,
+            end_udp_sockets: true,
         }
+    }
+
+    /// Whether rounds end the connected UDP sockets sent to endpoints
+    /// they remove (see [`EbpfConfig::end_udp_sockets`]).
+    #[must_use]
+    pub fn end_udp_sockets(mut self, on: bool) -> Self {
+        self.end_udp_sockets = on;
+        self
     }
 
     /// Whether the programs count connections (see
@@ -530,7 +545,7 @@ impl EbpfBackend {
         let Target::Kernel(datapath) = &self.target else {
             return 0;
         };
-        if gone.is_empty() {
+        if gone.is_empty() || !self.config.end_udp_sockets {
             return 0;
         }
         if matches!(self.udp_ender, UdpEnder::NotYet) {
