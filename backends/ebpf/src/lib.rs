@@ -42,6 +42,17 @@
 //!   would make it time out.
 //! - **Replies**: `getpeername` and UDP `recvmsg` show the Service
 //!   address, not the endpoint's.
+//! - **Removed endpoints**: a round that takes endpoints from a UDP
+//!   Service port ends the connected UDP sockets a Service sent to them
+//!   (a socket iterator calling the kfunc `bpf_sock_destroy`, Linux 6.5,
+//!   run in each network namespace of the cgroup's processes; object
+//!   `bpf/kpng_udp.c`): the owner's next receive fails with
+//!   `ECONNABORTED`, and its next connect is balanced anew, as kube-proxy
+//!   clears such flows' conntrack entries. Sockets connected to the
+//!   endpoint's own address, and TCP sockets, are left alone.
+//!   [`EbpfSyncStats::udp_sockets_ended`] counts them;
+//!   [`EbpfConfig::end_udp_sockets`] turns it off. Where the kernel
+//!   cannot, one warning says so and rounds go on.
 //! - **Updates** change only what changed: an incremental [`Round`]
 //!   rewrites the Services it lists (every Service when the node's
 //!   addresses changed), in an order where every Service stays whole

@@ -299,6 +299,15 @@ mod tests {
         assert!(!bytes.windows(8).any(|w| w == KFUNC_PLACEHOLDER));
     }
 
+    /// Without the socket programs' map there is nothing to load: the
+    /// error names the pin (the backend then warns once and goes on).
+    #[test]
+    fn loading_without_the_reverse_map_names_it() {
+        let pin = std::env::temp_dir().join(format!("kpng-no-such-map-{}", std::process::id()));
+        let error = SocketEnder::load(&pin).expect_err("no map");
+        assert!(error.contains(&pin.display().to_string()), "{error}");
+    }
+
     #[test]
     fn a_pair_is_the_service_address_then_the_endpoint() {
         let service = endpoint_bytes("10.96.0.10".parse().expect("ip"), 53);

@@ -269,3 +269,73 @@ impl State {
 fn index(i: usize) -> u32 {
     u32::try_from(i).unwrap_or(u32::MAX)
 }
+
+#[cfg(test)]
+mod udp_gone_tests {
+    use super::testing::endpoint;
+    use super::*;
+    use crate::layout::{TCP, UDP};
+    use crate::sockets::{endpoint_bytes, pair};
+    use crate::tables::Recorder;
+
+    /// Service `dns` on 10.96.0.10: TCP and UDP 53 over `eps` (port 5353).
+    fn dns(eps: &[Endpoint]) -> (ServiceName, Contribution) {
+        let service = ServiceName::new("t", "dns");
+        let mut c = Contribution::default();
+        for proto in [TCP, UDP] {
+            let set = SetName {
+                service: service.clone(),
+                port: 53,
+                proto,
+                v6: false,
+                local: false,
+            };
+            let eps: Vec<Endpoint> = eps.iter().map(|e| Endpoint { port: 5353, ..*e }).collect();
+            c.sets.insert(set.clone(), eps);
+            let frontend = Frontend {
+                ip: IpAddr::from([10, 96, 0, 10]),
+                port: 53,
+                proto,
+            };
+            let claim = Claim {
+                set,
+                affinity: 0,
+                flags: 0,
+            };
+            c.records.insert((Side::Socket, frontend), claim);
+        }
+        (service, c)
+    }
+
+    fn gone(ip: u8) -> crate::sockets::GonePair {
+        pair(
+            endpoint_bytes(IpAddr::from([10, 96, 0, 10]), 53),
+            endpoint_bytes(IpAddr::from([10, 244, 0, ip]), 5353),
+        )
+    }
+
+    /// The UDP port's removed endpoints, each once (not the TCP port's);
+    /// all of them when the Service goes; none for an added endpoint.
+    #[test]
+    fn the_pairs_are_the_udp_ports_removed_endpoints() {
+        let mut state = State::default();
+        let mut t = Recorder::default();
+        let (name, c) = dns(&[endpoint(1), endpoint(2), endpoint(3)]);
+        state.begin_round(&mut t).expect("begin");
+        state.update_service(&mut t, &name, c).expect("update");
+
+        let (_, fewer) = dns(&[endpoint(1), endpoint(3), endpoint(4)]);
+        let pairs = state.udp_gone(&[(name.clone(), fewer.clone())]);
+        assert_eq!(pairs.into_iter().collect::<Vec<_>>(), [gone(2)]);
+        state.update_service(&mut t, &name, fewer).expect("update");
+
+        let (_, more) = dns(&[endpoint(1), endpoint(3), endpoint(4), endpoint(5)]);
+        assert!(state.udp_gone(&[(name.clone(), more)]).is_empty());
+
+        let pairs = state.udp_gone(&[(name, Contribution::default())]);
+        assert_eq!(
+            pairs.into_iter().collect::<Vec<_>>(),
+            [gone(1), gone(3), gone(4)]
+        );
+    }
+}
