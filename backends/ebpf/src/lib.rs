@@ -738,9 +738,9 @@ impl EbpfBackend {
             *target = Target::Kernel(Box::new(datapath));
         }
         if let Target::Kernel(datapath) = target {
-            if !full {
-                *udp_gone = state.udp_gone(&rendered.changes);
-            }
+            // (A full round after the first compares with what the last
+            // wrote; the first has nothing to compare with.)
+            *udp_gone = state.udp_gone(&rendered.changes, full);
             let need = if full {
                 let mut need = Usage::default();
                 for (_, c) in &rendered.changes {

@@ -210,13 +210,29 @@ impl State {
     /// Service ports that sockets connect to (records of the socket side):
     /// each endpoint of a record's set before that its set after lacks
     /// (address and port; the record gone: all of them).
+    /// `full`: `changes` are every Service (a full round): those it lacks
+    /// are gone.
     pub(crate) fn udp_gone(
         &self,
         changes: &[(ServiceName, Contribution)],
+        full: bool,
     ) -> BTreeSet<crate::sockets::GonePair> {
         use crate::sockets::{endpoint_bytes, pair};
         let mut out = BTreeSet::new();
-        for (name, new) in changes {
+        let none = Contribution::default();
+        let mut gone_services = Vec::new();
+        if full {
+            let listed: std::collections::HashSet<&ServiceName> =
+                changes.iter().map(|(name, _)| name).collect();
+            gone_services = self
+                .contributions
+                .keys()
+                .filter(|name| !listed.contains(name))
+                .map(|name| (name, &none))
+                .collect();
+        }
+        let changed = changes.iter().map(|(name, new)| (name, new));
+        for (name, new) in changed.chain(gone_services) {
             let Some(old) = self.contributions.get(name) else {
                 continue;
             };
@@ -325,17 +341,18 @@ mod udp_gone_tests {
         state.update_service(&mut t, &name, c).expect("update");
 
         let (_, fewer) = dns(&[endpoint(1), endpoint(3), endpoint(4)]);
-        let pairs = state.udp_gone(&[(name.clone(), fewer.clone())]);
+        let pairs = state.udp_gone(&[(name.clone(), fewer.clone())], false);
         assert_eq!(pairs.into_iter().collect::<Vec<_>>(), [gone(2)]);
         state.update_service(&mut t, &name, fewer).expect("update");
 
         let (_, more) = dns(&[endpoint(1), endpoint(3), endpoint(4), endpoint(5)]);
-        assert!(state.udp_gone(&[(name.clone(), more)]).is_empty());
+        assert!(state.udp_gone(&[(name.clone(), more)], false).is_empty());
 
-        let pairs = state.udp_gone(&[(name, Contribution::default())]);
-        assert_eq!(
-            pairs.into_iter().collect::<Vec<_>>(),
-            [gone(1), gone(3), gone(4)]
-        );
+        let all = [gone(1), gone(3), gone(4)];
+        let pairs = state.udp_gone(&[(name, Contribution::default())], false);
+        assert_eq!(pairs.into_iter().collect::<Vec<_>>(), all);
+        // A full round that no longer lists the Service: gone too.
+        let pairs = state.udp_gone(&[], true);
+        assert_eq!(pairs.into_iter().collect::<Vec<_>>(), all);
     }
 }
