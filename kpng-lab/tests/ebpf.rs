@@ -796,3 +796,75 @@ fn a_removed_endpoint_ends_the_connected_udp_sockets_sent_to_it_ipv6() {
         &slice,
     );
 }
+
+/// A UDP socket connected through a Service, then a line on stdin: its
+/// next receive's outcome (the error's name, or `ok`).
+const HELD_UDP_RECV: &str = r#"
+import errno, socket, sys
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.settimeout(2); u.connect((sys.argv[1], 53))
+u.send(b"x"); print("before", u.recv(200).decode().split()[0], flush=True)
+sys.stdin.readline()
+try:
+    u.recv(200); out = "ok"
+except socket.timeout:
+    out = "TIMEOUT"
+except OSError as e:
+    out = errno.errorcode.get(e.errno, str(e.errno))
+print("after", out, flush=True)
+"#;
+
+/// A Service deleted: the UDP sockets connected through it are ended
+/// too (every endpoint of its UDP port left).
+#[test]
+fn a_deleted_service_ends_the_udp_sockets_connected_through_it() {
+    use std::io::{BufRead, Write};
+    use std::process::Stdio;
+    require_lab!(EbpfWithNft);
+    let lab = lab();
+    let config = ebpf_config(&lab, &Settings::lab(), false);
+    let mut proxy = Proxy::with(EbpfBackend::attach(config).expect("attach")).explained_in(
+        &lab,
+        &Settings::lab(),
+        kpng_lab::ebpf_alone(false),
+    );
+    let spec =
+        "{clusterIP: 10.96.0.30, ports: [{name: dns, port: 53, protocol: UDP, targetPort: 5353}]}";
+    let keep =
+        "{clusterIP: 10.96.0.31, ports: [{name: dns, port: 53, protocol: UDP, targetPort: 5353}]}";
+    proxy
+        .load(&manifest(&[
+            service("gone", spec, ALL3),
+            service("kept", keep, ALL3),
+        ]))
+        .expect("sync");
+    settle();
+    let mut held = lab
+        .client(
+            "podc",
+            &["python3", "-u", "-c", HELD_UDP_RECV, "10.96.0.30"],
+        )
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("client");
+    let mut out = std::io::BufReader::new(held.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("a line");
+    assert!(line.starts_with("before 10.244."), "{line}");
+
+    proxy
+        .load(&manifest(&[service("kept", keep, ALL3)]))
+        .expect("sync");
+    let stats = proxy.backend.last_sync().clone();
+    held.stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"\n")
+        .expect("write");
+    let mut line = String::new();
+    out.read_line(&mut line).expect("a line");
+    let _ = held.wait();
+    assert_eq!(line.trim(), "after ECONNABORTED");
+    assert_eq!(stats.udp_sockets_ended, 1, "{stats:?}");
+    EbpfWithNft::clear(&lab);
+}
