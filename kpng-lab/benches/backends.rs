@@ -36,9 +36,11 @@
 //! the Services cost the nft backend's full sync at 10k, in time and heap.
 //!
 //! `udp-sockets` (not part of the default run; `KPNG_BENCH_ROUNDS`,
-//! default 3): what ending the connected UDP sockets sent to a removed
-//! endpoint costs the eBPF backend's sync at 10k × 10, with 1,100 such
-//! sockets held in a pod, on and off alternating.
+//! default 3; `KPNG_BENCH_NETNS`, default 1): what ending the connected
+//! UDP sockets sent to a removed endpoint costs the eBPF backend's sync
+//! at 10k × 10, with 1,100 such sockets held in a pod (and 10 in each of
+//! `KPNG_BENCH_NETNS - 1` more network namespaces), on and off
+//! alternating.
 //!
 //! `counters` (not part of the default run; `KPNG_BENCH_ROUNDS`, default
 //! 3): what the per-Service counters cost each of the nft and eBPF
@@ -395,7 +397,11 @@ fn main() {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(3);
-        kpng_lab::bench::udp_socket_ending(rounds);
+        let namespaces = std::env::var("KPNG_BENCH_NETNS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1);
+        kpng_lab::bench::udp_socket_ending(rounds, namespaces);
         return;
     }
     let wanted = |name: &str| only.is_empty() || only.iter().any(|o| o == name);

@@ -1115,10 +1115,12 @@ sys.stdin.readline()
 /// third Service with a UDP port), on and off alternating, `rounds` each:
 /// a client in the lab's pod holds 1,100 UDP sockets connected through
 /// Services (one to each of 1,000 UDP Services, ten more to each of the
-/// ten whose endpoints are removed); each round then takes one endpoint
-/// of a UDP Service away (not ready) and gives it back, ten times: the
-/// median time of the removing syncs, and the sockets they ended.
-pub fn udp_socket_ending(rounds: usize) {
+/// ten whose endpoints are removed), and `namespaces - 1` more network
+/// namespaces of the cgroup hold 10 each (to the ten); each round then
+/// takes one endpoint of a UDP Service away (not ready) and gives it
+/// back, ten times: the median time of the removing syncs, and the
+/// sockets they ended.
+pub fn udp_socket_ending(rounds: usize, namespaces: usize) {
     use std::io::{BufRead, Write};
     if let Some(why) = <crate::EbpfOnly as LabBackend>::unavailable() {
         println!("SKIPPED: {why}");
@@ -1126,6 +1128,25 @@ pub fn udp_socket_ending(rounds: usize) {
     }
     let mut lab = Lab::new();
     lab.host("podc", &["10.244.1.99"], &[]);
+    // Bare namespaces (a route to anywhere by the loopback, enough to
+    // connect a UDP socket).
+    let extra: Vec<String> = (1..namespaces.max(1))
+        .map(|i| {
+            let ns = lab.scratch(&format!("p{i}"));
+            let addr = format!("10.244.200.{i}/32");
+            for args in [
+                ["-n", &ns, "addr", "add", &addr, "dev", "lo"],
+                ["-n", &ns, "route", "add", "default", "dev", "lo"],
+            ] {
+                let ok = std::process::Command::new("ip")
+                    .args(args)
+                    .status()
+                    .is_ok_and(|s| s.success());
+                assert!(ok, "ip {args:?}");
+            }
+            ns
+        })
+        .collect();
     let mut cluster = Cluster::synthetic(ClusterShape {
         services: 10_000,
         endpoints: 100_000,
@@ -1151,6 +1172,8 @@ pub fn udp_socket_ending(rounds: usize) {
         targets.extend(std::iter::repeat_n(ip(s), 10));
     }
     let targets = targets.join(",");
+    let few: Vec<String> = measured.iter().map(|&s| ip(s)).collect();
+    let few = few.join(",");
     let mut runs: [Vec<(f64, u64)>; 2] = [Vec::new(), Vec::new()];
     for round in 0..rounds * 2 {
         let on = round % 2 == 1;
@@ -1171,6 +1194,23 @@ pub fn udp_socket_ending(rounds: usize) {
         let mut line = String::new();
         out.read_line(&mut line).expect("ready");
         assert!(line.starts_with("ready"), "{line}");
+        let (cgroup, _) = lab.bpf_env();
+        let mut others: Vec<std::process::Child> = extra
+            .iter()
+            .map(|ns| {
+                let args = ["python3", "-u", "-c", UDP_HOLDER, &few];
+                let mut child = kpng_testkit::bpf::in_cgroup_and_netns(&cgroup, ns, &args)
+                    .stdin(std::process::Stdio::piped())
+                    .stdout(std::process::Stdio::piped())
+                    .spawn()
+                    .expect("a socket holder");
+                let mut out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+                let mut line = String::new();
+                out.read_line(&mut line).expect("ready");
+                assert!(line.starts_with("ready"), "{ns}: {line}");
+                child
+            })
+            .collect();
         let mut removing = Vec::new();
         let mut ended = 0;
         for &s in &measured {
@@ -1191,8 +1231,10 @@ pub fn udp_socket_ending(rounds: usize) {
                 }
             }
         }
-        let _ = holder.stdin.take().map(|mut i| i.write_all(b"\n"));
-        let _ = holder.wait();
+        for child in std::iter::once(&mut holder).chain(others.iter_mut()) {
+            let _ = child.stdin.take().map(|mut i| i.write_all(b"\n"));
+            let _ = child.wait();
+        }
         removing.sort_by(f64::total_cmp);
         let median = removing[removing.len() / 2];
         eprintln!(
@@ -1209,7 +1251,8 @@ pub fn udp_socket_ending(rounds: usize) {
     };
     let ended: Vec<u64> = runs[1].iter().map(|r| r.1).collect();
     println!(
-        "kpng ebpf backend, ending connected UDP sockets to removed endpoints, 10k services x 10 endpoints, 1,100 connected UDP sockets held in a pod, median of {rounds} rounds each (10 removals a round), alternating:"
+        "kpng ebpf backend, ending connected UDP sockets to removed endpoints, 10k services x 10 endpoints, 1,100 connected UDP sockets held in a pod and 10 in each of {} more network namespaces of the cgroup, median of {rounds} rounds each (10 removals a round), alternating:",
+        extra.len()
     );
     println!(
         "  one endpoint of a UDP Service removed: {:.3} ms with the sockets ended, {:.3} ms without; sockets ended per round: {ended:?}",
