@@ -246,15 +246,20 @@ fn namespaces_of(cgroup: &Path) -> Vec<File> {
         let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) else {
             continue;
         };
-        for pid in procs.split_whitespace() {
+        // (0: a process outside this process's PID namespace.)
+        for pid in procs.split_whitespace().filter(|pid| *pid != "0") {
             let path = format!("/proc/{pid}/ns/net");
-            let Ok(file) = File::open(&path) else {
+            // One stat a process; an open for each new namespace only.
+            let Ok(meta) = std::fs::metadata(&path) else {
                 continue;
             };
-            let Ok(meta) = file.metadata() else {
+            if !seen.insert((meta.dev(), meta.ino())) {
                 continue;
-            };
-            if seen.insert((meta.dev(), meta.ino())) {
+            }
+            // The same namespace, unless the process changed it meanwhile
+            // (then its new one is walked, and the old one's sockets
+            // wait for the next round).
+            if let Ok(file) = File::open(&path) {
                 out.push(file);
             }
         }
