@@ -4,6 +4,7 @@
 //! cargo bench -p kpng-lab --bench backends [-- nft|iptables|ebpf|iptables-50k|ebpf-100k]
 //! cargo bench -p kpng-lab --bench backends -- nft-comments
 //! cargo bench -p kpng-lab --bench backends -- balancing
+//! cargo bench -p kpng-lab --bench backends -- udp-sockets
 //! ```
 //!
 //! `balancing`: nftables' balancing choices with real packets, 10
@@ -33,6 +34,13 @@
 //!
 //! `nft-comments` (not part of the default run): what the comments naming
 //! the Services cost the nft backend's full sync at 10k, in time and heap.
+//!
+//! `udp-sockets` (not part of the default run; `KPNG_BENCH_ROUNDS`,
+//! default 3; `KPNG_BENCH_NETNS`, default 1): what ending the connected
+//! UDP sockets sent to a removed endpoint costs the eBPF backend's sync
+//! at 10k × 10, with 1,100 such sockets held in a pod (and 10 in each of
+//! `KPNG_BENCH_NETNS - 1` more network namespaces), on and off
+//! alternating.
 //!
 //! `counters` (not part of the default run; `KPNG_BENCH_ROUNDS`, default
 //! 3): what the per-Service counters cost each of the nft and eBPF
@@ -382,6 +390,18 @@ fn main() {
     }
     if only.iter().any(|o| o == "counters") {
         counters_cost();
+        return;
+    }
+    if only.iter().any(|o| o == "udp-sockets") {
+        let rounds = std::env::var("KPNG_BENCH_ROUNDS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(3);
+        let namespaces = std::env::var("KPNG_BENCH_NETNS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1);
+        kpng_lab::bench::udp_socket_ending(rounds, namespaces);
         return;
     }
     let wanted = |name: &str| only.is_empty() || only.iter().any(|o| o == name);

@@ -641,3 +641,230 @@ fn maglev_from_outside_and_round_robin_in_the_ebpf_programs() {
     );
     EbpfWithNft::clear(&lab);
 }
+
+/// A client holding sockets to Service `svc` (`argv[1]`, UDP 53 and TCP
+/// 80) and a UDP socket connected to an endpoint's own address
+/// (`argv[2]`, 5353); after a line on its stdin: a receive and a send on
+/// the Service's UDP socket, a datagram on it once connected again, one
+/// on the direct socket, and the TCP socket's peer and error. Each
+/// outcome is `ok`, the endpoint that answered or the error's name.
+const HELD_UDP: &str = r#"
+import errno, socket, sys
+svc, direct_ip = sys.argv[1], sys.argv[2]
+fam = socket.AF_INET6 if ":" in svc else socket.AF_INET
+def err(f):
+    try:
+        return f()
+    except socket.timeout:
+        return "TIMEOUT"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+def one(s):
+    return err(lambda: (s.send(b"x"), s.recv(200).decode().split()[0])[1])
+u = socket.socket(fam, socket.SOCK_DGRAM); u.settimeout(2); u.connect((svc, 53))
+d = socket.socket(fam, socket.SOCK_DGRAM); d.settimeout(2); d.connect((direct_ip, 5353))
+t = socket.create_connection((svc, 80), timeout=2); t.recv(200)
+print("before", one(u), one(d), flush=True)
+sys.stdin.readline()
+received = err(lambda: u.recv(200) and "ok")
+sent = err(lambda: u.send(b"x") and "ok")
+u.connect((svc, 53))
+again = one(u)
+tcp = "%s/%s" % (t.getpeername()[0], t.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR))
+print("after", received, sent, again, one(d), tcp, flush=True)
+"#;
+
+/// The round that takes endpoint `a` from UDP Service `svc` (endpoints
+/// `a`, then `b`) ends the connected UDP sockets a Service sent to `a`:
+/// the client's next receive fails with ECONNABORTED (a send, with
+/// EDESTADDRREQ: the socket is no longer connected), and once it
+/// connects again it reaches `b`. A socket connected to `a`'s own
+/// address still reaches `a`; the TCP connection to the Service is left
+/// as it was.
+fn a_removed_endpoint_ends_the_connected_udp_sockets_sent_to_it(
+    lab: &kpng_lab::Lab,
+    (svc, a, b): (&str, &str, &str),
+    spec: &str,
+    slice: &dyn Fn(&str) -> String,
+) {
+    use std::io::{BufRead, Write};
+    use std::process::Stdio;
+    let config = ebpf_config(lab, &Settings::lab(), false);
+    let mut proxy = Proxy::with(EbpfBackend::attach(config).expect("attach")).explained_in(
+        lab,
+        &Settings::lab(),
+        kpng_lab::ebpf_alone(false),
+    );
+    let items = |ep: &str| [format!("{spec}{}", slice(ep))];
+    proxy.load(&manifest(&items(a))).expect("sync");
+    settle();
+    let mut held = lab
+        .client("podc", &["python3", "-u", "-c", HELD_UDP, svc, a])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("client");
+    let mut out = std::io::BufReader::new(held.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("a line");
+    assert_eq!(line.trim(), format!("before {a} {a}"));
+
+    proxy.load(&manifest(&items(b))).expect("sync");
+    let stats = proxy.backend.last_sync().clone();
+
+    held.stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"\n")
+        .expect("write");
+    let mut line = String::new();
+    out.read_line(&mut line).expect("a line");
+    let _ = held.wait();
+    assert_eq!(
+        line.trim(),
+        format!("after ECONNABORTED EDESTADDRREQ {b} {a} {svc}/0"),
+        "the Service's socket ended, then balanced anew; the direct one \
+         and the TCP connection untouched"
+    );
+    assert!(!stats.full, "{stats:?}");
+    assert_eq!(stats.udp_sockets_ended, 1, "{stats:?}");
+    EbpfWithNft::clear(lab);
+}
+
+#[test]
+fn a_removed_endpoint_ends_the_connected_udp_sockets_sent_to_it_ipv4() {
+    require_lab!(EbpfWithNft);
+    let lab = lab();
+    let spec = r#"
+- apiVersion: v1
+  kind: Service
+  metadata: {namespace: t, name: u}
+  spec: {clusterIP: 10.96.0.20, ports: [{name: http, port: 80, targetPort: 8080}, {name: dns, port: 53, protocol: UDP, targetPort: 5353}]}
+"#;
+    let slice = |ep: &str| {
+        let node = if ep == E1 { "node-a" } else { "node-b" };
+        format!(
+            r#"- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata: {{namespace: t, name: u-1, labels: {{kubernetes.io/service-name: u}}}}
+  addressType: IPv4
+  endpoints: [{{addresses: [{ep}], nodeName: {node}}}]
+  ports: [{{name: http, port: 8080, protocol: TCP}}, {{name: dns, port: 5353, protocol: UDP}}]
+"#
+        )
+    };
+    a_removed_endpoint_ends_the_connected_udp_sockets_sent_to_it(
+        &lab,
+        ("10.96.0.20", E1, E2),
+        spec,
+        &slice,
+    );
+}
+
+#[test]
+fn a_removed_endpoint_ends_the_connected_udp_sockets_sent_to_it_ipv6() {
+    require_lab!(EbpfWithNft);
+    let mut lab = kpng_lab::Lab::new();
+    let (e1, e2) = ("fd00:244:1::10", "fd00:244:2::10");
+    lab.host("podc", &["fd00:244:1::99"], &[]);
+    lab.host("e1", &[e1], &[]);
+    lab.serve("e1", e1);
+    lab.host("e2", &[e2], &[]);
+    lab.serve("e2", e2);
+    let spec = r#"
+- apiVersion: v1
+  kind: Service
+  metadata: {namespace: t, name: u}
+  spec: {clusterIP: "fd00:96::20", clusterIPs: ["fd00:96::20"], ipFamilies: [IPv6], ports: [{name: http, port: 80, targetPort: 8080}, {name: dns, port: 53, protocol: UDP, targetPort: 5353}]}
+"#;
+    let slice = |ep: &str| {
+        let node = if ep == e1 { "node-a" } else { "node-b" };
+        format!(
+            r#"- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata: {{namespace: t, name: u-1, labels: {{kubernetes.io/service-name: u}}}}
+  addressType: IPv6
+  endpoints: [{{addresses: ["{ep}"], nodeName: {node}}}]
+  ports: [{{name: http, port: 8080, protocol: TCP}}, {{name: dns, port: 5353, protocol: UDP}}]
+"#
+        )
+    };
+    a_removed_endpoint_ends_the_connected_udp_sockets_sent_to_it(
+        &lab,
+        ("fd00:96::20", e1, e2),
+        spec,
+        &slice,
+    );
+}
+
+/// A UDP socket connected through a Service, then a line on stdin: its
+/// next receive's outcome (the error's name, or `ok`).
+const HELD_UDP_RECV: &str = r#"
+import errno, socket, sys
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.settimeout(2); u.connect((sys.argv[1], 53))
+u.send(b"x"); print("before", u.recv(200).decode().split()[0], flush=True)
+sys.stdin.readline()
+try:
+    u.recv(200); out = "ok"
+except socket.timeout:
+    out = "TIMEOUT"
+except OSError as e:
+    out = errno.errorcode.get(e.errno, str(e.errno))
+print("after", out, flush=True)
+"#;
+
+/// A Service deleted: the UDP sockets connected through it are ended
+/// too (every endpoint of its UDP port left).
+#[test]
+fn a_deleted_service_ends_the_udp_sockets_connected_through_it() {
+    use std::io::{BufRead, Write};
+    use std::process::Stdio;
+    require_lab!(EbpfWithNft);
+    let lab = lab();
+    let config = ebpf_config(&lab, &Settings::lab(), false);
+    let mut proxy = Proxy::with(EbpfBackend::attach(config).expect("attach")).explained_in(
+        &lab,
+        &Settings::lab(),
+        kpng_lab::ebpf_alone(false),
+    );
+    let spec =
+        "{clusterIP: 10.96.0.30, ports: [{name: dns, port: 53, protocol: UDP, targetPort: 5353}]}";
+    let keep =
+        "{clusterIP: 10.96.0.31, ports: [{name: dns, port: 53, protocol: UDP, targetPort: 5353}]}";
+    proxy
+        .load(&manifest(&[
+            service("gone", spec, ALL3),
+            service("kept", keep, ALL3),
+        ]))
+        .expect("sync");
+    settle();
+    let mut held = lab
+        .client(
+            "podc",
+            &["python3", "-u", "-c", HELD_UDP_RECV, "10.96.0.30"],
+        )
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("client");
+    let mut out = std::io::BufReader::new(held.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("a line");
+    assert!(line.starts_with("before 10.244."), "{line}");
+
+    proxy
+        .load(&manifest(&[service("kept", keep, ALL3)]))
+        .expect("sync");
+    let stats = proxy.backend.last_sync().clone();
+    held.stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"\n")
+        .expect("write");
+    let mut line = String::new();
+    out.read_line(&mut line).expect("a line");
+    let _ = held.wait();
+    assert_eq!(line.trim(), "after ECONNABORTED");
+    assert_eq!(stats.udp_sockets_ended, 1, "{stats:?}");
+    EbpfWithNft::clear(&lab);
+}

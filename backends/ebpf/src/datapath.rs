@@ -617,6 +617,12 @@ impl Datapath {
         Ok(filled)
     }
 
+    /// The directory of the maps in use (the connection maps, such as
+    /// `kpng_reverse`, are the same maps in every generation).
+    pub(crate) fn maps_dir(&self) -> PathBuf {
+        generation_dir(&self.version, self.generation)
+    }
+
     /// Removes the pins of other objects, cgroups and interfaces (which
     /// detaches their programs), and switches links found pinned to this
     /// process's programs: called once the maps are filled.

@@ -42,6 +42,17 @@
 //!   would make it time out.
 //! - **Replies**: `getpeername` and UDP `recvmsg` show the Service
 //!   address, not the endpoint's.
+//! - **Removed endpoints**: a round that takes endpoints from a UDP
+//!   Service port ends the connected UDP sockets a Service sent to them
+//!   (a socket iterator calling the kfunc `bpf_sock_destroy`, Linux 6.5,
+//!   run in each network namespace of the cgroup's processes; object
+//!   `bpf/kpng_udp.c`): the owner's next receive fails with
+//!   `ECONNABORTED`, and its next connect is balanced anew, as kube-proxy
+//!   clears such flows' conntrack entries. Sockets connected to the
+//!   endpoint's own address, and TCP sockets, are left alone.
+//!   [`EbpfSyncStats::udp_sockets_ended`] counts them;
+//!   [`EbpfConfig::end_udp_sockets`] turns it off. Where the kernel
+//!   cannot, one warning says so and rounds go on.
 //! - **Updates** change only what changed: an incremental [`Round`]
 //!   rewrites the Services it lists (every Service when the node's
 //!   addresses changed), in an order where every Service stays whole
@@ -94,6 +105,7 @@ mod layout;
 pub mod object;
 mod routes;
 mod sizes;
+mod sockets;
 mod state;
 mod sys;
 mod tables;
@@ -320,6 +332,12 @@ pub struct EbpfConfig {
     /// frontend and endpoint (`kpng_traffic`, read with
     /// [`TrafficReader`]; `--counters`, default off, as nftables').
     pub counters: bool,
+    /// Whether a round that takes endpoints from UDP Service ports ends
+    /// the connected UDP sockets a Service sent to them (in every network
+    /// namespace of the cgroup's processes), as kube-proxy clears their
+    /// conntrack entries (default on; Linux 6.5 or later, otherwise a
+    /// warning and nothing ended).
+    pub end_udp_sockets: bool,
 }
 
 impl Default for EbpfConfig {
@@ -339,7 +357,16 @@ impl EbpfConfig {
             tc_netns: None,
             map_sizes: MapSizes::default(),
             counters: false,
+            end_udp_sockets: true,
         }
+    }
+
+    /// Whether rounds end the connected UDP sockets sent to endpoints
+    /// they remove (see [`EbpfConfig::end_udp_sockets`]).
+    #[must_use]
+    pub fn end_udp_sockets(mut self, on: bool) -> Self {
+        self.end_udp_sockets = on;
+        self
     }
 
     /// Whether the programs count connections (see
@@ -412,6 +439,18 @@ pub struct EbpfSyncStats {
     pub adopted: bool,
     /// Whether it grew the maps (a planned swap).
     pub grown: bool,
+    /// Connected UDP sockets it ended: sent by a Service to an endpoint
+    /// the round took from it (see the crate docs).
+    pub udp_sockets_ended: u64,
+}
+
+/// The socket iterator that ends connected UDP sockets to removed
+/// endpoints: loaded at the first round that needs it.
+enum UdpEnder {
+    NotYet,
+    Ready(Box<sockets::SocketEnder>),
+    /// The kernel or the object cannot: warned once.
+    Unavailable,
 }
 
 enum Target {
@@ -435,6 +474,10 @@ pub struct EbpfBackend {
     /// The endpoints external traffic reaches by an interface without
     /// the tc programs.
     routes: routes::RouteCheck,
+    udp_ender: UdpEnder,
+    /// The (Service address, endpoint) pairs of UDP Service ports the
+    /// round being written takes away.
+    udp_gone: std::collections::BTreeSet<sockets::GonePair>,
 }
 
 impl std::fmt::Debug for EbpfBackend {
@@ -501,7 +544,46 @@ impl EbpfBackend {
             last: EbpfSyncStats::default(),
             last_writes: Vec::new(),
             routes: routes::RouteCheck::default(),
+            udp_ender: UdpEnder::NotYet,
+            udp_gone: std::collections::BTreeSet::new(),
         }
+    }
+
+    /// Ends the connected UDP sockets a Service sent to an endpoint the
+    /// last round took from it; the number ended.
+    fn end_udp_sockets(&mut self) -> u64 {
+        let gone = std::mem::take(&mut self.udp_gone);
+        let Target::Kernel(datapath) = &self.target else {
+            return 0;
+        };
+        if gone.is_empty() || !self.config.end_udp_sockets {
+            return 0;
+        }
+        if matches!(self.udp_ender, UdpEnder::NotYet) {
+            self.udp_ender = match sockets::SocketEnder::load(
+                &datapath.maps_dir().join("kpng_reverse"),
+            ) {
+                Ok(ender) => UdpEnder::Ready(Box::new(ender)),
+                Err(reason) => {
+                    tracing::warn!(
+                        %reason,
+                        "connected UDP sockets to removed endpoints cannot be ended here (needs the kfunc bpf_sock_destroy, Linux 6.5): they keep their endpoint"
+                    );
+                    UdpEnder::Unavailable
+                }
+            };
+        }
+        let UdpEnder::Ready(ender) = &mut self.udp_ender else {
+            return 0;
+        };
+        let ended = ender.end(&gone, &self.config.cgroup);
+        tracing::debug!(
+            pairs = gone.len(),
+            ended = ended.sockets,
+            namespaces = ended.namespaces,
+            "connected UDP sockets to removed endpoints ended"
+        );
+        ended.sockets
     }
 
     /// What the last sync did.
@@ -628,8 +710,10 @@ impl EbpfBackend {
             state,
             target,
             config,
+            udp_gone,
             ..
         } = self;
+        udp_gone.clear();
         let rendered = render(config, round, full);
         if matches!(target, Target::Fresh) {
             // The first load, sized from what this (full) round needs.
@@ -654,6 +738,9 @@ impl EbpfBackend {
             *target = Target::Kernel(Box::new(datapath));
         }
         if let Target::Kernel(datapath) = target {
+            // (A full round after the first compares with what the last
+            // wrote; the first has nothing to compare with.)
+            *udp_gone = state.udp_gone(&rendered.changes, full);
             let need = if full {
                 let mut need = Usage::default();
                 for (_, c) in &rendered.changes {
@@ -834,6 +921,12 @@ impl Sink for EbpfBackend {
             // cgroup or interface, left attached can go.
             datapath.retire_stale();
         }
+        let udp_sockets_ended = if result.is_ok() {
+            self.end_udp_sockets()
+        } else {
+            self.udp_gone.clear();
+            0
+        };
         // With tc programs: are the endpoints of external traffic reached
         // through them? (A failure to ask is logged; the round stands.)
         if result.is_ok()
@@ -862,6 +955,7 @@ impl Sink for EbpfBackend {
             micros: start.elapsed().as_micros(),
             adopted,
             grown,
+            udp_sockets_ended,
         };
         match &result {
             Ok(_) => tracing::debug!(revision, full, writes, "ebpf sync applied"),

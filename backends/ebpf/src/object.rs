@@ -38,6 +38,36 @@ pub const CLANG_ARGS: &[&str] = &[
     "-o",
 ];
 
+/// The second object, `bpf/kpng_udp.c`: the socket iterator that ends
+/// connected UDP sockets whose endpoint left their Service (see
+/// `src/sockets.rs`; an object of its own for its license, which the
+/// kernel checks before a program may call a kfunc). Built and checked
+/// as [`OBJECT`] is, with [`UDP_CLANG_ARGS`].
+pub static UDP_OBJECT: &[u8] = aya::include_bytes_aligned!("../bpf/kpng_udp.o");
+
+/// The C source [`UDP_OBJECT`] is built from.
+pub const UDP_SOURCE: &str = include_str!("../bpf/kpng_udp.c");
+
+/// See [`SOURCE_FILE`].
+pub const UDP_SOURCE_FILE: &str = "kpng_udp.c";
+/// See [`SOURCE_FILE`].
+pub const UDP_OBJECT_FILE: &str = "kpng_udp.o";
+
+/// [`CLANG_ARGS`] for [`UDP_SOURCE_FILE`].
+pub const UDP_CLANG_ARGS: &[&str] = &[
+    "-O2",
+    "-g",
+    "-target",
+    "bpf",
+    "-I/usr/include/x86_64-linux-gnu",
+    "-Wall",
+    "-Werror",
+    "-fdebug-compilation-dir=.",
+    "-c",
+    UDP_SOURCE_FILE,
+    "-o",
+];
+
 /// A short digest of the object (FNV-1a, 64 bits): the pins of one
 /// object's maps and links live under a directory named by it, so that a
 /// new object never opens an older one's maps.

@@ -206,6 +206,60 @@ impl State {
     }
 
     /// Endpoint sets and records held.
+    /// The (Service address, endpoint) pairs `changes` take from the UDP
+    /// Service ports that sockets connect to (records of the socket side):
+    /// each endpoint of a record's set before that its set after lacks
+    /// (address and port; the record gone: all of them).
+    /// `full`: `changes` are every Service (a full round): those it lacks
+    /// are gone.
+    pub(crate) fn udp_gone(
+        &self,
+        changes: &[(ServiceName, Contribution)],
+        full: bool,
+    ) -> BTreeSet<crate::sockets::GonePair> {
+        use crate::sockets::{endpoint_bytes, pair};
+        let mut out = BTreeSet::new();
+        let none = Contribution::default();
+        let mut gone_services = Vec::new();
+        if full {
+            let listed: std::collections::HashSet<&ServiceName> =
+                changes.iter().map(|(name, _)| name).collect();
+            gone_services = self
+                .contributions
+                .keys()
+                .filter(|name| !listed.contains(name))
+                .map(|name| (name, &none))
+                .collect();
+        }
+        let changed = changes.iter().map(|(name, new)| (name, new));
+        for (name, new) in changed.chain(gone_services) {
+            let Some(old) = self.contributions.get(name) else {
+                continue;
+            };
+            for (key, claim) in &old.records {
+                let (side, frontend) = key;
+                if *side != Side::Socket || frontend.proto != crate::layout::UDP {
+                    continue;
+                }
+                let Some(before) = old.sets.get(&claim.set) else {
+                    continue;
+                };
+                let after: &[Endpoint] = new
+                    .records
+                    .get(key)
+                    .and_then(|c| new.sets.get(&c.set))
+                    .map_or(&[], Vec::as_slice);
+                let service = endpoint_bytes(frontend.ip, frontend.port);
+                for ep in before {
+                    if !after.iter().any(|a| a.ip == ep.ip && a.port == ep.port) {
+                        out.insert(pair(service, endpoint_bytes(ep.ip, ep.port)));
+                    }
+                }
+            }
+        }
+        out
+    }
+
     pub(crate) fn sizes(&self) -> (usize, usize) {
         (self.sets.len(), self.records.len())
     }
@@ -230,4 +284,75 @@ impl State {
 /// A slot or page number: sets hold far fewer than 2^32 endpoints.
 fn index(i: usize) -> u32 {
     u32::try_from(i).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod udp_gone_tests {
+    use super::testing::endpoint;
+    use super::*;
+    use crate::layout::{TCP, UDP};
+    use crate::sockets::{endpoint_bytes, pair};
+    use crate::tables::Recorder;
+
+    /// Service `dns` on 10.96.0.10: TCP and UDP 53 over `eps` (port 5353).
+    fn dns(eps: &[Endpoint]) -> (ServiceName, Contribution) {
+        let service = ServiceName::new("t", "dns");
+        let mut c = Contribution::default();
+        for proto in [TCP, UDP] {
+            let set = SetName {
+                service: service.clone(),
+                port: 53,
+                proto,
+                v6: false,
+                local: false,
+            };
+            let eps: Vec<Endpoint> = eps.iter().map(|e| Endpoint { port: 5353, ..*e }).collect();
+            c.sets.insert(set.clone(), eps);
+            let frontend = Frontend {
+                ip: IpAddr::from([10, 96, 0, 10]),
+                port: 53,
+                proto,
+            };
+            let claim = Claim {
+                set,
+                affinity: 0,
+                flags: 0,
+            };
+            c.records.insert((Side::Socket, frontend), claim);
+        }
+        (service, c)
+    }
+
+    fn gone(ip: u8) -> crate::sockets::GonePair {
+        pair(
+            endpoint_bytes(IpAddr::from([10, 96, 0, 10]), 53),
+            endpoint_bytes(IpAddr::from([10, 244, 0, ip]), 5353),
+        )
+    }
+
+    /// The UDP port's removed endpoints, each once (not the TCP port's);
+    /// all of them when the Service goes; none for an added endpoint.
+    #[test]
+    fn the_pairs_are_the_udp_ports_removed_endpoints() {
+        let mut state = State::default();
+        let mut t = Recorder::default();
+        let (name, c) = dns(&[endpoint(1), endpoint(2), endpoint(3)]);
+        state.begin_round(&mut t).expect("begin");
+        state.update_service(&mut t, &name, c).expect("update");
+
+        let (_, fewer) = dns(&[endpoint(1), endpoint(3), endpoint(4)]);
+        let pairs = state.udp_gone(&[(name.clone(), fewer.clone())], false);
+        assert_eq!(pairs.into_iter().collect::<Vec<_>>(), [gone(2)]);
+        state.update_service(&mut t, &name, fewer).expect("update");
+
+        let (_, more) = dns(&[endpoint(1), endpoint(3), endpoint(4), endpoint(5)]);
+        assert!(state.udp_gone(&[(name.clone(), more)], false).is_empty());
+
+        let all = [gone(1), gone(3), gone(4)];
+        let pairs = state.udp_gone(&[(name, Contribution::default())], false);
+        assert_eq!(pairs.into_iter().collect::<Vec<_>>(), all);
+        // A full round that no longer lists the Service: gone too.
+        let pairs = state.udp_gone(&[], true);
+        assert_eq!(pairs.into_iter().collect::<Vec<_>>(), all);
+    }
 }

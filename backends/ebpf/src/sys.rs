@@ -1,6 +1,7 @@
-//! The two bpf(2) commands aya does not offer: a link's program switched
+//! The bpf(2) commands aya does not offer: a link's program switched
 //! in one step (`BPF_LINK_UPDATE`), and many elements of a map written in
-//! one call (`BPF_MAP_UPDATE_BATCH`).
+//! one call (`BPF_MAP_UPDATE_BATCH`), an iterator's link and runs
+//! (`BPF_LINK_CREATE`, `BPF_ITER_CREATE`), and setns(2) for them.
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -90,4 +91,52 @@ pub(crate) fn map_update_batch(
         }
     }
     Ok(())
+}
+
+const BPF_LINK_CREATE: libc::c_long = 28;
+const BPF_ITER_CREATE: libc::c_long = 33;
+/// `BPF_TRACE_ITER`, the attach type of iterator programs.
+const BPF_TRACE_ITER: u32 = 28;
+
+fn owned(fd: libc::c_long) -> std::io::Result<OwnedFd> {
+    let fd = i32::try_from(fd).map_err(|_| std::io::Error::other("fd out of range"))?;
+    // SAFETY: the kernel returned a new file descriptor, ours alone.
+    #[allow(unsafe_code)]
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A link of iterator program `program` (aya's `Iter` link does not lend
+/// its descriptor, and each network namespace needs an iterator made from
+/// it).
+pub(crate) fn iter_link(program: BorrowedFd<'_>) -> std::io::Result<OwnedFd> {
+    let mut attr = Attr::default();
+    // struct { __u32 prog_fd; __u32 target_fd; __u32 attach_type;
+    // __u32 flags; __u64 iter_info; __u32 iter_info_len; }
+    attr.0[0] = u64::from(program.as_raw_fd() as u32);
+    attr.0[1] = u64::from(BPF_TRACE_ITER);
+    owned(bpf(BPF_LINK_CREATE, &mut attr)?)
+}
+
+/// A new run of the iterator of link `link`: reading it to its end runs
+/// the program over the sockets of the calling thread's network
+/// namespace (the one current when this is called).
+pub(crate) fn iter_create(link: BorrowedFd<'_>) -> std::io::Result<OwnedFd> {
+    let mut attr = Attr::default();
+    // struct { __u32 link_fd; __u32 flags; }
+    attr.0[0] = u64::from(link.as_raw_fd() as u32);
+    owned(bpf(BPF_ITER_CREATE, &mut attr)?)
+}
+
+/// Moves the calling thread into network namespace `ns` (a
+/// `/proc/PID/ns/net` file).
+pub(crate) fn enter_netns(ns: BorrowedFd<'_>) -> std::io::Result<()> {
+    // SAFETY: setns(2) takes a descriptor and a flag; it changes only the
+    // calling thread's namespace.
+    #[allow(unsafe_code)]
+    let ret = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
+    if ret < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
 }

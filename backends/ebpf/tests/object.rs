@@ -10,17 +10,41 @@
 use std::path::Path;
 use std::process::Command;
 
-use kpng_backend_ebpf::object::{CLANG_ARGS, OBJECT, OBJECT_FILE, SOURCE, SOURCE_FILE};
+use kpng_backend_ebpf::object::{
+    CLANG_ARGS, OBJECT, OBJECT_FILE, SOURCE, SOURCE_FILE, UDP_CLANG_ARGS, UDP_OBJECT,
+    UDP_OBJECT_FILE, UDP_SOURCE, UDP_SOURCE_FILE,
+};
 
 #[test]
 fn the_checked_in_object_is_what_the_source_builds_to() {
+    check(SOURCE_FILE, SOURCE, CLANG_ARGS, OBJECT_FILE, OBJECT);
+}
+
+#[test]
+fn the_checked_in_udp_object_is_what_its_source_builds_to() {
+    check(
+        UDP_SOURCE_FILE,
+        UDP_SOURCE,
+        UDP_CLANG_ARGS,
+        UDP_OBJECT_FILE,
+        UDP_OBJECT,
+    );
+}
+
+fn check(
+    source_file: &str,
+    source_text: &str,
+    clang_args: &[&str],
+    object_file: &str,
+    object: &[u8],
+) {
     let bpf = Path::new(env!("CARGO_MANIFEST_DIR")).join("bpf");
-    let source = std::fs::read_to_string(bpf.join(SOURCE_FILE)).expect("source");
-    assert_eq!(source, SOURCE);
-    let out = std::env::temp_dir().join(format!("kpng-sock-{}.o", std::process::id()));
+    let source = std::fs::read_to_string(bpf.join(source_file)).expect("source");
+    assert_eq!(source, source_text);
+    let out = std::env::temp_dir().join(format!("kpng-{}-{}.o", source_file, std::process::id()));
     let built = Command::new("clang")
         .current_dir(&bpf)
-        .args(CLANG_ARGS)
+        .args(clang_args)
         .arg(&out)
         .output();
     let built = match built {
@@ -39,14 +63,14 @@ fn the_checked_in_object_is_what_the_source_builds_to() {
     let fresh = std::fs::read(&out).expect("built object");
     let _ = std::fs::remove_file(&out);
     if std::env::var_os("KPNG_BLESS").is_some() {
-        std::fs::write(bpf.join(OBJECT_FILE), &fresh).expect("write the object");
+        std::fs::write(bpf.join(object_file), &fresh).expect("write the object");
         return;
     }
     assert!(
-        fresh == OBJECT,
-        "bpf/{OBJECT_FILE} is not what bpf/{SOURCE_FILE} builds to ({} bytes built, {} checked in): \
+        fresh == object,
+        "bpf/{object_file} is not what bpf/{source_file} builds to ({} bytes built, {} checked in): \
          run `KPNG_BLESS=1 cargo test -p kpng-backend-ebpf --test object` and commit the object",
         fresh.len(),
-        OBJECT.len()
+        object.len()
     );
 }
