@@ -375,9 +375,17 @@ pub(crate) struct EbpfArgs {
     /// `to-nft`'s.
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub(crate) counters: bool,
+    /// End the connected UDP sockets of the cgroup's pods and node that a
+    /// round's removed endpoints were serving through a Service (their
+    /// owners' next receive fails with ECONNABORTED, their next connect
+    /// reaches a live endpoint), as kube-proxy clears such flows'
+    /// conntrack entries. On by default; `--end-udp-sockets=false` leaves
+    /// them sending to the endpoint gone.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub(crate) end_udp_sockets: bool,
     /// Fixed sizes of BPF maps, `NAME=ENTRIES,...`. The maps that hold
     /// the cluster (kpng_services, kpng_slots, kpng_members, kpng_live,
-    /// kpng_cidrs, kpng_external, kpng_ranges) are otherwise sized from it
+    /// kpng_cidrs, kpng_external, kpng_ranges, kpng_maglev) are otherwise sized from it
     /// (1.5 x the need, a power of two) and grown by a planned swap; one
     /// fixed here never grows: a sync that needs more fails, naming it.
     /// The connections' maps (kpng_affinity 16384, kpng_reverse 65536,

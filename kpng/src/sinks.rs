@@ -255,7 +255,9 @@ fn ebpf_backend(
             .map(str::trim)
             .filter(|i| !i.is_empty()),
     );
-    config = config.counters(ebpf.counters);
+    config = config
+        .counters(ebpf.counters)
+        .end_udp_sockets(ebpf.end_udp_sockets);
     let nft_config = NftConfig::new(proxy.clone()).counters(ebpf.counters);
     if ebpf.counters && !args.dry_run {
         parts
