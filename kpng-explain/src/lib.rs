@@ -1016,7 +1016,7 @@ impl<'a> Run<'a> {
                 && let Found::Port {
                     service,
                     port,
-                    role: role @ (Role::NodePort | Role::ExternalIp | Role::LoadBalancerIp),
+                    role,
                 } = *found
             {
                 if !matches!(self.packet.protocol, Protocol::Tcp | Protocol::Udp) {
@@ -1185,7 +1185,11 @@ impl<'a> Run<'a> {
             ));
             return None;
         }
-        let (local, masquerade) = if plan.etp_local {
+        let (local, masquerade) = if role == Role::ClusterIp {
+            // As kube-proxy's rules: the internal policy's endpoints,
+            // masqueraded unless the source is a pod.
+            self.netfilter_policy(&plan, role)
+        } else if plan.etp_local {
             self.step("externalTrafficPolicy: Local: this node's endpoints only, the client address kept; masquerade: no");
             (true, Masquerade::No)
         } else {
@@ -1194,13 +1198,16 @@ impl<'a> Run<'a> {
         };
         let targets = self.targets(service, pp, local);
         if targets.is_empty() {
+            let which = if role == Role::ClusterIp {
+                "internalTrafficPolicy"
+            } else {
+                "externalTrafficPolicy"
+            };
             self.step(format!(
-                "externalTrafficPolicy: Local, and this node has no endpoint of {name}"
+                "{which}: Local, and this node has no endpoint of {name}"
             ));
             return Some(Outcome::Dropped {
-                reason: format!(
-                    "externalTrafficPolicy Local and no endpoint of {name} on this node"
-                ),
+                reason: format!("{which} Local and no endpoint of {name} on this node"),
             });
         }
         self.affinity(&plan);

@@ -615,6 +615,10 @@ int kpng_getpeername6(struct bpf_sock_addr *ctx)
 #define EXT_RANGES 4 // loadBalancerSourceRanges: other sources are dropped
 #define EXT_SNAT 8   // externalTrafficPolicy: Cluster: masquerade to a
 		     // remote endpoint
+#define EXT_SNAT_ALL 16	   // a ClusterIP from outside: masquerade to every
+			   // endpoint, local ones too
+#define EXT_POD_SOURCES 32 // ... but not a source in kpng_ranges (the pod
+			   // networks, --cluster-cidr)
 
 // Frontend -> record (set: the endpoints, local ones for Local; flags:
 // EMPTY_*, EXT_RANGES, EXT_SNAT; affinity).
@@ -998,6 +1002,26 @@ static __always_inline int snat_out(struct __sk_buff *skb, struct packet *p)
 	return TC_ACT_OK;
 }
 
+// Whether a new flow of `p` to `fe` (record `svc`) to endpoint `ep` is
+// masqueraded: under externalTrafficPolicy Cluster towards other nodes'
+// endpoints; to a ClusterIP from outside towards every endpoint, unless
+// the source is a pod (as kube-proxy's rules do).
+static __always_inline int snat_wanted(struct packet *p, struct frontend *fe,
+				       struct service *svc, struct endpoint *ep)
+{
+	if (svc->flags & EXT_SNAT_ALL) {
+		struct range_key range = {};
+
+		if (!(svc->flags & EXT_POD_SOURCES))
+			return 1;
+		range.prefixlen = 160 + (p->family == FAMILY_V4 ? 32 : 128);
+		range.frontend = *fe;
+		__builtin_memcpy(range.addr, p->saddr, 16);
+		return !bpf_map_lookup_elem(&kpng_ranges, &range);
+	}
+	return (svc->flags & EXT_SNAT) && !(ep->flags & ENDPOINT_LOCAL);
+}
+
 // The local endpoint for a new flow of `p` to `svc`: its client's
 // affinity, or one at random.
 static __always_inline int pick_external(struct packet *p, struct service *svc,
@@ -1132,7 +1156,7 @@ int kpng_tc_ingress(struct __sk_buff *skb)
 		}
 		// Cluster: masquerade towards another node's endpoint, so
 		// that its replies come back through this node.
-		if ((svc->flags & EXT_SNAT) && !(ep.flags & ENDPOINT_LOCAL) &&
+		if (snat_wanted(&p, &fe, svc, &ep) &&
 		    !masquerade(&p, &fe, &ep, &snat_port)) {
 			count(COUNT_DROPPED);
 			return TC_ACT_SHOT;

@@ -710,8 +710,8 @@ struct Rendered {
 fn render(config: &EbpfConfig, round: &Round<'_>, full: bool) -> Rendered {
     let view = round.view();
     let node_ips = nodeport_ips(view, config.proxy.nodeport_addresses.as_deref());
-    let external = !config.tc_interfaces.is_empty();
-    let node = (external && (full || round.node_changed())).then(|| {
+    let external = (!config.tc_interfaces.is_empty()).then_some(&config.proxy);
+    let node = (external.is_some() && (full || round.node_changed())).then(|| {
         kpng_model::IpFamily::BOTH
             .into_iter()
             .flat_map(|f| view.node_addresses(f))
