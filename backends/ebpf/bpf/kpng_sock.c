@@ -1069,6 +1069,167 @@ static __always_inline int pick_external(struct packet *p, struct service *svc,
 	return 1;
 }
 
+// ---------------------------------------------------------------------
+// REJECT from outside, built here: the packet is turned into an ICMP (or
+// ICMPv6) port unreachable quoting its start, from the address it was
+// sent to, as netfilter's plain `reject` sends, and goes back out the
+// interface it came in by (its Ethernet addresses swapped). It never
+// reaches the node's stack or netfilter.
+//
+// A packet a local stack sent over a veth can arrive with its checksum
+// still to be filled in (CHECKSUM_PARTIAL, which BPF cannot change): the
+// peer it goes back to takes such a packet's checksums as good. Packets
+// from a wire never are.
+
+#define ICMP_DEST_UNREACH_ 3
+#define ICMP_PORT_UNREACH_ 3
+#define ICMPV6_DEST_UNREACH_ 1
+#define ICMPV6_PORT_UNREACH_ 4
+#define IPPROTO_ICMP_ 1
+#define IPPROTO_ICMPV6_ 58
+
+// The first bytes of the IPv4 header (up to its checksum), then ICMP's
+// header: the addresses and the quote come from the packet itself, so
+// that little is on the stack (the ingress program's is nearly full).
+struct reject_ip4 {
+	__u8 vihl;
+	__u8 tos;
+	__u16 len;
+	__u16 id;
+	__u16 frag;
+	__u8 ttl;
+	__u8 proto;
+	__u16 check;
+};
+
+struct reject_icmp {
+	__u8 type;
+	__u8 code;
+	__u16 check;
+	__u32 unused;
+};
+
+struct reject_ip6 {
+	__u32 vtc_flow;
+	__u16 len;
+	__u8 next;
+	__u8 hops;
+};
+
+static __always_inline __u16 csum_fold_(__s64 sum)
+{
+	__u32 s = (__u32)sum;
+
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return (__u16)~s;
+}
+
+// The Ethernet addresses swapped: the packet goes back where it came from.
+static __always_inline int swap_macs(struct __sk_buff *skb)
+{
+	__u8 macs[12];
+
+	if (bpf_skb_load_bytes(skb, 0, macs, 12))
+		return 0;
+	return !bpf_skb_store_bytes(skb, 0, macs + 6, 6, 0) &&
+	       !bpf_skb_store_bytes(skb, 6, macs, 6, 0);
+}
+
+#define QUOTE4 28 // the IPv4 header and 8 bytes after it
+#define QUOTE6 48
+
+static __noinline int reject4(struct __sk_buff *skb, struct packet *p)
+{
+	struct reject_ip4 ip = {};
+	struct reject_icmp icmp = {};
+	__u8 quote[QUOTE4];
+	__s64 sum;
+
+	if (p->l4_off != ETH_HLEN + 20) // IP options: not quoted here
+		return TC_ACT_SHOT;
+	if (bpf_skb_load_bytes(skb, ETH_HLEN, quote, QUOTE4) || !swap_macs(skb))
+		return TC_ACT_SHOT;
+	icmp.type = ICMP_DEST_UNREACH_;
+	icmp.code = ICMP_PORT_UNREACH_;
+	sum = bpf_csum_diff(0, 0, (__u32 *)&icmp, sizeof(icmp), 0);
+	icmp.check = csum_fold_(bpf_csum_diff(0, 0, (__u32 *)quote, QUOTE4, (__u32)sum));
+	ip.vihl = 0x45;
+	ip.len = bpf_htons(20 + sizeof(icmp) + QUOTE4);
+	ip.ttl = 64;
+	ip.proto = IPPROTO_ICMP_;
+	sum = bpf_csum_diff(0, 0, (__u32 *)&ip, sizeof(ip), 0);
+	sum = bpf_csum_diff(0, 0, p->saddr, 4, (__u32)sum);
+	ip.check = csum_fold_(bpf_csum_diff(0, 0, p->daddr, 4, (__u32)sum));
+	if (bpf_skb_change_tail(skb, ETH_HLEN + 20 + sizeof(icmp) + QUOTE4, 0))
+		return TC_ACT_SHOT;
+	if (bpf_skb_store_bytes(skb, ETH_HLEN, &ip, sizeof(ip), 0) ||
+	    bpf_skb_store_bytes(skb, ETH_HLEN + 12, p->daddr, 4, 0) ||
+	    bpf_skb_store_bytes(skb, ETH_HLEN + 16, p->saddr, 4, 0) ||
+	    bpf_skb_store_bytes(skb, ETH_HLEN + 20, &icmp, sizeof(icmp), 0) ||
+	    bpf_skb_store_bytes(skb, ETH_HLEN + 28, quote, QUOTE4, 0))
+		return TC_ACT_SHOT;
+	return bpf_redirect(skb->ifindex, 0);
+}
+
+static __noinline int reject6(struct __sk_buff *skb, struct packet *p)
+{
+	struct reject_ip6 ip = {};
+	struct reject_icmp icmp = {};
+	__u32 pseudo[2]; // ICMPv6's checksum: the length and next header
+	__u8 quote[QUOTE6];
+	__s64 sum;
+
+	if (bpf_skb_load_bytes(skb, ETH_HLEN, quote, QUOTE6) || !swap_macs(skb))
+		return TC_ACT_SHOT;
+	icmp.type = ICMPV6_DEST_UNREACH_;
+	icmp.code = ICMPV6_PORT_UNREACH_;
+	pseudo[0] = bpf_htonl(sizeof(icmp) + QUOTE6);
+	pseudo[1] = bpf_htonl(IPPROTO_ICMPV6_);
+	sum = bpf_csum_diff(0, 0, p->saddr, 16, 0);
+	sum = bpf_csum_diff(0, 0, p->daddr, 16, (__u32)sum);
+	sum = bpf_csum_diff(0, 0, pseudo, sizeof(pseudo), (__u32)sum);
+	sum = bpf_csum_diff(0, 0, (__u32 *)&icmp, sizeof(icmp), (__u32)sum);
+	icmp.check = csum_fold_(bpf_csum_diff(0, 0, (__u32 *)quote, QUOTE6, (__u32)sum));
+	ip.vtc_flow = bpf_htonl(0x60000000);
+	ip.len = bpf_htons(sizeof(icmp) + QUOTE6);
+	ip.next = IPPROTO_ICMPV6_;
+	ip.hops = 64;
+	if (bpf_skb_change_tail(skb, ETH_HLEN + 40 + sizeof(icmp) + QUOTE6, 0))
+		return TC_ACT_SHOT;
+	if (bpf_skb_store_bytes(skb, ETH_HLEN, &ip, sizeof(ip), 0) ||
+	    bpf_skb_store_bytes(skb, ETH_HLEN + 8, p->daddr, 16, 0) ||
+	    bpf_skb_store_bytes(skb, ETH_HLEN + 24, p->saddr, 16, 0) ||
+	    bpf_skb_store_bytes(skb, ETH_HLEN + 40, &icmp, sizeof(icmp), 0) ||
+	    bpf_skb_store_bytes(skb, ETH_HLEN + 48, quote, QUOTE6, 0))
+		return TC_ACT_SHOT;
+	return bpf_redirect(skb->ifindex, 0);
+}
+
+// Refuses packet `p`: the port unreachable, back out its interface.
+static __always_inline int reject(struct __sk_buff *skb, struct packet *p)
+{
+	count(COUNT_REFUSED);
+	return p->family == FAMILY_V4 ? reject4(skb, p) : reject6(skb, p);
+}
+
+// A packet from outside to no record: an unknown port on a live
+// ClusterIP is refused, an unallocated address of the Service CIDRs
+// dropped (as the socket programs do), anything else goes on.
+static __always_inline int no_record(struct __sk_buff *skb, struct packet *p,
+				     struct frontend *fe)
+{
+	switch (no_service(fe)) {
+	case REFUSE:
+		return reject(skb, p);
+	case DROP:
+		count(COUNT_DROPPED);
+		return TC_ACT_SHOT;
+	default:
+		return TC_ACT_OK;
+	}
+}
+
 // Whether a UDP flow's endpoint is still where it was found (as the
 // conntrack cleanup ends a UDP flow to an endpoint that left).
 static __always_inline int still_there(struct conn_value *flow)
@@ -1114,7 +1275,7 @@ int kpng_tc_ingress(struct __sk_buff *skb)
 	fe.family = p.family;
 	svc = bpf_map_lookup_elem(&kpng_external, &fe);
 	if (!svc)
-		return TC_ACT_OK;
+		return no_record(skb, &p, &fe);
 	if (svc->flags & EXT_RANGES) {
 		struct range_key range = {};
 
@@ -1150,7 +1311,7 @@ int kpng_tc_ingress(struct __sk_buff *skb)
 	} else {
 		if (!pick_external(&p, svc, &ep, &slot, now)) {
 			if (svc->flags & EMPTY_REJECT)
-				return TC_ACT_OK; // the stack refuses it
+				return reject(skb, &p);
 			count(COUNT_DROPPED);
 			return TC_ACT_SHOT;
 		}
