@@ -608,8 +608,11 @@ int kpng_getpeername6(struct bpf_sock_addr *ctx)
 // client address is kept; under `Cluster`, a flow to another node's
 // endpoint is also masqueraded: egress writes the node's address and a
 // port of its own as its source, and ingress gives a reply its client
-// back. Everything else goes on to the node's stack. (These maps are
-// loaded with one entry when no interface is given: src/datapath.rs.)
+// back. A ClusterIP reached from outside is served alike (masqueraded as
+// kube-proxy's rules do); what has no endpoint is refused with an ICMP
+// port unreachable built here, an unallocated Service address dropped.
+// Everything else goes on to the node's stack. (These maps are loaded
+// with one entry when no interface is given: src/datapath.rs.)
 
 // (flags of an external record)
 #define EXT_RANGES 4 // loadBalancerSourceRanges: other sources are dropped

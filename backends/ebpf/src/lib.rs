@@ -18,11 +18,16 @@
 //!   `externalTrafficPolicy: Cluster` flows to other nodes' endpoints are
 //!   masqueraded to the node's address; source ranges are checked.
 //!
-//! What neither serves (a ClusterIP reached from outside, REJECT of an
-//! external address, drops of unallocated Service addresses from outside)
-//! goes on to the node's stack: the `kpng` command runs the nftables
-//! backend beside this one for it (docs/semantics.md says row by row
-//! which mechanism serves what).
+//!   They also serve ClusterIPs reached from outside (masqueraded as
+//!   kube-proxy's rules), REJECT with an ICMP (ICMPv6) port unreachable
+//!   they build and send back out the interface, and drop unallocated
+//!   Service addresses: with them, no netfilter rule is needed for TCP
+//!   and UDP (`kpng … to-ebpf --north-south none`).
+//!
+//! What neither serves (without tc programs, everything from outside;
+//! with them, SCTP from outside) goes on to the node's stack: the `kpng`
+//! command runs the nftables backend beside this one for it
+//! (docs/semantics.md says row by row which mechanism serves what).
 //!
 //! - **Selection** comes from the node view's plan, as in the netfilter
 //!   backends: ready, serving and terminating fallbacks, the Local
