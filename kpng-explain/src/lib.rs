@@ -270,7 +270,8 @@ pub enum DataPath {
     Ebpf {
         /// Its tc programs are on the interfaces packets from outside
         /// come in by (`--tc-interfaces`): they serve NodePorts, external
-        /// IPs and LB IPs (TCP and UDP).
+        /// IPs, LB IPs and ClusterIPs (TCP, UDP and SCTP), refuse and
+        /// drop as the netfilter rules do.
         tc: bool,
         /// A netfilter backend runs beside it (`--north-south nft`, the
         /// default) for what the programs do not translate.
@@ -1013,10 +1014,6 @@ impl<'a> Run<'a> {
         let origin = self.packet.origin;
         if origin == Origin::Outside {
             if !tc {
-                return self.rest(found, netfilter);
-            }
-            if !matches!(self.packet.protocol, Protocol::Tcp | Protocol::Udp) {
-                self.step("the tc programs parse TCP and UDP only");
                 return self.rest(found, netfilter);
             }
             match *found {

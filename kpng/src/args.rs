@@ -352,8 +352,8 @@ pub(crate) struct EbpfArgs {
     pub(crate) bpf_pin_path: PathBuf,
     /// The node's interfaces, comma-separated (those facing clients and
     /// those towards other nodes): tc programs there serve packets from
-    /// outside to NodePorts, external IPs, LB IPs and ClusterIPs (TCP and
-    /// UDP: DNAT, masquerade as kube-proxy's, source ranges), refuse
+    /// outside to NodePorts, external IPs, LB IPs and ClusterIPs (TCP, UDP
+    /// and SCTP: DNAT, masquerade as kube-proxy's, source ranges), refuse
     /// what has no endpoint with an ICMP port unreachable they build, and
     /// drop unallocated Service addresses. Default: none (the nftables
     /// backend serves them).
@@ -361,7 +361,8 @@ pub(crate) struct EbpfArgs {
     pub(crate) tc_interfaces: String,
     /// What serves traffic that no socket of the cgroup sent and the tc
     /// programs leave (without `--tc-interfaces`: everything from outside
-    /// the node; with them: SCTP from outside): `nft`, the nftables
+    /// the node; with them: IPv4 options, IPv6 extension headers,
+    /// fragments): `nft`, the nftables
     /// backend in this process, or `none` (no netfilter rule at all).
     #[arg(long, default_value = "nft", value_parser = ["nft", "none"])]
     pub(crate) north_south: String,

@@ -789,6 +789,7 @@ struct {
 #define IP_OFFSET 0x1FFF
 #define TCP_FLAG_SYN 0x02
 #define TCP_FLAG_ACK 0x10
+#define SCTP_CHUNK_INIT 1
 
 // A parsed packet: where its addresses, ports and checksums are.
 struct packet {
@@ -860,6 +861,12 @@ static __always_inline int parse(struct __sk_buff *skb, struct packet *p)
 		p->syn = (byte & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN;
 	} else if (p->proto == IPPROTO_UDP) {
 		p->csum_off = p->l4_off + 6;
+	} else if (p->proto == IPPROTO_SCTP) {
+		// The CRC32c; an INIT chunk first: a new association.
+		p->csum_off = p->l4_off + 8;
+		if (bpf_skb_load_bytes(skb, p->l4_off + 12, &byte, 1))
+			return 0;
+		p->syn = byte == SCTP_CHUNK_INIT;
 	} else {
 		return 0;
 	}
@@ -878,7 +885,9 @@ static __always_inline int rewrite_addr(struct __sk_buff *skb, struct packet *p,
 	if (p->proto == IPPROTO_UDP)
 		l4_flags |= BPF_F_MARK_MANGLED_0;
 	if (p->family == FAMILY_V4) {
-		if (bpf_l4_csum_replace(skb, p->csum_off, old[0], new[0], l4_flags | 4))
+		// (SCTP's CRC32c covers no address: nothing to update)
+		if (p->proto != IPPROTO_SCTP &&
+		    bpf_l4_csum_replace(skb, p->csum_off, old[0], new[0], l4_flags | 4))
 			return 0;
 		if (bpf_l3_csum_replace(skb, p->ip_csum_off, old[0], new[0], 4))
 			return 0;
@@ -886,15 +895,80 @@ static __always_inline int rewrite_addr(struct __sk_buff *skb, struct packet *p,
 	}
 	__s64 diff = bpf_csum_diff(old, 16, new, 16, 0);
 
-	if (bpf_l4_csum_replace(skb, p->csum_off, 0, diff, l4_flags))
+	if (p->proto != IPPROTO_SCTP &&
+	    bpf_l4_csum_replace(skb, p->csum_off, 0, diff, l4_flags))
 		return 0;
 	return !bpf_skb_store_bytes(skb, off, new, 16, 0);
+}
+
+// SCTP's CRC32c (the Castagnoli polynomial, bit-reflected).
+#define CRC32C_POLY 0x82F63B78
+
+// a * b mod P, in the CRC's reflected representation (bit 31: x^0).
+static __always_inline __u32 crc_mul(__u32 a, __u32 b)
+{
+	__u32 p = 0;
+	int i;
+
+#pragma clang loop unroll(disable)
+	for (i = 0; i < 32; i++) {
+		p ^= b & -((a >> (31 - i)) & 1);
+		b = (b >> 1) ^ (CRC32C_POLY & -(b & 1));
+	}
+	return p;
+}
+
+// A port of an SCTP packet rewritten, and its CRC32c updated without
+// reading the packet: the CRC is linear, so the new one is the old one
+// xor the CRC (no initial value, no final xor) of the change alone: the
+// two bytes that changed, then as many zero bytes as follow them (a
+// multiplication by x^(8m) mod P, by squaring).
+static __noinline int sctp_port(struct __sk_buff *skb, struct packet *p,
+				__u32 off, __u16 old, __u16 new)
+{
+	__u32 crc, r, base = 0x00800000; // x^8
+	__u32 len, m;
+	__u16 field;
+	int i;
+
+	if (p->family == FAMILY_V4) {
+		if (bpf_skb_load_bytes(skb, ETH_HLEN + 2, &field, 2))
+			return 0;
+		len = bpf_ntohs(field) - (p->l4_off - ETH_HLEN);
+	} else {
+		if (bpf_skb_load_bytes(skb, ETH_HLEN + 4, &field, 2))
+			return 0;
+		len = bpf_ntohs(field);
+	}
+	if (len > 0xffff || len < off - p->l4_off + 2 ||
+	    bpf_skb_load_bytes(skb, p->csum_off, &crc, 4))
+		return 0;
+	// The change's two bytes (in packet order: the low byte of a
+	// little-endian load first) into a zero register.
+	r = (__u16)(old ^ new);
+#pragma clang loop unroll(disable)
+	for (i = 0; i < 16; i++)
+		r = (r >> 1) ^ (CRC32C_POLY & -(r & 1));
+	m = len - (off - p->l4_off) - 2;
+#pragma clang loop unroll(disable)
+	for (i = 0; i < 16; i++) {
+		if (m & (1U << i))
+			r = crc_mul(r, base);
+		base = crc_mul(base, base);
+	}
+	crc ^= r;
+	if (bpf_skb_store_bytes(skb, p->csum_off, &crc, 4, 0))
+		return 0;
+	return !bpf_skb_store_bytes(skb, off, &new, 2, 0);
 }
 
 static __always_inline int rewrite_port(struct __sk_buff *skb, struct packet *p,
 					__u32 off, __u16 old, __u16 new)
 {
 	__u64 l4_flags = 2;
+
+	if (p->proto == IPPROTO_SCTP)
+		return sctp_port(skb, p, off, old, new);
 
 	if (p->proto == IPPROTO_UDP)
 		l4_flags |= BPF_F_MARK_MANGLED_0;
@@ -1297,10 +1371,10 @@ int kpng_tc_ingress(struct __sk_buff *skb)
 	ckey.family = p.family;
 	ckey.frontend = fe;
 	flow = bpf_map_lookup_elem(&kpng_ext_flows, &ckey);
-	// A TCP connection keeps its endpoint until a new one (a SYN)
-	// reuses its ports, as conntrack keeps it; a UDP flow while it is not
-	// idle 30 s and its endpoint stays.
-	if (flow && (p.proto == IPPROTO_TCP
+	// A TCP connection (an SCTP association) keeps its endpoint until a
+	// new one (a SYN, an INIT) reuses its ports, as conntrack keeps it; a
+	// UDP flow while it is not idle 30 s and its endpoint stays.
+	if (flow && (p.proto != IPPROTO_UDP
 			     ? !p.syn || now - flow->last_ns <= FLOW_IDLE_NS
 			     : flow->set == svc->set &&
 				       now - flow->last_ns <= FLOW_IDLE_NS &&

@@ -21,11 +21,13 @@
 //!   They also serve ClusterIPs reached from outside (masqueraded as
 //!   kube-proxy's rules), REJECT with an ICMP (ICMPv6) port unreachable
 //!   they build and send back out the interface, and drop unallocated
-//!   Service addresses: with them, no netfilter rule is needed for TCP
-//!   and UDP (`kpng … to-ebpf --north-south none`).
+//!   Service addresses; TCP, UDP and SCTP (its CRC32c updated when a
+//!   port changes): with them, no netfilter rule is needed
+//!   (`kpng … to-ebpf --north-south none`).
 //!
 //! What neither serves (without tc programs, everything from outside;
-//! with them, SCTP from outside) goes on to the node's stack: the `kpng`
+//! with them, IPv4 options, IPv6 extension headers, fragments) goes on
+//! to the node's stack: the `kpng`
 //! command runs the nftables backend beside this one for it
 //! (docs/semantics.md says row by row which mechanism serves what).
 //!
