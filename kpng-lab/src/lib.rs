@@ -210,9 +210,8 @@ impl LabBackend for IptablesBackend {
 /// The eBPF backend as `kpng … to-ebpf --tc-interfaces …` runs it: the
 /// sockets of the node's cgroup (here the lab's, holding the
 /// [`LOCAL_HOSTS`]' clients) are balanced by its socket programs, packets
-/// from outside to `externalTrafficPolicy: Local` Services by its tc
-/// programs on every node link, and the rest of the traffic from outside
-/// by the nftables backend in the same process.
+/// from outside by its tc programs on every node link, and what those
+/// leave by the nftables backend in the same process.
 #[derive(Debug)]
 pub struct EbpfWithNft {
     /// The socket-level backend.
