@@ -45,15 +45,17 @@
 //!
 //!
 //! With `--report`, each watcher also reports each sync as the agent does
-//! (`Enls/Report` on its stream's connection, spawned, not awaited by
-//! the stream, after a wait up to 1 s spread over the nodes, saying how
-//! long it waited), and after the change the bench waits until the server's
+//! (on a report stream, `Enls/Reports`, opened beside its watch on its
+//! connection; with `--report-calls` one `Enls/Report` call each, as
+//! agents did before; spawned, not awaited by the stream, after a wait
+//! up to 1 s spread over the nodes, saying how long it waited), and after
+//! the change the bench waits until the server's
 //! fleet view shows every node up to date, then times one `Enls/Fleet`
 //! call (the fleet view the command reads) and prints its size and the
 //! server's p50/p99 of the change.
 //!
 //! ```text
-//! cargo bench -p kpng-api --bench fanout [-- --nodes 100,1000,10000 --services 10000 --reread-seconds 30 --endpoints columns|messages --decode agent|none --build-views --watcher-malloc mimalloc|glibc --report]
+//! cargo bench -p kpng-api --bench fanout [-- --nodes 100,1000,10000 --services 10000 --reread-seconds 30 --endpoints columns|messages --decode agent|none --build-views --watcher-malloc mimalloc|glibc --report [--report-calls]]
 //! ```
 #![allow(missing_docs, clippy::unwrap_used)]
 
@@ -176,6 +178,12 @@ fn reports() -> bool {
     std::env::args().any(|a| a == "--report")
 }
 
+/// Whether the reports go one call each (`--report-calls`) instead of on
+/// a stream.
+fn report_calls() -> bool {
+    std::env::args().any(|a| a == "--report-calls")
+}
+
 /// Whether the watchers build each node view from the ops they decode.
 fn build_views() -> bool {
     std::env::args().any(|a| a == "--build-views")
@@ -246,10 +254,10 @@ fn main() {
         },
         endpoints_form(),
         watcher_malloc(),
-        if reports() {
-            ", reporting each sync"
-        } else {
-            ""
+        match (reports(), report_calls()) {
+            (false, _) => "",
+            (true, false) => ", reporting each sync on a stream",
+            (true, true) => ", reporting each sync, one call each",
         }
     );
     let mut per_node_rss = Vec::new();
@@ -264,6 +272,7 @@ fn main() {
             .args(["--decode", if decode() { "agent" } else { "none" }])
             .args(build_views().then_some("--build-views"))
             .args(reports().then_some("--report"))
+            .args(report_calls().then_some("--report-calls"))
             .envs(
                 (watcher_malloc() == "mimalloc")
                     .then_some((WATCHER_MIMALLOC.to_str().unwrap(), "1")),
@@ -640,6 +649,40 @@ fn watchers(socket: &Path) {
     });
 }
 
+/// A watcher's reports: on one stream opened on its connection, as the
+/// agent sends them, or one call each (`--report-calls`).
+#[derive(Clone)]
+enum Reporter {
+    Stream(tokio::sync::mpsc::Sender<NodeReport>),
+    Calls(EnlsClient<tonic::transport::Channel>),
+}
+
+impl Reporter {
+    fn new(mut client: EnlsClient<tonic::transport::Channel>) -> Self {
+        if report_calls() {
+            return Reporter::Calls(client);
+        }
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tokio::spawn(async move {
+            let _ = client
+                .reports(tokio_stream::wrappers::ReceiverStream::new(rx))
+                .await;
+        });
+        Reporter::Stream(tx)
+    }
+
+    async fn send(&self, report: NodeReport) {
+        match self {
+            Reporter::Stream(tx) => {
+                let _ = tx.send(report).await;
+            }
+            Reporter::Calls(client) => {
+                let _ = client.clone().report(report).await;
+            }
+        }
+    }
+}
+
 /// One watcher: its node's full view, the next revision, then (after the
 /// server goes away) a resume naming what it holds.
 async fn watch(i: usize, pool: &Pool, tx: &tokio::sync::mpsc::UnboundedSender<Report>) {
@@ -654,7 +697,7 @@ async fn watch(i: usize, pool: &Pool, tx: &tokio::sync::mpsc::UnboundedSender<Re
     let build = build_views();
     loop {
         let (generation, channel) = pool.get(group, failed).await;
-        let reporter = reports().then(|| EnlsClient::new(channel.clone()));
+        let reporter = reports().then(|| Reporter::new(EnlsClient::new(channel.clone())));
         let Ok(mut stream) = Events::open(channel, held.clone()).await else {
             failed = Some(generation);
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -701,11 +744,11 @@ async fn watch(i: usize, pool: &Pool, tx: &tokio::sync::mpsc::UnboundedSender<Re
                     if syncs == 0 {
                         decoder = Decoder::new();
                     }
-                    if let Some(client) = &reporter {
+                    if let Some(reporter) = &reporter {
                         // As the agent: the report is not awaited by the
                         // stream, and waits up to 1 s (spread over the
                         // nodes), saying how long.
-                        let mut client = client.clone();
+                        let reporter = reporter.clone();
                         let mut report = NodeReport {
                             node: held.node.clone(),
                             instance,
@@ -717,7 +760,7 @@ async fn watch(i: usize, pool: &Pool, tx: &tokio::sync::mpsc::UnboundedSender<Re
                         tokio::spawn(async move {
                             tokio::time::sleep(Duration::from_millis(wait)).await;
                             report.held_ms = ended.elapsed().as_millis() as u32;
-                            let _ = client.report(report).await;
+                            reporter.send(report).await;
                         });
                     }
                     held.since_instance = instance;

@@ -1,6 +1,8 @@
 //! The agent: a node's view streamed into a sink, and the mirror of the
 //! whole ENLS.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kpng_model::entries;
@@ -139,27 +141,57 @@ pub async fn run_agent<S: Sink + ?Sized>(
 }
 
 /// Tells the server, after each round, the revision the sink applied and
-/// its last error (`Enls/Report`): only the latest report is sent, one at
-/// a time, on the watch's connection, after a random wait up to
-/// [`AgentConfig::report_spread`] (with the time it waited), so a round
-/// costs one small unary call at most and a burst of rounds fewer. A
-/// server that takes no reports (an older one) is told nothing more than
-/// one refused call per round.
+/// its last error: only the latest report is sent, one at a time, after a
+/// random wait up to [`AgentConfig::report_spread`] (with the time it
+/// waited), so a burst of rounds costs fewer. Reports go on one stream
+/// kept open on the watch's connection (`Enls/Reports`): each costs the
+/// server a message, not a call. A server without that stream takes them
+/// one call each (`Enls/Report`); one that takes no reports (an older
+/// one) is told nothing more than one refused call per round.
 pub(crate) struct Reporter {
     latest: tokio::sync::watch::Sender<Option<Latest>>,
+    /// Bumped at each session (a new connection): the stream is opened
+    /// again on it.
+    session: AtomicU64,
     task: tokio::task::JoinHandle<()>,
 }
 
-/// The report waiting: the connection, the report, when its round ended.
-type Latest = (Client, NodeReport, std::time::Instant);
+/// The report waiting: the connection, its session, the report, when its
+/// round ended.
+type Latest = (Client, u64, NodeReport, std::time::Instant);
 
 type Client = EnlsClient<tonic::transport::Channel>;
+
+/// The report stream open on one session's connection.
+struct Open {
+    session: u64,
+    tx: tokio::sync::mpsc::Sender<NodeReport>,
+    call: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.call.abort();
+    }
+}
+
+/// How a server takes reports, as learnt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Takes {
+    /// On a stream (`Enls/Reports`), or not known yet.
+    Stream,
+    /// One call each (`Enls/Report`).
+    Calls,
+    /// Not at all (an older server).
+    Nothing,
+}
 
 impl Reporter {
     pub(crate) fn new(spread: Duration) -> Self {
         let (latest, mut rx) = tokio::sync::watch::channel::<Option<Latest>>(None);
         let task = tokio::spawn(async move {
-            let mut refused = false;
+            let takes = Arc::new(Mutex::new(Takes::Stream));
+            let mut open: Option<Open> = None;
             while rx.changed().await.is_ok() {
                 // The wait starts with the first report waiting; one that
                 // replaces it goes at the same time.
@@ -168,33 +200,89 @@ impl Reporter {
                     let wait = crate::server::random_u64() % spread;
                     tokio::time::sleep(Duration::from_micros(wait)).await;
                 }
-                let Some((mut client, mut report, ended)) = rx.borrow_and_update().clone() else {
+                let Some((mut client, session, mut report, ended)) = rx.borrow_and_update().clone()
+                else {
                     continue;
                 };
                 report.held_ms = u32::try_from(ended.elapsed().as_millis()).unwrap_or(u32::MAX);
+                let how = *takes.lock().unwrap_or_else(|e| e.into_inner());
+                if how == Takes::Stream {
+                    let stale = open
+                        .as_ref()
+                        .is_none_or(|o| o.session != session || o.tx.is_closed());
+                    if stale {
+                        open = Some(Self::open(&client, session, &takes));
+                    }
+                    // A full stream (the server slow to read) drops this
+                    // report: the next one says it again.
+                    if let Some(o) = &open
+                        && o.tx.try_send(report.clone()).is_ok()
+                    {
+                        continue;
+                    }
+                    if *takes.lock().unwrap_or_else(|e| e.into_inner()) == Takes::Stream {
+                        continue;
+                    }
+                }
+                if how == Takes::Nothing {
+                    continue;
+                }
                 match client.report(report).await {
-                    Ok(_) => refused = false,
+                    Ok(_) => {}
                     Err(status) if status.code() == tonic::Code::Unimplemented => {
-                        if !refused {
-                            tracing::info!(
-                                "the server takes no reports (an older one): its fleet view \
-                                 will not show what this node applied"
-                            );
-                        }
-                        refused = true;
+                        tracing::info!(
+                            "the server takes no reports (an older one): its fleet view \
+                             will not show what this node applied"
+                        );
+                        *takes.lock().unwrap_or_else(|e| e.into_inner()) = Takes::Nothing;
                     }
                     // The next round's report says it again.
                     Err(status) => tracing::debug!("report not taken: {}", status.message()),
                 }
             }
         });
-        Self { latest, task }
+        Self {
+            latest,
+            session: AtomicU64::new(0),
+            task,
+        }
+    }
+
+    /// Opens the report stream on `client`'s connection. A server without
+    /// it answers `Unimplemented`: reports go one call each from then on.
+    fn open(client: &Client, session: u64, takes: &Arc<Mutex<Takes>>) -> Open {
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let mut client = client.clone();
+        let takes = Arc::clone(takes);
+        let call = tokio::spawn(async move {
+            let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
+            match client.reports(stream).await {
+                Ok(_) => {}
+                Err(status) if status.code() == tonic::Code::Unimplemented => {
+                    tracing::debug!("the server takes reports one call each");
+                    *takes.lock().unwrap_or_else(|e| e.into_inner()) = Takes::Calls;
+                }
+                // The connection went: the next session opens another.
+                Err(status) => tracing::debug!("report stream ended: {}", status.message()),
+            }
+        });
+        Open { session, tx, call }
+    }
+
+    /// A new session (connection): the next report opens the stream on it.
+    fn new_session(&self) {
+        self.session.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Sends `report` (replacing one not sent yet).
     fn report(&self, client: &Client, report: NodeReport) {
-        self.latest
-            .send_replace(Some((client.clone(), report, std::time::Instant::now())));
+        let session = self.session.load(Ordering::Relaxed);
+        self.latest.send_replace(Some((
+            client.clone(),
+            session,
+            report,
+            std::time::Instant::now(),
+        )));
     }
 
     /// Sends `report` now, waiting for at most a second (a `once` agent
@@ -367,6 +455,7 @@ pub(crate) async fn session<S: Sink + ?Sized>(
     // sync.
     rounds.resume();
     let mut client = client(address, config).await?;
+    reporter.new_session();
     let mut stream = client.watch(held.request(node)).await?.into_inner();
     retries.opened();
     let (mut instance, mut digest) = (0, Vec::new());

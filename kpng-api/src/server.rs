@@ -74,6 +74,9 @@ pub(crate) struct Counters {
     full: AtomicU64,
     resumed: AtomicU64,
     by_digest: AtomicU64,
+    report_calls: AtomicU64,
+    report_streams: AtomicU64,
+    streamed_reports: AtomicU64,
 }
 
 /// What a [`Server`] has done so far.
@@ -93,6 +96,13 @@ pub struct ServerStats {
     /// once (per revision it changes at), and each node's own Services
     /// once per full view of that node.
     pub services_encoded: u64,
+    /// Agents' reports taken one call each (`Enls/Report`: `once` agents,
+    /// and agents of servers without the report stream).
+    pub report_calls: u64,
+    /// Report streams opened (`Enls/Reports`: one per agent connection).
+    pub report_streams: u64,
+    /// Reports taken on those streams.
+    pub streamed_reports: u64,
 }
 
 /// Decrements the open-stream count when a stream ends.
@@ -199,6 +209,9 @@ impl Server {
             resumed: c.resumed.load(Ordering::Relaxed),
             resumed_by_digest: c.by_digest.load(Ordering::Relaxed),
             services_encoded: self.encodings.encoded(),
+            report_calls: c.report_calls.load(Ordering::Relaxed),
+            report_streams: c.report_streams.load(Ordering::Relaxed),
+            streamed_reports: c.streamed_reports.load(Ordering::Relaxed),
         }
     }
 
@@ -623,17 +636,22 @@ impl Enls for Server {
     }
 
     async fn report(&self, request: Request<NodeReport>) -> Result<Response<ReportReply>, Status> {
-        let report = request.into_inner();
-        if report.node.is_empty() {
-            return Err(Status::invalid_argument("name a node"));
-        }
-        if !self.fleet.report(&report) {
-            tracing::debug!(
-                node = %report.node,
-                instance = report.instance,
-                revision = report.revision,
-                "report of another server instance or an unknown revision ignored"
-            );
+        self.counters.report_calls.fetch_add(1, Ordering::Relaxed);
+        self.take_report(&request.into_inner())?;
+        Ok(Response::new(ReportReply {}))
+    }
+
+    async fn reports(
+        &self,
+        request: Request<tonic::Streaming<NodeReport>>,
+    ) -> Result<Response<ReportReply>, Status> {
+        self.counters.report_streams.fetch_add(1, Ordering::Relaxed);
+        let mut stream = request.into_inner();
+        while let Some(report) = stream.message().await? {
+            self.counters
+                .streamed_reports
+                .fetch_add(1, Ordering::Relaxed);
+            self.take_report(&report)?;
         }
         Ok(Response::new(ReportReply {}))
     }
@@ -656,6 +674,22 @@ const WATCH_PATH: &str = "/kpng.model.v1.Enls/Watch";
 type OutgoingStream = Pin<Box<dyn Stream<Item = Result<Outgoing, Status>> + Send>>;
 
 impl Server {
+    /// One agent's report, into the fleet view.
+    fn take_report(&self, report: &NodeReport) -> Result<(), Status> {
+        if report.node.is_empty() {
+            return Err(Status::invalid_argument("name a node"));
+        }
+        if !self.fleet.report(report) {
+            tracing::debug!(
+                node = %report.node,
+                instance = report.instance,
+                revision = report.revision,
+                "report of another server instance or an unknown revision ignored"
+            );
+        }
+        Ok(())
+    }
+
     /// The node watch: its messages, full views as shared pieces.
     fn watch_encoded(&self, request: WatchRequest) -> Result<OutgoingStream, Status> {
         if request.node.is_empty() {

@@ -165,6 +165,14 @@ async fn agents_report_what_they_applied_and_a_failing_sink_is_listed_with_its_e
     })
     .await;
 
+    // The agents' reports came on one stream per connection, not one call
+    // each: two connections each (node-2 started over after its sink
+    // failed), at most.
+    let stats = server.stats();
+    assert_eq!(stats.report_calls, 0, "{stats:?}");
+    assert!((2..=4).contains(&stats.report_streams), "{stats:?}");
+    assert!(stats.streamed_reports >= 5, "{stats:?}");
+
     // A report of another server instance changes nothing.
     let mut client = connect_unix(&path).await.expect("connect");
     client
@@ -208,6 +216,10 @@ async fn agents_report_what_they_applied_and_a_failing_sink_is_listed_with_its_e
     .await;
     assert_eq!(reply.instance, restarted.instance());
     assert_eq!(reply.behind, 0);
+    // Each agent opened its report stream again on its new connection.
+    let stats = restarted.stats();
+    assert_eq!(stats.report_calls, 0, "{stats:?}");
+    assert_eq!(stats.report_streams, 2, "{stats:?}");
     serving.abort();
     let _ = std::fs::remove_file(&path);
 }

@@ -266,7 +266,9 @@ pub enum DataPath {
     /// at random whatever a Service's balancing.
     Iptables,
     /// The eBPF backend: its socket programs serve the node's own and its
-    /// pods' sockets at connect time.
+    /// pods' sockets at connect time. Services pick endpoints as their
+    /// balancing says, except that sockets pick a Maglev Service's at
+    /// random (a socket keeps its endpoint for its life).
     Ebpf {
         /// Its tc programs are on the interfaces packets from outside
         /// come in by (`--tc-interfaces`): they serve NodePorts, external
@@ -879,9 +881,17 @@ impl<'a> Run<'a> {
         mechanism: Mechanism,
     ) -> Outcome {
         let balancing = self.balancing(name, mechanism, affinity_seconds.is_some());
+        let socket_maglev = mechanism == Mechanism::Sockets
+            && self.view.services.get(name).is_some_and(|s| {
+                self.setup.proxy.balancing_of(&s.service) == kpng_model::v1::Balancing::Maglev
+            });
         self.step(match balancing {
+            Balancing::Random if socket_maglev && affinity_seconds.is_none() => {
+                "picked uniformly at random at connect (a Maglev Service: the socket keeps its endpoint for its life, so there is no flow to hash; Maglev's hash serves packets from outside)".to_owned()
+            }
             Balancing::Random => "picked uniformly at random".to_owned(),
-            Balancing::RoundRobin => "picked in turn (round robin; Service ports with as many endpoints share the turn)".to_owned(),
+            Balancing::RoundRobin if mechanism == Mechanism::Netfilter => "picked in turn (round robin; Service ports with as many endpoints share the turn)".to_owned(),
+            Balancing::RoundRobin => "picked in turn (round robin; the turn is the Service port's own, for sockets and packets from outside alike)".to_owned(),
             Balancing::Maglev => format!(
                 "picked by the flow's slot in the Maglev table ({} slots): a hash of its source address and port, so the flow keeps its endpoint while that stays, on every node",
                 kpng_model::maglev::SLOTS
@@ -929,22 +939,20 @@ impl<'a> Run<'a> {
     }
 
     /// How the Service picks endpoints by `mechanism`: its balancing (or
-    /// the default) in the nftables rules without affinity, random
-    /// elsewhere.
+    /// the default) without affinity, in the nftables rules and the eBPF
+    /// programs; random in iptables' rules. The eBPF socket programs pick a
+    /// Maglev Service's endpoint at random (a connected socket keeps its
+    /// endpoint for its life: there is no flow of it to keep in place).
     fn balancing(&self, name: &ServiceName, mechanism: Mechanism, affinity: bool) -> Balancing {
         use kpng_model::v1::Balancing as Wanted;
-        let nftables = match self.setup.data_path {
-            DataPath::Nftables => true,
-            DataPath::Iptables => false,
-            DataPath::Ebpf { .. } => mechanism == Mechanism::Netfilter,
-        };
-        if !nftables || affinity {
+        if self.setup.data_path == DataPath::Iptables || affinity {
             return Balancing::Random;
         }
         let Some(service) = self.view.services.get(name) else {
             return Balancing::Random;
         };
         match self.setup.proxy.balancing_of(&service.service) {
+            Wanted::Maglev if mechanism == Mechanism::Sockets => Balancing::Random,
             Wanted::Maglev => Balancing::Maglev,
             Wanted::RoundRobin => Balancing::RoundRobin,
             _ => Balancing::Random,

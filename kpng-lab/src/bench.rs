@@ -727,107 +727,197 @@ pub fn iptables_layout_switch(services: usize) -> LayoutSwitch {
     }
 }
 
-/// The balancing choices with real packets (nftables): `endpoints` pods,
-/// one Service per choice over all of them; `flows` TCP connections from
-/// a pod, each from a source port of its own, made before and after one
-/// endpoint leaves. Prints, for Maglev and random, the share of flows that
-/// moved (the leaving endpoint's own included: at best 1/`endpoints`),
-/// and the new-connection rate of each against random, alternated in one
-/// run.
+/// The balancing choices (issue #28) with real packets, for nftables and
+/// then for the eBPF backend: `endpoints` endpoints (pods on another
+/// node), `flows` flows (a source port each) made before and after one
+/// endpoint leaves, and `rate_connections` new connections per choice,
+/// alternated with random's. nftables: a pod's flows to the ClusterIPs.
+/// eBPF: an outside client's to the NodePorts (the tc programs, where
+/// Maglev hashes flows), and a pod's sockets for round robin. Prints the
+/// share of flows moved for Maglev and random, and each choice's
+/// connection rate against random.
 pub fn balancing(endpoints: usize, flows: usize, rate_connections: usize) {
+    use kpng_backend_ebpf::EbpfBackend;
     use kpng_backend_nft::NftBackend;
-    if let Some(why) = crate::unavailable(NftBackend::TOOLS).or_else(NftBackend::unavailable) {
-        println!("SKIPPED: {why}");
-        return;
+    let run = Balancing {
+        endpoints,
+        flows,
+        rate_connections,
+    };
+    match crate::unavailable(NftBackend::TOOLS).or_else(NftBackend::unavailable) {
+        Some(why) => println!("SKIPPED nftables: {why}"),
+        None => {
+            let (lab, ips) = run.lab();
+            let proxy = crate::Proxy::<NftBackend>::new(&lab, &settings());
+            let client = crate::scenarios::POD_CLIENT;
+            run.measure(
+                &lab,
+                proxy,
+                &ips,
+                "nftables, from a pod",
+                ("podc", client, Balancing::CLUSTER_IPS.map(|ip| (ip, 80))),
+                &[("podc", Balancing::CLUSTER_IPS.map(|ip| (ip, 80)))],
+            );
+        }
     }
-    let mut lab = Lab::new();
-    lab.upstream();
-    lab.host("podc", &[crate::scenarios::POD_CLIENT], &[]);
-    let ips: Vec<String> = (0..endpoints)
-        .map(|i| format!("10.244.{}.{}", 100 + i / 200, 10 + i % 200))
-        .collect();
-    for (i, ip) in ips.iter().enumerate() {
-        let name = format!("p{i}");
-        lab.host(&name, &[ip], &[]);
-        lab.serve(&name, ip);
+    match kpng_testkit::bpf::unavailable() {
+        Some(why) => println!("SKIPPED eBPF: {why}"),
+        None => {
+            let (lab, ips) = run.lab();
+            let config = crate::ebpf_config(&lab, &settings(), true);
+            let Ok(backend) = EbpfBackend::attach(config) else {
+                println!("SKIPPED eBPF: the programs do not attach");
+                return;
+            };
+            let proxy = crate::Proxy::with(backend).explained_in(
+                &lab,
+                &settings(),
+                crate::ebpf_alone(true),
+            );
+            let node = crate::scenarios::NODE_IP;
+            let node_ports = Balancing::NODE_PORTS.map(|p| (node, p));
+            run.measure(
+                &lab,
+                proxy,
+                &ips,
+                "eBPF, from outside (tc) and from a pod (sockets)",
+                ("ext", crate::scenarios::EXT_IN, node_ports),
+                &[
+                    ("ext", node_ports),
+                    ("podc", Balancing::CLUSTER_IPS.map(|ip| (ip, 80))),
+                ],
+            );
+        }
     }
-    let world = |ips: &[String]| {
+}
+
+/// One run of [`balancing`].
+struct Balancing {
+    endpoints: usize,
+    flows: usize,
+    rate_connections: usize,
+}
+
+impl Balancing {
+    /// The Services' ClusterIPs and NodePorts: Maglev, random, round robin.
+    const CLUSTER_IPS: [&'static str; 3] = ["10.96.0.60", "10.96.0.61", "10.96.0.62"];
+    const NODE_PORTS: [u16; 3] = [30060, 30061, 30062];
+
+    /// A lab with a pod client, an outside client and the endpoints.
+    fn lab(&self) -> (Lab, Vec<String>) {
+        let mut lab = Lab::new();
+        lab.upstream();
+        lab.host("podc", &[crate::scenarios::POD_CLIENT], &[]);
+        lab.host(
+            "ext",
+            &[crate::scenarios::EXT_IN],
+            &[crate::scenarios::NODE_IP],
+        );
+        let ips: Vec<String> = (0..self.endpoints)
+            .map(|i| format!("10.244.{}.{}", 100 + i / 200, 10 + i % 200))
+            .collect();
+        for (i, ip) in ips.iter().enumerate() {
+            let name = format!("p{i}");
+            lab.host(&name, &[ip], &[]);
+            lab.serve(&name, ip);
+        }
+        (lab, ips)
+    }
+
+    /// The three Services on the endpoints `ips`.
+    fn world(ips: &[String]) -> String {
         let eps: Vec<String> = ips
             .iter()
             .map(|ip| format!("{{addresses: [{ip}], nodeName: node-b}}"))
             .collect();
         let eps = format!("[{}]", eps.join(", "));
-        let svc = |name: &str, ip: &str, how: &str| {
-            crate::scenarios::service(
-                name,
-                &format!("{{clusterIP: {ip}, ports: [{{name: http, port: 80, targetPort: 8080}}]}}"),
-                &eps,
-            )
-            .replace(
-                &format!("metadata: {{namespace: t, name: {name}}}"),
-                &format!("metadata: {{namespace: t, name: {name}, annotations: {{kpng.io/balancing: {how}}}}}"),
-            )
-        };
-        crate::scenarios::manifest(&[
-            svc("mg", "10.96.0.60", "maglev"),
-            svc("rnd", "10.96.0.61", "random"),
-            svc("rr", "10.96.0.62", "round-robin"),
-        ])
-    };
-    let mut proxy = crate::Proxy::<NftBackend>::new(&lab, &settings());
-    proxy.load(&world(&ips)).expect("bench setup");
-    crate::settle();
-    // Below the ephemeral ports (32768 on): no other connection of the
-    // run holds one of them.
-    let ports: Vec<u16> = (0..flows).map(|i| 20_000 + i as u16).collect();
-    let first = |lines: Vec<String>| -> Vec<String> {
-        lines
+        let services: Vec<String> = ["maglev", "random", "round-robin"]
             .iter()
-            .map(|l| l.split_whitespace().next().unwrap_or_default().to_owned())
-            .collect()
-    };
-    let before: Vec<Vec<String>> = ["10.96.0.60", "10.96.0.61"]
-        .iter()
-        .map(|ip| first(lab.connect_from_ports("podc", ip, 80, &ports)))
-        .collect();
-    // The new-connection rate of each choice against random, alternated.
-    let rates: Vec<f64> = ["10.96.0.60", "10.96.0.62"]
-        .iter()
-        .map(|ip| {
-            let ((a, _), (b, _)) =
-                lab.paired_rates("podc", (ip, 80), ("10.96.0.61", 80), rate_connections);
-            if b > 0.0 { a / b } else { 0.0 }
-        })
-        .collect();
-    let rest: Vec<String> = ips.iter().skip(1).cloned().collect();
-    proxy.load(&world(&rest)).expect("bench setup");
-    crate::settle();
-    let after: Vec<Vec<String>> = ["10.96.0.60", "10.96.0.61"]
-        .iter()
-        .map(|ip| first(lab.connect_from_ports("podc", ip, 80, &ports)))
-        .collect();
-    let moved = |b: &[String], a: &[String]| {
-        let n = b.iter().zip(a).filter(|(b, a)| b != a).count();
-        100.0 * n as f64 / b.len().max(1) as f64
-    };
-    let answered = |v: &[String]| v.iter().filter(|e| ips.contains(e)).count();
-    println!(
-        "balancing, nftables, {endpoints} endpoints, {flows} flows (a source port each) from a pod, one endpoint leaving:"
-    );
-    println!(
-        "  share of flows moved: maglev {:.1} %  [goal <= 15 %; at best {:.1} %], random {:.1} %  (answered {}/{} and {}/{})",
-        moved(&before[0], &after[0]),
-        100.0 / endpoints as f64,
-        moved(&before[1], &after[1]),
-        answered(&before[0]),
-        flows,
-        answered(&before[1]),
-        flows
-    );
-    println!(
-        "  new connections/s against random, alternated ({rate_connections} each): maglev {:.3}, round robin {:.3}",
-        rates[0], rates[1]
-    );
+            .zip(Self::CLUSTER_IPS.iter().zip(Self::NODE_PORTS))
+            .map(|(how, (ip, node_port))| {
+                let name = &how[..2];
+                crate::scenarios::service(
+                    name,
+                    &format!("{{type: NodePort, clusterIP: {ip}, ports: [{{name: http, port: 80, targetPort: 8080, nodePort: {node_port}}}]}}"),
+                    &eps,
+                )
+                .replace(
+                    &format!("metadata: {{namespace: t, name: {name}}}"),
+                    &format!("metadata: {{namespace: t, name: {name}, annotations: {{kpng.io/balancing: {how}}}}}"),
+                )
+            })
+            .collect();
+        crate::scenarios::manifest(&services)
+    }
+
+    /// Loads the Services into `proxy`; the flows of `moves` (a client,
+    /// its address, the Maglev, random and round robin destinations)
+    /// before and after the first endpoint leaves, and the rates of each
+    /// `rates` path (client and destinations).
+    fn measure<B: kpng_sink::Sink>(
+        &self,
+        lab: &Lab,
+        mut proxy: crate::Proxy<B>,
+        ips: &[String],
+        what: &str,
+        moves: (&str, &str, [(&str, u16); 3]),
+        rates: &[(&str, [(&str, u16); 3])],
+    ) {
+        proxy.load(&Self::world(ips)).expect("bench setup");
+        settle();
+        let (client, address, dests) = moves;
+        // Below the ephemeral ports (32768 on): no other connection of the
+        // run holds one of them.
+        let ports: Vec<u16> = (0..self.flows).map(|i| 20_000 + i as u16).collect();
+        let flows = |(host, port): (&str, u16)| {
+            crate::reached(&lab.connect_from_ports(client, host, port, &ports))
+        };
+        let before: Vec<Vec<String>> = dests[..2].iter().map(|d| flows(*d)).collect();
+        // The new-connection rate of each choice against random, alternated.
+        let ratios: Vec<(String, f64)> = rates
+            .iter()
+            .flat_map(|(from, d)| {
+                [(d[0], "maglev"), (d[2], "round robin")].map(|((host, port), how)| {
+                    let ((a, _), (b, _)) =
+                        lab.paired_rates(from, (host, port), d[1], self.rate_connections);
+                    (
+                        format!("{how} from {from}"),
+                        if b > 0.0 { a / b } else { 0.0 },
+                    )
+                })
+            })
+            .collect();
+        let rest: Vec<String> = ips.iter().skip(1).cloned().collect();
+        proxy.load(&Self::world(&rest)).expect("bench setup");
+        settle();
+        let after: Vec<Vec<String>> = dests[..2].iter().map(|d| flows(*d)).collect();
+        let moved = |b: &[String], a: &[String]| {
+            let n = b.iter().zip(a).filter(|(b, a)| b != a).count();
+            100.0 * n as f64 / b.len().max(1) as f64
+        };
+        let answered = |v: &[String]| v.iter().filter(|e| ips.contains(e)).count();
+        let (endpoints, flows) = (self.endpoints, self.flows);
+        println!(
+            "balancing, {what}: {endpoints} endpoints, {flows} flows (a source port each) from {client} ({address}), one endpoint leaving:"
+        );
+        println!(
+            "  share of flows moved: maglev {:.1} %  [goal <= 15 %; at best {:.1} %], random {:.1} %  (answered {}/{flows} and {}/{flows})",
+            moved(&before[0], &after[0]),
+            100.0 / endpoints as f64,
+            moved(&before[1], &after[1]),
+            answered(&before[0]),
+            answered(&before[1]),
+        );
+        let text: Vec<String> = ratios
+            .iter()
+            .map(|(how, r)| format!("{how} {r:.3}"))
+            .collect();
+        println!(
+            "  new connections/s against random, alternated ({} each): {}",
+            self.rate_connections,
+            text.join(", ")
+        );
+    }
 }
 
 /// One setting's figures in [`counters_cost`].

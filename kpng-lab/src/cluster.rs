@@ -844,6 +844,17 @@ impl Cluster {
     /// # Panics
     /// When the command fails.
     pub fn fleet_command(&self, args: &[&str]) -> String {
+        let (ok, stdout, stderr) = self.fleet_status(args);
+        assert!(ok, "kpng api fleet {args:?}: {stderr}");
+        stdout
+    }
+
+    /// Whether `kpng api --api unix://S fleet ARGS` succeeded, and what it
+    /// printed (stdout, stderr).
+    ///
+    /// # Panics
+    /// When the command cannot be run.
+    pub fn fleet_status(&self, args: &[&str]) -> (bool, String, String) {
         let out = Command::new(&self.binary)
             .args(["api", "--api"])
             .arg(format!("unix://{}", self.socket_path().display()))
@@ -851,12 +862,11 @@ impl Cluster {
             .args(args)
             .output()
             .expect("run kpng api fleet");
-        assert!(
+        (
             out.status.success(),
-            "kpng api fleet {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     }
 
     /// Node `k`'s agent, while it runs.

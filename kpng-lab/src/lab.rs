@@ -612,6 +612,32 @@ pub fn settle() {
     std::thread::sleep(Duration::from_millis(50));
 }
 
+/// For each source port of `client`, the index in `targets` of the
+/// endpoint a Maglev Service over `targets` sends that flow to: the
+/// kernel's hash (`kpng_model::maglev::flow_slot`) into the Service's
+/// table, as the nftables rules and the eBPF tc programs pick it.
+pub fn maglev_picks(
+    client: std::net::IpAddr,
+    ports: &[u16],
+    targets: &[(std::net::IpAddr, u16)],
+) -> Vec<usize> {
+    use kpng_model::maglev::{SLOTS, flow_slot, table};
+    let table = table(targets, SLOTS);
+    ports
+        .iter()
+        .map(|p| table[flow_slot(client, *p, SLOTS) as usize] as usize)
+        .collect()
+}
+
+/// The endpoint part of each reply line, in order (a failure's word as it
+/// is: `REFUSED`, `TIMEOUT`, `ERROR`).
+pub fn reached(lines: &[String]) -> Vec<String> {
+    lines
+        .iter()
+        .map(|l| l.split_whitespace().next().unwrap_or_default().to_owned())
+        .collect()
+}
+
 /// The endpoint part of each reply line.
 pub fn endpoints(lines: &[String]) -> std::collections::BTreeSet<String> {
     lines

@@ -626,8 +626,12 @@ pub fn counters_count_each_connection_per_service_port_and_endpoint<B: kpng_sink
     let lab = lab();
     let mut proxy = Proxy::with(make(&lab));
     let spec = "{type: NodePort, clusterIP: 10.96.0.70, ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30070}, {name: dns, port: 53, protocol: UDP, targetPort: 5353, nodePort: 30071}]}";
+    let sticky = "{clusterIP: 10.96.0.71, sessionAffinity: ClientIP, ports: [{name: http, port: 80, targetPort: 8080}]}";
     proxy
-        .load(&manifest(&[service("web", spec, ALL3)]))
+        .load(&manifest(&[
+            service("web", spec, ALL3),
+            service("sticky", sticky, ALL3),
+        ]))
         .expect("sync");
     settle();
     let before = read(&lab, &proxy.backend);
@@ -720,5 +724,22 @@ pub fn counters_count_each_connection_per_service_port_and_endpoint<B: kpng_sink
             count as u64,
             "{rows:?}"
         );
+    }
+
+    // ClientIP affinity (the nftables backend's own chains, not its pick
+    // maps): the client's connections, all to its endpoint, counted there.
+    let sticky = Destination::Address(SocketAddr::from(([10, 96, 0, 71], 80)));
+    let lines = lab.connect("podc", "tcp", "10.96.0.71", 80, 10);
+    let want = replied(&lines);
+    assert_eq!(want.len(), 1, "one endpoint, by affinity: {lines:?}");
+    let rows = read(&lab, &proxy.backend);
+    assert_eq!(
+        counted(&rows, &[sticky]),
+        want,
+        "affinity counters: {rows:?}"
+    );
+    for row in rows.iter().filter(|r| r.destination == sticky) {
+        let (name, port) = ports.find(row).expect("a Service port of the view");
+        assert_eq!((name.name(), port.name.as_str()), ("sticky", "http"));
     }
 }

@@ -327,6 +327,8 @@ fn the_fleet_view_lists_a_stopped_agent_and_a_refusing_kernel(backend: AgentBack
     assert!(fleet.latency_counts.iter().sum::<u64>() >= 3);
     let text = cluster.fleet_command(&[]);
     assert!(text.starts_with("no node behind\n"), "{text}");
+    let (ok, _, stderr) = cluster.fleet_status(&["--check"]);
+    assert!(ok, "--check with every node up to date: {stderr}");
 
     // node-3's agent stopped: a change reaches node-1 and node-2; node-3's
     // kernel still sends to the endpoint removed; the fleet lists node-3
@@ -384,6 +386,19 @@ fn the_fleet_view_lists_a_stopped_agent_and_a_refusing_kernel(backend: AgentBack
     assert!(lines[2].contains("2 up to date, 1 behind"), "{text}");
     let text = cluster.fleet_command(&["--behind", "1h"]);
     assert!(text.starts_with("no node behind\n"), "{text}");
+    // `--check` fails on node-3, the listing printed all the same; not
+    // under an hour's threshold.
+    let (ok, text, stderr) = cluster.fleet_status(&["--check"]);
+    assert!(!ok, "--check passed with node-3 behind: {text}");
+    assert!(
+        text.lines()
+            .nth(1)
+            .is_some_and(|l| l.starts_with("node-3 ")),
+        "{text}"
+    );
+    assert!(stderr.contains("1 of 3 nodes behind"), "{stderr}");
+    let (ok, _, stderr) = cluster.fleet_status(&["--check", "--behind", "1h"]);
+    assert!(ok, "{stderr}");
 
     // Let go, it catches up: applied, listed no more, its kernel follows.
     cluster.continue_agent(3);

@@ -7,7 +7,7 @@
 use kpng_backend_ebpf::EbpfBackend;
 use kpng_lab::scenarios::{ALL3, E1, E2, E3, POD_CLIENT, dropped_locally, lab, manifest, service};
 use kpng_lab::{
-    EbpfWithNft, LabBackend, Proxy, Settings, ebpf_config, endpoints, require_lab, settle,
+    EbpfWithNft, LabBackend, Proxy, Settings, ebpf_config, endpoints, reached, require_lab, settle,
 };
 
 kpng_lab::scenario_tests!(EbpfWithNft);
@@ -148,8 +148,11 @@ fn tc_programs_serve_ipv6_from_outside() {
     let mut lab = kpng_lab::Lab::new();
     lab.upstream();
     lab.host("ext6", &["2001:db8:1::10"], &["2001:db8:1::1"]);
-    lab.host("e1", &["fd00:244:1::10"], &[]);
-    lab.serve("e1", "e1");
+    for k in 1..=3 {
+        let name = format!("e{k}");
+        lab.host(&name, &[&format!("fd00:244:{k}::10")], &[]);
+        lab.serve(&name, &name);
+    }
     let config = ebpf_config(&lab, &Settings::default(), true);
     let mut proxy = Proxy::with(EbpfBackend::attach(config).expect("attach")).explained_in(
         &lab,
@@ -167,6 +170,16 @@ fn tc_programs_serve_ipv6_from_outside() {
   addressType: IPv6
   endpoints: [{addresses: ["fd00:244:1::10"], nodeName: node-a}]
   ports: [{name: http, port: 8080, protocol: TCP}]
+- apiVersion: v1
+  kind: Service
+  metadata: {namespace: t, name: mg6, annotations: {kpng.io/balancing: maglev}}
+  spec: {clusterIP: "fd00:96::61", clusterIPs: ["fd00:96::61"], ipFamilies: [IPv6], externalIPs: ["2001:db8:5::51"], externalTrafficPolicy: Local, ports: [{name: http, port: 80, targetPort: 8080}]}
+- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata: {namespace: t, name: mg6-1, labels: {kubernetes.io/service-name: mg6}}
+  addressType: IPv6
+  endpoints: [{addresses: ["fd00:244:1::10"], nodeName: node-a}, {addresses: ["fd00:244:2::10"], nodeName: node-a}, {addresses: ["fd00:244:3::10"], nodeName: node-a}]
+  ports: [{name: http, port: 8080, protocol: TCP}]
 "#
     .to_string()];
     proxy.load(&manifest(&items)).expect("sync");
@@ -176,6 +189,19 @@ fn tc_programs_serve_ipv6_from_outside() {
         lines.len() == 5 && lines.iter().all(|l| l == "e1 2001:db8:1::10"),
         "{lines:?}"
     );
+    // Maglev over IPv6: each flow where the nftables rule's hash (a
+    // 20-byte key) puts it.
+    let ports: Vec<u16> = (23_000..23_060).collect();
+    let got = reached(&lab.connect_from_ports("ext6", "2001:db8:5::51", 80, &ports));
+    let targets: Vec<(std::net::IpAddr, u16)> = (1..=3)
+        .map(|k| (format!("fd00:244:{k}::10").parse().expect("ip"), 8080))
+        .collect();
+    let client: std::net::IpAddr = "2001:db8:1::10".parse().expect("ip");
+    let predicted: Vec<String> = kpng_lab::maglev_picks(client, &ports, &targets)
+        .into_iter()
+        .map(|i| format!("e{}", i + 1))
+        .collect();
+    assert_eq!(got, predicted);
     EbpfWithNft::clear(&lab);
 }
 
@@ -514,4 +540,104 @@ fn counters_off_count_nothing() {
         .counts()
         .expect("read");
     assert!(rows.is_empty(), "{rows:?}");
+}
+
+/// Balancing choices in the eBPF programs, with real packets. Maglev,
+/// from outside (tc): each flow (a client's source port) reaches the
+/// endpoint its slot names, the one the nftables rules would pick
+/// (`kpng_model::maglev::flow_slot` is their hash), the same flows again
+/// the same endpoints, and when one endpoint leaves the other flows stay
+/// where they were (a random Service's move). Round robin: a pod's
+/// connections to the ClusterIP, and outside clients' to the NodePort,
+/// take the endpoints in turn.
+#[test]
+fn maglev_from_outside_and_round_robin_in_the_ebpf_programs() {
+    use kpng_lab::scenarios::{EXT_IN, NODE_IP};
+    require_lab!(EbpfWithNft);
+    let lab = lab();
+    let config = ebpf_config(&lab, &Settings::lab(), true);
+    let mut proxy = Proxy::with(EbpfBackend::attach(config).expect("attach")).explained_in(
+        &lab,
+        &Settings::lab(),
+        kpng_lab::ebpf_alone(true),
+    );
+    let annotated = |name: &str, ip: &str, node_port: u16, how: Option<&str>, eps: &str| {
+        let spec = format!(
+            "{{type: NodePort, clusterIP: {ip}, ports: [{{name: http, port: 80, targetPort: 8080, nodePort: {node_port}}}]}}"
+        );
+        let text = service(name, &spec, eps);
+        match how {
+            Some(how) => text.replace(
+                &format!("metadata: {{namespace: t, name: {name}}}"),
+                &format!("metadata: {{namespace: t, name: {name}, annotations: {{kpng.io/balancing: {how}}}}}"),
+            ),
+            None => text,
+        }
+    };
+    let two = "[{addresses: [10.244.1.10], nodeName: node-a}, {addresses: [10.244.2.10], nodeName: node-b}]";
+    let world = |eps: &str| {
+        manifest(&[
+            annotated("mg", "10.96.0.60", 30060, Some("maglev"), eps),
+            annotated("rnd", "10.96.0.61", 30061, None, eps),
+            annotated("rr", "10.96.0.62", 30062, Some("round-robin"), ALL3),
+        ])
+    };
+    proxy.load(&world(ALL3)).expect("sync");
+    settle();
+
+    let ports: Vec<u16> = (22_000..22_120).collect();
+    let flows =
+        |node_port: u16| reached(&lab.connect_from_ports("ext", NODE_IP, node_port, &ports));
+    let first = flows(30060);
+    assert_eq!(first.len(), ports.len(), "{first:?}");
+    assert_eq!(flows(30060), first, "the same flows, the same endpoints");
+    let all = [E1, E2, E3];
+    let targets: Vec<(std::net::IpAddr, u16)> = all
+        .iter()
+        .map(|ip| (ip.parse().expect("ip"), 8080))
+        .collect();
+    let client: std::net::IpAddr = EXT_IN.parse().expect("ip");
+    let predicted: Vec<String> = kpng_lab::maglev_picks(client, &ports, &targets)
+        .into_iter()
+        .map(|i| targets[i].0.to_string())
+        .collect();
+    assert_eq!(first, predicted, "each flow where its Maglev slot says");
+    for ep in all {
+        let n = first.iter().filter(|e| *e == ep).count();
+        assert!(n >= 20, "{ep}: {n} of {} flows", ports.len());
+    }
+    let random_before = flows(30061);
+
+    // Round robin: 15 connections, five to each endpoint, from a pod's
+    // sockets and from outside through tc.
+    for (from, host, port) in [("podc", "10.96.0.62", 80), ("ext", NODE_IP, 30062)] {
+        let turns = reached(&lab.connect(from, "tcp", host, port, 15));
+        for ep in all {
+            let n = turns.iter().filter(|e| *e == ep).count();
+            assert_eq!(n, 5, "{from} -> {host}:{port}: {turns:?}");
+        }
+    }
+
+    // E3 leaves the Maglev and random Services.
+    proxy.load(&world(two)).expect("sync");
+    settle();
+    let kept = |before: &[String], after: &[String]| {
+        let stayed: Vec<(&String, &String)> =
+            before.iter().zip(after).filter(|(b, _)| *b != E3).collect();
+        let same = stayed.iter().filter(|(b, a)| b == a).count();
+        (same, stayed.len())
+    };
+    let after = flows(30060);
+    assert!(after.iter().all(|e| e == E1 || e == E2), "{after:?}");
+    let (same, stayed) = kept(&first, &after);
+    assert!(
+        same * 100 >= stayed * 90,
+        "maglev kept {same} of {stayed} flows"
+    );
+    let (random_same, random_stayed) = kept(&random_before, &flows(30061));
+    assert!(
+        random_same * 100 < random_stayed * 75,
+        "random kept {random_same} of {random_stayed} flows"
+    );
+    EbpfWithNft::clear(&lab);
 }

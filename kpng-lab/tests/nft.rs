@@ -6,7 +6,7 @@
 
 use kpng_backend_nft::NftBackend;
 use kpng_lab::scenarios::{self, ALL3, E1, E2, E3, NODE_IP, lab, manifest, service};
-use kpng_lab::{LabBackend, Proxy, Settings, endpoints, require_lab, settle};
+use kpng_lab::{LabBackend, Proxy, Settings, endpoints, reached, require_lab, settle};
 
 kpng_lab::scenario_tests!(NftBackend);
 
@@ -476,13 +476,6 @@ fn nft_list_ruleset_names_the_service_of_chains_and_elements() {
 }
 
 /// The endpoint each line names, in order (`e1 10.244.1.99` → `e1`).
-fn reached(lines: &[String]) -> Vec<String> {
-    lines
-        .iter()
-        .map(|l| l.split_whitespace().next().unwrap_or_default().to_owned())
-        .collect()
-}
-
 /// Balancing choices with real packets (the `kpng.io/balancing`
 /// annotation): Maglev gives a flow (a client's source port) the same
 /// endpoint every time, spreads the flows over every endpoint, and when
@@ -541,14 +534,10 @@ fn maglev_keeps_flows_where_they_are_and_round_robin_takes_turns() {
         .iter()
         .map(|ip| (ip.parse().expect("ip"), 8080))
         .collect();
-    let table = kpng_model::maglev::table(&targets, kpng_model::maglev::SLOTS);
     let client: std::net::IpAddr = scenarios::POD_CLIENT.parse().expect("ip");
-    let predicted: Vec<String> = ports
-        .iter()
-        .map(|p| {
-            let slot = kpng_model::maglev::flow_slot(client, *p, kpng_model::maglev::SLOTS);
-            targets[table[slot as usize] as usize].0.to_string()
-        })
+    let predicted: Vec<String> = kpng_lab::maglev_picks(client, &ports, &targets)
+        .into_iter()
+        .map(|i| targets[i].0.to_string())
         .collect();
     assert_eq!(first, predicted);
     // Every endpoint has its share of the flows.

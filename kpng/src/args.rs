@@ -186,6 +186,11 @@ pub(crate) struct FleetArgs {
     /// List every node, behind or not.
     #[arg(long)]
     pub(crate) all: bool,
+    /// Exit with status 1 (after the listing) when a node is behind by at
+    /// least `--behind`, its last round failed or its agent is away: for a
+    /// probe or an alert's script.
+    #[arg(long)]
+    pub(crate) check: bool,
     /// `text` or `json`.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     pub(crate) output: String,

@@ -23,7 +23,28 @@ pub(crate) async fn run(address: &kpng_api::Address, args: &FleetArgs) -> Result
         text(&reply)
     };
     print!("{out}");
-    Ok(())
+    match (args.check, failing(&reply, args.behind.as_secs_f64())) {
+        (true, n) if n > 0 => Err(Error::Check(format!(
+            "{n} of {} nodes behind by at least {:?}, failing or away (fleet --check)",
+            reply.nodes, args.behind
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The nodes listed that `--check` fails on: behind by at least
+/// `seconds` (and by a revision), failing, or whose agent is away. (With
+/// `--all` the nodes up to date are listed too: they do not count.)
+fn failing(reply: &FleetReply, seconds: f64) -> usize {
+    reply
+        .listed
+        .iter()
+        .filter(|n| {
+            (n.revisions_behind > 0 && n.seconds_behind >= seconds)
+                || !n.error.is_empty()
+                || n.streams == 0
+        })
+        .count()
 }
 
 /// One line per node listed (most behind first), then the summary.
@@ -130,5 +151,30 @@ mod tests {
              revision 12: 3 nodes, 3 reporting, 2 up to date, 1 behind, 1 failing, 0 away\n\
              last change: revision 12, applied by 2 of 3 nodes sent it, p50 0.013s, p99 0.020s\n"
         );
+    }
+
+    #[test]
+    fn check_fails_on_nodes_behind_failing_or_away_not_on_those_up_to_date() {
+        let node =
+            |name: &str, revisions: u64, seconds: f64, error: &str, streams: u32| FleetNode {
+                node: name.into(),
+                revisions_behind: revisions,
+                seconds_behind: seconds,
+                error: error.into(),
+                streams,
+                reporting: true,
+                ..FleetNode::default()
+            };
+        let mut reply = FleetReply {
+            listed: vec![node("up", 0, 0.0, "", 1), node("late", 2, 3.0, "", 1)],
+            ..FleetReply::default()
+        };
+        assert_eq!(failing(&reply, 0.0), 1);
+        assert_eq!(failing(&reply, 5.0), 0, "3 s behind is under --behind 5s");
+        reply
+            .listed
+            .push(node("refused", 0, 0.0, "nft: Operation not permitted", 1));
+        reply.listed.push(node("away", 0, 0.0, "", 0));
+        assert_eq!(failing(&reply, 5.0), 2);
     }
 }

@@ -9,7 +9,7 @@
 //! kpng api --api unix:///run/kpng.sock --node N to-nft | to-iptables | to-file --output state.yaml
 //! kpng api --api tcp://server:7443 --tls-cert C --tls-key K --tls-ca CA to-api --listen unix:///run/kpng.sock
 //! kpng api --api unix:///run/kpng.sock --node N to-file --output - --format json --once   # what does node N think
-//! kpng api --api unix:///run/kpng.sock fleet [--behind 5s] [--all] [--output text|json]   # which nodes are behind
+//! kpng api --api unix:///run/kpng.sock fleet [--behind 5s] [--all] [--check] [--output text|json]   # which nodes are behind (--check: exit 1 if any)
 //! kpng kube [--kubeconfig F] --node N to-ebpf [--cgroup-path CG] [--tc-interfaces eth0,…] [--bpf-pin-path DIR] [--north-south nft|none] [--cleanup] [backend flags]
 //! kpng kube [--kubeconfig F] --node N to-iptables [--iptables-mode auto|nft|legacy] [--aggregator-socket PATH] [backend flags]
 //! ```
@@ -67,6 +67,9 @@ pub(crate) enum Error {
     Usage(String),
     #[error(transparent)]
     Explain(#[from] kpng_explain::Error),
+    /// `fleet --check`: nodes behind, failing or away.
+    #[error("{0}")]
+    Check(String),
 }
 
 /// With `--once`, the failed attempts in a row after which the API

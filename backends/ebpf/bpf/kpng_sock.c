@@ -26,6 +26,9 @@
 // What a Service does when its endpoint set is empty.
 #define EMPTY_REJECT 1 // no endpoint at all: refuse, as a REJECT does
 #define EMPTY_DROP 2   // endpoints, but none for a Local policy: drop
+// (balancing flags of a record; none: at random)
+#define BAL_MAGLEV 16 // by the flow's Maglev slot (tc; sockets: at random)
+#define BAL_RR 32     // in turn, by the set's counter
 
 // Lookups of one program: the Service address the socket asked for.
 struct frontend {
@@ -337,6 +340,20 @@ static __always_inline int still_affine(struct affinity_value *aff,
 	return bpf_map_lookup_elem(&kpng_members, &member) != 0;
 }
 
+// The slot a new connection to `svc` takes among the `n` of its set
+// (whose first page is `first`): the next in turn for round robin (the
+// counter kept in page 0, reset when the set changes), else at random. A
+// Maglev Service's sockets also pick at random: a socket keeps the
+// endpoint it connected to for its life, so there is no flow of it to
+// keep in place.
+static __always_inline __u32 in_turn(struct service *svc, struct page *first,
+				     __u32 n)
+{
+	if (svc->flags & BAL_RR)
+		return __sync_fetch_and_add(&first->pad, 1) % n;
+	return bpf_get_prandom_u32() % n;
+}
+
 // The endpoint for a socket of `netns` asking for `fe`; `flow`: the
 // socket's cookie when its datagrams are to stay with one endpoint
 // (sendmsg), 0 otherwise.
@@ -394,7 +411,7 @@ static __always_inline int pick(struct frontend *fe, __u64 netns, __u64 flow,
 		}
 	}
 
-	i = bpf_get_prandom_u32() % n;
+	i = in_turn(svc, first, n);
 	ep = slot_of(first, svc->set, i);
 	if (!ep) {
 		count(COUNT_MISSING);
@@ -618,10 +635,10 @@ int kpng_getpeername6(struct bpf_sock_addr *ctx)
 #define EXT_RANGES 4 // loadBalancerSourceRanges: other sources are dropped
 #define EXT_SNAT 8   // externalTrafficPolicy: Cluster: masquerade to a
 		     // remote endpoint
-#define EXT_SNAT_ALL 16	   // a ClusterIP from outside: masquerade to every
-			   // endpoint, local ones too
-#define EXT_POD_SOURCES 32 // ... but not a source in kpng_ranges (the pod
-			   // networks, --cluster-cidr)
+#define EXT_SNAT_ALL 64	    // a ClusterIP from outside: masquerade to every
+			    // endpoint, local ones too
+#define EXT_POD_SOURCES 128 // ... but not a source in kpng_ranges (the pod
+			    // networks, --cluster-cidr)
 
 // Frontend -> record (set: the endpoints, local ones for Local; flags:
 // EMPTY_*, EXT_RANGES, EXT_SNAT; affinity).
@@ -663,13 +680,16 @@ struct conn_key {
 
 // Its endpoint, the source port it was masqueraded to (0: not), where
 // the endpoint was found (set and slot; a slot past the set's: not from
-// a slot), and when it last sent.
+// a slot), a TCP flow's first SYN's sequence number, and when it last
+// sent.
 struct conn_value {
 	struct endpoint endpoint;
 	__u16 snat_port;
 	__u16 pad;
 	__u32 set;
 	__u32 index;
+	__u32 isn;
+	__u32 pad2;
 	__u64 last_ns;
 };
 
@@ -801,6 +821,7 @@ struct packet {
 	__u8 family;
 	__u8 syn; // a TCP SYN without ACK: a new connection
 	__u8 pad;
+	__u32 seq; // a SYN's sequence number (as it came)
 	__u32 saddr_off;
 	__u32 daddr_off;
 	__u32 l4_off;
@@ -859,6 +880,8 @@ static __always_inline int parse(struct __sk_buff *skb, struct packet *p)
 		if (bpf_skb_load_bytes(skb, p->l4_off + 13, &byte, 1))
 			return 0;
 		p->syn = (byte & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN;
+		if (p->syn && bpf_skb_load_bytes(skb, p->l4_off + 4, &p->seq, 4))
+			return 0;
 	} else if (p->proto == IPPROTO_UDP) {
 		p->csum_off = p->l4_off + 6;
 	} else if (p->proto == IPPROTO_SCTP) {
@@ -867,6 +890,10 @@ static __always_inline int parse(struct __sk_buff *skb, struct packet *p)
 		if (bpf_skb_load_bytes(skb, p->l4_off + 12, &byte, 1))
 			return 0;
 		p->syn = byte == SCTP_CHUNK_INIT;
+		// The initiate tag: new for each association, as a SYN's
+		// sequence number.
+		if (p->syn && bpf_skb_load_bytes(skb, p->l4_off + 16, &p->seq, 4))
+			return 0;
 	} else {
 		return 0;
 	}
@@ -922,34 +949,38 @@ static __always_inline __u32 crc_mul(__u32 a, __u32 b)
 // reading the packet: the CRC is linear, so the new one is the old one
 // xor the CRC (no initial value, no final xor) of the change alone: the
 // two bytes that changed, then as many zero bytes as follow them (a
-// multiplication by x^(8m) mod P, by squaring).
-static __noinline int sctp_port(struct __sk_buff *skb, struct packet *p,
-				__u32 off, __u16 old, __u16 new)
+// multiplication by x^(8m) mod P, by squaring). `ports`: the old port,
+// and the new one in the upper half (as the packet holds them). A global
+// function, so that the verifier walks its loops once, not at each call.
+__attribute__((noinline)) int kpng_sctp_port(struct __sk_buff *skb, __u32 family,
+					     __u32 l4_off, __u32 off, __u32 ports)
 {
 	__u32 crc, r, base = 0x00800000; // x^8
 	__u32 len, m;
-	__u16 field;
+	__u16 field, new = ports >> 16;
 	int i;
 
-	if (p->family == FAMILY_V4) {
+	if (l4_off > 255 || off < l4_off || off > l4_off + 2)
+		return 0;
+	if (family == FAMILY_V4) {
 		if (bpf_skb_load_bytes(skb, ETH_HLEN + 2, &field, 2))
 			return 0;
-		len = bpf_ntohs(field) - (p->l4_off - ETH_HLEN);
+		len = bpf_ntohs(field) - (l4_off - ETH_HLEN);
 	} else {
 		if (bpf_skb_load_bytes(skb, ETH_HLEN + 4, &field, 2))
 			return 0;
 		len = bpf_ntohs(field);
 	}
-	if (len > 0xffff || len < off - p->l4_off + 2 ||
-	    bpf_skb_load_bytes(skb, p->csum_off, &crc, 4))
+	if (len > 0xffff || len < off - l4_off + 2 ||
+	    bpf_skb_load_bytes(skb, l4_off + 8, &crc, 4))
 		return 0;
 	// The change's two bytes (in packet order: the low byte of a
 	// little-endian load first) into a zero register.
-	r = (__u16)(old ^ new);
+	r = (__u16)(ports ^ new);
 #pragma clang loop unroll(disable)
 	for (i = 0; i < 16; i++)
 		r = (r >> 1) ^ (CRC32C_POLY & -(r & 1));
-	m = len - (off - p->l4_off) - 2;
+	m = len - (off - l4_off) - 2;
 #pragma clang loop unroll(disable)
 	for (i = 0; i < 16; i++) {
 		if (m & (1U << i))
@@ -957,7 +988,7 @@ static __noinline int sctp_port(struct __sk_buff *skb, struct packet *p,
 		base = crc_mul(base, base);
 	}
 	crc ^= r;
-	if (bpf_skb_store_bytes(skb, p->csum_off, &crc, 4, 0))
+	if (bpf_skb_store_bytes(skb, l4_off + 8, &crc, 4, 0))
 		return 0;
 	return !bpf_skb_store_bytes(skb, off, &new, 2, 0);
 }
@@ -968,7 +999,8 @@ static __always_inline int rewrite_port(struct __sk_buff *skb, struct packet *p,
 	__u64 l4_flags = 2;
 
 	if (p->proto == IPPROTO_SCTP)
-		return sctp_port(skb, p, off, old, new);
+		return kpng_sctp_port(skb, p->family, p->l4_off, off,
+				      old | (__u32)new << 16);
 
 	if (p->proto == IPPROTO_UDP)
 		l4_flags |= BPF_F_MARK_MANGLED_0;
@@ -1099,8 +1131,95 @@ static __always_inline int snat_wanted(struct packet *p, struct frontend *fe,
 	return (svc->flags & EXT_SNAT) && !(ep->flags & ENDPOINT_LOCAL);
 }
 
+// Maglev: each set of a Service with `kpng.io/balancing: maglev` served
+// from outside has a table of MAGLEV_SLOTS slots, each the index of an
+// endpoint in the set's slots (kpng_model::maglev::table, written with the
+// set). A flow's slot is lookup3 of its source address and port, as the
+// nftables rule `jhash ip saddr . th sport mod 1021 seed 0x0` computes
+// it, so that nftables and eBPF nodes pick alike.
+#define MAGLEV_SLOTS 1021
+
+struct maglev {
+	__u16 index[MAGLEV_SLOTS + 1]; // the last: padding
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1 << 10);
+	__type(key, __u32); // the set
+	__type(value, struct maglev);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kpng_maglev SEC(".maps");
+
+#define ROL32(x, k) (((x) << (k)) | ((x) >> (32 - (k))))
+
+// lookup3's mix and final (Bob Jenkins, public domain), as the kernel's
+// jhash.
+#define JHASH_MIX(a, b, c)                                                     \
+	{                                                                      \
+		a -= c; a ^= ROL32(c, 4); c += b;                              \
+		b -= a; b ^= ROL32(a, 6); a += c;                              \
+		c -= b; c ^= ROL32(b, 8); b += a;                              \
+		a -= c; a ^= ROL32(c, 16); c += b;                             \
+		b -= a; b ^= ROL32(a, 19); a += c;                             \
+		c -= b; c ^= ROL32(b, 4); b += a;                              \
+	}
+#define JHASH_FINAL(a, b, c)                                                   \
+	{                                                                      \
+		c ^= b; c -= ROL32(b, 14);                                     \
+		a ^= c; a -= ROL32(c, 11);                                     \
+		b ^= a; b -= ROL32(a, 25);                                     \
+		c ^= b; c -= ROL32(b, 16);                                     \
+		a ^= c; a -= ROL32(c, 4);                                      \
+		b ^= a; b -= ROL32(a, 14);                                     \
+		c ^= b; c -= ROL32(b, 24);                                     \
+	}
+
+// The flow's slot: lookup3 (seed 0) over the source address and a 4-byte
+// word holding the source port's two bytes, scaled to the slots.
+static __always_inline __u32 flow_slot(struct packet *p)
+{
+	__u32 port = p->sport; // its two bytes as they came, then zeros
+	__u32 len = p->family == FAMILY_V4 ? 8 : 20;
+	__u32 a, b, c;
+
+	a = b = c = 0xdeadbeef + len;
+	if (p->family == FAMILY_V4) {
+		a += p->saddr[0];
+		b += port;
+	} else {
+		a += p->saddr[0];
+		b += p->saddr[1];
+		c += p->saddr[2];
+		JHASH_MIX(a, b, c);
+		a += p->saddr[3];
+		b += port;
+	}
+	JHASH_FINAL(a, b, c);
+	return (__u32)(((__u64)c * MAGLEV_SLOTS) >> 32);
+}
+
+// The slot a new flow of `p` takes in `svc`'s set of `n`: the one its
+// Maglev slot names; at random while the table is missing or names a
+// slot past the set's count (a set being rewritten).
+static __always_inline __u32 maglev_slot(struct packet *p, struct service *svc,
+					 __u32 n)
+{
+	struct maglev *table = bpf_map_lookup_elem(&kpng_maglev, &svc->set);
+	__u32 slot = flow_slot(p);
+	__u32 i;
+
+	if (table && slot < MAGLEV_SLOTS) {
+		i = table->index[slot];
+		if (i < n)
+			return i;
+	}
+	return bpf_get_prandom_u32() % n;
+}
+
 // The local endpoint for a new flow of `p` to `svc`: its client's
-// affinity, or one at random.
+// affinity, or one as its balancing says.
 static __always_inline int pick_external(struct packet *p, struct service *svc,
 					 struct endpoint *out, __u32 *slot, __u64 now)
 {
@@ -1128,7 +1247,8 @@ static __always_inline int pick_external(struct packet *p, struct service *svc,
 			return 1;
 		}
 	}
-	i = bpf_get_prandom_u32() % n;
+	i = (svc->flags & BAL_MAGLEV) ? maglev_slot(p, svc, n)
+				      : in_turn(svc, first, n);
 	ep = slot_of(first, svc->set, i);
 	if (!ep) {
 		count(COUNT_MISSING);
@@ -1372,10 +1492,13 @@ int kpng_tc_ingress(struct __sk_buff *skb)
 	ckey.frontend = fe;
 	flow = bpf_map_lookup_elem(&kpng_ext_flows, &ckey);
 	// A TCP connection (an SCTP association) keeps its endpoint until a
-	// new one (a SYN, an INIT) reuses its ports, as conntrack keeps it; a
-	// UDP flow while it is not idle 30 s and its endpoint stays.
+	// new one (a SYN with another sequence number, an INIT with another
+	// initiate tag: not a retransmission) reuses its ports, as conntrack
+	// keeps it; a UDP flow while it is not idle 30 s and its endpoint
+	// stays.
 	if (flow && (p.proto != IPPROTO_UDP
-			     ? !p.syn || now - flow->last_ns <= FLOW_IDLE_NS
+			     ? !p.syn || (p.seq == flow->isn &&
+					  now - flow->last_ns <= FLOW_IDLE_NS)
 			     : flow->set == svc->set &&
 				       now - flow->last_ns <= FLOW_IDLE_NS &&
 				       still_there(flow))) {
@@ -1403,6 +1526,7 @@ int kpng_tc_ingress(struct __sk_buff *skb)
 		value.snat_port = snat_port;
 		value.set = svc->set;
 		value.index = slot;
+		value.isn = p.seq;
 		value.last_ns = now;
 		bpf_map_update_elem(&kpng_ext_flows, &ckey, &value, BPF_ANY);
 		count_traffic(&fe, &ep);

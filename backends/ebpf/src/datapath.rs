@@ -44,9 +44,10 @@ use crate::sizes::{CLUSTER_MAPS, CONNECTION_MAPS, Capacity, MapSizes};
 use crate::tables::Kernel;
 
 /// The maps only the tc programs use.
-const TC_MAPS: [&str; 7] = [
+const TC_MAPS: [&str; 8] = [
     "kpng_external",
     "kpng_ranges",
+    "kpng_maglev",
     "kpng_ext_flows",
     "kpng_ext_replies",
     "kpng_snat",
@@ -153,6 +154,9 @@ pub(crate) struct Datapath {
     relink: Vec<(PathBuf, &'static str)>,
     /// Whether the tc programs are in use.
     tc: bool,
+    /// Whether the programs count connections (`kpng_traffic` sized for
+    /// it).
+    counted: bool,
 }
 
 impl std::fmt::Debug for Datapath {
@@ -198,10 +202,11 @@ pub(crate) fn generation_of(name: &str) -> Option<u32> {
 }
 
 /// The pin directory of this object (`v-<digest>`), with tc or without
-/// (the maps differ in size: each has its pins), and with the sizes of
-/// the connection maps the operator set.
-pub(crate) fn version_dir(pin_path: &Path, tc: &Tc, sizes: &MapSizes) -> PathBuf {
+/// and with counters or without (the maps differ in size: each has its
+/// pins), and with the sizes of the connection maps the operator set.
+pub(crate) fn version_dir(pin_path: &Path, tc: &Tc, sizes: &MapSizes, counted: bool) -> PathBuf {
     let with_tc = if tc.interfaces.is_empty() { "" } else { "-tc" };
+    let counted = if counted { "-counted" } else { "" };
     let fixed: Vec<String> = CONNECTION_MAPS
         .iter()
         .filter_map(|(name, _)| Some(format!("{name}={}", sizes.fixed(name)?)))
@@ -215,7 +220,7 @@ pub(crate) fn version_dir(pin_path: &Path, tc: &Tc, sizes: &MapSizes) -> PathBuf
         });
         format!("-c{:08x}", hash & 0xffff_ffff)
     };
-    pin_path.join(format!("v-{:016x}{with_tc}{sized}", digest()))
+    pin_path.join(format!("v-{:016x}{with_tc}{counted}{sized}", digest()))
 }
 
 /// Whether nothing of this object is pinned under `pin_path` yet (no map
@@ -227,13 +232,14 @@ pub(crate) fn fresh(
     cgroup: &Path,
     tc: &Tc,
     sizes: &MapSizes,
+    counted: bool,
 ) -> Result<bool, Error> {
     check_bpffs(pin_path)?;
     File::open(cgroup).map_err(|source| Error::Cgroup {
         path: cgroup.to_path_buf(),
         source,
     })?;
-    let version = version_dir(pin_path, tc, sizes);
+    let version = version_dir(pin_path, tc, sizes, counted);
     let Ok(entries) = std::fs::read_dir(&version) else {
         return Ok(true);
     };
@@ -257,6 +263,7 @@ fn load_object(
     sizes: &MapSizes,
     cluster: &BTreeMap<&'static str, u32>,
     tc: bool,
+    counted: bool,
 ) -> Result<aya::Ebpf, Error> {
     let mut loader = EbpfLoader::new();
     loader.default_map_pin_directory(maps_dir);
@@ -276,6 +283,11 @@ fn load_object(
         for name in TC_MAPS {
             loader.map_max_entries(name, 64);
         }
+    }
+    if !counted {
+        // Nothing counts into it: its per-CPU, preallocated 64k entries
+        // would cost ~45 ms of each load.
+        loader.map_max_entries("kpng_traffic", 64);
     }
     loader.load(OBJECT).map_err(|e| Error::Load(Box::new(e)))
 }
@@ -373,6 +385,7 @@ fn take_maps(ebpf: &mut aya::Ebpf) -> Result<(Kernel, PerCpuArray<MapData, u64>)
         external: HashMap::try_from(take(ebpf, "kpng_external")?).map_err(wrap("kpng_external"))?,
         ranges: LpmTrie::try_from(take(ebpf, "kpng_ranges")?).map_err(wrap("kpng_ranges"))?,
         node: aya::maps::Array::try_from(take(ebpf, "kpng_node")?).map_err(wrap("kpng_node"))?,
+        maglev: HashMap::try_from(take(ebpf, "kpng_maglev")?).map_err(wrap("kpng_maglev"))?,
         capacity,
     };
     let counters =
@@ -395,7 +408,7 @@ impl Datapath {
         count_traffic: bool,
     ) -> Result<Self, Error> {
         check_bpffs(pin_path)?;
-        let version = version_dir(pin_path, tc, sizes);
+        let version = version_dir(pin_path, tc, sizes, count_traffic);
         std::fs::create_dir_all(&version).map_err(pin_err(&version))?;
         // The newest generation of maps; a swap that did not finish
         // (`next`) is dropped, older generations go after the first sync.
@@ -431,7 +444,7 @@ impl Datapath {
         std::fs::create_dir_all(&links_dir).map_err(pin_err(&links_dir))?;
 
         let with_tc = !tc.interfaces.is_empty();
-        let mut ebpf = load_object(&maps_dir, sizes, cluster, with_tc)?;
+        let mut ebpf = load_object(&maps_dir, sizes, cluster, with_tc, count_traffic)?;
         load_programs(&mut ebpf, with_tc)?;
         let mut adopted = true;
         let mut links = Vec::new();
@@ -518,6 +531,7 @@ impl Datapath {
             links,
             relink,
             tc: with_tc,
+            counted: count_traffic,
         })
     }
 
@@ -572,7 +586,7 @@ impl Datapath {
         }
         let mut cluster = self.kernel.capacity.0.clone();
         cluster.extend(grow.iter().map(|(k, v)| (*k, *v)));
-        let mut ebpf = load_object(next, sizes, &cluster, self.tc)?;
+        let mut ebpf = load_object(next, sizes, &cluster, self.tc, self.counted)?;
         load_programs(&mut ebpf, self.tc)?;
         let (mut kernel, counters) = take_maps(&mut ebpf)?;
         let filled = fill(&mut kernel)?;

@@ -167,7 +167,9 @@ impl fmt::Display for Record {
         if self.affinity > 0 {
             write!(f, " affinity {}s", self.affinity)?;
         }
-        match self.flags & !(EXT_RANGES | EXT_SNAT | EXT_SNAT_ALL | EXT_POD_SOURCES) {
+        match self.flags
+            & !(EXT_RANGES | EXT_SNAT | BAL_MAGLEV | BAL_RR | EXT_SNAT_ALL | EXT_POD_SOURCES)
+        {
             EMPTY_REJECT => write!(f, " empty: reject")?,
             EMPTY_DROP => write!(f, " empty: drop")?,
             _ => {}
@@ -183,6 +185,12 @@ impl fmt::Display for Record {
         }
         if self.flags & EXT_POD_SOURCES != 0 {
             write!(f, " unless from a pod")?;
+        }
+        if self.flags & BAL_MAGLEV != 0 {
+            write!(f, " maglev")?;
+        }
+        if self.flags & BAL_RR != 0 {
+            write!(f, " round-robin")?;
         }
         Ok(())
     }
@@ -276,10 +284,49 @@ pub(crate) const EXT_RANGES: u32 = 4;
 pub(crate) const EXT_SNAT: u32 = 8;
 /// `EXT_SNAT_ALL`: masqueraded towards every endpoint, local ones too (a
 /// ClusterIP reached from outside, as kube-proxy's rules masquerade it).
-pub(crate) const EXT_SNAT_ALL: u32 = 16;
+pub(crate) const EXT_SNAT_ALL: u32 = 64;
 /// `EXT_POD_SOURCES`: `kpng_ranges` holds the record's pod networks
 /// (`--cluster-cidr`): a source in them is not masqueraded.
-pub(crate) const EXT_POD_SOURCES: u32 = 32;
+pub(crate) const EXT_POD_SOURCES: u32 = 128;
+
+/// `BAL_MAGLEV`: a record whose new flows from outside take the endpoint
+/// their Maglev slot names (`kpng_maglev`); sockets pick at random.
+pub(crate) const BAL_MAGLEV: u32 = 16;
+/// `BAL_RR`: a record whose new connections take the set's endpoints in
+/// turn.
+pub(crate) const BAL_RR: u32 = 32;
+
+/// `struct maglev`: a set's Maglev table, each slot the index of an
+/// endpoint in the set's slots (`u16`, the last one padding).
+pub(crate) const MAGLEV_BYTES: usize = (kpng_model::maglev::SLOTS as usize + 1) * 2;
+
+/// The Maglev table of a set holding `slots` (in slot order), as
+/// `kpng_maglev` holds it.
+pub(crate) fn maglev_bytes(slots: &[Endpoint]) -> Vec<u8> {
+    let targets: Vec<(IpAddr, u16)> = slots.iter().map(|e| (e.ip, e.port)).collect();
+    let table = kpng_model::maglev::table(&targets, kpng_model::maglev::SLOTS);
+    let mut out = vec![0u8; MAGLEV_BYTES];
+    for (slot, index) in table.into_iter().enumerate() {
+        let index = u16::try_from(index).unwrap_or(u16::MAX);
+        out[slot * 2..slot * 2 + 2].copy_from_slice(&index.to_ne_bytes());
+    }
+    out
+}
+
+/// A Maglev table as text: how many slots each index of the set holds.
+pub(crate) fn maglev_text(bytes: &[u8]) -> String {
+    let mut held: std::collections::BTreeMap<u16, usize> = std::collections::BTreeMap::new();
+    for pair in bytes
+        .chunks_exact(2)
+        .take(kpng_model::maglev::SLOTS as usize)
+    {
+        *held
+            .entry(u16::from_ne_bytes([pair[0], pair[1]]))
+            .or_default() += 1;
+    }
+    let list: Vec<String> = held.iter().map(|(i, n)| format!("{i}:{n}")).collect();
+    format!("slots by endpoint index {}", list.join(" "))
+}
 
 /// `struct range_key` as [`Tables`](crate::tables::Tables) takes it: the
 /// prefix length (the frontend's 160 bits, then the range's), the

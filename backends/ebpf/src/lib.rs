@@ -36,6 +36,12 @@
 //!   policies, topology. ClientIP affinity is kept per client network
 //!   namespace (a pod; the node's own sockets share one) in an LRU map,
 //!   with the Service's timeout.
+//! - **Balancing** as the Service asks (`kpng.io/balancing`, or
+//!   `ProxyConfig::balancing`): at random; round robin, the Service
+//!   port's own turn; Maglev, for packets from outside (the tc programs
+//!   hash the flow's source address and port into the set's Maglev table,
+//!   as the nftables backend does), at random for sockets (a socket keeps
+//!   its endpoint for its life).
 //! - **Failures** as kube-proxy's: no endpoint at all, or an unknown port
 //!   on a live ClusterIP, fails the connect with `ECONNREFUSED`; a Local
 //!   policy without a local endpoint, or an unallocated address in the
@@ -235,7 +241,7 @@ pub enum Error {
     #[error("the thread attaching tc programs panicked")]
     Thread,
     /// A map size that names no map of the backend, or is 0.
-    #[error("map size {name}={entries}: {}", if *entries == 0 { "a size is at least 1" } else { "no such map (the cluster's: kpng_services, kpng_slots, kpng_members, kpng_live, kpng_cidrs, kpng_external, kpng_ranges; the connections': kpng_affinity, kpng_reverse, kpng_flows, kpng_ext_flows, kpng_ext_replies, kpng_snat, kpng_snat_out, kpng_ext_affinity)" })]
+    #[error("map size {name}={entries}: {}", if *entries == 0 { "a size is at least 1" } else { "no such map (the cluster's: kpng_services, kpng_slots, kpng_members, kpng_live, kpng_cidrs, kpng_external, kpng_ranges, kpng_maglev; the connections': kpng_affinity, kpng_reverse, kpng_flows, kpng_ext_flows, kpng_ext_replies, kpng_snat, kpng_snat_out, kpng_ext_affinity)" })]
     MapSize {
         /// The name given.
         name: String,
@@ -463,7 +469,13 @@ impl EbpfBackend {
         // (tc programs are attached at once: their interfaces are checked
         // here.)
         if tc.interfaces.is_empty()
-            && datapath::fresh(&config.pin_path, &config.cgroup, &tc, &config.map_sizes)?
+            && datapath::fresh(
+                &config.pin_path,
+                &config.cgroup,
+                &tc,
+                &config.map_sizes,
+                config.counters,
+            )?
         {
             return Ok(Self::with_target(config, Target::Fresh));
         }
@@ -725,16 +737,15 @@ fn render(config: &EbpfConfig, round: &Round<'_>, full: bool) -> Rendered {
             .collect()
     });
     let cidrs = view.service_cidrs_with(&config.proxy.service_cidrs);
+    let contribute = |name: &ServiceName, service: &kpng_model::view::ServiceView| {
+        let balancing = config.proxy.balancing_of(&service.service);
+        contribution(name, service, &node_ips, external, balancing)
+    };
     if full {
         let changes: Vec<(ServiceName, Contribution)> = view
             .services
             .iter()
-            .map(|(name, service)| {
-                (
-                    name.clone(),
-                    contribution(name, service, &node_ips, external),
-                )
-            })
+            .map(|(name, service)| (name.clone(), contribute(name, service)))
             .collect();
         let looked = changes.len();
         return Rendered {
@@ -762,7 +773,7 @@ fn render(config: &EbpfConfig, round: &Round<'_>, full: bool) -> Rendered {
             let new = view
                 .services
                 .get(&name)
-                .map(|service| contribution(&name, service, &node_ips, external))
+                .map(|service| contribute(&name, service))
                 .unwrap_or_default();
             (name, new)
         })

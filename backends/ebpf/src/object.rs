@@ -21,12 +21,14 @@ pub const OBJECT_FILE: &str = "kpng_sock.o";
 /// clang's arguments, run in the `bpf` directory, before the output
 /// file's name (Debian's clang 14, with libbpf's headers from
 /// `libbpf-dev`). `-fdebug-compilation-dir=.` keeps the checkout's path
-/// out of the debug info, and so out of the object.
+/// out of the debug info, and so out of the object. `-mcpu=v3` (kernels
+/// from 5.1) for atomic fetch-and-add: round robin's turn counter.
 pub const CLANG_ARGS: &[&str] = &[
     "-O2",
     "-g",
     "-target",
     "bpf",
+    "-mcpu=v3",
     "-I/usr/include/x86_64-linux-gnu",
     "-Wall",
     "-Werror",

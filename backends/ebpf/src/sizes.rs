@@ -19,7 +19,7 @@ use std::fmt;
 use crate::Error;
 
 /// The maps sized from the cluster, by their names in the object.
-pub const CLUSTER_MAPS: [&str; 7] = [
+pub const CLUSTER_MAPS: [&str; 8] = [
     "kpng_services",
     "kpng_slots",
     "kpng_members",
@@ -27,6 +27,7 @@ pub const CLUSTER_MAPS: [&str; 7] = [
     "kpng_cidrs",
     "kpng_external",
     "kpng_ranges",
+    "kpng_maglev",
 ];
 
 /// The maps that hold connections (LRU maps: the oldest entry goes when
@@ -153,7 +154,7 @@ impl MapSizes {
 
 /// What the cluster needs of each map of [`CLUSTER_MAPS`], in entries.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Usage(pub(crate) [u64; 7]);
+pub(crate) struct Usage(pub(crate) [u64; 8]);
 
 impl Usage {
     pub(crate) const SERVICES: usize = 0;
@@ -163,6 +164,7 @@ impl Usage {
     pub(crate) const CIDRS: usize = 4;
     pub(crate) const EXTERNAL: usize = 5;
     pub(crate) const RANGES: usize = 6;
+    pub(crate) const MAGLEV: usize = 7;
 
     pub(crate) fn add(&mut self, other: &Usage) {
         for (a, b) in self.0.iter_mut().zip(other.0) {

@@ -90,6 +90,14 @@ pub(crate) struct Contribution {
 }
 
 impl Contribution {
+    /// Whether `set` needs a Maglev table: a record of packets from
+    /// outside leads to it with Maglev balancing.
+    fn maglev(&self, set: &SetName) -> bool {
+        self.records.iter().any(|((side, _), c)| {
+            *side == Side::External && c.flags & crate::layout::BAL_MAGLEV != 0 && &c.set == set
+        })
+    }
+
     /// The entries it asks of each map sized from the cluster (records
     /// another Service also claims, and ClusterIPs two Services share, are
     /// counted for each: an upper bound).
@@ -111,6 +119,9 @@ impl Contribution {
             {
                 usage.0[Usage::MEMBERS] += n;
             }
+            if self.maglev(set) {
+                usage.0[Usage::MAGLEV] += 1;
+            }
         }
         usage.0[Usage::LIVE] = self.live.len() as u64;
         usage.0[Usage::RANGES] = self.ranges.len() as u64;
@@ -126,6 +137,8 @@ struct SetState {
     /// Whether its members are in `kpng_members` (a set of a Service with
     /// ClientIP affinity).
     members: bool,
+    /// Whether it has a Maglev table in `kpng_maglev`.
+    maglev: bool,
 }
 
 /// The maps as written, and how to change them.

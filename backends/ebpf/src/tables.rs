@@ -26,6 +26,8 @@ pub(crate) enum Table {
     Ranges,
     /// The node's addresses to masquerade to ([0] IPv4, [1] IPv6).
     Node,
+    /// Maglev tables of sets served from outside (tc).
+    Maglev,
 }
 
 impl Table {
@@ -40,6 +42,7 @@ impl Table {
             Table::External => "kpng_external",
             Table::Ranges => "kpng_ranges",
             Table::Node => "kpng_node",
+            Table::Maglev => "kpng_maglev",
         }
     }
 
@@ -69,6 +72,7 @@ impl Table {
                 format!("{fe} from {ip}/{prefix}")
             }
             Table::Slots => format!("{}/{}", word(key, 0), word(key, 4)),
+            Table::Maglev => word(key, 0).to_string(),
             Table::Members => format!("{} {}", word(key, 0), Endpoint::from_bytes(&key[4..])),
             Table::Live => layout::live_ip(&fixed(key)).to_string(),
             Table::Node => word(key, 0).to_string(),
@@ -85,6 +89,7 @@ impl Table {
                 Some(Record::from_bytes(&b).to_string())
             }
             (Table::Node, Some(v)) => Some(Endpoint::from_bytes(v).ip.to_string()),
+            (Table::Maglev, Some(v)) => Some(layout::maglev_text(v)),
             (Table::Slots, Some(v)) => {
                 let (count, slots) = layout::page_of(v);
                 let page = word(key, 4);
@@ -149,9 +154,10 @@ pub(crate) struct Batched<'a> {
 
 impl<'a> Batched<'a> {
     /// The tables gathered, in the order they are written.
-    const ORDER: [Table; 5] = [
+    const ORDER: [Table; 6] = [
         Table::Slots,
         Table::Members,
+        Table::Maglev,
         Table::Services,
         Table::External,
         Table::Live,
@@ -288,6 +294,7 @@ pub(crate) struct Kernel {
     pub(crate) external: HashMap<MapData, [u8; 20], [u8; 16]>,
     pub(crate) ranges: LpmTrie<MapData, [u8; 36], u8>,
     pub(crate) node: Array<MapData, [u8; 20]>,
+    pub(crate) maglev: HashMap<MapData, u32, [u8; layout::MAGLEV_BYTES]>,
     /// The sizes of the maps sized from the cluster.
     pub(crate) capacity: Capacity,
 }
@@ -404,6 +411,10 @@ impl Tables for Kernel {
                 self.node.get(&u32::from_ne_bytes(array(table, key)?), 0),
                 map,
             ),
+            Table::Maglev => found(
+                self.maglev.get(&u32::from_ne_bytes(array(table, key)?), 0),
+                map,
+            ),
         }
     }
 
@@ -422,6 +433,7 @@ impl Tables for Kernel {
             Table::Members => self.members.map().fd().as_fd(),
             Table::Live => self.live.map().fd().as_fd(),
             Table::External => self.external.map().fd().as_fd(),
+            Table::Maglev => self.maglev.map().fd().as_fd(),
             _ => return one_by_one(self, table, keys, values, count),
         };
         match crate::sys::map_update_batch(fd, keys, values, count) {
@@ -459,6 +471,7 @@ impl Tables for Kernel {
             Table::Cidrs => self.cidrs.remove(&cidr(key)?),
             Table::External => self.external.remove(&array(table, key)?),
             Table::Ranges => self.ranges.remove(&range(key)?),
+            Table::Maglev => self.maglev.remove(&u32::from_ne_bytes(array(table, key)?)),
             // An array's element is never gone: zeros mean none.
             Table::Node => self
                 .node
@@ -505,6 +518,11 @@ impl Tables for Kernel {
                 .map(|k| k.map(|k| k.to_vec()).map_err(wrap))
                 .collect(),
             Table::Node => Ok((0u32..2).map(|i| i.to_ne_bytes().to_vec()).collect()),
+            Table::Maglev => self
+                .maglev
+                .keys()
+                .map(|k| k.map(|k| k.to_ne_bytes().to_vec()).map_err(wrap))
+                .collect(),
             Table::Ranges => self
                 .ranges
                 .keys()
@@ -581,9 +599,21 @@ pub(crate) fn served(t: &dyn Tables) -> Result<Vec<String>, Error> {
                     endpoints.extend(slots.into_iter().take(used));
                 }
             }
+            // A Maglev table, checked against its slots: the same lines
+            // for maps that serve the same, whatever their slot order.
+            let maglev = if table == Table::External && record.flags & layout::BAL_MAGLEV != 0 {
+                let held = t.get(Table::Maglev, &record.set.to_ne_bytes())?;
+                match held {
+                    None => " table missing",
+                    Some(bytes) if bytes == layout::maglev_bytes(&endpoints) => " table",
+                    Some(_) => " table differs from the slots",
+                }
+            } else {
+                ""
+            };
             let mut held = members.get(&record.set).cloned().unwrap_or_default();
             lines.push(format!(
-                "{} {}:{how} -> [{}] members [{}]",
+                "{} {}:{how}{maglev} -> [{}] members [{}]",
                 table.short(),
                 Frontend::from_key(&k),
                 list(&mut endpoints),
@@ -630,6 +660,14 @@ impl Kernel {
                 .insert(array(table, key)?, array::<16>(table, value)?, 0)
                 .map_err(wrap),
             Table::Ranges => self.ranges.insert(&range(key)?, 1u8, 0).map_err(wrap),
+            Table::Maglev => self
+                .maglev
+                .insert(
+                    u32::from_ne_bytes(array(table, key)?),
+                    array::<{ layout::MAGLEV_BYTES }>(table, value)?,
+                    0,
+                )
+                .map_err(wrap),
             Table::Node => self
                 .node
                 .set(

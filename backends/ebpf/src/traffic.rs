@@ -57,7 +57,7 @@ impl TrafficReader {
             netns: config.tc_netns.clone(),
         };
         Self {
-            version: version_dir(&config.pin_path, &tc, &config.map_sizes),
+            version: version_dir(&config.pin_path, &tc, &config.map_sizes, config.counters),
             map: Mutex::new(None),
         }
     }

@@ -18,7 +18,7 @@ use kpng_netfilter::nft::{self, Data, Element};
 use kpng_sink::SinkError;
 use kpng_sink::traffic::{ConnectionCount, ConnectionCounters, Destination};
 
-use crate::render::{Fam, Pick};
+use crate::render::{AFFINITY_COUNTS, Fam, Pick};
 use crate::{Error, NftConfig};
 
 /// Reads the counters of the tables an [`NftBackend`](crate::NftBackend)
@@ -74,6 +74,14 @@ impl CounterReader {
                     if let Some(row) = decode(family, pick, &element, counter.packets) {
                         out.push(row);
                     }
+                }
+            }
+            // Service ports with ClientIP affinity (their own rules).
+            for (element, counter) in socket.read_counters(&table, AFFINITY_COUNTS)? {
+                if counter.packets > 0
+                    && let Some(row) = decode_affinity(family, &element, counter.packets)
+                {
+                    out.push(row);
                 }
             }
         }
@@ -139,6 +147,21 @@ fn decode(family: IpFamily, pick: Pick, e: &Element, connections: u64) -> Option
         protocol,
         destination,
         endpoint: SocketAddr::new(ip, port),
+        connections,
+    })
+}
+
+/// One [`AFFINITY_COUNTS`] element as a row: its key holds the Service
+/// port's ClusterIP, protocol and port, then the endpoint and its port.
+fn decode_affinity(family: IpFamily, e: &Element, connections: u64) -> Option<ConnectionCount> {
+    let (ip, rest) = address(family, &e.key)?;
+    let (protocol, port) = proto_port(rest)?;
+    let (endpoint, rest) = address(family, rest.get(8..)?)?;
+    let endpoint_port = u16::from_be_bytes([*rest.first()?, *rest.get(1)?]);
+    Some(ConnectionCount {
+        protocol,
+        destination: Destination::Address(SocketAddr::new(ip, port)),
+        endpoint: SocketAddr::new(endpoint, endpoint_port),
         connections,
     })
 }

@@ -75,6 +75,12 @@ pub(crate) const SERVICE_CIDRS: &str = "service-cidrs";
 /// port) with the Service's timeout: one for every Service, so that the
 /// kernel, which finds a set by name in a list, never holds thousands.
 pub(crate) const AFFINITY: &str = "affinity";
+/// Set, with `--counters`: the connections a Service port with ClientIP
+/// affinity sent to each endpoint (its own chains DNAT, not the pick
+/// maps), keyed by the port's first ClusterIP, protocol and port, and the
+/// endpoint and its port: each affinity rule that DNATs looks its
+/// constant key up, and the element counts the match.
+pub(crate) const AFFINITY_COUNTS: &str = "aff-counts";
 /// The most clients (per Service port and endpoint) [`AFFINITY`] holds.
 pub(crate) const AFFINITY_SIZE: u32 = 1 << 20;
 
@@ -398,6 +404,18 @@ pub(crate) fn port_id(name: &ServiceName, port: &ServicePort) -> String {
         .collect()
 }
 
+/// The key of [`AFFINITY_COUNTS`]: a destination's address, protocol and
+/// port, an endpoint's address and port (loaded as constants).
+fn affinity_count_key(family: Family) -> [Load; 5] {
+    [
+        Load::Daddr(family),
+        Load::L4Proto,
+        Load::Dport,
+        Load::Daddr(family),
+        Load::Dport,
+    ]
+}
+
 /// The number that stands for a Service port (its [`port_id`]) in the
 /// [`AFFINITY`] set's keys. Two ports of one number would share a client's
 /// record only for an endpoint both have, and send the client to it: an
@@ -600,6 +618,9 @@ struct PortCtx<'a> {
     id: String,
     proto: u8,
     port: u16,
+    /// With `--counters`, the ClusterIP (bytes) its affinity rules count
+    /// under in [`AFFINITY_COUNTS`].
+    counted_as: Option<Vec<u8>>,
     affinity: Option<u32>,
     /// How an endpoint is picked (never unspecified).
     how: Balancing,
@@ -706,6 +727,7 @@ impl PortCtx<'_> {
             let chain = format!("afe-{}-{}", self.id, sanitize_ip(*ip));
             let dnat = [
                 build::equals(Load::L4Proto, &[self.proto]),
+                self.count_affinity(render, &addr, &port_bytes),
                 build::dnat_to(*ip, *port),
             ]
             .concat();
@@ -731,6 +753,21 @@ impl PortCtx<'_> {
         rules.extend(spread);
         render.chain(name.clone(), rules, self.comment.as_ref());
         name
+    }
+
+    /// With `--counters`, the lookup that counts a connection this port's
+    /// affinity rules send to `endpoint`:`port` (and its element); none
+    /// otherwise.
+    fn count_affinity(&self, render: &mut Render, endpoint: &[u8], port: &[u8; 2]) -> Vec<Expr> {
+        let Some(vip) = self.counted_as.as_deref().filter(|_| self.config.counters) else {
+            return Vec::new();
+        };
+        let number = self.port.to_be_bytes();
+        let values: [&[u8]; 5] = [vip, &[self.proto], &number, endpoint, port];
+        render.element(AFFINITY_COUNTS, Key::of(&values), Value::None);
+        let loads = affinity_count_key(self.fam.family());
+        let key: Vec<(Load, Option<&[u8]>)> = loads.into_iter().zip(values.map(Some)).collect();
+        build::lookup_fixed(&key, AFFINITY_COUNTS)
     }
 
     fn target(&self, ip: IpAddr, port: u16) -> Value {
@@ -832,6 +869,7 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &NftConfig) 
             id: port_id(&name, port.port),
             proto,
             port: number,
+            counted_as: cluster_ips.first().cloned(),
             affinity: plan.affinity,
             how: config.proxy.balancing_of(&view.service),
             cluster: port.cluster,
@@ -970,12 +1008,16 @@ pub(crate) fn globals(
     ];
     // The pick maps' elements count the connections sent to each target
     // when asked (`NftConfig::counters`): the map is looked up once per
-    // new connection, in the nat hooks.
+    // new connection, in the nat hooks. Affinity's rules count in a set
+    // of their own.
     let picks = Pick::ALL.map(|p| match config.counters {
         true => p.set(f).with_counter(),
         false => p.set(f),
     });
-    for set in sets.into_iter().chain(picks) {
+    let counted = config
+        .counters
+        .then(|| Set::keyed_by(AFFINITY_COUNTS, &affinity_count_key(f)).with_counter());
+    for set in sets.into_iter().chain(picks).chain(counted) {
         render.sets.insert(set.name.clone(), set);
     }
     for (set, list) in [

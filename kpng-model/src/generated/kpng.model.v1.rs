@@ -965,6 +965,29 @@ pub mod enls_client {
             req.extensions_mut().insert(GrpcMethod::new("kpng.model.v1.Enls", "Report"));
             self.inner.unary(req, path, codec).await
         }
+        /// The same reports on one stream an agent keeps open beside its watch:
+        /// each costs the server a message, not a call (optional, as Report).
+        pub async fn reports(
+            &mut self,
+            request: impl tonic::IntoStreamingRequest<Message = super::NodeReport>,
+        ) -> std::result::Result<tonic::Response<super::ReportReply>, tonic::Status> {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/kpng.model.v1.Enls/Reports",
+            );
+            let mut req = request.into_streaming_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("kpng.model.v1.Enls", "Reports"));
+            self.inner.client_streaming(req, path, codec).await
+        }
         /// The fleet view: per-node lag, the laggards and the programming
         /// latency.
         pub async fn fleet(
@@ -1031,6 +1054,12 @@ pub mod enls_server {
         async fn report(
             &self,
             request: tonic::Request<super::NodeReport>,
+        ) -> std::result::Result<tonic::Response<super::ReportReply>, tonic::Status>;
+        /// The same reports on one stream an agent keeps open beside its watch:
+        /// each costs the server a message, not a call (optional, as Report).
+        async fn reports(
+            &self,
+            request: tonic::Request<tonic::Streaming<super::NodeReport>>,
         ) -> std::result::Result<tonic::Response<super::ReportReply>, tonic::Status>;
         /// The fleet view: per-node lag, the laggards and the programming
         /// latency.
@@ -1247,6 +1276,51 @@ pub mod enls_server {
                                 max_encoding_message_size,
                             );
                         let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/kpng.model.v1.Enls/Reports" => {
+                    #[allow(non_camel_case_types)]
+                    struct ReportsSvc<T: Enls>(pub Arc<T>);
+                    impl<
+                        T: Enls,
+                    > tonic::server::ClientStreamingService<super::NodeReport>
+                    for ReportsSvc<T> {
+                        type Response = super::ReportReply;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<tonic::Streaming<super::NodeReport>>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as Enls>::reports(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = ReportsSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.client_streaming(method, req).await;
                         Ok(res)
                     };
                     Box::pin(fut)

@@ -28,6 +28,8 @@ pub(super) struct Found {
     members: Vec<Vec<u8>>,
     /// The keys of every source range.
     pub(super) ranges: Vec<Vec<u8>>,
+    /// Each set's Maglev table.
+    pub(super) maglev: HashMap<u32, Vec<u8>>,
 }
 
 /// The page of slot `i`.
@@ -59,6 +61,14 @@ impl State {
             }
         }
         found.ranges = t.keys(Table::Ranges)?;
+        for key in t.keys(Table::Maglev)? {
+            let Ok(k) = <[u8; 4]>::try_from(key.as_slice()) else {
+                continue;
+            };
+            if let Some(value) = t.get(Table::Maglev, &key)? {
+                found.maglev.insert(u32::from_ne_bytes(k), value);
+            }
+        }
         let mut pages: HashMap<u32, BTreeMap<u32, Vec<u8>>> = HashMap::new();
         for key in t.keys(Table::Slots)? {
             let (set, page) = layout::slot_of(&key);
@@ -214,6 +224,23 @@ impl State {
                 gone.insert(layout::set_of(&key));
                 self.delete(t, Table::Members, &key)?;
             }
+        }
+        // Maglev tables of sets that have none now.
+        let tables: HashSet<u32> = self
+            .sets
+            .values()
+            .filter(|s| s.maglev)
+            .map(|s| s.id)
+            .collect();
+        let mut stale: Vec<u32> = found
+            .maglev
+            .keys()
+            .filter(|id| !tables.contains(id))
+            .copied()
+            .collect();
+        stale.sort_unstable();
+        for id in stale {
+            self.delete(t, Table::Maglev, &id.to_ne_bytes())?;
         }
         let mut found_live: Vec<IpAddr> = found.live.into_iter().collect();
         found_live.sort_unstable();

@@ -11,9 +11,10 @@ use kpng_model::{IpFamily, IpNet, ServiceName};
 
 use super::{Claim, Contribution, SetName, Side};
 use crate::layout::{
-    EMPTY_DROP, EMPTY_REJECT, EXT_POD_SOURCES, EXT_RANGES, EXT_SNAT, EXT_SNAT_ALL, Endpoint,
-    Frontend, proto_number,
+    BAL_MAGLEV, BAL_RR, EMPTY_DROP, EMPTY_REJECT, EXT_POD_SOURCES, EXT_RANGES, EXT_SNAT,
+    EXT_SNAT_ALL, Endpoint, Frontend, proto_number,
 };
+use kpng_model::v1::Balancing;
 use kpng_sink::ProxyConfig;
 
 /// The addresses a local socket reaches NodePorts on: this node's
@@ -59,11 +60,18 @@ pub(crate) fn nodeport_ips(view: &NodeView, prefixes: Option<&[IpNet]>) -> Vec<I
 ///   `--masquerade-all`, else unless the source is in `--cluster-cidr`
 ///   (the pod networks, written to `kpng_ranges` for the record), never
 ///   when no cluster CIDR of the family is known.
+/// - `balancing` (the Service's, or the default) is a flag of each
+///   record without ClientIP affinity: round robin for sockets and
+///   packets from outside; Maglev for packets from outside (the tc
+///   programs hash each new flow; the set gets a Maglev table), sockets
+///   pick at random. With affinity, a client's first endpoint is picked at
+///   random, as the nftables backend does.
 pub(crate) fn contribution(
     service: &ServiceName,
     view: &ServiceView,
     node_ips: &[IpAddr],
     external: Option<&ProxyConfig>,
+    balancing: Balancing,
 ) -> Contribution {
     let mut out = Contribution::default();
     for family in IpFamily::BOTH {
@@ -100,6 +108,12 @@ pub(crate) fn contribution(
             .map(|e| e.ip())
             .collect();
         let affinity = plan.affinity.unwrap_or(0);
+        let how = match balancing {
+            _ if affinity > 0 => 0,
+            Balancing::Maglev => BAL_MAGLEV,
+            Balancing::RoundRobin => BAL_RR,
+            _ => 0,
+        };
         // Parsed once, when the plan was made.
         let ranges: Vec<(IpAddr, u8)> = plan
             .source_ranges
@@ -147,7 +161,7 @@ pub(crate) fn contribution(
                 let claim = Claim {
                     set: set.clone(),
                     affinity,
-                    flags,
+                    flags: flags | how,
                 };
                 out.records.insert((Side::Socket, frontend), claim);
             };
@@ -185,7 +199,7 @@ pub(crate) fn contribution(
                     let claim = Claim {
                         set: internal.clone(),
                         affinity,
-                        flags: flags | masquerade,
+                        flags: flags | masquerade | how,
                     };
                     out.records.insert((Side::External, frontend), claim);
                     if masquerade & EXT_POD_SOURCES != 0 {
@@ -213,7 +227,7 @@ pub(crate) fn contribution(
                     let claim = Claim {
                         set: target.clone(),
                         affinity,
-                        flags: flags | policy | if ranged { EXT_RANGES } else { 0 },
+                        flags: flags | policy | how | if ranged { EXT_RANGES } else { 0 },
                     };
                     out.records.insert((Side::External, frontend), claim);
                     frontend

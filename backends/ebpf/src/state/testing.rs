@@ -80,6 +80,24 @@ pub(super) fn single(i: u8, eps: &[Endpoint], affinity: bool) -> (ServiceName, C
     (service, c)
 }
 
+/// Service `web-<i>` as [`single`], reached from outside too (its
+/// ClusterIP as an external IP), with Maglev balancing when `maglev`.
+pub(super) fn from_outside(i: u8, eps: &[Endpoint], maglev: bool) -> (ServiceName, Contribution) {
+    let (service, mut c) = single(i, eps, false);
+    let Some(claim) = c.records.values().next().cloned() else {
+        return (service, c);
+    };
+    let how = if maglev { layout::BAL_MAGLEV } else { 0 };
+    c.records.insert(
+        (Side::External, frontend(i)),
+        Claim {
+            flags: claim.flags | layout::EXT_SNAT | how,
+            ..claim
+        },
+    );
+    (service, c)
+}
+
 pub(super) fn sorted(mut eps: Vec<Endpoint>) -> Vec<Endpoint> {
     eps.sort();
     eps

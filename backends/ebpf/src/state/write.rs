@@ -14,7 +14,11 @@
 //! - a new set is written whole before any record points at it, and a
 //!   set is deleted only after the records that pointed at it;
 //! - a deleted set's number is reused one round later, never in the round
-//!   a program may still have read it in.
+//!   a program may still have read it in;
+//! - a set's Maglev table (indexes into its slots) is written after its
+//!   slots. A flow from outside that starts between the two may find an
+//!   index past the new count (it picks at random) or one whose slot took
+//!   another endpoint (a live one): either way an endpoint of the set.
 
 use std::collections::{BTreeSet, HashSet};
 use std::net::IpAddr;
@@ -110,15 +114,19 @@ impl State {
                 .records
                 .values()
                 .any(|c| c.affinity > 0 && &c.set == set);
+            let maglev = new.maglev(set);
             let unchanged = old.sets.get(set) == Some(endpoints)
-                && self.sets.get(set).is_some_and(|s| s.members == members);
+                && self
+                    .sets
+                    .get(set)
+                    .is_some_and(|s| s.members == members && s.maglev == maglev);
             if !unchanged {
                 let hint = new
                     .records
                     .iter()
                     .filter(|(_, c)| &c.set == set)
                     .find_map(|(f, _)| Some(self.found.as_ref()?.records.get(f)?.set));
-                self.write_set(t, set, endpoints, members, hint)?;
+                self.write_set(t, set, endpoints, (members, maglev), hint)?;
             }
         }
         // New source ranges before the records that check them.
@@ -238,7 +246,7 @@ impl State {
         t: &mut dyn Tables,
         name: &SetName,
         want: &[Endpoint],
-        members: bool,
+        (members, maglev): (bool, bool),
         hint: Option<u32>,
     ) -> Result<(), Error> {
         // A set the maps held is taken only as it is: changing it in place
@@ -261,6 +269,8 @@ impl State {
                 slots,
                 // Members are reconciled at the end of a full round.
                 members,
+                // Its table, if any, is compared below.
+                maglev: false,
             })
         });
         let mut set = match (self.sets.remove(name), adopted) {
@@ -269,11 +279,46 @@ impl State {
                 id: self.alloc(),
                 slots: Vec::new(),
                 members,
+                maglev: false,
             },
         };
-        let result = self.change_set(t, &mut set, want, members);
+        let before = (maglev && set.maglev).then(|| set.slots.clone());
+        let result = self
+            .change_set(t, &mut set, want, members)
+            .and_then(|()| self.write_maglev(t, &mut set, maglev, before));
         self.sets.insert(name.clone(), set);
         result
+    }
+
+    /// Writes `set`'s Maglev table when it is to have one and its slots
+    /// changed from `before` (none: it had no table), or deletes the
+    /// table it no longer needs. In a full round, a table the maps hold
+    /// as it should be is kept.
+    fn write_maglev(
+        &mut self,
+        t: &mut dyn Tables,
+        set: &mut SetState,
+        maglev: bool,
+        before: Option<Vec<Endpoint>>,
+    ) -> Result<(), Error> {
+        let key = set.id.to_ne_bytes();
+        if maglev {
+            if before.as_deref() != Some(set.slots.as_slice()) {
+                let bytes = layout::maglev_bytes(&set.slots);
+                let held = self
+                    .found
+                    .as_ref()
+                    .and_then(|f| f.maglev.get(&set.id))
+                    .is_some_and(|held| *held == bytes);
+                if !held {
+                    self.put(t, Table::Maglev, &key, &bytes)?;
+                }
+            }
+        } else if set.maglev {
+            self.delete(t, Table::Maglev, &key)?;
+        }
+        set.maglev = maglev;
+        Ok(())
     }
 
     /// Takes `set` to `want`: gone endpoints' slots take new ones, the
@@ -451,6 +496,9 @@ impl State {
                 self.delete(t, Table::Members, &member_key(set.id, ep))?;
             }
         }
+        if set.maglev {
+            self.delete(t, Table::Maglev, &set.id.to_ne_bytes())?;
+        }
         self.quarantine.push(set.id);
         Ok(())
     }
@@ -465,8 +513,8 @@ mod tests {
     use crate::Error;
     use crate::layout::{Endpoint, Frontend, PAGE};
     use crate::state::State;
-    use crate::state::testing::{endpoint, frontend, lookup, single, sorted};
-    use crate::tables::{Recorder, Table, Tables};
+    use crate::state::testing::{endpoint, from_outside, frontend, lookup, single, sorted};
+    use crate::tables::{Recorder, Table, Tables, served};
 
     /// A recorder that checks, after every single write, that every
     /// record's set is whole: each slot below its count holds an endpoint
@@ -569,6 +617,58 @@ mod tests {
                 prop_assert!(writes <= bound, "{} writes for +{} -{}", writes, added, removed);
                 before = want;
             }
+        }
+
+        /// A Maglev Service's table follows its set through any sequence
+        /// of endpoint lists and of balancing turned on and off: after
+        /// each round it is there exactly while Maglev is asked for, and
+        /// names each slot's endpoint as `kpng_model::maglev::table` of
+        /// the set does (whatever the slot order); a restart onto the
+        /// same state writes nothing, and the Service's removal leaves no
+        /// table.
+        #[test]
+        fn maglev_tables_follow_their_sets(
+            steps in proptest::collection::vec(
+                (proptest::collection::btree_set(0u8..48, 0..30), any::<bool>()),
+                1..8,
+            ),
+        ) {
+            let mut state = State::default();
+            let mut t = Recorder::default();
+            for (step, maglev) in &steps {
+                let want: Vec<Endpoint> = step.iter().map(|&i| endpoint(i)).collect();
+                state.begin_round(&mut t).expect("begin");
+                let (name, c) = from_outside(1, &want, *maglev);
+                state.update_service(&mut t, &name, c).expect("update");
+                let tables = t.keys(Table::Maglev).expect("keys").len();
+                prop_assert_eq!(tables, usize::from(*maglev));
+                let lines = served(&t).expect("served");
+                let external: Vec<&String> =
+                    lines.iter().filter(|l| l.starts_with("external ")).collect();
+                prop_assert_eq!(external.len(), 1, "{:?}", lines);
+                prop_assert_eq!(
+                    external[0].contains(" table -> "),
+                    *maglev,
+                    "{:?}",
+                    external
+                );
+            }
+            let Some((last, maglev)) = steps.last() else { return Ok(()) };
+            let want: Vec<Endpoint> = last.iter().map(|&i| endpoint(i)).collect();
+            // (the pages the last round cut off go first, as at the next
+            // round's start)
+            state.begin_round(&mut t).expect("begin");
+            t.take_lines();
+            let mut again = State::default();
+            again
+                .replace_all(&mut t, &mut std::iter::once(from_outside(1, &want, *maglev)), &[])
+                .expect("restart");
+            prop_assert_eq!(again.take_writes(), 0, "{:?}", t.take_lines());
+            let (name, _) = from_outside(1, &want, *maglev);
+            again
+                .update_service(&mut t, &name, Default::default())
+                .expect("removal");
+            prop_assert_eq!(t.keys(Table::Maglev).expect("keys").len(), 0);
         }
     }
 }
