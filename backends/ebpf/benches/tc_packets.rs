@@ -96,6 +96,14 @@ fn main() {
             }
         }
     }
+    for (name, object, _) in &loaded {
+        for program in ["kpng_tc_ingress", "kpng_tc_egress"] {
+            let count = object
+                .verified(program)
+                .map_or("unknown".into(), |n| n.to_string());
+            println!("{name:18} {program}: {count} instructions verified (limit 1,000,000)");
+        }
+    }
     println!("tc ingress, ns a packet (median of {runs} runs)");
     for (o, (name, _, kinds)) in loaded.iter().enumerate() {
         for (k, (kind, _)) in kinds.iter().enumerate() {

@@ -87,6 +87,18 @@ impl Loaded {
         (result.return_value, out)
     }
 
+    /// How many instructions the verifier walked to load program `name`
+    /// (its limit: 1,000,000).
+    pub(crate) fn verified(&self, name: &str) -> Option<u32> {
+        let program: &SchedClassifier = self
+            .ebpf
+            .program(name)
+            .expect("program")
+            .try_into()
+            .expect("classifier");
+        program.info().ok()?.verified_instruction_count()
+    }
+
     /// Runs program `name` once on `packet`: the kernel's time for the run.
     pub(crate) fn time(&self, name: &str, packet: &[u8]) -> std::time::Duration {
         let program: &SchedClassifier = self
