@@ -76,7 +76,7 @@ impl Loaded {
             .expect("program")
             .try_into()
             .expect("classifier");
-        let mut out = vec![0u8; 512];
+        let mut out = vec![0u8; 4096];
         let opts = TestRunOptions {
             data_in: Some(packet),
             data_out: Some(&mut out),
@@ -107,7 +107,7 @@ impl Loaded {
             .expect("program")
             .try_into()
             .expect("classifier");
-        let mut out = vec![0u8; 512];
+        let mut out = vec![0u8; 4096];
         let opts = TestRunOptions {
             data_in: Some(packet),
             data_out: Some(&mut out),
@@ -211,6 +211,12 @@ pub(crate) fn ipv6(src: [u8; 16], dst: [u8; 16], proto: u8, payload: &[u8]) -> V
 /// An SCTP packet with one INIT chunk (or, with `init` false, a DATA
 /// chunk), its CRC32c set.
 pub(crate) fn sctp(sport: u16, dport: u16, init: bool) -> Vec<u8> {
+    sctp_padded(sport, dport, init, 0)
+}
+
+/// [`sctp`] with `extra` bytes of padding chunks after the first (a
+/// multiple of 4).
+pub(crate) fn sctp_padded(sport: u16, dport: u16, init: bool, extra: u16) -> Vec<u8> {
     let mut out = Vec::new();
     out.extend_from_slice(&sport.to_be_bytes());
     out.extend_from_slice(&dport.to_be_bytes());
@@ -225,6 +231,12 @@ pub(crate) fn sctp(sport: u16, dport: u16, init: bool) -> Vec<u8> {
         ]
     };
     out.extend_from_slice(chunk);
+    if extra >= 4 {
+        // A PAD chunk (type 0x84) of `extra` bytes.
+        out.extend_from_slice(&[0x84, 0]);
+        out.extend_from_slice(&extra.to_be_bytes());
+        out.extend((4..extra).map(|i| i as u8));
+    }
     let crc = crc32c(&out);
     out[8..12].copy_from_slice(&crc.to_le_bytes());
     out
