@@ -272,7 +272,8 @@ pub enum DataPath {
     Ebpf {
         /// Its tc programs are on the interfaces packets from outside
         /// come in by (`--tc-interfaces`): they serve NodePorts, external
-        /// IPs and LB IPs (TCP and UDP).
+        /// IPs, LB IPs and ClusterIPs (TCP, UDP and SCTP), refuse and
+        /// drop as the netfilter rules do.
         tc: bool,
         /// A netfilter backend runs beside it (`--north-south nft`, the
         /// default) for what the programs do not translate.
@@ -1020,18 +1021,27 @@ impl<'a> Run<'a> {
     fn ebpf(&mut self, found: &Found<'a>, tc: bool, netfilter: bool) -> Outcome {
         let origin = self.packet.origin;
         if origin == Origin::Outside {
-            if tc
-                && let Found::Port {
+            if !tc {
+                return self.rest(found, netfilter);
+            }
+            match *found {
+                Found::Port {
                     service,
                     port,
-                    role: role @ (Role::NodePort | Role::ExternalIp | Role::LoadBalancerIp),
-                } = *found
-            {
-                if !matches!(self.packet.protocol, Protocol::Tcp | Protocol::Udp) {
-                    self.step("the tc programs parse TCP and UDP only");
-                } else if let Some(outcome) = self.tc(service, port, role) {
-                    return outcome;
+                    role,
+                } => return self.tc(service, port, role),
+                Found::ClusterIpOtherPort(service) => {
+                    return self.unknown_port(
+                        service,
+                        "an ICMP port unreachable, built by the eBPF tc programs",
+                    );
                 }
+                Found::Nothing => {
+                    if let Some(outcome) = self.unallocated("dropped by the eBPF tc programs") {
+                        return outcome;
+                    }
+                }
+                Found::ProxyIp(_) => {}
             }
             return self.rest(found, netfilter);
         }
@@ -1045,21 +1055,23 @@ impl<'a> Run<'a> {
                 self.unknown_port(service, "the connect fails with ECONNREFUSED")
             }
             Found::ProxyIp(service) => self.proxy_ip(service),
-            Found::Nothing => {
-                let dst = self.packet.destination;
-                if let Some(net) = self.service_cidr(dst) {
-                    self.step(format!(
-                        "{dst} is in the Service CIDR {net}, and no Service has it (an unallocated Service address)"
-                    ));
-                    return Outcome::Dropped {
-                        reason: format!(
-                            "unallocated address {dst} in the Service CIDR {net}: the connect fails with EPERM"
-                        ),
-                    };
-                }
-                self.rest(found, netfilter)
-            }
+            Found::Nothing => self
+                .unallocated("the connect fails with EPERM")
+                .unwrap_or_else(|| self.rest(found, netfilter)),
         }
+    }
+
+    /// An unallocated address of the Service CIDRs: dropped (`how`, as
+    /// the mechanism drops it); `None` when the destination is none.
+    fn unallocated(&mut self, how: &str) -> Option<Outcome> {
+        let dst = self.packet.destination;
+        let net = self.service_cidr(dst)?;
+        self.step(format!(
+            "{dst} is in the Service CIDR {net}, and no Service has it (an unallocated Service address)"
+        ));
+        Some(Outcome::Dropped {
+            reason: format!("unallocated address {dst} in the Service CIDR {net}: {how}"),
+        })
     }
 
     /// What the eBPF programs leave: the netfilter backend's, or nothing.
@@ -1161,9 +1173,8 @@ impl<'a> Run<'a> {
         )
     }
 
-    /// The tc programs on a packet from outside; `None` when they pass it
-    /// to the node's stack.
-    fn tc(&mut self, service: &'a ServiceView, port: usize, role: Role) -> Option<Outcome> {
+    /// The tc programs on a packet from outside to a Service port.
+    fn tc(&mut self, service: &'a ServiceView, port: usize, role: Role) -> Outcome {
         let plan = service.plan(self.family);
         let pp = &plan.ports[port];
         let name = service.service.service_name();
@@ -1181,19 +1192,27 @@ impl<'a> Run<'a> {
                     "the source {src} is outside loadBalancerSourceRanges ({}): dropped at ingress",
                     list(&plan.source_ranges)
                 ));
-                return Some(Outcome::Dropped {
+                return Outcome::Dropped {
                     reason: format!("source {src} outside the loadBalancerSourceRanges of {name}"),
-                });
+                };
             }
         }
         if pp.cluster.is_empty() {
             self.step(format!(
-                "Service port {name}:{} has no usable endpoint anywhere: the tc programs pass the packet to the node's stack",
+                "Service port {name}:{} has no usable endpoint anywhere",
                 port_label(pp)
             ));
-            return None;
+            return Outcome::Rejected {
+                reason: format!(
+                    "{name} has no usable endpoint: an ICMP port unreachable, built by the eBPF tc programs"
+                ),
+            };
         }
-        let (local, masquerade) = if plan.etp_local {
+        let (local, masquerade) = if role == Role::ClusterIp {
+            // As kube-proxy's rules: the internal policy's endpoints,
+            // masqueraded unless the source is a pod.
+            self.netfilter_policy(&plan, role)
+        } else if plan.etp_local {
             self.step("externalTrafficPolicy: Local: this node's endpoints only, the client address kept; masquerade: no");
             (true, Masquerade::No)
         } else {
@@ -1202,17 +1221,20 @@ impl<'a> Run<'a> {
         };
         let targets = self.targets(service, pp, local);
         if targets.is_empty() {
+            let which = if role == Role::ClusterIp {
+                "internalTrafficPolicy"
+            } else {
+                "externalTrafficPolicy"
+            };
             self.step(format!(
-                "externalTrafficPolicy: Local, and this node has no endpoint of {name}"
+                "{which}: Local, and this node has no endpoint of {name}"
             ));
-            return Some(Outcome::Dropped {
-                reason: format!(
-                    "externalTrafficPolicy Local and no endpoint of {name} on this node"
-                ),
-            });
+            return Outcome::Dropped {
+                reason: format!("{which} Local and no endpoint of {name} on this node"),
+            };
         }
         self.affinity(&plan);
-        Some(self.translated(
+        self.translated(
             &name,
             pp,
             role,
@@ -1220,7 +1242,7 @@ impl<'a> Run<'a> {
             masquerade,
             plan.affinity,
             Mechanism::Tc,
-        ))
+        )
     }
 }
 

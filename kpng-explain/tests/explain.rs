@@ -317,19 +317,33 @@ fn the_ebpf_programs_translate_at_connect_and_at_the_interface() {
         ),
         "{np:?}"
     );
-    // A ClusterIP from outside is the nftables rules'.
+    // A ClusterIP from outside: the tc programs too, masqueraded as the
+    // netfilter rules do (the source is no pod).
     let cip = ask(ebpf, Origin::Outside, "203.0.113.10", "10.96.0.10", 80);
     assert!(
         matches!(
             cip,
             Outcome::Translated {
-                mechanism: Mechanism::Netfilter,
+                mechanism: Mechanism::Tc,
+                masquerade: Masquerade::Yes,
                 ..
             }
         ),
         "{cip:?}"
     );
-    // With no netfilter backend, nothing serves it.
+    // The tc programs refuse what has no endpoint and drop an
+    // unallocated Service address, from outside too.
+    for (dst, dropped) in [("10.96.0.33", false), ("10.96.0.99", true)] {
+        let outcome = ask(ebpf, Origin::Outside, "203.0.113.10", dst, 80);
+        let ok = if dropped {
+            matches!(outcome, Outcome::Dropped { .. })
+        } else {
+            matches!(&outcome, Outcome::Rejected { reason } if reason.contains("tc programs"))
+        };
+        assert!(ok, "{dst}: {outcome:?}");
+    }
+    // Without the tc programs and with no netfilter backend, nothing
+    // serves it.
     let alone = DataPath::Ebpf {
         tc: false,
         netfilter: false,

@@ -210,9 +210,8 @@ impl LabBackend for IptablesBackend {
 /// The eBPF backend as `kpng … to-ebpf --tc-interfaces …` runs it: the
 /// sockets of the node's cgroup (here the lab's, holding the
 /// [`LOCAL_HOSTS`]' clients) are balanced by its socket programs, packets
-/// from outside to `externalTrafficPolicy: Local` Services by its tc
-/// programs on every node link, and the rest of the traffic from outside
-/// by the nftables backend in the same process.
+/// from outside by its tc programs on every node link, and what those
+/// leave by the nftables backend in the same process.
 #[derive(Debug)]
 pub struct EbpfWithNft {
     /// The socket-level backend.
@@ -345,6 +344,89 @@ impl LabBackend for EbpfOnly {
                 ""
             }
         )
+    }
+    fn dump(lab: &Lab) -> String {
+        NftBackend::dump(lab)
+    }
+    fn clear(lab: &Lab) {
+        let (_, pins) = lab.bpf_env();
+        let _ = kpng_backend_ebpf::cleanup(&pins);
+    }
+    fn unavailable() -> Option<String> {
+        kpng_testkit::bpf::unavailable()
+    }
+}
+
+/// The eBPF backend as `kpng … to-ebpf --north-south none
+/// --tc-interfaces …` runs it: the socket programs for the node's cgroup,
+/// the tc programs on every node link for everything from outside, and no
+/// netfilter backend at all. Each sync checks that the node holds no
+/// nftables table, so every scenario run with it shows the programs did
+/// it all.
+#[derive(Debug)]
+pub struct EbpfTc {
+    /// The backend.
+    pub ebpf: EbpfBackend,
+    /// The lab's node namespace.
+    node: String,
+}
+
+impl EbpfTc {
+    /// The node namespace's nftables tables (`nft list tables`).
+    ///
+    /// # Panics
+    /// When `nft` cannot run there.
+    pub fn nft_tables(node_ns: &str) -> String {
+        let out = std::process::Command::new("ip")
+            .args(["netns", "exec", node_ns, "nft", "list", "tables"])
+            .output()
+            .expect("nft list tables in the node namespace");
+        assert!(out.status.success(), "nft list tables: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+/// Syncs the backend, then checks that the node holds no nftables table.
+///
+/// # Panics
+/// When it holds one.
+impl Sink for EbpfTc {
+    fn sync(&mut self, round: &Round<'_>) -> Result<(), SinkError> {
+        let result = self.ebpf.sync(round);
+        let tables = Self::nft_tables(&self.node);
+        assert!(
+            tables.trim().is_empty(),
+            "--north-south none: no nftables table in the node, found: {tables}"
+        );
+        result
+    }
+}
+
+impl LabBackend for EbpfTc {
+    const NAME: &'static str = "ebpf-tc";
+    const TOOLS: &'static [&'static str] = &["nft"];
+    const SOCKETS: bool = true;
+    const TC: bool = true;
+    const DATA_PATH: kpng_explain::DataPath = kpng_explain::DataPath::Ebpf {
+        tc: true,
+        netfilter: false,
+    };
+
+    fn in_lab(lab: &Lab, settings: &Settings) -> Self {
+        let config = ebpf_config(lab, settings, true);
+        EbpfTc {
+            ebpf: EbpfBackend::attach(config).expect("the eBPF programs attach"),
+            node: lab.ns("node"),
+        }
+    }
+    fn last_full(&self) -> bool {
+        self.ebpf.last_sync().full
+    }
+    fn last_commands(&self) -> usize {
+        self.ebpf.last_sync().writes
+    }
+    fn last_note(&self) -> String {
+        format!("{} map writes", self.ebpf.last_sync().writes)
     }
     fn dump(lab: &Lab) -> String {
         NftBackend::dump(lab)

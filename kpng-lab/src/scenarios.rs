@@ -310,6 +310,18 @@ pub fn traffic_policies_fallback_hints_reject_and_drop<B: LabBackend>() {
         lab.once("podc", "tcp", "10.96.0.99", 80),
         dropped_locally::<B>()
     );
+    // From outside the node alike: refused promptly (no endpoint; an
+    // unknown port on a live ClusterIP), and dropped (where the upstream
+    // router would refuse it).
+    for (host, port) in [("10.96.0.33", 80), ("10.96.0.30", 81)] {
+        let line = lab.once("ext", "tcp", host, port);
+        let secs: f64 = line
+            .strip_prefix("REFUSED ")
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(99.0);
+        assert!(secs < 1.0, "{host}:{port} from outside refused: {line}");
+    }
+    assert_eq!(lab.once("ext", "tcp", "10.96.0.99", 80), "TIMEOUT");
 }
 
 /// A ServiceCIDR object (`networking.k8s.io/v1`).

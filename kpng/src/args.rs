@@ -355,16 +355,20 @@ pub(crate) struct EbpfArgs {
     /// restart adopts them.
     #[arg(long, default_value = kpng_backend_ebpf::DEFAULT_PIN_PATH)]
     pub(crate) bpf_pin_path: PathBuf,
-    /// The node's interfaces that face outside, comma-separated: tc
-    /// programs there serve packets from outside to Services with
-    /// `externalTrafficPolicy: Local` (NodePorts, external IPs, LB IPs:
-    /// DNAT to a local endpoint, the client address kept, source ranges).
-    /// Default: none (the nftables backend serves them).
+    /// The node's interfaces, comma-separated (those facing clients and
+    /// those towards other nodes): tc programs there serve packets from
+    /// outside to NodePorts, external IPs, LB IPs and ClusterIPs (TCP, UDP
+    /// and SCTP: DNAT, masquerade as kube-proxy's, source ranges), refuse
+    /// what has no endpoint with an ICMP port unreachable they build, and
+    /// drop unallocated Service addresses. Default: none (the nftables
+    /// backend serves them).
     #[arg(long, default_value = "")]
     pub(crate) tc_interfaces: String,
-    /// What serves traffic that no socket of the cgroup sent (NodePorts,
-    /// external IPs and LB IPs reached from outside the node): `nft`, the
-    /// nftables backend in this process, or `none`.
+    /// What serves traffic that no socket of the cgroup sent and the tc
+    /// programs leave (without `--tc-interfaces`: everything from outside
+    /// the node; with them: IPv4 options, IPv6 extension headers,
+    /// fragments): `nft`, the nftables
+    /// backend in this process, or `none` (no netfilter rule at all).
     #[arg(long, default_value = "nft", value_parser = ["nft", "none"])]
     pub(crate) north_south: String,
     /// Count each new connection per Service port and endpoint (the

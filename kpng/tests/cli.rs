@@ -850,6 +850,17 @@ fn to_ebpf_dry_run_prints_the_map_writes_and_the_nft_rules_beside_them() {
     let (code, alone, stderr) = kpng(&[&args[..], &["--north-south", "none"]].concat());
     assert_eq!(code, 0, "{stderr}");
     assert!(!alone.contains("add table"), "{alone}");
+    // With the tc programs, a ClusterIP reached from outside has a record
+    // of theirs too, and still no nftables rule.
+    let with_tc = [
+        &args[..],
+        &["--north-south", "none", "--tc-interfaces", "eth0"],
+    ]
+    .concat();
+    let (code, tc, stderr) = kpng(&with_tc);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(tc.contains("set external 10.96.0.10 udp 53 : set "), "{tc}");
+    assert!(!tc.contains("add table"), "{tc}");
 }
 
 /// `--bpf-map-sizes` takes `NAME=ENTRIES` of the backend's maps; an

@@ -625,13 +625,20 @@ int kpng_getpeername6(struct bpf_sock_addr *ctx)
 // client address is kept; under `Cluster`, a flow to another node's
 // endpoint is also masqueraded: egress writes the node's address and a
 // port of its own as its source, and ingress gives a reply its client
-// back. Everything else goes on to the node's stack. (These maps are
-// loaded with one entry when no interface is given: src/datapath.rs.)
+// back. A ClusterIP reached from outside is served alike (masqueraded as
+// kube-proxy's rules do); what has no endpoint is refused with an ICMP
+// port unreachable built here, an unallocated Service address dropped.
+// Everything else goes on to the node's stack. (These maps are loaded
+// with one entry when no interface is given: src/datapath.rs.)
 
 // (flags of an external record)
 #define EXT_RANGES 4 // loadBalancerSourceRanges: other sources are dropped
 #define EXT_SNAT 8   // externalTrafficPolicy: Cluster: masquerade to a
 		     // remote endpoint
+#define EXT_SNAT_ALL 64	    // a ClusterIP from outside: masquerade to every
+			    // endpoint, local ones too
+#define EXT_POD_SOURCES 128 // ... but not a source in kpng_ranges (the pod
+			    // networks, --cluster-cidr)
 
 // Frontend -> record (set: the endpoints, local ones for Local; flags:
 // EMPTY_*, EXT_RANGES, EXT_SNAT; affinity).
@@ -802,6 +809,7 @@ struct {
 #define IP_OFFSET 0x1FFF
 #define TCP_FLAG_SYN 0x02
 #define TCP_FLAG_ACK 0x10
+#define SCTP_CHUNK_INIT 1
 
 // A parsed packet: where its addresses, ports and checksums are.
 struct packet {
@@ -876,6 +884,16 @@ static __always_inline int parse(struct __sk_buff *skb, struct packet *p)
 			return 0;
 	} else if (p->proto == IPPROTO_UDP) {
 		p->csum_off = p->l4_off + 6;
+	} else if (p->proto == IPPROTO_SCTP) {
+		// The CRC32c; an INIT chunk first: a new association.
+		p->csum_off = p->l4_off + 8;
+		if (bpf_skb_load_bytes(skb, p->l4_off + 12, &byte, 1))
+			return 0;
+		p->syn = byte == SCTP_CHUNK_INIT;
+		// The initiate tag: new for each association, as a SYN's
+		// sequence number.
+		if (p->syn && bpf_skb_load_bytes(skb, p->l4_off + 16, &p->seq, 4))
+			return 0;
 	} else {
 		return 0;
 	}
@@ -894,7 +912,9 @@ static __always_inline int rewrite_addr(struct __sk_buff *skb, struct packet *p,
 	if (p->proto == IPPROTO_UDP)
 		l4_flags |= BPF_F_MARK_MANGLED_0;
 	if (p->family == FAMILY_V4) {
-		if (bpf_l4_csum_replace(skb, p->csum_off, old[0], new[0], l4_flags | 4))
+		// (SCTP's CRC32c covers no address: nothing to update)
+		if (p->proto != IPPROTO_SCTP &&
+		    bpf_l4_csum_replace(skb, p->csum_off, old[0], new[0], l4_flags | 4))
 			return 0;
 		if (bpf_l3_csum_replace(skb, p->ip_csum_off, old[0], new[0], 4))
 			return 0;
@@ -902,15 +922,102 @@ static __always_inline int rewrite_addr(struct __sk_buff *skb, struct packet *p,
 	}
 	__s64 diff = bpf_csum_diff(old, 16, new, 16, 0);
 
-	if (bpf_l4_csum_replace(skb, p->csum_off, 0, diff, l4_flags))
+	if (p->proto != IPPROTO_SCTP &&
+	    bpf_l4_csum_replace(skb, p->csum_off, 0, diff, l4_flags))
 		return 0;
 	return !bpf_skb_store_bytes(skb, off, new, 16, 0);
+}
+
+// SCTP's CRC32c (the Castagnoli polynomial, bit-reflected).
+#define CRC32C_POLY 0x82F63B78
+
+// a * b mod P, in the CRC's reflected representation (bit 31: x^0).
+static __always_inline __u32 crc_mul(__u32 a, __u32 b)
+{
+	__u32 p = 0;
+	int i;
+
+#pragma clang loop unroll(disable)
+	for (i = 0; i < 32; i++) {
+		p ^= b & -((a >> (31 - i)) & 1);
+		b = (b >> 1) ^ (CRC32C_POLY & -(b & 1));
+	}
+	return p;
+}
+
+// r times x^(8*2^i) mod P (`power`), when bit i of m is set.
+#define ZEROS(i, power)                                                        \
+	if (m & (1U << (i)))                                                   \
+	r = crc_mul(r, (power))
+
+// A port of an SCTP packet rewritten, and its CRC32c updated without
+// reading the packet: the CRC is linear, so the new one is the old one
+// xor the CRC (no initial value, no final xor) of the change alone: the
+// two bytes that changed, then as many zero bytes as follow them (a
+// multiplication by x^(8m) mod P). `ports`: the old port,
+// and the new one in the upper half (as the packet holds them). A global
+// function, so that the verifier walks its loops once, not at each call.
+__attribute__((noinline)) int kpng_sctp_port(struct __sk_buff *skb, __u32 family,
+					     __u32 l4_off, __u32 off, __u32 ports)
+{
+	__u32 crc, r;
+	__u32 len, m;
+	__u16 field, new = ports >> 16;
+	int i;
+
+	if (l4_off > 255 || off < l4_off || off > l4_off + 2)
+		return 0;
+	if (family == FAMILY_V4) {
+		if (bpf_skb_load_bytes(skb, ETH_HLEN + 2, &field, 2))
+			return 0;
+		len = bpf_ntohs(field) - (l4_off - ETH_HLEN);
+	} else {
+		if (bpf_skb_load_bytes(skb, ETH_HLEN + 4, &field, 2))
+			return 0;
+		len = bpf_ntohs(field);
+	}
+	if (len > 0xffff || len < off - l4_off + 2 ||
+	    bpf_skb_load_bytes(skb, l4_off + 8, &crc, 4))
+		return 0;
+	// The change's two bytes (in packet order: the low byte of a
+	// little-endian load first) into a zero register.
+	r = (__u16)(ports ^ new);
+#pragma clang loop unroll(disable)
+	for (i = 0; i < 16; i++)
+		r = (r >> 1) ^ (CRC32C_POLY & -(r & 1));
+	m = len - (off - l4_off) - 2;
+	// x^(8m) by the bits of m: x^(8*2^i) mod P precomputed (x^8 squared
+	// i times), so that the verifier walks 16 multiplications, not 32.
+	ZEROS(0, 0x00800000);
+	ZEROS(1, 0x00008000);
+	ZEROS(2, 0x82F63B78);
+	ZEROS(3, 0x6EA2D55C);
+	ZEROS(4, 0x18B8EA18);
+	ZEROS(5, 0x510AC59A);
+	ZEROS(6, 0xB82BE955);
+	ZEROS(7, 0xB8FDB1E7);
+	ZEROS(8, 0x88E56F72);
+	ZEROS(9, 0x74C360A4);
+	ZEROS(10, 0xE4172B16);
+	ZEROS(11, 0x0D65762A);
+	ZEROS(12, 0x35D73A62);
+	ZEROS(13, 0x28461564);
+	ZEROS(14, 0xBF455269);
+	ZEROS(15, 0xE2EA32DC);
+	crc ^= r;
+	if (bpf_skb_store_bytes(skb, l4_off + 8, &crc, 4, 0))
+		return 0;
+	return !bpf_skb_store_bytes(skb, off, &new, 2, 0);
 }
 
 static __always_inline int rewrite_port(struct __sk_buff *skb, struct packet *p,
 					__u32 off, __u16 old, __u16 new)
 {
 	__u64 l4_flags = 2;
+
+	if (p->proto == IPPROTO_SCTP)
+		return kpng_sctp_port(skb, p->family, p->l4_off, off,
+				      old | (__u32)new << 16);
 
 	if (p->proto == IPPROTO_UDP)
 		l4_flags |= BPF_F_MARK_MANGLED_0;
@@ -1019,6 +1126,26 @@ static __always_inline int snat_out(struct __sk_buff *skb, struct packet *p)
 	if (v->port != p->sport && !rewrite_port(skb, p, p->l4_off, p->sport, v->port))
 		return TC_ACT_SHOT;
 	return TC_ACT_OK;
+}
+
+// Whether a new flow of `p` to `fe` (record `svc`) to endpoint `ep` is
+// masqueraded: under externalTrafficPolicy Cluster towards other nodes'
+// endpoints; to a ClusterIP from outside towards every endpoint, unless
+// the source is a pod (as kube-proxy's rules do).
+static __always_inline int snat_wanted(struct packet *p, struct frontend *fe,
+				       struct service *svc, struct endpoint *ep)
+{
+	if (svc->flags & EXT_SNAT_ALL) {
+		struct range_key range = {};
+
+		if (!(svc->flags & EXT_POD_SOURCES))
+			return 1;
+		range.prefixlen = 160 + (p->family == FAMILY_V4 ? 32 : 128);
+		range.frontend = *fe;
+		__builtin_memcpy(range.addr, p->saddr, 16);
+		return !bpf_map_lookup_elem(&kpng_ranges, &range);
+	}
+	return (svc->flags & EXT_SNAT) && !(ep->flags & ENDPOINT_LOCAL);
 }
 
 // Maglev: each set of a Service with `kpng.io/balancing: maglev` served
@@ -1156,6 +1283,167 @@ static __always_inline int pick_external(struct packet *p, struct service *svc,
 	return 1;
 }
 
+// ---------------------------------------------------------------------
+// REJECT from outside, built here: the packet is turned into an ICMP (or
+// ICMPv6) port unreachable quoting its start, from the address it was
+// sent to, as netfilter's plain `reject` sends, and goes back out the
+// interface it came in by (its Ethernet addresses swapped). It never
+// reaches the node's stack or netfilter.
+//
+// A packet a local stack sent over a veth can arrive with its checksum
+// still to be filled in (CHECKSUM_PARTIAL, which BPF cannot change): the
+// peer it goes back to takes such a packet's checksums as good. Packets
+// from a wire never are.
+
+#define ICMP_DEST_UNREACH_ 3
+#define ICMP_PORT_UNREACH_ 3
+#define ICMPV6_DEST_UNREACH_ 1
+#define ICMPV6_PORT_UNREACH_ 4
+#define IPPROTO_ICMP_ 1
+#define IPPROTO_ICMPV6_ 58
+
+// The first bytes of the IPv4 header (up to its checksum), then ICMP's
+// header: the addresses and the quote come from the packet itself, so
+// that little is on the stack (the ingress program's is nearly full).
+struct reject_ip4 {
+	__u8 vihl;
+	__u8 tos;
+	__u16 len;
+	__u16 id;
+	__u16 frag;
+	__u8 ttl;
+	__u8 proto;
+	__u16 check;
+};
+
+struct reject_icmp {
+	__u8 type;
+	__u8 code;
+	__u16 check;
+	__u32 unused;
+};
+
+struct reject_ip6 {
+	__u32 vtc_flow;
+	__u16 len;
+	__u8 next;
+	__u8 hops;
+};
+
+static __always_inline __u16 csum_fold_(__s64 sum)
+{
+	__u32 s = (__u32)sum;
+
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return (__u16)~s;
+}
+
+// The Ethernet addresses swapped: the packet goes back where it came from.
+static __always_inline int swap_macs(struct __sk_buff *skb)
+{
+	__u8 macs[12];
+
+	if (bpf_skb_load_bytes(skb, 0, macs, 12))
+		return 0;
+	return !bpf_skb_store_bytes(skb, 0, macs + 6, 6, 0) &&
+	       !bpf_skb_store_bytes(skb, 6, macs, 6, 0);
+}
+
+#define QUOTE4 28 // the IPv4 header and 8 bytes after it
+#define QUOTE6 48
+
+static __noinline int reject4(struct __sk_buff *skb, struct packet *p)
+{
+	struct reject_ip4 ip = {};
+	struct reject_icmp icmp = {};
+	__u8 quote[QUOTE4];
+	__s64 sum;
+
+	if (p->l4_off != ETH_HLEN + 20) // IP options: not quoted here
+		return TC_ACT_SHOT;
+	if (bpf_skb_load_bytes(skb, ETH_HLEN, quote, QUOTE4) || !swap_macs(skb))
+		return TC_ACT_SHOT;
+	icmp.type = ICMP_DEST_UNREACH_;
+	icmp.code = ICMP_PORT_UNREACH_;
+	sum = bpf_csum_diff(0, 0, (__u32 *)&icmp, sizeof(icmp), 0);
+	icmp.check = csum_fold_(bpf_csum_diff(0, 0, (__u32 *)quote, QUOTE4, (__u32)sum));
+	ip.vihl = 0x45;
+	ip.len = bpf_htons(20 + sizeof(icmp) + QUOTE4);
+	ip.ttl = 64;
+	ip.proto = IPPROTO_ICMP_;
+	sum = bpf_csum_diff(0, 0, (__u32 *)&ip, sizeof(ip), 0);
+	sum = bpf_csum_diff(0, 0, p->saddr, 4, (__u32)sum);
+	ip.check = csum_fold_(bpf_csum_diff(0, 0, p->daddr, 4, (__u32)sum));
+	if (bpf_skb_change_tail(skb, ETH_HLEN + 20 + sizeof(icmp) + QUOTE4, 0))
+		return TC_ACT_SHOT;
+	if (bpf_skb_store_bytes(skb, ETH_HLEN, &ip, sizeof(ip), 0) ||
+	    bpf_skb_store_bytes(skb, ETH_HLEN + 12, p->daddr, 4, 0) ||
+	    bpf_skb_store_bytes(skb, ETH_HLEN + 16, p->saddr, 4, 0) ||
+	    bpf_skb_store_bytes(skb, ETH_HLEN + 20, &icmp, sizeof(icmp), 0) ||
+	    bpf_skb_store_bytes(skb, ETH_HLEN + 28, quote, QUOTE4, 0))
+		return TC_ACT_SHOT;
+	return bpf_redirect(skb->ifindex, 0);
+}
+
+static __noinline int reject6(struct __sk_buff *skb, struct packet *p)
+{
+	struct reject_ip6 ip = {};
+	struct reject_icmp icmp = {};
+	__u32 pseudo[2]; // ICMPv6's checksum: the length and next header
+	__u8 quote[QUOTE6];
+	__s64 sum;
+
+	if (bpf_skb_load_bytes(skb, ETH_HLEN, quote, QUOTE6) || !swap_macs(skb))
+		return TC_ACT_SHOT;
+	icmp.type = ICMPV6_DEST_UNREACH_;
+	icmp.code = ICMPV6_PORT_UNREACH_;
+	pseudo[0] = bpf_htonl(sizeof(icmp) + QUOTE6);
+	pseudo[1] = bpf_htonl(IPPROTO_ICMPV6_);
+	sum = bpf_csum_diff(0, 0, p->saddr, 16, 0);
+	sum = bpf_csum_diff(0, 0, p->daddr, 16, (__u32)sum);
+	sum = bpf_csum_diff(0, 0, pseudo, sizeof(pseudo), (__u32)sum);
+	sum = bpf_csum_diff(0, 0, (__u32 *)&icmp, sizeof(icmp), (__u32)sum);
+	icmp.check = csum_fold_(bpf_csum_diff(0, 0, (__u32 *)quote, QUOTE6, (__u32)sum));
+	ip.vtc_flow = bpf_htonl(0x60000000);
+	ip.len = bpf_htons(sizeof(icmp) + QUOTE6);
+	ip.next = IPPROTO_ICMPV6_;
+	ip.hops = 64;
+	if (bpf_skb_change_tail(skb, ETH_HLEN + 40 + sizeof(icmp) + QUOTE6, 0))
+		return TC_ACT_SHOT;
+	if (bpf_skb_store_bytes(skb, ETH_HLEN, &ip, sizeof(ip), 0) ||
+	    bpf_skb_store_bytes(skb, ETH_HLEN + 8, p->daddr, 16, 0) ||
+	    bpf_skb_store_bytes(skb, ETH_HLEN + 24, p->saddr, 16, 0) ||
+	    bpf_skb_store_bytes(skb, ETH_HLEN + 40, &icmp, sizeof(icmp), 0) ||
+	    bpf_skb_store_bytes(skb, ETH_HLEN + 48, quote, QUOTE6, 0))
+		return TC_ACT_SHOT;
+	return bpf_redirect(skb->ifindex, 0);
+}
+
+// Refuses packet `p`: the port unreachable, back out its interface.
+static __always_inline int reject(struct __sk_buff *skb, struct packet *p)
+{
+	count(COUNT_REFUSED);
+	return p->family == FAMILY_V4 ? reject4(skb, p) : reject6(skb, p);
+}
+
+// A packet from outside to no record: an unknown port on a live
+// ClusterIP is refused, an unallocated address of the Service CIDRs
+// dropped (as the socket programs do), anything else goes on.
+static __always_inline int no_record(struct __sk_buff *skb, struct packet *p,
+				     struct frontend *fe)
+{
+	switch (no_service(fe)) {
+	case REFUSE:
+		return reject(skb, p);
+	case DROP:
+		count(COUNT_DROPPED);
+		return TC_ACT_SHOT;
+	default:
+		return TC_ACT_OK;
+	}
+}
+
 // Whether a UDP flow's endpoint is still where it was found (as the
 // conntrack cleanup ends a UDP flow to an endpoint that left).
 static __always_inline int still_there(struct conn_value *flow)
@@ -1201,7 +1489,7 @@ int kpng_tc_ingress(struct __sk_buff *skb)
 	fe.family = p.family;
 	svc = bpf_map_lookup_elem(&kpng_external, &fe);
 	if (!svc)
-		return TC_ACT_OK;
+		return no_record(skb, &p, &fe);
 	if (svc->flags & EXT_RANGES) {
 		struct range_key range = {};
 
@@ -1220,11 +1508,12 @@ int kpng_tc_ingress(struct __sk_buff *skb)
 	ckey.family = p.family;
 	ckey.frontend = fe;
 	flow = bpf_map_lookup_elem(&kpng_ext_flows, &ckey);
-	// A TCP connection keeps its endpoint until a new one (a SYN with
-	// another sequence number: not a retransmission) reuses its ports, as
-	// conntrack keeps it; a UDP flow while it is not idle 30 s and its
-	// endpoint stays.
-	if (flow && (p.proto == IPPROTO_TCP
+	// A TCP connection (an SCTP association) keeps its endpoint until a
+	// new one (a SYN with another sequence number, an INIT with another
+	// initiate tag: not a retransmission) reuses its ports, as conntrack
+	// keeps it; a UDP flow while it is not idle 30 s and its endpoint
+	// stays.
+	if (flow && (p.proto != IPPROTO_UDP
 			     ? !p.syn || (p.seq == flow->isn &&
 					  now - flow->last_ns <= FLOW_IDLE_NS)
 			     : flow->set == svc->set &&
@@ -1239,13 +1528,13 @@ int kpng_tc_ingress(struct __sk_buff *skb)
 	} else {
 		if (!pick_external(&p, svc, &ep, &slot, now)) {
 			if (svc->flags & EMPTY_REJECT)
-				return TC_ACT_OK; // the stack refuses it
+				return reject(skb, &p);
 			count(COUNT_DROPPED);
 			return TC_ACT_SHOT;
 		}
 		// Cluster: masquerade towards another node's endpoint, so
 		// that its replies come back through this node.
-		if ((svc->flags & EXT_SNAT) && !(ep.flags & ENDPOINT_LOCAL) &&
+		if (snat_wanted(&p, &fe, svc, &ep) &&
 		    !masquerade(&p, &fe, &ep, &snat_port)) {
 			count(COUNT_DROPPED);
 			return TC_ACT_SHOT;

@@ -167,7 +167,9 @@ impl fmt::Display for Record {
         if self.affinity > 0 {
             write!(f, " affinity {}s", self.affinity)?;
         }
-        match self.flags & !(EXT_RANGES | EXT_SNAT | BAL_MAGLEV | BAL_RR) {
+        match self.flags
+            & !(EXT_RANGES | EXT_SNAT | BAL_MAGLEV | BAL_RR | EXT_SNAT_ALL | EXT_POD_SOURCES)
+        {
             EMPTY_REJECT => write!(f, " empty: reject")?,
             EMPTY_DROP => write!(f, " empty: drop")?,
             _ => {}
@@ -177,6 +179,12 @@ impl fmt::Display for Record {
         }
         if self.flags & EXT_SNAT != 0 {
             write!(f, " masquerade")?;
+        }
+        if self.flags & EXT_SNAT_ALL != 0 {
+            write!(f, " masquerade to every endpoint")?;
+        }
+        if self.flags & EXT_POD_SOURCES != 0 {
+            write!(f, " unless from a pod")?;
         }
         if self.flags & BAL_MAGLEV != 0 {
             write!(f, " maglev")?;
@@ -274,6 +282,12 @@ pub(crate) const EXT_RANGES: u32 = 4;
 /// `EXT_SNAT`: an external record of `externalTrafficPolicy: Cluster`,
 /// masqueraded towards endpoints on other nodes.
 pub(crate) const EXT_SNAT: u32 = 8;
+/// `EXT_SNAT_ALL`: masqueraded towards every endpoint, local ones too (a
+/// ClusterIP reached from outside, as kube-proxy's rules masquerade it).
+pub(crate) const EXT_SNAT_ALL: u32 = 64;
+/// `EXT_POD_SOURCES`: `kpng_ranges` holds the record's pod networks
+/// (`--cluster-cidr`): a source in them is not masqueraded.
+pub(crate) const EXT_POD_SOURCES: u32 = 128;
 
 /// `BAL_MAGLEV`: a record whose new flows from outside take the endpoint
 /// their Maglev slot names (`kpng_maglev`); sockets pick at random.

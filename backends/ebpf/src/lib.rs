@@ -18,11 +18,18 @@
 //!   `externalTrafficPolicy: Cluster` flows to other nodes' endpoints are
 //!   masqueraded to the node's address; source ranges are checked.
 //!
-//! What neither serves (a ClusterIP reached from outside, REJECT of an
-//! external address, drops of unallocated Service addresses from outside)
-//! goes on to the node's stack: the `kpng` command runs the nftables
-//! backend beside this one for it (docs/semantics.md says row by row
-//! which mechanism serves what).
+//!   They also serve ClusterIPs reached from outside (masqueraded as
+//!   kube-proxy's rules), REJECT with an ICMP (ICMPv6) port unreachable
+//!   they build and send back out the interface, and drop unallocated
+//!   Service addresses; TCP, UDP and SCTP (its CRC32c updated when a
+//!   port changes): with them, no netfilter rule is needed
+//!   (`kpng … to-ebpf --north-south none`).
+//!
+//! What neither serves (without tc programs, everything from outside;
+//! with them, IPv4 options, IPv6 extension headers, fragments) goes on
+//! to the node's stack: the `kpng`
+//! command runs the nftables backend beside this one for it
+//! (docs/semantics.md says row by row which mechanism serves what).
 //!
 //! - **Selection** comes from the node view's plan, as in the netfilter
 //!   backends: ready, serving and terminating fallbacks, the Local
@@ -809,8 +816,8 @@ struct Rendered {
 fn render(config: &EbpfConfig, round: &Round<'_>, full: bool) -> Rendered {
     let view = round.view();
     let node_ips = nodeport_ips(view, config.proxy.nodeport_addresses.as_deref());
-    let external = !config.tc_interfaces.is_empty();
-    let node = (external && (full || round.node_changed())).then(|| {
+    let external = (!config.tc_interfaces.is_empty()).then_some(&config.proxy);
+    let node = (external.is_some() && (full || round.node_changed())).then(|| {
         kpng_model::IpFamily::BOTH
             .into_iter()
             .flat_map(|f| view.node_addresses(f))

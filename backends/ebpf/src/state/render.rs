@@ -11,10 +11,11 @@ use kpng_model::{IpFamily, IpNet, ServiceName};
 
 use super::{Claim, Contribution, SetName, Side};
 use crate::layout::{
-    BAL_MAGLEV, BAL_RR, EMPTY_DROP, EMPTY_REJECT, EXT_RANGES, EXT_SNAT, Endpoint, Frontend,
-    proto_number,
+    BAL_MAGLEV, BAL_RR, EMPTY_DROP, EMPTY_REJECT, EXT_POD_SOURCES, EXT_RANGES, EXT_SNAT,
+    EXT_SNAT_ALL, Endpoint, Frontend, proto_number,
 };
 use kpng_model::v1::Balancing;
+use kpng_sink::ProxyConfig;
 
 /// The addresses a local socket reaches NodePorts on: this node's
 /// addresses (from its Node object) inside `--nodeport-addresses`, or all
@@ -53,7 +54,12 @@ pub(crate) fn nodeport_ips(view: &NodeView, prefixes: Option<&[IpNet]>) -> Vec<I
 ///   included) get records of their own: under
 ///   `externalTrafficPolicy: Local` they lead to the local endpoints,
 ///   under `Cluster` to every endpoint, masqueraded towards those on
-///   other nodes.
+///   other nodes. Its ClusterIPs get records too (a ClusterIP reached
+///   from outside the node): the internal-policy endpoints, masqueraded
+///   as kube-proxy's rules do (`external`'s settings): always with
+///   `--masquerade-all`, else unless the source is in `--cluster-cidr`
+///   (the pod networks, written to `kpng_ranges` for the record), never
+///   when no cluster CIDR of the family is known.
 /// - `balancing` (the Service's, or the default) is a flag of each
 ///   record without ClientIP affinity: round robin for sockets and
 ///   packets from outside; Maglev for packets from outside (the tc
@@ -64,7 +70,7 @@ pub(crate) fn contribution(
     service: &ServiceName,
     view: &ServiceView,
     node_ips: &[IpAddr],
-    external: bool,
+    external: Option<&ProxyConfig>,
     balancing: Balancing,
 ) -> Contribution {
     let mut out = Contribution::default();
@@ -170,7 +176,39 @@ pub(crate) fn contribution(
                     claim(*ip, node_port, &cluster);
                 }
             }
-            if external {
+            if let Some(proxy) = external {
+                // A ClusterIP from outside: as kube-proxy's rules.
+                let pods: Vec<&IpNet> = proxy
+                    .cluster_cidrs
+                    .iter()
+                    .filter(|n| IpFamily::of(&n.network()) == family)
+                    .collect();
+                let masquerade = if proxy.masquerade_all {
+                    EXT_SNAT_ALL
+                } else if pods.is_empty() {
+                    0
+                } else {
+                    EXT_SNAT_ALL | EXT_POD_SOURCES
+                };
+                for ip in &cluster_ips {
+                    let frontend = Frontend {
+                        ip: *ip,
+                        port: port.number,
+                        proto,
+                    };
+                    let claim = Claim {
+                        set: internal.clone(),
+                        affinity,
+                        flags: flags | masquerade | how,
+                    };
+                    out.records.insert((Side::External, frontend), claim);
+                    if masquerade & EXT_POD_SOURCES != 0 {
+                        for net in &pods {
+                            out.ranges
+                                .insert((frontend, net.network(), net.prefix_len()));
+                        }
+                    }
+                }
                 // Local: the local endpoints, the client kept. Cluster:
                 // every endpoint, masqueraded towards other nodes'.
                 let (target, policy) = if plan.etp_local {
