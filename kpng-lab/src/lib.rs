@@ -290,6 +290,22 @@ pub fn ebpf_config(lab: &Lab, settings: &Settings, tc: bool) -> EbpfConfig {
     }
 }
 
+/// The eBPF backend alone (no netfilter backend beside it), attached with
+/// `config` (the lab's: [`ebpf_config`], changed as a test needs), every
+/// probe of `lab` checked against `kpng explain` for it, with tc when
+/// `config` has interfaces.
+///
+/// # Panics
+/// When the programs do not attach.
+pub fn ebpf_alone_proxy(lab: &Lab, settings: &Settings, config: EbpfConfig) -> Proxy<EbpfBackend> {
+    let tc = !config.tc_interfaces.is_empty();
+    Proxy::with(EbpfBackend::attach(config).expect("the eBPF programs attach")).explained_in(
+        lab,
+        settings,
+        ebpf_alone(tc),
+    )
+}
+
 /// What `kpng explain` follows for the eBPF backend alone (no netfilter
 /// backend beside it), with or without its tc programs.
 pub fn ebpf_alone(tc: bool) -> kpng_explain::DataPath {

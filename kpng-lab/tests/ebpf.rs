@@ -21,11 +21,7 @@ fn the_ebpf_backend_alone_serves_the_node_s_sockets() {
     require_lab!(EbpfWithNft);
     let lab = lab();
     let config = ebpf_config(&lab, &Settings::lab(), false);
-    let mut proxy = Proxy::with(EbpfBackend::attach(config).expect("attach")).explained_in(
-        &lab,
-        &Settings::lab(),
-        kpng_lab::ebpf_alone(false),
-    );
+    let mut proxy = kpng_lab::ebpf_alone_proxy(&lab, &Settings::lab(), config);
     let spec = "{clusterIP: 10.96.0.10, ports: [{name: http, port: 80, targetPort: 8080}, {name: dns, port: 53, protocol: UDP, targetPort: 5353}]}";
     proxy
         .load(&manifest(&[service("web", spec, ALL3)]))
@@ -66,11 +62,7 @@ fn tc_programs_serve_external_traffic() {
     require_lab!(EbpfWithNft);
     let lab = lab();
     let config = ebpf_config(&lab, &Settings::lab(), true);
-    let mut proxy = Proxy::with(EbpfBackend::attach(config).expect("attach")).explained_in(
-        &lab,
-        &Settings::lab(),
-        kpng_lab::ebpf_alone(true),
-    );
+    let mut proxy = kpng_lab::ebpf_alone_proxy(&lab, &Settings::lab(), config);
     let local_two = "[{addresses: [10.244.1.10], nodeName: node-a}, {addresses: [10.244.2.10], nodeName: node-b}]";
     proxy
         .load(&manifest(&[
@@ -154,11 +146,7 @@ fn tc_programs_serve_ipv6_from_outside() {
         lab.serve(&name, &name);
     }
     let config = ebpf_config(&lab, &Settings::default(), true);
-    let mut proxy = Proxy::with(EbpfBackend::attach(config).expect("attach")).explained_in(
-        &lab,
-        &Settings::default(),
-        kpng_lab::ebpf_alone(true),
-    );
+    let mut proxy = kpng_lab::ebpf_alone_proxy(&lab, &Settings::default(), config);
     let items = [r#"
 - apiVersion: v1
   kind: Service
@@ -266,11 +254,7 @@ fn maps_grow_by_a_planned_swap_and_connections_keep_working() {
     let lab = lab();
     let sizes = kpng_backend_ebpf::MapSizes::default().min_entries(4);
     let config = ebpf_config(&lab, &Settings::lab(), false).map_sizes(sizes);
-    let mut proxy = Proxy::with(EbpfBackend::attach(config).expect("attach")).explained_in(
-        &lab,
-        &Settings::lab(),
-        kpng_lab::ebpf_alone(false),
-    );
+    let mut proxy = kpng_lab::ebpf_alone_proxy(&lab, &Settings::lab(), config);
     proxy.load(&manifest(&numbered(1))).expect("sync");
     let fill = |proxy: &Proxy<EbpfBackend>, map: &str| {
         let fills = proxy.backend.map_fill();
@@ -410,11 +394,7 @@ fn a_full_map_of_a_fixed_size_fails_the_round_and_keeps_the_previous_state() {
         .fix("kpng_services", 4)
         .expect("a map");
     let config = ebpf_config(&lab, &Settings::lab(), false).map_sizes(sizes);
-    let mut proxy = Proxy::with(EbpfBackend::attach(config).expect("attach")).explained_in(
-        &lab,
-        &Settings::lab(),
-        kpng_lab::ebpf_alone(false),
-    );
+    let mut proxy = kpng_lab::ebpf_alone_proxy(&lab, &Settings::lab(), config);
     proxy.load(&manifest(&numbered(2))).expect("sync");
     settle();
     let error = proxy
@@ -556,11 +536,7 @@ fn maglev_from_outside_and_round_robin_in_the_ebpf_programs() {
     require_lab!(EbpfWithNft);
     let lab = lab();
     let config = ebpf_config(&lab, &Settings::lab(), true);
-    let mut proxy = Proxy::with(EbpfBackend::attach(config).expect("attach")).explained_in(
-        &lab,
-        &Settings::lab(),
-        kpng_lab::ebpf_alone(true),
-    );
+    let mut proxy = kpng_lab::ebpf_alone_proxy(&lab, &Settings::lab(), config);
     let annotated = |name: &str, ip: &str, node_port: u16, how: Option<&str>, eps: &str| {
         let spec = format!(
             "{{type: NodePort, clusterIP: {ip}, ports: [{{name: http, port: 80, targetPort: 8080, nodePort: {node_port}}}]}}"
@@ -690,11 +666,7 @@ fn a_removed_endpoint_ends_the_connected_udp_sockets_sent_to_it(
     use std::io::{BufRead, Write};
     use std::process::Stdio;
     let config = ebpf_config(lab, &Settings::lab(), false);
-    let mut proxy = Proxy::with(EbpfBackend::attach(config).expect("attach")).explained_in(
-        lab,
-        &Settings::lab(),
-        kpng_lab::ebpf_alone(false),
-    );
+    let mut proxy = kpng_lab::ebpf_alone_proxy(lab, &Settings::lab(), config);
     let items = |ep: &str| [format!("{spec}{}", slice(ep))];
     proxy.load(&manifest(&items(a))).expect("sync");
     settle();
@@ -822,11 +794,7 @@ fn a_deleted_service_ends_the_udp_sockets_connected_through_it() {
     require_lab!(EbpfWithNft);
     let lab = lab();
     let config = ebpf_config(&lab, &Settings::lab(), false);
-    let mut proxy = Proxy::with(EbpfBackend::attach(config).expect("attach")).explained_in(
-        &lab,
-        &Settings::lab(),
-        kpng_lab::ebpf_alone(false),
-    );
+    let mut proxy = kpng_lab::ebpf_alone_proxy(&lab, &Settings::lab(), config);
     let spec =
         "{clusterIP: 10.96.0.30, ports: [{name: dns, port: 53, protocol: UDP, targetPort: 5353}]}";
     let keep =
