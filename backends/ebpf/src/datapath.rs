@@ -259,13 +259,16 @@ const NEXT: &str = "next";
 /// sizes (the floor or fixed size where it has none), the others at
 /// theirs.
 fn load_object(
+    loader: Option<EbpfLoader<'static>>,
     maps_dir: &Path,
     sizes: &MapSizes,
     cluster: &BTreeMap<&'static str, u32>,
     tc: bool,
     counted: bool,
 ) -> Result<aya::Ebpf, Error> {
-    let mut loader = EbpfLoader::new();
+    // (`EbpfLoader::new` parses the kernel's BTF: one made beforehand on
+    // a thread saves the wait.)
+    let mut loader = loader.unwrap_or_default();
     loader.default_map_pin_directory(maps_dir);
     for name in CLUSTER_MAPS {
         let size = cluster
@@ -406,6 +409,7 @@ impl Datapath {
         sizes: &MapSizes,
         cluster: &BTreeMap<&'static str, u32>,
         count_traffic: bool,
+        loader: Option<EbpfLoader<'static>>,
     ) -> Result<Self, Error> {
         check_bpffs(pin_path)?;
         let version = version_dir(pin_path, tc, sizes, count_traffic);
@@ -444,7 +448,7 @@ impl Datapath {
         std::fs::create_dir_all(&links_dir).map_err(pin_err(&links_dir))?;
 
         let with_tc = !tc.interfaces.is_empty();
-        let mut ebpf = load_object(&maps_dir, sizes, cluster, with_tc, count_traffic)?;
+        let mut ebpf = load_object(loader, &maps_dir, sizes, cluster, with_tc, count_traffic)?;
         load_programs(&mut ebpf, with_tc)?;
         let mut adopted = true;
         let mut links = Vec::new();
@@ -586,7 +590,7 @@ impl Datapath {
         }
         let mut cluster = self.kernel.capacity.0.clone();
         cluster.extend(grow.iter().map(|(k, v)| (*k, *v)));
-        let mut ebpf = load_object(next, sizes, &cluster, self.tc, self.counted)?;
+        let mut ebpf = load_object(None, next, sizes, &cluster, self.tc, self.counted)?;
         load_programs(&mut ebpf, self.tc)?;
         let (mut kernel, counters) = take_maps(&mut ebpf)?;
         let filled = fill(&mut kernel)?;

@@ -463,8 +463,10 @@ enum UdpEnder {
 enum Target {
     Kernel(Box<Datapath>),
     /// Nothing pinned yet: the object is loaded at the first sync, its
-    /// maps sized from the cluster.
-    Fresh,
+    /// maps sized from the cluster. Meanwhile a thread makes the loader
+    /// (aya parses the kernel's BTF in `EbpfLoader::new`, ~20 ms): the
+    /// first sync renders the view as it does.
+    Fresh(Option<std::thread::JoinHandle<aya::EbpfLoader<'static>>>),
     DryRun(Recorder),
 }
 
@@ -520,7 +522,11 @@ impl EbpfBackend {
                 config.counters,
             )?
         {
-            return Ok(Self::with_target(config, Target::Fresh));
+            let loader = std::thread::Builder::new()
+                .name("kpng-bpf-loader".into())
+                .spawn(aya::EbpfLoader::new)
+                .ok();
+            return Ok(Self::with_target(config, Target::Fresh(loader)));
         }
         let datapath = Datapath::open(
             &config.pin_path,
@@ -529,6 +535,7 @@ impl EbpfBackend {
             &config.map_sizes,
             &std::collections::BTreeMap::new(),
             config.counters,
+            None,
         )?;
         Ok(Self::with_target(
             config,
@@ -635,7 +642,7 @@ impl EbpfBackend {
     pub fn served(&self) -> Result<Vec<String>, Error> {
         match &self.target {
             Target::Kernel(datapath) => tables::served(&datapath.kernel),
-            Target::Fresh => Ok(Vec::new()),
+            Target::Fresh(_) => Ok(Vec::new()),
             Target::DryRun(recorder) => tables::served(recorder),
         }
     }
@@ -649,7 +656,7 @@ impl EbpfBackend {
     /// run): see [`map_memory`].
     pub fn kernel_memory(&self) -> u64 {
         match &self.target {
-            Target::Kernel(_) | Target::Fresh => map_memory(&self.config.pin_path),
+            Target::Kernel(_) | Target::Fresh(_) => map_memory(&self.config.pin_path),
             Target::DryRun(_) => 0,
         }
     }
@@ -658,7 +665,7 @@ impl EbpfBackend {
     pub fn counters(&self) -> Result<Counters, Error> {
         match &self.target {
             Target::Kernel(datapath) => datapath.counters(),
-            Target::Fresh | Target::DryRun(_) => Ok(Counters::default()),
+            Target::Fresh(_) | Target::DryRun(_) => Ok(Counters::default()),
         }
     }
 
@@ -722,7 +729,8 @@ impl EbpfBackend {
         } = self;
         udp_gone.clear();
         let rendered = render(config, round, full);
-        if matches!(target, Target::Fresh) {
+        if let Target::Fresh(loader) = target {
+            let loader = loader.take().and_then(|t| t.join().ok());
             // The first load, sized from what this (full) round needs.
             let mut need = Usage::default();
             for (_, c) in &rendered.changes {
@@ -741,6 +749,7 @@ impl EbpfBackend {
                 &config.map_sizes,
                 &cluster,
                 config.counters,
+                loader,
             )?;
             *target = Target::Kernel(Box::new(datapath));
         }
@@ -812,6 +821,9 @@ struct Rendered {
     looked: usize,
 }
 
+/// From how many Services a full round renders on two threads.
+const PARALLEL_RENDER: usize = 2000;
+
 /// Renders one round; `full`: every Service of the view.
 fn render(config: &EbpfConfig, round: &Round<'_>, full: bool) -> Rendered {
     let view = round.view();
@@ -829,11 +841,28 @@ fn render(config: &EbpfConfig, round: &Round<'_>, full: bool) -> Rendered {
         contribution(name, service, &node_ips, external, balancing)
     };
     if full {
-        let changes: Vec<(ServiceName, Contribution)> = view
-            .services
-            .iter()
-            .map(|(name, service)| (name.clone(), contribute(name, service)))
-            .collect();
+        let services: Vec<_> = view.services.iter().collect();
+        let each = |part: &[(&ServiceName, &std::sync::Arc<kpng_model::view::ServiceView>)]| {
+            part.iter()
+                .map(|(name, service)| ((*name).clone(), contribute(name, service)))
+                .collect::<Vec<(ServiceName, Contribution)>>()
+        };
+        // A large view's contributions are made on two threads (a cold
+        // start's render halves); their order is the view's.
+        let changes: Vec<(ServiceName, Contribution)> = if services.len() >= PARALLEL_RENDER {
+            let (first, second) = services.split_at(services.len() / 2);
+            std::thread::scope(|scope| {
+                let later = scope.spawn(|| each(second));
+                let mut changes = each(first);
+                match later.join() {
+                    Ok(rest) => changes.extend(rest),
+                    Err(_) => changes.extend(each(second)),
+                }
+                changes
+            })
+        } else {
+            each(&services)
+        };
         let looked = changes.len();
         return Rendered {
             changes,
@@ -985,6 +1014,35 @@ mod tests {
     fn view(services: &[usize]) -> NodeView {
         let store = kpng_testkit::history::store_of(services);
         kpng_view::node_view(&store.snapshot(), kpng_testkit::history::NODE)
+    }
+
+    /// A large view's full render (on two threads) gives each Service's
+    /// contribution, in the view's order, as rendering them one by one.
+    #[test]
+    fn a_large_full_render_is_each_service_s_contribution_in_order() {
+        let cluster = kpng_testkit::Cluster::synthetic(kpng_testkit::ClusterShape {
+            services: PARALLEL_RENDER + 7,
+            endpoints: (PARALLEL_RENDER + 7) * 2,
+            nodes: 3,
+            zones: 1,
+        });
+        let mut store = kpng_store::Store::new();
+        cluster.load_into(&mut store);
+        let v = kpng_view::node_view(&store.snapshot(), "node-0");
+        let config = EbpfConfig::default();
+        let rendered = render(&config, &Round::full(&v), true);
+        let node_ips = nodeport_ips(&v, None);
+        let one_by_one: Vec<(ServiceName, Contribution)> = v
+            .services
+            .iter()
+            .map(|(name, service)| {
+                let balancing = config.proxy.balancing_of(&service.service);
+                let c = contribution(name, service, &node_ips, None, balancing);
+                (name.clone(), c)
+            })
+            .collect();
+        assert_eq!(rendered.changes.len(), PARALLEL_RENDER + 7);
+        assert!(rendered.changes == one_by_one);
     }
 
     fn fail(backend: &mut EbpfBackend, on: bool) {
