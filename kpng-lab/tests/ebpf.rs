@@ -328,15 +328,8 @@ fn maps_grow_by_a_planned_swap_and_connections_keep_working() {
         "every connection through the swaps answered: {lines:?}"
     );
 
-    held.stdin
-        .take()
-        .expect("stdin")
-        .write_all(b"\n")
-        .expect("write");
-    let mut line = String::new();
-    held_out.read_line(&mut line).expect("a line");
+    let line = go_on(&mut held, &mut held_out);
     assert_eq!(line.trim(), "after 10.96.1.1 53 10.96.1.1 80");
-    let _ = held.wait();
 
     // New connections to the first and the last Service reach every
     // endpoint; nothing was counted missing.
@@ -663,7 +656,7 @@ fn a_removed_endpoint_ends_the_connected_udp_sockets_sent_to_it(
     spec: &str,
     slice: &dyn Fn(&str) -> String,
 ) {
-    use std::io::{BufRead, Write};
+    use std::io::BufRead;
     use std::process::Stdio;
     let config = ebpf_config(lab, &Settings::lab(), false);
     let mut proxy = kpng_lab::ebpf_alone_proxy(lab, &Settings::lab(), config);
@@ -684,14 +677,7 @@ fn a_removed_endpoint_ends_the_connected_udp_sockets_sent_to_it(
     proxy.load(&manifest(&items(b))).expect("sync");
     let stats = proxy.backend.last_sync().clone();
 
-    held.stdin
-        .take()
-        .expect("stdin")
-        .write_all(b"\n")
-        .expect("write");
-    let mut line = String::new();
-    out.read_line(&mut line).expect("a line");
-    let _ = held.wait();
+    let line = go_on(&mut held, &mut out);
     assert_eq!(
         line.trim(),
         format!("after ECONNABORTED EDESTADDRREQ {b} {a} {svc}/0"),
@@ -789,7 +775,7 @@ print("after", out, flush=True)
 /// too (every endpoint of its UDP port left).
 #[test]
 fn a_deleted_service_ends_the_udp_sockets_connected_through_it() {
-    use std::io::{BufRead, Write};
+    use std::io::BufRead;
     use std::process::Stdio;
     require_lab!(EbpfWithNft);
     let lab = lab();
@@ -824,6 +810,16 @@ fn a_deleted_service_ends_the_udp_sockets_connected_through_it() {
         .load(&manifest(&[service("kept", keep, ALL3)]))
         .expect("sync");
     let stats = proxy.backend.last_sync().clone();
+    let line = go_on(&mut held, &mut out);
+    assert_eq!(line.trim(), "after ECONNABORTED");
+    assert_eq!(stats.udp_sockets_ended, 1, "{stats:?}");
+    EbpfWithNft::clear(&lab);
+}
+
+/// Lets a held client (a process waiting for a line on its stdin) go on,
+/// and waits for it: the line it printed then.
+fn go_on(held: &mut std::process::Child, out: &mut impl std::io::BufRead) -> String {
+    use std::io::Write;
     held.stdin
         .take()
         .expect("stdin")
@@ -832,7 +828,5 @@ fn a_deleted_service_ends_the_udp_sockets_connected_through_it() {
     let mut line = String::new();
     out.read_line(&mut line).expect("a line");
     let _ = held.wait();
-    assert_eq!(line.trim(), "after ECONNABORTED");
-    assert_eq!(stats.udp_sockets_ended, 1, "{stats:?}");
-    EbpfWithNft::clear(&lab);
+    line
 }

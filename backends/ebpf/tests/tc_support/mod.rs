@@ -68,52 +68,46 @@ impl Loaded {
         slots.insert(key, page, 0).expect("slots");
     }
 
-    /// Runs program `name` on `packet`: its verdict and the packet after.
-    pub(crate) fn run(&self, name: &str, packet: &[u8]) -> (u32, Vec<u8>) {
-        let program: &SchedClassifier = self
-            .ebpf
+    fn classifier(&self, name: &str) -> &SchedClassifier {
+        self.ebpf
             .program(name)
             .expect("program")
             .try_into()
-            .expect("classifier");
+            .expect("classifier")
+    }
+
+    /// Runs program `name` on `packet` once: the kernel's result and the
+    /// packet after.
+    fn test_run(&self, name: &str, packet: &[u8]) -> (aya::programs::TestRunResult, Vec<u8>) {
         let mut out = vec![0u8; 4096];
         let opts = TestRunOptions {
             data_in: Some(packet),
             data_out: Some(&mut out),
             ..TestRunOptions::new()
         };
-        let result = program.test_run(opts).expect("test run");
+        let result = self.classifier(name).test_run(opts).expect("test run");
         out.truncate(result.data_size_out as usize);
+        (result, out)
+    }
+
+    /// Runs program `name` on `packet`: its verdict and the packet after.
+    pub(crate) fn run(&self, name: &str, packet: &[u8]) -> (u32, Vec<u8>) {
+        let (result, out) = self.test_run(name, packet);
         (result.return_value, out)
     }
 
     /// How many instructions the verifier walked to load program `name`
     /// (its limit: 1,000,000).
     pub(crate) fn verified(&self, name: &str) -> Option<u32> {
-        let program: &SchedClassifier = self
-            .ebpf
-            .program(name)
-            .expect("program")
-            .try_into()
-            .expect("classifier");
-        program.info().ok()?.verified_instruction_count()
+        self.classifier(name)
+            .info()
+            .ok()?
+            .verified_instruction_count()
     }
 
     /// Runs program `name` once on `packet`: the kernel's time for the run.
     pub(crate) fn time(&self, name: &str, packet: &[u8]) -> std::time::Duration {
-        let program: &SchedClassifier = self
-            .ebpf
-            .program(name)
-            .expect("program")
-            .try_into()
-            .expect("classifier");
-        let mut out = vec![0u8; 4096];
-        let opts = TestRunOptions {
-            data_in: Some(packet),
-            data_out: Some(&mut out),
-            ..TestRunOptions::new()
-        };
-        program.test_run(opts).expect("test run").duration
+        self.test_run(name, packet).0.duration
     }
 }
 
