@@ -729,36 +729,19 @@ impl<'a> Run<'a> {
         let pp = &plan.ports[port];
         let name = service.service.service_name();
         self.describe_hit(&name, pp, role);
-        let (src, origin) = (self.packet.source, self.packet.origin);
+        let origin = self.packet.origin;
 
         // Source ranges: checked where packets come in (prerouting), on
         // LB IPs only.
         if role == Role::LoadBalancerIp && !plan.source_ranges.is_empty() {
             if origin == Origin::Host {
                 self.step("loadBalancerSourceRanges are checked on packets coming in, not on the node's own");
-            } else if plan.source_ranges.iter().any(|n| n.contains(&src)) {
-                self.step(format!(
-                    "the source {src} is in loadBalancerSourceRanges ({})",
-                    list(&plan.source_ranges)
-                ));
-            } else {
-                self.step(format!(
-                    "the source {src} is outside loadBalancerSourceRanges ({})",
-                    list(&plan.source_ranges)
-                ));
-                return Outcome::Dropped {
-                    reason: format!("source {src} outside the loadBalancerSourceRanges of {name}"),
-                };
+            } else if let Some(dropped) = self.source_ranges(&name, &plan.source_ranges, "") {
+                return dropped;
             }
         }
         if pp.cluster.is_empty() {
-            self.step(format!(
-                "Service port {name}:{} has no usable endpoint anywhere",
-                port_label(pp)
-            ));
-            return Outcome::Rejected {
-                reason: format!("{name} has no usable endpoint: ICMP port unreachable"),
-            };
+            return self.no_usable_endpoint(&name, pp, "ICMP port unreachable");
         }
         let (local, masquerade) = self.netfilter_policy(&plan, role);
         let targets = self.targets(service, pp, local);
@@ -1130,15 +1113,7 @@ impl<'a> Run<'a> {
             self.packet.origin
         ));
         if pp.cluster.is_empty() {
-            self.step(format!(
-                "Service port {name}:{} has no usable endpoint anywhere",
-                port_label(pp)
-            ));
-            return Outcome::Rejected {
-                reason: format!(
-                    "{name} has no usable endpoint: the connect fails with ECONNREFUSED"
-                ),
-            };
+            return self.no_usable_endpoint(&name, pp, "the connect fails with ECONNREFUSED");
         }
         let local = role == Role::ClusterIp && plan.itp_local;
         self.step(match role {
@@ -1173,40 +1148,62 @@ impl<'a> Run<'a> {
         )
     }
 
+    /// An LB IP's loadBalancerSourceRanges against the packet's source:
+    /// the drop when it is outside them (`dropped` says where).
+    fn source_ranges(
+        &mut self,
+        name: &ServiceName,
+        ranges: &[IpNet],
+        dropped: &str,
+    ) -> Option<Outcome> {
+        let src = self.packet.source;
+        if ranges.iter().any(|n| n.contains(&src)) {
+            self.step(format!(
+                "the source {src} is in loadBalancerSourceRanges ({})",
+                list(ranges)
+            ));
+            return None;
+        }
+        self.step(format!(
+            "the source {src} is outside loadBalancerSourceRanges ({}){dropped}",
+            list(ranges)
+        ));
+        Some(Outcome::Dropped {
+            reason: format!("source {src} outside the loadBalancerSourceRanges of {name}"),
+        })
+    }
+
+    /// A Service port with no usable endpoint anywhere: rejected, `how`.
+    fn no_usable_endpoint(&mut self, name: &ServiceName, pp: &PortPlan<'_>, how: &str) -> Outcome {
+        self.step(format!(
+            "Service port {name}:{} has no usable endpoint anywhere",
+            port_label(pp)
+        ));
+        Outcome::Rejected {
+            reason: format!("{name} has no usable endpoint: {how}"),
+        }
+    }
+
     /// The tc programs on a packet from outside to a Service port.
     fn tc(&mut self, service: &'a ServiceView, port: usize, role: Role) -> Outcome {
         let plan = service.plan(self.family);
         let pp = &plan.ports[port];
         let name = service.service.service_name();
-        let src = self.packet.source;
         self.describe_hit(&name, pp, role);
         self.step("from outside, at an interface with the eBPF tc programs");
-        if role == Role::LoadBalancerIp && !plan.source_ranges.is_empty() {
-            if plan.source_ranges.iter().any(|n| n.contains(&src)) {
-                self.step(format!(
-                    "the source {src} is in loadBalancerSourceRanges ({})",
-                    list(&plan.source_ranges)
-                ));
-            } else {
-                self.step(format!(
-                    "the source {src} is outside loadBalancerSourceRanges ({}): dropped at ingress",
-                    list(&plan.source_ranges)
-                ));
-                return Outcome::Dropped {
-                    reason: format!("source {src} outside the loadBalancerSourceRanges of {name}"),
-                };
-            }
+        if role == Role::LoadBalancerIp
+            && !plan.source_ranges.is_empty()
+            && let Some(dropped) =
+                self.source_ranges(&name, &plan.source_ranges, ": dropped at ingress")
+        {
+            return dropped;
         }
         if pp.cluster.is_empty() {
-            self.step(format!(
-                "Service port {name}:{} has no usable endpoint anywhere",
-                port_label(pp)
-            ));
-            return Outcome::Rejected {
-                reason: format!(
-                    "{name} has no usable endpoint: an ICMP port unreachable, built by the eBPF tc programs"
-                ),
-            };
+            return self.no_usable_endpoint(
+                &name,
+                pp,
+                "an ICMP port unreachable, built by the eBPF tc programs",
+            );
         }
         let (local, masquerade) = if role == Role::ClusterIp {
             // As kube-proxy's rules: the internal policy's endpoints,
