@@ -15,6 +15,16 @@ use kpng_view::NodeProjector;
 
 use crate::{Lab, LabBackend, Settings, settle};
 
+/// A lab with a pod client (`podc`, 10.244.1.99) and one endpoint pod
+/// serving (`e1`, 10.244.1.10): what the rate measures connect through.
+fn client_and_endpoint() -> Lab {
+    let mut lab = Lab::new();
+    lab.host("podc", &["10.244.1.99"], &[]);
+    lab.host("e1", &["10.244.1.10"], &[]);
+    lab.serve("e1", "10.244.1.10");
+    lab
+}
+
 fn settings() -> Settings {
     Settings {
         cluster_cidr: "10.244.0.0/16".into(),
@@ -171,10 +181,7 @@ pub fn run<B: LabBackend>(refs: [&str; 4], extended: bool) {
         println!("SKIPPED: {why}");
         return;
     }
-    let mut lab = Lab::new();
-    lab.host("podc", &["10.244.1.99"], &[]);
-    lab.host("e1", &["10.244.1.10"], &[]);
-    lab.serve("e1", "10.244.1.10");
+    let lab = client_and_endpoint();
 
     // The data plane with 10 Services programmed.
     let (small_ms, small_commands, ..) = full_sync::<B>(&lab, 10, true);
@@ -555,10 +562,7 @@ pub struct AtScale {
 /// found by one set lookup per class in order of use, the dearest case
 /// of the data path.
 pub fn at_scale<B: LabBackend>(services: usize, counts: usize) -> AtScale {
-    let mut lab = Lab::new();
-    lab.host("podc", &["10.244.1.99"], &[]);
-    lab.host("e1", &["10.244.1.10"], &[]);
-    lab.serve("e1", "10.244.1.10");
+    let lab = client_and_endpoint();
     let mut cluster = cluster(services, true);
     if counts > 0 {
         let index: std::collections::HashMap<ServiceName, usize> = cluster
@@ -946,10 +950,7 @@ pub fn counters_cost<B: LabBackend>(rounds: usize, syncs: bool, make: impl Fn(&L
         println!("SKIPPED: {why}");
         return;
     }
-    let mut lab = Lab::new();
-    lab.host("podc", &["10.244.1.99"], &[]);
-    lab.host("e1", &["10.244.1.10"], &[]);
-    lab.serve("e1", "10.244.1.10");
+    let lab = client_and_endpoint();
     let cluster = cluster(10_000, true);
     let mut runs: [Vec<CounterRun>; 2] = [Vec::new(), Vec::new()];
     for round in 0..rounds * 2 {
@@ -1059,10 +1060,7 @@ pub fn counters_scrape_cost() {
         println!("SKIPPED: {why}");
         return;
     }
-    let mut lab = Lab::new();
-    lab.host("podc", &["10.244.1.99"], &[]);
-    lab.host("e1", &["10.244.1.10"], &[]);
-    lab.serve("e1", "10.244.1.10");
+    let lab = client_and_endpoint();
     let store = store_of(&cluster(10_000, true));
     let config = NftConfig::new(settings().proxy())
         .in_netns(&lab.ns("node"))

@@ -759,7 +759,7 @@ impl PortCtx<'_> {
     /// affinity rules send to `endpoint`:`port` (and its element); none
     /// otherwise.
     fn count_affinity(&self, render: &mut Render, endpoint: &[u8], port: &[u8; 2]) -> Vec<Expr> {
-        let Some(vip) = self.counted_as.as_deref().filter(|_| self.config.counters) else {
+        let Some(vip) = self.counted_as.as_deref() else {
             return Vec::new();
         };
         let number = self.port.to_be_bytes();
@@ -869,7 +869,7 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &NftConfig) 
             id: port_id(&name, port.port),
             proto,
             port: number,
-            counted_as: cluster_ips.first().cloned(),
+            counted_as: cluster_ips.first().filter(|_| config.counters).cloned(),
             affinity: plan.affinity,
             how: config.proxy.balancing_of(&view.service),
             cluster: port.cluster,
