@@ -17,6 +17,17 @@
 //! checks that exactly those made a revision (0 spurious, 0 missed). It
 //! prints `stats:` lines per simulated minute in the format of the original
 //! KPNG measurements, then a one-line JSON summary.
+//!
+//! `--kpng PATH[,PATH…] [--runs N]` measures the command instead: a test
+//! apiserver (this bench in a process of its own) serves the trace's
+//! initial objects as lists and its events on the watches, all at once,
+//! and `PATH kube --node node-0 to-nft --dry-run` follows them; once it
+//! has been idle for 3 s it is stopped, and its peak RSS (`wait4`) and CPU
+//! are printed. With several binaries the runs alternate (A, B, A, B, …).
+//!
+//! ```text
+//! cargo bench -p kpng-kube --bench ingest -- --seed-style --kpng target/release/kpng --runs 3
+//! ```
 #![allow(unsafe_code, missing_docs, clippy::unwrap_used)]
 
 use std::time::Instant;
@@ -198,6 +209,10 @@ fn parse_args() -> Args {
     };
     let mut it = std::env::args().skip(1).filter(|a| a != "--bench");
     while let Some(flag) = it.next() {
+        if ["--serve", "--kpng", "--runs"].contains(&flag.as_str()) {
+            it.next();
+            continue;
+        }
         if flag == "--seed-style" {
             (args.services, args.pods, args.nodes, args.minutes) = (1000, 1500, 100, 30);
             args.slice_noops_per_minute = Some(3_580.0);
@@ -441,6 +456,15 @@ fn replay(ingest: &mut Ingest, e: &Event, relist: bool) -> (u64, u64, bool) {
 }
 
 fn main() {
+    let raw: Vec<String> = std::env::args().collect();
+    let value = |name: &str| raw.iter().skip_while(|a| *a != name).nth(1).cloned();
+    if let Some(kubeconfig) = value("--serve") {
+        return serve(&parse_args(), &kubeconfig);
+    }
+    if let Some(binaries) = value("--kpng") {
+        let runs = value("--runs").and_then(|n| n.parse().ok()).unwrap_or(1);
+        return measure_kpng(&binaries, runs);
+    }
     let args = parse_args();
     let (initial, events) = generate(&args);
     let expected_initial = [Obj::Node, Obj::Service, Obj::Slice]
@@ -613,4 +637,139 @@ fn main() {
         );
         std::process::exit(1);
     }
+}
+
+/// The test apiserver for `--kpng`, in a process of its own (a child's
+/// peak RSS as `wait4` reports it includes the address space it was
+/// spawned from, so the measuring parent must stay small): the trace's
+/// initial objects as lists, its events on the first watch of each kind.
+fn serve(args: &Args, kubeconfig: &str) {
+    use kpng_testkit::apiserver::{ApiServer, Reply, Resource, Script};
+    let (initial, events) = generate(args);
+    let value = |e: &Event| serde_json::from_slice::<Value>(&e.json).unwrap();
+    let mut script = Script::default();
+    for (obj, resource) in [
+        (Obj::Service, Resource::Services),
+        (Obj::Slice, Resource::EndpointSlices),
+        (Obj::Node, Resource::Nodes),
+    ] {
+        let items = initial.iter().filter(|e| e.obj == obj).map(value).collect();
+        script.push(resource, false, Reply::List("1".into(), items));
+        let watch = events
+            .iter()
+            .filter(|e| e.obj == obj)
+            .map(|e| {
+                let kind = if e.delete { "DELETED" } else { "MODIFIED" };
+                json!({"type": kind, "object": value(e)})
+            })
+            .collect();
+        script.push(resource, true, Reply::Watch(watch));
+    }
+    let count = initial.len() + events.len();
+    drop((initial, events));
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = runtime.block_on(ApiServer::start(script));
+    std::fs::write(kubeconfig, server.kubeconfig()).unwrap();
+    println!("ready {count}");
+    let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+}
+
+/// CPU time (user + system) of process `pid` so far, in clock ticks.
+fn ticks_of(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    // utime and stime: fields 14 and 15, 12 and 13 after the name.
+    let field = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    field(11) + field(12)
+}
+
+/// Runs each binary in `binaries` (comma-separated) `runs` times,
+/// alternating, against a fresh test apiserver serving the trace.
+fn measure_kpng(binaries: &str, runs: usize) {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    let passed: Vec<String> = {
+        let mut out = Vec::new();
+        let mut it = std::env::args().skip(1).filter(|a| a != "--bench");
+        while let Some(a) = it.next() {
+            if a == "--kpng" || a == "--runs" {
+                it.next();
+            } else {
+                out.push(a);
+            }
+        }
+        out
+    };
+    let dir = std::env::temp_dir().join(format!("kpng-churn-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    for run in 0..runs {
+        for binary in binaries.split(',') {
+            let mut server = Command::new(std::env::current_exe().unwrap())
+                .args(&passed)
+                .arg("--serve")
+                .arg(&kubeconfig)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut lines = std::io::BufReader::new(server.stdout.take().unwrap()).lines();
+            let ready = lines.next().unwrap().unwrap();
+            let events = ready.strip_prefix("ready ").unwrap_or("?").to_owned();
+            let start = Instant::now();
+            let child = Command::new(binary)
+                .args(["kube", "--kubeconfig"])
+                .arg(&kubeconfig)
+                .args(["--node", "node-0", "to-nft", "--dry-run"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let pid = child.id();
+            let (mut last, mut idle) = (0, 0);
+            let mut busy_until = start.elapsed();
+            while idle < 12 {
+                std::thread::sleep(std::time::Duration::from_millis(250));
+                let now = ticks_of(pid);
+                if now == last {
+                    idle += 1;
+                } else {
+                    (last, idle) = (now, 0);
+                    busy_until = start.elapsed();
+                }
+            }
+            // SAFETY: `pid` is our child, not yet reaped.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            let mut status = 0;
+            // SAFETY: an all-zero rusage is valid; wait4 fills it.
+            let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+            // SAFETY: valid pointers; `pid` is our child.
+            let waited = unsafe { libc::wait4(pid as libc::pid_t, &mut status, 0, &mut usage) };
+            assert_eq!(waited, pid as libc::pid_t, "wait4");
+            std::mem::forget(child);
+            drop(server.stdin.take());
+            server.wait().unwrap();
+            let cpu = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+            let peak_mib = usage.ru_maxrss as f64 / 1024.0;
+            println!(
+                "run {run}: {binary}: {events} events, peak RSS {peak_mib:.1} MiB, CPU {:.2} s (user {:.2}), busy {:.2} s",
+                cpu(usage.ru_utime) + cpu(usage.ru_stime),
+                cpu(usage.ru_utime),
+                busy_until.as_secs_f64()
+            );
+            println!(
+                "{{\"binary\":\"{binary}\",\"run\":{run},\"peak_rss_mib\":{peak_mib:.1},\"cpu_s\":{:.2}}}",
+                cpu(usage.ru_utime) + cpu(usage.ru_stime)
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
