@@ -184,7 +184,10 @@ mod tests {
     fn set(i: u8, version: u8) -> ViewOp {
         let cluster_ip = IpAddr::V4(Ipv4Addr::new(10, 96, 0, version));
         ViewOp::SetService(Arc::new(
-            Service::new("ns", format!("s{i}")).with_cluster_ips([cluster_ip]),
+            kpng_model::ServiceInfo::new(
+                Service::new("ns", format!("s{i}")).with_cluster_ips([cluster_ip]),
+            )
+            .expect("valid"),
         ))
     }
 

@@ -37,7 +37,7 @@
 //! # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
 //! let mut store = Store::new();
 //! let mut txn = store.begin();
-//! txn.set_service(Service { namespace: "default".into(), name: "web".into(), ..Default::default() });
+//! txn.set_service(kpng_model::ServiceInfo::new(Service::new("default", "web")).expect("valid"));
 //! txn.commit();
 //! store.mark_listed(Kind::Service);
 //! store.mark_listed(Kind::Endpoint);

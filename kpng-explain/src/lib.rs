@@ -572,13 +572,28 @@ impl<'a> Run<'a> {
         let mut node_port = None;
         let on_node_port = self.is_nodeport_address(dst);
         for service in self.view.services.values() {
-            let plan = service.plan(self.family);
+            let svc = &service.service;
+            let family = self.family;
+            // The addresses are typed: a Service is planned (its
+            // endpoints looked at) only when the packet is for it.
+            let roles = [
+                (svc.cluster_ips(family), Role::ClusterIp),
+                (svc.external_ips(family), Role::ExternalIp),
+                (svc.load_balancer_ips(family), Role::LoadBalancerIp),
+            ];
+            let addressed = roles.iter().any(|(ips, _)| ips.contains(&dst));
+            let node_port_hit = on_node_port
+                && node_port.is_none()
+                && svc.ports.iter().any(|q| q.node_port == u32::from(p.port));
+            if svc.load_balancer_proxy_ips(family).contains(&dst) {
+                proxy_ip = Some(&**service);
+            }
+            if !addressed && !node_port_hit {
+                continue;
+            }
+            let plan = service.plan(family);
             let port = plan.ports.iter().position(matches);
-            for (ips, role) in [
-                (&plan.cluster_ips, Role::ClusterIp),
-                (&plan.external_ips, Role::ExternalIp),
-                (&plan.lb_ips, Role::LoadBalancerIp),
-            ] {
+            for (ips, role) in roles {
                 if ips.contains(&dst) {
                     match port {
                         Some(port) => {
@@ -593,17 +608,7 @@ impl<'a> Run<'a> {
                     }
                 }
             }
-            if kpng_model::addr::family_of(
-                service.service.load_balancer_proxy_ips.as_deref(),
-                self.family,
-            )
-            .iter()
-            .any(|t| t.parse() == Ok(dst))
-            {
-                proxy_ip = Some(&**service);
-            }
-            if on_node_port
-                && node_port.is_none()
+            if node_port_hit
                 && let Some(port) = plan
                     .ports
                     .iter()
@@ -736,7 +741,7 @@ impl<'a> Run<'a> {
         if role == Role::LoadBalancerIp && !plan.source_ranges.is_empty() {
             if origin == Origin::Host {
                 self.step("loadBalancerSourceRanges are checked on packets coming in, not on the node's own");
-            } else if let Some(dropped) = self.source_ranges(&name, &plan.source_ranges, "") {
+            } else if let Some(dropped) = self.source_ranges(&name, plan.source_ranges, "") {
                 return dropped;
             }
         }
@@ -1194,7 +1199,7 @@ impl<'a> Run<'a> {
         if role == Role::LoadBalancerIp
             && !plan.source_ranges.is_empty()
             && let Some(dropped) =
-                self.source_ranges(&name, &plan.source_ranges, ": dropped at ingress")
+                self.source_ranges(&name, plan.source_ranges, ": dropped at ingress")
         {
             return dropped;
         }

@@ -91,7 +91,7 @@ fn service_key(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta
 /// Relist buffers: what a relist has delivered so far, per kind.
 #[derive(Default)]
 pub(crate) struct Relists {
-    services: Option<Vec<(Key, Option<kpng_model::v1::Service>)>>,
+    services: Option<Vec<(Key, Option<kpng_model::ServiceInfo>)>>,
     slices: Option<HashMap<SliceKey, SliceContribution>>,
     nodes: Option<Vec<kpng_model::v1::Node>>,
     service_cidrs: Option<Vec<kpng_model::v1::ServiceCidr>>,
@@ -247,7 +247,7 @@ impl Ingest {
     fn translate_service(
         &mut self,
         svc: &objects::Service,
-    ) -> Result<Option<kpng_model::v1::Service>, ()> {
+    ) -> Result<Option<kpng_model::ServiceInfo>, ()> {
         translate::service(svc, &self.config.translate).map_err(|e| self.translate_error(&e))
     }
 
@@ -644,7 +644,7 @@ impl SliceIndex {
 }
 
 /// Replaces every Service with `listed`, in `txn`.
-fn swap_services(txn: &mut Txn<'_>, listed: Vec<(Key, Option<kpng_model::v1::Service>)>) {
+fn swap_services(txn: &mut Txn<'_>, listed: Vec<(Key, Option<kpng_model::ServiceInfo>)>) {
     let mut keep = BTreeSet::new();
     for (key, translated) in listed {
         if translated.is_some() {
@@ -733,7 +733,7 @@ impl Named for objects::ServiceCidr {
     }
 }
 
-fn write_service(txn: &mut Txn<'_>, key: Key, translated: Option<kpng_model::v1::Service>) {
+fn write_service(txn: &mut Txn<'_>, key: Key, translated: Option<kpng_model::ServiceInfo>) {
     match translated {
         Some(service) => {
             txn.set_service(service);

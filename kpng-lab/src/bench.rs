@@ -59,7 +59,7 @@ fn bench_service(
     };
     let name = svc.service_name();
     let mut txn = store.begin();
-    txn.set_service(svc);
+    txn.set_service(kpng_model::ServiceInfo::new(svc).expect("bench setup"));
     for ip in endpoints {
         let ep = EndpointInfo::builder(*ip)
             .node(node, "")

@@ -252,7 +252,10 @@ mod tests {
         let mut view = NodeView::default();
         for (name, ip) in services {
             let ip = ip.parse().expect("address");
-            let service = Arc::new(Service::new("ns", *name).with_cluster_ips([ip]));
+            let service = Arc::new(
+                kpng_model::ServiceInfo::new(Service::new("ns", *name).with_cluster_ips([ip]))
+                    .expect("valid"),
+            );
             view.services
                 .insert(service.service_name(), Arc::new(ServiceView::new(service)));
         }

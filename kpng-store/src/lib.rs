@@ -25,14 +25,14 @@
 //! # Example
 //!
 //! ```
-//! use kpng_model::{Kind, ServiceName};
+//! use kpng_model::{Kind, ServiceInfo, ServiceName};
 //! use kpng_model::v1::Service;
 //! use kpng_store::Store;
 //!
 //! let mut store = Store::new();
 //! let reader = store.reader();
 //!
-//! let web = Service { namespace: "default".into(), name: "web".into(), ..Default::default() };
+//! let web = ServiceInfo::new(Service::new("default", "web"))?;
 //! let mut txn = store.begin();
 //! txn.set_service(web.clone());
 //! assert_eq!(txn.commit().revision, Some(1));
@@ -49,6 +49,7 @@
 //! assert!(!snapshot.is_listed(Kind::Service));
 //! store.mark_listed(Kind::Service);
 //! assert!(reader.snapshot().is_listed(Kind::Service));
+//! # Ok::<(), kpng_model::Error>(())
 //! ```
 
 pub mod map;

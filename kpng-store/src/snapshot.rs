@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use imbl::Vector;
 use imbl::ordmap::DiffItem;
-use kpng_model::v1::{IpSet, Node, Service, ServiceCidr};
+use kpng_model::ServiceInfo;
+use kpng_model::v1::{IpSet, Node, ServiceCidr};
 use kpng_model::{EndpointInfo, Key, Kind, ServiceName, Value};
 use tokio::sync::watch;
 
@@ -116,7 +117,7 @@ impl Snapshot {
     }
 
     /// A Service by name.
-    pub fn service(&self, name: &ServiceName) -> Option<&Arc<Service>> {
+    pub fn service(&self, name: &ServiceName) -> Option<&Arc<ServiceInfo>> {
         Some(&self.state.services.get(name)?.service.as_ref()?.value)
     }
 
@@ -149,7 +150,7 @@ impl Snapshot {
 
     /// Every Service, in the store's fixed order (the same on every run,
     /// not alphabetical).
-    pub fn services(&self) -> impl Iterator<Item = (&ServiceName, &Arc<Service>)> {
+    pub fn services(&self) -> impl Iterator<Item = (&ServiceName, &Arc<ServiceInfo>)> {
         self.state
             .services
             .iter()

@@ -3,7 +3,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use kpng_model::v1::{Node, Service, ServiceCidr};
+use kpng_model::ServiceInfo;
+use kpng_model::v1::{Node, ServiceCidr};
 use kpng_model::{EndpointInfo, Key, Kind, ServiceName, Value};
 use tokio::sync::watch;
 
@@ -248,8 +249,9 @@ impl Txn<'_> {
         Ok(self.write(key, value))
     }
 
-    /// Sets a Service, keyed by its namespace and name.
-    pub fn set_service(&mut self, service: Service) -> bool {
+    /// Sets a Service, keyed by its namespace and name; its addresses
+    /// were typed when it was made ([`ServiceInfo::new`]).
+    pub fn set_service(&mut self, service: ServiceInfo) -> bool {
         let key = Key::Service(service.service_name());
         self.write(key, Value::Service(Arc::new(service)))
     }

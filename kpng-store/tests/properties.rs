@@ -47,7 +47,10 @@ fn op() -> impl Strategy<Value = Op> {
             }],
             ..Default::default()
         };
-        (Key::Service(name), Value::Service(Arc::new(svc)))
+        (
+            Key::Service(name),
+            Value::Service(Arc::new(kpng_model::ServiceInfo::new(svc).expect("valid"))),
+        )
     });
     let endpoint =
         (service_name(), 0..4u8, any::<bool>(), 0..6u8).prop_map(|(name, id, ready, variant)| {

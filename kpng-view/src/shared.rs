@@ -40,7 +40,7 @@ type Services = OrdMap<ServiceName, Arc<ServiceView>>;
 /// let mut store = Store::new();
 /// let web = ServiceName::new("default", "web");
 /// let mut txn = store.begin();
-/// txn.set_service(Service { namespace: "default".into(), name: "web".into(), ..Default::default() });
+/// txn.set_service(kpng_model::ServiceInfo::new(Service::new("default", "web")).expect("valid"));
 /// let endpoint = EndpointInfo::builder("10.1.0.7".parse()?).node("node-a", "zone-1");
 /// txn.set_endpoint(web.clone(), endpoint.build());
 /// txn.commit();

@@ -257,11 +257,14 @@ fn first_round_and_round_after_failure_are_full() {
     let mut store = Store::new();
     let name = ServiceName::new("ns", "web");
     let mut txn = store.begin();
-    txn.set_service(Service {
-        namespace: "ns".into(),
-        name: "web".into(),
-        ..Default::default()
-    });
+    txn.set_service(
+        kpng_model::ServiceInfo::new(Service {
+            namespace: "ns".into(),
+            name: "web".into(),
+            ..Default::default()
+        })
+        .expect("valid"),
+    );
     txn.commit();
     let mut projector = NodeProjector::new(NODE);
     let mut sink = RecordingSink::default();
@@ -328,11 +331,14 @@ fn another_nodes_change_that_does_not_alter_this_view_yields_nothing() {
         zone: "zone-1".into(),
         ..Default::default()
     });
-    txn.set_service(Service {
-        namespace: "ns".into(),
-        name: "web".into(),
-        ..Default::default()
-    });
+    txn.set_service(
+        kpng_model::ServiceInfo::new(Service {
+            namespace: "ns".into(),
+            name: "web".into(),
+            ..Default::default()
+        })
+        .expect("valid"),
+    );
     txn.set_endpoint(
         name.clone(),
         EndpointInfo::from_proto(&endpoint("10.0.0.1", NODE, "zone-1", true)).expect("valid"),

@@ -55,7 +55,7 @@ fn view(n: usize) -> (NodeView, usize) {
                 Cluster::endpoint(ip.into(), &nodes[j % 2], &service, &mut interner)
             })
             .collect();
-        txn.set_service(service);
+        txn.set_service(kpng_model::ServiceInfo::new(service).expect("valid"));
         txn.replace_endpoints(&name, &Arc::new(endpoints))
             .expect("sorted");
     }

@@ -728,22 +728,25 @@ mod tests {
 
     use super::{NftBackend, NftConfig};
 
-    fn service(name: &str, ip: &str, affinity: bool) -> Arc<Service> {
-        Arc::new(Service {
-            namespace: "t".into(),
-            name: name.into(),
-            cluster_ips: Some(IpSet::parse_addrs("clusterIPs", [ip]).expect("ip")),
-            client_ip_affinity: affinity.then_some(ClientIpAffinity {
-                timeout_seconds: 60,
-            }),
-            ports: vec![ServicePort {
-                name: "http".into(),
-                protocol: Protocol::Tcp as i32,
-                port: 80,
+    fn service(name: &str, ip: &str, affinity: bool) -> Arc<kpng_model::ServiceInfo> {
+        Arc::new(
+            kpng_model::ServiceInfo::new(Service {
+                namespace: "t".into(),
+                name: name.into(),
+                cluster_ips: Some(IpSet::parse_addrs("clusterIPs", [ip]).expect("ip")),
+                client_ip_affinity: affinity.then_some(ClientIpAffinity {
+                    timeout_seconds: 60,
+                }),
+                ports: vec![ServicePort {
+                    name: "http".into(),
+                    protocol: Protocol::Tcp as i32,
+                    port: 80,
+                    ..Default::default()
+                }],
                 ..Default::default()
-            }],
-            ..Default::default()
-        })
+            })
+            .expect("valid"),
+        )
     }
 
     fn endpoint(ip: &str) -> EndpointView {
@@ -1013,10 +1016,10 @@ mod tests {
     fn a_maglev_endpoint_leaving_rewrites_only_the_slots_that_change() {
         let mut backend = NftBackend::new(NftConfig::default()).dry_run();
         let mut view = NodeView::default();
-        let maglev = |svc: Arc<Service>| {
-            let mut svc = (*svc).clone();
+        let maglev = |svc: Arc<kpng_model::ServiceInfo>| {
+            let mut svc = svc.service().clone();
             svc.balancing = kpng_model::v1::Balancing::Maglev as i32;
-            Arc::new(svc)
+            Arc::new(kpng_model::ServiceInfo::new(svc).expect("valid"))
         };
         let svc = maglev(service("mg", "10.96.0.60", false));
         let key = svc.service_name();

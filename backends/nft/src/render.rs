@@ -832,15 +832,15 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &NftConfig) 
     let fam = Fam(family);
     let name = view.service.service_name();
     let plan = view.plan(family);
-    let cluster_ips = addrs(fam, &plan.cluster_ips);
-    let lb_ips = addrs(fam, &plan.lb_ips);
-    let external: Vec<Vec<u8>> = addrs(fam, &plan.external_ips)
+    let cluster_ips = addrs(fam, plan.cluster_ips);
+    let lb_ips = addrs(fam, plan.lb_ips);
+    let external: Vec<Vec<u8>> = addrs(fam, plan.external_ips)
         .into_iter()
         .chain(lb_ips.iter().cloned())
         .collect();
     let (itp_local, etp_local) = (plan.itp_local, plan.etp_local);
-    // Parsed once, when the plan was made.
-    let ranges = &plan.source_ranges;
+    // Typed when the Service entered.
+    let ranges = plan.source_ranges;
 
     let service_comment = config.comments.then(|| service_comment(&name)).flatten();
     for ip in &cluster_ips {

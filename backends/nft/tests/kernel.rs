@@ -52,11 +52,14 @@ impl Drop for Netns {
     }
 }
 
-fn service(name: &str, ip: &str) -> Arc<Service> {
+fn service(name: &str, ip: &str) -> Arc<kpng_model::ServiceInfo> {
     Arc::new(
-        Service::new("t", name)
-            .with_cluster_ips([ip.parse().expect("ip")])
-            .with_port(ServicePort::new("http", Protocol::Tcp, 80)),
+        kpng_model::ServiceInfo::new(
+            Service::new("t", name)
+                .with_cluster_ips([ip.parse().expect("ip")])
+                .with_port(ServicePort::new("http", Protocol::Tcp, 80)),
+        )
+        .expect("valid"),
     )
 }
 

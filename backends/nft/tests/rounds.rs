@@ -181,7 +181,9 @@ fn history(txns: Vec<Vec<Write>>) -> Vec<Snapshot> {
         for w in writes {
             match w {
                 Write::Service(i, shape) => {
-                    txn.set_service(service(i, shape));
+                    txn.set_service(
+                        kpng_model::ServiceInfo::new(service(i, shape)).expect("valid"),
+                    );
                 }
                 Write::DeleteService(i) => {
                     txn.delete(&Key::Service(name(i)));
