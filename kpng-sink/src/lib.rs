@@ -67,7 +67,7 @@
 //! let mut sink = Counter::default();
 //! let mut view = NodeView::default();
 //! sink.sync(&Round::full(&view))?;
-//! let web = Arc::new(Service::new("default", "web"));
+//! let web = Arc::new(kpng_model::ServiceInfo::new(Service::new("default", "web")).expect("valid"));
 //! let before = view.clone();
 //! view.services.insert(web.service_name(), Arc::new(ServiceView::new(web)));
 //! sink.sync(&Round::between(&before, &view))?;

@@ -94,11 +94,11 @@
 //! use kpng_sink::{Round, Sink};
 //!
 //! let mut backend = EbpfBackend::dry_run(EbpfConfig::default());
-//! let svc = Arc::new(
+//! let svc = Arc::new(kpng_model::ServiceInfo::new(
 //!     Service::new("default", "web")
 //!         .with_cluster_ips(["10.96.0.10".parse()?])
 //!         .with_port(ServicePort::new("http", Protocol::Tcp, 80)),
-//! );
+//! ).expect("valid"));
 //! let mut view = NodeView { revision: 1, ..NodeView::default() };
 //! view.services.insert(svc.service_name(), Arc::new(ServiceView::new(svc)));
 //! backend.sync(&Round::full(&view))?;

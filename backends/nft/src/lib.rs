@@ -52,11 +52,11 @@
 //! use kpng_sink::{Round, Sink};
 //!
 //! let mut backend = NftBackend::new(NftConfig::default()).dry_run();
-//! let svc = Arc::new(
+//! let svc = Arc::new(kpng_model::ServiceInfo::new(
 //!     Service::new("default", "web")
 //!         .with_cluster_ips(["10.96.0.10".parse()?])
 //!         .with_port(ServicePort::new("http", Protocol::Tcp, 80)),
-//! );
+//! ).expect("valid"));
 //! let mut view = NodeView { revision: 1, ..Default::default() };
 //! view.services.insert(svc.service_name(), Arc::new(ServiceView::new(svc)));
 //! backend.sync(&Round::full(&view))?;
