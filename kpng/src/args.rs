@@ -108,11 +108,51 @@ pub(crate) struct ApiArgs {
     pub(crate) api: String,
     #[command(flatten)]
     pub(crate) tls: TlsArgs,
-    /// This node's name (not needed by `to-api`, which serves them all).
-    #[arg(long, visible_alias = "hostname-override", default_value = "")]
-    pub(crate) node: String,
+    #[command(flatten)]
+    pub(crate) node: NodeArg,
     #[command(subcommand)]
     pub(crate) sink: Sink,
+}
+
+/// `--node`, the same for every source.
+#[derive(Args, Debug, Clone, Default)]
+pub(crate) struct NodeArg {
+    /// This node's name: its Node object's, and its pods' `nodeName`
+    /// (kube-proxy's `--hostname-override`). Default: the hostname; for
+    /// the bundled sample cluster (`kpng file` with no `--input`), node-a.
+    /// `to-api` and `fleet` serve and list every node and take none.
+    #[arg(
+        long = "node",
+        visible_alias = "hostname-override",
+        value_name = "NODE"
+    )]
+    pub(crate) name: Option<String>,
+}
+
+impl NodeArg {
+    /// The node's name: as given, else the default (see the flag's help).
+    pub(crate) fn resolve(&self, bundled_sample: bool) -> String {
+        match &self.name {
+            Some(name) => name.clone(),
+            None if bundled_sample => "node-a".into(),
+            None => hostname(),
+        }
+    }
+
+    /// The name as given, for a sink that takes none: warned about, so
+    /// that an operator who meant one node learns it is ignored.
+    pub(crate) fn unused_by(&self, sink: &str) {
+        if let Some(name) = &self.name {
+            tracing::warn!(node = %name, "--node is not used by {sink}, which serves every node");
+        }
+    }
+}
+
+/// The machine's hostname (kube-proxy's default node name).
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "localhost".into())
 }
 
 #[derive(Args, Debug)]
@@ -120,10 +160,8 @@ pub(crate) struct FileArgs {
     /// The manifest file.
     #[arg(long)]
     pub(crate) input: Option<PathBuf>,
-    /// This node's name (default: node-a for the bundled sample, else the
-    /// hostname).
-    #[arg(long, visible_alias = "hostname-override")]
-    pub(crate) node: Option<String>,
+    #[command(flatten)]
+    pub(crate) node: NodeArg,
     /// Re-read the file when it changes, and keep syncing.
     #[arg(long)]
     pub(crate) watch: bool,
@@ -139,10 +177,8 @@ pub(crate) struct KubeArgs {
     /// A kubeconfig file (default: in-cluster, then ~/.kube/config).
     #[arg(long)]
     pub(crate) kubeconfig: Option<PathBuf>,
-    /// This node's name (needed by every sink but `to-api`, which serves
-    /// every node).
-    #[arg(long, visible_alias = "hostname-override")]
-    pub(crate) node: Option<String>,
+    #[command(flatten)]
+    pub(crate) node: NodeArg,
     /// Serve only Services labelled with this service-proxy-name.
     #[arg(long)]
     pub(crate) proxy_name: Option<String>,
@@ -782,9 +818,39 @@ mod tests {
         .expect("parses");
         assert_eq!(cli.v, Some(2));
         match cli.source {
-            super::Source::File(file) => assert_eq!(file.node.as_deref(), Some("n")),
+            super::Source::File(file) => assert_eq!(file.node.name.as_deref(), Some("n")),
             other => panic!("{other:?}"),
         }
+    }
+
+    /// One `--node` for every source: one type, one default, and
+    /// `--hostname-override` its alias.
+    #[test]
+    fn every_source_takes_one_node_flag_with_one_default() {
+        let node = |argv: &[&str]| match Cli::try_parse_from(argv).expect("parses").source {
+            super::Source::File(a) => a.node,
+            super::Source::Kube(a) => a.node,
+            super::Source::Api(a) => a.node,
+        };
+        for source in [
+            &["kpng", "file"][..],
+            &["kpng", "kube"],
+            &["kpng", "api", "--api", "unix:///s"],
+        ] {
+            for flag in ["--node", "--hostname-override"] {
+                let argv: Vec<&str> = [source, &[flag, "n-1", "to-nft"]].concat();
+                assert_eq!(node(&argv).resolve(false), "n-1", "{argv:?}");
+            }
+            // Unset: the hostname, whatever the source.
+            let argv: Vec<&str> = [source, &["to-nft"]].concat();
+            assert_eq!(node(&argv).resolve(false), super::hostname(), "{argv:?}");
+        }
+        // The bundled sample's node.
+        assert_eq!(node(&["kpng", "file", "to-nft"]).resolve(true), "node-a");
+        assert_eq!(
+            node(&["kpng", "file", "--node", "x", "to-nft"]).resolve(true),
+            "x"
+        );
     }
 
     /// The iptables child's timeout is a flag; unset, it scales.
