@@ -62,7 +62,7 @@ pub(crate) enum Source {
 
 impl Source {
     /// The sink the command ends with.
-    pub(crate) fn sink(&self) -> &Sink {
+    pub(crate) fn sink(&self) -> &Action {
         match self {
             Source::File(args) => &args.sink,
             Source::Kube(args) => &args.sink,
@@ -111,7 +111,7 @@ pub(crate) struct ApiArgs {
     #[command(flatten)]
     pub(crate) node: NodeArg,
     #[command(subcommand)]
-    pub(crate) sink: Sink,
+    pub(crate) sink: Action,
 }
 
 /// `--node`, the same for every source.
@@ -169,7 +169,7 @@ pub(crate) struct FileArgs {
     #[arg(long)]
     pub(crate) proxy_name: Option<String>,
     #[command(subcommand)]
-    pub(crate) sink: Sink,
+    pub(crate) sink: Action,
 }
 
 #[derive(Args, Debug)]
@@ -183,13 +183,16 @@ pub(crate) struct KubeArgs {
     #[arg(long)]
     pub(crate) proxy_name: Option<String>,
     #[command(subcommand)]
-    pub(crate) sink: Sink,
+    pub(crate) sink: Action,
 }
 
-// The variant names are the command's sink words (`to-nft`, `to-api`…).
+/// What the command does with what its source gives: a sink it syncs
+/// (`to-nft`, `to-iptables`, `to-ebpf`, `to-file`), a server (`to-api`),
+/// or a one-shot look (`explain`, `fleet`). The variant names are the
+/// command's words.
 #[allow(clippy::enum_variant_names)]
 #[derive(Subcommand, Debug)]
-pub(crate) enum Sink {
+pub(crate) enum Action {
     /// Program nftables (tables `ip kpng` and `ip6 kpng`).
     ToNft(NftArgs),
     /// Program iptables and ip6tables in kube-proxy's layout.
@@ -304,21 +307,21 @@ pub(crate) struct OutputArgs {
     pub(crate) once: bool,
 }
 
-impl Sink {
+impl Action {
     /// The backend flags, for the sinks that program the kernel.
     pub(crate) fn args(&self) -> Option<&BackendArgs> {
         match self {
-            Sink::ToNft(args) => Some(&args.common),
-            Sink::ToIptables(args) => Some(&args.common),
-            Sink::ToEbpf(args) => Some(&args.common),
-            Sink::ToApi(_) | Sink::ToFile(_) | Sink::Explain(_) | Sink::Fleet(_) => None,
+            Action::ToNft(args) => Some(&args.common),
+            Action::ToIptables(args) => Some(&args.common),
+            Action::ToEbpf(args) => Some(&args.common),
+            Action::ToApi(_) | Action::ToFile(_) | Action::Explain(_) | Action::Fleet(_) => None,
         }
     }
 
     pub(crate) fn once(&self) -> bool {
         match self {
-            Sink::ToFile(out) => out.once,
-            Sink::Explain(_) | Sink::Fleet(_) => true,
+            Action::ToFile(out) => out.once,
+            Action::Explain(_) | Action::Fleet(_) => true,
             other => other.args().is_some_and(|a| a.once),
         }
     }
@@ -578,12 +581,12 @@ impl Cli {
     /// [`Error::Usage`] naming the flag and the value.
     pub(crate) fn check(&self) -> Result<(), Error> {
         match (&self.source, self.source.sink()) {
-            (_, Sink::Explain(args)) => args.proxy.proxy().map(|_| ()),
-            (Source::Api(_), Sink::Fleet(_)) => Ok(()),
-            (_, Sink::Fleet(_)) => Err(Error::Usage(
+            (_, Action::Explain(args)) => args.proxy.proxy().map(|_| ()),
+            (Source::Api(_), Action::Fleet(_)) => Ok(()),
+            (_, Action::Fleet(_)) => Err(Error::Usage(
                 "fleet asks a server for its fleet view: kpng api --api ADDRESS fleet".into(),
             )),
-            (_, Sink::ToApi(listen)) => bind_address(&listen.metrics_bind_address, 10249)
+            (_, Action::ToApi(listen)) => bind_address(&listen.metrics_bind_address, 10249)
                 .map(|_| ())
                 .map_err(|e| Error::Usage(format!("invalid --metrics-bind-address: {e}"))),
             (_, sink) => sink.args().map_or(Ok(()), BackendArgs::check),
@@ -771,7 +774,7 @@ mod tests {
         argv.extend(args);
         match Cli::try_parse_from(argv).expect("parses").source {
             super::Source::File(file) => match file.sink {
-                super::Sink::ToNft(nft) => nft.common,
+                super::Action::ToNft(nft) => nft.common,
                 other => panic!("{other:?}"),
             },
             other => panic!("{other:?}"),
@@ -861,7 +864,7 @@ mod tests {
             argv.extend(args);
             match Cli::try_parse_from(argv).expect("parses").source {
                 super::Source::File(file) => match file.sink {
-                    super::Sink::ToIptables(ipt) => ipt.iptables_restore_timeout,
+                    super::Action::ToIptables(ipt) => ipt.iptables_restore_timeout,
                     other => panic!("{other:?}"),
                 },
                 other => panic!("{other:?}"),

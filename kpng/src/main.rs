@@ -44,7 +44,7 @@ mod node;
 mod serve;
 mod sinks;
 
-use args::{BackendArgs, Cli, NodeArg, Sink, Source};
+use args::{Action, BackendArgs, Cli, NodeArg, Source};
 use node::{NODE_CONDITION, NodeSeen, Nodes, check_node};
 
 #[derive(Debug, thiserror::Error)]
@@ -91,10 +91,10 @@ async fn finish(
     node: &NodeArg,
     bundled_sample: bool,
     nodes: Nodes,
-    sink: &Sink,
+    sink: &Action,
     once: bool,
 ) -> Result<(), Error> {
-    if let Sink::ToApi(listen) = sink {
+    if let Action::ToApi(listen) = sink {
         node.unused_by("to-api");
         let address = listen.tls.address(&listen.listen)?;
         tracing::info!(address = %listen.listen, "serving the ENLS");
@@ -104,7 +104,7 @@ async fn finish(
     }
     let node = node.resolve(bundled_sample);
     let node = node.as_str();
-    if let Sink::Explain(args) = sink {
+    if let Action::Explain(args) = sink {
         return explain::run(reader, node, args).await;
     }
     let conditions = Conditions::default();
@@ -142,7 +142,7 @@ async fn finish(
 }
 
 async fn run(cli: Cli) -> Result<(), Error> {
-    if let Sink::ToEbpf(ebpf) = cli.source.sink()
+    if let Action::ToEbpf(ebpf) = cli.source.sink()
         && ebpf.cleanup
     {
         return if ebpf.common.dry_run {
@@ -176,7 +176,7 @@ async fn run(cli: Cli) -> Result<(), Error> {
                 // One round: the reader holds the loaded state, and the
                 // store goes with it before the sync (see `finish`).
                 // (A server, `to-api`, serves on: its store stays.)
-                _ if once && !args.watch && !matches!(args.sink, Sink::ToApi(_)) => {
+                _ if once && !args.watch && !matches!(args.sink, Action::ToApi(_)) => {
                     drop(ingest);
                     None
                 }
@@ -232,7 +232,7 @@ async fn run(cli: Cli) -> Result<(), Error> {
             // A server for every node watches every Node; a node-local
             // proxy only its own.
             watch.nodes = match &args.sink {
-                Sink::ToApi(_) => NodeScope::All,
+                Action::ToApi(_) => NodeScope::All,
                 _ => NodeScope::Only(args.node.resolve(false)),
             };
             watch.server = server;
@@ -274,7 +274,7 @@ async fn run(cli: Cli) -> Result<(), Error> {
         }
         Source::Api(args) => {
             let address = args.tls.address(&args.api)?;
-            if let Sink::ToApi(_) = &args.sink {
+            if let Action::ToApi(_) = &args.sink {
                 // A chained server: mirror the upstream ENLS, serve it.
                 let mut store = Store::new();
                 let reader = store.reader();
@@ -284,12 +284,12 @@ async fn run(cli: Cli) -> Result<(), Error> {
                 });
                 return finish(reader, &args.node, false, Nodes::All, &args.sink, false).await;
             }
-            if let Sink::Fleet(fleet) = &args.sink {
+            if let Action::Fleet(fleet) = &args.sink {
                 args.node.unused_by("fleet");
                 return fleet::run(&address, fleet).await;
             }
             let node = args.node.resolve(false);
-            if let Sink::Explain(explain) = &args.sink {
+            if let Action::Explain(explain) = &args.sink {
                 return explain::from_server(&address, &node, explain).await;
             }
             serve::dry_run_notes(&args.sink);
