@@ -19,7 +19,7 @@
 //! All of it is pure: no runtime, no clock. What drives a sink over time
 //! (rate limits, retries) is `kpng-drive`'s; the diff between two store
 //! snapshots (a replica's or an API client's global watch) is
-//! `kpng-diff`'s.
+//! `kpng_store::Snapshot::diff`.
 //!
 //! # The node view rules
 //!
