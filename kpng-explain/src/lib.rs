@@ -45,7 +45,7 @@
 //!   endpoints: [{addresses: [10.244.2.10], nodeName: node-b}]
 //!   ports: [{name: http, port: 8080, protocol: TCP}]
 //! "#;
-//! let mut ingest = Ingest::new(Store::new(), IngestConfig::for_node("node-a"));
+//! let mut ingest = Ingest::new(Store::new(), IngestConfig::default());
 //! ingest.load(&file::parse_str("cluster.yaml", manifest)?);
 //! let snapshot = ingest.reader().snapshot();
 //!

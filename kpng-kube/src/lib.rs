@@ -16,7 +16,7 @@
 //! use kpng_kube::{Ingest, IngestConfig};
 //! use kpng_store::Store;
 //!
-//! let mut ingest = Ingest::new(Store::new(), IngestConfig::for_node("node-a"));
+//! let mut ingest = Ingest::new(Store::new(), IngestConfig::default());
 //! let objects = kpng_kube::file::parse_str("inline.yaml", r#"
 //! apiVersion: v1
 //! kind: Service

@@ -449,14 +449,36 @@ pub fn endpoint_slice(
             .intern(interner);
         endpoints.push(endpoint);
     }
-    // Sorted by address; within one slice, the first copy of an address
-    // wins (the sort is stable).
+    // Sorted by address (the sort is stable); an address listed twice is
+    // one endpoint with its copies, as across slices.
     endpoints.sort_by_key(EndpointInfo::address);
-    endpoints.dedup_by_key(|e| e.address());
+    let endpoints = fold_copies(endpoints);
     Ok(Some(SliceContribution {
         service,
         endpoints: Arc::new(endpoints),
     }))
+}
+
+/// Endpoints sorted by address, one per address: the copies of an address
+/// listed more than once, in their order, folded into one
+/// ([`EndpointInfo::fold`]: every node's view picks its own copy later).
+pub(crate) fn fold_copies(sorted: Vec<EndpointInfo>) -> Vec<EndpointInfo> {
+    if sorted.windows(2).all(|w| w[0].address() != w[1].address()) {
+        return sorted;
+    }
+    let mut folded: Vec<EndpointInfo> = Vec::with_capacity(sorted.len());
+    let mut run: Vec<EndpointInfo> = Vec::new();
+    for endpoint in sorted {
+        if run
+            .last()
+            .is_some_and(|last| last.address() != endpoint.address())
+        {
+            folded.extend(EndpointInfo::fold(run.drain(..)));
+        }
+        run.push(endpoint);
+    }
+    folded.extend(EndpointInfo::fold(run));
+    folded
 }
 
 /// Translates a Node: its name, zone and region labels, and its InternalIP

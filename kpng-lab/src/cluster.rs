@@ -1046,10 +1046,8 @@ impl Cluster {
         let Ok(objects) = kpng_kube::file::parse_str("cluster.yaml", &text) else {
             return;
         };
-        let mut ingest = kpng_kube::Ingest::new(
-            kpng_store::Store::new(),
-            kpng_kube::IngestConfig::for_node(node_name(k)),
-        );
+        let mut ingest =
+            kpng_kube::Ingest::new(kpng_store::Store::new(), kpng_kube::IngestConfig::default());
         ingest.load(&objects);
         let snapshot = ingest.reader().snapshot();
         let settings = crate::Settings {

@@ -679,7 +679,7 @@ impl<B: Sink> Proxy<B> {
     /// A proxy around a sink made by the caller.
     pub fn with(backend: B) -> Self {
         Proxy {
-            ingest: Ingest::new(Store::new(), IngestConfig::for_node(NODE)),
+            ingest: Ingest::new(Store::new(), IngestConfig::default()),
             projector: NodeProjector::new(NODE),
             backend,
             explained: None,

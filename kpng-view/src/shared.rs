@@ -284,11 +284,12 @@ impl SharedViews {
     }
 }
 
-/// The nodes a Service's endpoints name: where they run, and the nodes
-/// their node hints name.
+/// The nodes a Service's endpoints name: where they (and their copies)
+/// run, and the nodes their node hints name.
 fn named_nodes<'a>(snapshot: &'a Snapshot, name: &ServiceName) -> Vec<&'a str> {
     let mut nodes: Vec<&str> = Vec::new();
-    for endpoint in snapshot.endpoints(name) {
+    let endpoints = snapshot.endpoints(name).iter();
+    for endpoint in endpoints.flat_map(|e| std::iter::once(e).chain(e.copies())) {
         let hints = endpoint.hint_nodes().iter().map(|n| &**n);
         let named = std::iter::once(endpoint.node_name()).chain(hints);
         for node in named.filter(|n| !n.is_empty()) {

@@ -266,7 +266,7 @@ fn ingest(world: &World, kubeconfig: &str) {
             .await
             .unwrap();
         let client = kube::Client::try_from(config).unwrap();
-        let ingest = Ingest::new(kpng_store::Store::new(), IngestConfig::for_node("node-0"));
+        let ingest = Ingest::new(kpng_store::Store::new(), IngestConfig::default());
         let reader = ingest.reader();
         let mut watch = WatchConfig::default();
         watch.nodes = NodeScope::Only("node-0".into());

@@ -163,7 +163,7 @@ async fn run(cli: Cli) -> Result<(), Error> {
                     hostname()
                 }
             });
-            let mut config = IngestConfig::for_node(node.as_str())
+            let mut config = IngestConfig::default()
                 .allow_empty_input(args.sink.args().is_some_and(|a| a.allow_mass_delete));
             if let Some(name) = &args.proxy_name {
                 config = config.with_proxy_name(name);
@@ -222,7 +222,7 @@ async fn run(cli: Cli) -> Result<(), Error> {
             };
             let server = config.cluster_url.to_string();
             let client = kube::Client::try_from(config).map_err(|e| Error::Kube(one_line(&e)))?;
-            let mut config = IngestConfig::for_node(args.node.as_deref().unwrap_or_default());
+            let mut config = IngestConfig::default();
             if let Some(name) = &args.proxy_name {
                 config = config.with_proxy_name(name);
             }

@@ -102,7 +102,7 @@ struct Proxy {
 impl Proxy {
     fn new(backend: EbpfBackend) -> Self {
         Proxy {
-            ingest: Ingest::new(Store::new(), IngestConfig::for_node(NODE)),
+            ingest: Ingest::new(Store::new(), IngestConfig::default()),
             projector: NodeProjector::new(NODE),
             backend,
         }

@@ -128,10 +128,7 @@ fn the_compact_layout_dnats_remote_endpoints_from_the_service_chain() {
     );
     let dry_run = |layout: Layout| {
         let objects = kpng_kube::file::parse_str("t.yaml", &manifest).expect("manifest");
-        let mut ingest = kpng_kube::Ingest::new(
-            Store::new(),
-            kpng_kube::IngestConfig::for_node(kpng_testkit::semantics::NODE),
-        );
+        let mut ingest = kpng_kube::Ingest::new(Store::new(), kpng_kube::IngestConfig::default());
         ingest.load(&objects);
         let proxy = ProxyConfig::default().cluster_cidrs(["10.244.0.0/16".parse().expect("cidr")]);
         let mut b = IptablesBackend::new(IptablesConfig::new(proxy).layout(layout)).dry_run();

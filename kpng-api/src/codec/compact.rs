@@ -683,6 +683,7 @@ mod tests {
                 protocol: 1,
                 port: 8080,
             }],
+            copies: Vec::new(),
         };
         EndpointInfo::from_proto(&proto).expect("valid")
     }
