@@ -19,7 +19,7 @@ pub(crate) fn services_of(keys: &BTreeSet<Key>) -> BTreeSet<ServiceName> {
 /// Computes the whole node view of `node_name` at `snapshot`. O(store).
 pub fn node_view(snapshot: &Snapshot, node_name: &str) -> NodeView {
     let mut projector = NodeProjector::new(node_name);
-    projector.advance(snapshot, true);
+    projector.advance(snapshot, true, None);
     projector.view
 }
 
@@ -107,16 +107,35 @@ impl NodeProjector {
     /// from what changed ([`Changes::ops`]). The first call returns the
     /// whole view as sets.
     pub fn update(&mut self, snapshot: &Snapshot) -> Vec<ViewOp> {
-        // An O(1) copy: the two views share every unchanged Service.
-        let previous = self.view.clone();
-        let changes = self.advance(snapshot, false);
-        changes.ops(&previous, &self.view)
+        // What `Changes::ops` reads of the two views: the changed
+        // Services' views before and after, and the node and Service CIDRs
+        // after. Kept alone, not as a clone of the whole view (the map,
+        // owned uniquely, is then still updated in place), and looked up
+        // in maps of the changed Services only.
+        let empty = || NodeView {
+            revision: 0,
+            node: None,
+            service_cidrs: self.view.service_cidrs.clone(),
+            services: imbl::OrdMap::new(),
+        };
+        let mut touched = (empty(), empty());
+        let changes = self.advance(snapshot, false, Some(&mut touched));
+        let (before, mut after) = touched;
+        after.node = self.view.node.clone();
+        after.service_cidrs = self.view.service_cidrs.clone();
+        changes.ops(&before, &after)
     }
 
     /// Brings the view to `snapshot`; returns what changed, its Services
     /// left out when `full` (a full round lists the whole view: at 10k
-    /// Services the list would be 10k names made for nothing).
-    fn advance(&mut self, snapshot: &Snapshot, full: bool) -> Changes {
+    /// Services the list would be 10k names made for nothing). The views
+    /// the changed Services had and have go to `touched`, when given.
+    fn advance(
+        &mut self,
+        snapshot: &Snapshot,
+        full: bool,
+        mut touched: Option<&mut (NodeView, NodeView)>,
+    ) -> Changes {
         let keys = self
             .last
             .as_ref()
@@ -156,6 +175,14 @@ impl NodeProjector {
             let old = services.get(&name);
             if old.map(|o| &**o) == new.as_deref() {
                 continue;
+            }
+            if let Some((before, after)) = touched.as_deref_mut() {
+                if let Some(old) = old {
+                    before.services.insert(name.clone(), old.clone());
+                }
+                if let Some(new) = &new {
+                    after.services.insert(name.clone(), new.clone());
+                }
             }
             match new {
                 Some(new) => services.insert(name.clone(), new),
@@ -221,7 +248,7 @@ impl NodeProjector {
         // full round needs none, and then the map, owned uniquely, is
         // updated in place.
         let previous = (!full).then(|| self.view.clone());
-        let changes = self.advance(snapshot.get(), full);
+        let changes = self.advance(snapshot.get(), full, None);
         if let Given::Owned(snapshot) = snapshot {
             // Freed here, before the sink's sync (at a million endpoints,
             // ~0.1 s; on a thread of its own, a loaded machine left it
