@@ -66,7 +66,7 @@ pub use publisher::{Producer, Publisher};
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 
-use kpng_store::{MapOp, MapSnapshot, RevMap, diff_maps};
+use kpng_store::{MapOp, MapSnapshot, RevMap};
 
 /// Errors of the aggregator.
 #[derive(Debug, thiserror::Error)]
@@ -388,7 +388,7 @@ impl<S: Subsystem> Aggregator<S> {
         }
         let target = self.merged(|_, p| p.desired.snapshot());
         let start = std::time::Instant::now();
-        let ops = diff_maps(&self.applied, &target);
+        let ops = self.applied.diff(&target);
         report.transactions += 1;
         let result = self
             .subsystem
@@ -416,7 +416,7 @@ impl<S: Subsystem> Aggregator<S> {
                             p.applied.clone()
                         }
                     });
-                    let ops = diff_maps(&base, &target);
+                    let ops = base.diff(&target);
                     report.transactions += 1;
                     match self.subsystem.commit(&base, &target, &ops, self.full) {
                         Ok(()) => {

@@ -99,8 +99,8 @@ impl<B: Producer> Publisher<B> {
 /// The backend's last round. No script: what reaches the kernel is the
 /// aggregator's transaction, merged with other producers'.
 impl<B: Producer + kpng_sink::RoundReport> kpng_sink::RoundReport for Publisher<B> {
-    fn last_round(&self) -> kpng_sink::RoundSummary {
-        self.backend().last_round()
+    fn last_sync(&self) -> kpng_sink::SyncStats {
+        kpng_sink::RoundReport::last_sync(self.backend())
     }
 }
 

@@ -474,7 +474,7 @@ pub fn ebpf_at_scale(services: usize) -> EbpfAtScale {
         &mut backend,
         |ms, backend| {
             let last = backend.0.last_sync();
-            assert!(!last.full, "incremental");
+            assert!(!last.replaced, "incremental");
             change.push((ms, last.micros as f64 / 1e3, last.writes));
         },
     );
@@ -716,12 +716,12 @@ pub fn iptables_layout_switch(services: usize) -> LayoutSwitch {
     backend.set_layout(Layout::Compact);
     flip(&mut store, false);
     let to_compact_ms = timed(&store, &mut projector, &mut backend);
-    assert!(backend.last_sync().full && backend.last_sync().compact);
+    assert!(backend.last_sync().replaced && backend.last_sync().compact);
     let after = endpoint_chains();
     backend.set_layout(Layout::KubeProxy);
     flip(&mut store, true);
     let back_ms = timed(&store, &mut projector, &mut backend);
-    assert!(backend.last_sync().full && !backend.last_sync().compact);
+    assert!(backend.last_sync().replaced && !backend.last_sync().compact);
     LayoutSwitch {
         cold_ms,
         to_compact_ms,
@@ -1222,7 +1222,7 @@ pub fn udp_socket_ending(rounds: usize, namespaces: usize) {
                     .sync_into(&store.snapshot(), &mut backend)
                     .expect("an endpoint change");
                 let ms = start.elapsed().as_secs_f64() * 1e3;
-                assert!(!backend.0.last_sync().full, "incremental");
+                assert!(!backend.0.last_sync().replaced, "incremental");
                 if !ready {
                     removing.push(ms);
                     ended += backend.0.last_sync().udp_sockets_ended;

@@ -163,8 +163,10 @@ impl<S: Sink> Sink for Vec<S> {
 #[doc(hidden)]
 pub use kpng_model as __model;
 
+mod changes;
+pub use changes::Changes;
 mod round;
-pub use round::{Changes, Round, ServiceChange};
+pub use round::{Round, ServiceChange};
 mod compose;
 pub use compose::{FollowedBy, Hook, SinkExt, With};
 
@@ -173,7 +175,7 @@ mod file;
 #[cfg(feature = "file")]
 pub use file::ViewFile;
 mod report;
-pub use report::{Log, RoundReport, RoundSummary};
+pub use report::{Log, RoundReport, SyncStats};
 mod config;
 pub use config::ProxyConfig;
 pub mod traffic;

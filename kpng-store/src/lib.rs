@@ -15,9 +15,9 @@
 //!   tagged with their revision, and async code can wait for a revision newer
 //!   than the one it has, or for the initial lists to be complete.
 //! - **A bounded change log.** Each snapshot knows which keys the recent
-//!   revisions touched, so `kpng-diff` computes a diff in O(changed keys),
-//!   falling back to a structural diff when the older snapshot is out of the
-//!   log.
+//!   revisions touched, so [`Snapshot::diff`] computes a diff in O(changed
+//!   keys), falling back to a structural diff when the older snapshot is out
+//!   of the log; [`Txn::apply`] replays it into another store (a replica).
 //! - **Startup gating.** Per-kind "listed" flags tell consumers when every
 //!   source finished its initial list; nothing downstream should act before
 //!   (kube-proxy waits the same way).
@@ -59,7 +59,7 @@ mod stats;
 mod store;
 
 pub use kpng_model::{Key, Kind, ServiceName, Value};
-pub use map::{MapOp, MapSnapshot, MapTxn, RevMap, diff_maps};
+pub use map::{MapOp, MapSnapshot, MapTxn, RevMap};
 pub use snapshot::{ListedKinds, Reader, Snapshot};
 pub use stats::Stats;
 pub use store::{Commit, Store, StoreConfig, Txn};

@@ -218,9 +218,9 @@ proptest! {
             prop_assert_eq!(pair[0].revision() + 1, pair[1].revision());
         }
         for a in &snaps {
-            prop_assert!(kpng_store::diff_maps(a, a).is_empty());
+            prop_assert!(a.diff(a).is_empty());
             for b in &snaps {
-                let ops = kpng_store::diff_maps(a, b);
+                let ops = a.diff(b);
                 let mut replay = a.entries().clone();
                 for op in &ops {
                     match op {

@@ -17,9 +17,10 @@ use imbl::OrdMap;
 use kpng_model::v1::IpSet;
 use kpng_model::view::{NodeView, ServiceView, ViewDigest, ViewOp};
 use kpng_model::{Key, ServiceName};
+use kpng_sink::Changes;
 use kpng_store::Snapshot;
 
-use crate::node::{diff_views, service_cidrs_at, services_of};
+use crate::node::{service_cidrs_at, services_of};
 use crate::select::{NodeContext, project_service};
 
 type Services = OrdMap<ServiceName, Arc<ServiceView>>;
@@ -188,7 +189,7 @@ impl SharedViews {
     /// [`ViewOp`] order. O(the node's own Services + changed Services).
     pub fn update(&self, view: &mut SharedNodeView, snapshot: &Snapshot) -> Vec<ViewOp> {
         let new = self.build(view.node.clone(), snapshot, Some(view));
-        let ops = diff_views(&view.view, &new.view);
+        let ops = Changes::between(&view.view, &new.view).ops(&view.view, &new.view);
         *view = new;
         ops
     }
@@ -459,5 +460,5 @@ pub fn view_changes(old: &Snapshot, new: &SharedNodeView) -> Option<Vec<ViewOp>>
             after.services.insert(name.clone(), view.clone());
         }
     }
-    Some(diff_views(&before, &after))
+    Some(Changes::between(&before, &after).ops(&before, &after))
 }

@@ -8,11 +8,11 @@ use kpng_model::EndpointInfo;
 use kpng_model::ServiceName;
 use kpng_model::v1::{Endpoint, IpSet, Node, Service};
 use kpng_model::view::{NodeView, ServiceView, ViewDigest};
-use kpng_sink::{Round, Sink, SinkError};
+use kpng_sink::{Changes, Round, Sink, SinkError};
 use kpng_store::Store;
 use kpng_testkit::RecordingSink;
 use kpng_testkit::history::writes::{NODE, history, txns};
-use kpng_view::{NodeProjector, SharedNodeView, SharedViews, diff_views, node_view, view_changes};
+use kpng_view::{NodeProjector, SharedNodeView, SharedViews, node_view, view_changes};
 use proptest::prelude::*;
 
 proptest! {
@@ -65,8 +65,11 @@ proptest! {
             }
             applied.revision = fresh.revision;
             prop_assert_eq!(&applied, &fresh);
-            // ... and are exactly what diffing the two views gives.
-            prop_assert_eq!(&ops, &diff_views(&previous, &fresh));
+            // ... and are exactly what diffing the two views gives, and
+            // give back what changed.
+            let changes = Changes::between(&previous, &fresh);
+            prop_assert_eq!(&ops, &changes.ops(&previous, &fresh));
+            prop_assert_eq!(&Changes::from_ops(&ops), &changes);
             if previous.services == fresh.services
                 && previous.node == fresh.node
                 && previous.service_cidrs == fresh.service_cidrs

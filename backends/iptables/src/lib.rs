@@ -274,8 +274,9 @@ impl IptablesConfig {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct IptablesSyncStats {
-    /// Whether it rewrote everything.
-    pub full: bool,
+    /// Whether it rewrote everything (a full round, a dry run, or a
+    /// change of layout).
+    pub replaced: bool,
     /// Rules written.
     pub rules: usize,
     /// Chains (re)written or deleted.
@@ -362,12 +363,11 @@ pub struct IptablesBackend {
     config: IptablesConfig,
     run: Run,
     runner: Runner,
-    /// The next sync rewrites everything, whatever its round: the first,
-    /// one after [`force_full`](Self::force_full) or after a failed sync.
-    full: bool,
     families: [FamilyState; 2],
     last_script: String,
     last: IptablesSyncStats,
+    /// The last round, as handed over.
+    round: kpng_sink::SyncStats,
     /// The Service CIDRs dropped: `config.proxy.service_cidrs` and the
     /// cluster's ServiceCIDRs, merged.
     service_cidrs: Vec<IpNet>,
@@ -388,8 +388,8 @@ impl std::fmt::Debug for IptablesBackend {
 
 /// The last round: its stats, and its iptables-restore batches.
 impl kpng_sink::RoundReport for IptablesBackend {
-    fn last_round(&self) -> kpng_sink::RoundSummary {
-        kpng_sink::RoundSummary::new(self.last.full, self.last.rules)
+    fn last_sync(&self) -> kpng_sink::SyncStats {
+        self.round.wrote(self.last.replaced, self.last.rules)
     }
     fn write_script(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
         out.write_all(self.last_script.as_bytes())
@@ -410,7 +410,7 @@ impl IptablesBackend {
             compact: config_compact(&config),
             config,
             run: Run::Apply,
-            full: true,
+            round: kpng_sink::SyncStats::default(),
             families: Default::default(),
             last_script: String::new(),
             last: IptablesSyncStats::default(),
@@ -491,11 +491,6 @@ impl IptablesBackend {
     pub fn set_restore_timeout(&mut self, timeout: Option<std::time::Duration>) {
         self.config.restore_timeout = timeout;
         self.runner.timeout = timeout;
-    }
-
-    /// Makes the next sync a full one, even if its round is incremental.
-    pub fn force_full(&mut self) {
-        self.full = true;
     }
 
     /// The batches of the last sync, IPv4 then IPv6.
@@ -704,19 +699,15 @@ fn estimated_endpoints(view: &NodeView) -> usize {
         .unwrap_or(0)
 }
 
-/// Applies a round: a full one (or the first after this backend's own
-/// failure, or [`IptablesBackend::force_full`], or any in a dry run)
-/// rewrites every chain; an incremental one re-renders the Services it
+/// Applies a round: a full one (or any in a dry run) rewrites every chain; an incremental one re-renders the Services it
 /// lists and rewrites the chains that changed.
 impl Sink for IptablesBackend {
     fn sync(&mut self, round: &Round<'_>) -> Result<(), SinkError> {
         let start = Instant::now();
         let revision = round.revision();
-        if self.run == Run::Print {
-            // A dry run never reads the kernel: it writes everything.
-            self.full = true;
-        }
-        let mut full = self.full || round.is_full();
+        self.round = kpng_sink::SyncStats::of(round);
+        // A dry run never reads the kernel: it writes everything.
+        let mut full = round.is_full() || self.run == Run::Print;
         if full {
             // Decided before rendering, so that a large cluster's first
             // sync is rendered once: from the view's endpoints.
@@ -727,7 +718,7 @@ impl Sink for IptablesBackend {
             full = true;
         }
         self.last = IptablesSyncStats {
-            full,
+            replaced: full,
             ..IptablesSyncStats::default()
         };
         self.last.services = self.refresh(round, full);
@@ -743,7 +734,7 @@ impl Sink for IptablesBackend {
                 "iptables layout changes: every chain is rewritten"
             );
             full = true;
-            self.last.full = true;
+            self.last.replaced = true;
             self.last.services = self.refresh(round, true);
         }
         self.last.compact = self.compact;
@@ -770,7 +761,6 @@ impl Sink for IptablesBackend {
         self.last.micros = start.elapsed().as_micros();
         match result {
             Ok(_) => {
-                self.full = false;
                 tracing::debug!(
                     revision,
                     full,
@@ -780,9 +770,8 @@ impl Sink for IptablesBackend {
                 Ok(())
             }
             Err(e) => {
-                // What failed kept its previous rules; start over from a
-                // full rewrite next time, whatever the next round is.
-                self.full = true;
+                // What failed kept its previous rules; the driver's next
+                // round is full.
                 for state in &mut self.families {
                     state.applied = None;
                 }
