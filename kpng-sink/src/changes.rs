@@ -26,7 +26,7 @@ use kpng_model::view::{NodeView, ServiceView, ViewOp};
 ///
 /// let before = NodeView::default();
 /// let mut after = before.clone();
-/// let web = Arc::new(Service::new("default", "web"));
+/// let web = Arc::new(kpng_model::ServiceInfo::new(Service::new("default", "web"))?);
 /// after.services.insert(web.service_name(), Arc::new(ServiceView::new(web.clone())));
 ///
 /// let changes = Changes::between(&before, &after);
@@ -197,9 +197,9 @@ fn service_ops(
 mod tests {
     use std::net::{IpAddr, Ipv4Addr};
 
-    use kpng_model::EndpointInfo;
     use kpng_model::v1::{IpSet, Node, Service};
     use kpng_model::view::EndpointView;
+    use kpng_model::{EndpointInfo, ServiceInfo};
     use proptest::prelude::*;
 
     use super::*;
@@ -244,8 +244,8 @@ mod tests {
         };
         for (i, (version, endpoints)) in services {
             let cluster_ip = IpAddr::V4(Ipv4Addr::new(10, 96, 0, *version));
-            let service =
-                Arc::new(Service::new("ns", format!("s{i}")).with_cluster_ips([cluster_ip]));
+            let service = Service::new("ns", format!("s{i}")).with_cluster_ips([cluster_ip]);
+            let service = Arc::new(ServiceInfo::new(service).expect("valid"));
             let mut service_view = ServiceView::new(service.clone());
             // Sorted by address, each once, as in a view.
             let endpoints: std::collections::BTreeMap<u8, bool> =

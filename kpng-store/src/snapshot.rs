@@ -265,7 +265,7 @@ impl Snapshot {
     /// let web = ServiceName::new("default", "web");
     /// let endpoint = |node: &str| EndpointInfo::builder([10, 1, 0, 7].into()).node(node, "").build();
     /// let mut txn = store.begin();
-    /// txn.set_service(Service { namespace: "default".into(), name: "web".into(), ..Default::default() });
+    /// txn.set_service(kpng_model::ServiceInfo::new(Service::new("default", "web"))?);
     /// txn.set_endpoint(web.clone(), endpoint("node-b"));
     /// txn.commit();
     /// let before = store.snapshot();
