@@ -24,8 +24,8 @@ pub use expr::{
     RejectKind, Verdict,
 };
 pub use object::{
-    BaseChain, COMMENT_MAX, Chain, ChainType, DataType, Element, Family, Hook, MapTo, Rule, Set,
-    Table, fit_comment, key,
+    BaseChain, COMMENT_MAX, Chain, ChainType, DataType, Element, ElementCounter, Family, Hook,
+    MapTo, Rule, Set, Table, fit_comment, key,
 };
-pub use socket::{ChainState, ElementCounter, RuleState, SetState, Socket, TableState};
+pub use socket::{ChainState, RuleState, SetState, Socket, TableState};
 pub use tx::Transaction;

@@ -305,6 +305,16 @@ pub struct Element {
     pub comment: Option<String>,
 }
 
+/// What an element's counter counted (`counter packets N bytes M`), as
+/// the kernel reads it back ([`Socket::read_counters`](super::Socket::read_counters)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ElementCounter {
+    /// Packets that matched the element (for a NAT map, connections).
+    pub packets: u64,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
 impl Element {
     /// A set element.
     pub fn key(key: Vec<u8>) -> Self {

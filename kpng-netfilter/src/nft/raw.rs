@@ -7,8 +7,7 @@
 //! attribute walkers serve ctnetlink too ([`crate::conntrack`]).
 
 use super::expr::{Data, Verdict};
-use super::object::{Element, userdata_comment};
-use super::socket::ElementCounter;
+use super::object::{Element, ElementCounter, userdata_comment};
 
 /// `NLA_TYPE_MASK`: the type bits of an attribute header.
 const TYPE_MASK: u16 = 0x3fff;

@@ -19,7 +19,9 @@ use nix::sys::socket::{
 use nix::sys::time::TimeVal;
 
 use super::expr::RawExpr;
-use super::object::{DataType, Element, Family, Hook, MapTo, Table, userdata_comment};
+use super::object::{
+    DataType, Element, ElementCounter, Family, Hook, MapTo, Table, userdata_comment,
+};
 use super::raw;
 use super::tx::Transaction;
 use crate::Error;
@@ -630,15 +632,6 @@ pub struct SetState {
     pub elements: Vec<Element>,
     /// Whether its elements carry counters ([`Set::counter`](super::Set::counter)).
     pub counter: bool,
-}
-
-/// What an element's counter counted (`counter packets N bytes M`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ElementCounter {
-    /// Packets that matched the element (for a NAT map, connections).
-    pub packets: u64,
-    /// Their bytes.
-    pub bytes: u64,
 }
 
 fn chain_state(c: ChainMessage, table: &str) -> Option<ChainState> {
