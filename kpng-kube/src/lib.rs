@@ -91,10 +91,6 @@ pub enum Error {
     },
 }
 
-/// An error and its causes on one line (kpng-drive's, which the agent's
-/// retries use too).
-pub use kpng_drive::one_line;
-
 /// The result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

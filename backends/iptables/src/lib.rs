@@ -176,15 +176,7 @@ impl std::fmt::Display for Layout {
     }
 }
 
-pub use kpng_netfilter::iptables::{ChainKey, Family, Mode, Table};
-
-/// The engine's family for one of the model's.
-fn tools(family: IpFamily) -> kpng_netfilter::iptables::Family {
-    match family {
-        IpFamily::V4 => kpng_netfilter::iptables::Family::V4,
-        IpFamily::V6 => kpng_netfilter::iptables::Family::V6,
-    }
-}
+pub use kpng_netfilter::iptables::{ChainKey, Mode, Table};
 
 /// Settings of the iptables backend: kube-proxy's ([`ProxyConfig`]), and
 /// how the iptables tools run.
@@ -461,10 +453,10 @@ impl IptablesBackend {
 
     /// The chains the backend wants, per family (IPv4, then IPv6): every
     /// `KUBE-` chain with its rules, as of the last sync.
-    pub fn chains(&self) -> impl Iterator<Item = (Family, &ChainKey, &[String])> + '_ {
+    pub fn chains(&self) -> impl Iterator<Item = (IpFamily, &ChainKey, &[String])> + '_ {
         self.families
             .iter()
-            .zip([Family::V4, Family::V6])
+            .zip([IpFamily::V4, IpFamily::V6])
             .flat_map(|(state, family)| {
                 state
                     .desired
@@ -617,7 +609,7 @@ impl IptablesBackend {
                     expected += 3 * state.endpoints;
                 }
                 self.runner.expected_lines = expected.max(state.applied.as_ref().map_or(0, lines));
-                Some(self.runner.save(tools(family), &owned)?)
+                Some(self.runner.save(family, &owned)?)
             }
             _ => None,
         };
@@ -653,7 +645,7 @@ impl IptablesBackend {
         let mut batches = Vec::new();
         for (i, family) in IpFamily::BOTH.into_iter().enumerate() {
             let (batch, before) = self.prepare(i, family, full)?;
-            batches.push((tools(family), batch, before));
+            batches.push((family, batch, before));
         }
         let mut script = String::new();
         for (_, batch, _) in &batches {

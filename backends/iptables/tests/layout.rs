@@ -6,9 +6,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use kpng_backend_iptables::{
-    AUTO_COMPACT_ENDPOINTS, AUTO_KUBE_PROXY_ENDPOINTS, ChainKey, Family, IptablesBackend,
-    IptablesConfig, Layout,
+    AUTO_COMPACT_ENDPOINTS, AUTO_KUBE_PROXY_ENDPOINTS, ChainKey, IptablesBackend, IptablesConfig,
+    Layout,
 };
+use kpng_model::IpFamily;
 use kpng_model::endpoint::Interner;
 use kpng_model::view::NodeView;
 use kpng_sink::{ProxyConfig, Round, Sink};
@@ -63,7 +64,7 @@ fn view(n: usize) -> (NodeView, usize) {
     (node_view(&store.snapshot(), NODE), counted)
 }
 
-fn chains(backend: &IptablesBackend) -> BTreeMap<(Family, ChainKey), Vec<String>> {
+fn chains(backend: &IptablesBackend) -> BTreeMap<(IpFamily, ChainKey), Vec<String>> {
     backend
         .chains()
         .map(|(family, key, rules)| ((family, key.clone()), rules.to_vec()))
@@ -71,7 +72,7 @@ fn chains(backend: &IptablesBackend) -> BTreeMap<(Family, ChainKey), Vec<String>
 }
 
 /// What a fresh backend forced to `layout` wants for `view`.
-fn fresh(view: &NodeView, layout: Layout) -> BTreeMap<(Family, ChainKey), Vec<String>> {
+fn fresh(view: &NodeView, layout: Layout) -> BTreeMap<(IpFamily, ChainKey), Vec<String>> {
     let mut b = backend(layout);
     b.sync(&Round::full(view)).expect("full round");
     chains(&b)

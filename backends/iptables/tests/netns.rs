@@ -5,7 +5,8 @@
 use std::collections::BTreeSet;
 use std::process::Command;
 
-use kpng_backend_iptables::{Family, IptablesBackend, IptablesConfig};
+use kpng_backend_iptables::{IptablesBackend, IptablesConfig};
+use kpng_model::IpFamily;
 use kpng_model::view::NodeView;
 use kpng_sink::{ProxyConfig, Round, Sink};
 use kpng_view::node_view;
@@ -78,7 +79,7 @@ impl Drop for Netns {
 fn wanted(backend: &IptablesBackend) -> BTreeSet<(String, String)> {
     backend
         .chains()
-        .filter(|(family, ..)| *family == Family::V4)
+        .filter(|(family, ..)| *family == IpFamily::V4)
         .map(|(_, (table, name), _)| (table.name().to_owned(), name.clone()))
         .collect()
 }

@@ -91,7 +91,7 @@ use kpng_sink::{ProxyConfig, Round, Sink, SinkError};
 pub use counters::CounterReader;
 use kpng_netfilter::nft::{self, Transaction};
 use objects::{Objects, Pending};
-use render::{Fam, Render};
+use render::{InNft, Render};
 
 /// Errors of the nftables backend.
 #[derive(Debug, thiserror::Error)]
@@ -376,7 +376,7 @@ impl NftBackend {
         let mut socket = nft::Socket::open(config.netns.as_deref())?;
         let mut deleted = 0;
         for family in IpFamily::BOTH {
-            let table = nft::Table::new(Fam(family).family(), config.table.as_str());
+            let table = nft::Table::new(family.table_family(), config.table.as_str());
             let mut tx = Transaction::new();
             tx.delete_table(&table);
             match socket.commit(tx) {
@@ -396,7 +396,7 @@ impl NftBackend {
         let mut socket = nft::Socket::open(config.netns.as_deref())?;
         let mut found = Vec::new();
         for family in IpFamily::BOTH {
-            let family = Fam(family).family();
+            let family = family.table_family();
             if socket
                 .tables(family)?
                 .iter()
@@ -458,7 +458,7 @@ impl NftBackend {
     }
 
     fn table(&self, family: IpFamily) -> nft::Table {
-        nft::Table::new(Fam(family).family(), self.config.table.as_str())
+        nft::Table::new(family.table_family(), self.config.table.as_str())
     }
 
     /// The table's fixed part for one family, with the NodePort addresses
@@ -468,7 +468,7 @@ impl NftBackend {
             Some(cidrs) => cidrs.clone(),
             None => view.node_addresses(family).map(IpNet::from).collect(),
         };
-        render::globals(Fam(family), &self.config, &node_ips, &self.service_cidrs)
+        render::globals(family, &self.config, &node_ips, &self.service_cidrs)
     }
 
     /// Re-renders what `round` changed into the desired objects, or
