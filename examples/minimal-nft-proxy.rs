@@ -26,7 +26,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     // The source: the API (the watch task owns the ingest) or a manifest
     // (read once; the ingest is kept, or the store would close).
-    let mut ingest = Ingest::new(Store::new(), IngestConfig::for_node(node.as_str()));
+    let mut ingest = Ingest::new(Store::new(), IngestConfig::default());
     let reader = ingest.reader();
     let mut watching = WatchConfig::default();
     watching.nodes = NodeScope::Only(node.clone());

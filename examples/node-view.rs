@@ -33,7 +33,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         None => file::parse_str(file::SAMPLE_CLUSTER_NAME, file::SAMPLE_CLUSTER)?,
     };
 
-    let mut ingest = Ingest::new(Store::new(), IngestConfig::for_node(node.as_str()));
+    let mut ingest = Ingest::new(Store::new(), IngestConfig::default());
     let revision = ingest.load(&objects);
     let snapshot = ingest.reader().snapshot();
     println!(

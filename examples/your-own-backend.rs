@@ -1,7 +1,7 @@
 //! A backend in one file: it prints what a data plane would program.
 use kpng_model::endpoint::{PortInfo, PortList};
 use kpng_model::v1::{Protocol, Service, ServicePort};
-use kpng_model::{EndpointInfo, IpFamily};
+use kpng_model::{EndpointInfo, IpFamily, ServiceInfo};
 use kpng_sink::{Round, Sink, SinkError};
 use kpng_store::Store;
 use kpng_view::NodeProjector;
@@ -24,7 +24,7 @@ impl Sink for Printer {
             };
             let plan = service.plan(IpFamily::V4);
             for port in &plan.ports {
-                for vip in &plan.cluster_ips {
+                for vip in plan.cluster_ips {
                     println!(
                         "r{revision}: {vip}:{} {} -> {:?}",
                         port.number, port.protocol, port.cluster
@@ -38,9 +38,13 @@ impl Sink for Printer {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut store = Store::new();
-    let web = Service::new("default", "web")
-        .with_cluster_ips(["10.96.0.10".parse()?])
-        .with_port(ServicePort::new("http", Protocol::Tcp, 80));
+    // Its addresses are typed here, once: text that is not an address is
+    // an error now, not in a backend.
+    let web = ServiceInfo::new(
+        Service::new("default", "web")
+            .with_cluster_ips(["10.96.0.10".parse()?])
+            .with_port(ServicePort::new("http", Protocol::Tcp, 80)),
+    )?;
     let name = web.service_name();
     // Every endpoint of a slice shares one port list.
     let ports = PortList::new([PortInfo::new("http", Protocol::Tcp, 8080)]);

@@ -7,7 +7,7 @@ fuzz_target!(|data: &[u8]| {
         if let Ok(objects) = kpng_kube::file::parse_str("fuzz.yaml", text) {
             let mut ingest = kpng_kube::Ingest::new(
                 kpng_store::Store::new(),
-                kpng_kube::IngestConfig::for_node("node-a"),
+                kpng_kube::IngestConfig::default(),
             );
             ingest.load(&objects);
         }

@@ -48,7 +48,7 @@ fuzz_target!(|data: &[u8]| {
         _ => Protocol::Sctp,
     };
     let Ok(cluster_ips) = IpSet::parse_addrs("clusterIPs", [vip.as_str()]) else { return };
-    let svc = Arc::new(Service {
+    let svc = Arc::new(kpng_model::ServiceInfo::new(Service {
         namespace: "ns".into(),
         name,
         r#type: i32::from(head[5] % 4),
@@ -66,7 +66,7 @@ fuzz_target!(|data: &[u8]| {
             ..Default::default()
         }],
         ..Default::default()
-    });
+    }).expect("valid"));
     let Ok(ip) = ep_ip.parse() else { return };
     let info = EndpointInfo::builder(ip)
         .ports(PortList::new([PortInfo::new(

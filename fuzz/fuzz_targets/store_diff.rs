@@ -59,15 +59,15 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     for a in &snapshots {
-        assert!(kpng_diff::diff(a, a).is_empty());
+        assert!(a.diff(a).is_empty());
         for b in &snapshots {
-            let ops = kpng_diff::diff(a, b);
+            let ops = a.diff(b);
             let mut replica = Store::new();
             let mut txn = replica.begin();
             for (k, v) in a.iter() {
                 let _ = txn.set(k, v);
             }
-            kpng_diff::apply(&mut txn, &ops).expect("ops apply");
+            txn.apply(&ops).expect("ops apply");
             txn.commit();
             let got: Vec<_> = replica.snapshot().iter().collect();
             let want: Vec<_> = b.iter().collect();

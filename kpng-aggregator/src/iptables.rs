@@ -26,6 +26,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
+use kpng_model::IpFamily;
 use kpng_store::MapOp;
 use kpng_store::MapSnapshot;
 use serde::{Deserialize, Serialize};
@@ -33,7 +34,7 @@ use serde::{Deserialize, Serialize};
 use crate::Subsystem;
 
 pub use kpng_netfilter::iptables::{
-    Batch, ChainKey, Chains, Family, Jump, Mode, Plan, Runner, Saved, Table, apply_batches,
+    Batch, ChainKey, Chains, Jump, Mode, Plan, Runner, Saved, Table, apply_batches,
 };
 
 /// What a producer publishes.
@@ -49,12 +50,34 @@ pub enum Object {
 /// The identity of a published object.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Key {
-    /// Its family.
-    pub family: Family,
+    /// Its family (`"v4"`, `"v6"` on the wire: iptables, ip6tables).
+    #[serde(with = "family_word")]
+    pub family: IpFamily,
     /// Its table.
     pub table: Table,
     /// The object.
     pub object: Object,
+}
+
+/// An IP family on the producers' socket as `"v4"` or `"v6"`.
+mod family_word {
+    use kpng_model::IpFamily;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(family: &IpFamily, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(match family {
+            IpFamily::V4 => "v4",
+            IpFamily::V6 => "v6",
+        })
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<IpFamily, D::Error> {
+        match <&str>::deserialize(d)? {
+            "v4" => Ok(IpFamily::V4),
+            "v6" => Ok(IpFamily::V6),
+            other => Err(serde::de::Error::unknown_variant(other, &["v4", "v6"])),
+        }
+    }
 }
 
 /// The content of a published object.
@@ -104,7 +127,7 @@ impl Fragment {
     /// Adds a chain with its rules.
     pub fn chain<'r>(
         &mut self,
-        family: Family,
+        family: IpFamily,
         table: Table,
         name: &str,
         rules: impl IntoIterator<Item = &'r str>,
@@ -124,7 +147,7 @@ impl Fragment {
     /// Adds a jump from a built-in chain; `order`: lower runs first.
     pub fn jump(
         &mut self,
-        family: Family,
+        family: IpFamily,
         table: Table,
         builtin: &str,
         rule: &str,
@@ -181,7 +204,7 @@ impl Iptables {
 }
 
 /// One family's chains and jumps of a state.
-fn family_state(state: &MapSnapshot<Key, Value>, family: Family) -> (Chains, Vec<Jump>) {
+fn family_state(state: &MapSnapshot<Key, Value>, family: IpFamily) -> (Chains, Vec<Jump>) {
     let mut chains = BTreeMap::new();
     let mut jumps = Vec::new();
     for (k, v) in state.entries().iter().filter(|(k, _)| k.family == family) {
@@ -281,7 +304,7 @@ impl Subsystem for Iptables {
         let owned = |chain: &str| prefixes.iter().any(|p| chain.starts_with(p.as_str()));
         let mut batches = Vec::new();
         let mut script = String::new();
-        for family in [Family::V4, Family::V6] {
+        for family in [IpFamily::V4, IpFamily::V6] {
             let (desired, add_all) = family_state(after, family);
             let (applied, _) = family_state(before, family);
             let mut touched = BTreeSet::new();
@@ -355,30 +378,36 @@ mod tests {
         let mut agg = Aggregator::new(Iptables::dry_run());
         let mut kube = Fragment::new();
         kube.chain(
-            Family::V4,
+            IpFamily::V4,
             Table::Nat,
             "KUBE-SERVICES",
             ["-d 10.96.0.1/32 -j KUBE-SVC-A"],
         )
         .chain(
-            Family::V4,
+            IpFamily::V4,
             Table::Nat,
             "KUBE-SVC-A",
             ["-j DNAT --to-destination 10.244.0.1:80"],
         )
-        .jump(Family::V4, Table::Nat, "PREROUTING", "-j KUBE-SERVICES", 0);
+        .jump(
+            IpFamily::V4,
+            Table::Nat,
+            "PREROUTING",
+            "-j KUBE-SERVICES",
+            0,
+        );
         agg.publish("kpng", kube).unwrap();
         let mut cni = Fragment::new();
         cni.chain(
-            Family::V4,
+            IpFamily::V4,
             Table::Filter,
             "CNI-FW",
             ["-s 192.0.2.66/32 -j DROP"],
         )
-        .jump(Family::V4, Table::Filter, "FORWARD", "-j CNI-FW", 0);
+        .jump(IpFamily::V4, Table::Filter, "FORWARD", "-j CNI-FW", 0);
         agg.publish("cni", cni.clone()).unwrap();
         // The CNI may not touch KUBE- chains.
-        cni.chain(Family::V4, Table::Nat, "KUBE-SERVICES", ["-j ACCEPT"]);
+        cni.chain(IpFamily::V4, Table::Nat, "KUBE-SERVICES", ["-j ACCEPT"]);
         assert!(
             agg.publish("cni", cni)
                 .unwrap_err()
@@ -387,7 +416,7 @@ mod tests {
         );
         // A jump to nothing published is refused.
         let mut bad = Fragment::new();
-        bad.jump(Family::V4, Table::Filter, "INPUT", "-j OTHER-X", 0);
+        bad.jump(IpFamily::V4, Table::Filter, "INPUT", "-j OTHER-X", 0);
         assert!(agg.publish("other", bad).is_err());
 
         assert_eq!(agg.flush().transactions, 1);
@@ -400,7 +429,7 @@ mod tests {
 
         // A delta: one chain changes, only it is written.
         let key = Key {
-            family: Family::V4,
+            family: IpFamily::V4,
             table: Table::Nat,
             object: Object::Chain("KUBE-SVC-A".into()),
         };

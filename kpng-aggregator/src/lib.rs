@@ -32,18 +32,18 @@
 //!
 //! ```
 //! use kpng_aggregator::Aggregator;
-//! use kpng_aggregator::nft::{Family, Fragment, Nft};
+//! use kpng_aggregator::nft::{TableFamily, Fragment, Nft};
 //! use kpng_netfilter::nft::build::{Load, equals, verdict};
-//! use kpng_netfilter::nft::{BaseChain, ChainType, Hook, Verdict};
+//! use kpng_netfilter::nft::{BaseChain, ChainType, ChainHook, NfVerdict};
 //!
 //! let mut agg = Aggregator::new(Nft::dry_run());
 //! let mut proxy = Fragment::new();
-//! let accept = [equals(Load::Daddr(Family::Ip), &[10, 96, 0, 1]), verdict(Verdict::Accept)].concat();
-//! proxy.table(Family::Ip, "kpng").chain("services", [accept]);
+//! let accept = [equals(Load::Daddr(TableFamily::Ip), &[10, 96, 0, 1]), verdict(NfVerdict::Accept)].concat();
+//! proxy.table(TableFamily::Ip, "kpng").chain("services", [accept]);
 //! let mut firewall = Fragment::new();
-//! let input = BaseChain { kind: ChainType::Filter, hook: Hook::Input, priority: 0 };
-//! let drop = [equals(Load::Saddr(Family::Ip), &[192, 0, 2, 66]), verdict(Verdict::Drop)].concat();
-//! firewall.table(Family::Inet, "vendor-fw").base_chain("input", input, [drop]);
+//! let input = BaseChain { kind: ChainType::Filter, hook: ChainHook::Input, priority: 0 };
+//! let drop = [equals(Load::Saddr(TableFamily::Ip), &[192, 0, 2, 66]), verdict(NfVerdict::Drop)].concat();
+//! firewall.table(TableFamily::Inet, "vendor-fw").base_chain("input", input, [drop]);
 //! agg.publish("proxy", proxy)?;
 //! agg.publish("firewall", firewall.clone())?;
 //! // Another producer cannot touch the firewall's table.
@@ -66,7 +66,7 @@ pub use publisher::{Producer, Publisher};
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 
-use kpng_store::{MapOp, MapSnapshot, RevMap, diff_maps};
+use kpng_store::{MapOp, MapSnapshot, RevMap};
 
 /// Errors of the aggregator.
 #[derive(Debug, thiserror::Error)]
@@ -388,7 +388,7 @@ impl<S: Subsystem> Aggregator<S> {
         }
         let target = self.merged(|_, p| p.desired.snapshot());
         let start = std::time::Instant::now();
-        let ops = diff_maps(&self.applied, &target);
+        let ops = self.applied.diff(&target);
         report.transactions += 1;
         let result = self
             .subsystem
@@ -416,7 +416,7 @@ impl<S: Subsystem> Aggregator<S> {
                             p.applied.clone()
                         }
                     });
-                    let ops = diff_maps(&base, &target);
+                    let ops = base.diff(&target);
                     report.transactions += 1;
                     match self.subsystem.commit(&base, &target, &ops, self.full) {
                         Ok(()) => {

@@ -48,7 +48,7 @@ use kpng_store::MapSnapshot;
 
 use crate::Subsystem;
 
-pub use kpng_netfilter::nft::Family;
+pub use kpng_netfilter::nft::TableFamily;
 pub use objects::{
     ElementKey, Fragment, Key, Object, TableBuilder, TableName, Value, chain_key, element_key,
 };
@@ -139,22 +139,22 @@ impl Subsystem for Nft {
 #[cfg(test)]
 mod testing {
     use kpng_netfilter::nft::build::{Load, lookup, verdict};
-    use kpng_netfilter::nft::{BaseChain, ChainType, Expr, Hook, Verdict};
+    use kpng_netfilter::nft::{BaseChain, ChainHook, ChainType, Expr, NfVerdict};
 
-    use super::Family;
+    use super::TableFamily;
 
     pub(super) fn input(priority: i32) -> BaseChain {
         BaseChain {
             kind: ChainType::Filter,
-            hook: Hook::Input,
+            hook: ChainHook::Input,
             priority,
         }
     }
 
     pub(super) fn drop_from(set: &str) -> Vec<Expr> {
         [
-            lookup(&[Load::Saddr(Family::Ip)], set, None, false),
-            verdict(Verdict::Drop),
+            lookup(&[Load::Saddr(TableFamily::Ip)], set, None, false),
+            verdict(NfVerdict::Drop),
         ]
         .concat()
     }

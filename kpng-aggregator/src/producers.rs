@@ -55,12 +55,13 @@ impl Producer for IptablesBackend {
     }
 
     fn fragment(&mut self) -> imbl::OrdMap<crate::iptables::Key, crate::iptables::Value> {
-        use crate::iptables::{Family, Fragment};
+        use crate::iptables::Fragment;
+        use kpng_model::IpFamily;
         let mut fragment = Fragment::new();
         for (family, (table, name), rules) in self.chains() {
             fragment.chain(family, *table, name, rules.iter().map(String::as_str));
         }
-        for family in [Family::V4, Family::V6] {
+        for family in [IpFamily::V4, IpFamily::V6] {
             for (order, (table, builtin, rule)) in (0u16..).zip(IptablesBackend::jumps()) {
                 fragment.jump(family, *table, builtin, rule, order);
             }

@@ -99,8 +99,8 @@ impl<B: Producer> Publisher<B> {
 /// The backend's last round. No script: what reaches the kernel is the
 /// aggregator's transaction, merged with other producers'.
 impl<B: Producer + kpng_sink::RoundReport> kpng_sink::RoundReport for Publisher<B> {
-    fn last_round(&self) -> kpng_sink::RoundSummary {
-        self.backend().last_round()
+    fn last_sync(&self) -> kpng_sink::SyncStats {
+        kpng_sink::RoundReport::last_sync(self.backend())
     }
 }
 
@@ -119,7 +119,7 @@ impl<B: Producer> Sink for Publisher<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nft::{Family, Fragment, Nft};
+    use crate::nft::{Fragment, Nft, TableFamily};
     use kpng_model::view::NodeView;
 
     /// A producer that publishes one table, named after how many Services
@@ -148,7 +148,7 @@ mod tests {
         fn fragment(&mut self) -> imbl::OrdMap<crate::nft::Key, crate::nft::Value> {
             let mut fragment = Fragment::new();
             fragment
-                .table(Family::Ip, &format!("counter{}", self.services))
+                .table(TableFamily::Ip, &format!("counter{}", self.services))
                 .chain("c", []);
             fragment.into()
         }

@@ -315,7 +315,7 @@ enum Reached {
 /// each attempt.
 pub(crate) struct Retries {
     address: String,
-    backoff: kpng_drive::Backoff,
+    backoff: kpng_retry::Backoff,
     /// How far the current session got.
     reached: Reached,
     /// Failed attempts since the last sync.
@@ -330,7 +330,7 @@ impl Retries {
     pub(crate) fn new(address: &Address, config: &AgentConfig) -> Self {
         Self {
             address: address.to_string(),
-            backoff: kpng_drive::Backoff::new(config.retry, config.max_retry),
+            backoff: kpng_retry::Backoff::new(config.retry, config.max_retry),
             reached: Reached::Nothing,
             failed: 0,
             warned: None,
@@ -376,7 +376,7 @@ impl Retries {
         let delay = self.backoff.next_delay();
         tracing::warn!(
             "{}; asking {} for a full view in {:.1}s",
-            kpng_drive::one_line(error),
+            kpng_retry::one_line(error),
             self.address,
             delay.as_secs_f64()
         );
@@ -387,7 +387,7 @@ impl Retries {
     /// or the error when it was the last allowed; `revision` is what the
     /// agent holds.
     fn failed(&mut self, error: &Error, revision: u64) -> Result<Duration, Error> {
-        let cause = kpng_drive::one_line(error);
+        let cause = kpng_retry::one_line(error);
         self.failed += 1;
         let address = &self.address;
         if self.give_up_after.is_some_and(|n| self.failed >= n) {
@@ -501,7 +501,7 @@ pub(crate) async fn session<S: Sink + ?Sized>(
                     error: result
                         .as_ref()
                         .err()
-                        .map(|e| kpng_drive::one_line(e))
+                        .map(|e| kpng_retry::one_line(e))
                         .unwrap_or_default(),
                     held_ms: 0,
                 };

@@ -16,10 +16,12 @@
 //! use std::sync::Arc;
 //!
 //! use kpng_api::codec::compact::{Decoder, Encoder};
+//! use kpng_model::ServiceInfo;
 //! use kpng_model::v1::Service;
 //! use kpng_model::view::ViewOp;
 //!
-//! let ops = [ViewOp::SetService(Arc::new(Service::new("default", "web")))];
+//! let web = ServiceInfo::new(Service::new("default", "web"))?;
+//! let ops = [ViewOp::SetService(Arc::new(web))];
 //! let batch = Encoder::new().batch(&ops);
 //! let mut decoded = Vec::new();
 //! Decoder::new().batch::<kpng_model::Error>(batch, |op| {

@@ -83,7 +83,7 @@ pub async fn fleet_view(
         .map_err(|e| crate::Error::Unreachable {
             address: address.to_string(),
             attempts: 1,
-            cause: kpng_drive::one_line(&e),
+            cause: kpng_retry::one_line(&e),
         })?;
     match client.fleet(request).await {
         Ok(reply) => Ok(reply.into_inner()),

@@ -436,7 +436,10 @@ mod tests {
         let mut txn = store.begin();
         for s in 0..services {
             let name = ServiceName::new("ns", format!("svc-{s}"));
-            txn.set_service(Service::new("ns", format!("svc-{s}")));
+            txn.set_service(
+                kpng_model::ServiceInfo::new(Service::new("ns", format!("svc-{s}")))
+                    .expect("valid"),
+            );
             for e in 0..per {
                 let n = s * per + e;
                 let ip = IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + n as u32));

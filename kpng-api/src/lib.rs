@@ -55,7 +55,7 @@
 //!
 //! let mut store = Store::new();
 //! let mut txn = store.begin();
-//! txn.set_service(Service { namespace: "default".into(), name: "web".into(), ..Default::default() });
+//! txn.set_service(kpng_model::ServiceInfo::new(Service::new("default", "web")).expect("valid"));
 //! txn.commit();
 //! store.mark_listed(kpng_model::Kind::Service);
 //! store.mark_listed(kpng_model::Kind::Endpoint);

@@ -1,11 +1,8 @@
 //! Rounds from a watch: the ops, resets and syncs an agent receives,
 //! turned back into the [`Round`]s a sink takes.
 
-use std::collections::BTreeSet;
-
-use kpng_model::ServiceName;
 use kpng_model::view::{NodeView, ViewOp};
-use kpng_sink::{Changes, Round, Sink, SinkError};
+use kpng_sink::{Round, Sink, SinkError};
 
 use crate::codec::compact::Decoded;
 
@@ -16,7 +13,13 @@ use crate::codec::compact::Decoded;
 /// round that succeeded.
 ///
 /// It holds one view, and the view of the last round that succeeded, an
-/// O(1) clone that shares every Service changed since with the other.
+/// O(1) clone that shares every Service not changed since with the other:
+/// what a round changes is the diff of the two ([`Changes::between`](kpng_sink::Changes::between),
+/// O(changed Services)), as the ops are derived from it on the server
+/// ([`Changes::ops`](kpng_sink::Changes::ops)).
+///
+/// It owns "the next round is full" for its sink: a sink that fails
+/// keeps no flag of its own, it is given a full round next.
 #[derive(Debug)]
 pub(crate) struct Rounds {
     /// The view the ops received so far lead to.
@@ -24,8 +27,6 @@ pub(crate) struct Rounds {
     /// The view of the last round that succeeded: `None` before one, and
     /// after a reset.
     synced: Option<NodeView>,
-    /// The Services the ops touched since that round.
-    touched: BTreeSet<ServiceName>,
     /// The next round is full.
     full: bool,
     /// Ops were applied since the last round that succeeded, or the
@@ -38,7 +39,6 @@ impl Default for Rounds {
         Self {
             view: NodeView::default(),
             synced: None,
-            touched: BTreeSet::new(),
             full: true,
             pending: false,
         }
@@ -64,7 +64,6 @@ impl Rounds {
     pub(crate) fn resume(&mut self) {
         if std::mem::take(&mut self.pending) {
             self.view = self.synced.clone().unwrap_or_default();
-            self.touched.clear();
         }
     }
 
@@ -78,9 +77,6 @@ impl Rounds {
             Decoded::Op(op) => self.apply(&op),
             Decoded::Endpoints(name, endpoints) => {
                 self.pending = true;
-                if !self.full && !self.touched.contains(&name) {
-                    self.touched.insert(name.clone());
-                }
                 self.view
                     .set_endpoints(&name, endpoints)
                     .inspect_err(|_| self.full = true)
@@ -96,24 +92,6 @@ impl Rounds {
     /// is full.
     pub(crate) fn apply(&mut self, op: &ViewOp) -> Result<(), kpng_model::Error> {
         self.pending = true;
-        // A full round lists the whole view: what the ops touch matters
-        // only to an incremental one. The node and the Service CIDRs are
-        // compared at the sync.
-        if !self.full {
-            match op {
-                ViewOp::SetService(service) => {
-                    self.touched.insert(service.service_name());
-                }
-                ViewOp::DeleteService(name)
-                | ViewOp::SetEndpoint(name, _)
-                | ViewOp::DeleteEndpoint(name, _) => {
-                    if !self.touched.contains(name) {
-                        self.touched.insert(name.clone());
-                    }
-                }
-                ViewOp::SetNode(_) | ViewOp::DeleteNode | ViewOp::SetServiceCidrs(_) => {}
-            }
-        }
         self.view.apply(op).inspect_err(|_| self.full = true)
     }
 
@@ -129,15 +107,13 @@ impl Rounds {
         sink: &mut S,
     ) -> Result<(), SinkError> {
         self.view.revision = revision;
-        let touched = std::mem::take(&mut self.touched);
         let result = match self.synced.as_ref().filter(|_| !self.full) {
             None => sink.sync(&Round::full(&self.view)),
             Some(previous) => {
                 // A Service set and deleted again, or set as it was, is
                 // no change; nor is the node or the Service CIDRs set as
                 // they were.
-                let changes = Changes::among(previous, &self.view, touched);
-                sink.sync(&Round::incremental(previous, &self.view, changes))
+                sink.sync(&Round::between(previous, &self.view))
             }
         };
         match result {
@@ -164,9 +140,9 @@ mod tests {
     use std::net::{IpAddr, Ipv4Addr};
     use std::sync::Arc;
 
-    use kpng_model::EndpointInfo;
     use kpng_model::v1::{IpSet, Node, Service};
     use kpng_model::view::{EndpointView, ServiceView};
+    use kpng_model::{EndpointInfo, ServiceName};
     use kpng_testkit::RecordingSink;
     use proptest::prelude::*;
 
@@ -184,7 +160,10 @@ mod tests {
     fn set(i: u8, version: u8) -> ViewOp {
         let cluster_ip = IpAddr::V4(Ipv4Addr::new(10, 96, 0, version));
         ViewOp::SetService(Arc::new(
-            Service::new("ns", format!("s{i}")).with_cluster_ips([cluster_ip]),
+            kpng_model::ServiceInfo::new(
+                Service::new("ns", format!("s{i}")).with_cluster_ips([cluster_ip]),
+            )
+            .expect("valid"),
         ))
     }
 

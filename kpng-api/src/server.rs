@@ -505,12 +505,12 @@ impl Feed for NodeFeed {
 /// The whole ENLS, as `EnlsChange`s.
 pub(crate) struct GlobalFeed {
     previous: Snapshot,
-    pending: std::vec::IntoIter<kpng_diff::Op>,
+    pending: std::vec::IntoIter<kpng_store::MapOp<kpng_model::Key, kpng_model::Value>>,
 }
 
 impl GlobalFeed {
     fn diff_to(&mut self, snapshot: &Snapshot) {
-        self.pending = kpng_diff::diff(&self.previous, snapshot).into_iter();
+        self.pending = self.previous.diff(snapshot).into_iter();
         self.previous = snapshot.clone();
     }
 }
@@ -550,8 +550,8 @@ impl Feed for GlobalFeed {
             .by_ref()
             .take(CHANGES_PER_MESSAGE)
             .map(|op| match op {
-                kpng_diff::Op::Set(k, v) => entries::to_wire(&k, Some(&v)),
-                kpng_diff::Op::Delete(k) => entries::to_wire(&k, None),
+                kpng_store::MapOp::Set(k, v) => entries::to_wire(&k, Some(&v)),
+                kpng_store::MapOp::Delete(k) => entries::to_wire(&k, None),
             })
             .collect();
         (!changes.is_empty()).then(|| global(GlobalKind::Changes(EnlsChanges { changes })))

@@ -26,11 +26,11 @@
 //! use kpng_model::view::{EndpointView, NodeView, ServiceView};
 //! use kpng_netfilter::conntrack::{Flow, Tuple};
 //!
-//! let svc = Arc::new(
+//! let svc = Arc::new(kpng_model::ServiceInfo::new(
 //!     Service::new("kube-system", "dns")
 //!         .with_cluster_ips(["10.96.0.10".parse()?])
 //!         .with_port(ServicePort::new("dns", Protocol::Udp, 53)),
-//! );
+//! )?);
 //! let ports = PortList::new([PortInfo::new("dns", Protocol::Udp, 5353)]);
 //! let ip = "10.244.1.10".parse()?;
 //! let endpoint = EndpointView::at(EndpointInfo::builder(ip).ports(ports).build(), ip)
@@ -340,24 +340,27 @@ mod tests {
     use super::{Allowed, ConntrackCleaner};
 
     fn view(endpoints: &[&str], node_port: u32) -> NodeView {
-        let svc = Arc::new(Service {
-            namespace: "kube-system".into(),
-            name: "dns".into(),
-            cluster_ips: Some(IpSet::parse_addrs("clusterIPs", ["10.96.0.10"]).expect("ip")),
-            ports: vec![ServicePort {
+        let svc = Arc::new(
+            kpng_model::ServiceInfo::new(Service {
+                namespace: "kube-system".into(),
                 name: "dns".into(),
-                protocol: Protocol::Udp as i32,
-                port: 53,
-                node_port,
+                cluster_ips: Some(IpSet::parse_addrs("clusterIPs", ["10.96.0.10"]).expect("ip")),
+                ports: vec![ServicePort {
+                    name: "dns".into(),
+                    protocol: Protocol::Udp as i32,
+                    port: 53,
+                    node_port,
+                    ..Default::default()
+                }],
+                r#type: if node_port == 0 {
+                    0
+                } else {
+                    kpng_model::v1::ServiceType::NodePort as i32
+                },
                 ..Default::default()
-            }],
-            r#type: if node_port == 0 {
-                0
-            } else {
-                kpng_model::v1::ServiceType::NodePort as i32
-            },
-            ..Default::default()
-        });
+            })
+            .expect("valid"),
+        );
         let ports = PortList::new([PortInfo::new("dns", Protocol::Udp, 5353)]);
         let eps = endpoints
             .iter()

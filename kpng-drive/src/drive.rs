@@ -7,9 +7,10 @@ use kpng_sink::{Sink, SinkError};
 use kpng_store::Reader;
 use tokio::time::Instant;
 
+use kpng_retry::Backoff;
 use kpng_view::NodeProjector;
 
-use crate::{Backoff, HoldStatus};
+use crate::HoldStatus;
 
 /// A token bucket that spaces syncs: at most `burst` syncs back to back,
 /// then one per `min_interval` (kube-proxy's `--min-sync-period`, default

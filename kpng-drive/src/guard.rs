@@ -560,11 +560,14 @@ mod tests {
     }
 
     fn set(name: &str) -> ViewOp {
-        ViewOp::SetService(Arc::new(Service {
-            namespace: "ns".into(),
-            name: name.into(),
-            ..Default::default()
-        }))
+        ViewOp::SetService(Arc::new(
+            kpng_model::ServiceInfo::new(Service {
+                namespace: "ns".into(),
+                name: name.into(),
+                ..Default::default()
+            })
+            .expect("valid"),
+        ))
     }
 
     fn delete(name: &str) -> ViewOp {
@@ -678,11 +681,14 @@ mod tests {
         let mut store = Store::new();
         let mut txn = store.begin();
         for name in ["a", "b"] {
-            txn.set_service(Service {
-                namespace: "ns".into(),
-                name: name.into(),
-                ..Default::default()
-            });
+            txn.set_service(
+                kpng_model::ServiceInfo::new(Service {
+                    namespace: "ns".into(),
+                    name: name.into(),
+                    ..Default::default()
+                })
+                .expect("valid"),
+            );
         }
         txn.commit();
         store.mark_listed(Kind::Service);

@@ -5,10 +5,9 @@
 //! - [`drive`] keeps a sink in line with one node's view as the store
 //!   changes: it waits for the initial lists, spaces syncs with a
 //!   [`SyncLimiter`] (bursts of revisions collapse into one transaction),
-//!   and retries a failed sync with a full round after a [`Backoff`].
+//!   and retries a failed sync with a full round after a
+//!   [`kpng_retry::Backoff`].
 //! - [`SyncLimiter`]: kube-proxy's `--min-sync-period` as a token bucket.
-//! - [`Backoff`]: exponential, capped and jittered delays, for the driver,
-//!   the API agent and the mirror.
 //! - [`guard`]: the guard against losing everything. [`Guarded`] holds
 //!   back a round that would delete every programmed Service, or more
 //!   than a share of them, until it lasts a confirmation time or an
@@ -37,7 +36,7 @@
 //! # tokio::runtime::Builder::new_current_thread().enable_time().build()?.block_on(async {
 //! let mut store = Store::new();
 //! let mut txn = store.begin();
-//! txn.set_service(Service { namespace: "default".into(), name: "web".into(), ..Default::default() });
+//! txn.set_service(kpng_model::ServiceInfo::new(Service::new("default", "web")).expect("valid"));
 //! txn.commit();
 //! store.mark_listed(Kind::Service);
 //! store.mark_listed(Kind::Endpoint);
@@ -54,33 +53,9 @@
 
 #![deny(missing_docs)]
 
-mod backoff;
 mod drive;
 pub mod guard;
 
-pub use backoff::{Backoff, KUBE_FIRST, KUBE_MAX};
-
-/// An error and its causes on one line, `: `-separated, each cause once
-/// (error types that print their source as well are not repeated): what a
-/// retry's log line names as the cause.
-///
-/// ```
-/// let io = std::io::Error::other("connection refused");
-/// assert_eq!(kpng_drive::one_line(&io), "connection refused");
-/// ```
-pub fn one_line(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let message = cause.to_string();
-        if !text.contains(&message) {
-            text.push_str(": ");
-            text.push_str(&message);
-        }
-        source = cause.source();
-    }
-    text
-}
 pub use drive::{DriveConfig, SyncLimiter, drive};
 pub use guard::{Guard, GuardConfig, Guarded, HoldStatus};
 

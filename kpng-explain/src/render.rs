@@ -2,10 +2,13 @@
 //! selection.
 
 use std::fmt;
+use std::net::IpAddr;
 
+use kpng_model::IpNet;
+use kpng_model::view::PortPlan;
 use kpng_view::{CandidateUse, FamilySelection, TopologyFilter};
 
-use crate::{EndpointReason, Explanation, Masquerade, Mechanism, Outcome, targets_text};
+use crate::{EndpointReason, Explanation, Masquerade, Mechanism, Outcome, Target};
 
 /// One line on how the Service's endpoints were selected on this node.
 pub(crate) fn selection_summary(family: &FamilySelection, zone: &str) -> String {
@@ -139,4 +142,40 @@ pub(crate) fn text(ex: &Explanation, f: &mut fmt::Formatter<'_>) -> fmt::Result 
         Outcome::Dropped { reason } => write!(f, "verdict: dropped: {reason}"),
         Outcome::Untouched { reason } => write!(f, "verdict: untouched: {reason}"),
     }
+}
+
+pub(crate) fn port_label(pp: &PortPlan<'_>) -> String {
+    if pp.port.name.is_empty() {
+        pp.number.to_string()
+    } else {
+        pp.port.name.clone()
+    }
+}
+
+pub(crate) fn target_text(t: &Target) -> String {
+    let at = match t.ip {
+        IpAddr::V4(_) => format!("{}:{}", t.ip, t.port),
+        IpAddr::V6(_) => format!("[{}]:{}", t.ip, t.port),
+    };
+    match (t.node.is_empty(), t.local) {
+        (_, true) => format!("{at} (this node)"),
+        (true, false) => at,
+        (false, false) => format!("{at} ({})", t.node),
+    }
+}
+
+/// `a`, or `one of 3: a, b, c`.
+pub(crate) fn targets_text(targets: &[Target]) -> String {
+    let all: Vec<String> = targets.iter().map(target_text).collect();
+    match all.as_slice() {
+        [one] => one.clone(),
+        _ => format!("one of {}: {}", all.len(), all.join(", ")),
+    }
+}
+
+pub(crate) fn list(nets: &[IpNet]) -> String {
+    nets.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }

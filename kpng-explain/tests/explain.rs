@@ -72,7 +72,7 @@ items:
 "#;
 
 fn snapshot() -> Snapshot {
-    let mut ingest = Ingest::new(Store::new(), IngestConfig::for_node("node-a"));
+    let mut ingest = Ingest::new(Store::new(), IngestConfig::default());
     ingest.load(&file::parse_str("cluster.yaml", CLUSTER).expect("manifest"));
     ingest.reader().snapshot()
 }

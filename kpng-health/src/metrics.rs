@@ -317,11 +317,11 @@ impl Metrics {
     /// }
     /// let metrics = Metrics::new();
     /// metrics.count_connections(Fixed);
-    /// let svc = Arc::new(
+    /// let svc = Arc::new(kpng_model::ServiceInfo::new(
     ///     Service::new("default", "web")
     ///         .with_cluster_ips(["10.96.0.10".parse()?])
     ///         .with_port(ServicePort::new("http", Protocol::Tcp, 80)),
-    /// );
+    /// ).expect("valid"));
     /// let mut view = NodeView::default();
     /// view.services.insert(svc.service_name(), Arc::new(ServiceView::new(svc)));
     /// let mut measure = Measure::new(metrics.clone());

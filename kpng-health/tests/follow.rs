@@ -14,15 +14,18 @@ use kpng_model::view::{NodeView, ServiceView};
 use kpng_sink::{Round, Sink};
 use kpng_testkit::bpf::TestNetns;
 
-fn lb(port: u16) -> Arc<Service> {
-    Arc::new(Service {
-        namespace: "shop".into(),
-        name: "front".into(),
-        r#type: ServiceType::LoadBalancer as i32,
-        external_traffic_policy: TrafficPolicy::Local as i32,
-        health_check_node_port: u32::from(port),
-        ..Default::default()
-    })
+fn lb(port: u16) -> Arc<kpng_model::ServiceInfo> {
+    Arc::new(
+        kpng_model::ServiceInfo::new(Service {
+            namespace: "shop".into(),
+            name: "front".into(),
+            r#type: ServiceType::LoadBalancer as i32,
+            external_traffic_policy: TrafficPolicy::Local as i32,
+            health_check_node_port: u32::from(port),
+            ..Default::default()
+        })
+        .expect("valid"),
+    )
 }
 
 /// Waits (5 s at most) until `server` listens on `wanted`.

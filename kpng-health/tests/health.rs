@@ -36,15 +36,18 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
-fn lb(port: u16) -> Arc<Service> {
-    Arc::new(Service {
-        namespace: "shop".into(),
-        name: "front".into(),
-        r#type: ServiceType::LoadBalancer as i32,
-        external_traffic_policy: TrafficPolicy::Local as i32,
-        health_check_node_port: u32::from(port),
-        ..Default::default()
-    })
+fn lb(port: u16) -> Arc<kpng_model::ServiceInfo> {
+    Arc::new(
+        kpng_model::ServiceInfo::new(Service {
+            namespace: "shop".into(),
+            name: "front".into(),
+            r#type: ServiceType::LoadBalancer as i32,
+            external_traffic_policy: TrafficPolicy::Local as i32,
+            health_check_node_port: u32::from(port),
+            ..Default::default()
+        })
+        .expect("valid"),
+    )
 }
 
 fn endpoint(ip: &str, local: bool) -> EndpointView {
@@ -60,7 +63,7 @@ fn endpoint(ip: &str, local: bool) -> EndpointView {
 fn with_service(
     view: &NodeView,
     revision: u64,
-    svc: &Arc<Service>,
+    svc: &Arc<kpng_model::ServiceInfo>,
     endpoints: Vec<EndpointView>,
 ) -> NodeView {
     let mut next = NodeView {

@@ -33,7 +33,11 @@ fn parse(text: &str) -> BTreeMap<String, f64> {
 }
 
 /// A view of revision `revision` with `svc` and its `endpoints`.
-fn view_of(revision: u64, svc: &Arc<Service>, endpoints: Vec<EndpointView>) -> NodeView {
+fn view_of(
+    revision: u64,
+    svc: &Arc<kpng_model::ServiceInfo>,
+    endpoints: Vec<EndpointView>,
+) -> NodeView {
     let mut view = NodeView {
         revision,
         ..Default::default()
@@ -56,11 +60,14 @@ async fn syncs_failures_and_ingest_counts_are_scraped() {
         ..Default::default()
     }
     .measured(metrics.clone());
-    let svc = Arc::new(Service {
-        namespace: "shop".into(),
-        name: "front".into(),
-        ..Default::default()
-    });
+    let svc = Arc::new(
+        kpng_model::ServiceInfo::new(Service {
+            namespace: "shop".into(),
+            name: "front".into(),
+            ..Default::default()
+        })
+        .expect("valid"),
+    );
     let endpoint = EndpointView::at(
         EndpointInfo::new("10.244.1.10".parse().expect("ip")),
         "10.244.1.10".parse().expect("ip"),
@@ -80,11 +87,7 @@ async fn syncs_failures_and_ingest_counts_are_scraped() {
         txn.commit();
     }
     let mut txn = store.begin();
-    txn.set_service(Service {
-        namespace: "shop".into(),
-        name: "back".into(),
-        ..Default::default()
-    });
+    txn.set_service(kpng_model::ServiceInfo::new(Service::new("shop", "back")).expect("valid"));
     txn.commit();
     metrics.observe_aggregator(3);
 
@@ -169,11 +172,14 @@ fn programming_latency_runs_from_the_trigger_time() {
     let reader = store.reader();
     let metrics = Metrics::new();
     let mut sink = RecordingSink::default().with(Measure::new(metrics.clone()).with_store(reader));
-    let svc = Arc::new(Service {
-        namespace: "shop".into(),
-        name: "front".into(),
-        ..Default::default()
-    });
+    let svc = Arc::new(
+        kpng_model::ServiceInfo::new(Service {
+            namespace: "shop".into(),
+            name: "front".into(),
+            ..Default::default()
+        })
+        .expect("valid"),
+    );
     // A change triggered two seconds ago.
     let mut txn = store.begin();
     txn.set_service((*svc).clone());
@@ -226,25 +232,28 @@ async fn get(port: u16, path: &str) -> (String, String) {
 
 /// A Service whose policies are Local (internal and external), with a
 /// ClusterIP and an externalIP of each family.
-fn local_service() -> Arc<Service> {
+fn local_service() -> Arc<kpng_model::ServiceInfo> {
     use kpng_model::v1::{IpSet, ServicePort, TrafficPolicy};
-    Arc::new(Service {
-        namespace: "shop".into(),
-        name: "local".into(),
-        cluster_ips: Some(IpSet::parse_addrs("c", ["10.96.0.7", "fd00::7"]).expect("ips")),
-        external_ips: Some(Box::new(
-            IpSet::parse_addrs("e", ["192.0.2.7"]).expect("ip"),
-        )),
-        internal_traffic_policy: TrafficPolicy::Local as i32,
-        external_traffic_policy: TrafficPolicy::Local as i32,
-        ports: vec![ServicePort {
-            name: "http".into(),
-            protocol: 1,
-            port: 80,
+    Arc::new(
+        kpng_model::ServiceInfo::new(Service {
+            namespace: "shop".into(),
+            name: "local".into(),
+            cluster_ips: Some(IpSet::parse_addrs("c", ["10.96.0.7", "fd00::7"]).expect("ips")),
+            external_ips: Some(Box::new(
+                IpSet::parse_addrs("e", ["192.0.2.7"]).expect("ip"),
+            )),
+            internal_traffic_policy: TrafficPolicy::Local as i32,
+            external_traffic_policy: TrafficPolicy::Local as i32,
+            ports: vec![ServicePort {
+                name: "http".into(),
+                protocol: 1,
+                port: 80,
+                ..Default::default()
+            }],
             ..Default::default()
-        }],
-        ..Default::default()
-    })
+        })
+        .expect("valid"),
+    )
 }
 
 /// kube-proxy's metric names beyond the sync timings are all scraped:

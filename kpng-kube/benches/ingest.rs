@@ -481,7 +481,7 @@ fn main() {
     for _ in 0..args.repeat {
         drop(kept.take());
         let heap_before = CountingAllocator::live_bytes();
-        let mut ingest = Ingest::new(Store::new(), IngestConfig::for_node("node-0"));
+        let mut ingest = Ingest::new(Store::new(), IngestConfig::default());
 
         // Initial sync: a list of each kind, as the watchers' first InitDone.
         let cpu0 = cpu_ns();

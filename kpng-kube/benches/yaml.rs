@@ -101,7 +101,7 @@ fn child(path: &str, read_only: bool, raw: bool) {
         println!("{} {}", started.elapsed().as_secs_f64(), docs.len());
         return;
     }
-    let mut ingest = Ingest::new(Store::new(), IngestConfig::for_node("node-1"));
+    let mut ingest = Ingest::new(Store::new(), IngestConfig::default());
     let started = Instant::now();
     ingest.load_str(path, &text).unwrap();
     let secs = started.elapsed().as_secs_f64();

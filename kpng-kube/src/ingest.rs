@@ -5,11 +5,10 @@
 //! its endpoints, sharing their allocations with the store), so that a
 //! slice that changes or goes away can be merged out again.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::net::IpAddr;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use kpng_model::endpoint::{Interner, PortList};
+use kpng_model::endpoint::Interner;
 use kpng_model::{EndpointInfo, Key, Kind, ServiceName};
 use kpng_store::{Reader, Store, Txn};
 
@@ -24,9 +23,6 @@ use crate::translate::{self, SliceContribution, TranslateConfig, TranslateError}
 pub struct IngestConfig {
     /// Translation settings (the proxy name).
     pub translate: TranslateConfig,
-    /// This node's name, when the ingest runs for one node: when two slices
-    /// of a Service list the same address, the copy on this node wins.
-    pub node_name: Option<String>,
     /// Load a manifest that holds no Service, EndpointSlice or Node (an
     /// empty cluster). Off: such a manifest is refused
     /// ([`Error::Empty`](crate::Error::Empty)), as an empty or truncated
@@ -35,14 +31,6 @@ pub struct IngestConfig {
 }
 
 impl IngestConfig {
-    /// Settings for a proxy on `node_name`.
-    pub fn for_node(node_name: impl Into<String>) -> Self {
-        Self {
-            node_name: Some(node_name.into()),
-            ..Self::default()
-        }
-    }
-
     /// Loads manifests with no Service, EndpointSlice or Node when
     /// `allow` holds.
     pub fn allow_empty_input(mut self, allow: bool) -> Self {
@@ -91,7 +79,7 @@ fn service_key(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta
 /// Relist buffers: what a relist has delivered so far, per kind.
 #[derive(Default)]
 pub(crate) struct Relists {
-    services: Option<Vec<(Key, Option<kpng_model::v1::Service>)>>,
+    services: Option<Vec<(Key, Option<kpng_model::ServiceInfo>)>>,
     slices: Option<HashMap<SliceKey, SliceContribution>>,
     nodes: Option<Vec<kpng_model::v1::Node>>,
     service_cidrs: Option<Vec<kpng_model::v1::ServiceCidr>>,
@@ -123,8 +111,6 @@ struct SliceIndex {
     /// The slices of each Service (usually one: a Vec, not a set).
     /// A boxed slice, not a Vec: no growth slack, 16 bytes less an entry.
     by_service: HashMap<ServiceName, Box<[SliceKey]>>,
-    /// This node: its copy of an address listed twice wins.
-    node_name: Option<String>,
 }
 
 impl std::fmt::Debug for Ingest {
@@ -140,14 +126,10 @@ impl std::fmt::Debug for Ingest {
 impl Ingest {
     /// Ingest into `store`.
     pub fn new(store: Store, config: IngestConfig) -> Self {
-        let node_name = config.node_name.clone();
         Self {
             store,
             config,
-            index: SliceIndex {
-                node_name,
-                ..SliceIndex::default()
-            },
+            index: SliceIndex::default(),
             relists: Relists::default(),
             stats: IngestStats::default(),
             interner: Interner::new(),
@@ -192,7 +174,7 @@ impl Ingest {
     /// use kpng_kube::{Ingest, IngestConfig, objects::Service};
     /// use kube::runtime::watcher::Event;
     ///
-    /// let mut ingest = Ingest::new(kpng_store::Store::new(), IngestConfig::for_node("node-a"));
+    /// let mut ingest = Ingest::new(kpng_store::Store::new(), IngestConfig::default());
     /// let web: Service = serde_json::from_value(serde_json::json!({
     ///     "metadata": {"namespace": "default", "name": "web"},
     ///     "spec": {"clusterIP": "10.96.0.10", "ports": [{"name": "http", "port": 80}]}
@@ -247,7 +229,7 @@ impl Ingest {
     fn translate_service(
         &mut self,
         svc: &objects::Service,
-    ) -> Result<Option<kpng_model::v1::Service>, ()> {
+    ) -> Result<Option<kpng_model::ServiceInfo>, ()> {
         translate::service(svc, &self.config.translate).map_err(|e| self.translate_error(&e))
     }
 
@@ -590,61 +572,34 @@ impl SliceIndex {
         }
     }
 
-    /// The endpoints of a Service across its slices, de-duplicated by
-    /// address: the copy on this node wins, then the first slice by name;
-    /// ports of the copies are merged.
-    /// Sorted by address.
+    /// The endpoints of a Service across its slices, sorted by address,
+    /// one per address: an address that several slices list is one
+    /// endpoint with its copies, in slice-name order
+    /// ([`EndpointInfo::fold`]); which copy a node uses is the node view's
+    /// choice (the copy on that node), not the ingest's.
     fn merge(&self, service: &ServiceName) -> Arc<Vec<EndpointInfo>> {
         let keys = self.by_service.get(service).map_or(&[][..], |k| &k[..]);
         if let [only] = keys {
-            // One slice (the common case): already sorted and de-duplicated.
+            // One slice (the common case): already sorted and folded.
             return match self.slices.get(only) {
                 Some(c) => c.endpoints.clone(),
                 None => Arc::default(),
             };
         }
-        let mut merged: BTreeMap<IpAddr, EndpointInfo> = BTreeMap::new();
-        let local = |e: &EndpointInfo| self.node_name.as_deref() == Some(e.node_name());
-        for key in keys {
-            let Some(contribution) = self.slices.get(key) else {
-                continue;
-            };
-            for endpoint in contribution.endpoints.iter() {
-                let Some(kept) = merged.get_mut(&endpoint.address()) else {
-                    merged.insert(endpoint.address(), endpoint.clone());
-                    continue;
-                };
-                let (winner, other) = if local(endpoint) && !local(kept) {
-                    (endpoint, &*kept)
-                } else {
-                    (&*kept, endpoint)
-                };
-                let ports = winner.ports().as_slice();
-                let missing: Vec<_> = other
-                    .ports()
-                    .as_slice()
-                    .iter()
-                    .filter(|p| {
-                        !ports
-                            .iter()
-                            .any(|w| w.name() == p.name() && w.protocol() == p.protocol())
-                    })
-                    .cloned()
-                    .collect();
-                // The winner's own (shared) list when the other adds none.
-                *kept = if missing.is_empty() {
-                    winner.clone()
-                } else {
-                    winner.with_ports(PortList::new(ports.iter().cloned().chain(missing)))
-                };
-            }
-        }
-        Arc::new(merged.into_values().collect())
+        // Every slice's endpoints in slice order; a stable sort by address
+        // keeps the copies of one address in that order.
+        let mut all: Vec<EndpointInfo> = keys
+            .iter()
+            .filter_map(|key| self.slices.get(key))
+            .flat_map(|c| c.endpoints.iter().cloned())
+            .collect();
+        all.sort_by_key(EndpointInfo::address);
+        Arc::new(translate::fold_copies(all))
     }
 }
 
 /// Replaces every Service with `listed`, in `txn`.
-fn swap_services(txn: &mut Txn<'_>, listed: Vec<(Key, Option<kpng_model::v1::Service>)>) {
+fn swap_services(txn: &mut Txn<'_>, listed: Vec<(Key, Option<kpng_model::ServiceInfo>)>) {
     let mut keep = BTreeSet::new();
     for (key, translated) in listed {
         if translated.is_some() {
@@ -733,7 +688,7 @@ impl Named for objects::ServiceCidr {
     }
 }
 
-fn write_service(txn: &mut Txn<'_>, key: Key, translated: Option<kpng_model::v1::Service>) {
+fn write_service(txn: &mut Txn<'_>, key: Key, translated: Option<kpng_model::ServiceInfo>) {
     match translated {
         Some(service) => {
             txn.set_service(service);

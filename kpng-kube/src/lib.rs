@@ -16,7 +16,7 @@
 //! use kpng_kube::{Ingest, IngestConfig};
 //! use kpng_store::Store;
 //!
-//! let mut ingest = Ingest::new(Store::new(), IngestConfig::for_node("node-a"));
+//! let mut ingest = Ingest::new(Store::new(), IngestConfig::default());
 //! let objects = kpng_kube::file::parse_str("inline.yaml", r#"
 //! apiVersion: v1
 //! kind: Service
@@ -90,10 +90,6 @@ pub enum Error {
         cause: String,
     },
 }
-
-/// An error and its causes on one line (kpng-drive's, which the agent's
-/// retries use too).
-pub use kpng_drive::one_line;
 
 /// The result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,6 +1,7 @@
 //! Translation of Kubernetes objects into ENLS values, with kube-proxy's
 //! rules. Pure functions: the API source and the file source share them.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -10,7 +11,7 @@ use kpng_model::v1::{
     ClientIpAffinity, Endpoint, IpSet, Node, Protocol, Service, ServiceCidr, ServicePort,
     ServiceType, TrafficPolicy, service_port::TargetPort,
 };
-use kpng_model::{EndpointInfo, ServiceName};
+use kpng_model::{Addresses, EndpointInfo, ServiceInfo, ServiceName};
 
 use crate::objects;
 
@@ -96,7 +97,7 @@ impl Ctx<'_> {
         &self,
         field: &str,
         texts: impl IntoIterator<Item = &'a String>,
-    ) -> Result<IpSet, TranslateError> {
+    ) -> Result<Vec<IpAddr>, TranslateError> {
         let mut addrs = Vec::new();
         for (i, text) in texts.into_iter().enumerate() {
             let ip = canonical_ip(field, text).map_err(|_| {
@@ -107,7 +108,7 @@ impl Ctx<'_> {
             })?;
             addrs.push(ip);
         }
-        Ok(IpSet::from_addrs(addrs))
+        Ok(addrs)
     }
 
     fn port(&self, field: &str, value: i32) -> Result<u32, TranslateError> {
@@ -175,7 +176,7 @@ fn policy(value: Option<&str>) -> TrafficPolicy {
 pub fn service(
     svc: &objects::Service,
     config: &TranslateConfig,
-) -> Result<Option<Service>, TranslateError> {
+) -> Result<Option<ServiceInfo>, TranslateError> {
     let ctx = Ctx {
         kind: "Service",
         meta: &svc.metadata,
@@ -291,15 +292,10 @@ pub fn service(
         );
     }
 
-    Ok(Some(Service {
+    let service = Service {
         namespace: svc.metadata.namespace.clone().unwrap_or_default(),
         name: svc.metadata.name.clone().unwrap_or_default(),
         r#type: r#type as i32,
-        cluster_ips: Some(cluster_ips),
-        external_ips: (!external_ips.is_empty()).then(|| Box::new(external_ips)),
-        load_balancer_ips: (!vips.is_empty()).then(|| Box::new(IpSet::from_addrs(vips))),
-        load_balancer_proxy_ips: (!proxied.is_empty())
-            .then(|| Box::new(IpSet::from_addrs(proxied))),
         ports,
         client_ip_affinity,
         external_traffic_policy: policy(spec.external_traffic_policy.as_deref()) as i32,
@@ -308,11 +304,20 @@ pub fn service(
             Some(p) => ctx.port("spec.healthCheckNodePort", p)?,
             None => 0,
         },
-        load_balancer_source_ranges: (!ranges.is_empty())
-            .then(|| Box::new(IpSet::from_cidrs(ranges))),
         traffic_distribution: spec.traffic_distribution.clone().unwrap_or_default(),
         balancing: balancing(svc) as i32,
-    }))
+        ..Service::default()
+    };
+    // Typed here, where they were parsed: the text fields are made from
+    // them, and nothing parses them again.
+    let addresses = Addresses {
+        cluster_ips,
+        external_ips,
+        load_balancer_ips: vips,
+        load_balancer_proxy_ips: proxied,
+        source_ranges: ranges,
+    };
+    Ok(Some(ServiceInfo::with_addresses(service, addresses)))
 }
 
 /// The balancing a Service's `kpng.io/balancing` annotation asks for:
@@ -449,14 +454,36 @@ pub fn endpoint_slice(
             .intern(interner);
         endpoints.push(endpoint);
     }
-    // Sorted by address; within one slice, the first copy of an address
-    // wins (the sort is stable).
+    // Sorted by address (the sort is stable); an address listed twice is
+    // one endpoint with its copies, as across slices.
     endpoints.sort_by_key(EndpointInfo::address);
-    endpoints.dedup_by_key(|e| e.address());
+    let endpoints = fold_copies(endpoints);
     Ok(Some(SliceContribution {
         service,
         endpoints: Arc::new(endpoints),
     }))
+}
+
+/// Endpoints sorted by address, one per address: the copies of an address
+/// listed more than once, in their order, folded into one
+/// ([`EndpointInfo::fold`]: every node's view picks its own copy later).
+pub(crate) fn fold_copies(sorted: Vec<EndpointInfo>) -> Vec<EndpointInfo> {
+    if sorted.windows(2).all(|w| w[0].address() != w[1].address()) {
+        return sorted;
+    }
+    let mut folded: Vec<EndpointInfo> = Vec::with_capacity(sorted.len());
+    let mut run: Vec<EndpointInfo> = Vec::new();
+    for endpoint in sorted {
+        if run
+            .last()
+            .is_some_and(|last| last.address() != endpoint.address())
+        {
+            folded.extend(EndpointInfo::fold(run.drain(..)));
+        }
+        run.push(endpoint);
+    }
+    folded.extend(EndpointInfo::fold(run));
+    folded
 }
 
 /// Translates a Node: its name, zone and region labels, and its InternalIP

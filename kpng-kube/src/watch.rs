@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use futures::stream::{BoxStream, StreamExt};
-use kpng_drive::Backoff;
+use kpng_retry::{Backoff, one_line};
 use kube::Api;
 use kube::runtime::watcher::{self, Event, watcher};
 
@@ -234,7 +234,7 @@ impl Failures {
 
     /// Logs a failed attempt; the error when it is the last allowed.
     fn failed(&mut self, failed: &Failed) -> crate::Result<()> {
-        let cause = crate::one_line(&failed.error);
+        let cause = one_line(&failed.error);
         match self.failing.iter_mut().find(|(k, _)| *k == failed.kind) {
             Some((_, count)) => *count = failed.attempt,
             None => self.failing.push((failed.kind, failed.attempt)),

@@ -41,7 +41,7 @@ fn web_slice(name: &str, rv: &str, eps: serde_json::Value, port: i32) -> serde_j
 }
 
 fn ingest() -> Ingest {
-    Ingest::new(Store::new(), IngestConfig::for_node("node-a"))
+    Ingest::new(Store::new(), IngestConfig::default())
 }
 
 fn ip(s: &str) -> IpAddr {
@@ -131,11 +131,12 @@ fn readiness_change_is_a_revision_and_reaches_the_node_view() {
 }
 
 #[test]
-fn endpoints_are_deduplicated_across_slices_preferring_the_local_copy() {
+fn an_address_in_two_slices_is_one_endpoint_whose_copies_each_node_resolves() {
     let mut ingest = ingest();
     ingest.apply_watcher_event(&Event::Apply(svc(web("1"))));
-    // The same address in two slices: the copy on node-a (this node) wins,
-    // whatever the slice order; named ports resolved per slice are merged.
+    // The same address in two slices: the store keeps the first slice's
+    // copy (node-b) with node-a's as a copy; which one a node uses is its
+    // view's choice, not the ingest's.
     let remote = json!([{"addresses": ["10.1.0.1"], "nodeName": "node-b"}]);
     let local =
         json!([{"addresses": ["10.1.0.1"], "nodeName": "node-a"}, {"addresses": ["10.1.0.2"]}]);
@@ -145,20 +146,48 @@ fn endpoints_are_deduplicated_across_slices_preferring_the_local_copy() {
     ingest.apply_watcher_event(&Event::Apply(slice(web_slice("b-slice", "1", local, 8080))));
     let snap = ingest.reader().snapshot();
     let name = ServiceName::new("ns", "web");
-    let eps: Vec<_> = snap
-        .endpoints(&name)
-        .iter()
-        .map(|e| (e.address(), e.node_name().to_owned()))
-        .collect();
+    let stored = |snap: &kpng_store::Snapshot| -> Vec<_> {
+        snap.endpoints(&name)
+            .iter()
+            .map(|e| {
+                let copies: Vec<String> = e
+                    .copies()
+                    .iter()
+                    .map(|c| c.node_name().to_owned())
+                    .collect();
+                (e.address(), e.node_name().to_owned(), copies)
+            })
+            .collect()
+    };
     assert_eq!(
-        eps,
+        stored(&snap),
         [
-            (ip("10.1.0.1"), "node-a".to_string()),
-            (ip("10.1.0.2"), String::new())
+            (
+                ip("10.1.0.1"),
+                "node-b".to_string(),
+                vec!["node-a".to_string()]
+            ),
+            (ip("10.1.0.2"), String::new(), vec![])
         ]
     );
+    // Each node's view: its own copy, local; any other node: the first.
+    for (node, copy_on, local) in [
+        ("node-a", "node-a", true),
+        ("node-b", "node-b", true),
+        ("node-c", "node-b", false),
+    ] {
+        let view = node_view(&snap, node);
+        let endpoint = view.services[&name]
+            .endpoints
+            .iter()
+            .find(|e| e.ip() == ip("10.1.0.1"))
+            .expect("10.1.0.1");
+        assert_eq!(endpoint.endpoint().node_name(), copy_on, "{node}");
+        assert_eq!(endpoint.is_local(), local, "{node}");
+        assert!(endpoint.endpoint().copies().is_empty());
+    }
 
-    // Deleting the local slice: the remote copy takes over, 10.1.0.2 goes.
+    // Deleting the second slice: its copy goes, and 10.1.0.2.
     ingest.apply_watcher_event(&Event::Delete(slice(web_slice(
         "b-slice",
         "2",
@@ -166,12 +195,10 @@ fn endpoints_are_deduplicated_across_slices_preferring_the_local_copy() {
         8080,
     ))));
     let snap = ingest.reader().snapshot();
-    let eps: Vec<_> = snap
-        .endpoints(&name)
-        .iter()
-        .map(|e| (e.address(), e.node_name().to_owned()))
-        .collect();
-    assert_eq!(eps, [(ip("10.1.0.1"), "node-b".to_string())]);
+    assert_eq!(
+        stored(&snap),
+        [(ip("10.1.0.1"), "node-b".to_string(), vec![])]
+    );
 }
 
 #[test]
@@ -220,7 +247,7 @@ fn slices_that_kube_proxy_ignores_are_ignored() {
 fn services_that_produce_no_state_are_skipped_or_removed() {
     let mut ingest = Ingest::new(
         Store::new(),
-        IngestConfig::for_node("n").with_proxy_name("kpng"),
+        IngestConfig::default().with_proxy_name("kpng"),
     );
     let headless =
         json!({"metadata": {"namespace": "ns", "name": "h"}, "spec": {"clusterIP": "None"}});
@@ -707,7 +734,7 @@ fn a_manifest_with_nothing_to_read_is_refused() {
         assert_eq!(ingest.reader().snapshot().services().count(), 1, "{name}");
         let mut allowed = Ingest::new(
             Store::new(),
-            IngestConfig::for_node("node-a").allow_empty_input(true),
+            IngestConfig::default().allow_empty_input(true),
         );
         allowed.load_str(name, text).expect("allowed");
         assert!(allowed.reader().snapshot().is_listed(Kind::Service));

@@ -53,7 +53,7 @@ async fn run_until_listed(
     kinds: &[Kind],
     done: impl Fn(&Snapshot) -> bool,
 ) -> Snapshot {
-    let ingest = Ingest::new(Store::new(), IngestConfig::for_node("node-a"));
+    let ingest = Ingest::new(Store::new(), IngestConfig::default());
     let mut reader: Reader = ingest.reader();
     let client = kube::Client::try_from(kube::Config::new(server.url.parse().expect("url")))
         .expect("client");

@@ -19,7 +19,7 @@ fn the_scale_world_loads_whole_with_its_mix() {
     let mut text = Vec::new();
     world.write_list(&mut text).expect("written");
     let text = String::from_utf8(text).expect("utf-8");
-    let mut ingest = Ingest::new(Store::new(), IngestConfig::for_node("node-0"));
+    let mut ingest = Ingest::new(Store::new(), IngestConfig::default());
     ingest
         .load_str("world.json", &text)
         .expect("the world loads");
@@ -91,11 +91,11 @@ async fn a_json_file_read_in_chunks_loads_what_its_whole_text_loads() {
             .collect();
         (services, endpoints)
     };
-    let mut whole = Ingest::new(Store::new(), IngestConfig::for_node("node-0"));
+    let mut whole = Ingest::new(Store::new(), IngestConfig::default());
     whole
         .load_str("world.json", std::str::from_utf8(&text).expect("utf-8"))
         .expect("loads");
-    let mut chunked = Ingest::new(Store::new(), IngestConfig::for_node("node-0"));
+    let mut chunked = Ingest::new(Store::new(), IngestConfig::default());
     let revision = chunked.load_file(&path).await.expect("loads");
     assert!(revision.is_some());
     assert_eq!(state(&chunked), state(&whole));
@@ -131,7 +131,7 @@ async fn a_json_file_read_in_chunks_loads_what_its_whole_text_loads() {
     let other = r#"{"kind": "ServiceList", "items": [{"kind": "Service"}]}"#;
     std::fs::write(&path, other).expect("written");
     let streamed = chunked.load_file(&path).await.map_err(|e| e.to_string());
-    let mut fresh = Ingest::new(Store::new(), IngestConfig::for_node("node-0"));
+    let mut fresh = Ingest::new(Store::new(), IngestConfig::default());
     let direct = fresh
         .load_str(&path.display().to_string(), other)
         .map_err(|e| e.to_string());

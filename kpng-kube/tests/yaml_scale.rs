@@ -12,7 +12,7 @@ use kpng_store::Store;
 use support::kubectl::Cluster;
 
 fn ingest() -> Ingest {
-    Ingest::new(Store::new(), IngestConfig::for_node("node-1"))
+    Ingest::new(Store::new(), IngestConfig::default())
 }
 
 /// Loads `text` and returns what the store holds.

@@ -13,11 +13,11 @@
 use std::time::{Duration, Instant};
 
 use kpng_aggregator::Aggregator;
-use kpng_aggregator::nft::{Family, Fragment, Nft, Value, element_key};
+use kpng_aggregator::nft::{Fragment, Nft, TableFamily, Value, element_key};
 use kpng_drive::SyncLimiter;
 use kpng_lab::{Lab, unavailable};
 use kpng_netfilter::nft::build::{Load, lookup};
-use kpng_netfilter::nft::{BaseChain, ChainType, DataType, Expr, Hook, Set};
+use kpng_netfilter::nft::{BaseChain, ChainHook, ChainType, DataType, Expr, Set};
 use kpng_store::MapOp;
 
 fn arg(name: &str, default: u64) -> u64 {
@@ -38,16 +38,16 @@ fn start(p: usize) -> Fragment {
     let mut f = Fragment::new();
     let input = BaseChain {
         kind: ChainType::Filter,
-        hook: Hook::Input,
+        hook: ChainHook::Input,
         priority: i32::try_from(p).expect("few producers"),
     };
     // `ip saddr @peers counter`.
     let rule = [
-        lookup(&[Load::Saddr(Family::Ip)], "peers", None, false),
+        lookup(&[Load::Saddr(TableFamily::Ip)], "peers", None, false),
         vec![Expr::Counter],
     ]
     .concat();
-    f.table(Family::Inet, &table(p))
+    f.table(TableFamily::Inet, &table(p))
         .set(Set::new("peers", DataType::IPV4_ADDR))
         .base_chain("in", input, [rule]);
     f
@@ -65,12 +65,12 @@ fn change(p: usize, i: u64) -> Vec<MapOp<kpng_aggregator::nft::Key, Value>> {
         timeout_ms: None,
     };
     let mut ops = vec![MapOp::Set(
-        element_key(Family::Inet, &table(p), "peers", addr(i)),
+        element_key(TableFamily::Inet, &table(p), "peers", addr(i)),
         element,
     )];
     if i >= 50 {
         ops.push(MapOp::Delete(element_key(
-            Family::Inet,
+            TableFamily::Inet,
             &table(p),
             "peers",
             addr(i - 50),

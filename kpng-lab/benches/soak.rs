@@ -92,7 +92,7 @@ fn main() {
     let services = arg("--services", 1000);
     let per_minute = arg("--events-per-minute", 800);
     let lab = Lab::new();
-    let mut ingest = Ingest::new(Store::new(), IngestConfig::for_node("node-0"));
+    let mut ingest = Ingest::new(Store::new(), IngestConfig::default());
     let node: Node = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "node-0"},
         "status": {"addresses": [{"type": "InternalIP", "address": "192.168.0.1"}]}

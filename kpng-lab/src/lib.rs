@@ -128,7 +128,7 @@ impl LabBackend for NftBackend {
         NftBackend::new(config.in_netns(&lab.ns("node")))
     }
     fn last_full(&self) -> bool {
-        self.last_sync().full
+        self.last_sync().replaced
     }
     fn last_commands(&self) -> usize {
         self.last_sync().commands
@@ -186,7 +186,7 @@ impl LabBackend for IptablesBackend {
         iptables_in_lab(lab, settings, iptables_mode())
     }
     fn last_full(&self) -> bool {
-        self.last_sync().full
+        self.last_sync().replaced
     }
     fn last_commands(&self) -> usize {
         self.last_sync().rules
@@ -248,7 +248,7 @@ impl LabBackend for EbpfWithNft {
         }
     }
     fn last_full(&self) -> bool {
-        self.ebpf.last_sync().full && self.nft.last_sync().full
+        self.ebpf.last_sync().replaced && self.nft.last_sync().replaced
     }
     fn last_commands(&self) -> usize {
         self.ebpf.last_sync().writes + self.nft.last_sync().commands
@@ -341,7 +341,7 @@ impl LabBackend for EbpfOnly {
         EbpfOnly(EbpfBackend::attach(config).expect("the eBPF programs attach"))
     }
     fn last_full(&self) -> bool {
-        self.0.last_sync().full
+        self.0.last_sync().replaced
     }
     fn last_commands(&self) -> usize {
         self.0.last_sync().writes
@@ -436,7 +436,7 @@ impl LabBackend for EbpfTc {
         }
     }
     fn last_full(&self) -> bool {
-        self.ebpf.last_sync().full
+        self.ebpf.last_sync().replaced
     }
     fn last_commands(&self) -> usize {
         self.ebpf.last_sync().writes
@@ -679,7 +679,7 @@ impl<B: Sink> Proxy<B> {
     /// A proxy around a sink made by the caller.
     pub fn with(backend: B) -> Self {
         Proxy {
-            ingest: Ingest::new(Store::new(), IngestConfig::for_node(NODE)),
+            ingest: Ingest::new(Store::new(), IngestConfig::default()),
             projector: NodeProjector::new(NODE),
             backend,
             explained: None,

@@ -2,12 +2,14 @@
 //! publish side by side. Run as root; otherwise each test prints SKIPPED
 //! and passes.
 
-use kpng_aggregator::nft::{Family, Fragment, Nft, Value, chain_key};
+use kpng_aggregator::nft::{Fragment, Nft, TableFamily, Value, chain_key};
 use kpng_aggregator::{Aggregator, Error};
 use kpng_lab::scenarios::{E1, EXT_IN, EXT_OUT, NODE_IP, POD_CLIENT};
 use kpng_lab::{Lab, settle, unavailable};
 use kpng_netfilter::nft::build::{Load, dnat_to, equals, lookup, verdict};
-use kpng_netfilter::nft::{BaseChain, ChainType, DataType, Element, Expr, Hook, Set, Verdict};
+use kpng_netfilter::nft::{
+    BaseChain, ChainHook, ChainType, DataType, Element, Expr, NfVerdict, Set,
+};
 use kpng_store::MapOp;
 
 fn lab() -> Option<Lab> {
@@ -37,7 +39,7 @@ fn octets(ip: &str) -> Vec<u8> {
     }
 }
 
-fn base(kind: ChainType, hook: Hook, priority: i32) -> BaseChain {
+fn base(kind: ChainType, hook: ChainHook, priority: i32) -> BaseChain {
     BaseChain {
         kind,
         hook,
@@ -52,7 +54,7 @@ fn proxy(vips: &[&str]) -> Fragment {
         .iter()
         .map(|vip| {
             [
-                equals(Load::Daddr(Family::Ip), &octets(vip)),
+                equals(Load::Daddr(TableFamily::Ip), &octets(vip)),
                 equals(Load::L4Proto, &[6]),
                 equals(Load::Dport, &80u16.to_be_bytes()),
                 dnat_to(E1.parse().expect("e1"), 8080),
@@ -61,21 +63,21 @@ fn proxy(vips: &[&str]) -> Fragment {
         })
         .collect();
     let mut f = Fragment::new();
-    f.table(Family::Ip, "kpng-proxy")
+    f.table(TableFamily::Ip, "kpng-proxy")
         .base_chain(
             "pre",
-            base(ChainType::Nat, Hook::Prerouting, -100),
+            base(ChainType::Nat, ChainHook::Prerouting, -100),
             rules.clone(),
         )
-        .base_chain("out", base(ChainType::Nat, Hook::Output, -100), rules);
+        .base_chain("out", base(ChainType::Nat, ChainHook::Output, -100), rules);
     f
 }
 
 /// `ip saddr @blocked drop`.
 fn drop_blocked() -> Vec<Expr> {
     [
-        lookup(&[Load::Saddr(Family::Ip)], "blocked", None, false),
-        verdict(Verdict::Drop),
+        lookup(&[Load::Saddr(TableFamily::Ip)], "blocked", None, false),
+        verdict(NfVerdict::Drop),
     ]
     .concat()
 }
@@ -83,10 +85,10 @@ fn drop_blocked() -> Vec<Expr> {
 /// A vendor firewall's fragment: drop forwarded traffic from `sources`.
 fn firewall(sources: &[&str]) -> Fragment {
     let mut f = Fragment::new();
-    let mut t = f.table(Family::Inet, "vendor-fw");
+    let mut t = f.table(TableFamily::Inet, "vendor-fw");
     t.set(Set::new("blocked", DataType::IPV4_ADDR)).base_chain(
         "forward",
-        base(ChainType::Filter, Hook::Forward, 0),
+        base(ChainType::Filter, ChainHook::Forward, 0),
         [drop_blocked()],
     );
     for s in sources {
@@ -119,7 +121,7 @@ fn a_proxy_and_a_firewall_coexist_and_stay_isolated() {
         .publish_delta(
             "proxy",
             [MapOp::Delete(chain_key(
-                Family::Inet,
+                TableFamily::Inet,
                 "vendor-fw",
                 "forward",
             ))],
@@ -130,8 +132,8 @@ fn a_proxy_and_a_firewall_coexist_and_stay_isolated() {
         "{err}"
     );
     let mut grab = proxy(&["10.96.0.10"]);
-    grab.table(Family::Inet, "vendor-fw")
-        .chain("forward", [verdict(Verdict::Accept)]);
+    grab.table(TableFamily::Inet, "vendor-fw")
+        .chain("forward", [verdict(NfVerdict::Accept)]);
     assert!(matches!(
         agg.publish("proxy", grab),
         Err(Error::Conflict { .. })
@@ -183,9 +185,9 @@ fn a_publication_the_kernel_refuses_is_rolled_back_while_others_land() {
     agg.publish("proxy", proxy(&["10.96.0.10", "10.96.0.11"]))
         .expect("proxy update");
     let mut bad = firewall(&[EXT_OUT]);
-    bad.table(Family::Inet, "vendor-fw").base_chain(
+    bad.table(TableFamily::Inet, "vendor-fw").base_chain(
         "forward",
-        base(ChainType::Filter, Hook::Forward, 0),
+        base(ChainType::Filter, ChainHook::Forward, 0),
         [vec![Expr::Masquerade { flags: 0 }]],
     );
     agg.publish("firewall", bad)
@@ -198,7 +200,7 @@ fn a_publication_the_kernel_refuses_is_rolled_back_while_others_land() {
     // The firewall's state is rolled back to what is applied.
     let published = agg.published("firewall").expect("firewall");
     let forward = published
-        .get(&chain_key(Family::Inet, "vendor-fw", "forward"))
+        .get(&chain_key(TableFamily::Inet, "vendor-fw", "forward"))
         .expect("chain");
     assert!(
         matches!(forward, Value::Chain { rules, .. } if rules == &[drop_blocked()]),
@@ -364,8 +366,9 @@ print(f.readline().strip())
 #[test]
 fn the_iptables_backend_runs_through_the_aggregator_beside_a_cni() {
     use kpng_aggregator::Publisher;
-    use kpng_aggregator::iptables::{Family, Fragment, Iptables, Runner, Table};
+    use kpng_aggregator::iptables::{Fragment, Iptables, Runner, Table};
     use kpng_backend_iptables::{IptablesBackend, IptablesConfig};
+    use kpng_model::IpFamily;
 
     use kpng_lab::Proxy;
     use std::sync::{Arc, Mutex};
@@ -390,12 +393,12 @@ fn the_iptables_backend_runs_through_the_aggregator_beside_a_cni() {
     ));
     let mut cni = Fragment::new();
     cni.chain(
-        Family::V4,
+        IpFamily::V4,
         Table::Filter,
         "CNI-FW",
         [format!("-s {EXT_OUT}/32 -j DROP").as_str()],
     )
-    .jump(Family::V4, Table::Filter, "FORWARD", "-j CNI-FW", 0);
+    .jump(IpFamily::V4, Table::Filter, "FORWARD", "-j CNI-FW", 0);
     agg.lock().expect("lock").publish("cni", cni).expect("cni");
 
     beside(
@@ -414,7 +417,7 @@ fn the_iptables_backend_runs_through_the_aggregator_beside_a_cni() {
     );
     // The CNI cannot publish into the proxy's prefix.
     let mut grab = Fragment::new();
-    grab.chain(Family::V4, Table::Nat, "KUBE-SERVICES", ["-j RETURN"]);
+    grab.chain(IpFamily::V4, Table::Nat, "KUBE-SERVICES", ["-j RETURN"]);
     let err = agg
         .lock()
         .expect("lock")

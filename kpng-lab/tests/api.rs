@@ -20,7 +20,7 @@ fn an_agent_programs_nft_from_the_server_and_follows_changes() {
     let _guard = runtime.enter();
 
     // The server side: manifests into a store, served on a socket.
-    let mut ingest = Ingest::new(Store::new(), IngestConfig::for_node(NODE));
+    let mut ingest = Ingest::new(Store::new(), IngestConfig::default());
     let port = "ports: [{name: http, port: 80, targetPort: 8080}]";
     let web = |eps: &str| service("web", &format!("{{clusterIP: 10.96.0.100, {port}}}"), eps);
     let load = |ingest: &mut Ingest, yaml: &str| {

@@ -180,6 +180,94 @@ fn cross_node_traffic_policies_and_health_checks(backend: AgentBackend) {
     assert_eq!(line, [dropped_locally(backend)], "node-3");
 }
 
+/// A second EndpointSlice of Service `name` listing `eps`.
+fn second_slice(name: &str, eps: &str) -> String {
+    format!(
+        r#"
+- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata: {{namespace: t, name: {name}-2, labels: {{kubernetes.io/service-name: {name}}}}}
+  addressType: IPv4
+  endpoints: {eps}
+  ports: [{{name: http, port: 8080, protocol: TCP}}]
+"#
+    )
+}
+
+/// An address that two EndpointSlices list is local where its copy says
+/// it runs, on every node's agent as in a node-local proxy: a pod moving
+/// from node-1 (terminating there) to node-2 (ready), and a pod on node-3
+/// listed once without `nodeName` and once on node-3, each behind an
+/// `internalTrafficPolicy: Local` Service. (The server once chose one
+/// copy for every node: node-2's and node-3's pods had no local endpoint
+/// and their connections were dropped.)
+fn duplicated_addresses_are_local_where_they_run(backend: AgentBackend) {
+    kpng_lab::require_cluster!(backend);
+    let itp = |ip: &str| {
+        format!(
+            "{{clusterIP: {ip}, internalTrafficPolicy: Local, ports: [{{name: http, port: 80, targetPort: 8080}}]}}"
+        )
+    };
+    let moving = pod_ip(2, 0);
+    let nameless = pod_ip(3, 0);
+    let cluster = started(
+        backend,
+        &[
+            service(
+                "moving",
+                &itp("10.96.0.40"),
+                &format!(
+                    "[{{addresses: [{moving}], nodeName: node-1, conditions: {{ready: false, serving: true, terminating: true}}}}]"
+                ),
+            ),
+            second_slice(
+                "moving",
+                &format!("[{{addresses: [{moving}], nodeName: node-2}}]"),
+            ),
+            service(
+                "nameless",
+                &itp("10.96.0.41"),
+                &format!("[{{addresses: [{nameless}]}}]"),
+            ),
+            second_slice(
+                "nameless",
+                &format!("[{{addresses: [{nameless}], nodeName: node-3}}]"),
+            ),
+        ],
+    );
+    let pod = |k| cluster.pod_ns(k, 1);
+    // node-2: the ready copy is its own.
+    let lines = cluster.connect(&pod(2), "tcp", "10.96.0.40", 80, 10);
+    assert_eq!(
+        endpoints(&lines),
+        set(std::slice::from_ref(&moving)),
+        "{lines:?}"
+    );
+    assert_eq!(lines.len(), 10, "{lines:?}");
+    // node-1: its own copy is terminating but serving: the local
+    // fallback still reaches the pod (now on node-2, across the fabric).
+    let lines = cluster.connect(&pod(1), "tcp", "10.96.0.40", 80, 5);
+    assert_eq!(
+        endpoints(&lines),
+        set(std::slice::from_ref(&moving)),
+        "{lines:?}"
+    );
+    // node-3: the copy on node-3 is its own, the one without a node none's.
+    let lines = cluster.connect(&pod(3), "tcp", "10.96.0.41", 80, 10);
+    assert_eq!(
+        endpoints(&lines),
+        set(std::slice::from_ref(&nameless)),
+        "{lines:?}"
+    );
+    assert_eq!(lines.len(), 10, "{lines:?}");
+    // No copy on node-3 for the moving pod, none on node-1 for the other:
+    // dropped there.
+    let line = cluster.connect(&pod(3), "tcp", "10.96.0.40", 80, 1);
+    assert_eq!(line, [dropped_locally(backend)], "node-3");
+    let line = cluster.connect(&pod(1), "tcp", "10.96.0.41", 80, 1);
+    assert_eq!(line, [dropped_locally(backend)], "node-1");
+}
+
 fn changes_and_restarts_reach_every_node(backend: AgentBackend) {
     kpng_lab::require_cluster!(backend);
     let all = [(1, 0), (2, 0), (3, 0)];
@@ -511,6 +599,11 @@ mod nft {
     use kpng_lab::cluster::AgentBackend;
 
     #[test]
+    fn duplicated_addresses_are_local_where_they_run() {
+        super::duplicated_addresses_are_local_where_they_run(AgentBackend::Nft);
+    }
+
+    #[test]
     fn cross_node_traffic_policies_and_health_checks() {
         super::cross_node_traffic_policies_and_health_checks(AgentBackend::Nft);
     }
@@ -535,6 +628,11 @@ mod iptables {
     use kpng_lab::cluster::AgentBackend;
 
     #[test]
+    fn duplicated_addresses_are_local_where_they_run() {
+        super::duplicated_addresses_are_local_where_they_run(AgentBackend::Iptables);
+    }
+
+    #[test]
     fn cross_node_traffic_policies_and_health_checks() {
         super::cross_node_traffic_policies_and_health_checks(AgentBackend::Iptables);
     }
@@ -557,6 +655,11 @@ mod iptables {
 
 mod ebpf {
     use kpng_lab::cluster::AgentBackend;
+
+    #[test]
+    fn duplicated_addresses_are_local_where_they_run() {
+        super::duplicated_addresses_are_local_where_they_run(AgentBackend::Ebpf);
+    }
 
     #[test]
     fn cross_node_traffic_policies_and_health_checks() {

@@ -299,7 +299,7 @@ fn maps_grow_by_a_planned_swap_and_connections_keep_working() {
     // 40 Services: 80 records, past 3/4 of 4: the maps grow.
     proxy.load(&manifest(&numbered(40))).expect("sync");
     let stats = proxy.backend.last_sync().clone();
-    assert!(stats.grown && stats.full, "{stats:?}");
+    assert!(stats.grown && stats.replaced, "{stats:?}");
     let (entries, max) = fill(&proxy, "kpng_services");
     assert_eq!(entries, 80);
     assert!(max >= 120 && max.is_power_of_two(), "{max}");
@@ -310,7 +310,7 @@ fn maps_grow_by_a_planned_swap_and_connections_keep_working() {
     // A round that fits is incremental again.
     proxy.load(&manifest(&numbered(201))).expect("sync");
     let stats = proxy.backend.last_sync().clone();
-    assert!(!stats.grown && !stats.full, "{stats:?}");
+    assert!(!stats.grown && !stats.replaced, "{stats:?}");
 
     looping
         .stdin
@@ -364,7 +364,7 @@ fn maps_grow_by_a_planned_swap_and_connections_keep_working() {
     );
     proxy.load(&manifest(&numbered(201))).expect("sync");
     let stats = proxy.backend.last_sync().clone();
-    assert!(stats.adopted && stats.full && !stats.grown, "{stats:?}");
+    assert!(stats.adopted && stats.replaced && !stats.grown, "{stats:?}");
     assert_eq!(stats.writes, 0, "{stats:?}");
     assert_eq!(fill(&proxy, "kpng_services"), (402, 1024));
     let lines = lab.connect("podc", "tcp", "10.96.1.201", 80, 30);
@@ -684,7 +684,7 @@ fn a_removed_endpoint_ends_the_connected_udp_sockets_sent_to_it(
         "the Service's socket ended, then balanced anew; the direct one \
          and the TCP connection untouched"
     );
-    assert!(!stats.full, "{stats:?}");
+    assert!(!stats.replaced, "{stats:?}");
     assert_eq!(stats.udp_sockets_ended, 1, "{stats:?}");
     EbpfWithNft::clear(lab);
 }

@@ -106,7 +106,7 @@ fn partial_syncs_rewrite_only_changed_chains_and_others_rules_survive() {
     proxy
         .load(&manifest(&[web("10.96.0.70", ALL3), other.clone()]))
         .expect("sync");
-    assert!(proxy.backend.last_sync().full);
+    assert!(proxy.backend.last_sync().replaced);
     let saved = IptablesBackend::dump(&lab);
     assert!(
         !saved.contains("KUBE-SVC-STALESTALESTALE0"),
@@ -126,7 +126,7 @@ fn partial_syncs_rewrite_only_changed_chains_and_others_rules_survive() {
         .expect("sync");
     let stats = proxy.backend.last_sync().clone();
     assert!(
-        !stats.full && stats.chains == 2,
+        !stats.replaced && stats.chains == 2,
         "{stats:?}\n{}",
         proxy.backend.last_script()
     );
@@ -218,7 +218,7 @@ fn a_refused_restore_keeps_the_old_rules_and_the_retry_converges() {
         &svc_chain,
     ]);
     proxy.load(&manifest(&[newcomer])).expect("retry");
-    assert!(proxy.backend.last_sync().full);
+    assert!(proxy.backend.last_sync().replaced);
     settle();
     assert!(lab.once("podc", "tcp", "10.96.0.73", 80).starts_with(E3));
     assert_eq!(lab.once("podc", "tcp", "10.96.0.72", 80), "TIMEOUT");
@@ -294,7 +294,7 @@ fn a_timed_out_restore_keeps_the_old_rules_and_the_retry_converges() {
     // The timeout scales again: the retry is a full sync and converges.
     proxy.backend.set_restore_timeout(None);
     proxy.load(&manifest(&[newcomer])).expect("retry");
-    assert!(proxy.backend.last_sync().full);
+    assert!(proxy.backend.last_sync().replaced);
     settle();
     assert!(lab.once("podc", "tcp", "10.96.0.75", 80).starts_with(E3));
     assert_eq!(lab.once("podc", "tcp", "10.96.0.74", 80), "TIMEOUT");
@@ -383,7 +383,7 @@ fn the_layout_switches_between_syncs_and_the_old_endpoint_chains_go() {
             .load(&manifest(&[web("10.96.0.78", ALL3), other.clone()]))
             .expect("sync");
         let stats = proxy.backend.last_sync().clone();
-        assert!(stats.full && stats.compact, "{stats:?}");
+        assert!(stats.replaced && stats.compact, "{stats:?}");
         let text = nat();
         // web: E2 and E3 DNATed from KUBE-SVC, E1 (this node) keeps its
         // chain; other: E3 DNATed.
@@ -399,7 +399,7 @@ fn the_layout_switches_between_syncs_and_the_old_endpoint_chains_go() {
         proxy
             .load(&manifest(&[web("10.96.0.78", ALL3)]))
             .expect("sync");
-        assert!(!proxy.backend.last_sync().full);
+        assert!(!proxy.backend.last_sync().replaced);
         // Its address is an unallocated one again: dropped.
         assert_eq!(lab.once("podc", "tcp", "10.96.0.79", 80), "TIMEOUT");
 
@@ -409,7 +409,7 @@ fn the_layout_switches_between_syncs_and_the_old_endpoint_chains_go() {
             .load(&manifest(&[web("10.96.0.78", ALL3), other]))
             .expect("sync");
         let stats = proxy.backend.last_sync().clone();
-        assert!(stats.full && !stats.compact, "{stats:?}");
+        assert!(stats.replaced && !stats.compact, "{stats:?}");
         let text = nat();
         assert_eq!((sep_chains(&text), direct(&text)), (4, 0), "{text}");
         serves_all();

@@ -24,7 +24,7 @@ fn dual_stack_tables_hold_their_family_only_and_moves_are_incremental() {
                 }
                 _ => {
                     // The IPv6 move changed elements in place.
-                    assert!(!backend.last_sync().full, "{:?}", backend.last_sync());
+                    assert!(!backend.last_sync().replaced, "{:?}", backend.last_sync());
                     assert!(
                         v6_table.contains("fd00:96::50 . tcp . 80 . 1 : fd00:244:3::10 . 8080"),
                         "{v6_table}"
@@ -115,13 +115,13 @@ fn endpoint_moves_change_elements_only_and_a_refused_batch_keeps_the_old_rules()
     let e1_e2 = "[{addresses: [10.244.1.10], nodeName: node-a}, {addresses: [10.244.2.10], nodeName: node-b}]";
     let e1_e3 = "[{addresses: [10.244.1.10], nodeName: node-a}, {addresses: [10.244.3.10], nodeName: node-c}]";
     proxy.load(&manifest(&[web(e1_e2)])).expect("sync");
-    assert!(proxy.backend.last_sync().full);
+    assert!(proxy.backend.last_sync().replaced);
 
     // e2 is replaced by e3: same endpoint count, so only map elements
     // change: deleted and added in one batch, nothing else.
     proxy.load(&manifest(&[web(e1_e3)])).expect("sync");
     let stats = proxy.backend.last_sync().clone();
-    assert!(!stats.full, "{stats:?}");
+    assert!(!stats.replaced, "{stats:?}");
     assert!(stats.commands <= 8, "elements only: {stats:?}");
     // nft reads back what the batch wrote as the dry run prints it.
     let ruleset = NftBackend::dump(&lab);
@@ -180,7 +180,7 @@ fn endpoint_moves_change_elements_only_and_a_refused_batch_keeps_the_old_rules()
     // The next sync is a full one, and converges.
     proxy.load(&manifest(&[web(e1_e2)])).expect("full resync");
     let stats = proxy.backend.last_sync().clone();
-    assert!(stats.full, "{stats:?}");
+    assert!(stats.replaced, "{stats:?}");
     settle();
     let lines = lab.connect("podc", "tcp", "10.96.0.60", 80, 30);
     assert_eq!(
@@ -407,7 +407,7 @@ fn a_restart_onto_the_same_state_adopts_the_tables() {
     second.load(&state(ALL3)).expect("sync");
     let stats = second.backend.last_sync().clone();
     assert!(
-        stats.full && stats.adopted && stats.commands == 0,
+        stats.replaced && stats.adopted && stats.commands == 0,
         "{stats:?}"
     );
     let after = NftBackend::dump(&lab);
@@ -435,7 +435,7 @@ fn a_restart_onto_the_same_state_adopts_the_tables() {
     third.load(&state(ALL3)).expect("sync");
     let stats = third.backend.last_sync().clone();
     assert!(
-        stats.full && !stats.adopted && stats.commands > 0,
+        stats.replaced && !stats.adopted && stats.commands > 0,
         "{stats:?}"
     );
     settle();

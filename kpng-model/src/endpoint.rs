@@ -72,13 +72,15 @@ struct Place {
     zone: Box<str>,
 }
 
-/// What few endpoints have: topology hints and an address of the other
-/// family.
+/// What few endpoints have: topology hints, an address of the other
+/// family, other copies of the address.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 struct Extra {
     hint_zones: Box<[Box<str>]>,
     hint_nodes: Box<[Box<str>]>,
     other_address: Option<IpAddr>,
+    /// See [`EndpointInfo::copies`]: none has copies of its own.
+    copies: Box<[EndpointInfo]>,
 }
 
 /// One port of an endpoint: the Service port name it serves, its protocol
@@ -210,6 +212,7 @@ impl EndpointInfo {
             hint_zones: Vec::new(),
             hint_nodes: Vec::new(),
             ports: PortList::default(),
+            copies: Vec::new(),
         }
     }
 
@@ -254,12 +257,31 @@ impl EndpointInfo {
                 .map_err(|_| bad(format!("protocol {}", p.protocol)))?;
             ports.push(PortInfo::new(&p.name, protocol, port));
         }
+        let mut copies = Vec::with_capacity(endpoint.copies.len());
+        for (i, copy) in endpoint.copies.iter().enumerate() {
+            let field = || format!("endpoint.copies[{i}]");
+            let copy = Self::from_keyed_proto(address, copy.clone()).map_err(|e| match e {
+                Error::InvalidValue { field: f, reason } => Error::InvalidValue {
+                    field: format!("{}.{}", field(), f.trim_start_matches("endpoint.")),
+                    reason,
+                },
+                other => other,
+            })?;
+            if copy.address != address {
+                return Err(Error::InvalidValue {
+                    field: field(),
+                    reason: format!("address {} is not the endpoint's {address}", copy.address),
+                });
+            }
+            copies.push(copy);
+        }
         let builder = Self::builder(address)
             .conditions(endpoint.ready, endpoint.serving, endpoint.terminating)
             .node(&endpoint.node_name, &endpoint.zone)
             .hint_zones(endpoint.hint_zones.iter().map(String::as_str))
             .hint_nodes(endpoint.hint_nodes.iter().map(String::as_str))
-            .ports(PortList::new(ports));
+            .ports(PortList::new(ports))
+            .copies(copies);
         Ok(match other_address {
             Some(other) => builder.other_address(other),
             None => builder,
@@ -314,6 +336,7 @@ impl EndpointInfo {
                     port: u32::from(p.port),
                 })
                 .collect(),
+            copies: self.copies().iter().map(Self::to_proto).collect(),
         }
     }
 
@@ -374,6 +397,109 @@ impl EndpointInfo {
         &self.ports
     }
 
+    /// The other copies of this address, when the EndpointSlices of its
+    /// Service list it more than once: the first copy on each node other
+    /// than this one's, in slice-name order, each as its slice lists it
+    /// (see [`fold`](Self::fold)). Empty for almost every endpoint.
+    ///
+    /// The store keeps them so that each node's view can prefer the copy
+    /// on that node, as kube-proxy does (`kpng-view` resolves them: a node
+    /// view's endpoints have none).
+    pub fn copies(&self) -> &[EndpointInfo] {
+        self.extra.as_deref().map_or(&[], |e| &e.copies)
+    }
+
+    /// The endpoint as `node` uses it: its copy on `node` when it has one
+    /// (with the ports of every copy merged in, its own first), else this
+    /// one; either way with no copies. kube-proxy favours the local copy
+    /// of an address that EndpointSlices list more than once. An empty
+    /// `node` is no node: this endpoint is used.
+    ///
+    /// ```
+    /// use kpng_model::EndpointInfo;
+    ///
+    /// let ip = "10.1.0.5".parse()?;
+    /// let leaving = EndpointInfo::builder(ip).node("node-a", "").conditions(false, true, true);
+    /// let arrived = EndpointInfo::builder(ip).node("node-b", "");
+    /// let stored = EndpointInfo::fold([leaving.build(), arrived.build()]).expect("one address");
+    /// assert_eq!(stored.copies().len(), 1);
+    /// assert!(stored.for_node("node-b").ready());
+    /// assert!(stored.for_node("node-a").terminating());
+    /// assert!(stored.for_node("node-c").terminating());
+    /// assert!(stored.for_node("node-b").copies().is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn for_node(&self, node: &str) -> std::borrow::Cow<'_, Self> {
+        use std::borrow::Cow;
+        let copies = self.copies();
+        if copies.is_empty() {
+            return Cow::Borrowed(self);
+        }
+        let local = (!node.is_empty() && self.node_name() != node)
+            .then(|| copies.iter().find(|c| c.node_name() == node))
+            .flatten();
+        Cow::Owned(match local {
+            // Its own ports first, then those only other copies list
+            // (this one's, merged at `fold`).
+            Some(copy) => copy.with_ports(merged_ports(copy.ports(), self.ports())),
+            None => self.with_copies(Vec::new()),
+        })
+    }
+
+    /// One endpoint from the copies of one address that EndpointSlices
+    /// list, in slice-name order (a copy that has copies counts as itself
+    /// followed by them): the first copy, with the ports of every copy
+    /// merged in (of two with one name and protocol, the earlier copy's),
+    /// keeping as [`copies`](Self::copies) the first copy on each node
+    /// other than the first copy's. A copy on no node, or on a node an
+    /// earlier copy is on, is never used by any node and adds only its
+    /// ports. `None` for no copies; copies of another address than the
+    /// first's are not this address's and are ignored.
+    pub fn fold(copies: impl IntoIterator<Item = EndpointInfo>) -> Option<Self> {
+        let mut copies = copies.into_iter();
+        let first = copies.next()?;
+        let mut rest = first.copies().to_vec();
+        rest.extend(copies.flat_map(|c| {
+            let more = c.copies().to_vec();
+            std::iter::once(c).chain(more)
+        }));
+        if rest.is_empty() {
+            return Some(first);
+        }
+        let mut ports = first.ports.clone();
+        let mut kept: Vec<EndpointInfo> = Vec::new();
+        for copy in rest {
+            if copy.address != first.address {
+                continue;
+            }
+            ports = merged_ports(&ports, copy.ports());
+            let node = copy.node_name();
+            if !node.is_empty()
+                && node != first.node_name()
+                && !kept.iter().any(|k| k.node_name() == node)
+            {
+                kept.push(copy.with_copies(Vec::new()));
+            }
+        }
+        Some(first.with_ports(ports).with_copies(kept))
+    }
+
+    /// The same endpoint with `copies` as its [`copies`](Self::copies).
+    fn with_copies(&self, copies: Vec<EndpointInfo>) -> Self {
+        if copies.is_empty() && self.copies().is_empty() {
+            return self.clone();
+        }
+        let extra = Extra {
+            copies: copies.into_boxed_slice(),
+            ..self.extra.as_deref().cloned().unwrap_or_default()
+        };
+        let empty = extra == Extra::default();
+        Self {
+            extra: (!empty).then(|| Arc::new(extra)),
+            ..self.clone()
+        }
+    }
+
     /// The port number serving Service port `name` over `protocol`.
     pub fn port(&self, name: &str, protocol: Protocol) -> Option<u16> {
         self.ports.find(name, protocol)
@@ -390,6 +516,7 @@ impl EndpointInfo {
             hint_zones: self.hint_zones().iter().map(|z| &**z).collect(),
             hint_nodes: self.hint_nodes().iter().map(|n| &**n).collect(),
             ports: self.ports.clone(),
+            copies: self.copies().to_vec(),
         }
     }
 
@@ -479,7 +606,11 @@ impl fmt::Debug for EndpointInfo {
         if !self.hint_nodes().is_empty() {
             d.field("hint_nodes", &self.hint_nodes());
         }
-        d.field("ports", &self.ports).finish()
+        d.field("ports", &self.ports);
+        if !self.copies().is_empty() {
+            d.field("copies", &self.copies());
+        }
+        d.finish()
     }
 }
 
@@ -502,6 +633,7 @@ pub struct EndpointBuilder<'a> {
     hint_zones: Vec<&'a str>,
     hint_nodes: Vec<&'a str>,
     ports: PortList,
+    copies: Vec<EndpointInfo>,
 }
 
 impl<'a> EndpointBuilder<'a> {
@@ -553,6 +685,15 @@ impl<'a> EndpointBuilder<'a> {
         self
     }
 
+    /// The other copies of the address (see [`EndpointInfo::copies`]),
+    /// as [`EndpointInfo::fold`] keeps them: the first on each node other
+    /// than this one's, with no copies of their own. Use `fold` to make
+    /// them from every copy that slices list.
+    pub fn copies(mut self, copies: Vec<EndpointInfo>) -> Self {
+        self.copies = copies;
+        self
+    }
+
     fn place(&self) -> Option<Place> {
         (!self.node.is_empty() || !self.zone.is_empty()).then(|| Place {
             node: self.node.into(),
@@ -569,12 +710,16 @@ impl<'a> EndpointBuilder<'a> {
         Self::sorted(&mut self.hint_zones);
         Self::sorted(&mut self.hint_nodes);
         let boxed = |list: &[&str]| list.iter().map(|s| Box::from(*s)).collect();
-        (!self.hint_zones.is_empty() || !self.hint_nodes.is_empty() || self.other_address.is_some())
-            .then(|| Extra {
-                hint_zones: boxed(&self.hint_zones),
-                hint_nodes: boxed(&self.hint_nodes),
-                other_address: self.other_address,
-            })
+        (!self.hint_zones.is_empty()
+            || !self.hint_nodes.is_empty()
+            || self.other_address.is_some()
+            || !self.copies.is_empty())
+        .then(|| Extra {
+            hint_zones: boxed(&self.hint_zones),
+            hint_nodes: boxed(&self.hint_nodes),
+            other_address: self.other_address,
+            copies: std::mem::take(&mut self.copies).into_boxed_slice(),
+        })
     }
 
     /// The endpoint, with its own copies of its node, zone and hints.
@@ -618,6 +763,20 @@ impl<'a> EndpointBuilder<'a> {
             extra,
             ports: interner.ports(self.ports),
         }
+    }
+}
+
+/// `first`, then the ports of `more` whose name and protocol it lacks;
+/// `first` itself (shared) when `more` adds none.
+fn merged_ports(first: &PortList, more: &PortList) -> PortList {
+    let adds = more
+        .as_slice()
+        .iter()
+        .any(|p| first.find(&p.name, p.protocol).is_none());
+    if adds {
+        PortList::new(first.as_slice().iter().chain(more.as_slice()).cloned())
+    } else {
+        first.clone()
     }
 }
 
@@ -870,6 +1029,86 @@ mod tests {
         };
         let error = EndpointInfo::from_proto(&big_port).expect_err("port");
         assert_eq!(error.to_string(), "invalid endpoint.ports[0]: port 70000");
+    }
+
+    #[test]
+    fn copies_of_an_address_fold_into_one_endpoint_that_each_node_resolves() {
+        let http = |port| PortList::new([PortInfo::new("http", Protocol::Tcp, port)]);
+        let metrics = PortList::new([PortInfo::new("metrics", Protocol::Tcp, 9090)]);
+        let copy = |node: &str, ports: &PortList, ready: bool| {
+            EndpointInfo::builder(ip("10.1.0.5"))
+                .node(node, "")
+                .conditions(ready, true, !ready)
+                .ports(ports.clone())
+                .build()
+        };
+        // In slice order: no node, node-a (terminating), node-b twice,
+        // node-a again, another address.
+        let folded = EndpointInfo::fold([
+            copy("", &http(8080), true),
+            copy("node-a", &http(8081), false),
+            copy("node-b", &metrics, true),
+            copy("node-b", &http(8082), false),
+            copy("node-a", &http(8083), true),
+            EndpointInfo::new(ip("10.1.0.6")),
+        ])
+        .expect("copies");
+        // The first copy, with every copy's ports, the earlier ones first.
+        assert_eq!(folded.node_name(), "");
+        assert_eq!(folded.port("http", Protocol::Tcp), Some(8080));
+        assert_eq!(folded.port("metrics", Protocol::Tcp), Some(9090));
+        // The first copy on each other node.
+        let nodes: Vec<&str> = folded.copies().iter().map(|c| c.node_name()).collect();
+        assert_eq!(nodes, ["node-a", "node-b"]);
+        assert!(folded.copies().iter().all(|c| c.copies().is_empty()));
+
+        // node-a: its own copy, its own port first, the others merged in.
+        let a = folded.for_node("node-a");
+        assert_eq!((a.node_name(), a.terminating()), ("node-a", true));
+        assert_eq!(a.port("http", Protocol::Tcp), Some(8081));
+        assert_eq!(a.port("metrics", Protocol::Tcp), Some(9090));
+        assert!(a.copies().is_empty());
+        let b = folded.for_node("node-b");
+        assert_eq!((b.node_name(), b.ready()), ("node-b", true));
+        assert_eq!(b.port("http", Protocol::Tcp), Some(8080));
+        // Any other node, or none: the first copy, without copies.
+        for node in ["node-c", ""] {
+            let other = folded.for_node(node);
+            assert_eq!(other.node_name(), "");
+            assert!(other.copies().is_empty());
+            assert_eq!(other.ports(), folded.ports());
+        }
+
+        // Folding again, or one copy alone, changes nothing.
+        assert_eq!(EndpointInfo::fold([folded.clone()]), Some(folded.clone()));
+        let single = copy("node-a", &http(8080), true);
+        assert_eq!(EndpointInfo::fold([single.clone()]), Some(single.clone()));
+        assert!(matches!(
+            single.for_node("node-a"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        assert_eq!(EndpointInfo::fold([]), None);
+
+        // A copy on the first copy's own node, or on no node, is never
+        // used: only its ports are.
+        let same = EndpointInfo::fold([
+            copy("node-a", &http(8080), true),
+            copy("node-a", &metrics, false),
+        ])
+        .expect("copies");
+        assert!(same.copies().is_empty());
+        assert_eq!(same.port("metrics", Protocol::Tcp), Some(9090));
+
+        // The protobuf form keeps the copies, and the copies change the
+        // endpoint's identity.
+        let proto = folded.to_proto();
+        assert_eq!(proto.copies.len(), 2);
+        assert_eq!(EndpointInfo::from_proto(&proto).expect("valid"), folded);
+        assert_ne!(folded.for_node("node-c").into_owned(), folded);
+        let mut foreign = proto.clone();
+        foreign.copies[0].addresses = Some(IpSet::single(ip("10.1.0.7")));
+        let error = EndpointInfo::from_proto(&foreign).expect_err("another address");
+        assert!(error.to_string().contains("endpoint.copies[0]"), "{error}");
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::fmt;
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use crate::ServiceInfo;
 use crate::endpoint::EndpointInfo;
 use crate::v1::{IpSet, Node, Protocol, Service, ServiceCidr, ServicePort, ServiceType};
 
@@ -208,8 +209,8 @@ pub enum Value {
     Node(Arc<Node>),
     /// A ServiceCIDR.
     ServiceCidr(Arc<ServiceCidr>),
-    /// A Service.
-    Service(Arc<Service>),
+    /// A Service, its addresses typed.
+    Service(Arc<ServiceInfo>),
     /// An endpoint.
     Endpoint(EndpointInfo),
 }
@@ -345,7 +346,7 @@ pub mod wire {
     /// The wire form of a set (`Some(value)`) or delete (`None`).
     pub fn to_wire(key: &Key, value: Option<&Value>) -> v1::EnlsChange {
         let change = match (key, value) {
-            (Key::Service(_), Some(Value::Service(s))) => Change::SetService((**s).clone()),
+            (Key::Service(_), Some(Value::Service(s))) => Change::SetService(s.service().clone()),
             (Key::Service(name), _) => Change::DeleteService(service_ref(name)),
             (Key::Endpoint(name, ip), Some(Value::Endpoint(e))) => {
                 Change::SetEndpoint(v1::EndpointEntry {
@@ -370,13 +371,14 @@ pub mod wire {
     /// for.
     ///
     /// # Errors
-    /// [`Error::InvalidAddress`] naming a missing part or a bad address.
+    /// [`Error::InvalidAddress`] naming a missing part or a bad address;
+    /// [`Error::InvalidServiceAddress`] for a Service's.
     pub fn from_wire(change: v1::EnlsChange) -> Result<(Key, Option<Value>), Error> {
         Ok(
             match change.change.ok_or_else(|| bad("change", "missing"))? {
                 Change::SetService(s) => (
                     Key::Service(s.service_name()),
-                    Some(Value::Service(Arc::new(s))),
+                    Some(Value::Service(Arc::new(crate::ServiceInfo::new(s)?))),
                 ),
                 Change::DeleteService(r) => {
                     (Key::Service(ServiceName::new(&r.namespace, &r.name)), None)

@@ -19,8 +19,8 @@ use imbl::OrdMap;
 
 use crate::addr::IpFamily;
 use crate::endpoint::EndpointInfo;
-use crate::v1::{IpSet, Node, Protocol, Service, TrafficPolicy};
-use crate::{Error, Result, ServiceName};
+use crate::v1::{IpSet, Node, Protocol, TrafficPolicy};
+use crate::{Error, Result, ServiceInfo, ServiceName};
 
 mod digest;
 mod plan;
@@ -178,15 +178,15 @@ impl serde::Serialize for EndpointView {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ServiceView {
-    /// The Service.
-    pub service: Arc<Service>,
+    /// The Service, its addresses typed.
+    pub service: Arc<ServiceInfo>,
     /// The endpoints this node may use, sorted by address.
     pub endpoints: Vec<EndpointView>,
 }
 
 impl ServiceView {
     /// A view with no endpoints yet.
-    pub fn new(service: Arc<Service>) -> Self {
+    pub fn new(service: Arc<ServiceInfo>) -> Self {
         Self {
             service,
             endpoints: Vec::new(),
@@ -279,7 +279,7 @@ pub enum ViewOp {
     SetServiceCidrs(Arc<IpSet>),
     /// A Service was created or its definition changed. A new Service starts
     /// with no endpoints; its endpoints follow as `SetEndpoint`.
-    SetService(Arc<Service>),
+    SetService(Arc<ServiceInfo>),
     /// A Service left the view, with all its endpoints.
     DeleteService(ServiceName),
     /// An endpoint of a Service entered the view or changed (its sets, its
@@ -460,7 +460,11 @@ mod tests {
 
     use super::{EndpointView, ViewOp};
     use crate::v1::{Endpoint, EndpointPort, IpSet, Service};
-    use crate::{EndpointInfo, ServiceName};
+    use crate::{EndpointInfo, ServiceInfo, ServiceName};
+
+    fn info(service: Service) -> Arc<ServiceInfo> {
+        Arc::new(ServiceInfo::new(service).expect("valid"))
+    }
 
     fn endpoint(addrs: &[&str], node: &str, hints: &[&str]) -> EndpointInfo {
         let proto = Endpoint {
@@ -488,6 +492,7 @@ mod tests {
                 protocol: 1,
                 port: 8080,
             }],
+            copies: Vec::new(),
         };
         EndpointInfo::from_proto(&proto).expect("valid")
     }
@@ -518,9 +523,7 @@ mod tests {
         };
         let mut one_by_one = NodeView::default();
         one_by_one
-            .apply(&ViewOp::SetService(Arc::new(Service::new(
-                "default", "web",
-            ))))
+            .apply(&ViewOp::SetService(info(Service::new("default", "web"))))
             .expect("set");
         let mut together = one_by_one.clone();
         // New and sorted; then unsorted, with a change, a repeat (the
@@ -561,61 +564,41 @@ mod tests {
         assert_eq!(together, before);
     }
 
-    /// A Service's addresses and `loadBalancerSourceRanges` are parsed
-    /// once, when the plan is made: the renderers get typed addresses and
-    /// prefixes (host bits cleared), and an entry that is not valid is
-    /// left out and reported once, not once per renderer.
+    /// A Service's addresses and `loadBalancerSourceRanges` are typed
+    /// once, when the Service enters: a plan lends them, per family, as
+    /// they are held.
     #[test]
-    fn addresses_and_source_ranges_are_parsed_once_and_typed() {
-        use std::io::Write;
-        use std::sync::Mutex;
-
-        #[derive(Clone, Default)]
-        struct Log(Arc<Mutex<Vec<u8>>>);
-        impl Write for Log {
-            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().expect("log").extend_from_slice(buf);
-                Ok(buf.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-
-        let service = Arc::new(Service {
+    fn plans_lend_the_typed_addresses() {
+        let service = info(Service {
             namespace: "default".into(),
             name: "lb".into(),
             cluster_ips: Some(IpSet {
-                v4: vec!["10.96.0.1".into(), "10.96.0.300".into()],
-                v6: Vec::new(),
+                v4: vec!["10.96.0.1".into()],
+                v6: vec!["fd00::1".into()],
             }),
             load_balancer_source_ranges: Some(Box::new(IpSet {
-                v4: vec!["192.168.1.7/24".into(), "10.0.0.0/33".into()],
+                v4: vec!["192.168.1.7/24".into()],
                 v6: vec!["fd00::/64".into()],
             })),
             ..Service::default()
         });
-        let view = super::ServiceView::new(service);
-        let log = Log::default();
-        let writer = log.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .finish();
-        let (v4, v6, cluster_ips) = tracing::subscriber::with_default(subscriber, || {
-            let v4 = view.plan(crate::IpFamily::V4);
-            let v6 = view.plan(crate::IpFamily::V6);
-            (v4.source_ranges, v6.source_ranges, v4.cluster_ips)
-        });
+        let view = super::ServiceView::new(service.clone());
+        let v4 = view.plan(crate::IpFamily::V4);
+        let v6 = view.plan(crate::IpFamily::V6);
         let ip = |t: &str| t.parse::<std::net::IpAddr>().expect("ip");
-        assert_eq!(cluster_ips, [ip("10.96.0.1")], "addresses typed too");
         let net = |t: &str| t.parse::<crate::IpNet>().expect("cidr");
-        assert_eq!(v4, [net("192.168.1.0/24")], "typed, host bits cleared");
-        assert_eq!(v6, [net("fd00::/64")]);
-        let text = String::from_utf8(log.0.lock().expect("log").clone()).expect("utf-8");
-        assert_eq!(text.matches("10.0.0.0/33").count(), 1, "{text}");
-        assert_eq!(text.matches("10.96.0.300").count(), 1, "{text}");
-        assert_eq!(text.lines().count(), 2, "{text}");
+        assert_eq!(v4.cluster_ips, [ip("10.96.0.1")]);
+        assert_eq!(v6.cluster_ips, [ip("fd00::1")]);
+        assert_eq!(
+            v4.source_ranges,
+            [net("192.168.1.0/24")],
+            "host bits cleared"
+        );
+        assert_eq!(v6.source_ranges, [net("fd00::/64")]);
+        assert!(std::ptr::eq(
+            v4.cluster_ips,
+            service.cluster_ips(crate::IpFamily::V4)
+        ));
     }
 
     /// An op that finds its change made (a view shared by the driver)
@@ -623,7 +606,7 @@ mod tests {
     #[test]
     fn ops_already_made_copy_nothing() {
         let web = ServiceName::new("default", "web");
-        let service = Arc::new(Service {
+        let service = info(Service {
             namespace: "default".into(),
             name: "web".into(),
             ..Default::default()

@@ -22,8 +22,8 @@ use std::time::Instant;
 
 use kpng_netfilter::nft::build::{self, Load};
 use kpng_netfilter::nft::{
-    Chain, ChainType, Data, DataType, Element, Family, Hook, MapTo, Reg, Rule, Set, Socket, Table,
-    Transaction, Verdict, key,
+    Chain, ChainHook, ChainType, Data, DataType, Element, MapTo, NfVerdict, Reg, Rule, Set, Socket,
+    Table, TableFamily, Transaction, key,
 };
 use kpng_netfilter::process::Process;
 
@@ -58,19 +58,19 @@ fn dotted(ip: [u8; 4]) -> String {
 /// for (address, protocol, port, random index below n).
 fn pick_rule(n: usize) -> Rule {
     let key = [
-        Load::Daddr(Family::Ip),
+        Load::Daddr(TableFamily::Ip),
         Load::L4Proto,
         Load::Dport,
         Load::Random(n as u32),
     ];
     Rule::new(
         format!("pick-{n}"),
-        build::dnat_map(Family::Ip, &key, "pick"),
+        build::dnat_map(TableFamily::Ip, &key, "pick"),
     )
 }
 
 fn transaction(services: usize, per: usize) -> Transaction {
-    let table = Table::new(Family::Ip, "kpngb");
+    let table = Table::new(TableFamily::Ip, "kpngb");
     let vips = DataType::concat(&[
         DataType::IPV4_ADDR,
         DataType::INET_PROTO,
@@ -90,7 +90,12 @@ fn transaction(services: usize, per: usize) -> Transaction {
     tx.add_table(&table).delete_table(&table).add_table(&table);
     tx.add_chain(
         &table,
-        Chain::base("nat-prerouting", ChainType::Nat, Hook::Prerouting, -100),
+        Chain::base(
+            "nat-prerouting",
+            ChainType::Nat,
+            ChainHook::Prerouting,
+            -100,
+        ),
     );
     tx.add_set(&table, Set::verdict_map("service-ips", vips))
         .add_set(&table, Set::new("cluster-ips", DataType::IPV4_ADDR))
@@ -113,7 +118,7 @@ fn transaction(services: usize, per: usize) -> Transaction {
         let ip = vip(s);
         services_map.push(Element::map(
             key(&[&ip, &[6], &port]),
-            Data::Verdict(Verdict::Goto(format!("pick-{}", per.clamp(1, 10)))),
+            Data::Verdict(NfVerdict::Goto(format!("pick-{}", per.clamp(1, 10)))),
         ));
         ips.push(Element::key(ip.to_vec()));
         for e in 0..per {
@@ -126,7 +131,7 @@ fn transaction(services: usize, per: usize) -> Transaction {
     tx.add_elements(&table, "service-ips", services_map)
         .add_elements(&table, "cluster-ips", ips)
         .add_elements(&table, "pick", picks);
-    let vip = [Load::Daddr(Family::Ip), Load::L4Proto, Load::Dport];
+    let vip = [Load::Daddr(TableFamily::Ip), Load::L4Proto, Load::Dport];
     tx.add_rule(
         &table,
         Rule::new(

@@ -36,25 +36,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use kpng_model::IpFamily;
 use serde::{Deserialize, Serialize};
 
 use crate::Error;
 use crate::process::Process;
-
-/// An address family: `iptables` or `ip6tables`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Family {
-    /// iptables.
-    V4,
-    /// ip6tables.
-    V6,
-}
-
-impl Family {
-    /// Both, IPv4 first.
-    pub const BOTH: [Family; 2] = [Family::V4, Family::V6];
-}
 
 /// The least time one `iptables-save` or `iptables-restore` may run before
 /// it is killed (`-w 5` waits up to 5 s for the xtables lock first).
@@ -182,10 +168,10 @@ pub struct Saved {
 }
 
 impl Runner {
-    fn command(&self, family: Family, mode: Mode, tool: &str, lines: usize) -> Process<'static> {
+    fn command(&self, family: IpFamily, mode: Mode, tool: &str, lines: usize) -> Process<'static> {
         let ip = match family {
-            Family::V4 => "iptables",
-            Family::V6 => "ip6tables",
+            IpFamily::V4 => "iptables",
+            IpFamily::V6 => "ip6tables",
         };
         let program = format!("{ip}-{}-{tool}", mode.word());
         Process::new(self.prefix.iter().cloned().chain([program]))
@@ -206,7 +192,7 @@ impl Runner {
             return mode;
         }
         let count = |mode| {
-            Family::BOTH
+            IpFamily::BOTH
                 .into_iter()
                 .filter_map(|family| self.save_in(family, mode, &|_| false).ok())
                 .map(|s| {
@@ -233,14 +219,14 @@ impl Runner {
     ///
     /// # Errors
     /// [`Error::Spawn`], [`Error::Timeout`] or [`Error::Command`].
-    pub fn save(&mut self, family: Family, owned: &dyn Fn(&str) -> bool) -> Result<Saved, Error> {
+    pub fn save(&mut self, family: IpFamily, owned: &dyn Fn(&str) -> bool) -> Result<Saved, Error> {
         let mode = self.mode();
         self.save_in(family, mode, owned)
     }
 
     fn save_in(
         &self,
-        family: Family,
+        family: IpFamily,
         mode: Mode,
         owned: &dyn Fn(&str) -> bool,
     ) -> Result<Saved, Error> {
@@ -287,7 +273,7 @@ impl Runner {
     /// made or already emptied); on a failure the chunks before it stay
     /// applied, and the caller puts back what it wrote
     /// ([`apply_batches`] does).
-    pub fn restore(&mut self, family: Family, script: &str) -> Result<(), Error> {
+    pub fn restore(&mut self, family: IpFamily, script: &str) -> Result<(), Error> {
         let mode = self.mode();
         let declared = || script.split('\n').filter(|l| l.starts_with(':')).count();
         if mode == Mode::Legacy && declared() > LEGACY_CHUNK_CHAINS {
@@ -310,7 +296,7 @@ impl Runner {
 
     fn restore_one(
         &self,
-        family: Family,
+        family: IpFamily,
         mode: Mode,
         parts: Vec<&str>,
         script: &str,
@@ -816,7 +802,7 @@ pub type Chains = BTreeMap<ChainKey, Vec<String>>;
 /// The first refusal.
 pub fn apply_batches(
     runner: &mut Runner,
-    batches: &[(Family, Batch, Chains)],
+    batches: &[(IpFamily, Batch, Chains)],
 ) -> Result<(), Error> {
     let mut failure = None;
     for (family, batch, _) in batches {

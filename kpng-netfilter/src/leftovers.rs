@@ -33,7 +33,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use crate::Error;
-use crate::iptables::{Family, Mode};
+use kpng_model::IpFamily;
+
+use crate::iptables::Mode;
 use crate::nft;
 use crate::process::Process;
 
@@ -181,7 +183,7 @@ impl fmt::Display for Leftover {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Tool {
     /// `iptables` or `ip6tables`.
-    pub family: Family,
+    pub family: IpFamily,
     /// nft or legacy.
     pub mode: Mode,
 }
@@ -191,19 +193,19 @@ impl Tool {
     pub fn all() -> [Tool; 4] {
         [
             Tool {
-                family: Family::V4,
+                family: IpFamily::V4,
                 mode: Mode::Nft,
             },
             Tool {
-                family: Family::V6,
+                family: IpFamily::V6,
                 mode: Mode::Nft,
             },
             Tool {
-                family: Family::V4,
+                family: IpFamily::V4,
                 mode: Mode::Legacy,
             },
             Tool {
-                family: Family::V6,
+                family: IpFamily::V6,
                 mode: Mode::Legacy,
             },
         ]
@@ -217,8 +219,8 @@ impl Tool {
 impl fmt::Display for Tool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ip = match self.family {
-            Family::V4 => "iptables",
-            Family::V6 => "ip6tables",
+            IpFamily::V4 => "iptables",
+            IpFamily::V6 => "ip6tables",
         };
         write!(f, "{ip}-{}", self.mode.word())
     }
@@ -443,7 +445,7 @@ impl Leftovers {
                 return;
             }
         };
-        for family in [nft::Family::Ip, nft::Family::Ip6] {
+        for family in [nft::TableFamily::Ip, nft::TableFamily::Ip6] {
             match socket.tables(family) {
                 Ok(tables) => {
                     if tables.iter().any(|t| t == NFT_TABLE)
@@ -648,9 +650,9 @@ impl Leftovers {
             return Ok(());
         };
         let family = if *family == "ip6" {
-            nft::Family::Ip6
+            nft::TableFamily::Ip6
         } else {
-            nft::Family::Ip
+            nft::TableFamily::Ip
         };
         let mut socket = nft::Socket::open(None)?;
         let mut tx = nft::Transaction::new();

@@ -37,20 +37,20 @@
 //!
 //! ```
 //! use kpng_netfilter::nft::{
-//!     Chain, ChainType, Data, DataType, Element, Expr, Family, Hook, MetaKey, Reg, Rule, Set,
-//!     Table, Transaction, Verdict, key,
+//!     Chain, ChainType, Data, DataType, Element, Expr, TableFamily, ChainHook, MetaKey, Reg, Rule, Set,
+//!     Table, Transaction, NfVerdict, key,
 //! };
 //!
-//! let table = Table::new(Family::Ip, "example");
+//! let table = Table::new(TableFamily::Ip, "example");
 //! let mut tx = Transaction::new();
 //! tx.add_table(&table)
-//!     .add_chain(&table, Chain::base("input", ChainType::Filter, Hook::Input, 0))
+//!     .add_chain(&table, Chain::base("input", ChainType::Filter, ChainHook::Input, 0))
 //!     .add_chain(&table, Chain::regular("tcp"))
 //!     .add_set(&table, Set::verdict_map("by-proto", DataType::INET_PROTO))
 //!     .add_elements(
 //!         &table,
 //!         "by-proto",
-//!         vec![Element::map(key(&[&[6]]), Data::Verdict(Verdict::Jump("tcp".into())))],
+//!         vec![Element::map(key(&[&[6]]), Data::Verdict(NfVerdict::Jump("tcp".into())))],
 //!     )
 //!     .add_rule(
 //!         &table,

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use kpng_netfilter::Error;
 use kpng_netfilter::nft::{
-    Chain, ChainType, Data, DataType, Element, Expr, Family, Hook, MetaKey, NatKind, PayloadBase,
-    Reg, Rule, Set, Socket, Table, Transaction, Verdict, key,
+    Chain, ChainHook, ChainType, Data, DataType, Element, Expr, MetaKey, NatKind, NfVerdict,
+    PayloadBase, Reg, Rule, Set, Socket, Table, TableFamily, Transaction, key,
 };
 
 static NEXT: AtomicUsize = AtomicUsize::new(0);
@@ -179,7 +179,7 @@ fn service_ruleset(table: &Table) -> Transaction {
     tx.add_table(table).delete_table(table).add_table(table);
     tx.add_chain(
         table,
-        Chain::base("nat-output", ChainType::Nat, Hook::Output, -100),
+        Chain::base("nat-output", ChainType::Nat, ChainHook::Output, -100),
     )
     .add_chain(table, Chain::regular("svc"))
     .add_chain(table, Chain::regular("ep0"))
@@ -190,7 +190,7 @@ fn service_ruleset(table: &Table) -> Transaction {
         "services",
         vec![Element::map(
             key(&[&[10, 99, 0, 1], &[6], &80u16.to_be_bytes()]),
-            Data::Verdict(Verdict::Goto("svc".into())),
+            Data::Verdict(NfVerdict::Goto("svc".into())),
         )],
     )
     .add_elements(
@@ -198,7 +198,7 @@ fn service_ruleset(table: &Table) -> Transaction {
         "pick",
         vec![Element::map(
             0u32.to_ne_bytes().to_vec(),
-            Data::Verdict(Verdict::Goto("ep0".into())),
+            Data::Verdict(NfVerdict::Goto("ep0".into())),
         )],
     )
     .add_rule(
@@ -262,7 +262,7 @@ fn service_ruleset(table: &Table) -> Transaction {
                 },
                 Expr::Nat {
                     kind: NatKind::Dnat,
-                    family: Family::Ip,
+                    family: TableFamily::Ip,
                     addr: Some(Reg::r32(0)),
                     proto: Some(Reg::r32(1)),
                     flags: 0,
@@ -282,7 +282,7 @@ fn a_ruleset_applies_reads_back_and_carries_a_real_connection() {
     ns.serve();
     assert_ne!(ns.connect("10.99.0.1", 80), "hello", "no rules yet");
 
-    let table = Table::new(Family::Ip, "kpngtest");
+    let table = Table::new(TableFamily::Ip, "kpngtest");
     let mut socket = Socket::open(Some(&ns.path())).expect("socket in the namespace");
     socket.commit(service_ruleset(&table)).expect("applied");
     assert_eq!(ns.connect("10.99.0.1", 80), "hello");
@@ -293,7 +293,7 @@ fn a_ruleset_applies_reads_back_and_carries_a_real_connection() {
     chains.sort_unstable();
     assert_eq!(chains, ["ep0", "nat-output", "svc"]);
     let output = state.chain("nat-output").expect("chain");
-    assert_eq!(output.hook, Some((Hook::Output, -100)));
+    assert_eq!(output.hook, Some((ChainHook::Output, -100)));
     let names: Vec<&str> = output.rules[0]
         .exprs
         .iter()
@@ -317,7 +317,7 @@ fn a_ruleset_applies_reads_back_and_carries_a_real_connection() {
     assert_eq!(services.elements.len(), 1);
     assert_eq!(
         services.elements[0].data,
-        Some(Data::Verdict(Verdict::Goto("svc".into())))
+        Some(Data::Verdict(NfVerdict::Goto("svc".into())))
     );
     assert_eq!(
         services.elements[0].key,
@@ -359,7 +359,7 @@ fn a_ruleset_applies_reads_back_and_carries_a_real_connection() {
 #[test]
 fn a_refused_batch_changes_nothing_and_names_what_was_refused() {
     let Some(ns) = Netns::new() else { return };
-    let table = Table::new(Family::Ip, "kpngtest");
+    let table = Table::new(TableFamily::Ip, "kpngtest");
     let mut socket = Socket::open(Some(&ns.path())).expect("socket");
     socket.commit(service_ruleset(&table)).expect("applied");
     let before = socket.read(&table).expect("read");
@@ -371,13 +371,16 @@ fn a_refused_batch_changes_nothing_and_names_what_was_refused() {
         "pick",
         vec![Element::map(
             1u32.to_ne_bytes().to_vec(),
-            Data::Verdict(Verdict::Goto("ep0".into())),
+            Data::Verdict(NfVerdict::Goto("ep0".into())),
         )],
     )
     .add_rule(&table, Rule::new("svc", vec![Expr::Counter]))
     .add_rule(
         &table,
-        Rule::new("svc", vec![Expr::verdict(Verdict::Jump("missing".into()))]),
+        Rule::new(
+            "svc",
+            vec![Expr::verdict(NfVerdict::Jump("missing".into()))],
+        ),
     );
     let error = socket.commit(tx).expect_err("refused");
     match &error {
@@ -402,7 +405,7 @@ fn a_refused_batch_changes_nothing_and_names_what_was_refused() {
     assert_eq!(state.chain("svc").expect("chain").rules.len(), 2);
 
     // A table that is not there reads as none.
-    let other = Table::new(Family::Ip6, "kpngtest");
+    let other = Table::new(TableFamily::Ip6, "kpngtest");
     assert_eq!(socket.read(&other).expect("read"), None);
 }
 
@@ -417,7 +420,7 @@ fn libc_enoent() -> i32 {
 fn every_expression_the_backends_use_is_accepted_and_reads_as_nft_writes_it() {
     use kpng_netfilter::nft::{CmpOp, CtKey, DynsetOp, FibResult, RejectKind};
     let Some(ns) = Netns::new() else { return };
-    let table = Table::new(Family::Ip, "kpngx");
+    let table = Table::new(TableFamily::Ip, "kpngx");
     let r0 = Reg::r32(0);
     let mark = 0x4000u32.to_ne_bytes().to_vec();
     let saddr = Expr::Payload {
@@ -430,11 +433,11 @@ fn every_expression_the_backends_use_is_accepted_and_reads_as_nft_writes_it() {
     tx.add_table(&table)
         .add_chain(
             &table,
-            Chain::base("post", ChainType::Nat, Hook::Postrouting, 100),
+            Chain::base("post", ChainType::Nat, ChainHook::Postrouting, 100),
         )
         .add_chain(
             &table,
-            Chain::base("filter", ChainType::Filter, Hook::Forward, 0),
+            Chain::base("filter", ChainType::Filter, ChainHook::Forward, 0),
         )
         .add_set(&table, Set::new("ranges", DataType::IPV4_ADDR).intervals())
         .add_set(&table, Set::new("aff", DataType::IPV4_ADDR).with_timeouts())
@@ -470,7 +473,7 @@ fn every_expression_the_backends_use_is_accepted_and_reads_as_nft_writes_it() {
                         op: CmpOp::Eq,
                         data: vec![0; 4],
                     },
-                    Expr::verdict(Verdict::Return),
+                    Expr::verdict(NfVerdict::Return),
                 ],
             ),
         )
@@ -547,7 +550,7 @@ fn every_expression_the_backends_use_is_accepted_and_reads_as_nft_writes_it() {
                         dreg: None,
                         invert: false,
                     },
-                    Expr::verdict(Verdict::Accept),
+                    Expr::verdict(NfVerdict::Accept),
                 ],
             ),
         )
@@ -574,7 +577,7 @@ fn every_expression_the_backends_use_is_accepted_and_reads_as_nft_writes_it() {
         )
         .add_rule(
             &table,
-            Rule::new("filter", vec![Expr::verdict(Verdict::Drop)]),
+            Rule::new("filter", vec![Expr::verdict(NfVerdict::Drop)]),
         );
     let mut socket = Socket::open(Some(&ns.path())).expect("socket");
     socket
@@ -615,7 +618,7 @@ fn every_expression_the_backends_use_is_accepted_and_reads_as_nft_writes_it() {
 #[test]
 fn a_large_refused_batch_is_reported_as_refused() {
     let Some(ns) = Netns::new() else { return };
-    let table = Table::new(Family::Ip, "kpngbig");
+    let table = Table::new(TableFamily::Ip, "kpngbig");
     let mut socket = Socket::open(Some(&ns.path())).expect("socket");
     let mut tx = Transaction::new();
     tx.add_table(&table);
@@ -645,10 +648,10 @@ fn build_pieces_apply_and_read_as_nft_lists_them() {
     use kpng_netfilter::nft::CtKey;
     use kpng_netfilter::nft::build::{self, Load};
     let Some(ns) = Netns::new() else { return };
-    let table = Table::new(Family::Ip, "kpngbuild");
-    let vip = [Load::Daddr(Family::Ip), Load::L4Proto, Load::Dport];
+    let table = Table::new(TableFamily::Ip, "kpngbuild");
+    let vip = [Load::Daddr(TableFamily::Ip), Load::L4Proto, Load::Dport];
     let pick = [
-        Load::Daddr(Family::Ip),
+        Load::Daddr(TableFamily::Ip),
         Load::L4Proto,
         Load::Dport,
         Load::Random(2),
@@ -671,7 +674,7 @@ fn build_pieces_apply_and_read_as_nft_lists_them() {
             "nat",
             build::lookup(&vip, "service-ips", Some(Reg::VERDICT), false),
         ),
-        Rule::new("nat", build::dnat_map(Family::Ip, &pick, "pick")),
+        Rule::new("nat", build::dnat_map(TableFamily::Ip, &pick, "pick")),
         Rule::new(
             "nat",
             build::dnat_to("10.99.0.2".parse().expect("ip"), 8080),
@@ -679,7 +682,7 @@ fn build_pieces_apply_and_read_as_nft_lists_them() {
         Rule::new(
             "filter",
             [
-                build::lookup(&[Load::Saddr(Family::Ip)], "cidrs", None, true),
+                build::lookup(&[Load::Saddr(TableFamily::Ip)], "cidrs", None, true),
                 build::mark_set_or(0x4000),
             ]
             .concat(),
@@ -688,7 +691,7 @@ fn build_pieces_apply_and_read_as_nft_lists_them() {
             "filter",
             [
                 build::mark_test(0x4000, false),
-                build::verdict(Verdict::Return),
+                build::verdict(NfVerdict::Return),
             ]
             .concat(),
         ),
@@ -698,7 +701,7 @@ fn build_pieces_apply_and_read_as_nft_lists_them() {
             [
                 build::ct_test(CtKey::State, 8),
                 build::fib_local(true),
-                build::verdict(Verdict::Accept),
+                build::verdict(NfVerdict::Accept),
             ]
             .concat(),
         ),
@@ -706,7 +709,7 @@ fn build_pieces_apply_and_read_as_nft_lists_them() {
             "filter",
             [
                 build::ct_test(CtKey::Status, 32),
-                build::verdict(Verdict::Drop),
+                build::verdict(NfVerdict::Drop),
             ]
             .concat(),
         ),
@@ -715,11 +718,11 @@ fn build_pieces_apply_and_read_as_nft_lists_them() {
     tx.add_table(&table)
         .add_chain(
             &table,
-            Chain::base("nat", ChainType::Nat, Hook::Prerouting, -100),
+            Chain::base("nat", ChainType::Nat, ChainHook::Prerouting, -100),
         )
         .add_chain(
             &table,
-            Chain::base("filter", ChainType::Filter, Hook::Forward, 0),
+            Chain::base("filter", ChainType::Filter, ChainHook::Forward, 0),
         )
         .add_set(&table, Set::verdict_map("service-ips", vip_type))
         .add_set(

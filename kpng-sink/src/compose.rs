@@ -1,6 +1,6 @@
 //! Composing sinks: [`Hook`]s around a sink, sinks one after another.
 
-use crate::{Log, Round, RoundReport, RoundSummary, Sink, SinkError};
+use crate::{Log, Round, RoundReport, Sink, SinkError, SyncStats};
 
 /// What runs around each round of a sink `S`, seeing the round and the
 /// outcome but not changing them: logs, metrics, health. Both methods do
@@ -64,8 +64,8 @@ impl<S: Sink, H: Hook<S>> Sink for With<S, H> {
 
 /// What a hooked sink did is what its sink did.
 impl<S: RoundReport, H> RoundReport for With<S, H> {
-    fn last_round(&self) -> RoundSummary {
-        self.sink.last_round()
+    fn last_sync(&self) -> SyncStats {
+        self.sink.last_sync()
     }
     fn write_script(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
         self.sink.write_script(out)
@@ -100,8 +100,8 @@ impl<A: Sink, B: Sink> Sink for FollowedBy<A, B> {
 
 /// What the pair did is what the first sink did.
 impl<A: RoundReport, B> RoundReport for FollowedBy<A, B> {
-    fn last_round(&self) -> RoundSummary {
-        self.first.last_round()
+    fn last_sync(&self) -> SyncStats {
+        self.first.last_sync()
     }
     fn write_script(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
         self.first.write_script(out)
@@ -112,19 +112,20 @@ impl<A: RoundReport, B> RoundReport for FollowedBy<A, B> {
 ///
 /// ```
 /// use kpng_model::view::NodeView;
-/// use kpng_sink::{Round, RoundReport, RoundSummary, Sink, SinkError, SinkExt};
+/// use kpng_sink::{Round, RoundReport, Sink, SinkError, SinkExt, SyncStats};
 ///
 /// #[derive(Default)]
-/// struct Backend(usize);
+/// struct Backend(usize, SyncStats);
 /// impl Sink for Backend {
-///     fn sync(&mut self, _: &Round<'_>) -> Result<(), SinkError> {
+///     fn sync(&mut self, round: &Round<'_>) -> Result<(), SinkError> {
 ///         self.0 += 1;
+///         self.1 = SyncStats::of(round).wrote(round.is_full(), self.0);
 ///         Ok(())
 ///     }
 /// }
 /// impl RoundReport for Backend {
-///     fn last_round(&self) -> RoundSummary {
-///         RoundSummary::new(self.0 == 1, self.0)
+///     fn last_sync(&self) -> SyncStats {
+///         self.1
 ///     }
 /// }
 ///
@@ -137,9 +138,10 @@ impl<A: RoundReport, B> RoundReport for FollowedBy<A, B> {
 ///     }
 /// }
 ///
+/// let view = NodeView::default();
 /// let mut proxy = Backend::default().logged().followed_by(Health);
-/// proxy.sync(&Round::full(&NodeView::default()))?;
-/// assert_eq!(proxy.last_round(), RoundSummary::new(true, 1));
+/// proxy.sync(&Round::full(&view))?;
+/// assert_eq!(proxy.last_sync(), SyncStats::of(&Round::full(&view)).wrote(true, 1));
 /// # Ok::<(), SinkError>(())
 /// ```
 pub trait SinkExt: Sink + Sized {

@@ -67,7 +67,7 @@
 //! let mut sink = Counter::default();
 //! let mut view = NodeView::default();
 //! sink.sync(&Round::full(&view))?;
-//! let web = Arc::new(Service::new("default", "web"));
+//! let web = Arc::new(kpng_model::ServiceInfo::new(Service::new("default", "web")).expect("valid"));
 //! let before = view.clone();
 //! view.services.insert(web.service_name(), Arc::new(ServiceView::new(web)));
 //! sink.sync(&Round::between(&before, &view))?;
@@ -163,8 +163,10 @@ impl<S: Sink> Sink for Vec<S> {
 #[doc(hidden)]
 pub use kpng_model as __model;
 
+mod changes;
+pub use changes::Changes;
 mod round;
-pub use round::{Changes, Round, ServiceChange};
+pub use round::{Round, ServiceChange};
 mod compose;
 pub use compose::{FollowedBy, Hook, SinkExt, With};
 
@@ -173,7 +175,7 @@ mod file;
 #[cfg(feature = "file")]
 pub use file::ViewFile;
 mod report;
-pub use report::{Log, RoundReport, RoundSummary};
+pub use report::{Log, RoundReport, SyncStats};
 mod config;
 pub use config::ProxyConfig;
 pub mod traffic;

@@ -5,84 +5,7 @@ use std::sync::Arc;
 use kpng_model::ServiceName;
 use kpng_model::view::{NodeView, ServiceView};
 
-/// What changed between the previous round's view and this one's: the
-/// node's object, the Service CIDRs, and the Services set or removed.
-///
-/// The driver that keeps the view fills it as it computes the new view
-/// ([`Round::incremental`]); [`Changes::between`] finds it by comparing
-/// two views, in O(changed Services) when they share their unchanged
-/// Services.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Changes {
-    /// This node's object changed (its addresses, its zone).
-    pub node: bool,
-    /// The cluster's Service CIDRs changed.
-    pub service_cidrs: bool,
-    /// The Services set, changed or removed, in name order, each once.
-    pub services: Vec<ServiceName>,
-}
-
-impl Changes {
-    /// Nothing changed.
-    pub fn is_empty(&self) -> bool {
-        !self.node && !self.service_cidrs && self.services.is_empty()
-    }
-
-    /// What changed from `previous` to `view`. Services that the two
-    /// views share (the same `Arc`) are skipped without being compared.
-    pub fn between(previous: &NodeView, view: &NodeView) -> Self {
-        use imbl::ordmap::DiffItem;
-        let names = previous
-            .services
-            .diff(&view.services)
-            .filter_map(|item| match item {
-                DiffItem::Add(name, _) | DiffItem::Remove(name, _) => Some(name.clone()),
-                DiffItem::Update { old, new } => {
-                    service_changed(Some(old.1), Some(new.1)).then(|| old.0.clone())
-                }
-            })
-            .collect();
-        Self::with_services(previous, view, names)
-    }
-
-    /// What changed from `previous` to `view`, when only the Services
-    /// `names` may differ (for one who knows what it touched): those of
-    /// them whose view differs, in name order, each once.
-    pub fn among(
-        previous: &NodeView,
-        view: &NodeView,
-        names: impl IntoIterator<Item = ServiceName>,
-    ) -> Self {
-        let mut names: Vec<ServiceName> = names
-            .into_iter()
-            .filter(|name| service_changed(previous.services.get(name), view.services.get(name)))
-            .collect();
-        names.sort();
-        names.dedup();
-        Self::with_services(previous, view, names)
-    }
-
-    /// The node's and the Service CIDRs' changes from `previous` to
-    /// `view`, with `services`.
-    fn with_services(previous: &NodeView, view: &NodeView, services: Vec<ServiceName>) -> Self {
-        Self {
-            node: previous.node != view.node,
-            service_cidrs: !Arc::ptr_eq(&previous.service_cidrs, &view.service_cidrs)
-                && previous.service_cidrs != view.service_cidrs,
-            services,
-        }
-    }
-}
-
-/// Whether a Service's view changed: it came or went, or is another and
-/// unequal one (a shared `Arc` is not compared).
-fn service_changed(before: Option<&Arc<ServiceView>>, after: Option<&Arc<ServiceView>>) -> bool {
-    match (before, after) {
-        (Some(before), Some(after)) => !Arc::ptr_eq(before, after) && before != after,
-        (before, after) => before.is_some() != after.is_some(),
-    }
-}
+use crate::Changes;
 
 /// One Service of a round: its view before the round (`None`: it is new,
 /// or the round is full) and after it (`None`: it is gone).
@@ -252,7 +175,10 @@ mod tests {
         let mut view = NodeView::default();
         for (name, ip) in services {
             let ip = ip.parse().expect("address");
-            let service = Arc::new(Service::new("ns", *name).with_cluster_ips([ip]));
+            let service = Arc::new(
+                kpng_model::ServiceInfo::new(Service::new("ns", *name).with_cluster_ips([ip]))
+                    .expect("valid"),
+            );
             view.services
                 .insert(service.service_name(), Arc::new(ServiceView::new(service)));
         }
@@ -293,10 +219,9 @@ mod tests {
         assert_eq!(listed, expected);
         assert_eq!(round.removed().count(), 1);
         assert!(!round.is_full() && !round.node_changed() && !round.is_empty());
-        // Told which Services may have changed (in any order, some twice,
-        // some unchanged), `among` finds what `between` finds.
-        let told = ["new", "keep", "gone", "change", "new"].map(|n| ServiceName::new("ns", n));
-        assert_eq!(Changes::among(&a, &b, told), Changes::between(&a, &b));
+        // The wire's ops give back what `between` finds.
+        let changes = Changes::between(&a, &b);
+        assert_eq!(Changes::from_ops(&changes.ops(&a, &b)), changes);
         // An equal copy is not a change, even when not shared.
         let copy = view(&[
             ("keep", "10.0.0.1"),

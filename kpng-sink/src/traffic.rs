@@ -13,11 +13,11 @@
 //! use kpng_model::view::{NodeView, ServiceView};
 //! use kpng_sink::traffic::{ConnectionCount, Destination, ServicePorts};
 //!
-//! let svc = Arc::new(
+//! let svc = Arc::new(kpng_model::ServiceInfo::new(
 //!     Service::new("default", "web")
 //!         .with_cluster_ips(["10.96.0.10".parse()?])
 //!         .with_port(ServicePort::new("http", Protocol::Tcp, 80)),
-//! );
+//! ).expect("valid"));
 //! let mut view = NodeView::default();
 //! view.services.insert(svc.service_name(), Arc::new(ServiceView::new(svc)));
 //! let row = ConnectionCount {
@@ -33,7 +33,7 @@
 //! ```
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 
 use kpng_model::ServiceName;
 use kpng_model::v1::{Protocol, ServicePort};
@@ -94,21 +94,12 @@ impl<'a> ServicePorts<'a> {
         let mut out = Self::default();
         for (name, service) in &view.services {
             let svc = &service.service;
-            let sets = [
-                svc.cluster_ips.as_ref(),
-                svc.external_ips.as_deref(),
-                svc.load_balancer_ips.as_deref(),
-            ];
-            let ips: Vec<IpAddr> = sets
-                .into_iter()
-                .flatten()
-                .flat_map(|set| set.v4.iter().chain(&set.v6))
-                .filter_map(|ip| ip.parse().ok())
-                .collect();
+            // Typed when the Service entered: nothing to parse.
+            let ips = svc.proxied_ips();
             for port in &svc.ports {
                 let protocol = port.protocol();
                 if let Ok(number) = u16::try_from(port.port) {
-                    for ip in &ips {
+                    for ip in ips {
                         out.addresses
                             .insert((protocol, SocketAddr::new(*ip, number)), (name, port));
                     }

@@ -15,9 +15,9 @@
 //!   tagged with their revision, and async code can wait for a revision newer
 //!   than the one it has, or for the initial lists to be complete.
 //! - **A bounded change log.** Each snapshot knows which keys the recent
-//!   revisions touched, so `kpng-diff` computes a diff in O(changed keys),
-//!   falling back to a structural diff when the older snapshot is out of the
-//!   log.
+//!   revisions touched, so [`Snapshot::diff`] computes a diff in O(changed
+//!   keys), falling back to a structural diff when the older snapshot is out
+//!   of the log; [`Txn::apply`] replays it into another store (a replica).
 //! - **Startup gating.** Per-kind "listed" flags tell consumers when every
 //!   source finished its initial list; nothing downstream should act before
 //!   (kube-proxy waits the same way).
@@ -25,14 +25,14 @@
 //! # Example
 //!
 //! ```
-//! use kpng_model::{Kind, ServiceName};
+//! use kpng_model::{Kind, ServiceInfo, ServiceName};
 //! use kpng_model::v1::Service;
 //! use kpng_store::Store;
 //!
 //! let mut store = Store::new();
 //! let reader = store.reader();
 //!
-//! let web = Service { namespace: "default".into(), name: "web".into(), ..Default::default() };
+//! let web = ServiceInfo::new(Service::new("default", "web"))?;
 //! let mut txn = store.begin();
 //! txn.set_service(web.clone());
 //! assert_eq!(txn.commit().revision, Some(1));
@@ -49,6 +49,7 @@
 //! assert!(!snapshot.is_listed(Kind::Service));
 //! store.mark_listed(Kind::Service);
 //! assert!(reader.snapshot().is_listed(Kind::Service));
+//! # Ok::<(), kpng_model::Error>(())
 //! ```
 
 pub mod map;
@@ -58,7 +59,7 @@ mod stats;
 mod store;
 
 pub use kpng_model::{Key, Kind, ServiceName, Value};
-pub use map::{MapOp, MapSnapshot, MapTxn, RevMap, diff_maps};
+pub use map::{MapOp, MapSnapshot, MapTxn, RevMap};
 pub use snapshot::{ListedKinds, Reader, Snapshot};
 pub use stats::Stats;
 pub use store::{Commit, Store, StoreConfig, Txn};

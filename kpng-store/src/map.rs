@@ -5,7 +5,7 @@
 //! The ENLS [`Store`](crate::Store) is specialised for Services and their
 //! endpoints; [`RevMap`] is the same idea for other desired states, such as
 //! the fragments producers publish to `kpng-aggregator`. Its snapshots
-//! share structure, so [`diff_maps`] skips what two revisions
+//! share structure, so [`MapSnapshot::diff`] skips what two revisions
 //! share.
 
 use imbl::OrdMap;
@@ -165,7 +165,8 @@ impl<K: Ord + Clone, V: Clone + PartialEq> MapTxn<'_, K, V> {
     }
 }
 
-/// One difference between two revisions of a [`RevMap`].
+/// One difference between two revisions of a [`RevMap`], or two
+/// snapshots of the ENLS [`Store`](crate::Store) (`MapOp<Key, Value>`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MapOp<K, V> {
     /// The key now holds this value (created or changed).
@@ -174,23 +175,35 @@ pub enum MapOp<K, V> {
     Delete(K),
 }
 
-/// The ops that turn map revision `a` into `b`, in key order. Parts the
-/// two revisions share are skipped without being compared, so two
-/// revisions of one map diff in O(changes × log size).
-pub fn diff_maps<K, V>(a: &MapSnapshot<K, V>, b: &MapSnapshot<K, V>) -> Vec<MapOp<K, V>>
+impl<K, V> MapOp<K, V> {
+    /// The key this op is about.
+    pub fn key(&self) -> &K {
+        match self {
+            MapOp::Set(k, _) | MapOp::Delete(k) => k,
+        }
+    }
+}
+
+impl<K, V> MapSnapshot<K, V>
 where
     K: Ord + Clone,
     V: Clone + PartialEq,
 {
-    use imbl::ordmap::DiffItem;
-    a.entries()
-        .diff(b.entries())
-        .map(|item| match item {
-            DiffItem::Add(k, v) => MapOp::Set(k.clone(), v.clone()),
-            DiffItem::Update { new: (k, v), .. } => MapOp::Set(k.clone(), v.clone()),
-            DiffItem::Remove(k, _) => MapOp::Delete(k.clone()),
-        })
-        .collect()
+    /// The ops that turn this revision into `to`, in key order. Parts the
+    /// two revisions share are skipped without being compared, so two
+    /// revisions of one map diff in O(changes × log size). The ENLS
+    /// store's snapshots diff the same way ([`Snapshot::diff`](crate::Snapshot::diff)).
+    pub fn diff(&self, to: &Self) -> Vec<MapOp<K, V>> {
+        use imbl::ordmap::DiffItem;
+        self.entries()
+            .diff(to.entries())
+            .map(|item| match item {
+                DiffItem::Add(k, v) => MapOp::Set(k.clone(), v.clone()),
+                DiffItem::Update { new: (k, v), .. } => MapOp::Set(k.clone(), v.clone()),
+                DiffItem::Remove(k, _) => MapOp::Delete(k.clone()),
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]

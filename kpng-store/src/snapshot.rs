@@ -6,10 +6,12 @@ use std::sync::Arc;
 
 use imbl::Vector;
 use imbl::ordmap::DiffItem;
-use kpng_model::v1::{IpSet, Node, Service, ServiceCidr};
+use kpng_model::ServiceInfo;
+use kpng_model::v1::{IpSet, Node, ServiceCidr};
 use kpng_model::{EndpointInfo, Key, Kind, ServiceName, Value};
 use tokio::sync::watch;
 
+use crate::map::MapOp;
 use crate::state::{Entry, State, entry_keys};
 use crate::stats::{SharedStats, Stats};
 use crate::{Error, Result};
@@ -116,7 +118,7 @@ impl Snapshot {
     }
 
     /// A Service by name.
-    pub fn service(&self, name: &ServiceName) -> Option<&Arc<Service>> {
+    pub fn service(&self, name: &ServiceName) -> Option<&Arc<ServiceInfo>> {
         Some(&self.state.services.get(name)?.service.as_ref()?.value)
     }
 
@@ -149,7 +151,7 @@ impl Snapshot {
 
     /// Every Service, in the store's fixed order (the same on every run,
     /// not alphabetical).
-    pub fn services(&self) -> impl Iterator<Item = (&ServiceName, &Arc<Service>)> {
+    pub fn services(&self) -> impl Iterator<Item = (&ServiceName, &Arc<ServiceInfo>)> {
         self.state
             .services
             .iter()
@@ -239,6 +241,65 @@ impl Snapshot {
             }
         }
         keys
+    }
+
+    /// The minimal ops, in key order, that turn this snapshot into `to`:
+    /// the one diff of two store states (a [`RevMap`](crate::RevMap)'s
+    /// revisions diff the same way, with the same ops:
+    /// [`MapSnapshot::diff`](crate::MapSnapshot::diff)).
+    ///
+    /// Minimal: one op per key whose value differs, none for keys written
+    /// with an equal value. When `to`'s change log covers the span from
+    /// this snapshot (same store, this one not older than the log) the
+    /// cost is O(changed keys); otherwise both states are walked, skipping
+    /// what they share (see [`keys_to_compare`](Self::keys_to_compare)).
+    /// [`Txn::apply`](crate::Txn::apply) replays the ops into a store (a
+    /// replica, an API client following a global watch).
+    ///
+    /// ```
+    /// use kpng_model::v1::Service;
+    /// use kpng_model::{EndpointInfo, ServiceName};
+    /// use kpng_store::{MapOp, Store};
+    ///
+    /// let mut store = Store::new();
+    /// let web = ServiceName::new("default", "web");
+    /// let endpoint = |node: &str| EndpointInfo::builder([10, 1, 0, 7].into()).node(node, "").build();
+    /// let mut txn = store.begin();
+    /// txn.set_service(kpng_model::ServiceInfo::new(Service::new("default", "web"))?);
+    /// txn.set_endpoint(web.clone(), endpoint("node-b"));
+    /// txn.commit();
+    /// let before = store.snapshot();
+    ///
+    /// // The endpoint moves to another node: one store change, one op.
+    /// let mut txn = store.begin();
+    /// txn.set_endpoint(web.clone(), endpoint("node-a"));
+    /// txn.commit();
+    /// let after = store.snapshot();
+    /// let ops = before.diff(&after);
+    /// assert_eq!(ops.len(), 1);
+    /// assert!(matches!(&ops[0], MapOp::Set(..)));
+    /// assert!(after.diff(&after).is_empty());
+    ///
+    /// // A replica holding `before` applies the ops and holds `after`.
+    /// let mut replica = Store::new();
+    /// let mut txn = replica.begin();
+    /// for (key, value) in before.iter() {
+    ///     txn.set(key, value)?;
+    /// }
+    /// txn.apply(&ops)?;
+    /// txn.commit();
+    /// assert_eq!(replica.snapshot().iter().collect::<Vec<_>>(), after.iter().collect::<Vec<_>>());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn diff(&self, to: &Snapshot) -> Vec<MapOp<Key, Value>> {
+        to.keys_to_compare(self)
+            .into_iter()
+            .filter_map(|key| match (self.get(&key), to.get(&key)) {
+                (old, Some(new)) if old.as_ref() != Some(&new) => Some(MapOp::Set(key, new)),
+                (Some(_), None) => Some(MapOp::Delete(key)),
+                _ => None,
+            })
+            .collect()
     }
 }
 

@@ -23,7 +23,8 @@ use std::sync::{Arc, OnceLock};
 
 use imbl::shared_ptr::DefaultSharedPtr;
 use imbl::{GenericHashMap, OrdMap};
-use kpng_model::v1::{Node, Service, ServiceCidr};
+use kpng_model::ServiceInfo;
+use kpng_model::v1::{Node, ServiceCidr};
 use kpng_model::{EndpointInfo, Key, Kind, ServiceName, Value};
 use siphasher::sip128::{Hasher128, SipHasher13};
 
@@ -112,7 +113,7 @@ pub(crate) type EndpointList = Arc<Vec<EndpointInfo>>;
 /// are watched separately), so either part may be empty, not both.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Entry {
-    pub(crate) service: Option<Stored<Service>>,
+    pub(crate) service: Option<Stored<ServiceInfo>>,
     pub(crate) endpoints: EndpointList,
 }
 

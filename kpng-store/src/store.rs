@@ -3,10 +3,12 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use kpng_model::v1::{Node, Service, ServiceCidr};
+use kpng_model::ServiceInfo;
+use kpng_model::v1::{Node, ServiceCidr};
 use kpng_model::{EndpointInfo, Key, Kind, ServiceName, Value};
 use tokio::sync::watch;
 
+use crate::map::MapOp;
 use crate::snapshot::{ChangeLog, ListedKinds, Reader, Snapshot};
 use crate::state::State;
 use crate::stats::{SharedStats, Stats};
@@ -248,8 +250,9 @@ impl Txn<'_> {
         Ok(self.write(key, value))
     }
 
-    /// Sets a Service, keyed by its namespace and name.
-    pub fn set_service(&mut self, service: Service) -> bool {
+    /// Sets a Service, keyed by its namespace and name; its addresses
+    /// were typed when it was made ([`ServiceInfo::new`]).
+    pub fn set_service(&mut self, service: ServiceInfo) -> bool {
         let key = Key::Service(service.service_name());
         self.write(key, Value::Service(Arc::new(service)))
     }
@@ -329,6 +332,29 @@ impl Txn<'_> {
             self.noops += 1;
             false
         }
+    }
+
+    /// Applies ops, in order ([`Snapshot::diff`]'s): how a replica (an API
+    /// client following a global watch) mirrors another store.
+    ///
+    /// # Errors
+    /// [`Error::KindMismatch`] when a set pairs a key with a value of
+    /// another kind; the ops before it stay applied in the transaction.
+    pub fn apply<'o>(
+        &mut self,
+        ops: impl IntoIterator<Item = &'o MapOp<Key, Value>>,
+    ) -> Result<()> {
+        for op in ops {
+            match op {
+                MapOp::Set(k, v) => {
+                    self.set(k.clone(), v.clone())?;
+                }
+                MapOp::Delete(k) => {
+                    self.delete(k);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Deletes every entry of `kind` whose key `keep` rejects, and returns

@@ -47,7 +47,10 @@ fn op() -> impl Strategy<Value = Op> {
             }],
             ..Default::default()
         };
-        (Key::Service(name), Value::Service(Arc::new(svc)))
+        (
+            Key::Service(name),
+            Value::Service(Arc::new(kpng_model::ServiceInfo::new(svc).expect("valid"))),
+        )
     });
     let endpoint =
         (service_name(), 0..4u8, any::<bool>(), 0..6u8).prop_map(|(name, id, ready, variant)| {
@@ -215,9 +218,9 @@ proptest! {
             prop_assert_eq!(pair[0].revision() + 1, pair[1].revision());
         }
         for a in &snaps {
-            prop_assert!(kpng_store::diff_maps(a, a).is_empty());
+            prop_assert!(a.diff(a).is_empty());
             for b in &snaps {
-                let ops = kpng_store::diff_maps(a, b);
+                let ops = a.diff(b);
                 let mut replay = a.entries().clone();
                 for op in &ops {
                     match op {

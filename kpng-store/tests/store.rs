@@ -7,6 +7,10 @@ use kpng_model::v1::{Node, Service};
 use kpng_model::{EndpointInfo, Key, Kind, ServiceName, Value};
 use kpng_store::{Error, Store, StoreConfig};
 
+fn info(service: Service) -> kpng_model::ServiceInfo {
+    kpng_model::ServiceInfo::new(service).expect("valid")
+}
+
 fn service(ns: &str, name: &str) -> Service {
     Service {
         namespace: ns.into(),
@@ -19,7 +23,7 @@ fn service(ns: &str, name: &str) -> Service {
 fn uncommitted_transaction_rolls_back() {
     let mut store = Store::new();
     let mut txn = store.begin();
-    assert!(txn.set_service(service("a", "b")));
+    assert!(txn.set_service(info(service("a", "b"))));
     drop(txn);
     assert!(store.snapshot().is_empty());
     assert_eq!(store.revision(), 0);
@@ -29,13 +33,13 @@ fn uncommitted_transaction_rolls_back() {
 fn set_then_restore_in_one_transaction_is_no_revision() {
     let mut store = Store::new();
     let mut txn = store.begin();
-    txn.set_service(service("a", "b"));
+    txn.set_service(info(service("a", "b")));
     txn.commit();
     let mut txn = store.begin();
     let mut changed = service("a", "b");
     changed.health_check_node_port = 30000;
-    txn.set_service(changed);
-    txn.set_service(service("a", "b"));
+    txn.set_service(info(changed));
+    txn.set_service(info(service("a", "b")));
     let commit = txn.commit();
     assert_eq!(commit.revision, None);
     assert_eq!(commit.changed, 0);
@@ -49,7 +53,7 @@ fn kind_mismatch_is_an_error() {
     let err = txn
         .set(
             Key::Node("n1".into()),
-            Value::Service(Arc::new(service("a", "b"))),
+            Value::Service(Arc::new(info(service("a", "b")))),
         )
         .expect_err("mismatch");
     assert!(matches!(err, Error::KindMismatch { .. }));
@@ -64,7 +68,7 @@ fn endpoints_range_over_one_service_only() {
     let mut store = Store::new();
     let mut txn = store.begin();
     for (ns, name) in [("a", "x"), ("a", "y"), ("b", "x")] {
-        txn.set_service(service(ns, name));
+        txn.set_service(info(service(ns, name)));
         for ip in ["10.0.0.1", "10.0.0.2"] {
             txn.set_endpoint(
                 ServiceName::new(ns, name),
@@ -115,8 +119,8 @@ fn endpoints_range_over_one_service_only() {
 fn retain_deletes_what_a_relist_did_not_see() {
     let mut store = Store::new();
     let mut txn = store.begin();
-    txn.set_service(service("a", "x"));
-    txn.set_service(service("a", "y"));
+    txn.set_service(info(service("a", "x")));
+    txn.set_service(info(service("a", "y")));
     txn.commit();
     let mut txn = store.begin();
     let gone = txn.retain(Kind::Service, |k| {
@@ -137,7 +141,7 @@ fn change_log_is_bounded() {
         let mut txn = store.begin();
         let mut s = service("a", "x");
         s.health_check_node_port = i + 1;
-        txn.set_service(s);
+        txn.set_service(info(s));
         txn.commit();
     }
     let last = store.snapshot();
@@ -151,7 +155,7 @@ fn change_log_is_bounded() {
         "another store"
     );
     let mut txn = other.begin();
-    txn.set_service(service("a", "x"));
+    txn.set_service(info(service("a", "x")));
     txn.commit();
 }
 
@@ -179,7 +183,7 @@ fn a_transaction_larger_than_the_log_keeps_no_keys_and_still_detects_no_change()
             .collect::<Vec<_>>()
     };
     let mut txn = store.begin();
-    txn.set_service(service("a", "web"));
+    txn.set_service(info(service("a", "web")));
     txn.replace_endpoints(&name, &Arc::new(endpoints(80)))
         .expect("sorted");
     let commit = txn.commit();
@@ -224,7 +228,7 @@ async fn readers_wait_for_newer_revisions_and_sync() {
     });
     tokio::task::yield_now().await;
     let mut txn = store.begin();
-    txn.set_service(service("a", "x"));
+    txn.set_service(info(service("a", "x")));
     txn.commit();
     let rev = tokio::time::timeout(Duration::from_secs(5), waiter)
         .await

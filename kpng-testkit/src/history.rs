@@ -149,7 +149,9 @@ pub fn apply(store: &mut Store, changes: &[Change], interner: &mut Interner) {
     for change in changes {
         match change {
             Change::Service(i, v) => {
-                txn.set_service(service(*i, *v));
+                txn.set_service(
+                    kpng_model::ServiceInfo::new(service(*i, *v)).expect("a valid Service"),
+                );
             }
             Change::RemoveService(i) => {
                 txn.delete(&Key::Service(name(*i)));
@@ -224,7 +226,7 @@ pub fn store_of(services: &[usize]) -> Store {
                 Cluster::endpoint(ip, &cluster.nodes[n % 2], &service, &mut interner)
             })
             .collect();
-        txn.set_service(service);
+        txn.set_service(kpng_model::ServiceInfo::new(service).expect("a valid Service"));
         txn.replace_endpoints(&name, &Arc::new(endpoints))
             .expect("sorted");
     }

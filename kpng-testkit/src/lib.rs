@@ -121,7 +121,7 @@ impl Cluster {
             txn.set_node(n.clone());
         }
         for s in &self.services {
-            txn.set_service(s.clone());
+            txn.set_service(kpng_model::ServiceInfo::new(s.clone()).expect("a valid Service"));
         }
         // Each Service's endpoints as one list, sized to fit, as ingest
         // writes an EndpointSlice.

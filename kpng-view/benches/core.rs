@@ -9,7 +9,6 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use kpng_diff::diff;
 use kpng_store::Store;
 use kpng_testkit::{Cluster, ClusterShape, CountingAllocator};
 use kpng_view::NodeProjector;
@@ -128,7 +127,7 @@ fn real_change_ns(store: &mut Store, cluster: &Cluster) -> (f64, f64, f64, f64) 
         txn.commit();
         let after = store.snapshot();
         let d = Instant::now();
-        black_box(diff(&before, &after));
+        black_box(before.diff(&after));
         let p = Instant::now();
         ops += projector.update(&after).len();
         let end = Instant::now();

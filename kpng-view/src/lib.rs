@@ -6,8 +6,10 @@
 //!   in O(changed Services), and yields
 //!   [`ViewOp`](kpng_model::view::ViewOp)s ([`NodeProjector::update`]) or
 //!   hands a sink one [`Round`](kpng_sink::Round) per change
-//!   ([`NodeProjector::sync_into`]). [`diff_views`] gives the ops between
-//!   any two views. No backend ever re-implements the rules.
+//!   ([`NodeProjector::sync_into`]). What changed between two views is
+//!   [`Changes::between`](kpng_sink::Changes::between), and their ops
+//!   [`Changes::ops`](kpng_sink::Changes::ops). No backend ever
+//!   re-implements the rules.
 //! - **Many nodes at once.** [`SharedViews`] keeps, per zone, the view a
 //!   node with nothing of its own would have, and builds each node's view
 //!   on it with only the node's own Services added: what a server
@@ -17,7 +19,7 @@
 //! All of it is pure: no runtime, no clock. What drives a sink over time
 //! (rate limits, retries) is `kpng-drive`'s; the diff between two store
 //! snapshots (a replica's or an API client's global watch) is
-//! `kpng-diff`'s.
+//! `kpng_store::Snapshot::diff`.
 //!
 //! # The node view rules
 //!
@@ -66,7 +68,7 @@
 //! let web = ServiceName::new("default", "web");
 //! let endpoint = |node: &str| EndpointInfo::builder([10, 1, 0, 7].into()).node(node, "").build();
 //! let mut txn = store.begin();
-//! txn.set_service(Service { namespace: "default".into(), name: "web".into(), ..Default::default() });
+//! txn.set_service(kpng_model::ServiceInfo::new(Service::new("default", "web")).expect("valid"));
 //! txn.set_endpoint(web.clone(), endpoint("node-b"));
 //! txn.commit();
 //!
@@ -101,7 +103,7 @@ mod node;
 mod select;
 mod shared;
 
-pub use node::{NodeProjector, SyncReport, diff_views, node_view};
+pub use node::{NodeProjector, node_view};
 pub use select::{CandidateUse, FamilySelection, Selection, TopologyFilter, selection};
 pub use shared::{SharedNodeView, SharedStats, SharedViews, view_changes};
 

@@ -3,11 +3,10 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use imbl::ordmap::DiffItem;
 use kpng_model::v1::IpSet;
-use kpng_model::view::{NodeView, ServiceView, ViewOp};
+use kpng_model::view::{NodeView, ViewOp};
 use kpng_model::{Key, ServiceName};
-use kpng_sink::{Changes, Round, Sink, SinkError};
+use kpng_sink::{Changes, Round, Sink, SinkError, SyncStats};
 use kpng_store::Snapshot;
 
 use crate::select::{NodeContext, project_service};
@@ -20,43 +19,8 @@ pub(crate) fn services_of(keys: &BTreeSet<Key>) -> BTreeSet<ServiceName> {
 /// Computes the whole node view of `node_name` at `snapshot`. O(store).
 pub fn node_view(snapshot: &Snapshot, node_name: &str) -> NodeView {
     let mut projector = NodeProjector::new(node_name);
-    projector.update(snapshot);
+    projector.advance(snapshot, true, None);
     projector.view
-}
-
-/// The ops that turn node view `a` into node view `b`, in [`ViewOp`] order.
-///
-/// Services whose view is shared between `a` and `b` are skipped without
-/// being compared, so diffing two views computed by one projector costs
-/// O(changed Services).
-pub fn diff_views(a: &NodeView, b: &NodeView) -> Vec<ViewOp> {
-    let mut ops = Vec::new();
-    node_ops(a, b.node.as_ref(), &mut ops);
-    service_cidr_ops(a, &b.service_cidrs, &mut ops);
-    for item in a.services.diff(&b.services) {
-        match item {
-            DiffItem::Add(_, new) => service_ops(None, Some(new), &mut ops),
-            DiffItem::Update { old, new } => service_ops(Some(old.1), Some(new.1), &mut ops),
-            DiffItem::Remove(name, _) => ops.push(ViewOp::DeleteService(name.clone())),
-        }
-    }
-    ops
-}
-
-fn node_ops(a: &NodeView, node: Option<&Arc<kpng_model::v1::Node>>, ops: &mut Vec<ViewOp>) {
-    match (a.node.as_ref(), node) {
-        (old, Some(new)) if old != Some(new) => ops.push(ViewOp::SetNode(new.clone())),
-        (Some(_), None) => ops.push(ViewOp::DeleteNode),
-        _ => {}
-    }
-}
-
-/// Appends the op that gives view `a` the Service CIDRs `cidrs`, unless
-/// it has them.
-pub(crate) fn service_cidr_ops(a: &NodeView, cidrs: &Arc<IpSet>, ops: &mut Vec<ViewOp>) {
-    if !Arc::ptr_eq(&a.service_cidrs, cidrs) && a.service_cidrs != *cidrs {
-        ops.push(ViewOp::SetServiceCidrs(cidrs.clone()));
-    }
 }
 
 /// The Service CIDRs at `snapshot`, given the view's: the view's own
@@ -77,54 +41,6 @@ pub(crate) fn service_cidrs_at(
     } else {
         Arc::new(merged)
     }
-}
-
-/// Appends the ops that turn one Service's view `old` into `new`.
-fn service_ops(
-    old: Option<&Arc<ServiceView>>,
-    new: Option<&Arc<ServiceView>>,
-    ops: &mut Vec<ViewOp>,
-) {
-    let (old, new) = match (old, new) {
-        (None, None) => return,
-        (Some(old), None) => {
-            ops.push(ViewOp::DeleteService(old.name()));
-            return;
-        }
-        (old, Some(new)) => (old, new),
-    };
-    if old.is_some_and(|o| Arc::ptr_eq(o, new)) {
-        return;
-    }
-    let name = new.name();
-    let old_endpoints = old.map_or(&[][..], |o| &o.endpoints[..]);
-    if old.is_none_or(|o| o.service != new.service) {
-        ops.push(ViewOp::SetService(new.service.clone()));
-    }
-    // Both lists are sorted by address: merge them.
-    let mut sets = Vec::new();
-    let (mut i, mut j) = (0, 0);
-    while i < old_endpoints.len() || j < new.endpoints.len() {
-        match (old_endpoints.get(i), new.endpoints.get(j)) {
-            (Some(o), Some(n)) if o.ip() == n.ip() => {
-                if o != n {
-                    sets.push(ViewOp::SetEndpoint(name.clone(), n.clone()));
-                }
-                i += 1;
-                j += 1;
-            }
-            (Some(o), n) if n.is_none_or(|n| o.ip() < n.ip()) => {
-                ops.push(ViewOp::DeleteEndpoint(name.clone(), o.ip()));
-                i += 1;
-            }
-            (_, Some(n)) => {
-                sets.push(ViewOp::SetEndpoint(name.clone(), n.clone()));
-                j += 1;
-            }
-            (Some(_), None) | (None, None) => break,
-        }
-    }
-    ops.extend(sets);
 }
 
 /// Which Services a revision may have changed for this node.
@@ -165,19 +81,6 @@ impl Given<'_> {
     }
 }
 
-/// What [`NodeProjector::sync_into`] did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct SyncReport {
-    /// The revision synced.
-    pub revision: u64,
-    /// Services the round set or removed (every Service of the view in
-    /// a full round).
-    pub services: usize,
-    /// Whether this was a full round.
-    pub full: bool,
-}
-
 impl NodeProjector {
     /// A projector for the node named `node_name`, with an empty view.
     pub fn new(node_name: impl Into<Arc<str>>) -> Self {
@@ -200,23 +103,38 @@ impl NodeProjector {
     }
 
     /// Brings the view to `snapshot` and returns the ops from the previous
-    /// view to the new one (what an API server sends on the wire). The
-    /// first call returns the whole view as sets.
+    /// view to the new one (what an API server sends on the wire), derived
+    /// from what changed ([`Changes::ops`]). The first call returns the
+    /// whole view as sets.
     pub fn update(&mut self, snapshot: &Snapshot) -> Vec<ViewOp> {
-        let mut ops = Vec::new();
-        self.advance(snapshot, Some(&mut ops), false);
-        ops
+        // What `Changes::ops` reads of the two views: the changed
+        // Services' views before and after, and the node and Service CIDRs
+        // after. Kept alone, not as a clone of the whole view (the map,
+        // owned uniquely, is then still updated in place), and looked up
+        // in maps of the changed Services only.
+        let empty = || NodeView {
+            revision: 0,
+            node: None,
+            service_cidrs: self.view.service_cidrs.clone(),
+            services: imbl::OrdMap::new(),
+        };
+        let mut touched = (empty(), empty());
+        let changes = self.advance(snapshot, false, Some(&mut touched));
+        let (before, mut after) = touched;
+        after.node = self.view.node.clone();
+        after.service_cidrs = self.view.service_cidrs.clone();
+        changes.ops(&before, &after)
     }
 
-    /// Brings the view to `snapshot`, appending the ops to `ops` when
-    /// given; returns what changed, its Services left out when `full`
-    /// (a full round lists the whole view: at 10k Services the list
-    /// would be 10k names made for nothing).
+    /// Brings the view to `snapshot`; returns what changed, its Services
+    /// left out when `full` (a full round lists the whole view: at 10k
+    /// Services the list would be 10k names made for nothing). The views
+    /// the changed Services had and have go to `touched`, when given.
     fn advance(
         &mut self,
         snapshot: &Snapshot,
-        mut ops: Option<&mut Vec<ViewOp>>,
         full: bool,
+        mut touched: Option<&mut (NodeView, NodeView)>,
     ) -> Changes {
         let keys = self
             .last
@@ -234,10 +152,6 @@ impl NodeProjector {
         let mut changes = Changes::default();
         changes.node = self.view.node != node;
         changes.service_cidrs = !Arc::ptr_eq(&self.view.service_cidrs, &service_cidrs);
-        if let Some(ops) = ops.as_deref_mut() {
-            node_ops(&self.view, node.as_ref(), ops);
-            service_cidr_ops(&self.view, &service_cidrs, ops);
-        }
         let zone = node.as_ref().map_or("", |n| n.zone.as_str());
         let context = NodeContext {
             name: &self.node_name,
@@ -262,8 +176,13 @@ impl NodeProjector {
             if old.map(|o| &**o) == new.as_deref() {
                 continue;
             }
-            if let Some(ops) = ops.as_deref_mut() {
-                service_ops(old, new.as_ref(), ops);
+            if let Some((before, after)) = touched.as_deref_mut() {
+                if let Some(old) = old {
+                    before.services.insert(name.clone(), old.clone());
+                }
+                if let Some(new) = &new {
+                    after.services.insert(name.clone(), new.clone());
+                }
             }
             match new {
                 Some(new) => services.insert(name.clone(), new),
@@ -284,7 +203,7 @@ impl NodeProjector {
     }
 
     /// Brings the view to `snapshot` and hands `sink` the round that
-    /// leads there.
+    /// leads there; returns what it handed over ([`SyncStats::of`]).
     ///
     /// The first round, and the first round after a failed sync, is full.
     /// Other rounds carry only the changes since the last successful
@@ -297,7 +216,7 @@ impl NodeProjector {
         &mut self,
         snapshot: &Snapshot,
         sink: &mut S,
-    ) -> Result<Option<SyncReport>, SinkError> {
+    ) -> Result<Option<SyncStats>, SinkError> {
         self.sync_round(Given::Borrowed(snapshot), sink)
     }
 
@@ -315,7 +234,7 @@ impl NodeProjector {
         &mut self,
         snapshot: Snapshot,
         sink: &mut S,
-    ) -> Result<Option<SyncReport>, SinkError> {
+    ) -> Result<Option<SyncStats>, SinkError> {
         self.sync_round(Given::Owned(snapshot), sink)
     }
 
@@ -323,13 +242,13 @@ impl NodeProjector {
         &mut self,
         snapshot: Given<'_>,
         sink: &mut S,
-    ) -> Result<Option<SyncReport>, SinkError> {
+    ) -> Result<Option<SyncStats>, SinkError> {
         let full = self.needs_full;
         // An O(1) copy: the two views share every unchanged Service. A
         // full round needs none, and then the map, owned uniquely, is
         // updated in place.
         let previous = (!full).then(|| self.view.clone());
-        let changes = self.advance(snapshot.get(), None, full);
+        let changes = self.advance(snapshot.get(), full, None);
         if let Given::Owned(snapshot) = snapshot {
             // Freed here, before the sink's sync (at a million endpoints,
             // ~0.1 s; on a thread of its own, a loaded machine left it
@@ -342,19 +261,23 @@ impl NodeProjector {
             Some(_) if changes.is_empty() => return Ok(None),
             Some(previous) => Round::incremental(previous, &self.view, changes),
         };
-        let services = round.service_count();
+        let stats = SyncStats::of(&round);
         self.needs_full = true;
         sink.sync(&round)?;
         self.needs_full = false;
-        tracing::debug!(revision = self.view.revision, services, full, "synced sink");
-        Ok(Some(SyncReport {
-            revision: self.view.revision,
-            services,
+        tracing::debug!(
+            revision = stats.revision,
+            services = stats.services,
             full,
-        }))
+            "synced sink"
+        );
+        Ok(Some(stats))
     }
 
     /// Forces the next [`sync_into`](Self::sync_into) to make a full round.
+    /// The projector is the one that decides when a round is full (the
+    /// first, and the first after a failed sync): a backend keeps no flag
+    /// of its own, so this is how to make it program everything again.
     pub fn force_full(&mut self) {
         self.needs_full = true;
     }

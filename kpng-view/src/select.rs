@@ -3,6 +3,7 @@
 //! The rules follow kube-proxy (`pkg/proxy/topology.go`,
 //! `CategorizeEndpoints`); each is cited where it is implemented.
 
+use std::borrow::Cow;
 use std::net::IpAddr;
 
 use kpng_model::view::{EndpointView, ServiceView};
@@ -21,7 +22,9 @@ pub(crate) struct NodeContext<'a> {
 
 struct Candidate<'a> {
     ip: IpAddr,
-    endpoint: &'a EndpointInfo,
+    /// The endpoint as this node uses it: its copy on this node, when
+    /// slices list its address more than once.
+    endpoint: Cow<'a, EndpointInfo>,
     is_local: bool,
 }
 
@@ -58,7 +61,7 @@ fn topology(candidates: &[Candidate<'_>], node: NodeContext<'_>) -> Topology {
     let mut any_ready = false;
     for c in candidates.iter().filter(|c| c.ready()) {
         any_ready = true;
-        let ep = c.endpoint;
+        let ep = &c.endpoint;
         if ep.hint_nodes().is_empty() {
             all_node_hints = false;
         } else if !node.name.is_empty() && ep.hint_nodes().iter().any(|n| &**n == node.name) {
@@ -144,7 +147,7 @@ fn select_family(candidates: &[Candidate<'_>], node: NodeContext<'_>, out: &mut 
     for ((c, cluster), local) in candidates.iter().zip(choice.cluster).zip(choice.local) {
         if cluster || local {
             // A candidate's address is one of its endpoint's.
-            if let Some(view) = EndpointView::at(c.endpoint.clone(), c.ip) {
+            if let Some(view) = EndpointView::at(c.endpoint.as_ref().clone(), c.ip) {
                 out.push(
                     view.with_is_local(c.is_local)
                         .with_cluster(cluster)
@@ -254,7 +257,7 @@ pub fn selection(snapshot: &Snapshot, name: &ServiceName, node_name: &str) -> Op
                 .zip(choice.cluster)
                 .zip(choice.local)
                 .map(|((c, cluster), local)| CandidateUse {
-                    endpoint: c.endpoint.clone(),
+                    endpoint: c.endpoint.as_ref().clone(),
                     ip: c.ip,
                     is_local: c.is_local,
                     cluster,
@@ -271,6 +274,12 @@ pub fn selection(snapshot: &Snapshot, name: &ServiceName, node_name: &str) -> Op
 }
 
 /// The candidates of one family: each endpoint's first address in it.
+///
+/// Of an address that EndpointSlices list more than once, the copy on
+/// this node is used when there is one (kube-proxy's EndpointSliceCache
+/// favours the local copy), else the first copy: the rule is applied here,
+/// where the node is known, so that a node-local proxy and a server
+/// projecting for every node agree (see [`EndpointInfo::for_node`]).
 fn candidates<'a>(
     snapshot: &'a Snapshot,
     name: &ServiceName,
@@ -278,13 +287,15 @@ fn candidates<'a>(
     node: NodeContext<'_>,
     out: &mut Vec<Candidate<'a>>,
 ) {
-    out.extend(snapshot.endpoints(name).iter().filter_map(|endpoint| {
+    out.extend(snapshot.endpoints(name).iter().filter_map(|stored| {
+        let endpoint = stored.for_node(node.name);
         // Only the first address of an endpoint is used, per family.
         let ip = endpoint.address_in(family)?;
+        let is_local = !node.name.is_empty() && endpoint.node_name() == node.name;
         Some(Candidate {
             ip,
             endpoint,
-            is_local: !node.name.is_empty() && endpoint.node_name() == node.name,
+            is_local,
         })
     }));
 }

@@ -17,9 +17,10 @@ use imbl::OrdMap;
 use kpng_model::v1::IpSet;
 use kpng_model::view::{NodeView, ServiceView, ViewDigest, ViewOp};
 use kpng_model::{Key, ServiceName};
+use kpng_sink::Changes;
 use kpng_store::Snapshot;
 
-use crate::node::{diff_views, service_cidrs_at, services_of};
+use crate::node::{service_cidrs_at, services_of};
 use crate::select::{NodeContext, project_service};
 
 type Services = OrdMap<ServiceName, Arc<ServiceView>>;
@@ -40,7 +41,7 @@ type Services = OrdMap<ServiceName, Arc<ServiceView>>;
 /// let mut store = Store::new();
 /// let web = ServiceName::new("default", "web");
 /// let mut txn = store.begin();
-/// txn.set_service(Service { namespace: "default".into(), name: "web".into(), ..Default::default() });
+/// txn.set_service(kpng_model::ServiceInfo::new(Service::new("default", "web")).expect("valid"));
 /// let endpoint = EndpointInfo::builder("10.1.0.7".parse()?).node("node-a", "zone-1");
 /// txn.set_endpoint(web.clone(), endpoint.build());
 /// txn.commit();
@@ -188,7 +189,7 @@ impl SharedViews {
     /// [`ViewOp`] order. O(the node's own Services + changed Services).
     pub fn update(&self, view: &mut SharedNodeView, snapshot: &Snapshot) -> Vec<ViewOp> {
         let new = self.build(view.node.clone(), snapshot, Some(view));
-        let ops = diff_views(&view.view, &new.view);
+        let ops = Changes::between(&view.view, &new.view).ops(&view.view, &new.view);
         *view = new;
         ops
     }
@@ -283,11 +284,12 @@ impl SharedViews {
     }
 }
 
-/// The nodes a Service's endpoints name: where they run, and the nodes
-/// their node hints name.
+/// The nodes a Service's endpoints name: where they (and their copies)
+/// run, and the nodes their node hints name.
 fn named_nodes<'a>(snapshot: &'a Snapshot, name: &ServiceName) -> Vec<&'a str> {
     let mut nodes: Vec<&str> = Vec::new();
-    for endpoint in snapshot.endpoints(name) {
+    let endpoints = snapshot.endpoints(name).iter();
+    for endpoint in endpoints.flat_map(|e| std::iter::once(e).chain(e.copies())) {
         let hints = endpoint.hint_nodes().iter().map(|n| &**n);
         let named = std::iter::once(endpoint.node_name()).chain(hints);
         for node in named.filter(|n| !n.is_empty()) {
@@ -458,5 +460,5 @@ pub fn view_changes(old: &Snapshot, new: &SharedNodeView) -> Option<Vec<ViewOp>>
             after.services.insert(name.clone(), view.clone());
         }
     }
-    Some(diff_views(&before, &after))
+    Some(Changes::between(&before, &after).ops(&before, &after))
 }

@@ -53,7 +53,7 @@ fn project(zone: Option<&str>, endpoints: &[Ep], service: Service) -> ServiceVie
     let mut store = Store::new();
     let name = ServiceName::new("ns", "svc");
     let mut txn = store.begin();
-    txn.set_service(service);
+    txn.set_service(kpng_model::ServiceInfo::new(service).expect("valid"));
     if let Some(zone) = zone {
         txn.set_node(Node {
             name: NODE.into(),

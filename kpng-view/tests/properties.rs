@@ -8,11 +8,11 @@ use kpng_model::EndpointInfo;
 use kpng_model::ServiceName;
 use kpng_model::v1::{Endpoint, IpSet, Node, Service};
 use kpng_model::view::{NodeView, ServiceView, ViewDigest};
-use kpng_sink::{Round, Sink, SinkError};
+use kpng_sink::{Changes, Round, Sink, SinkError};
 use kpng_store::Store;
 use kpng_testkit::RecordingSink;
 use kpng_testkit::history::writes::{NODE, history, txns};
-use kpng_view::{NodeProjector, SharedNodeView, SharedViews, diff_views, node_view, view_changes};
+use kpng_view::{NodeProjector, SharedNodeView, SharedViews, node_view, view_changes};
 use proptest::prelude::*;
 
 proptest! {
@@ -65,8 +65,11 @@ proptest! {
             }
             applied.revision = fresh.revision;
             prop_assert_eq!(&applied, &fresh);
-            // ... and are exactly what diffing the two views gives.
-            prop_assert_eq!(&ops, &diff_views(&previous, &fresh));
+            // ... and are exactly what diffing the two views gives, and
+            // give back what changed.
+            let changes = Changes::between(&previous, &fresh);
+            prop_assert_eq!(&ops, &changes.ops(&previous, &fresh));
+            prop_assert_eq!(&Changes::from_ops(&ops), &changes);
             if previous.services == fresh.services
                 && previous.node == fresh.node
                 && previous.service_cidrs == fresh.service_cidrs
@@ -257,11 +260,14 @@ fn first_round_and_round_after_failure_are_full() {
     let mut store = Store::new();
     let name = ServiceName::new("ns", "web");
     let mut txn = store.begin();
-    txn.set_service(Service {
-        namespace: "ns".into(),
-        name: "web".into(),
-        ..Default::default()
-    });
+    txn.set_service(
+        kpng_model::ServiceInfo::new(Service {
+            namespace: "ns".into(),
+            name: "web".into(),
+            ..Default::default()
+        })
+        .expect("valid"),
+    );
     txn.commit();
     let mut projector = NodeProjector::new(NODE);
     let mut sink = RecordingSink::default();
@@ -328,11 +334,14 @@ fn another_nodes_change_that_does_not_alter_this_view_yields_nothing() {
         zone: "zone-1".into(),
         ..Default::default()
     });
-    txn.set_service(Service {
-        namespace: "ns".into(),
-        name: "web".into(),
-        ..Default::default()
-    });
+    txn.set_service(
+        kpng_model::ServiceInfo::new(Service {
+            namespace: "ns".into(),
+            name: "web".into(),
+            ..Default::default()
+        })
+        .expect("valid"),
+    );
     txn.set_endpoint(
         name.clone(),
         EndpointInfo::from_proto(&endpoint("10.0.0.1", NODE, "zone-1", true)).expect("valid"),

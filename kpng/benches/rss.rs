@@ -221,6 +221,7 @@ fn measure(services: usize) {
 /// own over netlink, from an apiserver in that namespace.
 fn applied(services: usize, dir: &std::path::Path) {
     let (mib, secs, elements) = support::applied_from_api(
+        env!("CARGO_BIN_EXE_kpng"),
         |ns| start_apiserver(Some(ns), services, &dir.join("kubeconfig-ns")),
         "vip-cluster",
     );

@@ -25,6 +25,8 @@
 //!
 //! `--services N` replaces each world's Service count (`--services 10000`
 //! for a quick look). `--write WORLD PATH` only writes a world's file.
+//! `KPNG_BENCH_BINARIES=A,B` runs the `nft` and `kube` rows with each
+//! binary in turn (`--repeat N` times), to compare builds in one run.
 #![allow(unsafe_code, missing_docs, clippy::unwrap_used)]
 
 mod support;
@@ -88,8 +90,16 @@ fn main() {
             w.nodes,
             w.mixed
         );
-        if wanted("nft") {
-            nft_from_file(name, input);
+        let repeat: usize = arg("--repeat").and_then(|n| n.parse().ok()).unwrap_or(1);
+        for _ in 0..repeat {
+            for exe in support::binaries() {
+                if wanted("nft") {
+                    nft_from_file(name, input, &exe);
+                }
+                if wanted("kube") && name == "wide" {
+                    kube(name, &dir, &exe);
+                }
+            }
         }
         if wanted("ebpf") && name == "wide" {
             ebpf_from_file(name, input);
@@ -98,9 +108,6 @@ fn main() {
             for mode in ["legacy", "nft"] {
                 iptables_from_file(name, input, mode);
             }
-        }
-        if wanted("kube") && name == "wide" {
-            kube(name, &dir);
         }
         let _ = std::fs::remove_file(&file);
     }
@@ -111,10 +118,9 @@ fn main() {
 const NO_PORTS: [&str; 4] = ["--healthz-bind-address", "", "--metrics-bind-address", ""];
 
 /// `kpng file --input F … to-nft --once` into a namespace of its own.
-fn nft_from_file(name: &str, input: &str) {
+fn nft_from_file(name: &str, input: &str, exe: &str) {
     let lab = kpng_lab::Lab::new();
     let ns = lab.ns("node");
-    let exe = env!("CARGO_BIN_EXE_kpng");
     let mut argv = vec![
         "netns", "exec", &ns, exe, "file", "--input", input, "--node", "node-0", "to-nft", "--once",
     ];
@@ -127,7 +133,7 @@ fn nft_from_file(name: &str, input: &str) {
         _ => "",
     };
     println!(
-        "  nft: kpng file --input {name}.json ... to-nft --once, applied over netlink into a fresh namespace: {secs:.2} s, peak RSS {mib:.1} MiB; {elements} service-keys elements read back  {goal}"
+        "  nft ({exe}): kpng file --input {name}.json ... to-nft --once, applied over netlink into a fresh namespace: {secs:.2} s, peak RSS {mib:.1} MiB; {elements} service-keys elements read back  {goal}"
     );
     println!(
         "{{\"world\":\"{name}\",\"row\":\"nft-file\",\"seconds\":{secs:.2},\"peak_rss_mib\":{mib:.1},\"elements\":{elements}}}"
@@ -189,7 +195,7 @@ fn iptables_from_file(name: &str, input: &str, mode: &str) {
 
 /// The ingest from the API, in a child that counts its heap; then the
 /// whole `kpng kube … to-nft --once`, applied.
-fn kube(name: &str, dir: &std::path::Path) {
+fn kube(name: &str, dir: &std::path::Path, exe: &str) {
     // `--services N`, when given, goes to the children too.
     let services: Vec<String> = std::env::args()
         .skip_while(|a| a != "--services")
@@ -234,9 +240,9 @@ fn kube(name: &str, dir: &std::path::Path) {
 
     // The whole command, applied, the apiserver in the namespace.
     let (mib, secs, elements) =
-        support::applied_from_api(|ns| served(Some(ns), "kubeconfig-ns"), "service-keys");
+        support::applied_from_api(exe, |ns| served(Some(ns), "kubeconfig-ns"), "service-keys");
     println!(
-        "  kube: kpng kube ... to-nft --once from the test apiserver, applied: {secs:.2} s to the first sync, peak RSS {mib:.1} MiB; {elements} service-keys elements read back"
+        "  kube ({exe}): kpng kube ... to-nft --once from the test apiserver, applied: {secs:.2} s to the first sync, peak RSS {mib:.1} MiB; {elements} service-keys elements read back"
     );
     println!(
         "{{\"world\":\"{name}\",\"row\":\"kube-nft\",\"seconds\":{secs:.2},\"peak_rss_mib\":{mib:.1}}}"
@@ -266,7 +272,7 @@ fn ingest(world: &World, kubeconfig: &str) {
             .await
             .unwrap();
         let client = kube::Client::try_from(config).unwrap();
-        let ingest = Ingest::new(kpng_store::Store::new(), IngestConfig::for_node("node-0"));
+        let ingest = Ingest::new(kpng_store::Store::new(), IngestConfig::default());
         let reader = ingest.reader();
         let mut watch = WatchConfig::default();
         watch.nodes = NodeScope::Only("node-0".into());

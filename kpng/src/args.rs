@@ -62,7 +62,7 @@ pub(crate) enum Source {
 
 impl Source {
     /// The sink the command ends with.
-    pub(crate) fn sink(&self) -> &Sink {
+    pub(crate) fn sink(&self) -> &Action {
         match self {
             Source::File(args) => &args.sink,
             Source::Kube(args) => &args.sink,
@@ -108,11 +108,51 @@ pub(crate) struct ApiArgs {
     pub(crate) api: String,
     #[command(flatten)]
     pub(crate) tls: TlsArgs,
-    /// This node's name (not needed by `to-api`, which serves them all).
-    #[arg(long, visible_alias = "hostname-override", default_value = "")]
-    pub(crate) node: String,
+    #[command(flatten)]
+    pub(crate) node: NodeArg,
     #[command(subcommand)]
-    pub(crate) sink: Sink,
+    pub(crate) sink: Action,
+}
+
+/// `--node`, the same for every source.
+#[derive(Args, Debug, Clone, Default)]
+pub(crate) struct NodeArg {
+    /// This node's name: its Node object's, and its pods' `nodeName`
+    /// (kube-proxy's `--hostname-override`). Default: the hostname; for
+    /// the bundled sample cluster (`kpng file` with no `--input`), node-a.
+    /// `to-api` and `fleet` serve and list every node and take none.
+    #[arg(
+        long = "node",
+        visible_alias = "hostname-override",
+        value_name = "NODE"
+    )]
+    pub(crate) name: Option<String>,
+}
+
+impl NodeArg {
+    /// The node's name: as given, else the default (see the flag's help).
+    pub(crate) fn resolve(&self, bundled_sample: bool) -> String {
+        match &self.name {
+            Some(name) => name.clone(),
+            None if bundled_sample => "node-a".into(),
+            None => hostname(),
+        }
+    }
+
+    /// The name as given, for a sink that takes none: warned about, so
+    /// that an operator who meant one node learns it is ignored.
+    pub(crate) fn unused_by(&self, sink: &str) {
+        if let Some(name) = &self.name {
+            tracing::warn!(node = %name, "--node is not used by {sink}, which serves every node");
+        }
+    }
+}
+
+/// The machine's hostname (kube-proxy's default node name).
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "localhost".into())
 }
 
 #[derive(Args, Debug)]
@@ -120,10 +160,8 @@ pub(crate) struct FileArgs {
     /// The manifest file.
     #[arg(long)]
     pub(crate) input: Option<PathBuf>,
-    /// This node's name (default: node-a for the bundled sample, else the
-    /// hostname).
-    #[arg(long, visible_alias = "hostname-override")]
-    pub(crate) node: Option<String>,
+    #[command(flatten)]
+    pub(crate) node: NodeArg,
     /// Re-read the file when it changes, and keep syncing.
     #[arg(long)]
     pub(crate) watch: bool,
@@ -131,7 +169,7 @@ pub(crate) struct FileArgs {
     #[arg(long)]
     pub(crate) proxy_name: Option<String>,
     #[command(subcommand)]
-    pub(crate) sink: Sink,
+    pub(crate) sink: Action,
 }
 
 #[derive(Args, Debug)]
@@ -139,21 +177,22 @@ pub(crate) struct KubeArgs {
     /// A kubeconfig file (default: in-cluster, then ~/.kube/config).
     #[arg(long)]
     pub(crate) kubeconfig: Option<PathBuf>,
-    /// This node's name (needed by every sink but `to-api`, which serves
-    /// every node).
-    #[arg(long, visible_alias = "hostname-override")]
-    pub(crate) node: Option<String>,
+    #[command(flatten)]
+    pub(crate) node: NodeArg,
     /// Serve only Services labelled with this service-proxy-name.
     #[arg(long)]
     pub(crate) proxy_name: Option<String>,
     #[command(subcommand)]
-    pub(crate) sink: Sink,
+    pub(crate) sink: Action,
 }
 
-// The variant names are the command's sink words (`to-nft`, `to-api`…).
+/// What the command does with what its source gives: a sink it syncs
+/// (`to-nft`, `to-iptables`, `to-ebpf`, `to-file`), a server (`to-api`),
+/// or a one-shot look (`explain`, `fleet`). The variant names are the
+/// command's words.
 #[allow(clippy::enum_variant_names)]
 #[derive(Subcommand, Debug)]
-pub(crate) enum Sink {
+pub(crate) enum Action {
     /// Program nftables (tables `ip kpng` and `ip6 kpng`).
     ToNft(NftArgs),
     /// Program iptables and ip6tables in kube-proxy's layout.
@@ -268,21 +307,21 @@ pub(crate) struct OutputArgs {
     pub(crate) once: bool,
 }
 
-impl Sink {
+impl Action {
     /// The backend flags, for the sinks that program the kernel.
     pub(crate) fn args(&self) -> Option<&BackendArgs> {
         match self {
-            Sink::ToNft(args) => Some(&args.common),
-            Sink::ToIptables(args) => Some(&args.common),
-            Sink::ToEbpf(args) => Some(&args.common),
-            Sink::ToApi(_) | Sink::ToFile(_) | Sink::Explain(_) | Sink::Fleet(_) => None,
+            Action::ToNft(args) => Some(&args.common),
+            Action::ToIptables(args) => Some(&args.common),
+            Action::ToEbpf(args) => Some(&args.common),
+            Action::ToApi(_) | Action::ToFile(_) | Action::Explain(_) | Action::Fleet(_) => None,
         }
     }
 
     pub(crate) fn once(&self) -> bool {
         match self {
-            Sink::ToFile(out) => out.once,
-            Sink::Explain(_) | Sink::Fleet(_) => true,
+            Action::ToFile(out) => out.once,
+            Action::Explain(_) | Action::Fleet(_) => true,
             other => other.args().is_some_and(|a| a.once),
         }
     }
@@ -542,12 +581,12 @@ impl Cli {
     /// [`Error::Usage`] naming the flag and the value.
     pub(crate) fn check(&self) -> Result<(), Error> {
         match (&self.source, self.source.sink()) {
-            (_, Sink::Explain(args)) => args.proxy.proxy().map(|_| ()),
-            (Source::Api(_), Sink::Fleet(_)) => Ok(()),
-            (_, Sink::Fleet(_)) => Err(Error::Usage(
+            (_, Action::Explain(args)) => args.proxy.proxy().map(|_| ()),
+            (Source::Api(_), Action::Fleet(_)) => Ok(()),
+            (_, Action::Fleet(_)) => Err(Error::Usage(
                 "fleet asks a server for its fleet view: kpng api --api ADDRESS fleet".into(),
             )),
-            (_, Sink::ToApi(listen)) => bind_address(&listen.metrics_bind_address, 10249)
+            (_, Action::ToApi(listen)) => bind_address(&listen.metrics_bind_address, 10249)
                 .map(|_| ())
                 .map_err(|e| Error::Usage(format!("invalid --metrics-bind-address: {e}"))),
             (_, sink) => sink.args().map_or(Ok(()), BackendArgs::check),
@@ -735,7 +774,7 @@ mod tests {
         argv.extend(args);
         match Cli::try_parse_from(argv).expect("parses").source {
             super::Source::File(file) => match file.sink {
-                super::Sink::ToNft(nft) => nft.common,
+                super::Action::ToNft(nft) => nft.common,
                 other => panic!("{other:?}"),
             },
             other => panic!("{other:?}"),
@@ -782,9 +821,39 @@ mod tests {
         .expect("parses");
         assert_eq!(cli.v, Some(2));
         match cli.source {
-            super::Source::File(file) => assert_eq!(file.node.as_deref(), Some("n")),
+            super::Source::File(file) => assert_eq!(file.node.name.as_deref(), Some("n")),
             other => panic!("{other:?}"),
         }
+    }
+
+    /// One `--node` for every source: one type, one default, and
+    /// `--hostname-override` its alias.
+    #[test]
+    fn every_source_takes_one_node_flag_with_one_default() {
+        let node = |argv: &[&str]| match Cli::try_parse_from(argv).expect("parses").source {
+            super::Source::File(a) => a.node,
+            super::Source::Kube(a) => a.node,
+            super::Source::Api(a) => a.node,
+        };
+        for source in [
+            &["kpng", "file"][..],
+            &["kpng", "kube"],
+            &["kpng", "api", "--api", "unix:///s"],
+        ] {
+            for flag in ["--node", "--hostname-override"] {
+                let argv: Vec<&str> = [source, &[flag, "n-1", "to-nft"]].concat();
+                assert_eq!(node(&argv).resolve(false), "n-1", "{argv:?}");
+            }
+            // Unset: the hostname, whatever the source.
+            let argv: Vec<&str> = [source, &["to-nft"]].concat();
+            assert_eq!(node(&argv).resolve(false), super::hostname(), "{argv:?}");
+        }
+        // The bundled sample's node.
+        assert_eq!(node(&["kpng", "file", "to-nft"]).resolve(true), "node-a");
+        assert_eq!(
+            node(&["kpng", "file", "--node", "x", "to-nft"]).resolve(true),
+            "x"
+        );
     }
 
     /// The iptables child's timeout is a flag; unset, it scales.
@@ -795,7 +864,7 @@ mod tests {
             argv.extend(args);
             match Cli::try_parse_from(argv).expect("parses").source {
                 super::Source::File(file) => match file.sink {
-                    super::Sink::ToIptables(ipt) => ipt.iptables_restore_timeout,
+                    super::Action::ToIptables(ipt) => ipt.iptables_restore_timeout,
                     other => panic!("{other:?}"),
                 },
                 other => panic!("{other:?}"),

@@ -10,17 +10,17 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::args::{BackendArgs, Sink};
+use crate::args::{Action, BackendArgs};
 
 /// The mode `/proxyMode` answers for `sink`: `nftables`, `iptables`, or
 /// kpng's own `ebpf` (`mode: ipvs` runs as `nftables`); `None` for a sink
 /// that programs nothing.
-pub(crate) fn proxy_mode(sink: &Sink) -> Option<&'static str> {
+pub(crate) fn proxy_mode(sink: &Action) -> Option<&'static str> {
     match sink {
-        Sink::ToNft(_) => Some("nftables"),
-        Sink::ToIptables(_) => Some("iptables"),
-        Sink::ToEbpf(_) => Some("ebpf"),
-        Sink::ToApi(_) | Sink::ToFile(_) | Sink::Explain(_) | Sink::Fleet(_) => None,
+        Action::ToNft(_) => Some("nftables"),
+        Action::ToIptables(_) => Some("iptables"),
+        Action::ToEbpf(_) => Some("ebpf"),
+        Action::ToApi(_) | Action::ToFile(_) | Action::Explain(_) | Action::Fleet(_) => None,
     }
 }
 
@@ -65,7 +65,7 @@ fn list(text: &str) -> Vec<String> {
 
 /// The effective configuration of a proxy for `node` with `sink`'s flags,
 /// in kube-proxy's shape. `None` for a sink that programs nothing.
-pub(crate) fn configz(sink: &Sink, node: &str) -> Option<Value> {
+pub(crate) fn configz(sink: &Action, node: &str) -> Option<Value> {
     let mode = proxy_mode(sink)?;
     let args: &BackendArgs = sink.args()?;
     let clusters = list(&args.proxy.cluster_cidr);
@@ -75,7 +75,7 @@ pub(crate) fn configz(sink: &Sink, node: &str) -> Option<Value> {
         Some(text) => json!(list(text)),
     };
     let (iptables_mode, local_mode) = match sink {
-        Sink::ToIptables(ipt) => (Some(ipt.iptables_mode.as_str()), true),
+        Action::ToIptables(ipt) => (Some(ipt.iptables_mode.as_str()), true),
         _ => (None, false),
     };
     let sync = json!({

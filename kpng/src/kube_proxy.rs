@@ -13,20 +13,16 @@
 //! masqueradeAll, oomScoreAdj), top-level `syncPeriod` and
 //! `minSyncPeriod`, `detectLocal.clusterCIDRs`, a `masqueradeBit` per mode.
 
+mod command_line;
 mod file;
 pub(crate) mod flags;
 mod settings;
 #[cfg(test)]
 mod tests;
+mod version;
 
 use self::flags::{Does, Flag};
 use self::settings::Settings;
-
-/// The API versions read.
-const VERSIONS: [&str; 2] = [
-    "kubeproxy.config.k8s.io/v1alpha1",
-    "kubeproxy.config.k8s.io/v1alpha2",
-];
 
 /// Whether a config file's document is a `KubeProxyConfiguration` (by
 /// its `kind`).

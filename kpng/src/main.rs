@@ -25,7 +25,8 @@ use clap::Parser;
 use kpng_drive::{DriveConfig, drive};
 use kpng_health::Conditions;
 use kpng_kube::watch::{NodeScope, WatchConfig};
-use kpng_kube::{Ingest, IngestConfig, file, one_line};
+use kpng_kube::{Ingest, IngestConfig, file};
+use kpng_retry::one_line;
 use kpng_sink::SinkExt;
 use kpng_store::Store;
 use kpng_view::NodeProjector;
@@ -44,7 +45,7 @@ mod node;
 mod serve;
 mod sinks;
 
-use args::{BackendArgs, Cli, Sink, Source};
+use args::{Action, BackendArgs, Cli, NodeArg, Source};
 use node::{NODE_CONDITION, NodeSeen, Nodes, check_node};
 
 #[derive(Debug, thiserror::Error)]
@@ -77,12 +78,6 @@ pub(crate) enum Error {
 /// the agent's 200 ms one: about 1.5 to 3 s).
 const ONCE_ATTEMPTS: u32 = 5;
 
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .unwrap_or_else(|_| "localhost".into())
-}
-
 fn drive_config(args: &BackendArgs, once: bool) -> DriveConfig {
     let mut config = DriveConfig::default();
     config.min_sync_period = args.min_sync_period;
@@ -94,20 +89,23 @@ fn drive_config(args: &BackendArgs, once: bool) -> DriveConfig {
 /// Serves the store (`to-api`) or drives the sink from it.
 async fn finish(
     reader: kpng_store::Reader,
-    node: Option<&str>,
+    node: &NodeArg,
+    bundled_sample: bool,
     nodes: Nodes,
-    sink: &Sink,
+    sink: &Action,
     once: bool,
 ) -> Result<(), Error> {
-    if let Sink::ToApi(listen) = sink {
+    if let Action::ToApi(listen) = sink {
+        node.unused_by("to-api");
         let address = listen.tls.address(&listen.listen)?;
         tracing::info!(address = %listen.listen, "serving the ENLS");
         let server = kpng_api::Server::new(reader.clone());
         serve::serve_server_metrics(listen, &server, reader)?;
         return Ok(kpng_api::serve_at(&address, server).await?);
     }
-    let node = node.ok_or_else(|| Error::Usage("--node is needed by this sink".into()))?;
-    if let Sink::Explain(args) = sink {
+    let node = node.resolve(bundled_sample);
+    let node = node.as_str();
+    if let Action::Explain(args) = sink {
         return explain::run(reader, node, args).await;
     }
     let conditions = Conditions::default();
@@ -145,7 +143,7 @@ async fn finish(
 }
 
 async fn run(cli: Cli) -> Result<(), Error> {
-    if let Sink::ToEbpf(ebpf) = cli.source.sink()
+    if let Action::ToEbpf(ebpf) = cli.source.sink()
         && ebpf.cleanup
     {
         return if ebpf.common.dry_run {
@@ -156,14 +154,7 @@ async fn run(cli: Cli) -> Result<(), Error> {
     }
     match cli.source {
         Source::File(args) => {
-            let node = args.node.clone().unwrap_or_else(|| {
-                if args.input.is_none() {
-                    "node-a".into()
-                } else {
-                    hostname()
-                }
-            });
-            let mut config = IngestConfig::for_node(node.as_str())
+            let mut config = IngestConfig::default()
                 .allow_empty_input(args.sink.args().is_some_and(|a| a.allow_mass_delete));
             if let Some(name) = &args.proxy_name {
                 config = config.with_proxy_name(name);
@@ -186,7 +177,7 @@ async fn run(cli: Cli) -> Result<(), Error> {
                 // One round: the reader holds the loaded state, and the
                 // store goes with it before the sync (see `finish`).
                 // (A server, `to-api`, serves on: its store stays.)
-                _ if once && !args.watch && !matches!(args.sink, Sink::ToApi(_)) => {
+                _ if once && !args.watch && !matches!(args.sink, Action::ToApi(_)) => {
                     drop(ingest);
                     None
                 }
@@ -200,7 +191,16 @@ async fn run(cli: Cli) -> Result<(), Error> {
                 }
                 _ => Some(ingest),
             };
-            let result = finish(reader, Some(&node), Nodes::All, &args.sink, once).await;
+            let bundled_sample = args.input.is_none();
+            let result = finish(
+                reader,
+                &args.node,
+                bundled_sample,
+                Nodes::All,
+                &args.sink,
+                once,
+            )
+            .await;
             if once {
                 // The store goes with the process, unfreed (as above).
                 std::mem::forget(_writer);
@@ -222,7 +222,7 @@ async fn run(cli: Cli) -> Result<(), Error> {
             };
             let server = config.cluster_url.to_string();
             let client = kube::Client::try_from(config).map_err(|e| Error::Kube(one_line(&e)))?;
-            let mut config = IngestConfig::for_node(args.node.as_deref().unwrap_or_default());
+            let mut config = IngestConfig::default();
             if let Some(name) = &args.proxy_name {
                 config = config.with_proxy_name(name);
             }
@@ -232,9 +232,9 @@ async fn run(cli: Cli) -> Result<(), Error> {
             let mut watch = WatchConfig::default();
             // A server for every node watches every Node; a node-local
             // proxy only its own.
-            watch.nodes = match (&args.sink, &args.node) {
-                (Sink::ToApi(_), _) | (_, None) => NodeScope::All,
-                (_, Some(node)) => NodeScope::Only(node.clone()),
+            watch.nodes = match &args.sink {
+                Action::ToApi(_) => NodeScope::All,
+                _ => NodeScope::Only(args.node.resolve(false)),
             };
             watch.server = server;
             // A one-shot run ends: after a few failed attempts, an error.
@@ -258,7 +258,7 @@ async fn run(cli: Cli) -> Result<(), Error> {
                 drop(lists);
                 (watched, ingest)
             });
-            let finishing = finish(reader, args.node.as_deref(), Nodes::Only, &args.sink, once);
+            let finishing = finish(reader, &args.node, false, Nodes::Only, &args.sink, once);
             tokio::pin!(finishing);
             tokio::select! {
                 done = &mut finishing => done,
@@ -275,7 +275,7 @@ async fn run(cli: Cli) -> Result<(), Error> {
         }
         Source::Api(args) => {
             let address = args.tls.address(&args.api)?;
-            if let Sink::ToApi(_) = &args.sink {
+            if let Action::ToApi(_) = &args.sink {
                 // A chained server: mirror the upstream ENLS, serve it.
                 let mut store = Store::new();
                 let reader = store.reader();
@@ -283,26 +283,22 @@ async fn run(cli: Cli) -> Result<(), Error> {
                 tokio::spawn(async move {
                     let _ = kpng_api::run_mirror(&address, &mut store, &config).await;
                 });
-                return finish(reader, None, Nodes::All, &args.sink, false).await;
+                return finish(reader, &args.node, false, Nodes::All, &args.sink, false).await;
             }
-            if let Sink::Fleet(fleet) = &args.sink {
+            if let Action::Fleet(fleet) = &args.sink {
+                args.node.unused_by("fleet");
                 return fleet::run(&address, fleet).await;
             }
-            if args.node.is_empty() {
-                return Err(Error::Usage("--node is needed by this sink".into()));
-            }
-            if let Sink::Explain(explain) = &args.sink {
-                return explain::from_server(&address, &args.node, explain).await;
+            let node = args.node.resolve(false);
+            if let Action::Explain(explain) = &args.sink {
+                return explain::from_server(&address, &node, explain).await;
             }
             serve::dry_run_notes(&args.sink);
-            let metrics = serve::serve_metrics(&args.sink, None, &args.node)?;
+            let metrics = serve::serve_metrics(&args.sink, None, &node)?;
             let conditions = Conditions::default();
             conditions.set(
                 NODE_CONDITION,
-                format!(
-                    "waiting for this node's view from the server (this node: {:?})",
-                    args.node
-                ),
+                format!("waiting for this node's view from the server (this node: {node:?})"),
             );
             // The agent's rounds go through the guard too; a hold is
             // re-checked at the next change the server sends.
@@ -313,11 +309,11 @@ async fn run(cli: Cli) -> Result<(), Error> {
                 once: args.sink.once(),
             };
             let (sink, _hold) = sinks::build(&args.sink, &parts)?;
-            let mut sink = sink.with(NodeSeen::new(&args.node, conditions));
+            let mut sink = sink.with(NodeSeen::new(&node, conditions));
             let mut config = kpng_api::AgentConfig::default();
             config.once = args.sink.once();
             config.once_attempts = ONCE_ATTEMPTS;
-            Ok(kpng_api::run_agent(&address, &args.node, &mut sink, &config).await?)
+            Ok(kpng_api::run_agent(&address, &node, &mut sink, &config).await?)
         }
     }
 }

@@ -1,14 +1,14 @@
 //! The allocator, tuned for what this process is: mimalloc (the default
 //! feature `mimalloc`), or glibc's.
 
-use crate::args::{Cli, Sink, Source};
+use crate::args::{Action, Cli, Source};
 
 /// Whether this process serves the ENLS (`to-api`): many streams at once,
 /// where the allocator's defaults fit. Otherwise it is one node's proxy.
 fn is_server(cli: &Cli) -> bool {
     match &cli.source {
-        Source::File(args) => matches!(args.sink, Sink::ToApi(_)),
-        Source::Kube(args) => matches!(args.sink, Sink::ToApi(_)),
+        Source::File(args) => matches!(args.sink, Action::ToApi(_)),
+        Source::Kube(args) => matches!(args.sink, Action::ToApi(_)),
         Source::Api(_) => false,
     }
 }

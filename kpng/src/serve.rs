@@ -1,13 +1,13 @@
 //! What a run serves besides its rules (`/metrics`, `/configz`,
 //! `/proxyMode`), and what a dry run says instead of serving.
 
-use crate::args::Sink;
+use crate::args::Action;
 use crate::{Error, configz};
 
 /// What a real run would do besides programming rules, said instead of
 /// done by a dry run (which binds no port, sets no sysctl and deletes no
 /// conntrack entry).
-pub(crate) fn dry_run_notes(sink: &Sink) {
+pub(crate) fn dry_run_notes(sink: &Action) {
     let Some(args) = sink.args().filter(|a| a.dry_run) else {
         return;
     };
@@ -35,8 +35,8 @@ pub(crate) fn dry_run_notes(sink: &Sink) {
         }
     );
     let socket = match sink {
-        Sink::ToNft(nft) => nft.aggregator_socket.as_ref(),
-        Sink::ToIptables(ipt) => ipt.aggregator_socket.as_ref(),
+        Action::ToNft(nft) => nft.aggregator_socket.as_ref(),
+        Action::ToIptables(ipt) => ipt.aggregator_socket.as_ref(),
         _ => None,
     };
     if let Some(path) = socket {
@@ -50,7 +50,7 @@ pub(crate) fn dry_run_notes(sink: &Sink) {
 /// The metrics of this process, served on `--metrics-bind-address` for the
 /// sinks that program the kernel. A dry run binds no port: it serves none.
 pub(crate) fn serve_metrics(
-    sink: &Sink,
+    sink: &Action,
     store: Option<kpng_store::Reader>,
     node: &str,
 ) -> Result<kpng_health::metrics::Metrics, Error> {
@@ -58,11 +58,13 @@ pub(crate) fn serve_metrics(
     // kube-proxy's failure counters of the mode, `/proxyMode` and
     // `/configz`.
     let metrics = match sink {
-        Sink::ToNft(_) => Metrics::for_mode(ProxyMode::Nftables),
-        Sink::ToIptables(_) => Metrics::for_mode(ProxyMode::Iptables),
-        Sink::ToEbpf(_) | Sink::ToApi(_) | Sink::ToFile(_) | Sink::Explain(_) | Sink::Fleet(_) => {
-            Metrics::new()
-        }
+        Action::ToNft(_) => Metrics::for_mode(ProxyMode::Nftables),
+        Action::ToIptables(_) => Metrics::for_mode(ProxyMode::Iptables),
+        Action::ToEbpf(_)
+        | Action::ToApi(_)
+        | Action::ToFile(_)
+        | Action::Explain(_)
+        | Action::Fleet(_) => Metrics::new(),
     };
     if let Some(mode) = configz::proxy_mode(sink) {
         metrics.set_proxy_mode(mode);

@@ -18,7 +18,7 @@ use kpng_sink::{Log, SinkExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::args::{BackendArgs, EbpfArgs, Sink};
+use crate::args::{Action, BackendArgs, EbpfArgs};
 use crate::{Error, leftovers};
 
 /// A sink chosen at run time.
@@ -50,7 +50,10 @@ impl Parts<'_> {
 /// against mass deletions when it programs the kernel (dry runs
 /// included): the guard's hold shows in the metrics and at `/healthz`,
 /// and is returned for the driver to re-check.
-pub(crate) fn build(sink: &Sink, parts: &Parts<'_>) -> Result<(Boxed, Option<HoldStatus>), Error> {
+pub(crate) fn build(
+    sink: &Action,
+    parts: &Parts<'_>,
+) -> Result<(Boxed, Option<HoldStatus>), Error> {
     let mut health = None;
     let backend = unguarded(sink, parts, &mut health)?;
     let Some(args) = sink.args() else {
@@ -70,27 +73,27 @@ pub(crate) fn build(sink: &Sink, parts: &Parts<'_>) -> Result<(Boxed, Option<Hol
 /// The backend the command line asks for, composed; `health` is what its
 /// `/healthz` reports, when it serves one.
 fn unguarded(
-    sink: &Sink,
+    sink: &Action,
     parts: &Parts<'_>,
     health: &mut Option<kpng_health::ProxyHealth>,
 ) -> Result<Boxed, Error> {
     Ok(match sink {
-        Sink::ToFile(out) => match out.format.as_str() {
+        Action::ToFile(out) => match out.format.as_str() {
             "json" => kpng_sink::ViewFile::json(&out.output).boxed(),
             _ => kpng_sink::ViewFile::yaml(&out.output).boxed(),
         },
-        Sink::ToApi(_) => {
+        Action::ToApi(_) => {
             return Err(Error::Usage(
                 "to-api serves a store: use it with the file or kube source".into(),
             ));
         }
-        Sink::Explain(_) => {
+        Action::Explain(_) => {
             return Err(Error::Usage("explain programs nothing".into()));
         }
-        Sink::Fleet(_) => {
+        Action::Fleet(_) => {
             return Err(Error::Usage("fleet programs nothing".into()));
         }
-        Sink::ToNft(nft) => {
+        Action::ToNft(nft) => {
             let args = &nft.common;
             let proxy = args.proxy()?;
             let config = NftConfig::new(proxy.clone())
@@ -121,10 +124,10 @@ fn unguarded(
             )?;
             after_first_sync(sink, args, None)
         }
-        Sink::ToEbpf(ebpf) => {
+        Action::ToEbpf(ebpf) => {
             after_first_sync(ebpf_backend(ebpf, parts, health)?, &ebpf.common, None)
         }
-        Sink::ToIptables(ipt) => {
+        Action::ToIptables(ipt) => {
             let args = &ipt.common;
             let proxy = args.proxy()?;
             let mut config = IptablesConfig::new(proxy.clone());

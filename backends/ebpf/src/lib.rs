@@ -94,11 +94,11 @@
 //! use kpng_sink::{Round, Sink};
 //!
 //! let mut backend = EbpfBackend::dry_run(EbpfConfig::default());
-//! let svc = Arc::new(
+//! let svc = Arc::new(kpng_model::ServiceInfo::new(
 //!     Service::new("default", "web")
 //!         .with_cluster_ips(["10.96.0.10".parse()?])
 //!         .with_port(ServicePort::new("http", Protocol::Tcp, 80)),
-//! );
+//! ).expect("valid"));
 //! let mut view = NodeView { revision: 1, ..NodeView::default() };
 //! view.services.insert(svc.service_name(), Arc::new(ServiceView::new(svc)));
 //! backend.sync(&Round::full(&view))?;
@@ -429,9 +429,9 @@ impl EbpfConfig {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct EbpfSyncStats {
-    /// Whether it rewrote every Service (the first sync, one after a
-    /// failure).
-    pub full: bool,
+    /// Whether it rewrote every Service (a full round: the first, one
+    /// after a failure).
+    pub replaced: bool,
     /// Map elements written or deleted.
     pub writes: usize,
     /// Services looked at.
@@ -473,12 +473,11 @@ enum Target {
 /// The eBPF backend. See the crate docs.
 pub struct EbpfBackend {
     config: EbpfConfig,
-    /// The next sync rewrites everything, whatever its round: the first,
-    /// one after [`force_full`](Self::force_full) or after a failed sync.
-    full: bool,
     state: State,
     target: Target,
     last: EbpfSyncStats,
+    /// The last round, as handed over.
+    round: kpng_sink::SyncStats,
     last_writes: Vec<String>,
     /// The endpoints external traffic reaches by an interface without
     /// the tc programs.
@@ -552,10 +551,10 @@ impl EbpfBackend {
     fn with_target(config: EbpfConfig, target: Target) -> Self {
         Self {
             config,
-            full: true,
             state: State::default(),
             target,
             last: EbpfSyncStats::default(),
+            round: kpng_sink::SyncStats::default(),
             last_writes: Vec::new(),
             routes: routes::RouteCheck::default(),
             udp_ender: UdpEnder::NotYet,
@@ -669,11 +668,6 @@ impl EbpfBackend {
         }
     }
 
-    /// Makes the next sync a full one, even if its round is incremental.
-    pub fn force_full(&mut self) {
-        self.full = true;
-    }
-
     /// How full each map sized from the cluster is: the entries the
     /// backend's state asks of it (at most) against its size. Empty in a
     /// dry run (its maps have no size).
@@ -702,17 +696,14 @@ impl EbpfBackend {
             .collect()
     }
 
-    /// Writes one round: everything when it is full or this backend's own
-    /// state asks for it; returns whether it was full, how many Services
-    /// it looked at and whether it grew the maps.
+    /// Writes one round: everything when it is full; returns whether it
+    /// rewrote everything, how many Services it looked at and whether it
+    /// grew the maps.
     fn write_round(&mut self, round: &Round<'_>) -> Result<(bool, usize, bool), SinkError> {
-        let rewrite = self.full || round.is_full();
-        let result = self.write_round_inner(round, rewrite);
         // A failed round leaves the maps partly written (or, when a map
-        // was full, unwritten): the next one rewrites everything, whatever
-        // round the driver hands.
-        self.full = result.is_err();
-        result.map_err(|e| SinkError::backend("ebpf", e))
+        // was full, unwritten): the driver's next round is full.
+        self.write_round_inner(round, round.is_full())
+            .map_err(|e| SinkError::backend("ebpf", e))
     }
 
     fn write_round_inner(
@@ -931,8 +922,8 @@ fn apply(
 }
 
 impl kpng_sink::RoundReport for EbpfBackend {
-    fn last_round(&self) -> kpng_sink::RoundSummary {
-        kpng_sink::RoundSummary::new(self.last.full, self.last.writes)
+    fn last_sync(&self) -> kpng_sink::SyncStats {
+        self.round.wrote(self.last.replaced, self.last.writes)
     }
     fn write_script(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
         for line in &self.last_writes {
@@ -945,12 +936,12 @@ impl kpng_sink::RoundReport for EbpfBackend {
 /// Writes what changed. Map writes are not transactional: each one is
 /// atomic, and their order keeps every Service whole, but a failed round
 /// leaves the Services it reached updated and the others as they were;
-/// the next sync then rewrites everything, even if its round is
-/// incremental.
+/// the driver's next round is then full, and rewrites everything.
 impl Sink for EbpfBackend {
     fn sync(&mut self, round: &Round<'_>) -> Result<(), SinkError> {
         let start = Instant::now();
         let revision = round.revision();
+        self.round = kpng_sink::SyncStats::of(round);
         let result = self.write_round(round);
         if let (Ok(_), Target::Kernel(datapath)) = (&result, &mut self.target) {
             // The maps serve now: whatever an older object, or another
@@ -983,7 +974,7 @@ impl Sink for EbpfBackend {
             Err(_) => (false, 0, false),
         };
         self.last = EbpfSyncStats {
-            full,
+            replaced: full,
             writes,
             services,
             sets,
@@ -1051,16 +1042,16 @@ mod tests {
         }
     }
 
-    /// After a failed round of its own, the next sync rewrites everything
-    /// even when its round is incremental: the maps then serve what a
-    /// fresh backend's do after a full round.
+    /// After a failed round, the driver's next round is full and rewrites
+    /// everything: the maps then serve what a fresh backend's do after a
+    /// full round.
     #[test]
-    fn after_its_own_failure_an_incremental_round_is_written_in_full() {
+    fn after_a_failure_the_drivers_full_round_rewrites_everything() {
         let config = || EbpfConfig::default().tc_interfaces(["eth0"]);
         let mut backend = EbpfBackend::dry_run(config());
         let v1 = view(&[0, 1]);
         backend.sync(&Round::full(&v1)).expect("first sync");
-        assert!(backend.last_sync().full);
+        assert!(backend.last_sync().replaced);
 
         // svc-0 goes, svc-2 comes: the first write fails.
         let v2 = view(&[1, 2]);
@@ -1070,11 +1061,13 @@ mod tests {
             .expect_err("writes fail");
         fail(&mut backend, false);
 
-        // The round given is incremental from v2 (as if v2 had been
-        // written): the backend still rewrites everything.
+        // The driver's next round is full, as after any failure.
         let v3 = view(&[1, 2, 3]);
-        backend.sync(&Round::between(&v2, &v3)).expect("retry");
-        assert!(backend.last_sync().full, "the retry rewrites everything");
+        backend.sync(&Round::full(&v3)).expect("retry");
+        assert!(
+            backend.last_sync().replaced,
+            "the retry rewrites everything"
+        );
         let mut fresh = EbpfBackend::dry_run(config());
         fresh.sync(&Round::full(&v3)).expect("fresh");
         assert_eq!(
@@ -1085,7 +1078,7 @@ mod tests {
         // Then incremental again.
         let v4 = view(&[2, 3]);
         backend.sync(&Round::between(&v3, &v4)).expect("sync");
-        assert!(!backend.last_sync().full);
+        assert!(!backend.last_sync().replaced);
         let mut fresh = EbpfBackend::dry_run(config());
         fresh.sync(&Round::full(&v4)).expect("fresh");
         assert_eq!(

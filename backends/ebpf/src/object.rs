@@ -1,6 +1,14 @@
 //! The BPF object the backend loads: `bpf/kpng_sock.c`, built by clang
 //! and checked in, so that building the crate needs no BPF toolchain.
 //!
+//! The source has a file per job: `kpng_cgroup.c`, the socket programs;
+//! `kpng_tc.c`, the tc programs; `kpng_common.h`, the records, maps and
+//! helpers both use. They are one object, because the two kinds of
+//! programs share maps (the endpoint pages, affinity, the counters) that
+//! the backend loads, pins under one directory named by the object's
+//! digest, writes and adopts after a restart as one: `kpng_sock.c` is the
+//! one compilation unit, which includes the parts.
+//!
 //! The build is deterministic (no paths, no time stamps in the object):
 //! `tests/object.rs` runs [`CLANG_ARGS`] in the `bpf` directory and
 //! compares the result with [`OBJECT`] byte for byte, as CI does on every
@@ -10,8 +18,13 @@
 /// The compiled programs and maps (an ELF object for the `bpf` target).
 pub static OBJECT: &[u8] = aya::include_bytes_aligned!("../bpf/kpng_sock.o");
 
-/// The C source the object is built from.
+/// The C source the object is built from (the compilation unit; it
+/// includes [`SOURCE_PARTS`]).
 pub const SOURCE: &str = include_str!("../bpf/kpng_sock.c");
+
+/// The files `SOURCE` includes, in the crate's `bpf` directory: the
+/// shared definitions, the socket programs, the tc programs.
+pub const SOURCE_PARTS: [&str; 3] = ["kpng_common.h", "kpng_cgroup.c", "kpng_tc.c"];
 
 /// The file names, in the crate's `bpf` directory.
 pub const SOURCE_FILE: &str = "kpng_sock.c";

@@ -102,7 +102,7 @@ struct Proxy {
 impl Proxy {
     fn new(backend: EbpfBackend) -> Self {
         Proxy {
-            ingest: Ingest::new(Store::new(), IngestConfig::for_node(NODE)),
+            ingest: Ingest::new(Store::new(), IngestConfig::default()),
             projector: NodeProjector::new(NODE),
             backend,
         }
@@ -391,7 +391,7 @@ fn an_endpoint_change_writes_only_the_change() {
     node.proxy
         .load(&[service("web", &spec, &eps(&[(E1, NODE), (E3, "node-c")]))]);
     let stats = node.proxy.backend.last_sync().clone();
-    assert!(!stats.full);
+    assert!(!stats.replaced);
     // Two sets (TCP, UDP): one page each, rewritten with the new endpoint
     // in the gone one's slot.
     assert_eq!(stats.writes, 2, "{stats:?}");
@@ -490,7 +490,7 @@ print(s.recv(100).decode().strip(), flush=True)
     node.proxy = Proxy::new(EbpfBackend::attach(config).expect("attach again"));
     node.proxy.load(&items);
     let stats = node.proxy.backend.last_sync().clone();
-    assert!(stats.adopted && stats.full, "{stats:?}");
+    assert!(stats.adopted && stats.replaced, "{stats:?}");
     // Onto the same state: the maps were read back and nothing written.
     assert_eq!(stats.writes, 0, "{stats:?}");
 

@@ -1,7 +1,7 @@
 //! The checked-in BPF object is what its C source builds to.
 //!
 //! clang (Debian's clang 14, with `libbpf-dev`) rebuilds `bpf/kpng_sock.c`
-//! with the crate's own arguments ([`CLANG_ARGS`]) and the result must
+//! (with the parts it includes) with the crate's own arguments ([`CLANG_ARGS`]) and the result must
 //! equal `bpf/kpng_sock.o` byte for byte. CI installs clang, so there a
 //! missing clang fails the test; elsewhere it prints SKIPPED.
 //! `KPNG_BLESS=1 cargo test -p kpng-backend-ebpf --test object` writes
@@ -11,12 +11,18 @@ use std::path::Path;
 use std::process::Command;
 
 use kpng_backend_ebpf::object::{
-    CLANG_ARGS, OBJECT, OBJECT_FILE, SOURCE, SOURCE_FILE, UDP_CLANG_ARGS, UDP_OBJECT,
+    CLANG_ARGS, OBJECT, OBJECT_FILE, SOURCE, SOURCE_FILE, SOURCE_PARTS, UDP_CLANG_ARGS, UDP_OBJECT,
     UDP_OBJECT_FILE, UDP_SOURCE, UDP_SOURCE_FILE,
 };
 
 #[test]
 fn the_checked_in_object_is_what_the_source_builds_to() {
+    // One compilation unit: the parts are included, and are there.
+    let bpf = Path::new(env!("CARGO_MANIFEST_DIR")).join("bpf");
+    for part in SOURCE_PARTS {
+        assert!(SOURCE.contains(&format!("#include \"{part}\"")), "{part}");
+        assert!(bpf.join(part).is_file(), "bpf/{part}");
+    }
     check(SOURCE_FILE, SOURCE, CLANG_ARGS, OBJECT_FILE, OBJECT);
 }
 

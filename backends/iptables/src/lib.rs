@@ -54,11 +54,11 @@
 //! use kpng_sink::{Round, Sink};
 //!
 //! let mut backend = IptablesBackend::new(IptablesConfig::default()).dry_run();
-//! let svc = Arc::new(
+//! let svc = Arc::new(kpng_model::ServiceInfo::new(
 //!     Service::new("default", "web")
 //!         .with_cluster_ips(["10.96.0.10".parse()?])
 //!         .with_port(ServicePort::new("http", Protocol::Tcp, 80)),
-//! );
+//! ).expect("valid"));
 //! let mut view = NodeView { revision: 1, ..NodeView::default() };
 //! view.services.insert(svc.service_name(), Arc::new(ServiceView::new(svc)));
 //! backend.sync(&Round::full(&view))?;
@@ -176,15 +176,7 @@ impl std::fmt::Display for Layout {
     }
 }
 
-pub use kpng_netfilter::iptables::{ChainKey, Family, Mode, Table};
-
-/// The engine's family for one of the model's.
-fn tools(family: IpFamily) -> kpng_netfilter::iptables::Family {
-    match family {
-        IpFamily::V4 => kpng_netfilter::iptables::Family::V4,
-        IpFamily::V6 => kpng_netfilter::iptables::Family::V6,
-    }
-}
+pub use kpng_netfilter::iptables::{ChainKey, Mode, Table};
 
 /// Settings of the iptables backend: kube-proxy's ([`ProxyConfig`]), and
 /// how the iptables tools run.
@@ -274,8 +266,9 @@ impl IptablesConfig {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct IptablesSyncStats {
-    /// Whether it rewrote everything.
-    pub full: bool,
+    /// Whether it rewrote everything (a full round, a dry run, or a
+    /// change of layout).
+    pub replaced: bool,
     /// Rules written.
     pub rules: usize,
     /// Chains (re)written or deleted.
@@ -362,12 +355,11 @@ pub struct IptablesBackend {
     config: IptablesConfig,
     run: Run,
     runner: Runner,
-    /// The next sync rewrites everything, whatever its round: the first,
-    /// one after [`force_full`](Self::force_full) or after a failed sync.
-    full: bool,
     families: [FamilyState; 2],
     last_script: String,
     last: IptablesSyncStats,
+    /// The last round, as handed over.
+    round: kpng_sink::SyncStats,
     /// The Service CIDRs dropped: `config.proxy.service_cidrs` and the
     /// cluster's ServiceCIDRs, merged.
     service_cidrs: Vec<IpNet>,
@@ -388,8 +380,8 @@ impl std::fmt::Debug for IptablesBackend {
 
 /// The last round: its stats, and its iptables-restore batches.
 impl kpng_sink::RoundReport for IptablesBackend {
-    fn last_round(&self) -> kpng_sink::RoundSummary {
-        kpng_sink::RoundSummary::new(self.last.full, self.last.rules)
+    fn last_sync(&self) -> kpng_sink::SyncStats {
+        self.round.wrote(self.last.replaced, self.last.rules)
     }
     fn write_script(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
         out.write_all(self.last_script.as_bytes())
@@ -410,7 +402,7 @@ impl IptablesBackend {
             compact: config_compact(&config),
             config,
             run: Run::Apply,
-            full: true,
+            round: kpng_sink::SyncStats::default(),
             families: Default::default(),
             last_script: String::new(),
             last: IptablesSyncStats::default(),
@@ -461,10 +453,10 @@ impl IptablesBackend {
 
     /// The chains the backend wants, per family (IPv4, then IPv6): every
     /// `KUBE-` chain with its rules, as of the last sync.
-    pub fn chains(&self) -> impl Iterator<Item = (Family, &ChainKey, &[String])> + '_ {
+    pub fn chains(&self) -> impl Iterator<Item = (IpFamily, &ChainKey, &[String])> + '_ {
         self.families
             .iter()
-            .zip([Family::V4, Family::V6])
+            .zip([IpFamily::V4, IpFamily::V6])
             .flat_map(|(state, family)| {
                 state
                     .desired
@@ -491,11 +483,6 @@ impl IptablesBackend {
     pub fn set_restore_timeout(&mut self, timeout: Option<std::time::Duration>) {
         self.config.restore_timeout = timeout;
         self.runner.timeout = timeout;
-    }
-
-    /// Makes the next sync a full one, even if its round is incremental.
-    pub fn force_full(&mut self) {
-        self.full = true;
     }
 
     /// The batches of the last sync, IPv4 then IPv6.
@@ -622,7 +609,7 @@ impl IptablesBackend {
                     expected += 3 * state.endpoints;
                 }
                 self.runner.expected_lines = expected.max(state.applied.as_ref().map_or(0, lines));
-                Some(self.runner.save(tools(family), &owned)?)
+                Some(self.runner.save(family, &owned)?)
             }
             _ => None,
         };
@@ -658,7 +645,7 @@ impl IptablesBackend {
         let mut batches = Vec::new();
         for (i, family) in IpFamily::BOTH.into_iter().enumerate() {
             let (batch, before) = self.prepare(i, family, full)?;
-            batches.push((tools(family), batch, before));
+            batches.push((family, batch, before));
         }
         let mut script = String::new();
         for (_, batch, _) in &batches {
@@ -704,19 +691,15 @@ fn estimated_endpoints(view: &NodeView) -> usize {
         .unwrap_or(0)
 }
 
-/// Applies a round: a full one (or the first after this backend's own
-/// failure, or [`IptablesBackend::force_full`], or any in a dry run)
-/// rewrites every chain; an incremental one re-renders the Services it
+/// Applies a round: a full one (or any in a dry run) rewrites every chain; an incremental one re-renders the Services it
 /// lists and rewrites the chains that changed.
 impl Sink for IptablesBackend {
     fn sync(&mut self, round: &Round<'_>) -> Result<(), SinkError> {
         let start = Instant::now();
         let revision = round.revision();
-        if self.run == Run::Print {
-            // A dry run never reads the kernel: it writes everything.
-            self.full = true;
-        }
-        let mut full = self.full || round.is_full();
+        self.round = kpng_sink::SyncStats::of(round);
+        // A dry run never reads the kernel: it writes everything.
+        let mut full = round.is_full() || self.run == Run::Print;
         if full {
             // Decided before rendering, so that a large cluster's first
             // sync is rendered once: from the view's endpoints.
@@ -727,7 +710,7 @@ impl Sink for IptablesBackend {
             full = true;
         }
         self.last = IptablesSyncStats {
-            full,
+            replaced: full,
             ..IptablesSyncStats::default()
         };
         self.last.services = self.refresh(round, full);
@@ -743,7 +726,7 @@ impl Sink for IptablesBackend {
                 "iptables layout changes: every chain is rewritten"
             );
             full = true;
-            self.last.full = true;
+            self.last.replaced = true;
             self.last.services = self.refresh(round, true);
         }
         self.last.compact = self.compact;
@@ -770,7 +753,6 @@ impl Sink for IptablesBackend {
         self.last.micros = start.elapsed().as_micros();
         match result {
             Ok(_) => {
-                self.full = false;
                 tracing::debug!(
                     revision,
                     full,
@@ -780,9 +762,8 @@ impl Sink for IptablesBackend {
                 Ok(())
             }
             Err(e) => {
-                // What failed kept its previous rules; start over from a
-                // full rewrite next time, whatever the next round is.
-                self.full = true;
+                // What failed kept its previous rules; the driver's next
+                // round is full.
                 for state in &mut self.families {
                     state.applied = None;
                 }

@@ -244,7 +244,7 @@ pub(crate) fn service(
         port.cluster_ip_jumps(&mut render);
         port.external_paths(&mut render);
     }
-    unknown_ports(&mut render, &plan.cluster_ips, family, service_cidrs);
+    unknown_ports(&mut render, plan.cluster_ips, family, service_cidrs);
     render
 }
 
@@ -316,7 +316,7 @@ impl<'a> PortRender<'a> {
         if self.plan.source_ranges.is_empty() {
             return;
         }
-        for lb in &self.plan.lb_ips {
+        for lb in self.plan.lb_ips {
             let rule = format!("{} -j DROP", self.dst(lb));
             render.push(Table::Filter, PROXY_FIREWALL, rule);
         }
@@ -324,7 +324,7 @@ impl<'a> PortRender<'a> {
 
     /// No usable endpoint anywhere: every address of the port rejects.
     fn reject_everywhere(&self, render: &mut Render) {
-        for ip in &self.plan.cluster_ips {
+        for ip in self.plan.cluster_ips {
             render.push(
                 Table::Filter,
                 SERVICES,
@@ -365,7 +365,7 @@ impl<'a> PortRender<'a> {
     fn balancing_chains(&self, render: &mut Render) {
         let (plan, port) = (self.plan, self.port);
         let (proto, affinity) = (port.protocol, plan.affinity);
-        let masq = self.masquerade(&plan.cluster_ips);
+        let masq = self.masquerade(plan.cluster_ips);
         let rules = balance(
             render,
             &self.port_name,
@@ -380,7 +380,7 @@ impl<'a> PortRender<'a> {
             .insert((Table::Nat, self.svc_chain.clone()), rules);
         if (plan.itp_local || plan.etp_local) && !port.local.is_empty() {
             let masq = if plan.itp_local {
-                self.masquerade(&plan.cluster_ips)
+                self.masquerade(plan.cluster_ips)
             } else {
                 Vec::new()
             };
@@ -403,7 +403,7 @@ impl<'a> PortRender<'a> {
     /// with no local endpoint).
     fn cluster_ip_jumps(&self, render: &mut Render) {
         let itp_local = self.plan.itp_local;
-        for ip in &self.plan.cluster_ips {
+        for ip in self.plan.cluster_ips {
             if itp_local && self.port.local.is_empty() {
                 render.push(Table::Filter, SERVICES, format!("{} -j DROP", self.dst(ip)));
             } else {
@@ -438,7 +438,7 @@ impl<'a> PortRender<'a> {
                 );
             }
         };
-        for ip in &plan.external_ips {
+        for ip in plan.external_ips {
             render.push(
                 Table::Nat,
                 SERVICES,
@@ -460,7 +460,7 @@ impl<'a> PortRender<'a> {
                     .insert((Table::Nat, self.fw_chain.clone()), rules);
                 &self.fw_chain
             };
-            for ip in &plan.lb_ips {
+            for ip in plan.lb_ips {
                 render.push(
                     Table::Nat,
                     SERVICES,

@@ -6,9 +6,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use kpng_backend_iptables::{
-    AUTO_COMPACT_ENDPOINTS, AUTO_KUBE_PROXY_ENDPOINTS, ChainKey, Family, IptablesBackend,
-    IptablesConfig, Layout,
+    AUTO_COMPACT_ENDPOINTS, AUTO_KUBE_PROXY_ENDPOINTS, ChainKey, IptablesBackend, IptablesConfig,
+    Layout,
 };
+use kpng_model::IpFamily;
 use kpng_model::endpoint::Interner;
 use kpng_model::view::NodeView;
 use kpng_sink::{ProxyConfig, Round, Sink};
@@ -55,7 +56,7 @@ fn view(n: usize) -> (NodeView, usize) {
                 Cluster::endpoint(ip.into(), &nodes[j % 2], &service, &mut interner)
             })
             .collect();
-        txn.set_service(service);
+        txn.set_service(kpng_model::ServiceInfo::new(service).expect("valid"));
         txn.replace_endpoints(&name, &Arc::new(endpoints))
             .expect("sorted");
     }
@@ -63,7 +64,7 @@ fn view(n: usize) -> (NodeView, usize) {
     (node_view(&store.snapshot(), NODE), counted)
 }
 
-fn chains(backend: &IptablesBackend) -> BTreeMap<(Family, ChainKey), Vec<String>> {
+fn chains(backend: &IptablesBackend) -> BTreeMap<(IpFamily, ChainKey), Vec<String>> {
     backend
         .chains()
         .map(|(family, key, rules)| ((family, key.clone()), rules.to_vec()))
@@ -71,7 +72,7 @@ fn chains(backend: &IptablesBackend) -> BTreeMap<(Family, ChainKey), Vec<String>
 }
 
 /// What a fresh backend forced to `layout` wants for `view`.
-fn fresh(view: &NodeView, layout: Layout) -> BTreeMap<(Family, ChainKey), Vec<String>> {
+fn fresh(view: &NodeView, layout: Layout) -> BTreeMap<(IpFamily, ChainKey), Vec<String>> {
     let mut b = backend(layout);
     b.sync(&Round::full(view)).expect("full round");
     chains(&b)
@@ -128,10 +129,7 @@ fn the_compact_layout_dnats_remote_endpoints_from_the_service_chain() {
     );
     let dry_run = |layout: Layout| {
         let objects = kpng_kube::file::parse_str("t.yaml", &manifest).expect("manifest");
-        let mut ingest = kpng_kube::Ingest::new(
-            Store::new(),
-            kpng_kube::IngestConfig::for_node(kpng_testkit::semantics::NODE),
-        );
+        let mut ingest = kpng_kube::Ingest::new(Store::new(), kpng_kube::IngestConfig::default());
         ingest.load(&objects);
         let proxy = ProxyConfig::default().cluster_cidrs(["10.244.0.0/16".parse().expect("cidr")]);
         let mut b = IptablesBackend::new(IptablesConfig::new(proxy).layout(layout)).dry_run();
@@ -235,7 +233,7 @@ fn auto_switches_layout_past_its_thresholds_with_a_full_rewrite() {
 
     b.sync(&Round::between(&small, &large)).expect("sync");
     let stats = b.last_sync().clone();
-    assert!(stats.full && stats.compact, "{stats:?}");
+    assert!(stats.replaced && stats.compact, "{stats:?}");
     assert_eq!(chains(&b), fresh(&large, Layout::Compact));
     // Only this node's endpoints (13 of each Service's 25) keep a chain.
     assert_eq!(endpoint_chains(&b), large_n / EPS * EPS.div_ceil(2));
@@ -243,12 +241,12 @@ fn auto_switches_layout_past_its_thresholds_with_a_full_rewrite() {
     // In between: stays compact, incremental.
     b.sync(&Round::between(&large, &middle)).expect("sync");
     let stats = b.last_sync().clone();
-    assert!(!stats.full && stats.compact, "{stats:?}");
+    assert!(!stats.replaced && stats.compact, "{stats:?}");
     assert_eq!(chains(&b), fresh(&middle, Layout::Compact));
 
     b.sync(&Round::between(&middle, &small)).expect("sync");
     let stats = b.last_sync().clone();
-    assert!(stats.full && !stats.compact, "{stats:?}");
+    assert!(stats.replaced && !stats.compact, "{stats:?}");
     assert_eq!(chains(&b), fresh(&small, Layout::KubeProxy));
 
     // A first sync of a large cluster is compact at once.
@@ -274,11 +272,11 @@ fn a_forced_layout_holds_and_set_layout_rewrites_everything() {
     b.set_layout(Layout::KubeProxy);
     b.sync(&Round::between(&small, &small2)).expect("sync");
     let stats = b.last_sync().clone();
-    assert!(stats.full && !stats.compact, "{stats:?}");
+    assert!(stats.replaced && !stats.compact, "{stats:?}");
     assert_eq!(chains(&b), fresh(&small2, Layout::KubeProxy));
     b.set_layout(Layout::Compact);
     b.sync(&Round::between(&small2, &small)).expect("sync");
     let stats = b.last_sync().clone();
-    assert!(stats.full && stats.compact, "{stats:?}");
+    assert!(stats.replaced && stats.compact, "{stats:?}");
     assert_eq!(chains(&b), fresh(&small, Layout::Compact));
 }

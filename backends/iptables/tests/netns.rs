@@ -5,7 +5,8 @@
 use std::collections::BTreeSet;
 use std::process::Command;
 
-use kpng_backend_iptables::{Family, IptablesBackend, IptablesConfig};
+use kpng_backend_iptables::{IptablesBackend, IptablesConfig};
+use kpng_model::IpFamily;
 use kpng_model::view::NodeView;
 use kpng_sink::{ProxyConfig, Round, Sink};
 use kpng_view::node_view;
@@ -78,7 +79,7 @@ impl Drop for Netns {
 fn wanted(backend: &IptablesBackend) -> BTreeSet<(String, String)> {
     backend
         .chains()
-        .filter(|(family, ..)| *family == Family::V4)
+        .filter(|(family, ..)| *family == IpFamily::V4)
         .map(|(_, (table, name), _)| (table.name().to_owned(), name.clone()))
         .collect()
 }
@@ -89,18 +90,17 @@ fn view(services: &[usize]) -> NodeView {
     node_view(&kpng_testkit::history::store_of(services).snapshot(), NODE)
 }
 
-/// After a failed sync of its own, the backend's next sync rewrites
-/// everything even when the round it gets is incremental: the chains a
-/// refused restore left are deleted, and the kernel holds what the
-/// backend wants.
+/// After a failed sync, the driver's next round is full and the backend
+/// rewrites everything: the chains a refused restore left are deleted,
+/// and the kernel holds what the backend wants.
 #[test]
-fn after_its_own_failure_an_incremental_round_is_written_in_full() {
+fn after_a_failure_the_drivers_full_round_rewrites_everything() {
     let Some(ns) = Netns::new() else { return };
     let proxy = ProxyConfig::default().cluster_cidrs(["10.244.0.0/16".parse().expect("cidr")]);
     let mut backend = IptablesBackend::new(IptablesConfig::new(proxy).in_netns(&ns.0));
     let v1 = view(&[0, 1]);
     backend.sync(&Round::full(&v1)).expect("first sync");
-    assert!(backend.last_sync().full);
+    assert!(backend.last_sync().replaced);
     assert_eq!(ns.chains(), wanted(&backend));
 
     // Someone jumps to a chain of svc-0: deleting it will be refused.
@@ -123,16 +123,19 @@ fn after_its_own_failure_an_incremental_round_is_written_in_full() {
         .sync(&Round::between(&v1, &v2))
         .expect_err("restore refused");
 
-    // The cause goes. The round given is incremental from v2 (as if v2
-    // had been synced): the backend still rewrites everything.
+    // The cause goes. The driver's next round is full, as after any
+    // failure: the backend rewrites everything.
     let delete: Vec<&str> = jump
         .iter()
         .map(|arg| if *arg == "-A" { "-D" } else { arg })
         .collect();
     ns.run(&[&["iptables"][..], &delete].concat());
     let v3 = view(&[1, 2, 3]);
-    backend.sync(&Round::between(&v2, &v3)).expect("retry");
-    assert!(backend.last_sync().full, "the retry rewrites everything");
+    backend.sync(&Round::full(&v3)).expect("retry");
+    assert!(
+        backend.last_sync().replaced,
+        "the retry rewrites everything"
+    );
     let kernel = ns.chains();
     assert!(
         !kernel.iter().any(|(_, name)| *name == svc_chain),
@@ -143,6 +146,6 @@ fn after_its_own_failure_an_incremental_round_is_written_in_full() {
     // Then incremental again.
     let v4 = view(&[2, 3]);
     backend.sync(&Round::between(&v3, &v4)).expect("sync");
-    assert!(!backend.last_sync().full);
+    assert!(!backend.last_sync().replaced);
     assert_eq!(ns.chains(), wanted(&backend));
 }

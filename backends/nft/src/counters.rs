@@ -18,7 +18,7 @@ use kpng_netfilter::nft::{self, Data, Element};
 use kpng_sink::SinkError;
 use kpng_sink::traffic::{ConnectionCount, ConnectionCounters, Destination};
 
-use crate::render::{AFFINITY_COUNTS, Fam, Pick};
+use crate::render::{AFFINITY_COUNTS, InNft, Pick};
 use crate::{Error, NftConfig};
 
 /// Reads the counters of the tables an [`NftBackend`](crate::NftBackend)
@@ -64,8 +64,8 @@ impl CounterReader {
         };
         let mut out = Vec::new();
         for family in IpFamily::BOTH {
-            let fam = Fam(family);
-            let table = nft::Table::new(fam.family(), self.table.as_str());
+            let fam = family;
+            let table = nft::Table::new(fam.table_family(), self.table.as_str());
             for pick in Pick::ALL {
                 for (element, counter) in socket.read_counters(&table, pick.map())? {
                     if counter.packets == 0 {

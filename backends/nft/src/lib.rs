@@ -23,9 +23,8 @@
 //!   unknown ports on live ClusterIPs, DROP of unallocated Service-CIDR
 //!   addresses, masquerade by mark (bit 14 by default), `masquerade_all`,
 //!   the pod-CIDR detector, hairpin, dual stack, TCP, UDP and SCTP.
-//! - **Updates**: a full round (the first, any after a failure), and any
-//!   round after [`NftBackend::force_full`] or a failed sync, replaces
-//!   the tables in one transaction. Others change only what the round
+//! - **Updates**: a full round (the driver makes the first one full, and
+//!   any after a failure) replaces the tables in one transaction. Others change only what the round
 //!   changed: the elements of an endpoint that came or went, the chains
 //!   of a Service whose rules changed. What a Service contributed before
 //!   is rendered again from its view before the round
@@ -52,11 +51,11 @@
 //! use kpng_sink::{Round, Sink};
 //!
 //! let mut backend = NftBackend::new(NftConfig::default()).dry_run();
-//! let svc = Arc::new(
+//! let svc = Arc::new(kpng_model::ServiceInfo::new(
 //!     Service::new("default", "web")
 //!         .with_cluster_ips(["10.96.0.10".parse()?])
 //!         .with_port(ServicePort::new("http", Protocol::Tcp, 80)),
-//! );
+//! ).expect("valid"));
 //! let mut view = NodeView { revision: 1, ..Default::default() };
 //! view.services.insert(svc.service_name(), Arc::new(ServiceView::new(svc)));
 //! backend.sync(&Round::full(&view))?;
@@ -69,7 +68,7 @@
 //! view.services.clear();
 //! view.revision = 2;
 //! backend.sync(&Round::between(&before, &view))?;
-//! assert!(!backend.last_sync().full);
+//! assert!(!backend.last_sync().replaced);
 //! // Its elements go, rendered again from its view before the round.
 //! assert!(backend.last_script().contains(
 //!     "delete element ip kpng cluster-ips { 10.96.0.10 comment \"default/web\" }"
@@ -92,7 +91,7 @@ use kpng_sink::{ProxyConfig, Round, Sink, SinkError};
 pub use counters::CounterReader;
 use kpng_netfilter::nft::{self, Transaction};
 use objects::{Objects, Pending};
-use render::{Fam, Render};
+use render::{InNft, Render};
 
 /// Errors of the nftables backend.
 #[derive(Debug, thiserror::Error)]
@@ -235,8 +234,9 @@ pub struct TableContent {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct NftSyncStats {
-    /// Whether it replaced a table (both, or one family's).
-    pub full: bool,
+    /// Whether it replaced the tables whole (a full round, or a change
+    /// the kernel cannot make in place).
+    pub replaced: bool,
     /// Changes in its transaction (each add, delete or flush of an
     /// object, a rule, or a run of elements of one set).
     pub commands: usize,
@@ -258,17 +258,14 @@ pub struct NftBackend {
     keep_scripts: bool,
     /// See [`NftBackend::one_shot`].
     one_shot: bool,
-    /// Whether the next sync replaces the tables whole, whatever its
-    /// round: at first, after [`force_full`](Self::force_full), and after
-    /// a failed sync (the desired objects then hold a round the kernel
-    /// never got).
-    full: bool,
     /// How many Services the desired objects hold.
     services: usize,
     families: [FamilyState; 2],
     /// The last transaction, kept in dry-run mode or when asked.
     last_tx: Option<Transaction>,
     last: NftSyncStats,
+    /// The last round, as handed over.
+    round: kpng_sink::SyncStats,
     /// The netlink socket, opened on first use and kept (closing one
     /// costs the kernel ~15 ms); dropped after a failure, so the next
     /// transaction starts on a fresh one.
@@ -295,8 +292,8 @@ impl std::fmt::Debug for NftBackend {
 /// The last round: its stats, and (when kept) its transaction as an nft
 /// script.
 impl kpng_sink::RoundReport for NftBackend {
-    fn last_round(&self) -> kpng_sink::RoundSummary {
-        kpng_sink::RoundSummary::new(self.last.full, self.last.commands)
+    fn last_sync(&self) -> kpng_sink::SyncStats {
+        self.round.wrote(self.last.replaced, self.last.commands)
     }
     fn write_script(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
         match &self.last_tx {
@@ -314,7 +311,6 @@ impl NftBackend {
             mode: Mode::Apply,
             keep_scripts: false,
             one_shot: false,
-            full: true,
             services: 0,
             families: Default::default(),
             last_tx: None,
@@ -322,6 +318,7 @@ impl NftBackend {
             generation: 0,
             looked: false,
             last: NftSyncStats::default(),
+            round: kpng_sink::SyncStats::default(),
             service_cidrs: Vec::new(),
         }
     }
@@ -379,7 +376,7 @@ impl NftBackend {
         let mut socket = nft::Socket::open(config.netns.as_deref())?;
         let mut deleted = 0;
         for family in IpFamily::BOTH {
-            let table = nft::Table::new(Fam(family).family(), config.table.as_str());
+            let table = nft::Table::new(family.table_family(), config.table.as_str());
             let mut tx = Transaction::new();
             tx.delete_table(&table);
             match socket.commit(tx) {
@@ -399,7 +396,7 @@ impl NftBackend {
         let mut socket = nft::Socket::open(config.netns.as_deref())?;
         let mut found = Vec::new();
         for family in IpFamily::BOTH {
-            let family = Fam(family).family();
+            let family = family.table_family();
             if socket
                 .tables(family)?
                 .iter()
@@ -414,12 +411,6 @@ impl NftBackend {
     /// The settings.
     pub fn config(&self) -> &NftConfig {
         &self.config
-    }
-
-    /// Makes the next sync a full one: it replaces the tables whole
-    /// even when its round is incremental.
-    pub fn force_full(&mut self) {
-        self.full = true;
     }
 
     /// How many syncs replaced the tables whole (the first, those after a
@@ -467,7 +458,7 @@ impl NftBackend {
     }
 
     fn table(&self, family: IpFamily) -> nft::Table {
-        nft::Table::new(Fam(family).family(), self.config.table.as_str())
+        nft::Table::new(family.table_family(), self.config.table.as_str())
     }
 
     /// The table's fixed part for one family, with the NodePort addresses
@@ -477,7 +468,7 @@ impl NftBackend {
             Some(cidrs) => cidrs.clone(),
             None => view.node_addresses(family).map(IpNet::from).collect(),
         };
-        render::globals(Fam(family), &self.config, &node_ips, &self.service_cidrs)
+        render::globals(family, &self.config, &node_ips, &self.service_cidrs)
     }
 
     /// Re-renders what `round` changed into the desired objects, or
@@ -624,15 +615,18 @@ fn render_all(view: &NodeView, family: IpFamily, config: &NftConfig, mut add: im
 }
 
 impl Sink for NftBackend {
-    /// Renders what the round changed (everything, in a full round or
-    /// after [`force_full`](NftBackend::force_full) or a failure) and
+    /// Renders what the round changed (everything, in a full round) and
     /// applies it in one transaction. On failure the kernel keeps its
-    /// previous ruleset and the next sync is a full one, whatever its
-    /// round.
+    /// previous ruleset and the error is returned: the driver makes the
+    /// next round full (the desired objects then hold a round the kernel
+    /// never got).
     fn sync(&mut self, round: &Round<'_>) -> Result<(), SinkError> {
         let start = Instant::now();
         let revision = round.revision();
-        let full = self.full || round.is_full();
+        self.round = kpng_sink::SyncStats::of(round);
+        // A one-shot backend drops its objects after each sync: every
+        // sync starts over.
+        let full = round.is_full() || self.one_shot;
         let services = self.refresh(round, full);
         let (mut tx, full) = self.transaction(full);
         let kernel_start = Instant::now();
@@ -672,7 +666,7 @@ impl Sink for NftBackend {
         };
         let kernel_micros = kernel_start.elapsed().as_micros();
         self.last = NftSyncStats {
-            full,
+            replaced: full,
             commands,
             services,
             micros: start.elapsed().as_micros(),
@@ -691,7 +685,6 @@ impl Sink for NftBackend {
                         state.sizes = state.desired.declared_sizes();
                     }
                 }
-                self.full = self.one_shot;
                 tracing::debug!(
                     revision,
                     full,
@@ -701,9 +694,8 @@ impl Sink for NftBackend {
                 Ok(())
             }
             Err(e) => {
-                // The kernel kept its previous ruleset; start over from a
-                // full replace next time.
-                self.full = true;
+                // The kernel kept its previous ruleset; the driver's next
+                // round is full.
                 tracing::warn!(revision, error = %e, "nft sync failed");
                 Err(SinkError::backend("nft", e))
             }
@@ -728,22 +720,25 @@ mod tests {
 
     use super::{NftBackend, NftConfig};
 
-    fn service(name: &str, ip: &str, affinity: bool) -> Arc<Service> {
-        Arc::new(Service {
-            namespace: "t".into(),
-            name: name.into(),
-            cluster_ips: Some(IpSet::parse_addrs("clusterIPs", [ip]).expect("ip")),
-            client_ip_affinity: affinity.then_some(ClientIpAffinity {
-                timeout_seconds: 60,
-            }),
-            ports: vec![ServicePort {
-                name: "http".into(),
-                protocol: Protocol::Tcp as i32,
-                port: 80,
+    fn service(name: &str, ip: &str, affinity: bool) -> Arc<kpng_model::ServiceInfo> {
+        Arc::new(
+            kpng_model::ServiceInfo::new(Service {
+                namespace: "t".into(),
+                name: name.into(),
+                cluster_ips: Some(IpSet::parse_addrs("clusterIPs", [ip]).expect("ip")),
+                client_ip_affinity: affinity.then_some(ClientIpAffinity {
+                    timeout_seconds: 60,
+                }),
+                ports: vec![ServicePort {
+                    name: "http".into(),
+                    protocol: Protocol::Tcp as i32,
+                    port: 80,
+                    ..Default::default()
+                }],
                 ..Default::default()
-            }],
-            ..Default::default()
-        })
+            })
+            .expect("valid"),
+        )
     }
 
     fn endpoint(ip: &str) -> EndpointView {
@@ -816,7 +811,7 @@ mod tests {
             &["10.244.1.5", "10.244.2.5"],
         );
         sync(&mut backend, Some(&before), &mut view, 2);
-        assert!(!backend.last_sync().full);
+        assert!(!backend.last_sync().replaced);
 
         // As if the last full sync had declared room for two: a third
         // element takes a full sync.
@@ -830,7 +825,7 @@ mod tests {
             &["10.244.1.5", "10.244.2.5", "10.244.3.5"],
         );
         sync(&mut backend, Some(&before), &mut view, 3);
-        assert!(backend.last_sync().full);
+        assert!(backend.last_sync().replaced);
         assert_eq!(backend.families[0].sizes.get("vip-cluster"), Some(&65_536));
     }
 
@@ -856,7 +851,7 @@ mod tests {
         let before = view.clone();
         load(&mut view, "web", "10.96.0.10", false, &["10.244.2.5"]);
         sync(&mut once, Some(&before), &mut view, 2);
-        assert!(once.last_sync().full, "{:?}", once.last_sync());
+        assert!(once.last_sync().replaced, "{:?}", once.last_sync());
         let mut fresh = NftBackend::new(NftConfig::default()).dry_run();
         sync(&mut fresh, None, &mut view, 2);
         assert_eq!(once.last_script(), fresh.last_script());
@@ -918,7 +913,7 @@ mod tests {
         assert!(!text.contains("afc-") && !text.contains("afm-"), "{text}");
         // Only the endpoint counts in use.
         assert!(!text.contains("pick-vip-cluster-3"), "{text}");
-        assert!(backend.last_sync().full);
+        assert!(backend.last_sync().replaced);
 
         // A third endpoint: a new pick chain, the Service's element moved
         // to it, one target added; nothing else.
@@ -928,7 +923,7 @@ mod tests {
         let tx = backend.last_transaction().expect("kept");
         tx.verify_encoding().expect("round trip");
         let text = tx.to_string();
-        assert!(!backend.last_sync().full);
+        assert!(!backend.last_sync().replaced);
         assert!(
             text.contains("add chain ip kpng pick-vip-cluster-3"),
             "{text}"
@@ -976,7 +971,7 @@ mod tests {
         .expect("delete an endpoint");
         sync(&mut backend, Some(&before), &mut view, 3);
         let text = backend.last_script();
-        assert!(!backend.last_sync().full);
+        assert!(!backend.last_sync().replaced);
         for line in text.lines() {
             assert!(
                 line.starts_with("add element ") || line.starts_with("delete element "),
@@ -1013,10 +1008,10 @@ mod tests {
     fn a_maglev_endpoint_leaving_rewrites_only_the_slots_that_change() {
         let mut backend = NftBackend::new(NftConfig::default()).dry_run();
         let mut view = NodeView::default();
-        let maglev = |svc: Arc<Service>| {
-            let mut svc = (*svc).clone();
+        let maglev = |svc: Arc<kpng_model::ServiceInfo>| {
+            let mut svc = svc.service().clone();
             svc.balancing = kpng_model::v1::Balancing::Maglev as i32;
-            Arc::new(svc)
+            Arc::new(kpng_model::ServiceInfo::new(svc).expect("valid"))
         };
         let svc = maglev(service("mg", "10.96.0.60", false));
         let key = svc.service_name();
@@ -1053,7 +1048,7 @@ mod tests {
         .expect("delete");
         sync(&mut backend, Some(&before), &mut view, 2);
         let text = backend.last_script();
-        assert!(!backend.last_sync().full);
+        assert!(!backend.last_sync().replaced);
         // Each changed slot: its element deleted, and added anew.
         let changed: usize = text
             .lines()

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use kpng_netfilter::Error;
 use kpng_netfilter::nft::{
-    Chain, Data, DataRef, Element, ElementList, Rule, Set, Socket, Table, Transaction, Verdict,
+    Chain, Data, DataRef, Element, ElementList, NfVerdict, Rule, Set, Socket, Table, Transaction,
 };
 
 use crate::claims::Claims;
@@ -490,8 +490,8 @@ fn element(e: &Elem) -> Element {
     let key = e.key.as_slice().to_vec();
     let element = match &e.value {
         Value::None => Element::key(key),
-        Value::Goto(chain) => Element::map(key, Data::Verdict(Verdict::Goto(chain.to_string()))),
-        Value::Jump(chain) => Element::map(key, Data::Verdict(Verdict::Jump(chain.to_string()))),
+        Value::Goto(chain) => Element::map(key, Data::Verdict(NfVerdict::Goto(chain.to_string()))),
+        Value::Jump(chain) => Element::map(key, Data::Verdict(NfVerdict::Jump(chain.to_string()))),
         Value::Target(t) => Element::map(key, Data::Value(t.as_slice().to_vec())),
     };
     match &e.comment {

@@ -21,8 +21,8 @@ use kpng_model::view::ServiceView;
 use kpng_model::{IpFamily, IpNet, ServiceName};
 use kpng_netfilter::nft::build::{self, Load};
 use kpng_netfilter::nft::{
-    BaseChain, ChainType, CtKey, DataType, DynsetOp, Expr, Family, Hook, Reg, RejectKind, Set,
-    Verdict,
+    BaseChain, ChainHook, ChainType, CtKey, DataType, DynsetOp, Expr, NfVerdict, Reg, RejectKind,
+    Set, TableFamily,
 };
 
 use crate::NftConfig;
@@ -115,7 +115,7 @@ impl Pick {
     ];
 
     /// What the map is keyed by, with `n` the endpoint count.
-    pub(crate) fn key(self, family: Family, n: u32) -> Vec<Load> {
+    pub(crate) fn key(self, family: TableFamily, n: u32) -> Vec<Load> {
         match self {
             Pick::Vip { .. } => vec![
                 Load::Daddr(family),
@@ -129,7 +129,7 @@ impl Pick {
 
     /// The map's declaration: by `typeof`, since one key part is a
     /// `numgen` value, mapping to NAT targets.
-    pub(crate) fn set(self, family: Family) -> Set {
+    pub(crate) fn set(self, family: TableFamily) -> Set {
         Set::keyed_by(self.map(), &self.key(family, 2))
             .to_values(&[Load::Daddr(family), Load::Dport])
     }
@@ -149,7 +149,7 @@ impl Pick {
     /// next index in turn (`numgen inc`), or the flow's Maglev slot
     /// (`jhash` of its source address and port, modulo
     /// [`maglev::SLOTS`]), each the last part of the map's key.
-    pub(crate) fn rule(self, family: Family, n: usize, how: Balancing) -> Vec<Expr> {
+    pub(crate) fn rule(self, family: TableFamily, n: usize, how: Balancing) -> Vec<Expr> {
         let n = u32::try_from(n).unwrap_or(u32::MAX);
         let mut key = self.key(family, n);
         if let Some(last) = key.last_mut() {
@@ -163,25 +163,31 @@ impl Pick {
     }
 }
 
-/// The family's words and types.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Fam(pub(crate) IpFamily);
+/// An IP family as nf_tables takes it: its table's family, its address
+/// type, an address's bytes.
+pub(crate) trait InNft: Copy {
+    /// `ip` or `ip6`.
+    fn table_family(self) -> TableFamily;
+    /// `ipv4_addr` or `ipv6_addr`.
+    fn addr_type(self) -> DataType;
+    /// The address's bytes, if it is of this family.
+    fn bytes(self, ip: IpAddr) -> Option<Vec<u8>>;
+}
 
-impl Fam {
-    pub(crate) fn family(self) -> Family {
-        match self.0 {
-            IpFamily::V4 => Family::Ip,
-            IpFamily::V6 => Family::Ip6,
+impl InNft for IpFamily {
+    fn table_family(self) -> TableFamily {
+        match self {
+            IpFamily::V4 => TableFamily::Ip,
+            IpFamily::V6 => TableFamily::Ip6,
         }
     }
 
-    pub(crate) fn addr_type(self) -> DataType {
-        DataType::addr(self.family())
+    fn addr_type(self) -> DataType {
+        DataType::addr(self.table_family())
     }
 
-    /// The address's bytes, if it is of this family.
     fn bytes(self, ip: IpAddr) -> Option<Vec<u8>> {
-        match (ip, self.0) {
+        match (ip, self) {
             (IpAddr::V4(v4), IpFamily::V4) => Some(v4.octets().to_vec()),
             (IpAddr::V6(v6), IpFamily::V6) => Some(v6.octets().to_vec()),
             _ => None,
@@ -365,7 +371,7 @@ fn is_dns_name(text: &str, max: usize) -> bool {
 }
 
 /// A prefix as an interval set's element key.
-pub(crate) fn prefix_key(fam: Fam, prefix: IpNet) -> Option<Key> {
+pub(crate) fn prefix_key(fam: IpFamily, prefix: IpNet) -> Option<Key> {
     Key::of(&[&fam.bytes(prefix.network())?, &[prefix.prefix_len()]])
 }
 
@@ -406,7 +412,7 @@ pub(crate) fn port_id(name: &ServiceName, port: &ServicePort) -> String {
 
 /// The key of [`AFFINITY_COUNTS`]: a destination's address, protocol and
 /// port, an endpoint's address and port (loaded as constants).
-fn affinity_count_key(family: Family) -> [Load; 5] {
+fn affinity_count_key(family: TableFamily) -> [Load; 5] {
     [
         Load::Daddr(family),
         Load::L4Proto,
@@ -458,7 +464,7 @@ impl Kind {
     }
 
     /// What traffic of this kind is keyed by (in the classes' sets).
-    fn key(self, family: Family) -> Vec<Load> {
+    fn key(self, family: TableFamily) -> Vec<Load> {
         match self {
             Kind::Svc | Kind::Ext => vec![Load::Daddr(family), Load::L4Proto, Load::Dport],
             Kind::Np => vec![Load::L4Proto, Load::Dport],
@@ -540,14 +546,14 @@ fn mark(config: &NftConfig) -> Vec<Expr> {
 /// policy; `select(local)` is the verdict that picks an endpoint of the
 /// local (or cluster-wide) set.
 fn policy_rules(
-    fam: Fam,
+    fam: IpFamily,
     config: &NftConfig,
     kind: Kind,
     local: bool,
-    mut select: impl FnMut(bool) -> Verdict,
+    mut select: impl FnMut(bool) -> NfVerdict,
 ) -> Vec<Vec<Expr>> {
-    let saddr = [Load::Saddr(fam.family())];
-    let has_cidrs = !config.proxy.cluster_cidrs_in(fam.0).is_empty();
+    let saddr = [Load::Saddr(fam.table_family())];
+    let has_cidrs = !config.proxy.cluster_cidrs_in(fam).is_empty();
     let mut rules = Vec::new();
     if kind == Kind::Svc {
         if config.proxy.masquerade_all {
@@ -599,7 +605,7 @@ fn policy_rules(
 fn to_class(keys: &[Load], set: &str, chain: &str) -> Vec<Expr> {
     [
         build::lookup(keys, set, None, false),
-        build::verdict(Verdict::Goto(chain.into())),
+        build::verdict(NfVerdict::Goto(chain.into())),
     ]
     .concat()
 }
@@ -613,7 +619,7 @@ enum Target {
 }
 
 struct PortCtx<'a> {
-    fam: Fam,
+    fam: IpFamily,
     config: &'a NftConfig,
     id: String,
     proto: u8,
@@ -644,16 +650,16 @@ impl PortCtx<'_> {
             let name = format!("{}-{}", kind.word(), self.id);
             let rules = policy_rules(self.fam, self.config, kind, local, |set_local| {
                 if self.targets(set_local).is_empty() {
-                    Verdict::Drop
+                    NfVerdict::Drop
                 } else {
-                    Verdict::Goto(self.affinity_chain(render, set_local, timeout))
+                    NfVerdict::Goto(self.affinity_chain(render, set_local, timeout))
                 }
             });
             render.chain(name.clone(), rules, self.comment.as_ref());
             return Target::Own(name);
         }
         let shared = Shared::new(kind, local, self.cluster.len(), self.local.len(), self.how);
-        let family = self.fam.family();
+        let family = self.fam.table_family();
         let rules = policy_rules(self.fam, self.config, kind, local, |set_local| {
             let n = if set_local {
                 shared.local_n
@@ -661,7 +667,7 @@ impl PortCtx<'_> {
                 shared.cluster
             };
             if n == 0 {
-                return Verdict::Drop;
+                return NfVerdict::Drop;
             }
             let pick = kind.pick(set_local);
             let chain = ChainDef {
@@ -672,7 +678,7 @@ impl PortCtx<'_> {
                 comment: None,
             };
             render.chains.insert(pick.chain(n, shared.how), chain);
-            Verdict::Goto(pick.chain(n, shared.how))
+            NfVerdict::Goto(pick.chain(n, shared.how))
         });
         let name = shared.name();
         let key = kind.key(family);
@@ -706,7 +712,7 @@ impl PortCtx<'_> {
     /// does), with no set or map of its own.
     fn affinity_chain(&self, render: &mut Render, local: bool, timeout: u32) -> String {
         let set = self.targets(local);
-        let family = self.fam.family();
+        let family = self.fam.table_family();
         let which = if local { "local" } else { "cluster" };
         let name = format!("aff-{}-{which}", self.id);
         let id = port_mark(&self.id).to_ne_bytes();
@@ -734,10 +740,10 @@ impl PortCtx<'_> {
             rules.push([build::lookup_fixed(&key, AFFINITY), dnat.clone()].concat());
             let left = u32::try_from(n - i).unwrap_or(u32::MAX);
             spread.push(match left {
-                1 => build::verdict(Verdict::Goto(chain.clone())),
+                1 => build::verdict(NfVerdict::Goto(chain.clone())),
                 _ => [
                     build::equals(Load::Random(left), &0u32.to_ne_bytes()),
-                    build::verdict(Verdict::Goto(chain.clone())),
+                    build::verdict(NfVerdict::Goto(chain.clone())),
                 ]
                 .concat(),
             });
@@ -765,7 +771,7 @@ impl PortCtx<'_> {
         let number = self.port.to_be_bytes();
         let values: [&[u8]; 5] = [vip, &[self.proto], &number, endpoint, port];
         render.element(AFFINITY_COUNTS, Key::of(&values), Value::None);
-        let loads = affinity_count_key(self.fam.family());
+        let loads = affinity_count_key(self.fam.table_family());
         let key: Vec<(Load, Option<&[u8]>)> = loads.into_iter().zip(values.map(Some)).collect();
         build::lookup_fixed(&key, AFFINITY_COUNTS)
     }
@@ -822,25 +828,25 @@ impl PortCtx<'_> {
 }
 
 /// Addresses of this family among `texts`, as bytes.
-fn addrs(fam: Fam, ips: &[IpAddr]) -> Vec<Vec<u8>> {
+fn addrs(fam: IpFamily, ips: &[IpAddr]) -> Vec<Vec<u8>> {
     ips.iter().filter_map(|ip| fam.bytes(*ip)).collect()
 }
 
 /// Renders one Service for one family.
 pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &NftConfig) -> Render {
     let mut render = Render::default();
-    let fam = Fam(family);
+    let fam = family;
     let name = view.service.service_name();
     let plan = view.plan(family);
-    let cluster_ips = addrs(fam, &plan.cluster_ips);
-    let lb_ips = addrs(fam, &plan.lb_ips);
-    let external: Vec<Vec<u8>> = addrs(fam, &plan.external_ips)
+    let cluster_ips = addrs(fam, plan.cluster_ips);
+    let lb_ips = addrs(fam, plan.lb_ips);
+    let external: Vec<Vec<u8>> = addrs(fam, plan.external_ips)
         .into_iter()
         .chain(lb_ips.iter().cloned())
         .collect();
     let (itp_local, etp_local) = (plan.itp_local, plan.etp_local);
-    // Parsed once, when the plan was made.
-    let ranges = &plan.source_ranges;
+    // Typed when the Service entered.
+    let ranges = plan.source_ranges;
 
     let service_comment = config.comments.then(|| service_comment(&name)).flatten();
     for ip in &cluster_ips {
@@ -907,16 +913,16 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &NftConfig) 
             for range in ranges {
                 render.element(sources.clone(), prefix_key(fam, *range), Value::None);
             }
-            let saddr = [Load::Saddr(fam.family())];
+            let saddr = [Load::Saddr(fam.table_family())];
             render.chain(
                 fw.clone(),
                 vec![
                     [
                         build::lookup(&saddr, &sources, None, false),
-                        build::verdict(Verdict::Return),
+                        build::verdict(NfVerdict::Return),
                     ]
                     .concat(),
-                    build::verdict(Verdict::Drop),
+                    build::verdict(NfVerdict::Drop),
                 ],
                 note,
             );
@@ -975,13 +981,13 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &NftConfig) 
 /// chains and their rules, and the global elements (NodePort addresses,
 /// CIDRs).
 pub(crate) fn globals(
-    fam: Fam,
+    fam: IpFamily,
     config: &NftConfig,
     node_ips: &[IpNet],
     service_cidrs: &[IpNet],
 ) -> Render {
     let mut render = Render::default();
-    let f = fam.family();
+    let f = fam.table_family();
     let addr = fam.addr_type();
     let (proto, port) = (DataType::INET_PROTO, DataType::INET_SERVICE);
     let vip = DataType::concat(&[addr, proto, port]);
@@ -1034,7 +1040,7 @@ pub(crate) fn globals(
     let daddr = [Load::Daddr(f)];
     let vip_key = [Load::Daddr(f), Load::L4Proto, Load::Dport];
     let np_key = [Load::L4Proto, Load::Dport];
-    let reject = RejectKind::Icmp(match fam.0 {
+    let reject = RejectKind::Icmp(match fam {
         // Port unreachable, as nft's plain `reject` sends.
         IpFamily::V4 => 3,
         IpFamily::V6 => 4,
@@ -1055,7 +1061,7 @@ pub(crate) fn globals(
         ]
         .concat()
     };
-    let jump = |chain: &str| build::verdict(Verdict::Jump(chain.into()));
+    let jump = |chain: &str| build::verdict(NfVerdict::Jump(chain.into()));
     let new_conn = || build::ct_test(CtKey::State, 8);
     let base = |kind, hook, priority| {
         Some(BaseChain {
@@ -1074,21 +1080,21 @@ pub(crate) fn globals(
         (
             "nat-prerouting",
             (
-                base(ChainType::Nat, Hook::Prerouting, -100),
+                base(ChainType::Nat, ChainHook::Prerouting, -100),
                 vec![jump("services")],
             ),
         ),
         (
             "nat-output",
             (
-                base(ChainType::Nat, Hook::Output, -100),
+                base(ChainType::Nat, ChainHook::Output, -100),
                 vec![jump("services")],
             ),
         ),
         (
             "nat-postrouting",
             (
-                base(ChainType::Nat, Hook::Postrouting, 100),
+                base(ChainType::Nat, ChainHook::Postrouting, 100),
                 vec![
                     [
                         build::ct_test(CtKey::Status, 32),
@@ -1096,7 +1102,11 @@ pub(crate) fn globals(
                         build::mark_set_or(m),
                     ]
                     .concat(),
-                    [build::mark_test(m, false), build::verdict(Verdict::Return)].concat(),
+                    [
+                        build::mark_test(m, false),
+                        build::verdict(NfVerdict::Return),
+                    ]
+                    .concat(),
                     build::mark_set_xor(m),
                     // Fully random source ports (NF_NAT_RANGE_PROTO_RANDOM_FULLY).
                     vec![Expr::Masquerade { flags: 16 }],
@@ -1106,13 +1116,13 @@ pub(crate) fn globals(
         (
             "filter-prerouting",
             (
-                base(ChainType::Filter, Hook::Prerouting, -110),
+                base(ChainType::Filter, ChainHook::Prerouting, -110),
                 vec![[new_conn(), vmap(&vip_key, FIREWALL_IPS)].concat()],
             ),
         ),
-        ("filter-input", filter(Hook::Input)),
-        ("filter-forward", filter(Hook::Forward)),
-        ("filter-output", filter(Hook::Output)),
+        ("filter-input", filter(ChainHook::Input)),
+        ("filter-forward", filter(ChainHook::Forward)),
+        ("filter-output", filter(ChainHook::Output)),
         (
             "services",
             (
@@ -1121,7 +1131,7 @@ pub(crate) fn globals(
                 vec![
                     to_class(&vip_key, SERVICE_KEYS, SERVICE_CLASSES),
                     vmap(&vip_key, SERVICE_IPS),
-                    node_port(build::verdict(Verdict::Goto(NODEPORTS.into()))),
+                    node_port(build::verdict(NfVerdict::Goto(NODEPORTS.into()))),
                 ],
             ),
         ),
@@ -1145,7 +1155,7 @@ pub(crate) fn globals(
                     reject_if(&daddr, CLUSTER_IPS),
                     [
                         build::lookup(&daddr, SERVICE_CIDRS, None, false),
-                        build::verdict(Verdict::Drop),
+                        build::verdict(NfVerdict::Drop),
                     ]
                     .concat(),
                 ],

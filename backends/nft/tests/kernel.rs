@@ -1,8 +1,8 @@
 //! The backend against the kernel, in a network namespace of its own:
 //! rounds applied as netlink transactions, a refused transaction that
-//! leaves the kernel as it was and makes the next round replace the
-//! tables whole even when that round is incremental, `force_full`, and a
-//! restart that adopts the tables. Needs root, `ip` and `nft` (to read
+//! leaves the kernel as it was, the full round a driver makes next (and
+//! one it was told to make) replacing the tables whole, and a restart
+//! that adopts the tables. Needs root, `ip` and `nft` (to read
 //! the ruleset back); otherwise it prints SKIPPED and passes.
 
 use std::process::Command;
@@ -52,11 +52,14 @@ impl Drop for Netns {
     }
 }
 
-fn service(name: &str, ip: &str) -> Arc<Service> {
+fn service(name: &str, ip: &str) -> Arc<kpng_model::ServiceInfo> {
     Arc::new(
-        Service::new("t", name)
-            .with_cluster_ips([ip.parse().expect("ip")])
-            .with_port(ServicePort::new("http", Protocol::Tcp, 80)),
+        kpng_model::ServiceInfo::new(
+            Service::new("t", name)
+                .with_cluster_ips([ip.parse().expect("ip")])
+                .with_port(ServicePort::new("http", Protocol::Tcp, 80)),
+        )
+        .expect("valid"),
     )
 }
 
@@ -102,7 +105,7 @@ fn rounds_in_the_kernel_and_a_refused_one_keeps_the_old_rules() {
     backend.sync(&Round::full(&view)).expect("full round");
     let stats = backend.last_sync().clone();
     assert!(
-        stats.full && !stats.adopted && stats.commands > 0,
+        stats.replaced && !stats.adopted && stats.commands > 0,
         "{stats:?}"
     );
     assert_eq!(backend.generation(), 1);
@@ -119,7 +122,7 @@ fn rounds_in_the_kernel_and_a_refused_one_keeps_the_old_rules() {
     backend
         .sync(&Round::between(&before, &view))
         .expect("incremental round");
-    assert!(!backend.last_sync().full, "{:?}", backend.last_sync());
+    assert!(!backend.last_sync().replaced, "{:?}", backend.last_sync());
     assert_eq!(backend.last_sync().services, 1);
     assert_eq!(backend.generation(), 1);
     assert!(ns.table().contains("10.244.1.6 . 8080"), "{}", ns.table());
@@ -153,17 +156,13 @@ fn rounds_in_the_kernel_and_a_refused_one_keeps_the_old_rules() {
         "nothing of the failed transaction applied"
     );
 
-    // The next round is incremental (from the round that failed, as a
-    // driver might hand it), yet the backend replaces the tables whole
-    // and converges.
-    let before = view.clone();
+    // The next round is full, as the driver makes it after a failure: the
+    // backend replaces the tables whole and converges.
     view.revision = 4;
     load(&mut view, "new", "10.96.0.41", &["10.244.1.8"]);
-    backend
-        .sync(&Round::between(&before, &view))
-        .expect("replaced whole");
+    backend.sync(&Round::full(&view)).expect("replaced whole");
     let stats = backend.last_sync().clone();
-    assert!(stats.full, "{stats:?}");
+    assert!(stats.replaced, "{stats:?}");
     assert_eq!(stats.services, 1, "every Service of the view rendered");
     assert_eq!(backend.generation(), 2);
     let table = ns.table();
@@ -179,20 +178,17 @@ fn rounds_in_the_kernel_and_a_refused_one_keeps_the_old_rules() {
         assert!(table.contains(want), "{want} in\n{table}");
     }
 
-    // force_full: an incremental round replaces whole too.
-    backend.force_full();
-    let before = view.clone();
+    // A full round the driver was told to make (`force_full`) replaces
+    // whole too.
     view.revision = 5;
     load(&mut view, "web", "10.96.0.40", &["10.244.1.5"]);
-    backend
-        .sync(&Round::between(&before, &view))
-        .expect("forced full");
-    assert!(backend.last_sync().full);
+    backend.sync(&Round::full(&view)).expect("forced full");
+    assert!(backend.last_sync().replaced);
     assert_eq!(backend.last_sync().services, 2);
     assert_eq!(backend.generation(), 3);
     let empty = Round::between(&view, &view);
     backend.sync(&empty).expect("nothing to do");
-    assert!(!backend.last_sync().full);
+    assert!(!backend.last_sync().replaced);
     assert_eq!(backend.last_sync().commands, 0);
 
     // A restart onto the same state adopts the tables: nothing sent.
@@ -201,7 +197,7 @@ fn rounds_in_the_kernel_and_a_refused_one_keeps_the_old_rules() {
     second.sync(&Round::full(&view)).expect("adopted");
     let stats = second.last_sync().clone();
     assert!(
-        stats.full && stats.adopted && stats.commands == 0,
+        stats.replaced && stats.adopted && stats.commands == 0,
         "{stats:?}"
     );
     assert_eq!(ns.table(), table);
@@ -212,7 +208,7 @@ fn rounds_in_the_kernel_and_a_refused_one_keeps_the_old_rules() {
     third.sync(&Round::full(&view)).expect("replaced");
     let stats = third.last_sync().clone();
     assert!(
-        stats.full && !stats.adopted && stats.commands > 0,
+        stats.replaced && !stats.adopted && stats.commands > 0,
         "{stats:?}"
     );
     assert!(ns.table().contains("10.244.1.9 . 8080"));
@@ -222,7 +218,7 @@ fn rounds_in_the_kernel_and_a_refused_one_keeps_the_old_rules() {
     fourth.sync(&Round::full(&view)).expect("replaced");
     let stats = fourth.last_sync().clone();
     assert!(
-        stats.full && !stats.adopted && stats.commands > 0,
+        stats.replaced && !stats.adopted && stats.commands > 0,
         "{stats:?}"
     );
     assert!(ns.table().contains("counter"), "{}", ns.table());

@@ -17,7 +17,7 @@ use kpng_view::NodeProjector;
 /// The dry run's text for `manifest`, the first (full) sync.
 fn render(manifest: &str) -> String {
     let objects = file::parse_str("case.yaml", manifest).expect("valid manifest");
-    let mut ingest = Ingest::new(Store::new(), IngestConfig::for_node(semantics::NODE));
+    let mut ingest = Ingest::new(Store::new(), IngestConfig::default());
     ingest.load(&objects);
     let proxy = ProxyConfig::default()
         .cluster_cidrs(["10.244.0.0/16", "fd00:10:244::/48"].map(|c| c.parse().expect("cidr")));

@@ -181,7 +181,9 @@ fn history(txns: Vec<Vec<Write>>) -> Vec<Snapshot> {
         for w in writes {
             match w {
                 Write::Service(i, shape) => {
-                    txn.set_service(service(i, shape));
+                    txn.set_service(
+                        kpng_model::ServiceInfo::new(service(i, shape)).expect("valid"),
+                    );
                 }
                 Write::DeleteService(i) => {
                     txn.delete(&Key::Service(name(i)));
@@ -245,7 +247,7 @@ fn fresh(snapshot: &Snapshot) -> Vec<TableContent> {
         .sync_into(snapshot, &mut backend)
         .expect("dry run")
         .expect("a first round");
-    assert!(report.full && backend.last_sync().full);
+    assert!(report.full && backend.last_sync().replaced);
     backend.tables()
 }
 
@@ -305,31 +307,29 @@ proptest! {
         let snaps = history(txns);
         let mut projector = NodeProjector::new(NODE);
         let mut backend = NftBackend::new(config()).dry_run();
-        // A force_full not yet used: rounds with nothing to do are not sent.
-        let mut forcing = false;
         for (step, snap) in snaps.iter().enumerate() {
-            if step > 0 && forced[step - 1] {
-                backend.force_full();
-                forcing = true;
+            // The driver makes the full rounds: told to, its next round is.
+            let forcing = step > 0 && forced[step - 1];
+            if forcing {
+                projector.force_full();
             }
             let generation = backend.generation();
             let report = projector.sync_into(snap, &mut backend).expect("dry run");
             let mut expected = fresh(snap);
             if let Some(report) = report {
                 let stats = backend.last_sync().clone();
-                prop_assert_eq!(report.full, step == 0);
-                prop_assert!(stats.full || !(report.full || forcing), "{:?}", stats);
+                prop_assert_eq!(report.full, step == 0 || forcing);
+                prop_assert!(stats.replaced || !(report.full || forcing), "{:?}", stats);
                 // A forced full round renders every Service of the view.
-                let services = if forcing && !report.full {
+                let services = if forcing {
                     projector.view().services.len()
                 } else {
                     report.services
                 };
                 prop_assert_eq!(stats.services, services);
-                prop_assert_eq!(backend.generation(), generation + u64::from(stats.full));
+                prop_assert_eq!(backend.generation(), generation + u64::from(stats.replaced));
                 let tx = backend.last_transaction().expect("kept in dry-run mode");
                 tx.verify_encoding().expect("round trip");
-                forcing = false;
             }
             let tables = backend.tables();
             prop_assert_eq!(

@@ -145,27 +145,27 @@ mod tests {
 
     use crate::Aggregator;
     use crate::nft::testing::{drop_from, input};
-    use crate::nft::{Family, Fragment, Nft};
+    use crate::nft::{Fragment, Nft, TableFamily};
 
     #[test]
     fn bad_publications_are_refused_with_the_object_named() {
         let mut agg = Aggregator::new(Nft::dry_run());
         // A rule that uses a set nobody published.
         let mut f = Fragment::new();
-        f.table(Family::Ip, "fw")
+        f.table(TableFamily::Ip, "fw")
             .base_chain("in", input(0), [drop_from("missing")]);
         let err = agg.publish("p", f).unwrap_err().to_string();
         assert!(err.contains("uses set missing"), "{err}");
         // An element of the wrong length.
         let mut f = Fragment::new();
-        f.table(Family::Ip, "fw")
+        f.table(TableFamily::Ip, "fw")
             .set(Set::new("s", DataType::IPV4_ADDR))
             .element("s", Element::key(vec![1, 2, 3]));
         let err = agg.publish("p", f).unwrap_err().to_string();
         assert!(err.contains("the key is 3 bytes, the set's 4"), "{err}");
         // A name the kernel cannot hold.
         let mut f = Fragment::new();
-        f.table(Family::Ip, "fw\0x");
+        f.table(TableFamily::Ip, "fw\0x");
         assert!(agg.publish("p", f).is_err());
         assert_eq!(agg.published("p").map(|s| s.len()).unwrap_or(0), 0);
     }

@@ -130,13 +130,13 @@ mod tests {
 
     use crate::Aggregator;
     use crate::nft::testing::{drop_from, input};
-    use crate::nft::{Family, Fragment, Nft, Value, element_key};
+    use crate::nft::{Fragment, Nft, TableFamily, Value, element_key};
 
     #[test]
     fn a_delta_writes_only_the_change() {
         let mut agg = Aggregator::new(Nft::dry_run());
         let mut f = Fragment::new();
-        f.table(Family::Ip, "fw")
+        f.table(TableFamily::Ip, "fw")
             .set(Set::new("bad", DataType::IPV4_ADDR))
             .element("bad", Element::key(vec![192, 0, 2, 1]))
             .base_chain("in", input(0), [drop_from("bad")]);
@@ -150,13 +150,18 @@ mod tests {
             agg.subsystem().last_script()
         );
         let add = MapOp::Set(
-            element_key(Family::Ip, "fw", "bad", vec![192, 0, 2, 2]),
+            element_key(TableFamily::Ip, "fw", "bad", vec![192, 0, 2, 2]),
             Value::Element {
                 data: None,
                 timeout_ms: None,
             },
         );
-        let del = MapOp::Delete(element_key(Family::Ip, "fw", "bad", vec![192, 0, 2, 1]));
+        let del = MapOp::Delete(element_key(
+            TableFamily::Ip,
+            "fw",
+            "bad",
+            vec![192, 0, 2, 1],
+        ));
         agg.publish_delta("fw", [add, del]).unwrap();
         let report = agg.flush();
         assert_eq!(report.transactions, 1);

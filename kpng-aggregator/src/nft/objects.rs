@@ -8,7 +8,7 @@ use std::fmt;
 use kpng_netfilter::nft::{BaseChain, Data, Element, Expr, Set, Table};
 use kpng_store::MapSnapshot;
 
-use super::Family;
+use super::TableFamily;
 
 /// A table: the unit of ownership.
 #[derive(
@@ -16,7 +16,7 @@ use super::Family;
 )]
 pub struct TableName {
     /// Its family.
-    pub family: Family,
+    pub family: TableFamily,
     /// Its name.
     pub name: String,
 }
@@ -126,7 +126,7 @@ impl Fragment {
     }
 
     /// Declares a table and returns a builder for its content.
-    pub fn table(&mut self, family: Family, name: &str) -> TableBuilder<'_> {
+    pub fn table(&mut self, family: TableFamily, name: &str) -> TableBuilder<'_> {
         let table = TableName {
             family,
             name: name.to_owned(),
@@ -216,7 +216,7 @@ impl TableBuilder<'_> {
 }
 
 /// The key of a chain, for deltas.
-pub fn chain_key(family: Family, table: &str, chain: &str) -> Key {
+pub fn chain_key(family: TableFamily, table: &str, chain: &str) -> Key {
     Key {
         table: TableName {
             family,
@@ -227,7 +227,7 @@ pub fn chain_key(family: Family, table: &str, chain: &str) -> Key {
 }
 
 /// The key of an element (not a range's end), for deltas.
-pub fn element_key(family: Family, table: &str, set: &str, key: Vec<u8>) -> Key {
+pub fn element_key(family: TableFamily, table: &str, set: &str, key: Vec<u8>) -> Key {
     Key {
         table: TableName {
             family,
@@ -274,12 +274,12 @@ mod tests {
     use kpng_netfilter::nft::{DataType, Element, Set};
 
     use crate::nft::testing::{drop_from, input};
-    use crate::nft::{Family, Fragment, Key, Value};
+    use crate::nft::{Fragment, Key, TableFamily, Value};
 
     #[test]
     fn fragments_travel_as_json() {
         let mut f = Fragment::new();
-        f.table(Family::Ip, "fw")
+        f.table(TableFamily::Ip, "fw")
             .set(Set::new("bad", DataType::IPV4_ADDR))
             .element("bad", Element::key(vec![192, 0, 2, 1]))
             .base_chain("in", input(0), [drop_from("bad")]);

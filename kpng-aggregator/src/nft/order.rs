@@ -5,7 +5,7 @@
 use kpng_netfilter::nft::BaseChain;
 use kpng_store::MapSnapshot;
 
-use super::{Family, Key, Object, Value};
+use super::{Key, Object, TableFamily, Value};
 
 /// Checks `mine` against `theirs` (another producer's state): no two base
 /// chains on one family and hook with the same priority.
@@ -13,7 +13,7 @@ pub(super) fn clash(
     mine: &MapSnapshot<Key, Value>,
     theirs: &MapSnapshot<Key, Value>,
 ) -> Result<(), String> {
-    let hooks = |state: &MapSnapshot<Key, Value>| -> Vec<(Family, BaseChain, String)> {
+    let hooks = |state: &MapSnapshot<Key, Value>| -> Vec<(TableFamily, BaseChain, String)> {
         state
             .entries()
             .iter()
@@ -51,20 +51,23 @@ pub(super) fn clash(
 mod tests {
     use crate::Aggregator;
     use crate::nft::testing::input;
-    use crate::nft::{Family, Fragment, Nft};
+    use crate::nft::{Fragment, Nft, TableFamily};
 
     #[test]
     fn equal_priorities_on_one_hook_are_refused() {
         let mut agg = Aggregator::new(Nft::dry_run());
         let mut a = Fragment::new();
-        a.table(Family::Inet, "a").base_chain("in", input(0), []);
+        a.table(TableFamily::Inet, "a")
+            .base_chain("in", input(0), []);
         let mut b = Fragment::new();
-        b.table(Family::Inet, "b").base_chain("in", input(0), []);
+        b.table(TableFamily::Inet, "b")
+            .base_chain("in", input(0), []);
         agg.publish("a", a).unwrap();
         let err = agg.publish("b", b.clone()).unwrap_err().to_string();
         assert!(err.contains("undefined"), "{err}");
         let mut b = Fragment::new();
-        b.table(Family::Inet, "b").base_chain("in", input(10), []);
+        b.table(TableFamily::Inet, "b")
+            .base_chain("in", input(10), []);
         agg.publish("b", b).unwrap();
     }
 }

@@ -683,6 +683,7 @@ mod tests {
                 protocol: 1,
                 port: 8080,
             }],
+            copies: Vec::new(),
         };
         EndpointInfo::from_proto(&proto).expect("valid")
     }
@@ -722,11 +723,14 @@ mod tests {
                 name: "node-a".into(),
                 ..Default::default()
             })),
-            ViewOp::SetService(Arc::new(Service {
-                namespace: "default".into(),
-                name: "web".into(),
-                ..Default::default()
-            })),
+            ViewOp::SetService(Arc::new(
+                kpng_model::ServiceInfo::new(Service {
+                    namespace: "default".into(),
+                    name: "web".into(),
+                    ..Default::default()
+                })
+                .expect("valid"),
+            )),
             set(&web, "10.0.0.1", &dual, true),
             set(&web, "fd00::1", &dual, false),
             set(&web, "10.0.0.2", &plain, false),
@@ -804,7 +808,9 @@ mod tests {
         let dual = endpoint(&["10.0.0.1", "fd00::1"], "node-a", &["zone-a"]);
         let plain = endpoint(&["10.0.0.2"], "node-b", &[]);
         let ops = [
-            ViewOp::SetService(Arc::new(Service::new("default", "web"))),
+            ViewOp::SetService(Arc::new(
+                kpng_model::ServiceInfo::new(Service::new("default", "web")).expect("valid"),
+            )),
             set(&web, "10.0.0.1", &dual, true),
             set(&web, "fd00::1", &dual, false),
             set(&web, "10.0.0.2", &plain, false),
@@ -859,7 +865,9 @@ mod tests {
         let a = endpoint(&["10.0.0.3"], "node-a", &[]);
         let b = endpoint(&["10.0.0.1"], "node-a", &[]);
         let ops = [
-            ViewOp::SetService(Arc::new(Service::new("default", "web"))),
+            ViewOp::SetService(Arc::new(
+                kpng_model::ServiceInfo::new(Service::new("default", "web")).expect("valid"),
+            )),
             set(&web, "10.0.0.3", &a, false),
             set(&web, "10.0.0.1", &b, true),
         ];

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use kpng_model::v1::{self, view_change::Change};
 use kpng_model::view::{EndpointView, ViewOp};
-use kpng_model::{Error, ServiceName};
+use kpng_model::{Error, ServiceInfo, ServiceName};
 
 pub(super) fn service_ref(name: &ServiceName) -> v1::ServiceRef {
     v1::ServiceRef {
@@ -39,7 +39,7 @@ pub fn to_wire(op: &ViewOp) -> v1::ViewChange {
         ViewOp::SetNode(node) => Change::SetNode((**node).clone()),
         ViewOp::DeleteNode => Change::DeleteNode(true),
         ViewOp::SetServiceCidrs(cidrs) => Change::SetServiceCidrs((**cidrs).clone()),
-        ViewOp::SetService(svc) => Change::SetService((**svc).clone()),
+        ViewOp::SetService(svc) => Change::SetService(svc.service().clone()),
         ViewOp::DeleteService(name) => Change::DeleteService(service_ref(name)),
         ViewOp::SetEndpoint(name, ep) => Change::SetEndpoint(v1::SetEndpoint {
             service: Some(service_ref(name)),
@@ -64,14 +64,14 @@ pub fn to_wire(op: &ViewOp) -> v1::ViewChange {
 /// The op a wire change stands for.
 ///
 /// # Errors
-/// [`Error::InvalidAddress`] naming a missing part or a bad address:
-/// the peer is not trusted.
+/// [`Error::InvalidAddress`] naming a missing part or a bad address,
+/// [`Error::InvalidServiceAddress`] a Service's: the peer is not trusted.
 pub fn from_wire(change: v1::ViewChange) -> Result<ViewOp, Error> {
     Ok(match change.change.ok_or_else(|| missing("change"))? {
         Change::SetNode(node) => ViewOp::SetNode(Arc::new(node)),
         Change::DeleteNode(_) => ViewOp::DeleteNode,
         Change::SetServiceCidrs(cidrs) => ViewOp::SetServiceCidrs(Arc::new(cidrs)),
-        Change::SetService(svc) => ViewOp::SetService(Arc::new(svc)),
+        Change::SetService(svc) => ViewOp::SetService(Arc::new(ServiceInfo::new(svc)?)),
         Change::DeleteService(r) => ViewOp::DeleteService(service_name(Some(&r))?),
         Change::SetEndpoint(set) => {
             let name = service_name(set.service.as_ref())?;

@@ -157,6 +157,16 @@ pub struct Endpoint {
     /// The ports, per Service port name, sorted by (name, protocol).
     #[prost(message, repeated, tag = "9")]
     pub ports: ::prost::alloc::vec::Vec<EndpointPort>,
+    /// The other copies of this address, when EndpointSlices of the Service
+    /// list it more than once (a pod moving between nodes, a copy without
+    /// `nodeName`): the first copy on each other node, in slice-name order,
+    /// each as its slice lists it (with no copies of its own). The fields
+    /// above are the first copy's, with the ports of every copy merged in.
+    /// A node's view uses the copy on that node when there is one (kube-proxy
+    /// favours the local copy of a duplicated endpoint), and the first copy
+    /// otherwise. Empty for almost every endpoint.
+    #[prost(message, repeated, tag = "10")]
+    pub copies: ::prost::alloc::vec::Vec<Endpoint>,
 }
 /// A Node, as a proxy needs it.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]

@@ -547,6 +547,9 @@ impl serde::Serialize for Endpoint {
         if !self.ports.is_empty() {
             len += 1;
         }
+        if !self.copies.is_empty() {
+            len += 1;
+        }
         let mut struct_ser = serializer.serialize_struct("kpng.model.v1.Endpoint", len)?;
         if let Some(v) = self.addresses.as_ref() {
             struct_ser.serialize_field("addresses", v)?;
@@ -575,6 +578,9 @@ impl serde::Serialize for Endpoint {
         if !self.ports.is_empty() {
             struct_ser.serialize_field("ports", &self.ports)?;
         }
+        if !self.copies.is_empty() {
+            struct_ser.serialize_field("copies", &self.copies)?;
+        }
         struct_ser.end()
     }
 }
@@ -597,6 +603,7 @@ impl<'de> serde::Deserialize<'de> for Endpoint {
             "serving",
             "terminating",
             "ports",
+            "copies",
         ];
 
         #[allow(clippy::enum_variant_names)]
@@ -610,6 +617,7 @@ impl<'de> serde::Deserialize<'de> for Endpoint {
             Serving,
             Terminating,
             Ports,
+            Copies,
         }
         impl<'de> serde::Deserialize<'de> for GeneratedField {
             fn deserialize<D>(deserializer: D) -> std::result::Result<GeneratedField, D::Error>
@@ -640,6 +648,7 @@ impl<'de> serde::Deserialize<'de> for Endpoint {
                             "serving" => Ok(GeneratedField::Serving),
                             "terminating" => Ok(GeneratedField::Terminating),
                             "ports" => Ok(GeneratedField::Ports),
+                            "copies" => Ok(GeneratedField::Copies),
                             _ => Err(serde::de::Error::unknown_field(value, FIELDS)),
                         }
                     }
@@ -668,6 +677,7 @@ impl<'de> serde::Deserialize<'de> for Endpoint {
                 let mut serving__ = None;
                 let mut terminating__ = None;
                 let mut ports__ = None;
+                let mut copies__ = None;
                 while let Some(k) = map_.next_key()? {
                     match k {
                         GeneratedField::Addresses => {
@@ -724,6 +734,12 @@ impl<'de> serde::Deserialize<'de> for Endpoint {
                             }
                             ports__ = Some(map_.next_value()?);
                         }
+                        GeneratedField::Copies => {
+                            if copies__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("copies"));
+                            }
+                            copies__ = Some(map_.next_value()?);
+                        }
                     }
                 }
                 Ok(Endpoint {
@@ -736,6 +752,7 @@ impl<'de> serde::Deserialize<'de> for Endpoint {
                     serving: serving__.unwrap_or_default(),
                     terminating: terminating__.unwrap_or_default(),
                     ports: ports__.unwrap_or_default(),
+                    copies: copies__.unwrap_or_default(),
                 })
             }
         }

@@ -1,6 +1,6 @@
 //! [`ServicePlan`]: a Service resolved for one IP family, as every
-//! backend starts from it (addresses by role, typed and parsed once,
-//! policies, and per port the endpoint targets).
+//! backend starts from it (addresses by role, typed when the Service
+//! entered, policies, and per port the endpoint targets).
 
 use std::net::IpAddr;
 
@@ -35,22 +35,39 @@ impl crate::v1::ServicePort {
 /// One Service in one family, resolved for a data plane: its addresses
 /// by role, its policies, and per port the endpoint targets. Every backend
 /// starts from this, so none re-reads the Service's fields.
+///
+/// The addresses and prefixes are the Service's own, typed when it
+/// entered (see [`ServiceInfo`](crate::ServiceInfo)): a plan lends them
+/// and parses nothing.
+///
+/// ```
+/// use std::sync::Arc;
+/// use kpng_model::v1::{Protocol, Service, ServicePort};
+/// use kpng_model::view::ServiceView;
+/// use kpng_model::{IpFamily, ServiceInfo};
+///
+/// let web = Service::new("default", "web")
+///     .with_cluster_ips(["10.96.0.10".parse()?])
+///     .with_port(ServicePort::new("http", Protocol::Tcp, 80));
+/// let view = ServiceView::new(Arc::new(ServiceInfo::new(web)?));
+/// let plan = view.plan(IpFamily::V4);
+/// assert_eq!(plan.cluster_ips, ["10.96.0.10".parse::<std::net::IpAddr>()?]);
+/// assert_eq!((plan.ports[0].protocol, plan.ports[0].number), ("tcp", 80));
+/// assert!(plan.ports[0].cluster.is_empty(), "no endpoint yet");
+/// assert!(view.plan(IpFamily::V6).cluster_ips.is_empty());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct ServicePlan<'a> {
-    /// The ClusterIPs, parsed once when the plan is made (as every
-    /// address here: an entry that is not an address is left out and
-    /// reported once by [`ServiceView::plan`]).
-    pub cluster_ips: Vec<IpAddr>,
+    /// The ClusterIPs.
+    pub cluster_ips: &'a [IpAddr],
     /// The externalIPs.
-    pub external_ips: Vec<IpAddr>,
+    pub external_ips: &'a [IpAddr],
     /// The load-balancer ingress IPs to program (ipMode VIP or unset).
-    pub lb_ips: Vec<IpAddr>,
-    /// `loadBalancerSourceRanges` (for LB IPs only), parsed once when the
-    /// plan is made: renderers take these typed prefixes and parse no
-    /// text. An entry that is not a CIDR is left out and reported once,
-    /// with a warning, by [`ServiceView::plan`].
-    pub source_ranges: Vec<ipnet::IpNet>,
+    pub lb_ips: &'a [IpAddr],
+    /// `loadBalancerSourceRanges` (for LB IPs only), host bits cleared.
+    pub source_ranges: &'a [ipnet::IpNet],
     /// `internalTrafficPolicy: Local`.
     pub itp_local: bool,
     /// `externalTrafficPolicy: Local`.
@@ -81,8 +98,8 @@ pub struct PortPlan<'a> {
 
 impl<'a> ServicePlan<'a> {
     /// The external addresses: externalIPs, then LB IPs.
-    pub fn externals(&self) -> impl Iterator<Item = &IpAddr> + '_ {
-        self.external_ips.iter().chain(&self.lb_ips)
+    pub fn externals(&self) -> impl Iterator<Item = &'a IpAddr> + 'a {
+        self.external_ips.iter().chain(self.lb_ips)
     }
 }
 
@@ -114,15 +131,10 @@ impl ServiceView {
             })
             .collect();
         ServicePlan {
-            cluster_ips: addresses(self, "clusterIPs", svc.cluster_ips.as_ref(), family),
-            external_ips: addresses(self, "externalIPs", svc.external_ips.as_deref(), family),
-            lb_ips: addresses(
-                self,
-                "loadBalancerIPs",
-                svc.load_balancer_ips.as_deref(),
-                family,
-            ),
-            source_ranges: source_ranges(self, family),
+            cluster_ips: svc.cluster_ips(family),
+            external_ips: svc.external_ips(family),
+            lb_ips: svc.load_balancer_ips(family),
+            source_ranges: svc.source_ranges(family),
             itp_local: svc.internal_traffic_policy() == TrafficPolicy::Local,
             etp_local: svc.external_traffic_policy() == TrafficPolicy::Local,
             affinity: svc
@@ -132,49 +144,4 @@ impl ServiceView {
             ports,
         }
     }
-}
-
-/// The addresses of one of `view`'s sets in `family`, parsed; each entry
-/// that is not an address (or not of `family`) is reported once here.
-fn addresses(
-    view: &ServiceView,
-    field: &str,
-    set: Option<&crate::v1::IpSet>,
-    family: IpFamily,
-) -> Vec<IpAddr> {
-    let texts = crate::addr::family_of(set, family);
-    let mut out = Vec::with_capacity(texts.len());
-    for text in texts {
-        match text.parse::<IpAddr>() {
-            Ok(ip) if IpFamily::of(&ip) == family => out.push(ip),
-            _ => tracing::warn!(
-                service = %view.service.service_name(),
-                field,
-                address = %text,
-                "address ignored"
-            ),
-        }
-    }
-    out
-}
-
-/// The typed `loadBalancerSourceRanges` of `view` in `family`; each entry
-/// that is not a CIDR is reported once here, so that no renderer parses
-/// (or reports) it again.
-fn source_ranges(view: &ServiceView, family: IpFamily) -> Vec<ipnet::IpNet> {
-    let texts = crate::addr::family_of(view.service.load_balancer_source_ranges.as_deref(), family);
-    if texts.is_empty() {
-        return Vec::new();
-    }
-    let (valid, invalid) =
-        crate::addr::parse_prefixes("loadBalancerSourceRanges", texts.iter().map(String::as_str));
-    for error in invalid {
-        tracing::warn!(service = %view.service.service_name(), %error, "source range ignored");
-    }
-    // A prefix listed under the other family (only a hand-written view
-    // can have one) has no place in this family's rules.
-    valid
-        .into_iter()
-        .filter(|p| IpFamily::of(&p.network()) == family)
-        .collect()
 }

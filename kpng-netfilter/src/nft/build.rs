@@ -3,17 +3,17 @@
 //!
 //! ```
 //! use kpng_netfilter::nft::build::{Load, lookup};
-//! use kpng_netfilter::nft::{Family, Reg, Rule};
+//! use kpng_netfilter::nft::{TableFamily, Reg, Rule};
 //!
-//! let key = [Load::Daddr(Family::Ip), Load::L4Proto, Load::Dport];
+//! let key = [Load::Daddr(TableFamily::Ip), Load::L4Proto, Load::Dport];
 //! let rule = Rule::new("services", lookup(&key, "service-ips", Some(Reg::VERDICT), false));
 //! assert_eq!(rule.to_string(), "ip daddr . meta l4proto . th dport vmap @service-ips");
 //! ```
 
 use std::net::IpAddr;
 
-use super::expr::{CmpOp, CtKey, Data, Expr, FibResult, MetaKey, NatKind, Reg, Verdict};
-use super::types::Family;
+use super::expr::{CmpOp, CtKey, Data, Expr, FibResult, MetaKey, NatKind, NfVerdict, Reg};
+use super::types::TableFamily;
 
 pub use super::load::{Load, Typeof, datatype};
 
@@ -93,7 +93,7 @@ pub fn equals(load: Load, value: &[u8]) -> Vec<Expr> {
 }
 
 /// `dnat ip to KEYS map @map`: the map holds (address, port) targets.
-pub fn dnat_map(family: Family, keys: &[Load], map: &str) -> Vec<Expr> {
+pub fn dnat_map(family: TableFamily, keys: &[Load], map: &str) -> Vec<Expr> {
     let mut out = lookup(keys, map, Some(Reg::r32(0)), false);
     out.push(Expr::Nat {
         kind: NatKind::Dnat,
@@ -108,8 +108,8 @@ pub fn dnat_map(family: Family, keys: &[Load], map: &str) -> Vec<Expr> {
 /// `dnat to ADDRESS:PORT`.
 pub fn dnat_to(ip: IpAddr, port: u16) -> Vec<Expr> {
     let (family, addr) = match ip {
-        IpAddr::V4(v4) => (Family::Ip, v4.octets().to_vec()),
-        IpAddr::V6(v6) => (Family::Ip6, v6.octets().to_vec()),
+        IpAddr::V4(v4) => (TableFamily::Ip, v4.octets().to_vec()),
+        IpAddr::V6(v6) => (TableFamily::Ip6, v6.octets().to_vec()),
     };
     let proto = Reg::r32(0).after(u32::try_from(addr.len()).unwrap_or(16));
     vec![
@@ -223,7 +223,7 @@ pub fn fib_local(source: bool) -> Vec<Expr> {
 }
 
 /// The verdict that ends a rule.
-pub fn verdict(verdict: Verdict) -> Vec<Expr> {
+pub fn verdict(verdict: NfVerdict) -> Vec<Expr> {
     vec![Expr::verdict(verdict)]
 }
 
@@ -245,7 +245,7 @@ mod tests {
     /// them itself.
     #[test]
     fn typeof_user_data_is_what_nft_writes() {
-        let ip6 = Family::Ip6;
+        let ip6 = TableFamily::Ip6;
         let n6 = Set::keyed_by("n6", &[Load::L4Proto, Load::Dport, Load::Random(2)])
             .to_values(&[Load::Daddr(ip6), Load::Dport]);
         assert_eq!(
@@ -262,13 +262,13 @@ mod tests {
         let v4 = Set::keyed_by(
             "v4",
             &[
-                Load::Daddr(Family::Ip),
+                Load::Daddr(TableFamily::Ip),
                 Load::L4Proto,
                 Load::Dport,
                 Load::Random(2),
             ],
         )
-        .to_values(&[Load::Daddr(Family::Ip), Load::Dport]);
+        .to_values(&[Load::Daddr(TableFamily::Ip), Load::Dport]);
         assert_eq!(
             v4.key,
             DataType {
@@ -294,19 +294,19 @@ mod tests {
 
     #[test]
     fn pieces_read_as_nft_writes_them() {
-        let ip6 = [Load::Daddr(Family::Ip6), Load::L4Proto, Load::Dport];
+        let ip6 = [Load::Daddr(TableFamily::Ip6), Load::L4Proto, Load::Dport];
         assert_eq!(
             text(vec![lookup(&ip6, "service-ips", Some(Reg::VERDICT), false)]),
             "ip6 daddr . meta l4proto . th dport vmap @service-ips"
         );
         let pick = [
-            Load::Daddr(Family::Ip),
+            Load::Daddr(TableFamily::Ip),
             Load::L4Proto,
             Load::Dport,
             Load::Random(3),
         ];
         assert_eq!(
-            text(vec![dnat_map(Family::Ip, &pick, "vip-cluster")]),
+            text(vec![dnat_map(TableFamily::Ip, &pick, "vip-cluster")]),
             "dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 3 map @vip-cluster"
         );
         assert_eq!(
@@ -315,13 +315,13 @@ mod tests {
         );
         assert_eq!(
             text(vec![
-                lookup(&[Load::Saddr(Family::Ip)], "cluster-cidrs", None, true),
+                lookup(&[Load::Saddr(TableFamily::Ip)], "cluster-cidrs", None, true),
                 mark_set_or(0x4000),
             ]),
             "ip saddr != @cluster-cidrs meta mark set meta mark | 0x00004000"
         );
         assert_eq!(
-            text(vec![mark_test(0x4000, false), verdict(Verdict::Return)]),
+            text(vec![mark_test(0x4000, false), verdict(NfVerdict::Return)]),
             "meta mark & 0x00004000 == 0x00000000 return"
         );
         assert_eq!(

@@ -3,7 +3,7 @@
 //! Services holds ~100k elements; kept as [`Element`]s they take ~14 MB,
 //! flat ~3 MB (8 bytes an element beside its key and data).
 
-use super::expr::{Data, Verdict};
+use super::expr::{Data, NfVerdict};
 use super::object::Element;
 
 /// What an element maps to, without its bytes.
@@ -131,12 +131,12 @@ impl Elements {
                 None => Kind::None,
                 Some(Data::Value(_)) => Kind::Value,
                 Some(Data::Verdict(v)) => match v {
-                    Verdict::Accept => Kind::Accept,
-                    Verdict::Drop => Kind::Drop,
-                    Verdict::Continue => Kind::Continue,
-                    Verdict::Return => Kind::Return,
-                    Verdict::Jump(_) => Kind::Jump,
-                    Verdict::Goto(_) => Kind::Goto,
+                    NfVerdict::Accept => Kind::Accept,
+                    NfVerdict::Drop => Kind::Drop,
+                    NfVerdict::Continue => Kind::Continue,
+                    NfVerdict::Return => Kind::Return,
+                    NfVerdict::Jump(_) => Kind::Jump,
+                    NfVerdict::Goto(_) => Kind::Goto,
                 },
             };
             out.push(
@@ -221,12 +221,12 @@ impl Elements {
         let data = match it.kind {
             Kind::None => None,
             Kind::Value => Some(Data::Value(data.to_vec())),
-            Kind::Accept => Some(Data::Verdict(Verdict::Accept)),
-            Kind::Drop => Some(Data::Verdict(Verdict::Drop)),
-            Kind::Continue => Some(Data::Verdict(Verdict::Continue)),
-            Kind::Return => Some(Data::Verdict(Verdict::Return)),
-            Kind::Jump => Some(Data::Verdict(Verdict::Jump(chain()))),
-            Kind::Goto => Some(Data::Verdict(Verdict::Goto(chain()))),
+            Kind::Accept => Some(Data::Verdict(NfVerdict::Accept)),
+            Kind::Drop => Some(Data::Verdict(NfVerdict::Drop)),
+            Kind::Continue => Some(Data::Verdict(NfVerdict::Continue)),
+            Kind::Return => Some(Data::Verdict(NfVerdict::Return)),
+            Kind::Jump => Some(Data::Verdict(NfVerdict::Jump(chain()))),
+            Kind::Goto => Some(Data::Verdict(NfVerdict::Goto(chain()))),
         };
         Some(Element {
             key,
@@ -435,8 +435,8 @@ mod tests {
                 ..Element::key(vec![10, 0, 0, 2])
             },
             Element::map(vec![1; 12], Data::Value(vec![2; 8])),
-            Element::map(vec![3; 4], Data::Verdict(Verdict::Goto("svc-c3".into()))),
-            Element::map(vec![4; 4], Data::Verdict(Verdict::Drop)).with_comment("ns/a:http/tcp"),
+            Element::map(vec![3; 4], Data::Verdict(NfVerdict::Goto("svc-c3".into()))),
+            Element::map(vec![4; 4], Data::Verdict(NfVerdict::Drop)).with_comment("ns/a:http/tcp"),
             Element {
                 timeout_ms: Some(5000),
                 ..Element::key(vec![5; 16])
@@ -455,10 +455,10 @@ mod tests {
         let want = vec![
             Element::key(vec![10, 0, 0, 1]),
             Element::map(vec![1; 12], Data::Value(vec![2; 8])),
-            Element::map(vec![3; 4], Data::Verdict(Verdict::Goto("svc-c3".into()))),
-            Element::map(vec![3; 4], Data::Verdict(Verdict::Jump("j".into()))),
-            Element::map(vec![4; 4], Data::Verdict(Verdict::Drop)).with_comment("ns/a:http/tcp"),
-            Element::map(vec![4; 4], Data::Verdict(Verdict::Accept)).with_comment(long.clone()),
+            Element::map(vec![3; 4], Data::Verdict(NfVerdict::Goto("svc-c3".into()))),
+            Element::map(vec![3; 4], Data::Verdict(NfVerdict::Jump("j".into()))),
+            Element::map(vec![4; 4], Data::Verdict(NfVerdict::Drop)).with_comment("ns/a:http/tcp"),
+            Element::map(vec![4; 4], Data::Verdict(NfVerdict::Accept)).with_comment(long.clone()),
             Element::key(vec![5; 4]).with_comment("a \"quoted\" one"),
         ];
         let mut list = ElementList::with_capacity(2);

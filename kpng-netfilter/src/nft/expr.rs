@@ -9,7 +9,7 @@
 use netlink_packet_core::{DefaultNla, NLA_F_NESTED};
 use netlink_packet_netfilter::nftables::{ExpressionAttribute, Expressions, ListAttribute};
 
-use super::types::Family;
+use super::types::TableFamily;
 
 /// A register of the nf_tables virtual machine.
 ///
@@ -47,7 +47,7 @@ impl Reg {
 /// What a rule or a verdict map decides.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Verdict {
+pub enum NfVerdict {
     /// Let the packet through (this hook).
     Accept,
     /// Drop it.
@@ -62,23 +62,23 @@ pub enum Verdict {
     Goto(String),
 }
 
-impl Verdict {
+impl NfVerdict {
     /// The kernel's code (`NF_DROP`, `NF_ACCEPT`, `NFT_*`).
     pub fn code(&self) -> i32 {
         match self {
-            Verdict::Drop => 0,
-            Verdict::Accept => 1,
-            Verdict::Continue => -1,
-            Verdict::Return => -5,
-            Verdict::Jump(_) => -3,
-            Verdict::Goto(_) => -4,
+            NfVerdict::Drop => 0,
+            NfVerdict::Accept => 1,
+            NfVerdict::Continue => -1,
+            NfVerdict::Return => -5,
+            NfVerdict::Jump(_) => -3,
+            NfVerdict::Goto(_) => -4,
         }
     }
 
     /// The chain a jump or goto names.
     pub fn chain(&self) -> Option<&str> {
         match self {
-            Verdict::Jump(chain) | Verdict::Goto(chain) => Some(chain),
+            NfVerdict::Jump(chain) | NfVerdict::Goto(chain) => Some(chain),
             _ => None,
         }
     }
@@ -91,7 +91,7 @@ pub enum Data {
     /// Bytes, as the registers hold them.
     Value(Vec<u8>),
     /// A verdict.
-    Verdict(Verdict),
+    Verdict(NfVerdict),
 }
 
 /// Which header a payload expression reads.
@@ -307,7 +307,7 @@ pub enum Expr {
         /// Which.
         kind: NatKind,
         /// The address family of `addr`.
-        family: Family,
+        family: TableFamily,
         /// The register holding the new address.
         addr: Option<Reg>,
         /// The register holding the new port.
@@ -420,7 +420,7 @@ pub(crate) fn data_nest(data: &Data) -> Vec<u8> {
 
 impl Expr {
     /// The expression that ends a rule with `verdict`.
-    pub fn verdict(verdict: Verdict) -> Self {
+    pub fn verdict(verdict: NfVerdict) -> Self {
         Expr::Immediate {
             dreg: Reg::VERDICT,
             data: Data::Verdict(verdict),
@@ -678,12 +678,12 @@ fn data_of(bytes: &[u8]) -> Option<Data> {
                 }
             }
             Some(Data::Verdict(match (code?, chain) {
-                (0, _) => Verdict::Drop,
-                (1, _) => Verdict::Accept,
-                (-1, _) => Verdict::Continue,
-                (-5, _) => Verdict::Return,
-                (-3, Some(c)) => Verdict::Jump(c),
-                (-4, Some(c)) => Verdict::Goto(c),
+                (0, _) => NfVerdict::Drop,
+                (1, _) => NfVerdict::Accept,
+                (-1, _) => NfVerdict::Continue,
+                (-5, _) => NfVerdict::Return,
+                (-3, Some(c)) => NfVerdict::Jump(c),
+                (-4, Some(c)) => NfVerdict::Goto(c),
                 _ => return None,
             }))
         }
@@ -810,9 +810,9 @@ impl RawExpr {
                     _ => return None,
                 },
                 family: match self.u32(2)? {
-                    2 => Family::Ip,
-                    10 => Family::Ip6,
-                    1 => Family::Inet,
+                    2 => TableFamily::Ip,
+                    10 => TableFamily::Ip6,
+                    1 => TableFamily::Inet,
                     _ => return None,
                 },
                 addr: self.reg(3),
@@ -896,7 +896,7 @@ mod tests {
         assert_eq!(nla(1, &[0xaa]), [5, 0, 1, 0, 0xaa, 0, 0, 0]);
         assert_eq!(cstr("ab"), b"ab\0");
         // A goto verdict: NFTA_DATA_VERDICT { code -4, chain "c" }.
-        let nest = data_nest(&Data::Verdict(Verdict::Goto("c".into())));
+        let nest = data_nest(&Data::Verdict(NfVerdict::Goto("c".into())));
         assert_eq!(&nest[2..4], &(2 | NLA_F_NESTED).to_ne_bytes());
         assert_eq!(&nest[8..12], &(-4i32).to_be_bytes());
     }
@@ -946,14 +946,14 @@ mod tests {
                 dreg: None,
                 invert: true,
             },
-            Expr::verdict(Verdict::Goto("c".into())),
+            Expr::verdict(NfVerdict::Goto("c".into())),
             Expr::Immediate {
                 dreg: r(0),
                 data: Data::Value(vec![10, 0, 0, 1]),
             },
             Expr::Nat {
                 kind: NatKind::Dnat,
-                family: Family::Ip6,
+                family: TableFamily::Ip6,
                 addr: Some(r(0)),
                 proto: Some(r(4)),
                 flags: 0,

@@ -3,16 +3,16 @@
 //! beside a set declared by them.
 
 use super::expr::{Expr, MetaKey, PayloadBase, Reg};
-use super::types::{DataType, Family};
+use super::types::{DataType, TableFamily};
 
 /// A value loaded from the packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Load {
     /// `ip saddr` or `ip6 saddr`.
-    Saddr(Family),
+    Saddr(TableFamily),
     /// `ip daddr` or `ip6 daddr`.
-    Daddr(Family),
+    Daddr(TableFamily),
     /// `meta l4proto`.
     L4Proto,
     /// `th dport`.
@@ -28,7 +28,7 @@ pub enum Load {
     /// source address and port; the destination is the rule's), the same
     /// for every packet of the flow and for every node (consistent
     /// hashing's slot, with a Maglev table).
-    Jhash(Family, u32),
+    Jhash(TableFamily, u32),
     /// `meta mark`.
     Mark,
 }
@@ -37,7 +37,7 @@ impl Load {
     /// How many bytes it loads.
     pub fn len(self) -> u32 {
         match self {
-            Load::Saddr(Family::Ip6) | Load::Daddr(Family::Ip6) => 16,
+            Load::Saddr(TableFamily::Ip6) | Load::Daddr(TableFamily::Ip6) => 16,
             Load::Saddr(_)
             | Load::Daddr(_)
             | Load::Random(_)
@@ -87,8 +87,8 @@ impl Load {
         const DESC_IP: u32 = 12;
         const DESC_IP6: u32 = 13;
         let (kind, attrs): (u32, &[u32]) = match self {
-            Load::Saddr(Family::Ip6) => (PAYLOAD, &[DESC_IP6, 8]),
-            Load::Daddr(Family::Ip6) => (PAYLOAD, &[DESC_IP6, 9]),
+            Load::Saddr(TableFamily::Ip6) => (PAYLOAD, &[DESC_IP6, 8]),
+            Load::Daddr(TableFamily::Ip6) => (PAYLOAD, &[DESC_IP6, 9]),
             Load::Saddr(_) => (PAYLOAD, &[DESC_IP, 11]),
             Load::Daddr(_) => (PAYLOAD, &[DESC_IP, 12]),
             Load::Sport => (PAYLOAD, &[DESC_TH, 1]),
@@ -242,8 +242,8 @@ impl Load {
             dreg,
         };
         match self {
-            Load::Saddr(Family::Ip6) => payload(PayloadBase::Network, 8, 16),
-            Load::Daddr(Family::Ip6) => payload(PayloadBase::Network, 24, 16),
+            Load::Saddr(TableFamily::Ip6) => payload(PayloadBase::Network, 8, 16),
+            Load::Daddr(TableFamily::Ip6) => payload(PayloadBase::Network, 24, 16),
             Load::Saddr(_) => payload(PayloadBase::Network, 12, 4),
             Load::Daddr(_) => payload(PayloadBase::Network, 16, 4),
             Load::Dport => payload(PayloadBase::Transport, 2, 2),

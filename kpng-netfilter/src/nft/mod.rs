@@ -20,12 +20,12 @@ mod verify;
 
 pub use elements::{DataRef, ElementList};
 pub use expr::{
-    CmpOp, CtKey, Data, DynsetOp, Expr, FibResult, MetaKey, NatKind, PayloadBase, RawExpr, Reg,
-    RejectKind, Verdict,
+    CmpOp, CtKey, Data, DynsetOp, Expr, FibResult, MetaKey, NatKind, NfVerdict, PayloadBase,
+    RawExpr, Reg, RejectKind,
 };
 pub use object::{
-    BaseChain, COMMENT_MAX, Chain, ChainType, DataType, Element, Family, Hook, MapTo, Rule, Set,
-    Table, fit_comment, key,
+    BaseChain, COMMENT_MAX, Chain, ChainHook, ChainType, DataType, Element, ElementCounter, MapTo,
+    Rule, Set, Table, TableFamily, fit_comment, key,
 };
-pub use socket::{ChainState, ElementCounter, RuleState, SetState, Socket, TableState};
+pub use socket::{ChainState, RuleState, SetState, Socket, TableState};
 pub use tx::Transaction;

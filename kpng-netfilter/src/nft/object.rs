@@ -4,7 +4,7 @@ use std::net::IpAddr;
 
 use super::expr::{Data, Expr};
 use super::load::{self, Load, Typeof};
-pub use super::types::{DataType, Family};
+pub use super::types::{DataType, TableFamily};
 
 /// A table: a family and a name.
 #[derive(
@@ -12,14 +12,14 @@ pub use super::types::{DataType, Family};
 )]
 pub struct Table {
     /// The family.
-    pub family: Family,
+    pub family: TableFamily,
     /// The name.
     pub name: String,
 }
 
 impl Table {
     /// A table.
-    pub fn new(family: Family, name: impl Into<String>) -> Self {
+    pub fn new(family: TableFamily, name: impl Into<String>) -> Self {
         Self {
             family,
             name: name.into(),
@@ -56,7 +56,7 @@ impl ChainType {
 /// Where a base chain is attached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Hook {
+pub enum ChainHook {
     /// Before routing.
     Prerouting,
     /// To this host.
@@ -69,25 +69,25 @@ pub enum Hook {
     Postrouting,
 }
 
-impl Hook {
+impl ChainHook {
     /// nft's name for it.
     pub fn name(self) -> &'static str {
         match self {
-            Hook::Prerouting => "prerouting",
-            Hook::Input => "input",
-            Hook::Forward => "forward",
-            Hook::Output => "output",
-            Hook::Postrouting => "postrouting",
+            ChainHook::Prerouting => "prerouting",
+            ChainHook::Input => "input",
+            ChainHook::Forward => "forward",
+            ChainHook::Output => "output",
+            ChainHook::Postrouting => "postrouting",
         }
     }
 
     pub(crate) fn from_number(n: u32) -> Option<Self> {
         Some(match n {
-            0 => Hook::Prerouting,
-            1 => Hook::Input,
-            2 => Hook::Forward,
-            3 => Hook::Output,
-            4 => Hook::Postrouting,
+            0 => ChainHook::Prerouting,
+            1 => ChainHook::Input,
+            2 => ChainHook::Forward,
+            3 => ChainHook::Output,
+            4 => ChainHook::Postrouting,
             _ => return None,
         })
     }
@@ -99,7 +99,7 @@ pub struct BaseChain {
     /// Its type.
     pub kind: ChainType,
     /// Its hook.
-    pub hook: Hook,
+    pub hook: ChainHook,
     /// Its priority at the hook (lower runs first; dstnat is -100,
     /// srcnat 100, filter 0).
     pub priority: i32,
@@ -136,7 +136,7 @@ impl Chain {
     }
 
     /// A base chain with policy accept.
-    pub fn base(name: impl Into<String>, kind: ChainType, hook: Hook, priority: i32) -> Self {
+    pub fn base(name: impl Into<String>, kind: ChainType, hook: ChainHook, priority: i32) -> Self {
         Self {
             name: name.into(),
             base: Some(BaseChain {
@@ -305,6 +305,16 @@ pub struct Element {
     pub comment: Option<String>,
 }
 
+/// What an element's counter counted (`counter packets N bytes M`), as
+/// the kernel reads it back ([`Socket::read_counters`](super::Socket::read_counters)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ElementCounter {
+    /// Packets that matched the element (for a NAT map, connections).
+    pub packets: u64,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
 impl Element {
     /// A set element.
     pub fn key(key: Vec<u8>) -> Self {
@@ -329,18 +339,20 @@ impl Element {
     /// overlaps. Each range is a start and, unless it reaches the top of
     /// the address space, an end.
     pub fn ranges(
-        family: Family,
+        family: TableFamily,
         prefixes: impl IntoIterator<Item = ipnet::IpNet>,
     ) -> Vec<Element> {
-        let bits: u32 = if family == Family::Ip6 { 128 } else { 32 };
+        let bits: u32 = if family == TableFamily::Ip6 { 128 } else { 32 };
         // Each range as [first, past]; `past` is `None` at the top.
         let mut ranges: Vec<(u128, Option<u128>)> = prefixes
             .into_iter()
             .filter_map(|prefix| {
                 let (ip, len) = (prefix.network(), prefix.prefix_len());
                 let n = match (ip, family) {
-                    (IpAddr::V4(v4), Family::Ip | Family::Inet) => u128::from(u32::from(v4)),
-                    (IpAddr::V6(v6), Family::Ip6) => u128::from(v6),
+                    (IpAddr::V4(v4), TableFamily::Ip | TableFamily::Inet) => {
+                        u128::from(u32::from(v4))
+                    }
+                    (IpAddr::V6(v6), TableFamily::Ip6) => u128::from(v6),
                     _ => return None,
                 };
                 let host = bits - u32::from(len).min(bits);
@@ -531,7 +543,7 @@ mod tests {
         };
         // Overlapping, touching, and of the other family.
         let got = Element::ranges(
-            Family::Ip,
+            TableFamily::Ip,
             [
                 p("10.1.0.0", 16),
                 p("10.0.0.0", 8),
@@ -550,9 +562,9 @@ mod tests {
             ]
         );
         // To the top of the space: no end.
-        let got = Element::ranges(Family::Ip, [p("255.255.255.255", 32), p("0.0.0.0", 1)]);
+        let got = Element::ranges(TableFamily::Ip, [p("255.255.255.255", 32), p("0.0.0.0", 1)]);
         assert_eq!(keys(got).len(), 3);
-        let got = Element::ranges(Family::Ip6, [p("::", 0)]);
+        let got = Element::ranges(TableFamily::Ip6, [p("::", 0)]);
         assert_eq!(keys(got), [(vec![0; 16], false)]);
     }
 }

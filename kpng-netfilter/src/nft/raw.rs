@@ -6,9 +6,8 @@
 //! other nf_tables message still goes through the crate. The message and
 //! attribute walkers serve ctnetlink too ([`crate::conntrack`]).
 
-use super::expr::{Data, Verdict};
-use super::object::{Element, userdata_comment};
-use super::socket::ElementCounter;
+use super::expr::{Data, NfVerdict};
+use super::object::{Element, ElementCounter, userdata_comment};
 
 /// `NLA_TYPE_MASK`: the type bits of an attribute header.
 const TYPE_MASK: u16 = 0x3fff;
@@ -90,7 +89,7 @@ fn u32_be(bytes: &[u8]) -> Option<u32> {
     Some(u32::from_be_bytes(bytes.get(..4)?.try_into().ok()?))
 }
 
-fn verdict(buf: &[u8]) -> Option<Verdict> {
+fn verdict(buf: &[u8]) -> Option<NfVerdict> {
     let (mut code, mut chain) = (None, None);
     for (kind, value) in attributes(buf) {
         match kind {
@@ -108,12 +107,12 @@ fn verdict(buf: &[u8]) -> Option<Verdict> {
         }
     }
     Some(match code? {
-        1 => Verdict::Accept,
-        0 => Verdict::Drop,
-        -1 => Verdict::Continue,
-        -5 => Verdict::Return,
-        -3 => Verdict::Jump(chain?),
-        -4 => Verdict::Goto(chain?),
+        1 => NfVerdict::Accept,
+        0 => NfVerdict::Drop,
+        -1 => NfVerdict::Continue,
+        -5 => NfVerdict::Return,
+        -3 => NfVerdict::Jump(chain?),
+        -4 => NfVerdict::Goto(chain?),
         _ => return None,
     })
 }

@@ -344,20 +344,20 @@ impl fmt::Display for Transaction {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nft::{Family, Verdict, key};
+    use crate::nft::{NfVerdict, TableFamily, key};
 
     #[test]
     fn declarations_read_as_nft_takes_them() {
         let pick = Set::keyed_by(
             "vip-cluster",
             &[
-                Load::Daddr(Family::Ip),
+                Load::Daddr(TableFamily::Ip),
                 Load::L4Proto,
                 Load::Dport,
                 Load::Random(2),
             ],
         )
-        .to_values(&[Load::Daddr(Family::Ip), Load::Dport]);
+        .to_values(&[Load::Daddr(TableFamily::Ip), Load::Dport]);
         assert_eq!(
             pick.declaration(),
             "typeof ip daddr . meta l4proto . th dport . numgen random mod 2 : ip daddr . th dport"
@@ -386,7 +386,7 @@ mod tests {
         assert_eq!(vmap.declaration(), "type ipv6_addr . inet_proto : verdict");
         let e = Element::map(
             key(&[&"fd00::1".parse::<Ipv6Addr>().expect("ip").octets(), &[17]]),
-            Data::Verdict(Verdict::Goto("svc".into())),
+            Data::Verdict(NfVerdict::Goto("svc".into())),
         );
         assert_eq!(vmap.element_text(&e), "fd00::1 . udp : goto svc");
         assert_eq!(

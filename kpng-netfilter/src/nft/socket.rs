@@ -19,7 +19,9 @@ use nix::sys::socket::{
 use nix::sys::time::TimeVal;
 
 use super::expr::RawExpr;
-use super::object::{DataType, Element, Family, Hook, MapTo, Table, userdata_comment};
+use super::object::{
+    ChainHook, DataType, Element, ElementCounter, MapTo, Table, TableFamily, userdata_comment,
+};
 use super::raw;
 use super::tx::Transaction;
 use crate::Error;
@@ -281,7 +283,7 @@ impl Socket {
     /// Sends a dump request numbered `seq`.
     fn send_dump(
         &mut self,
-        family: Family,
+        family: TableFamily,
         request: NfTablesMessage,
         seq: u32,
     ) -> Result<(), Error> {
@@ -298,7 +300,11 @@ impl Socket {
     }
 
     /// Every object a dump request returns.
-    fn dump(&mut self, family: Family, request: NfTablesMessage) -> Result<Vec<Dumped>, Error> {
+    fn dump(
+        &mut self,
+        family: TableFamily,
+        request: NfTablesMessage,
+    ) -> Result<Vec<Dumped>, Error> {
         let seq = self.take_seqs(1);
         self.send_dump(family, request, seq)?;
         let mut out = Vec::new();
@@ -409,7 +415,7 @@ impl Socket {
     /// What `pick` makes of each object a dump request returns.
     fn dump_each<T>(
         &mut self,
-        family: Family,
+        family: TableFamily,
         request: NfTablesMessage,
         pick: impl FnMut(Dumped) -> Option<T>,
     ) -> Result<Vec<T>, Error> {
@@ -424,7 +430,7 @@ impl Socket {
     ///
     /// # Errors
     /// [`Error::Io`] or [`Error::Decode`].
-    pub fn tables(&mut self, family: Family) -> Result<Vec<String>, Error> {
+    pub fn tables(&mut self, family: TableFamily) -> Result<Vec<String>, Error> {
         let dumped = self.dump(
             family,
             NfTablesMessage::GetTable(TableMessage { attributes: vec![] }),
@@ -558,11 +564,11 @@ impl Socket {
     }
 }
 
-fn proto_family(family: Family) -> NetfilterProtoFamily {
+fn proto_family(family: TableFamily) -> NetfilterProtoFamily {
     match family {
-        Family::Ip => NetfilterProtoFamily::IPv4,
-        Family::Ip6 => NetfilterProtoFamily::IPv6,
-        Family::Inet => NetfilterProtoFamily::Inet,
+        TableFamily::Ip => NetfilterProtoFamily::IPv4,
+        TableFamily::Ip6 => NetfilterProtoFamily::IPv6,
+        TableFamily::Inet => NetfilterProtoFamily::Inet,
     }
 }
 
@@ -595,7 +601,7 @@ pub struct ChainState {
     /// The name.
     pub name: String,
     /// For a base chain: its hook and priority.
-    pub hook: Option<(Hook, i32)>,
+    pub hook: Option<(ChainHook, i32)>,
     /// Its rules, in order.
     pub rules: Vec<RuleState>,
     /// Its comment (nft's, in `NFTA_CHAIN_USERDATA`).
@@ -632,15 +638,6 @@ pub struct SetState {
     pub counter: bool,
 }
 
-/// What an element's counter counted (`counter packets N bytes M`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ElementCounter {
-    /// Packets that matched the element (for a NAT map, connections).
-    pub packets: u64,
-    /// Their bytes.
-    pub bytes: u64,
-}
-
 fn chain_state(c: ChainMessage, table: &str) -> Option<ChainState> {
     let mut state = ChainState {
         name: String::new(),
@@ -659,7 +656,7 @@ fn chain_state(c: ChainMessage, table: &str) -> Option<ChainState> {
                 for part in parts {
                     match part {
                         NlHook::Number(HookNumber::Inet(n)) => {
-                            hook = Hook::from_number(u32::from(n));
+                            hook = ChainHook::from_number(u32::from(n));
                         }
                         NlHook::Priority(p) => priority = i32::from_ne_bytes(p.to_ne_bytes()),
                         _ => {}

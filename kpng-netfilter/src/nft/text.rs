@@ -11,10 +11,10 @@ use std::fmt::{self, Write as _};
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::expr::{
-    CmpOp, CtKey, Data, DynsetOp, Expr, FibResult, MetaKey, NatKind, PayloadBase, Reg, RejectKind,
-    Verdict,
+    CmpOp, CtKey, Data, DynsetOp, Expr, FibResult, MetaKey, NatKind, NfVerdict, PayloadBase, Reg,
+    RejectKind,
 };
-use super::object::{Family, Rule};
+use super::object::{Rule, TableFamily};
 
 /// What a register holds: its nft words and how to print a constant of it.
 #[derive(Clone, Debug)]
@@ -142,14 +142,14 @@ pub(crate) fn constant(kind: Kind, bytes: &[u8]) -> String {
     }
 }
 
-pub(crate) fn verdict(v: &Verdict) -> String {
+pub(crate) fn verdict(v: &NfVerdict) -> String {
     match v {
-        Verdict::Accept => "accept".into(),
-        Verdict::Drop => "drop".into(),
-        Verdict::Continue => "continue".into(),
-        Verdict::Return => "return".into(),
-        Verdict::Jump(c) => format!("jump {c}"),
-        Verdict::Goto(c) => format!("goto {c}"),
+        NfVerdict::Accept => "accept".into(),
+        NfVerdict::Drop => "drop".into(),
+        NfVerdict::Continue => "continue".into(),
+        NfVerdict::Return => "return".into(),
+        NfVerdict::Jump(c) => format!("jump {c}"),
+        NfVerdict::Goto(c) => format!("goto {c}"),
     }
 }
 
@@ -407,7 +407,7 @@ impl fmt::Display for Rule {
                         NatKind::Snat => "snat",
                     };
                     let fam = match family {
-                        Family::Ip6 => "ip6",
+                        TableFamily::Ip6 => "ip6",
                         _ => "ip",
                     };
                     let value =
@@ -514,7 +514,7 @@ mod tests {
                 },
                 Expr::Nat {
                     kind: NatKind::Dnat,
-                    family: Family::Ip,
+                    family: TableFamily::Ip,
                     addr: Some(r(0)),
                     proto: Some(r(1)),
                     flags: 0,
@@ -531,12 +531,19 @@ mod tests {
         // (checked with `nft -f` and `nft list ruleset` in a namespace).
         use crate::nft::build;
         use crate::nft::load::Load;
-        let keys = |last| [Load::Daddr(Family::Ip), Load::L4Proto, Load::Dport, last];
+        let keys = |last| {
+            [
+                Load::Daddr(TableFamily::Ip),
+                Load::L4Proto,
+                Load::Dport,
+                last,
+            ]
+        };
         let maglev = Rule::new(
             "c",
             build::dnat_map(
-                Family::Ip,
-                &keys(Load::Jhash(Family::Ip, 1021)),
+                TableFamily::Ip,
+                &keys(Load::Jhash(TableFamily::Ip, 1021)),
                 "vip-cluster",
             ),
         );
@@ -545,19 +552,19 @@ mod tests {
             "dnat ip to ip daddr . meta l4proto . th dport . jhash ip saddr . th sport mod 1021 seed 0x0 map @vip-cluster"
         );
         let v6 = [
-            Load::Daddr(Family::Ip6),
+            Load::Daddr(TableFamily::Ip6),
             Load::L4Proto,
             Load::Dport,
-            Load::Jhash(Family::Ip6, 1021),
+            Load::Jhash(TableFamily::Ip6, 1021),
         ];
-        let maglev6 = Rule::new("c", build::dnat_map(Family::Ip6, &v6, "vip-cluster"));
+        let maglev6 = Rule::new("c", build::dnat_map(TableFamily::Ip6, &v6, "vip-cluster"));
         assert_eq!(
             maglev6.to_string(),
             "dnat ip6 to ip6 daddr . meta l4proto . th dport . jhash ip6 saddr . th sport mod 1021 seed 0x0 map @vip-cluster"
         );
         let rr = Rule::new(
             "c",
-            build::dnat_map(Family::Ip, &keys(Load::Inc(3)), "vip-cluster"),
+            build::dnat_map(TableFamily::Ip, &keys(Load::Inc(3)), "vip-cluster"),
         );
         assert_eq!(
             rr.to_string(),

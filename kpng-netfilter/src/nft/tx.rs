@@ -13,7 +13,9 @@ use netlink_packet_netfilter::{
 };
 
 use super::elements::{self as attr, ElementList, Elements};
-use super::object::{Chain, Element, Family, Hook, MapTo, Rule, Set, Table, comment_userdata};
+use super::object::{
+    Chain, ChainHook, Element, MapTo, Rule, Set, Table, TableFamily, comment_userdata,
+};
 
 /// `NFNL_SUBSYS_NFTABLES`: the batch's resource id.
 const NFNL_SUBSYS_NFTABLES: u16 = 10;
@@ -508,7 +510,10 @@ impl Writer {
     /// Serializes one message. Errors are reported whatever the flags;
     /// the last message asks for an acknowledgement, the end of the
     /// answer.
-    fn emit(&mut self, (family, message, flags, label): (Family, NfTablesMessage, u16, String)) {
+    fn emit(
+        &mut self,
+        (family, message, flags, label): (TableFamily, NfTablesMessage, u16, String),
+    ) {
         self.seq = self.seq.wrapping_add(1);
         let ack = if self.labels.len() + 1 == self.count {
             NLM_F_ACK
@@ -586,11 +591,11 @@ impl Writer {
     }
 }
 
-fn proto_family(family: Family) -> NetfilterProtoFamily {
+fn proto_family(family: TableFamily) -> NetfilterProtoFamily {
     match family {
-        Family::Ip => NetfilterProtoFamily::IPv4,
-        Family::Ip6 => NetfilterProtoFamily::IPv6,
-        Family::Inet => NetfilterProtoFamily::Inet,
+        TableFamily::Ip => NetfilterProtoFamily::IPv4,
+        TableFamily::Ip6 => NetfilterProtoFamily::IPv6,
+        TableFamily::Inet => NetfilterProtoFamily::Inet,
     }
 }
 
@@ -629,11 +634,11 @@ fn chain_message(t: &Table, c: &Chain) -> ChainMessage {
     ];
     if let Some(base) = &c.base {
         let hook = match base.hook {
-            Hook::Prerouting => InetHookNumber::PreRouting,
-            Hook::Input => InetHookNumber::LocalIn,
-            Hook::Forward => InetHookNumber::Forward,
-            Hook::Output => InetHookNumber::LocalOut,
-            Hook::Postrouting => InetHookNumber::PostRouting,
+            ChainHook::Prerouting => InetHookNumber::PreRouting,
+            ChainHook::Input => InetHookNumber::LocalIn,
+            ChainHook::Forward => InetHookNumber::Forward,
+            ChainHook::Output => InetHookNumber::LocalOut,
+            ChainHook::Postrouting => InetHookNumber::PostRouting,
         };
         attributes.push(ChainAttribute::Hook(vec![
             NlHook::Number(HookNumber::Inet(hook)),
@@ -703,17 +708,17 @@ mod tests {
         VerdictAttribute,
     };
 
-    use super::super::expr::{Data, Verdict};
+    use super::super::expr::{Data, NfVerdict};
     use super::super::object::comment_userdata;
 
-    fn verdict_attributes(v: &Verdict) -> Vec<VerdictAttribute> {
+    fn verdict_attributes(v: &NfVerdict) -> Vec<VerdictAttribute> {
         let code = match v {
-            Verdict::Accept => NlVerdict::Other(1),
-            Verdict::Drop => NlVerdict::Other(0),
-            Verdict::Continue => NlVerdict::Continue,
-            Verdict::Return => NlVerdict::Return,
-            Verdict::Jump(_) => NlVerdict::Jump,
-            Verdict::Goto(_) => NlVerdict::Goto,
+            NfVerdict::Accept => NlVerdict::Other(1),
+            NfVerdict::Drop => NlVerdict::Other(0),
+            NfVerdict::Continue => NlVerdict::Continue,
+            NfVerdict::Return => NlVerdict::Return,
+            NfVerdict::Jump(_) => NlVerdict::Jump,
+            NfVerdict::Goto(_) => NlVerdict::Goto,
         };
         let mut out = vec![VerdictAttribute::Code(code)];
         if let Some(chain) = v.chain() {
@@ -757,7 +762,7 @@ mod tests {
 
     #[test]
     fn a_batch_is_framed_and_its_messages_named() {
-        let table = Table::new(Family::Ip, "t");
+        let table = Table::new(TableFamily::Ip, "t");
         let mut tx = Transaction::new();
         tx.add_table(&table)
             .add_chain(&table, Chain::regular("c"))
@@ -772,7 +777,7 @@ mod tests {
                         let chain = format!("{i:0>250}");
                         Element::map(
                             i.to_ne_bytes().to_vec(),
-                            Data::Verdict(Verdict::Goto(chain)),
+                            Data::Verdict(NfVerdict::Goto(chain)),
                         )
                     })
                     .collect(),
@@ -800,7 +805,7 @@ mod tests {
     }
     #[test]
     fn element_lists_written_by_hand_are_the_crate_s_bytes() {
-        let table = Table::new(Family::Inet, "kpng");
+        let table = Table::new(TableFamily::Inet, "kpng");
         let all = vec![
             Element::key(vec![10, 0, 0, 1]),
             Element {
@@ -808,12 +813,12 @@ mod tests {
                 ..Element::key(vec![10, 0, 0, 2, 7])
             },
             Element::map(vec![1; 16], Data::Value(vec![2; 6])),
-            Element::map(vec![3; 4], Data::Verdict(Verdict::Goto("svc-c3".into()))),
-            Element::map(vec![3; 4], Data::Verdict(Verdict::Jump("a".into()))),
-            Element::map(vec![4; 4], Data::Verdict(Verdict::Drop)).with_comment("ns/a:http/tcp"),
-            Element::map(vec![4; 4], Data::Verdict(Verdict::Accept)),
-            Element::map(vec![4; 4], Data::Verdict(Verdict::Return)),
-            Element::map(vec![4; 4], Data::Verdict(Verdict::Continue)),
+            Element::map(vec![3; 4], Data::Verdict(NfVerdict::Goto("svc-c3".into()))),
+            Element::map(vec![3; 4], Data::Verdict(NfVerdict::Jump("a".into()))),
+            Element::map(vec![4; 4], Data::Verdict(NfVerdict::Drop)).with_comment("ns/a:http/tcp"),
+            Element::map(vec![4; 4], Data::Verdict(NfVerdict::Accept)),
+            Element::map(vec![4; 4], Data::Verdict(NfVerdict::Return)),
+            Element::map(vec![4; 4], Data::Verdict(NfVerdict::Continue)),
             Element {
                 timeout_ms: Some(5000),
                 ..Element::key(vec![5; 13])

@@ -1,12 +1,14 @@
 //! The kernel's families and nft's data types: what tables, sets and
 //! loads are typed by.
 
-/// A table's address family.
+/// A table's family: nf_tables' `NFPROTO_*` (`ip`, `ip6`, or `inet`,
+/// both). Not an IP family: `inet` holds IPv4 and IPv6 (an IP family is
+/// `kpng_model::IpFamily`).
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
 )]
 #[serde(rename_all = "snake_case")]
-pub enum Family {
+pub enum TableFamily {
     /// `ip`: IPv4.
     Ip,
     /// `ip6`: IPv6.
@@ -15,27 +17,27 @@ pub enum Family {
     Inet,
 }
 
-impl Family {
+impl TableFamily {
     /// The kernel's number (`NFPROTO_*`).
     pub fn number(self) -> u8 {
         match self {
-            Family::Inet => 1,
-            Family::Ip => 2,
-            Family::Ip6 => 10,
+            TableFamily::Inet => 1,
+            TableFamily::Ip => 2,
+            TableFamily::Ip6 => 10,
         }
     }
 
     /// nft's name for it.
     pub fn name(self) -> &'static str {
         match self {
-            Family::Ip => "ip",
-            Family::Ip6 => "ip6",
-            Family::Inet => "inet",
+            TableFamily::Ip => "ip",
+            TableFamily::Ip6 => "ip6",
+            TableFamily::Inet => "inet",
         }
     }
 }
 
-impl std::fmt::Display for Family {
+impl std::fmt::Display for TableFamily {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
     }
@@ -68,10 +70,10 @@ impl DataType {
     pub const MARK: DataType = DataType { id: 19, len: 4 };
 
     /// The address type of a family (`Inet` is taken as IPv4).
-    pub fn addr(family: Family) -> DataType {
+    pub fn addr(family: TableFamily) -> DataType {
         match family {
-            Family::Ip6 => Self::IPV6_ADDR,
-            Family::Ip | Family::Inet => Self::IPV4_ADDR,
+            TableFamily::Ip6 => Self::IPV6_ADDR,
+            TableFamily::Ip | TableFamily::Inet => Self::IPV4_ADDR,
         }
     }
 

@@ -8,9 +8,9 @@
 //! that have names.
 
 use kpng_netfilter::nft::{
-    Chain, ChainType, CmpOp, CtKey, Data, DataType, DynsetOp, Element, Expr, Family, FibResult,
-    Hook, MapTo, MetaKey, NatKind, PayloadBase, Reg, RejectKind, Rule, Set, Table, Transaction,
-    Verdict,
+    Chain, ChainHook, ChainType, CmpOp, CtKey, Data, DataType, DynsetOp, Element, Expr, FibResult,
+    MapTo, MetaKey, NatKind, NfVerdict, PayloadBase, Reg, RejectKind, Rule, Set, Table,
+    TableFamily, Transaction,
 };
 
 /// Reads bytes, then zeros once they run out.
@@ -69,15 +69,15 @@ fn reg(b: &mut Bytes<'_>) -> Reg {
     Reg::r32(b.u8() % 16)
 }
 
-fn verdict(b: &mut Bytes<'_>) -> Verdict {
+fn verdict(b: &mut Bytes<'_>) -> NfVerdict {
     let chain = CHAINS[usize::from(b.u8()) % CHAINS.len()].to_owned();
     match b.u8() % 6 {
-        0 => Verdict::Accept,
-        1 => Verdict::Drop,
-        2 => Verdict::Continue,
-        3 => Verdict::Return,
-        4 => Verdict::Jump(chain),
-        _ => Verdict::Goto(chain),
+        0 => NfVerdict::Accept,
+        1 => NfVerdict::Drop,
+        2 => NfVerdict::Continue,
+        3 => NfVerdict::Return,
+        4 => NfVerdict::Jump(chain),
+        _ => NfVerdict::Goto(chain),
     }
 }
 
@@ -164,7 +164,7 @@ fn expr(b: &mut Bytes<'_>, sets: &[Set]) -> Expr {
             } else {
                 NatKind::Snat
             },
-            family: [Family::Ip, Family::Ip6, Family::Inet][usize::from(b.u8()) % 3],
+            family: [TableFamily::Ip, TableFamily::Ip6, TableFamily::Inet][usize::from(b.u8()) % 3],
             addr: (b.u8() & 1 == 1).then(|| reg(b)),
             proto: (b.u8() & 1 == 1).then(|| reg(b)),
             // Without the bits the registers imply.
@@ -223,12 +223,12 @@ fn element(b: &mut Bytes<'_>, set: &Set) -> Element {
 /// A transaction made from `data`.
 pub(crate) fn transaction(data: &[u8]) -> Transaction {
     let mut b = Bytes(data);
-    let table = Table::new(Family::Inet, "fuzz");
+    let table = Table::new(TableFamily::Inet, "fuzz");
     let sets = sets();
     let mut tx = Transaction::new();
     tx.add_table(&table).add_chain(
         &table,
-        Chain::base("in", ChainType::Filter, Hook::Input, -5),
+        Chain::base("in", ChainType::Filter, ChainHook::Input, -5),
     );
     for name in CHAINS {
         tx.add_chain(&table, Chain::regular(name));

@@ -72,7 +72,12 @@ pub fn write() -> impl Strategy<Value = Write> {
             health_check_node_port: port,
             ..Default::default()
         };
-        Write::Set(Key::Service(name), Value::Service(Arc::new(svc)))
+        Write::Set(
+            Key::Service(name),
+            Value::Service(Arc::new(
+                kpng_model::ServiceInfo::new(svc).expect("a valid Service"),
+            )),
+        )
     });
     let endpoint = (
         service_name(),

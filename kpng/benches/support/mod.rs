@@ -85,6 +85,17 @@ pub(crate) fn peak(args: &[&str]) -> (f64, f64) {
     peak_of(env!("CARGO_BIN_EXE_kpng"), args)
 }
 
+/// The `kpng` binaries a bench compares: `KPNG_BENCH_BINARIES`
+/// (comma-separated paths, e.g. a build of an earlier commit and this
+/// one), each row run with each in turn, in one run; by default the
+/// binary built with the bench alone.
+pub(crate) fn binaries() -> Vec<String> {
+    match std::env::var("KPNG_BENCH_BINARIES") {
+        Ok(list) if !list.trim().is_empty() => list.split(',').map(str::to_owned).collect(),
+        _ => vec![env!("CARGO_BIN_EXE_kpng").to_owned()],
+    }
+}
+
 /// Runs `program ARGS` to its end: its peak RSS in MiB (the largest of
 /// it and its waited-for descendants, as `wait4` reports) and the time.
 /// `KPNG_RSS_FLAGS` (whitespace-separated) is added to a `to-nft` command.
@@ -191,13 +202,13 @@ pub(crate) fn map_elements(ns: &str, map: &str) -> usize {
 /// the namespace over netlink. Returns its peak RSS in MiB, its time, and
 /// the elements of map `map` read back.
 pub(crate) fn applied_from_api(
+    exe: &str,
     serve: impl FnOnce(&str) -> ApiServerProcess,
     map: &str,
 ) -> (f64, f64, usize) {
     let lab = kpng_lab::Lab::new();
     let ns = lab.ns("node");
     let apiserver = serve(&ns);
-    let exe = env!("CARGO_BIN_EXE_kpng");
     let (mib, secs) = peak_of(
         "ip",
         &[

@@ -48,6 +48,8 @@ pub(super) struct ClientConnection {
 /// `v1alpha1`'s `iptables` and `nftables` sections (`localhostNodePorts`
 /// is iptables' only); `v1alpha2` keeps only the bits and
 /// `localhostNodePorts` there.
+// A version's schema: checked, then read through `version.rs`'s places.
+#[allow(dead_code)]
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(super) struct ModeSection {
@@ -63,6 +65,8 @@ pub(super) struct ModeSection {
     pub(super) min_sync_period: String,
 }
 
+// A version's schema: checked, then read through `version.rs`'s places.
+#[allow(dead_code)]
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(super) struct V2ModeSection {
@@ -79,7 +83,8 @@ pub(super) struct DetectLocal {
     pub(super) bridge_interface: String,
     #[serde(default)]
     pub(super) interface_name_prefix: String,
-    /// v1alpha2's.
+    /// v1alpha2's (read through `version.rs`'s places).
+    #[allow(dead_code)]
     #[serde(default, rename = "clusterCIDRs")]
     pub(super) cluster_cidrs: Option<Vec<String>>,
 }
@@ -104,12 +109,12 @@ pub(super) struct Conntrack {
 }
 
 /// `kubeproxy.config.k8s.io/v1alpha1`, as kube-proxy 1.34–1.37 define it.
+// A version's schema: checked, then read through `version.rs`'s places.
+#[allow(dead_code)]
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(super) struct V1alpha1 {
-    #[allow(dead_code)] // checked before
     pub(super) api_version: String,
-    #[allow(dead_code)] // checked by is_kube_proxy_config
     pub(super) kind: String,
     #[serde(default)]
     pub(super) feature_gates: Option<BTreeMap<String, bool>>,
@@ -162,6 +167,8 @@ pub(super) struct V1alpha1 {
 }
 
 /// `v1alpha2`'s `linux` section.
+// A version's schema: checked, then read through `version.rs`'s places.
+#[allow(dead_code)]
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(super) struct Linux {
@@ -176,12 +183,12 @@ pub(super) struct Linux {
 /// `kubeproxy.config.k8s.io/v1alpha2`, as KEP-784 designs it (kube-proxy's
 /// internal configuration, with the KEP's additions: bind address lists
 /// and ports, `configHardFail`, `nodeIPOverride`, `ipFamilyPolicy`).
+// A version's schema: checked, then read through `version.rs`'s places.
+#[allow(dead_code)]
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(super) struct V1alpha2 {
-    #[allow(dead_code)] // checked before
     pub(super) api_version: String,
-    #[allow(dead_code)] // checked by is_kube_proxy_config
     pub(super) kind: String,
     #[serde(default)]
     pub(super) feature_gates: Option<BTreeMap<String, bool>>,
@@ -256,18 +263,19 @@ pub(super) fn typed<T: serde::de::DeserializeOwned>(
     })
 }
 
-/// `v1alpha1` as kube-proxy reads it: strictly, and when only unknown
-/// fields stand in the way, leniently, with a warning per field (kube-proxy
-/// logs "Using lenient decoding as strict decoding failed" and goes on).
+/// `v1alpha1` checked as kube-proxy reads it: strictly, and when only
+/// unknown fields stand in the way, leniently, with a warning per field,
+/// which is taken out of `doc` (kube-proxy logs "Using lenient decoding as
+/// strict decoding failed" and goes on).
 pub(super) fn lenient_v1alpha1(
     path: &str,
-    mut doc: serde_json::Value,
+    doc: &mut serde_json::Value,
     warnings: &mut Vec<String>,
-) -> Result<V1alpha1, String> {
+) -> Result<(), String> {
     // Each round removes one unknown field; a document has finitely many.
     loop {
         let error = match serde_path_to_error::deserialize::<_, V1alpha1>(doc.clone()) {
-            Ok(config) => return Ok(config),
+            Ok(_) => return Ok(()),
             Err(error) => error,
         };
         let message = error.inner().to_string();
@@ -290,7 +298,7 @@ pub(super) fn lenient_v1alpha1(
             Some((last, parent)) if *last == field => parent.to_vec(),
             _ => segments,
         };
-        let mut node = &mut doc;
+        let mut node = &mut *doc;
         for key in &parent {
             node = match node.get_mut(key.as_str()) {
                 Some(next) => next,

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use super::file::*;
 use super::flags::{Does, Flag};
+use super::version::{VERSIONS, Version, at, is_set, read};
 use super::*;
 
 /// Where a setting came from: a file's field (`config.conf:
@@ -67,288 +68,143 @@ impl Settings {
         })
     }
 
-    /// A `KubeProxyConfiguration` read from `path`.
+    /// A `KubeProxyConfiguration` read from `path`: every version by the
+    /// one loader, through the places its [`Version`] names.
     pub(super) fn from_file(
         path: &str,
         doc: serde_json::Value,
         warnings: &mut Vec<String>,
     ) -> Result<Self, String> {
-        let version = doc
+        let api_version = doc
             .get("apiVersion")
             .and_then(serde_json::Value::as_str)
             .unwrap_or_default()
             .to_owned();
-        let mut settings = match version.as_str() {
-            "kubeproxy.config.k8s.io/v1alpha1" => {
-                Self::from_v1alpha1(path, lenient_v1alpha1(path, doc, warnings)?, warnings)
-            }
-            "kubeproxy.config.k8s.io/v1alpha2" => {
-                Self::from_v1alpha2(path, typed(path, doc)?, warnings)?
-            }
-            _ => {
-                return Err(format!(
-                    "{path}: apiVersion {version:?}: kpng reads {}",
-                    VERSIONS.join(" and ")
-                ));
-            }
+        let Some(version) = VERSIONS.iter().find(|v| v.api_version == api_version) else {
+            let names: Vec<&str> = VERSIONS.iter().map(|v| v.api_version).collect();
+            return Err(format!(
+                "{path}: apiVersion {api_version:?}: kpng reads {}",
+                names.join(" and ")
+            ));
         };
+        let doc = (version.check)(path, doc, warnings)?;
+        let mut settings = Self::from_version(path, &doc, version, warnings)?;
         settings.path = Some(path.to_owned());
         Ok(settings)
     }
 
-    pub(super) fn from_v1alpha1(path: &str, c: V1alpha1, warnings: &mut Vec<String>) -> Self {
-        let mut s = Settings::default();
-        let field = |name: &str| format!("{path}: {name}");
-        // The mode's section holds masqueradeAll and the sync periods;
-        // ipvs mode takes iptables' masquerade settings.
-        let (section, name) = match c.mode.as_str() {
-            "nftables" => (&c.nftables, "nftables"),
-            _ => (&c.iptables, "iptables"),
-        };
-        s.masquerade_all = section.masquerade_all;
-        s.set_origin(
-            "linux.masqueradeAll",
-            field(&format!("{name}.masqueradeAll")),
-            false,
-        );
-        if c.mode == "ipvs" {
-            s.sync_period.clone_from(&c.ipvs.sync_period);
-            s.min_sync_period.clone_from(&c.ipvs.min_sync_period);
-            s.set_origin("minSyncPeriod", field("ipvs.minSyncPeriod"), false);
-            s.set_origin("syncPeriod", field("ipvs.syncPeriod"), false);
-        } else {
-            s.sync_period.clone_from(&section.sync_period);
-            s.min_sync_period.clone_from(&section.min_sync_period);
-            s.set_origin(
-                "minSyncPeriod",
-                field(&format!("{name}.minSyncPeriod")),
-                false,
-            );
-            s.set_origin("syncPeriod", field(&format!("{name}.syncPeriod")), false);
-        }
-        for (mode, bit) in [
-            ("iptables", c.iptables.masquerade_bit),
-            ("nftables", c.nftables.masquerade_bit),
-            ("ipvs", c.iptables.masquerade_bit),
-        ] {
-            if let Some(bit) = bit {
-                s.masquerade_bit.insert(mode, bit);
-            }
-        }
-        s.set_origin(
-            "iptables.masqueradeBit",
-            field("iptables.masqueradeBit"),
-            false,
-        );
-        s.set_origin(
-            "nftables.masqueradeBit",
-            field("nftables.masqueradeBit"),
-            false,
-        );
-        s.set_origin("ipvs.masqueradeBit", field("iptables.masqueradeBit"), false);
-        s.localhost_node_ports = c.iptables.localhost_node_ports;
-        if !c.cluster_cidr.is_empty() {
-            s.cluster_cidrs = c.cluster_cidr.split(',').map(str::to_owned).collect();
-        }
-        s.set_origin("detectLocal.clusterCIDRs", field("clusterCIDR"), false);
-        if c.nftables.localhost_node_ports.is_some() {
-            warnings.push(format!(
-                "{path}: nftables.localhostNodePorts: not a field of v1alpha1 (iptables' only); ignored"
-            ));
-        }
-        if c.ipvs.masquerade_bit.is_some() {
-            warnings.push(format!(
-                "{path}: ipvs.masqueradeBit: not a field of v1alpha1 (ipvs mode takes iptables.masqueradeBit); ignored"
-            ));
-        }
-        if c.detect_local.cluster_cidrs.is_some() {
-            warnings.push(format!(
-                "{path}: detectLocal.clusterCIDRs: v1alpha2's field; v1alpha1's is clusterCIDR (ignored)"
-            ));
-        }
-        s.kubeconfig = c.client_connection.kubeconfig.clone();
-        s.common(
-            path,
-            &c.client_connection,
-            c.hostname_override,
-            c.bind_address,
-            c.healthz_bind_address,
-            c.metrics_bind_address,
-            c.mode,
-            c.node_port_addresses,
-            c.detect_local_mode,
-            &c.detect_local,
-            c.conntrack,
-            "conntrack",
-        );
-        s.ipvs = c.ipvs;
-        s.oom_score_adj = c.oom_score_adj;
-        s.enable_profiling = c.enable_profiling;
-        s.show_hidden_metrics = !c.show_hidden_metrics_for_version.is_empty();
-        s.feature_gates = c.feature_gates.is_some_and(|g| !g.is_empty());
-        s.verbosity = verbosity_of(c.logging.as_ref());
-        s.port_range = c.port_range;
-        // Ignored, as kube-proxy on Linux ignores them: winkernel (Windows'
-        // mode), configSyncPeriod (kpng watches), bindAddressHardFail
-        // (kpng always exits when it cannot bind) and windowsRunAsService.
-        let _ = (
-            c.winkernel,
-            c.config_sync_period,
-            c.bind_address_hard_fail,
-            c.windows_run_as_service,
-        );
-        s
-    }
-
-    pub(super) fn from_v1alpha2(
+    /// The settings of `doc`, checked as `version`.
+    fn from_version(
         path: &str,
-        c: V1alpha2,
+        doc: &serde_json::Value,
+        version: &Version,
         warnings: &mut Vec<String>,
     ) -> Result<Self, String> {
         let mut s = Settings::default();
         let field = |name: &str| format!("{path}: {name}");
-        s.masquerade_all = c.linux.masquerade_all;
-        s.set_origin("linux.masqueradeAll", field("linux.masqueradeAll"), false);
-        s.sync_period = c.sync_period;
-        s.min_sync_period = c.min_sync_period;
-        s.set_origin("minSyncPeriod", field("minSyncPeriod"), false);
-        s.set_origin("syncPeriod", field("syncPeriod"), false);
-        for (mode, bit) in [
-            ("iptables", c.iptables.masquerade_bit),
-            ("nftables", c.nftables.masquerade_bit),
-            ("ipvs", c.ipvs.masquerade_bit),
-        ] {
-            if let Some(bit) = bit {
+        let read_text = |place: &str| read::<String>(path, doc, place);
+        for (place, why) in version.misplaced {
+            if is_set(doc, place) {
+                let said = format!("{path}: {place}: {why}");
+                if version.strict {
+                    return Err(said);
+                }
+                warnings.push(said);
+            }
+        }
+        s.mode = read_text("mode")?;
+        s.set_origin("mode", field("mode"), false);
+        let mode = s.mode.clone();
+
+        let place = version.masquerade_all.of(&mode);
+        s.masquerade_all = read(path, doc, place)?;
+        s.set_origin("linux.masqueradeAll", field(place), false);
+        let section = version.sync_periods.of(&mode);
+        let (sync, min_sync) = (
+            format!("{section}syncPeriod"),
+            format!("{section}minSyncPeriod"),
+        );
+        s.sync_period = read_text(&sync)?;
+        s.min_sync_period = read_text(&min_sync)?;
+        s.set_origin("syncPeriod", field(&sync), false);
+        s.set_origin("minSyncPeriod", field(&min_sync), false);
+        for (mode, place) in version.masquerade_bits {
+            if let Some(bit) = read::<Option<i64>>(path, doc, place)? {
                 s.masquerade_bit.insert(mode, bit);
             }
+            let key = match mode {
+                "nftables" => "nftables.masqueradeBit",
+                "ipvs" => "ipvs.masqueradeBit",
+                _ => "iptables.masqueradeBit",
+            };
+            s.set_origin(key, field(place), false);
         }
-        s.set_origin(
-            "iptables.masqueradeBit",
-            field("iptables.masqueradeBit"),
-            false,
-        );
-        s.set_origin(
-            "nftables.masqueradeBit",
-            field("nftables.masqueradeBit"),
-            false,
-        );
-        s.set_origin("ipvs.masqueradeBit", field("ipvs.masqueradeBit"), false);
-        s.localhost_node_ports = c.iptables.localhost_node_ports;
-        if c.nftables.localhost_node_ports.is_some() {
-            return Err(format!(
-                "{path}: nftables.localhostNodePorts: unknown field (iptables' only)"
-            ));
-        }
-        for (field, value) in [
-            ("syncPeriod", &c.ipvs.sync_period),
-            ("minSyncPeriod", &c.ipvs.min_sync_period),
-        ] {
-            if !value.is_empty() {
-                return Err(format!(
-                    "{path}: ipvs.{field}: unknown field (v1alpha2's is `{field}` at the top)"
-                ));
-            }
-        }
-        s.cluster_cidrs = c.detect_local.cluster_cidrs.clone().unwrap_or_default();
-        s.set_origin(
-            "detectLocal.clusterCIDRs",
-            field("detectLocal.clusterCIDRs"),
-            true,
-        );
-        // The KEP's lists of bind addresses with one port.
-        let healthz = bind_from_list(
-            path,
-            "healthzBindAddresses",
-            c.healthz_bind_addresses.as_deref(),
-            c.healthz_bind_port,
-            10256,
-            warnings,
-        )?;
-        let metrics = bind_from_list(
-            path,
-            "metricsBindAddresses",
-            c.metrics_bind_addresses.as_deref(),
-            c.metrics_bind_port,
-            10249,
-            warnings,
-        )?;
-        s.kubeconfig = c.client_connection.kubeconfig.clone();
-        s.common(
-            path,
-            &c.client_connection,
-            c.hostname_override,
-            c.bind_address,
-            healthz.unwrap_or(c.healthz_bind_address),
-            metrics.unwrap_or(c.metrics_bind_address),
-            c.mode,
-            c.node_port_addresses,
-            c.detect_local_mode,
-            &c.detect_local,
-            c.linux.conntrack,
-            "linux.conntrack",
-        );
-        s.ipvs = c.ipvs;
-        s.oom_score_adj = c.linux.oom_score_adj;
-        s.enable_profiling = c.enable_profiling;
-        s.show_hidden_metrics = !c.show_hidden_metrics_for_version.is_empty();
-        s.feature_gates = c.feature_gates.is_some_and(|g| !g.is_empty());
-        s.verbosity = verbosity_of(c.logging.as_ref());
-        if c.node_ip_override.as_ref().is_some_and(|l| !l.is_empty()) {
-            warnings.push(format!(
-                "{path}: nodeIPOverride: kpng takes the node's addresses from its Node object"
-            ));
-        }
-        if !c.ip_family_policy.is_empty() {
-            warnings.push(format!(
-                "{path}: ipFamilyPolicy: kpng serves each family the Services have"
-            ));
-        }
-        // configHardFail: kpng always refuses a bad config.
-        let _ = (
-            c.winkernel,
-            c.windows,
-            c.config_sync_period,
-            c.bind_address_hard_fail,
-            c.config_hard_fail,
-        );
-        Ok(s)
-    }
+        s.localhost_node_ports = read(path, doc, "iptables.localhostNodePorts")?;
 
-    /// The settings both versions hold in the same place.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn common(
-        &mut self,
-        path: &str,
-        cc: &ClientConnection,
-        hostname_override: String,
-        bind_address: String,
-        healthz: String,
-        metrics: String,
-        mode: String,
-        node_port_addresses: Option<Vec<String>>,
-        detect_local_mode: String,
-        detect_local: &DetectLocal,
-        conntrack: Conntrack,
-        conntrack_at: &str,
-    ) {
-        let field = |name: &str| format!("{path}: {name}");
-        self.content_type = !cc.accept_content_types.is_empty() || !cc.content_type.is_empty();
-        self.rate_limit = cc.qps != 0.0 || cc.burst != 0;
-        self.hostname_override = hostname_override;
-        self.bind_address = bind_address;
-        self.healthz_bind_address = healthz;
-        self.set_origin("healthzBindAddress", field("healthzBindAddress"), false);
-        self.metrics_bind_address = metrics;
-        self.set_origin("metricsBindAddress", field("metricsBindAddress"), false);
-        self.mode = mode;
-        self.set_origin("mode", field("mode"), false);
-        self.node_port_addresses = node_port_addresses;
-        self.set_origin("nodePortAddresses", field("nodePortAddresses"), true);
-        self.detect_local_mode = detect_local_mode;
-        self.set_origin("detectLocalMode", field("detectLocalMode"), false);
-        self.detect_local_interface = !detect_local.bridge_interface.is_empty()
+        let (place, text) = version.cluster_cidrs;
+        s.cluster_cidrs = if text {
+            let cidrs = read_text(place)?;
+            match cidrs.is_empty() {
+                true => Vec::new(),
+                false => cidrs.split(',').map(str::to_owned).collect(),
+            }
+        } else {
+            read(path, doc, place)?
+        };
+        s.set_origin("detectLocal.clusterCIDRs", field(place), !text);
+
+        // v1alpha2's lists of bind addresses with one port (KEP-784), else
+        // the address.
+        for (key, list, port, default_port) in [
+            (
+                "healthzBindAddress",
+                "healthzBindAddresses",
+                "healthzBindPort",
+                10256,
+            ),
+            (
+                "metricsBindAddress",
+                "metricsBindAddresses",
+                "metricsBindPort",
+                10249,
+            ),
+        ] {
+            let addresses: Option<Vec<String>> = read(path, doc, list)?;
+            let port: Option<u16> = read(path, doc, port)?;
+            let bound = bind_from_list(
+                path,
+                list,
+                addresses.as_deref(),
+                port,
+                default_port,
+                warnings,
+            )?;
+            let address = match bound {
+                Some(address) => address,
+                None => read_text(key)?,
+            };
+            if key == "healthzBindAddress" {
+                s.healthz_bind_address = address;
+            } else {
+                s.metrics_bind_address = address;
+            }
+            s.set_origin(key, field(key), false);
+        }
+
+        let cc: ClientConnection = read(path, doc, "clientConnection")?;
+        s.kubeconfig.clone_from(&cc.kubeconfig);
+        s.content_type = !cc.accept_content_types.is_empty() || !cc.content_type.is_empty();
+        s.rate_limit = cc.qps != 0.0 || cc.burst != 0;
+        s.hostname_override = read_text("hostnameOverride")?;
+        s.bind_address = read_text("bindAddress")?;
+        s.node_port_addresses = read(path, doc, "nodePortAddresses")?;
+        s.set_origin("nodePortAddresses", field("nodePortAddresses"), true);
+        s.detect_local_mode = read_text("detectLocalMode")?;
+        s.set_origin("detectLocalMode", field("detectLocalMode"), false);
+        let detect_local: DetectLocal = read(path, doc, "detectLocal")?;
+        s.detect_local_interface = !detect_local.bridge_interface.is_empty()
             || !detect_local.interface_name_prefix.is_empty();
-        self.conntrack = conntrack;
+        s.conntrack = read(path, doc, version.conntrack)?;
         for (key, name) in [
             ("conntrack.tcpEstablishedTimeout", "tcpEstablishedTimeout"),
             ("conntrack.tcpCloseWaitTimeout", "tcpCloseWaitTimeout"),
@@ -357,16 +213,46 @@ impl Settings {
             ("conntrack.maxPerCore", "maxPerCore"),
             ("conntrack.min", "min"),
         ] {
-            self.set_origin(key, field(&format!("{conntrack_at}.{name}")), false);
+            s.set_origin(key, field(&format!("{}.{name}", version.conntrack)), false);
         }
-        for (key, name) in [
-            ("ipvs.tcpTimeout", "ipvs.tcpTimeout"),
-            ("ipvs.tcpFinTimeout", "ipvs.tcpFinTimeout"),
-            ("ipvs.udpTimeout", "ipvs.udpTimeout"),
+        s.ipvs = read(path, doc, "ipvs")?;
+        // Read through their places above, by mode.
+        s.ipvs.sync_period.clear();
+        s.ipvs.min_sync_period.clear();
+        s.ipvs.masquerade_bit = None;
+        for key in ["ipvs.tcpTimeout", "ipvs.tcpFinTimeout", "ipvs.udpTimeout"] {
+            s.set_origin(key, field(key), false);
+        }
+        s.set_origin("ipvs.excludeCIDRs", field("ipvs.excludeCIDRs"), true);
+        s.oom_score_adj = read(path, doc, version.oom_score_adj)?;
+        s.enable_profiling = read(path, doc, "enableProfiling")?;
+        s.show_hidden_metrics = is_set(doc, "showHiddenMetricsForVersion");
+        s.feature_gates = at(doc, "featureGates")
+            .and_then(serde_json::Value::as_object)
+            .is_some_and(|gates| !gates.is_empty());
+        s.verbosity = verbosity_of(at(doc, "logging"));
+        s.port_range = read_text("portRange")?;
+        // Read and said to change nothing (v1alpha2's; a v1alpha1 file
+        // has had them taken out as unknown fields).
+        for (place, why) in [
+            (
+                "nodeIPOverride",
+                "kpng takes the node's addresses from its Node object",
+            ),
+            (
+                "ipFamilyPolicy",
+                "kpng serves each family the Services have",
+            ),
         ] {
-            self.set_origin(key, field(name), false);
+            if is_set(doc, place) {
+                warnings.push(format!("{path}: {place}: {why}"));
+            }
         }
-        self.set_origin("ipvs.excludeCIDRs", field("ipvs.excludeCIDRs"), true);
+        // Ignored, as kube-proxy on Linux ignores them: winkernel and
+        // windows (Windows' settings), configSyncPeriod (kpng watches),
+        // bindAddressHardFail (kpng always exits when it cannot bind),
+        // configHardFail (kpng always refuses a bad config).
+        Ok(s)
     }
 
     /// One of kube-proxy's flags, over the file's setting.
@@ -654,260 +540,6 @@ impl Settings {
         }
         Ok(())
     }
-
-    /// The kpng command line these settings stand for, with `kpng` (kpng's
-    /// own flags from the command line, which win over the settings'), and
-    /// a warning per setting kpng does not honour.
-    pub(super) fn command_line(
-        &self,
-        kpng: &[String],
-        warnings: &mut Vec<String>,
-    ) -> Result<Vec<String>, String> {
-        let mut warn = |key: &str, why: &str| warnings.push(format!("{key}: {why}"));
-        let field = |key: &'static str| self.at(key).name;
-        let file = |name: &str| match &self.path {
-            Some(path) => format!("{path}: {name}"),
-            None => name.to_owned(),
-        };
-
-        let mut source = vec!["kube".to_owned()];
-        if !self.kubeconfig.is_empty() {
-            source.push(format!("--kubeconfig={}", self.kubeconfig));
-        }
-        if !self.hostname_override.is_empty() {
-            source.push(format!("--node={}", self.hostname_override));
-        }
-        if self.content_type {
-            warn(
-                &file("clientConnection.contentType"),
-                "kpng's client speaks JSON",
-            );
-        }
-        if self.rate_limit {
-            warn(
-                &file("clientConnection.qps"),
-                "kpng's client sets no rate limit of its own",
-            );
-        }
-
-        // kube-proxy's default on Linux is iptables; ipvs is served by
-        // the nftables backend (KEP-5495 removes IPVS).
-        let sink = match self.mode.as_str() {
-            "nftables" | "ipvs" => "to-nft",
-            _ => "to-iptables",
-        };
-        let mode = match self.mode.as_str() {
-            "" => "iptables",
-            other => other,
-        };
-        let mut flags = Vec::new();
-        if !self.cluster_cidrs.is_empty() {
-            let cidrs: Vec<&str> = self.cluster_cidrs.iter().map(|c| c.trim()).collect();
-            flags.push(format!("--cluster-cidr={}", cidrs.join(",")));
-        }
-        if self.masquerade_all {
-            flags.push("--masquerade-all".to_owned());
-        }
-        if let Some(bit) = self.masquerade_bit.get(mode) {
-            flags.push(format!("--masquerade-bit={bit}"));
-        }
-        if mode == "ipvs" {
-            flags.push(format!(
-                "--balancing={}",
-                scheduler_balancing(&self.ipvs.scheduler).0
-            ));
-        }
-        if !is_zero(&self.min_sync_period) {
-            flags.push(format!("--min-sync-period={}", self.min_sync_period));
-        }
-        if !is_zero(&self.sync_period) {
-            warn(
-                &field("syncPeriod"),
-                "kpng syncs on changes and retries failures; it has no periodic full resync",
-            );
-        }
-        if mode == "iptables" && self.localhost_node_ports != Some(false) {
-            warn(
-                &file("iptables.localhostNodePorts"),
-                "kpng never serves NodePorts on loopback",
-            );
-        }
-        if let Some(list) = &self.node_port_addresses {
-            // `primary` is the node's own addresses: kpng's default.
-            if !list.is_empty() && list.iter().all(|a| a != "primary") {
-                let cidrs: Vec<&str> = list.iter().map(|a| a.trim()).collect();
-                flags.push(format!("--nodeport-addresses={}", cidrs.join(",")));
-            }
-        }
-        for (flag, address, port) in [
-            ("healthz-bind-address", &self.healthz_bind_address, 10256),
-            ("metrics-bind-address", &self.metrics_bind_address, 10249),
-        ] {
-            if !address.is_empty() {
-                let address = crate::args::bind_address(address, port)?;
-                flags.push(format!("--{flag}={address}"));
-            }
-        }
-        match self.detect_local_mode.as_str() {
-            "" | "ClusterCIDR" => {}
-            other => warn(
-                &field("detectLocalMode"),
-                &format!("{other}: kpng tells local traffic by clusterCIDR only"),
-            ),
-        }
-        if self.detect_local_interface {
-            warn(
-                &file("detectLocal"),
-                "kpng tells local traffic by clusterCIDR only",
-            );
-        }
-        // The conntrack settings: a null is kube-proxy's default, which is
-        // kpng's too.
-        let ct = &self.conntrack;
-        if let Some(v) = ct.max_per_core {
-            flags.push(format!("--conntrack-max-per-core={v}"));
-        }
-        if let Some(v) = ct.min {
-            flags.push(format!("--conntrack-min={v}"));
-        }
-        if let Some(v) = &ct.tcp_established_timeout {
-            flags.push(format!("--conntrack-tcp-timeout-established={v}"));
-        }
-        if let Some(v) = &ct.tcp_close_wait_timeout {
-            flags.push(format!("--conntrack-tcp-timeout-close-wait={v}"));
-        }
-        if ct.tcp_be_liberal {
-            flags.push("--conntrack-tcp-be-liberal".to_owned());
-        }
-        if !is_zero(&ct.udp_timeout) {
-            flags.push(format!("--conntrack-udp-timeout={}", ct.udp_timeout));
-        }
-        if !is_zero(&ct.udp_stream_timeout) {
-            flags.push(format!(
-                "--conntrack-udp-timeout-stream={}",
-                ct.udp_stream_timeout
-            ));
-        }
-        if mode == "ipvs" {
-            self.ipvs_warnings(&mut warn, &file);
-        }
-        if self.feature_gates {
-            warn(&file("featureGates"), "kpng has none");
-        }
-        if !self.bind_address.is_empty()
-            && self.bind_address != "0.0.0.0"
-            && self.bind_address != "::"
-        {
-            warn(
-                &file("bindAddress"),
-                "kpng takes the node's addresses from its Node object",
-            );
-        }
-        if self.enable_profiling {
-            warn(&file("enableProfiling"), "kpng serves no profiles");
-        }
-        if self.oom_score_adj.is_some_and(|v| v != 0) {
-            warn(&file("oomScoreAdj"), "kpng leaves it to the pod spec");
-        }
-        if !self.port_range.is_empty() {
-            warn(&file("portRange"), "kpng has no userspace proxy");
-        }
-        if self.show_hidden_metrics {
-            warn(
-                &file("showHiddenMetricsForVersion"),
-                "kpng has no hidden metrics",
-            );
-        }
-
-        // kpng's own flags on the command line win over the settings'.
-        let (extra_source, extra_sink) = crate::config::split_extra("kube", sink, kpng);
-        let given = crate::config::given_flags(kpng);
-        let keep =
-            |flag: &String| crate::config::flag_name(flag).is_none_or(|name| !given.contains(name));
-        let mut argv = vec!["kpng".to_owned()];
-        argv.push(source.remove(0));
-        argv.extend(source.into_iter().filter(keep));
-        argv.extend(extra_source);
-        argv.push(sink.to_owned());
-        argv.extend(flags.into_iter().filter(keep));
-        argv.extend(extra_sink);
-        Ok(argv)
-    }
-
-    /// `mode: ipvs`, served by the nftables backend: what happens to each
-    /// IPVS-only setting.
-    pub(super) fn ipvs_warnings(
-        &self,
-        warn: &mut dyn FnMut(&str, &str),
-        file: &dyn Fn(&str) -> String,
-    ) {
-        warn(
-            &file("mode"),
-            "ipvs: served by kpng's nftables backend (`to-nft`; KEP-5495 removes IPVS); no IPVS virtual servers and no kube-ipvs0 interface are made",
-        );
-        let ipvs = &self.ipvs;
-        let (balancing, why) = scheduler_balancing(&ipvs.scheduler);
-        let scheduler = if ipvs.scheduler.is_empty() {
-            "(unset: IPVS's rr)"
-        } else {
-            ipvs.scheduler.as_str()
-        };
-        warn(
-            &file("ipvs.scheduler"),
-            &format!("{scheduler}: served as --balancing {balancing}: {why}"),
-        );
-        if ipvs.exclude_cidrs.as_ref().is_some_and(|l| !l.is_empty()) {
-            warn(
-                &self.at("ipvs.excludeCIDRs").name,
-                "none: kpng makes no IPVS virtual servers; those kube-proxy left are all removed once kpng has synced, as kube-proxy's own cleanup flushes them (--keep-kube-proxy-rules keeps them)",
-            );
-        }
-        if ipvs.strict_arp {
-            warn(
-                &file("ipvs.strictARP"),
-                "kpng puts no Service address on an interface, so there is no ARP to restrict; arp_ignore and arp_announce are left as they are",
-            );
-        }
-        for (key, value) in [
-            ("ipvs.tcpTimeout", &ipvs.tcp_timeout),
-            ("ipvs.tcpFinTimeout", &ipvs.tcp_fin_timeout),
-            ("ipvs.udpTimeout", &ipvs.udp_timeout),
-        ] {
-            if !is_zero(value) {
-                warn(
-                    &self.at(key).name,
-                    "no IPVS connection table: connections follow conntrack's timeouts (conntrack.tcpEstablishedTimeout, conntrack.udpTimeout, …)",
-                );
-            }
-        }
-    }
-}
-
-/// The nearest of kpng's balancing choices to an IPVS scheduler, and
-/// what differs.
-pub(super) fn scheduler_balancing(scheduler: &str) -> (&'static str, &'static str) {
-    match scheduler.trim() {
-        "" | "rr" => (
-            "round-robin",
-            "each new connection goes to the next endpoint in turn",
-        ),
-        "wrr" => (
-            "round-robin",
-            "in turn; endpoints have no weights in Kubernetes, so all weigh the same",
-        ),
-        "mh" => (
-            "maglev",
-            "Maglev hashing of the flow (source address and port), on every node alike",
-        ),
-        "sh" | "dh" => (
-            "maglev",
-            "consistent hashing of the flow (source address and port), not of one address alone; sessionAffinity: ClientIP keeps a client on one endpoint",
-        ),
-        _ => (
-            "random",
-            "kpng's data path keeps no connection counts (lc, wlc, sed, nq and the like): each new connection's endpoint is picked at random",
-        ),
-    }
 }
 
 /// A `v1alpha2` list of bind CIDRs with one port, as the one address kpng
@@ -969,13 +601,4 @@ pub(super) fn bind_from_list(
 /// `logging.verbosity`, if set.
 pub(super) fn verbosity_of(logging: Option<&serde_json::Value>) -> Option<u64> {
     logging?.get("verbosity")?.as_u64()
-}
-
-/// Whether a Go duration is zero or unset (`""`, `0`, `0s`).
-pub(super) fn is_zero(duration: &str) -> bool {
-    duration.is_empty()
-        || duration
-            .trim_end_matches(|c: char| c.is_ascii_alphabetic())
-            .chars()
-            .all(|c| c == '0' || c == '.')
 }

@@ -519,3 +519,95 @@ fn settings_map_and_what_kpng_does_not_do_is_named() {
         );
     }
 }
+
+/// One loader reads both versions: a `v1alpha1` file and the `v1alpha2`
+/// file kube-proxy converts it to load the same settings in every mode
+/// (only where each came from differs). In ipvs mode `v1alpha1`'s bit is
+/// iptables', `v1alpha2`'s its own `ipvs.masqueradeBit`.
+#[test]
+fn equivalent_v1alpha1_and_v1alpha2_files_load_the_same_settings() {
+    use super::settings::Settings;
+    let load = |text: &str| {
+        let mut warnings = Vec::new();
+        let mut settings = Settings::from_file("f", yaml(text), &mut warnings).expect(text);
+        settings.origin.clear();
+        settings.path = None;
+        (format!("{settings:?}"), warnings)
+    };
+    for mode in ["iptables", "nftables", "ipvs"] {
+        let own = |section: &str| {
+            let all = match mode {
+                "nftables" => "nftables",
+                _ => "iptables",
+            };
+            let mut text = String::new();
+            if section == all {
+                text.push_str("  masqueradeAll: true\n");
+            }
+            if section == mode {
+                text.push_str("  syncPeriod: 30s\n  minSyncPeriod: 2s\n");
+            }
+            text
+        };
+        let v1alpha1 = format!(
+            "apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: {mode}
+clientConnection:
+  kubeconfig: /k
+hostnameOverride: node-a
+healthzBindAddress: 0.0.0.0:10256
+metricsBindAddress: 127.0.0.1:10249
+clusterCIDR: 10.244.0.0/16,fd00:10:244::/56
+iptables:
+  masqueradeBit: 12
+  localhostNodePorts: false
+{}nftables:
+  masqueradeBit: 13
+{}ipvs:
+  scheduler: sh
+{}conntrack:
+  maxPerCore: 32768
+  tcpEstablishedTimeout: 24h0m0s
+oomScoreAdj: -999
+",
+            own("iptables"),
+            own("nftables"),
+            own("ipvs"),
+        );
+        let v1alpha2 = format!(
+            "apiVersion: kubeproxy.config.k8s.io/v1alpha2
+kind: KubeProxyConfiguration
+mode: {mode}
+clientConnection:
+  kubeconfig: /k
+hostnameOverride: node-a
+healthzBindAddress: 0.0.0.0:10256
+metricsBindAddress: 127.0.0.1:10249
+detectLocal:
+  clusterCIDRs: [10.244.0.0/16, fd00:10:244::/56]
+iptables:
+  masqueradeBit: 12
+  localhostNodePorts: false
+nftables:
+  masqueradeBit: 13
+ipvs:
+  masqueradeBit: 12
+  scheduler: sh
+linux:
+  masqueradeAll: true
+  conntrack:
+    maxPerCore: 32768
+    tcpEstablishedTimeout: 24h0m0s
+  oomScoreAdj: -999
+syncPeriod: 30s
+minSyncPeriod: 2s
+"
+        );
+        let (one, warnings_one) = load(&v1alpha1);
+        let (two, warnings_two) = load(&v1alpha2);
+        assert_eq!(one, two, "mode {mode}");
+        assert_eq!(warnings_one, warnings_two, "mode {mode}");
+        assert!(one.contains("masquerade_all: true"), "{one}");
+    }
+}

@@ -77,24 +77,24 @@ pub(crate) fn contribution(
     for family in IpFamily::BOTH {
         // No ClusterIP of this family: nothing of it (see below); its
         // plan is not worked out.
-        if kpng_model::addr::family_of(view.service.cluster_ips.as_ref(), family).is_empty() {
+        if view.service.cluster_ips(family).is_empty() {
             continue;
         }
         let plan = view.plan(family);
         let v6 = family == IpFamily::V6;
-        let cluster_ips: Vec<IpAddr> = plan.cluster_ips.clone();
+        let cluster_ips: &[IpAddr] = plan.cluster_ips;
         if cluster_ips.is_empty() {
             // Not a Service of this family (single stack): nothing of it
             // here, its NodePorts included, as kube-proxy's proxier of
             // that family does not know it.
             continue;
         }
-        let lb_ips: Vec<IpAddr> = if plan.source_ranges.is_empty() {
-            plan.lb_ips.clone()
+        let lb_ips: &[IpAddr] = if plan.source_ranges.is_empty() {
+            plan.lb_ips
         } else {
-            Vec::new()
+            &[]
         };
-        let externals: Vec<IpAddr> = plan.external_ips.iter().copied().chain(lb_ips).collect();
+        let externals: Vec<IpAddr> = plan.external_ips.iter().chain(lb_ips).copied().collect();
         let node_ips: Vec<IpAddr> = node_ips
             .iter()
             .copied()
@@ -165,7 +165,7 @@ pub(crate) fn contribution(
                 };
                 out.records.insert((Side::Socket, frontend), claim);
             };
-            for ip in &cluster_ips {
+            for ip in cluster_ips {
                 claim(*ip, port.number, &internal);
             }
             for ip in &externals {
@@ -190,7 +190,7 @@ pub(crate) fn contribution(
                 } else {
                     EXT_SNAT_ALL | EXT_POD_SOURCES
                 };
-                for ip in &cluster_ips {
+                for ip in cluster_ips {
                     let frontend = Frontend {
                         ip: *ip,
                         port: port.number,

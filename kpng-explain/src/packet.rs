@@ -1,0 +1,197 @@
+//! What is asked: the packet, where it comes from, and the proxy's
+//! settings and data path it meets.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::str::FromStr;
+
+use kpng_sink::ProxyConfig;
+use serde::Serialize;
+
+use crate::Error;
+
+/// A packet's layer 4 protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// TCP.
+    Tcp,
+    /// UDP.
+    Udp,
+    /// SCTP.
+    Sctp,
+}
+
+impl Protocol {
+    /// As Services and nft spell it: `tcp`, `udp`, `sctp`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Tcp => "tcp",
+            Self::Udp => "udp",
+            Self::Sctp => "sctp",
+        }
+    }
+}
+
+impl FromStr for Protocol {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self, Error> {
+        match s.to_ascii_lowercase().as_str() {
+            "tcp" => Ok(Self::Tcp),
+            "udp" => Ok(Self::Udp),
+            "sctp" => Ok(Self::Sctp),
+            _ => Err(Error::Protocol(s.to_owned())),
+        }
+    }
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Where a packet comes from, as the node's rules tell it apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Origin {
+    /// A pod on this node (its packets reach the node's routing from the
+    /// pod's interface; with the eBPF backend, its sockets are the node's).
+    Pod,
+    /// A process of the node itself (the output path).
+    Host,
+    /// Another machine: a client outside the cluster, or a pod or node
+    /// elsewhere sending through this node.
+    Outside,
+}
+
+impl FromStr for Origin {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self, Error> {
+        match s.to_ascii_lowercase().as_str() {
+            "pod" => Ok(Self::Pod),
+            "host" | "node" => Ok(Self::Host),
+            "outside" | "external" => Ok(Self::Outside),
+            _ => Err(Error::Origin(s.to_owned())),
+        }
+    }
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Pod => "a pod on this node",
+            Self::Host => "this node itself",
+            Self::Outside => "outside this node",
+        })
+    }
+}
+
+/// The packet to explain: the first of a connection (or a datagram).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Packet {
+    /// Where it comes from.
+    pub origin: Origin,
+    /// Its protocol.
+    pub protocol: Protocol,
+    /// Its source address.
+    pub source: IpAddr,
+    /// Its destination address.
+    pub destination: IpAddr,
+    /// Its destination port.
+    pub port: u16,
+    /// Its source port, when known: then a Maglev Service's endpoint for
+    /// the flow is named exactly.
+    pub source_port: Option<u16>,
+}
+
+impl Packet {
+    /// The packet from source port `port`.
+    #[must_use]
+    pub fn from_port(mut self, port: u16) -> Self {
+        self.source_port = Some(port);
+        self
+    }
+
+    /// A packet.
+    pub fn new(
+        origin: Origin,
+        protocol: Protocol,
+        source: IpAddr,
+        destination: IpAddr,
+        port: u16,
+    ) -> Self {
+        Self {
+            origin,
+            protocol,
+            source,
+            destination,
+            port,
+            source_port: None,
+        }
+    }
+}
+
+impl fmt::Display for Packet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (s, d) = (self.source, self.destination);
+        let at = |ip: IpAddr| match ip {
+            IpAddr::V4(_) => ip.to_string(),
+            IpAddr::V6(_) => format!("[{ip}]"),
+        };
+        let sport = self.source_port.map_or(String::new(), |p| format!(":{p}"));
+        write!(
+            f,
+            "{} {}{sport} -> {}:{}, from {}",
+            self.protocol,
+            at(s),
+            at(d),
+            self.port,
+            self.origin
+        )
+    }
+}
+
+/// Which mechanisms program the node: what the explanation follows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DataPath {
+    /// The nftables backend: every packet is translated in the node's NAT
+    /// hooks; Services pick endpoints as their balancing says.
+    Nftables,
+    /// The iptables backend: the same rules as nftables', endpoints picked
+    /// at random whatever a Service's balancing.
+    Iptables,
+    /// The eBPF backend: its socket programs serve the node's own and its
+    /// pods' sockets at connect time. Services pick endpoints as their
+    /// balancing says, except that sockets pick a Maglev Service's at
+    /// random (a socket keeps its endpoint for its life).
+    Ebpf {
+        /// Its tc programs are on the interfaces packets from outside
+        /// come in by (`--tc-interfaces`): they serve NodePorts, external
+        /// IPs, LB IPs and ClusterIPs (TCP, UDP and SCTP), refuse and
+        /// drop as the netfilter rules do.
+        tc: bool,
+        /// A netfilter backend runs beside it (`--north-south nft`, the
+        /// default) for what the programs do not translate.
+        netfilter: bool,
+    },
+}
+
+/// The proxy's settings the explanation depends on.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Setup {
+    /// kube-proxy's settings (`--cluster-cidr`, `--service-cidr`,
+    /// `--nodeport-addresses`, `--masquerade-all`).
+    pub proxy: ProxyConfig,
+    /// The mechanisms programmed.
+    pub data_path: DataPath,
+}
+
+impl Setup {
+    /// The settings.
+    pub fn new(proxy: ProxyConfig, data_path: DataPath) -> Self {
+        Self { proxy, data_path }
+    }
+}
