@@ -601,6 +601,9 @@ impl Cluster {
         let (port_text, count) = (port.to_string(), count.to_string());
         let args = ["python3", "-c", CLIENT, proto, host, &port_text, &count];
         let node = (1..=self.nodes).find(|&k| ns.starts_with(&format!("{}p", self.node_ns(k))));
+        // What the handling node held as the probe began: a probe that
+        // spans one of its syncs saw two states, and is not checked.
+        let held = self.held(ns, host);
         let mut command = match node.and_then(|k| self.cgroup(k)) {
             Some(cgroup) => in_cgroup_and_netns(cgroup, ns, &args),
             None => {
@@ -614,40 +617,57 @@ impl Cluster {
             .lines()
             .map(str::to_owned)
             .collect();
-        self.witness(ns, proto, host, port, &lines);
+        if held.is_some() && held == self.held(ns, host) {
+            self.witness(ns, proto, host, port, &lines);
+        }
         lines
     }
 
+    /// The node that handles a probe from `ns` to `host`, when its agent
+    /// holds the manifest's state (see `holds_the_manifest`), with the
+    /// syncs its agent has logged.
+    fn held(&self, ns: &str, host: &str) -> Option<(usize, usize)> {
+        let (k, ..) = self.handler(ns, host)?;
+        let syncs = self.agent(k)?.synced().len();
+        self.holds_the_manifest(k).then_some((k, syncs))
+    }
+
+    /// The node that handles a probe from `ns` to `host` (a pod's or the
+    /// node's own; the NodePort's node for the client), how the packet
+    /// comes to it, and its source address.
+    fn handler(&self, ns: &str, host: &str) -> Option<(usize, kpng_explain::Origin, String)> {
+        use kpng_explain::Origin;
+        let pod = (1..=self.nodes).find_map(|k| {
+            (0..self.pods_per_node)
+                .find(|&j| self.pod_ns(k, j) == ns)
+                .map(|j| (k, Origin::Pod, pod_ip(k, j)))
+        });
+        pod.or_else(|| {
+            (1..=self.nodes)
+                .find(|&k| self.node_ns(k) == ns)
+                .map(|k| (k, Origin::Host, node_ip(k)))
+        })
+        .or_else(|| {
+            (ns == self.client_ns())
+                .then(|| (1..=self.nodes).find(|&k| node_ip(k) == host))
+                .flatten()
+                .map(|k| (k, Origin::Outside, CLIENT_IP.to_owned()))
+        })
+    }
+
     /// Checks a probe against `kpng explain` of the node that handles it
-    /// (a pod's or the node's own; the NodePort's node for the client),
-    /// when that node's agent has synced the manifest as the file server
-    /// last loaded it, and the manifest has not been written since.
+    /// (see `handler`), when that node's agent has synced the manifest as
+    /// the file server last loaded it, and the manifest has not been
+    /// written since.
     fn witness(&self, ns: &str, proto: &str, host: &str, port: u16, lines: &[String]) {
-        use kpng_explain::{Origin, Packet};
+        use kpng_explain::Packet;
         let Some(destination) = host.parse::<std::net::IpAddr>().ok() else {
             return;
         };
         let Some(protocol) = crate::witness::protocol(proto) else {
             return;
         };
-        let pod = (1..=self.nodes).find_map(|k| {
-            (0..self.pods_per_node)
-                .find(|&j| self.pod_ns(k, j) == ns)
-                .map(|j| (k, Origin::Pod, pod_ip(k, j)))
-        });
-        let found = pod
-            .or_else(|| {
-                (1..=self.nodes)
-                    .find(|&k| self.node_ns(k) == ns)
-                    .map(|k| (k, Origin::Host, node_ip(k)))
-            })
-            .or_else(|| {
-                (ns == self.client_ns())
-                    .then(|| (1..=self.nodes).find(|&k| node_ip(k) == host))
-                    .flatten()
-                    .map(|k| (k, Origin::Outside, CLIENT_IP.to_owned()))
-            });
-        let Some((k, origin, source)) = found else {
+        let Some((k, origin, source)) = self.handler(ns, host) else {
             return;
         };
         let Ok(source) = source.parse() else {
