@@ -151,7 +151,7 @@ pub struct EndpointReason {
     pub why: String,
 }
 
-/// The explanation of one packet: see [`explain`]. `Display` gives the
+/// The explanation of one packet: see [`explain`](crate::explain). `Display` gives the
 /// text; `serde` the JSON.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Explanation {
