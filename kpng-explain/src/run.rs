@@ -415,6 +415,22 @@ impl<'a> Run<'a> {
     }
 
     /// A Service port with no usable endpoint anywhere: rejected, `how`.
+    /// A Local traffic policy (internal for a ClusterIP, external
+    /// otherwise) and no endpoint on this node: the rules drop it.
+    fn no_local_endpoint(&mut self, name: &ServiceName, role: Role) -> Outcome {
+        let which = if role == Role::ClusterIp {
+            "internalTrafficPolicy"
+        } else {
+            "externalTrafficPolicy"
+        };
+        self.step(format!(
+            "{which}: Local, and this node has no endpoint of {name}"
+        ));
+        Outcome::Dropped {
+            reason: format!("{which} Local and no endpoint of {name} on this node"),
+        }
+    }
+
     fn no_usable_endpoint(&mut self, name: &ServiceName, pp: &PortPlan<'_>, how: &str) -> Outcome {
         self.step(format!(
             "Service port {name}:{} has no usable endpoint anywhere",

@@ -67,17 +67,7 @@ impl<'a> Run<'a> {
         let (local, masquerade) = self.netfilter_policy(&plan, role);
         let targets = self.targets(service, pp, local);
         if targets.is_empty() {
-            let which = if role == Role::ClusterIp {
-                "internalTrafficPolicy"
-            } else {
-                "externalTrafficPolicy"
-            };
-            self.step(format!(
-                "{which}: Local, and this node has no endpoint of {name}"
-            ));
-            return Outcome::Dropped {
-                reason: format!("{which} Local and no endpoint of {name} on this node"),
-            };
+            return self.no_local_endpoint(&name, role);
         }
         let masquerade = self.hairpin(masquerade, &targets);
         self.affinity(&plan);
