@@ -238,6 +238,16 @@ pub struct Cluster {
     file_times: std::sync::Mutex<Option<(SystemTime, SystemTime)>>,
 }
 
+/// What node handles a probe, how it comes to it and from where, and the
+/// syncs its agent had logged: see `Cluster::held`.
+#[derive(Debug, PartialEq)]
+struct Held {
+    node: usize,
+    origin: kpng_explain::Origin,
+    source: String,
+    syncs: usize,
+}
+
 impl Drop for Cluster {
     fn drop(&mut self) {
         let report = crate::witness::report(&self.witness);
@@ -617,19 +627,24 @@ impl Cluster {
             .lines()
             .map(str::to_owned)
             .collect();
-        if held.is_some() && held == self.held(ns, host) {
-            self.witness(ns, proto, host, port, &lines);
+        if let Some(held) = held.filter(|h| Some(h) == self.held(ns, host).as_ref()) {
+            self.witness(held, ns, proto, host, port, &lines);
         }
         lines
     }
 
-    /// The node that handles a probe from `ns` to `host`, when its agent
-    /// holds the manifest's state (see `holds_the_manifest`), with the
-    /// syncs its agent has logged.
-    fn held(&self, ns: &str, host: &str) -> Option<(usize, usize)> {
-        let (k, ..) = self.handler(ns, host)?;
-        let syncs = self.agent(k)?.synced().len();
-        self.holds_the_manifest(k).then_some((k, syncs))
+    /// The node that handles a probe from `ns` to `host` (see
+    /// `handler`), when its agent holds the manifest's state (see
+    /// `holds_the_manifest`), with the syncs its agent has logged.
+    fn held(&self, ns: &str, host: &str) -> Option<Held> {
+        let (node, origin, source) = self.handler(ns, host)?;
+        let syncs = self.agent(node)?.synced().len();
+        self.holds_the_manifest(node).then_some(Held {
+            node,
+            origin,
+            source,
+            syncs,
+        })
     }
 
     /// The node that handles a probe from `ns` to `host` (a pod's or the
@@ -655,11 +670,9 @@ impl Cluster {
         })
     }
 
-    /// Checks a probe against `kpng explain` of the node that handles it
-    /// (see `handler`), when that node's agent has synced the manifest as
-    /// the file server last loaded it, and the manifest has not been
-    /// written since.
-    fn witness(&self, ns: &str, proto: &str, host: &str, port: u16, lines: &[String]) {
+    /// Checks a probe against `kpng explain` of the node that handled
+    /// it, which held the manifest's state throughout (`held`).
+    fn witness(&self, held: Held, ns: &str, proto: &str, host: &str, port: u16, lines: &[String]) {
         use kpng_explain::Packet;
         let Some(destination) = host.parse::<std::net::IpAddr>().ok() else {
             return;
@@ -667,15 +680,15 @@ impl Cluster {
         let Some(protocol) = crate::witness::protocol(proto) else {
             return;
         };
-        let Some((k, origin, source)) = self.handler(ns, host) else {
-            return;
-        };
+        let Held {
+            node: k,
+            origin,
+            source,
+            ..
+        } = held;
         let Ok(source) = source.parse() else {
             return;
         };
-        if !self.holds_the_manifest(k) {
-            return;
-        }
         let Ok(text) = std::fs::read_to_string(self.manifest_path()) else {
             return;
         };
