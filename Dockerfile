@@ -3,7 +3,7 @@
 FROM rust:1.89-bookworm AS build
 WORKDIR /src
 COPY . .
-RUN cargo build --release --locked -p kpng
+RUN cargo build --release --locked -p kpng-cli
 
 FROM debian:bookworm-slim
 RUN apt-get update \

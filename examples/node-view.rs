@@ -9,10 +9,8 @@
 
 use std::error::Error;
 
-use kpng_kube::{Ingest, IngestConfig, file};
-use kpng_model::IpFamily;
-use kpng_store::Store;
-use kpng_view::NodeProjector;
+use kpng::ingest::{Ingest, IngestConfig, file};
+use kpng::{IpFamily, NodeProjector, Store};
 
 fn main() -> Result<(), Box<dyn Error>> {
     let (mut input, mut node, mut yaml) = (None, "node-a".to_string(), false);

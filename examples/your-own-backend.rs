@@ -1,10 +1,7 @@
 //! A backend in one file: it prints what a data plane would program.
-use kpng_model::endpoint::{PortInfo, PortList};
-use kpng_model::v1::{Protocol, Service, ServicePort};
-use kpng_model::{EndpointInfo, IpFamily, ServiceInfo};
-use kpng_sink::{Round, Sink, SinkError};
-use kpng_store::Store;
-use kpng_view::NodeProjector;
+use kpng::model::endpoint::{PortInfo, PortList};
+use kpng::model::v1::{Protocol, Service, ServicePort};
+use kpng::{EndpointInfo, IpFamily, NodeProjector, Round, ServiceInfo, Sink, SinkError, Store};
 
 /// Our data plane: here, lines of text. It keeps no view: each round
 /// says what changed.
@@ -62,7 +59,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // One endpoint goes: only that Service is printed again.
     let mut txn = store.begin();
-    txn.delete(&kpng_model::Key::Endpoint(name, "10.244.2.10".parse()?));
+    txn.delete(&kpng::model::Key::Endpoint(name, "10.244.2.10".parse()?));
     txn.commit();
     projector.sync_into(&store.snapshot(), &mut printer)?;
     Ok(())

@@ -3,7 +3,7 @@
 //! agent per node, each in its node's namespace programming its kernel.
 //!
 //! ```text
-//! cargo build --release -p kpng
+//! cargo build --release -p kpng-cli
 //! cargo bench -p kpng-lab --bench cluster [-- --nodes 100 --backend nft|iptables|ebpf --services 20 --changes 3 --no-conntrack-cleanup --source file|api]
 //! ```
 //!

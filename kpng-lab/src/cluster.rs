@@ -41,7 +41,7 @@
 //! the cluster; dropping the [`Cluster`] (also on a failed assertion)
 //! kills its processes and deletes its namespaces.
 //!
-//! The `kpng` binary must be built first (`cargo build -p kpng`, with
+//! The `kpng` binary must be built first (`cargo build -p kpng-cli`, with
 //! `--release` for the benchmark): [`kpng_binary`] says where it is looked
 //! for, and `KPNG_BIN` overrides it.
 //!
@@ -153,7 +153,7 @@ impl AgentBackend {
 /// for tests, `target/release/kpng` for benches).
 ///
 /// # Panics
-/// When it is not there: build it first (`cargo build -p kpng`, with
+/// When it is not there: build it first (`cargo build -p kpng-cli`, with
 /// `--release` for a bench).
 pub fn kpng_binary() -> PathBuf {
     if let Some(path) = std::env::var_os("KPNG_BIN") {
@@ -168,7 +168,7 @@ pub fn kpng_binary() -> PathBuf {
     let binary = profile.join("kpng");
     assert!(
         binary.exists(),
-        "{} not found: build it first (`cargo build -p kpng`, `--release` for benches) or set KPNG_BIN",
+        "{} not found: build it first (`cargo build -p kpng-cli`, `--release` for benches) or set KPNG_BIN",
         binary.display()
     );
     binary

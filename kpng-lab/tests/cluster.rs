@@ -10,7 +10,7 @@
 //! event); for nft, iptables and eBPF (socket
 //! programs in a cgroup per node, tc on its fabric link, nft beside; the
 //! EPERM of a dropped connection shows the socket programs at work). Run
-//! as root with the `kpng` binary built (`cargo build -p kpng`);
+//! as root with the `kpng` binary built (`cargo build -p kpng-cli`);
 //! otherwise it prints SKIPPED and passes (not root) or fails naming the
 //! missing binary.
 

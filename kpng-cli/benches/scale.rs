@@ -7,7 +7,7 @@
 //! (or a test cgroup and bpffs) the bench makes and deletes.
 //!
 //! ```text
-//! cargo bench -p kpng --bench scale [-- --worlds wide,deep] [--only nft,ebpf,kube,iptables]
+//! cargo bench -p kpng-cli --bench scale [-- --worlds wide,deep] [--only nft,ebpf,kube,iptables]
 //! ```
 //!
 //! Rows (each printed with its goal, then a JSON line):

@@ -38,9 +38,9 @@ pub(crate) fn tune(cli: &Cli) {
 }
 
 /// mimalloc's options, unless set in the environment (`MIMALLOC_…`).
-/// Figures from `cargo bench -p kpng --bench rss` (10k Services × 10;
+/// Figures from `cargo bench -p kpng-cli --bench rss` (10k Services × 10;
 /// glibc's: 48.7, 44.4, 37.8 and 52.4 MiB) and from a file of a million
-/// endpoints (`cargo bench -p kpng --bench scale`).
+/// endpoints (`cargo bench -p kpng-cli --bench scale`).
 ///
 /// - **Purge at once** (`purge_delay` 0, was 1 s): memory freed goes back
 ///   to the system when freed, as glibc's tuning below does. The dry run

@@ -9,7 +9,7 @@
 //! kpng and any child it ran.
 //!
 //! ```text
-//! cargo bench -p kpng --bench rss [-- --services N]
+//! cargo bench -p kpng-cli --bench rss [-- --services N]
 //! ```
 //!
 //! `KPNG_RSS_FLAGS` (whitespace-separated) is added to every `to-nft`

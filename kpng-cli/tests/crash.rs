@@ -10,7 +10,7 @@
 //! kpng.
 //! Run as root; otherwise it prints SKIPPED and passes. `KPNG_CRASH_RUNS`
 //! sets the number of kills: 20 by default, to keep `cargo test` short;
-//! `KPNG_CRASH_RUNS=50 cargo test -p kpng --test crash -- --nocapture`
+//! `KPNG_CRASH_RUNS=50 cargo test -p kpng-cli --test crash -- --nocapture`
 //! runs the full 50 and prints the count.
 
 use std::process::{Command, Stdio};

@@ -18,18 +18,14 @@
 //! `kpng file to-nft --dry-run` prints a real ruleset on any machine, with
 //! no cluster and no root.
 
-use std::process::ExitCode;
-use std::time::Duration;
-
 use clap::Parser;
-use kpng_drive::{DriveConfig, drive};
+use kpng_drive::DriveConfig;
 use kpng_health::Conditions;
-use kpng_kube::watch::{NodeScope, WatchConfig};
-use kpng_kube::{Ingest, IngestConfig, file};
+use kpng_kube::IngestConfig;
+use kpng_kube::watch::WatchConfig;
 use kpng_retry::one_line;
-use kpng_sink::SinkExt;
 use kpng_store::Store;
-use kpng_view::NodeProjector;
+use std::process::ExitCode;
 
 mod args;
 mod cleanup;
@@ -41,12 +37,10 @@ mod kube_proxy;
 mod leftovers;
 mod logging;
 mod malloc;
-mod node;
 mod serve;
 mod sinks;
 
 use args::{Action, BackendArgs, Cli, NodeArg, Source};
-use node::{NODE_CONDITION, NodeSeen, Nodes, check_node};
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum Error {
@@ -68,6 +62,8 @@ pub(crate) enum Error {
     Usage(String),
     #[error(transparent)]
     Explain(#[from] kpng_explain::Error),
+    #[error(transparent)]
+    Proxy(#[from] kpng::Error),
     /// `fleet --check`: nodes behind, failing or away.
     #[error("{0}")]
     Check(String),
@@ -86,60 +82,82 @@ fn drive_config(args: &BackendArgs, once: bool) -> DriveConfig {
     config
 }
 
-/// Serves the store (`to-api`) or drives the sink from it.
+/// Waits for `work` while `feed` fills its store: the source's error, if
+/// it ends with one first (a one-shot source that ends listed lets `work`
+/// go on).
+async fn beside<T>(
+    feed: &mut kpng::Feed,
+    work: impl std::future::Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
+    tokio::pin!(work);
+    let ended = tokio::select! {
+        done = &mut work => return done,
+        ended = feed.ended() => ended,
+    };
+    ended?;
+    work.await
+}
+
+/// Serves the store (`to-api`), explains a packet, or runs the node's
+/// proxy with the sink the command line asks for.
 async fn finish(
-    reader: kpng_store::Reader,
+    source: kpng::Source,
     node: &NodeArg,
     bundled_sample: bool,
-    nodes: Nodes,
     sink: &Action,
     once: bool,
 ) -> Result<(), Error> {
     if let Action::ToApi(listen) = sink {
         node.unused_by("to-api");
         let address = listen.tls.address(&listen.listen)?;
+        let reader = source.reader();
+        let mut feed = source.start(None, false).await?;
         tracing::info!(address = %listen.listen, "serving the ENLS");
         let server = kpng_api::Server::new(reader.clone());
         serve::serve_server_metrics(listen, &server, reader)?;
-        return Ok(kpng_api::serve_at(&address, server).await?);
+        let serving = async { Ok(kpng_api::serve_at(&address, server).await?) };
+        return beside(&mut feed, serving).await;
     }
     let node = node.resolve(bundled_sample);
-    let node = node.as_str();
     if let Action::Explain(args) = sink {
-        return explain::run(reader, node, args).await;
+        let reader = source.reader();
+        let mut feed = source.start(Some(&node), once).await?;
+        return beside(&mut feed, explain::run(reader, &node, args)).await;
     }
     let conditions = Conditions::default();
-    check_node(&reader, node, nodes, &conditions);
     serve::dry_run_notes(sink);
     // A one-shot run's store goes before its sync (see `drive`): the
     // metrics and the hooks keep no reader of it, and report no store
     // figures.
-    let metrics = serve::serve_metrics(sink, (!once).then(|| reader.clone()), node)?;
+    let reader = (!once).then(|| source.reader());
+    let metrics = serve::serve_metrics(sink, reader.clone(), &node)?;
     let parts = sinks::Parts {
         metrics: &metrics,
-        store: (!once).then_some(&reader),
+        store: reader.as_ref(),
         conditions: &conditions,
         once,
     };
-    let (mut backend, hold) = sinks::build(sink, &parts)?;
-    let mut projector = NodeProjector::new(node);
+    let (backend, hold) = sinks::build(sink, &parts)?;
     let mut config = match sink.args() {
         Some(args) => drive_config(args, once),
-        None => {
-            let mut config = DriveConfig::default();
-            config.once = once;
-            config
-        }
+        None => DriveConfig::default(),
     };
     config.hold = hold;
-    drive(reader, &mut projector, &mut *backend, &config).await?;
+    let proxy = kpng::Proxy::new(node)
+        .source(source)
+        .sink(backend)
+        .drive_config(config)
+        .conditions(conditions)
+        // A one-shot process ends after its sync: the store, the view
+        // and the backend's state (at a million endpoints, 0.3 s of
+        // freeing) go with it.
+        .free_on_return(!once);
     if once {
-        // The process ends now: the view and the backend's state (at a
-        // million endpoints, 0.3 s of freeing) go with it.
-        std::mem::forget(projector);
-        std::mem::forget(backend);
+        std::mem::forget(proxy.once().await?);
+        Ok(())
+    } else {
+        Ok(proxy.run().await?)
     }
-    Ok(())
 }
 
 async fn run(cli: Cli) -> Result<(), Error> {
@@ -159,53 +177,15 @@ async fn run(cli: Cli) -> Result<(), Error> {
             if let Some(name) = &args.proxy_name {
                 config = config.with_proxy_name(name);
             }
-            let mut ingest = Ingest::new(Store::new(), config.clone());
-            let since = match &args.input {
-                Some(path) => file::modified(path).await,
-                None => None,
+            let source = match (&args.input, args.watch) {
+                (None, _) => kpng::Source::sample(),
+                (Some(path), true) => kpng::Source::watched_file(path),
+                (Some(path), false) => kpng::Source::file(path),
             };
-            // Each object is translated as it is parsed, and dropped.
-            match &args.input {
-                Some(path) => ingest.load_file(path).await?,
-                None => ingest.load_str(file::SAMPLE_CLUSTER_NAME, file::SAMPLE_CLUSTER)?,
-            };
-            let reader = ingest.reader();
             let once = args.sink.once() || !args.watch;
-            // Readers see no new revision once the writer is gone: keep it,
-            // or hand it to the file watcher.
-            let _writer = match (&args.input, args.watch) {
-                // One round: the reader holds the loaded state, and the
-                // store goes with it before the sync (see `finish`).
-                // (A server, `to-api`, serves on: its store stays.)
-                _ if once && !args.watch && !matches!(args.sink, Action::ToApi(_)) => {
-                    drop(ingest);
-                    None
-                }
-                (Some(path), true) => {
-                    let path = path.clone();
-                    let period = Duration::from_secs(1);
-                    tokio::spawn(async move {
-                        file::watch_changes(&path, &mut ingest, period, since).await;
-                    });
-                    None
-                }
-                _ => Some(ingest),
-            };
             let bundled_sample = args.input.is_none();
-            let result = finish(
-                reader,
-                &args.node,
-                bundled_sample,
-                Nodes::All,
-                &args.sink,
-                once,
-            )
-            .await;
-            if once {
-                // The store goes with the process, unfreed (as above).
-                std::mem::forget(_writer);
-            }
-            result
+            let source = source.ingest_config(config);
+            finish(source, &args.node, bundled_sample, &args.sink, once).await
         }
         Source::Kube(args) => {
             let config = match &args.kubeconfig {
@@ -220,58 +200,18 @@ async fn run(cli: Cli) -> Result<(), Error> {
                     .await
                     .map_err(|e| Error::Kube(one_line(&e)))?,
             };
-            let server = config.cluster_url.to_string();
-            let client = kube::Client::try_from(config).map_err(|e| Error::Kube(one_line(&e)))?;
-            let mut config = IngestConfig::default();
+            let mut ingest = IngestConfig::default();
             if let Some(name) = &args.proxy_name {
-                config = config.with_proxy_name(name);
+                ingest = ingest.with_proxy_name(name);
             }
-            let mut ingest = Ingest::new(Store::new(), config);
-            let reader = ingest.reader();
             let once = args.sink.once();
             let mut watch = WatchConfig::default();
-            // A server for every node watches every Node; a node-local
-            // proxy only its own.
-            watch.nodes = match &args.sink {
-                Action::ToApi(_) => NodeScope::All,
-                _ => NodeScope::Only(args.node.resolve(false)),
-            };
-            watch.server = server;
             // A one-shot run ends: after a few failed attempts, an error.
             watch.give_up_after = once.then_some(ONCE_ATTEMPTS);
-            // The ingest comes back with the watch's end, so that the
-            // store stays open (and the sink waiting) until the error is
-            // read here. A one-shot run's watch ends once what its round
-            // waits for is listed (`None`): the store then goes with the
-            // round's snapshot, before the sink's sync (see `drive`).
-            let mut lists = ingest.reader();
-            let wait_for = DriveConfig::default().wait_for;
-            let watching = tokio::spawn(async move {
-                let watched = if once {
-                    tokio::select! {
-                        watched = kpng_kube::watch::run_on(client, &mut ingest, watch) => Some(watched),
-                        _ = lists.listed(&wait_for) => None,
-                    }
-                } else {
-                    Some(kpng_kube::watch::run_on(client, &mut ingest, watch).await)
-                };
-                drop(lists);
-                (watched, ingest)
-            });
-            let finishing = finish(reader, &args.node, false, Nodes::Only, &args.sink, once);
-            tokio::pin!(finishing);
-            tokio::select! {
-                done = &mut finishing => done,
-                watched = watching => match watched {
-                    Ok((None, ingest)) => {
-                        drop(ingest);
-                        finishing.await
-                    }
-                    Ok((Some(Ok(())), _)) => Err(Error::Kube("the watch ended".into())),
-                    Ok((Some(Err(e)), _)) => Err(e.into()),
-                    Err(e) => Err(Error::Kube(format!("the watch failed: {e}"))),
-                },
-            }
+            let source = kpng::Source::kube_config(config)?
+                .ingest_config(ingest)
+                .watch_config(watch);
+            finish(source, &args.node, false, &args.sink, once).await
         }
         Source::Api(args) => {
             let address = args.tls.address(&args.api)?;
@@ -283,7 +223,8 @@ async fn run(cli: Cli) -> Result<(), Error> {
                 tokio::spawn(async move {
                     let _ = kpng_api::run_mirror(&address, &mut store, &config).await;
                 });
-                return finish(reader, &args.node, false, Nodes::All, &args.sink, false).await;
+                let source = kpng::Source::store(reader);
+                return finish(source, &args.node, false, &args.sink, false).await;
             }
             if let Action::Fleet(fleet) = &args.sink {
                 args.node.unused_by("fleet");
@@ -296,10 +237,6 @@ async fn run(cli: Cli) -> Result<(), Error> {
             serve::dry_run_notes(&args.sink);
             let metrics = serve::serve_metrics(&args.sink, None, &node)?;
             let conditions = Conditions::default();
-            conditions.set(
-                NODE_CONDITION,
-                format!("waiting for this node's view from the server (this node: {node:?})"),
-            );
             // The agent's rounds go through the guard too; a hold is
             // re-checked at the next change the server sends.
             let parts = sinks::Parts {
@@ -309,11 +246,19 @@ async fn run(cli: Cli) -> Result<(), Error> {
                 once: args.sink.once(),
             };
             let (sink, _hold) = sinks::build(&args.sink, &parts)?;
-            let mut sink = sink.with(NodeSeen::new(&node, conditions));
             let mut config = kpng_api::AgentConfig::default();
-            config.once = args.sink.once();
             config.once_attempts = ONCE_ATTEMPTS;
-            Ok(kpng_api::run_agent(&address, &node, &mut sink, &config).await?)
+            let proxy = kpng::Proxy::new(node)
+                .server(address)
+                .sink(sink)
+                .agent_config(config)
+                .conditions(conditions);
+            if args.sink.once() {
+                proxy.once().await?;
+                Ok(())
+            } else {
+                Ok(proxy.run().await?)
+            }
         }
     }
 }
