@@ -55,7 +55,7 @@
 //! | `server` | [`server`]: serve the ENLS to node agents over gRPC |
 //! | `nft`, `iptables`, `ebpf` | the reference backends: [`nft`], [`iptables`], [`ebpf`] |
 //! | `health` | [`health`]: `/healthz`, health-check node ports, metrics; [`Proxy::conditions`] |
-//! | `aggregator` | [`aggregator`]: several producers, one atomic apply |
+//! | `aggregator` | [`aggregator`]: several producers, one atomic apply; [`netfilter`] to build their tables (also with `nft`, `iptables`) |
 //! | `conntrack` | [`conntrack`]: UDP conntrack cleanup |
 //! | `explain` | [`explain`]: what a node does with one packet, and why |
 //! | `full` | all of the above |
@@ -170,6 +170,17 @@ pub mod health {
 #[cfg_attr(docsrs, doc(cfg(feature = "aggregator")))]
 pub mod aggregator {
     pub use kpng_aggregator::*;
+}
+
+/// The kernel side: nf_tables over netlink, the iptables restore engine,
+/// the node's addresses (`kpng-netfilter`).
+#[cfg(any(feature = "nft", feature = "iptables", feature = "aggregator"))]
+#[cfg_attr(
+    docsrs,
+    doc(cfg(any(feature = "nft", feature = "iptables", feature = "aggregator")))
+)]
+pub mod netfilter {
+    pub use kpng_netfilter::*;
 }
 
 /// UDP conntrack cleanup after endpoint changes (`kpng-conntrack`).
