@@ -347,7 +347,7 @@ pub(crate) struct NftArgs {
     /// `kpng_service_connections_total` and
     /// `kpng_endpoint_connections_total`. Off by default: at 10k
     /// Services they make a full sync ~30 % dearer and each scrape dumps
-    /// the pick maps (see docs/operations.md for the cost).
+    /// the pick maps (see docs/operator/troubleshooting.md for the cost).
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub(crate) counters: bool,
     #[command(flatten)]
@@ -474,8 +474,10 @@ pub(crate) struct ProxyFlags {
     /// How a new connection picks its endpoint, for Services without a
     /// `kpng.io/balancing` annotation: `random` (kube-proxy's), `maglev`
     /// (consistent hashing of the flow: an endpoint leaving moves about
-    /// its own share of the flows) or `round-robin` (in turn). nftables
-    /// only; the iptables and eBPF backends pick at random.
+    /// its own share of the flows) or `round-robin` (in turn). The
+    /// nftables backend, and the eBPF programs (Maglev in the tc
+    /// programs; a socket picks a Maglev Service's endpoint at random);
+    /// the iptables backend picks at random.
     #[arg(long, default_value = "random", value_parser = ["random", "maglev", "round-robin"])]
     pub(crate) balancing: String,
 }

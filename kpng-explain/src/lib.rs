@@ -18,7 +18,7 @@
 //!
 //! The endpoint choice is `kpng-view`'s own ([`kpng_view::selection`]),
 //! so what is explained is what the node view holds; the data-plane
-//! steps follow the backends' rules (docs/semantics.md), for netfilter
+//! steps follow the backends' rules (docs/reference/semantics.md), for netfilter
 //! (nftables, iptables) or the eBPF programs ([`DataPath`]). The lab
 //! (`kpng-lab`) checks every answer against real packets.
 //!

@@ -1,4 +1,4 @@
-//! One small cluster per Service behaviour of `docs/semantics.md`, as
+//! One small cluster per Service behaviour of `docs/reference/semantics.md`, as
 //! manifests (the YAML `kubectl get -o yaml` prints), for snapshot tests
 //! of a backend's render: what a backend makes of each case is reviewed
 //! as a diff when it changes, without root.

@@ -29,7 +29,7 @@
 //! with them, IPv4 options, IPv6 extension headers, fragments) goes on
 //! to the node's stack: the `kpng`
 //! command runs the nftables backend beside this one for it
-//! (docs/semantics.md says row by row which mechanism serves what).
+//! (docs/reference/semantics.md says row by row which mechanism serves what).
 //!
 //! - **Selection** comes from the node view's plan, as in the netfilter
 //!   backends: ready, serving and terminating fallbacks, the Local
@@ -64,7 +64,7 @@
 //!   rewrites the Services it lists (every Service when the node's
 //!   addresses changed), in an order where every Service stays whole
 //!   (a new endpoint set before the records that lead to it, sets changed
-//!   in place with their count last); see docs/architecture.md. A full
+//!   in place with their count last); see docs/reference/architecture.md. A full
 //!   round, and the first sync after a failure of its own (even in an
 //!   incremental round), rewrites everything, adopting what the maps
 //!   hold. The backend keeps what it wrote of each Service, never a copy

@@ -1,4 +1,4 @@
-//! What the backend makes of each Service behaviour of docs/semantics.md:
+//! What the backend makes of each Service behaviour of docs/reference/semantics.md:
 //! the dry run's map writes for one small cluster per behaviour
 //! (`kpng_testkit::semantics`), less what the node alone gives, as insta
 //! snapshots. A change of what the maps hold shows as a diff to review,

@@ -105,7 +105,7 @@ pub enum Error {
 /// ~0.97 KB per endpoint in kube-proxy's layout against ~0.3 KB in the
 /// compact one, up to the kernel's limit on a legacy table (512 MiB,
 /// ~550,000 endpoints in kube-proxy's layout). See docs/performance.md,
-/// "Issue #27: iptables at 100k".
+/// "iptables".
 pub const AUTO_COMPACT_ENDPOINTS: usize = 50_000;
 
 /// [`Layout::Auto`] goes back to kube-proxy's layout only below this

@@ -142,7 +142,7 @@ pub struct NftConfig {
     /// new connections sent to its endpoint for its Service port and
     /// kind of destination, read with [`CounterReader`] (`--counters`;
     /// default off: at 10k Services they make a full sync ~30 % dearer
-    /// and a scrape dumps every element; see docs/operations.md).
+    /// and a scrape dumps every element; see docs/operator/troubleshooting.md).
     pub counters: bool,
 }
 

@@ -1,6 +1,6 @@
 //! Rendering: the node view as nftables objects, per IP family.
 //!
-//! The ruleset is shaped to nft's cost model (see docs/architecture.md):
+//! The ruleset is shaped to nft's cost model (see docs/reference/architecture.md):
 //! a few large maps and many tiny chains, no per-endpoint chain (except
 //! for ClientIP affinity). Dispatch is one verdict-map lookup
 //! (`service-ips`, `service-nodeports`); endpoint choice is one shared

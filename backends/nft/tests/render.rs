@@ -1,4 +1,4 @@
-//! What the backend makes of each Service behaviour of docs/semantics.md:
+//! What the backend makes of each Service behaviour of docs/reference/semantics.md:
 //! the dry run of one small cluster per behaviour (`kpng_testkit::semantics`),
 //! less what the node alone gives, as insta snapshots. A ruleset change
 //! shows as a diff to review, and no root is needed.

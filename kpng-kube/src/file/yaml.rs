@@ -384,7 +384,7 @@ fn yaml_message(e: &serde_saphyr::Error, line_offset: u64) -> String {
         format!(
             "invalid YAML: {rendered} (a limit against YAML bombs: one node per byte of \
              the file, aliases replaying at most 1,000,000 events a document; \
-             see docs/operations.md)"
+             see docs/operator/flags-and-config.md)"
         )
     } else {
         format!("invalid YAML: {rendered}")

@@ -46,7 +46,7 @@ pub(crate) fn nodeport_ips(view: &NodeView, prefixes: Option<&[IpNet]>) -> Vec<I
 ///   external policy.
 /// - LB IPs with `loadBalancerSourceRanges` get no record: the socket
 ///   goes on unchanged and the node's netfilter rules check its source
-///   (see docs/semantics.md).
+///   (see docs/reference/semantics.md).
 /// - A port with no endpoint at all is refused; a Local policy with no
 ///   local endpoint drops.
 /// - With `external` (tc programs attached), packets from outside to a
