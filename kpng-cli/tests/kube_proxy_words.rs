@@ -180,7 +180,7 @@ fn no_colour_when_stderr_is_not_a_terminal() {
 }
 
 /// `--v` sets the log level (klog's verbosity mapped to tracing's, see
-/// operations.md); `RUST_LOG`, when set, wins.
+/// docs/operator/flags-and-config.md); `RUST_LOG`, when set, wins.
 #[test]
 fn v_sets_the_log_level_and_rust_log_wins() {
     let args = [

@@ -30,7 +30,7 @@
 //! (10k Services × 10 endpoints: 110k chains, 330k rules, ~10 minutes).
 //! A command naming no chain makes it fetch the whole table and keep no
 //! list, so a section declaring many chains starts with `-S` (listing the
-//! table; the output is thrown away). See docs/performance.md.
+//! table; the output is thrown away). See docs/performance.md, "iptables".
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;

@@ -31,7 +31,7 @@ const fn flag(name: &'static str, value: bool, does: Does) -> Flag {
     Flag { name, value, does }
 }
 
-const IPVS: &str = "an IPVS setting: kpng serves `mode: ipvs` with nftables, and this has no counterpart there (see operations.md)";
+const IPVS: &str = "an IPVS setting: kpng serves `mode: ipvs` with nftables, and this has no counterpart there (see docs/operator/install-and-swap.md)";
 const LOG_OUTPUT: &str = "kpng writes each log line to stderr as it comes";
 const LOCAL: &str = "kpng tells local traffic by --cluster-cidr only";
 
