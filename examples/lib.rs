@@ -1,8 +1,7 @@
 //! Runnable examples of kpng-rs; see the `[[example]]` entries and
 //! `README.md` here. This library only carries the code of the workspace
 //! README, docs/vendor/writing-a-backend.md and compose-a-proxy.md as
-//! doctests, so they cannot go
-//! stale.
+//! doctests, so they cannot go stale.
 
 /// The workspace README's example, compiled and run as a doctest.
 #[cfg(doctest)]
