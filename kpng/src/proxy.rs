@@ -144,10 +144,52 @@ impl<S> Proxy<S> {
         }
     }
 
+    /// Puts the guard against losing everything in front of the sink: a
+    /// round that would delete every Service the sink programmed, or more
+    /// than [`GuardConfig::max_delete_share`](kpng_drive::GuardConfig) of
+    /// them, is held back (logged, and reported by
+    /// [`HoldStatus`](kpng_drive::HoldStatus)) until it lasts the
+    /// confirmation time or an override lets it through. The driver
+    /// re-checks a hold on its own; an agent at the server's next change.
+    /// A truncated manifest or an API server that lists nothing then
+    /// drops no traffic.
+    pub fn guarded(self, config: kpng_drive::GuardConfig) -> Proxy<kpng_drive::Guarded<S>>
+    where
+        S: Sink,
+    {
+        let Proxy {
+            node,
+            from,
+            sink,
+            mut drive,
+            #[cfg(feature = "agent")]
+            agent,
+            report,
+            free_on_return,
+        } = self;
+        let guarded = kpng_drive::Guarded::new(sink, config);
+        drive.hold = Some(guarded.status());
+        Proxy {
+            node,
+            from,
+            sink: guarded,
+            drive,
+            #[cfg(feature = "agent")]
+            agent,
+            report,
+            free_on_return,
+        }
+    }
+
     /// How rounds are driven from a source: the minimum period between
     /// syncs and its burst, the retry backoff, the kinds waited for, a
-    /// guard's hold to re-check. Its `once` is set by [`Proxy::once`].
-    pub fn drive_config(mut self, config: DriveConfig) -> Self {
+    /// guard's hold to re-check. Its `once` is set by [`Proxy::once`], and
+    /// a hold already set by [`Proxy::guarded`] is kept when `config` has
+    /// none.
+    pub fn drive_config(mut self, mut config: DriveConfig) -> Self {
+        if config.hold.is_none() {
+            config.hold = self.drive.hold.take();
+        }
         self.drive = config;
         self
     }
@@ -337,6 +379,41 @@ mod tests {
         assert_eq!(rounds.load(std::sync::atomic::Ordering::Relaxed), 1);
         assert_eq!(sink.get_ref().0.len(), 1);
         assert!(sink.get_ref().0[0] > 0);
+    }
+
+    #[tokio::test]
+    async fn a_guarded_proxy_holds_back_a_round_that_deletes_everything() {
+        let mut store = Store::new();
+        let mut txn = store.begin();
+        txn.set_service(
+            kpng_model::ServiceInfo::new(Service::new("default", "web")).expect("valid"),
+        );
+        txn.commit();
+        store.mark_listed(Kind::Service);
+        store.mark_listed(Kind::Endpoint);
+        let guard = kpng_drive::GuardConfig::default();
+        let first = Proxy::new("node-a")
+            .source(Source::store(store.reader()))
+            .sink(Count::default())
+            .guarded(guard.clone())
+            .once()
+            .await
+            .expect("synced");
+        assert_eq!(first.inner().0, vec![1]);
+        // The next state deletes every Service: held back, the sink keeps
+        // its Service.
+        let mut txn = store.begin();
+        txn.delete(&kpng_model::Key::Service(kpng_model::ServiceName::new(
+            "default", "web",
+        )));
+        txn.commit();
+        let mut guarded = first;
+        let mut projector = NodeProjector::new("node-a");
+        projector
+            .sync_into(&store.snapshot(), &mut guarded)
+            .expect("held back, not failed");
+        assert_eq!(guarded.inner().0, vec![1], "the inner sink was not called");
+        assert!(guarded.status().held().is_some(), "the hold is reported");
     }
 
     #[cfg(feature = "file")]
