@@ -18,7 +18,7 @@ use kpng::health::{Companions, Conditions};
 use kpng::netfilter::nft::build::{Load, equals, verdict};
 use kpng::netfilter::nft::{BaseChain, ChainHook, ChainType, NfVerdict};
 use kpng::nft::{NftBackend, NftConfig};
-use kpng::{IpFamily, Proxy, ProxyConfig, Round, Sink, SinkError, SinkExt, Source};
+use kpng::{GuardConfig, IpFamily, Proxy, ProxyConfig, Round, Sink, SinkError, SinkExt, Source};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// The vendor's own data plane: a line per Service port and address.
@@ -102,6 +102,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     Proxy::new(node)
         .source(source)
         .sink(sink)
+        // A round that would delete most of what is programmed waits.
+        .guarded(GuardConfig::default())
         .conditions(conditions)
         .once()
         .await?;
