@@ -583,13 +583,19 @@ impl NftBackend {
 }
 
 /// Renders every Service of `view` for `family`, handing each render to
-/// `add` in the view's order. The rendering runs on a second thread, a run
-/// of Services ahead of `add` (which fills the claims, one at a time): at
-/// 100k Services the two took about as long as each other.
+/// `add` in the view's order. In a large view the rendering runs on a
+/// second thread, a run of Services ahead of `add` (which fills the
+/// claims, one at a time): at 100k Services the two took about as long as
+/// each other. In a small one, one thread: a Service's render is dropped
+/// before the next is made (at 1,000 Services the second thread held up to
+/// four runs, every render at once: ~1 MiB more at the peak of a node's
+/// proxy).
 fn render_all(view: &NodeView, family: IpFamily, config: &NftConfig, mut add: impl FnMut(Render)) {
     /// Services rendered before the run goes to `add`.
     const RUN: usize = 256;
-    if view.services.len() <= RUN {
+    /// The smallest view rendered on a second thread.
+    const THREADED_FROM: usize = 2048;
+    if view.services.len() < THREADED_FROM {
         for service in view.services.values() {
             add(render::service(service, family, config));
         }
