@@ -33,8 +33,10 @@
 //!     }
 //! }
 //!
+//! # #[cfg(feature = "file")]
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(async {
-//! // The bundled sample cluster; `Source::kube(client)` for a real one.
+//! // The bundled sample cluster (feature `file`); `Source::kube(client)`
+//! // for a real one (feature `kube`).
 //! Proxy::new("node-a").source(Source::sample()).sink(Print).once().await?;
 //! # Ok::<(), kpng::Error>(())
 //! # })?;
@@ -43,14 +45,16 @@
 //!
 //! # Features
 //!
-//! The concepts a backend needs are at the root and always there. Each
-//! source, backend and companion is a feature (docs.rs marks the items
-//! that need one):
+//! The concepts a backend needs are at the root and always there, with
+//! no feature (no Kubernetes client, no kernel crate): `cargo add kpng`
+//! is all a backend crate needs. Each source, backend and companion is a
+//! feature, none of them on by default (docs.rs marks the items that
+//! need one):
 //!
 //! | feature | what it adds |
 //! |---|---|
-//! | `file` (default) | [`Source::file`], [`Source::watched_file`], [`Source::sample`] |
-//! | `kube` | [`Source::kube`]; the [`kube`] client, re-exported |
+//! | `file` | [`Source::file`], [`Source::watched_file`], [`Source::sample`] |
+//! | `kube` | [`Source::kube`]; the [`kube`] client, re-exported; `file` with it |
 //! | `agent` | [`Proxy::server`]: a node's view from a kpng server |
 //! | `server` | [`server`]: serve the ENLS to node agents over gRPC |
 //! | `nft`, `iptables`, `ebpf` | the reference backends: [`nft`], [`iptables`], [`ebpf`] |
