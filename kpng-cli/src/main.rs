@@ -82,22 +82,6 @@ fn drive_config(args: &BackendArgs, once: bool) -> DriveConfig {
     config
 }
 
-/// Waits for `work` while `feed` fills its store: the source's error, if
-/// it ends with one first (a one-shot source that ends listed lets `work`
-/// go on).
-async fn beside<T>(
-    feed: &mut kpng::Feed,
-    work: impl std::future::Future<Output = Result<T, Error>>,
-) -> Result<T, Error> {
-    tokio::pin!(work);
-    let ended = tokio::select! {
-        done = &mut work => return done,
-        ended = feed.ended() => ended,
-    };
-    ended?;
-    work.await
-}
-
 /// Serves the store (`to-api`), explains a packet, or runs the node's
 /// proxy with the sink the command line asks for.
 async fn finish(
@@ -116,13 +100,13 @@ async fn finish(
         let server = kpng_api::Server::new(reader.clone());
         serve::serve_server_metrics(listen, &server, reader)?;
         let serving = async { Ok(kpng_api::serve_at(&address, server).await?) };
-        return beside(&mut feed, serving).await;
+        return feed.alongside(serving).await;
     }
     let node = node.resolve(bundled_sample);
     if let Action::Explain(args) = sink {
         let reader = source.reader();
         let mut feed = source.start(Some(&node), once).await?;
-        return beside(&mut feed, explain::run(reader, &node, args)).await;
+        return feed.alongside(explain::run(reader, &node, args)).await;
     }
     let conditions = Conditions::default();
     serve::dry_run_notes(sink);

@@ -104,16 +104,7 @@ impl<S> Proxy<S> {
 
     /// Programs the node with `sink` (a backend, or your own).
     pub fn sink<T: Sink>(self, sink: T) -> Proxy<T> {
-        Proxy {
-            node: self.node,
-            from: self.from,
-            sink,
-            drive: self.drive,
-            #[cfg(feature = "agent")]
-            agent: self.agent,
-            report: self.report,
-            free_on_return: self.free_on_return,
-        }
+        self.map_sink(|_| sink)
     }
 
     /// Adds `hook` around the sink: called before and after each round
@@ -122,25 +113,20 @@ impl<S> Proxy<S> {
     where
         S: Sink,
     {
-        let Proxy {
-            node,
-            from,
-            sink,
-            drive,
-            #[cfg(feature = "agent")]
-            agent,
-            report,
-            free_on_return,
-        } = self;
+        self.map_sink(|sink| sink.with(hook))
+    }
+
+    /// The same proxy with its sink made by `f` from the current one.
+    fn map_sink<T>(self, f: impl FnOnce(S) -> T) -> Proxy<T> {
         Proxy {
-            node,
-            from,
-            sink: sink.with(hook),
-            drive,
+            node: self.node,
+            from: self.from,
+            sink: f(self.sink),
+            drive: self.drive,
             #[cfg(feature = "agent")]
-            agent,
-            report,
-            free_on_return,
+            agent: self.agent,
+            report: self.report,
+            free_on_return: self.free_on_return,
         }
     }
 
@@ -157,28 +143,9 @@ impl<S> Proxy<S> {
     where
         S: Sink,
     {
-        let Proxy {
-            node,
-            from,
-            sink,
-            mut drive,
-            #[cfg(feature = "agent")]
-            agent,
-            report,
-            free_on_return,
-        } = self;
-        let guarded = kpng_drive::Guarded::new(sink, config);
-        drive.hold = Some(guarded.status());
-        Proxy {
-            node,
-            from,
-            sink: guarded,
-            drive,
-            #[cfg(feature = "agent")]
-            agent,
-            report,
-            free_on_return,
-        }
+        let mut proxy = self.map_sink(|sink| kpng_drive::Guarded::new(sink, config));
+        proxy.drive.hold = Some(proxy.sink.status());
+        proxy
     }
 
     /// How rounds are driven from a source: the minimum period between
@@ -272,7 +239,7 @@ impl<S: Sink> Proxy<S> {
         } = self;
         match from.ok_or(Error::NoSource)? {
             From::Source(source) => {
-                let all = source.holds_all_nodes(Some(&node));
+                let all = source.holds_all_nodes();
                 // Only the round holds a reader: a one-shot round frees
                 // the store's memory before the sink builds its batch.
                 let reader = source.reader();
@@ -280,20 +247,10 @@ impl<S: Sink> Proxy<S> {
                 check_node(&reader, &node, all, report);
                 let mut projector = NodeProjector::new(node.as_str());
                 drive.once = once;
-                let result = {
-                    let driving = kpng_drive::drive(reader, &mut projector, &mut sink, &drive);
-                    tokio::pin!(driving);
-                    let first = tokio::select! {
-                        driven = &mut driving => First::Driven(driven),
-                        ended = feed.ended() => First::Ended(ended),
-                    };
-                    match first {
-                        First::Driven(driven) => driven.map_err(Error::from),
-                        // A one-shot source is listed: the round follows.
-                        First::Ended(Ok(())) => driving.await.map_err(Error::from),
-                        First::Ended(Err(e)) => Err(e),
-                    }
-                };
+                let driving = kpng_drive::drive(reader, &mut projector, &mut sink, &drive);
+                let result = feed
+                    .alongside(async { Ok::<_, Error>(driving.await?) })
+                    .await;
                 if once && !free_on_return {
                     std::mem::forget(projector);
                     feed.forget();
@@ -309,12 +266,6 @@ impl<S: Sink> Proxy<S> {
             }
         }
     }
-}
-
-/// What a proxy's race between its rounds and its source saw first.
-enum First {
-    Driven(Result<(), kpng_sink::SinkError>),
-    Ended(Result<(), Error>),
 }
 
 #[cfg(test)]

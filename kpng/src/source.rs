@@ -206,18 +206,17 @@ impl Source {
     }
 
     /// Whether the store holds every Node of the cluster (a file, a
-    /// caller's store), rather than only `node`'s (the API, watched for
-    /// one node).
-    pub(crate) fn holds_all_nodes(&self, node: Option<&str>) -> bool {
+    /// caller's store), rather than only the served node's (the API,
+    /// watched for one node by a proxy).
+    pub(crate) fn holds_all_nodes(&self) -> bool {
         #[cfg(feature = "kube")]
         if let Origin::Filled {
             from: Filler::Kube { .. },
             ..
         } = &self.origin
         {
-            return node.is_none();
+            return false;
         }
-        let _ = node;
         true
     }
 
@@ -371,6 +370,25 @@ impl Feed {
             }
             _ => std::future::pending().await,
         }
+    }
+
+    /// Waits for `work` while the source fills the store: the source's
+    /// error if it ends with one first; when a one-shot source ends listed
+    /// (its writer gone, its state in the readers), `work` goes on.
+    ///
+    /// # Errors
+    /// `work`'s error, or why the source ended.
+    pub async fn alongside<T, E: From<Error>>(
+        &mut self,
+        work: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        tokio::pin!(work);
+        let ended = tokio::select! {
+            done = &mut work => return done,
+            ended = self.ended() => ended,
+        };
+        ended?;
+        work.await
     }
 
     /// Lets the store's memory go with the process instead of freeing it
