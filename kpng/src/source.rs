@@ -278,7 +278,7 @@ async fn start_filler(
                     let period = std::time::Duration::from_secs(1);
                     Writer::Task(tokio::spawn(async move {
                         kpng_kube::file::watch_changes(&path, &mut ingest, period, since).await;
-                        Ok(())
+                        (Ok(()), ingest)
                     }))
                 }
                 // One state: the readers hold it, and the store can go
@@ -297,11 +297,11 @@ async fn start_filler(
                 Some(node) => NodeScope::Only(node.to_owned()),
                 None => NodeScope::All,
             };
-            // The ingest stays with the task until the watch ends, so
-            // that the store stays open (and its readers waiting) until
-            // the error is read. A one-shot watch ends once what a round
-            // waits for is listed: the store then goes with the round's
-            // snapshot.
+            // The ingest comes back with the watch's end, so that the
+            // store stays open (and its readers waiting) until the error
+            // is read: closed first, a waiting round would end without
+            // it. A one-shot watch ends once what a round waits for is
+            // listed: the store then goes with the round's snapshot.
             let mut lists = ingest.reader();
             let wait_for = kpng_drive::DriveConfig::default().wait_for;
             Ok(Writer::Task(tokio::spawn(async move {
@@ -314,11 +314,12 @@ async fn start_filler(
                     Some(kpng_kube::watch::run_on(client, &mut ingest, watch).await)
                 };
                 drop(lists);
-                match watched {
+                let result = match watched {
                     None => Ok(()),
                     Some(Ok(())) => Err(Error::WatchEnded),
                     Some(Err(e)) => Err(e.into()),
-                }
+                };
+                (result, ingest)
             })))
         }
     }
@@ -344,9 +345,10 @@ enum Writer {
     #[cfg(feature = "file")]
     Held { _ingest: Box<kpng_kube::Ingest> },
     /// A task that writes the store, and ends only with an error (or,
-    /// one-shot, once the store is listed).
+    /// one-shot, once the store is listed). It hands the writer back, to
+    /// be dropped once its end is read.
     #[cfg(any(feature = "file", feature = "kube"))]
-    Task(tokio::task::JoinHandle<Result<(), Error>>),
+    Task(tokio::task::JoinHandle<(Result<(), Error>, kpng_kube::Ingest)>),
 }
 
 impl Feed {
@@ -362,7 +364,8 @@ impl Feed {
             #[cfg(any(feature = "file", feature = "kube"))]
             Writer::Task(task) => {
                 let result = match task.await {
-                    Ok(result) => result,
+                    // The store closes here, after its end is known.
+                    Ok((result, _ingest)) => result,
                     Err(e) => Err(Error::Task(e.to_string())),
                 };
                 self.writer = Writer::None;
