@@ -266,6 +266,15 @@ pub(crate) struct ExplainArgs {
     /// packet comes in by (`to-ebpf --tc-interfaces`).
     #[arg(long)]
     pub(crate) tc: bool,
+    /// With `--backend ebpf`, run on the node: the interfaces with the tc
+    /// programs, as given to `to-ebpf --tc-interfaces` (comma-separated;
+    /// implies `--tc`). The node's routes are then asked, as the backend
+    /// does each round, whether each endpoint on another node is reached
+    /// through them: one reached around them is named with its interface
+    /// (its traffic is not masqueraded and fails). Without it, the
+    /// explanation says it cannot know.
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) tc_interfaces: Vec<String>,
     /// With `--backend ebpf`: `nft` (the default) or `none`, as
     /// `to-ebpf --north-south`.
     #[arg(long, default_value = "nft", value_parser = ["nft", "none"])]

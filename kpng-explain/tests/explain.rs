@@ -433,3 +433,66 @@ fn the_balancing_is_the_service_s_on_nftables_and_random_elsewhere() {
     ));
     assert!(explained.to_string().contains("in turn"), "{explained}");
 }
+
+/// The tc programs masquerade at the interface a packet leaves by: with
+/// the node's routes asked (`Setup::with_tc_routes`), an endpoint on
+/// another node reached around them is named with its interface; without,
+/// the explanation says it cannot know.
+#[test]
+fn the_tc_programs_name_endpoints_reached_around_them() {
+    let ebpf = DataPath::Ebpf {
+        tc: true,
+        netfilter: true,
+    };
+    let packet = Packet::new(
+        Origin::Outside,
+        Protocol::Tcp,
+        "203.0.113.10".parse().expect("ip"),
+        "192.168.50.1".parse().expect("ip"),
+        30080,
+    );
+    // node-b's endpoint is routed by eth9, which has no programs.
+    let routes = setup(ebpf)
+        .with_tc_routes(|ip| (ip.to_string() == "10.244.2.10").then(|| "eth9".to_owned()));
+    let explained = explain(&snapshot(), "node-a", &routes, &packet).expect("explained");
+    let Outcome::Translated { endpoints, .. } = &explained.outcome else {
+        panic!("not translated: {explained}");
+    };
+    let around: Vec<(String, Option<&str>)> = endpoints
+        .iter()
+        .map(|t| (t.ip.to_string(), t.reached_around.as_deref()))
+        .collect();
+    assert_eq!(
+        around,
+        [
+            ("10.244.1.10".to_owned(), None),
+            ("10.244.2.10".to_owned(), Some("eth9"))
+        ]
+    );
+    let text = explained.to_string();
+    assert!(
+        text.contains(
+            "10.244.2.10:8080 (node-b): its route leaves by eth9, which has no tc programs"
+        ),
+        "{text}"
+    );
+    assert!(
+        serde_json::to_string(&explained)
+            .expect("json")
+            .contains(r#""reached_around":"eth9""#)
+    );
+    // Every route through the programs: said so.
+    let through = setup(ebpf).with_tc_routes(|_| None);
+    let text = explain(&snapshot(), "node-a", &through, &packet)
+        .expect("explained")
+        .to_string();
+    assert!(
+        text.contains("every endpoint on another node is reached through"),
+        "{text}"
+    );
+    // Routes not asked: the explanation says it cannot know.
+    let text = explain(&snapshot(), "node-a", &setup(ebpf), &packet)
+        .expect("explained")
+        .to_string();
+    assert!(text.contains("the routes were not asked here"), "{text}");
+}

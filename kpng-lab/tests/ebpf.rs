@@ -468,6 +468,16 @@ fn endpoints_reached_around_the_tc_programs_are_named() {
         [(E2.to_owned(), dev(E2)), (E3.to_owned(), dev(E3))],
         "outside is {outside}"
     );
+    // What `explain --tc-interfaces` asks on the node says the same.
+    let netns = std::path::PathBuf::from("/run/netns").join(lab.ns("node"));
+    let routes = kpng_backend_ebpf::TcRoutes::new(Some(&netns), std::slice::from_ref(&outside))
+        .expect("routes");
+    let ips: Vec<std::net::IpAddr> = [E2, E3].iter().map(|ip| ip.parse().expect("ip")).collect();
+    assert_eq!(
+        routes.around(&ips).expect("asked"),
+        [Some(dev(E2)), Some(dev(E3))],
+        "outside is {outside}"
+    );
     proxy.load(&manifest(&[np("Local")])).expect("sync");
     let unmasqueraded = proxy.backend.unmasqueraded();
     assert!(unmasqueraded.is_empty(), "{unmasqueraded:?}");

@@ -129,6 +129,7 @@ pub use datapath::{
     Counters, DEFAULT_PIN_PATH, ProgramRuns, RunTimeStats, cgroup2_root, cleanup, cleanup_plan,
     map_memory,
 };
+pub use routes::TcRoutes;
 pub use sizes::{CLUSTER_MAPS, CONNECTION_MAPS, DEFAULT_MIN_ENTRIES, MapFill, MapSizes};
 use sizes::{Plan, Usage};
 use state::{Contribution, State, contribution, nodeport_ips};
