@@ -57,7 +57,9 @@
 //!   `ECONNABORTED`, and its next connect is balanced anew, as kube-proxy
 //!   clears such flows' conntrack entries. Sockets connected to the
 //!   endpoint's own address, and TCP sockets, are left alone.
-//!   [`EbpfSyncStats::udp_sockets_ended`] counts them;
+//!   The first sync after a restart ends those whose endpoint left
+//!   while no kpng ran (the pinned connection map remembers where each
+//!   socket was sent). [`EbpfSyncStats::udp_sockets_ended`] counts them;
 //!   [`EbpfConfig::end_udp_sockets`] turns it off. Where the kernel
 //!   cannot, one warning says so and rounds go on.
 //! - **Updates** change only what changed: an incremental [`Round`]
@@ -344,7 +346,8 @@ pub struct EbpfConfig {
     /// the connected UDP sockets a Service sent to them (in every network
     /// namespace of the cgroup's processes), as kube-proxy clears their
     /// conntrack entries (default on; Linux 6.5 or later, otherwise a
-    /// warning and nothing ended).
+    /// warning and nothing ended). The first round after a restart ends
+    /// those sent to an endpoint that left while no kpng ran.
     pub end_udp_sockets: bool,
 }
 
@@ -487,6 +490,14 @@ pub struct EbpfBackend {
     /// The (Service address, endpoint) pairs of UDP Service ports the
     /// round being written takes away.
     udp_gone: std::collections::BTreeSet<sockets::GonePair>,
+    /// After the round that loaded or adopted the programs: the endpoints
+    /// of each UDP Service address that sockets connect to. The sockets
+    /// the programs sent elsewhere before this process (the pinned
+    /// connection map remembers them) are to endpoints that left while no
+    /// kpng ran: they are ended too.
+    udp_live: Option<sockets::Live>,
+    /// No round of this process has been written yet.
+    first_round: bool,
 }
 
 impl std::fmt::Debug for EbpfBackend {
@@ -560,17 +571,26 @@ impl EbpfBackend {
             routes: routes::RouteCheck::default(),
             udp_ender: UdpEnder::NotYet,
             udp_gone: std::collections::BTreeSet::new(),
+            udp_live: None,
+            first_round: true,
         }
     }
 
     /// Ends the connected UDP sockets a Service sent to an endpoint the
     /// last round took from it; the number ended.
     fn end_udp_sockets(&mut self) -> u64 {
-        let gone = std::mem::take(&mut self.udp_gone);
+        let mut gone = std::mem::take(&mut self.udp_gone);
+        let live = self.udp_live.take();
         let Target::Kernel(datapath) = &self.target else {
             return 0;
         };
-        if gone.is_empty() || !self.config.end_udp_sockets {
+        // Maps a previous process left that remember connected sockets:
+        // else there is nothing from before to look at (and no iterator to
+        // load for it).
+        let live = live.filter(|_| {
+            datapath.adopted && sockets::remembers_any(&datapath.maps_dir().join("kpng_reverse"))
+        });
+        if (gone.is_empty() && live.is_none()) || !self.config.end_udp_sockets {
             return 0;
         }
         if matches!(self.udp_ender, UdpEnder::NotYet) {
@@ -590,6 +610,19 @@ impl EbpfBackend {
         let UdpEnder::Ready(ender) = &mut self.udp_ender else {
             return 0;
         };
+        if let Some(live) = &live {
+            let before = ender.stale(live);
+            if !before.is_empty() {
+                tracing::debug!(
+                    pairs = before.len(),
+                    "sockets connected before this process to endpoints no longer there"
+                );
+            }
+            gone.extend(before);
+        }
+        if gone.is_empty() {
+            return 0;
+        }
         let ended = ender.end(&gone, &self.config.cgroup);
         tracing::debug!(
             pairs = gone.len(),
@@ -703,8 +736,11 @@ impl EbpfBackend {
     fn write_round(&mut self, round: &Round<'_>) -> Result<(bool, usize, bool), SinkError> {
         // A failed round leaves the maps partly written (or, when a map
         // was full, unwritten): the driver's next round is full.
-        self.write_round_inner(round, round.is_full())
-            .map_err(|e| SinkError::backend("ebpf", e))
+        let done = self
+            .write_round_inner(round, round.is_full())
+            .map_err(|e| SinkError::backend("ebpf", e))?;
+        self.first_round = false;
+        Ok(done)
     }
 
     fn write_round_inner(
@@ -717,10 +753,17 @@ impl EbpfBackend {
             target,
             config,
             udp_gone,
+            udp_live,
+            first_round,
             ..
         } = self;
         udp_gone.clear();
         let rendered = render(config, round, full);
+        if *first_round {
+            // The first round of this process (full): what sockets may be
+            // connected to now, to end those connected elsewhere before.
+            *udp_live = Some(state::udp_live(&rendered.changes));
+        }
         if let Target::Fresh(loader) = target {
             let loader = loader.take().and_then(|t| t.join().ok());
             // The first load, sized from what this (full) round needs.

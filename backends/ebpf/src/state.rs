@@ -281,6 +281,28 @@ impl State {
     }
 }
 
+/// The endpoints of each UDP Service address and port that sockets
+/// connect to (records of the socket side) in `changes`, every Service
+/// of a full round: what a connected UDP socket may be sent to now.
+pub(crate) fn udp_live(changes: &[(ServiceName, Contribution)]) -> crate::sockets::Live {
+    use crate::sockets::endpoint_bytes;
+    let mut out = crate::sockets::Live::new();
+    for (_, contribution) in changes {
+        for ((side, frontend), claim) in &contribution.records {
+            if *side != Side::Socket || frontend.proto != crate::layout::UDP {
+                continue;
+            }
+            let endpoints = out
+                .entry(endpoint_bytes(frontend.ip, frontend.port))
+                .or_default();
+            for ep in contribution.sets.get(&claim.set).into_iter().flatten() {
+                endpoints.insert(endpoint_bytes(ep.ip, ep.port));
+            }
+        }
+    }
+    out
+}
+
 /// A slot or page number: sets hold far fewer than 2^32 endpoints.
 fn index(i: usize) -> u32 {
     u32::try_from(i).unwrap_or(u32::MAX)
