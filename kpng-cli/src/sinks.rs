@@ -260,7 +260,8 @@ fn ebpf_backend(
     );
     config = config
         .counters(ebpf.counters)
-        .end_udp_sockets(ebpf.end_udp_sockets);
+        .end_udp_sockets(ebpf.end_udp_sockets)
+        .netfilter_beside(ebpf.north_south == "nft");
     let nft_config = NftConfig::new(proxy.clone()).counters(ebpf.counters);
     if ebpf.counters && !args.dry_run {
         parts

@@ -496,3 +496,80 @@ fn the_tc_programs_name_endpoints_reached_around_them() {
         .to_string();
     assert!(text.contains("the routes were not asked here"), "{text}");
 }
+
+/// With no netfilter rules (`--north-south none`), the socket programs
+/// decide an LB IP with loadBalancerSourceRanges by whose socket it is:
+/// the node's when a node address is in the ranges, a pod's when every pod
+/// network is (dropped when none is, left alone when some are).
+#[test]
+fn lb_source_ranges_at_connect_without_netfilter() {
+    let cluster = r#"
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Node
+  metadata: {name: node-a}
+  status: {addresses: [{type: InternalIP, address: 192.168.50.1}]}
+- apiVersion: v1
+  kind: Service
+  metadata: {namespace: t, name: lb}
+  spec: {type: LoadBalancer, clusterIP: 10.96.0.21, loadBalancerSourceRanges: [192.168.50.0/24, 10.244.1.0/24], ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30081}]}
+  status: {loadBalancer: {ingress: [{ip: 198.51.100.10}]}}
+- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata: {namespace: t, name: lb-1, labels: {kubernetes.io/service-name: lb}}
+  addressType: IPv4
+  endpoints: [{addresses: [10.244.2.20], nodeName: node-b}]
+  ports: [{name: http, port: 8080, protocol: TCP}]
+"#;
+    let mut ingest = Ingest::new(Store::new(), IngestConfig::default());
+    ingest.load(&file::parse_str("cluster.yaml", cluster).expect("manifest"));
+    let snapshot = ingest.reader().snapshot();
+    let alone = DataPath::Ebpf {
+        tc: true,
+        netfilter: false,
+    };
+    let verdict = |origin: Origin, src: &str, pods: &str| {
+        let proxy = kpng_sink::ProxyConfig::default().cluster_cidrs([pods.parse().expect("cidr")]);
+        let packet = Packet::new(
+            origin,
+            Protocol::Tcp,
+            src.parse().expect("ip"),
+            "198.51.100.10".parse().expect("ip"),
+            80,
+        );
+        let explained =
+            explain(&snapshot, "node-a", &Setup::new(proxy, alone), &packet).expect("explained");
+        let text = explained.to_string();
+        (explained.outcome, text)
+    };
+    // The node's address is in the ranges: its sockets are served.
+    let (outcome, text) = verdict(Origin::Host, "192.168.50.1", "10.244.0.0/16");
+    assert!(
+        matches!(
+            outcome,
+            Outcome::Translated {
+                mechanism: Mechanism::Sockets,
+                ..
+            }
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("the node's address 192.168.50.1 is in them"),
+        "{text}"
+    );
+    // Every pod network in the ranges: pods are served; none: dropped;
+    // some: left alone.
+    let (outcome, text) = verdict(Origin::Pod, "10.244.1.99", "10.244.1.0/24");
+    assert!(matches!(outcome, Outcome::Translated { .. }), "{text}");
+    let (outcome, text) = verdict(Origin::Pod, "10.245.1.99", "10.245.0.0/16");
+    assert!(
+        matches!(&outcome, Outcome::Dropped { reason } if reason.contains("EPERM")),
+        "{text}"
+    );
+    let (outcome, text) = verdict(Origin::Pod, "10.244.1.99", "10.244.0.0/16");
+    assert!(matches!(outcome, Outcome::Untouched { .. }), "{text}");
+    assert!(text.contains("partly in them"), "{text}");
+}

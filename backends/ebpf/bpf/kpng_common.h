@@ -28,6 +28,13 @@
 // (balancing flags of a record; none: at random)
 #define BAL_MAGLEV 16 // by the flow's Maglev slot (tc; sockets: at random)
 #define BAL_RR 32     // in turn, by the set's counter
+// (a socket record of an LB IP with loadBalancerSourceRanges, made when no
+// netfilter rules check its sources: which sockets it translates)
+#define SOCK_RANGED 256	     // the node's and pods' sources are decided here:
+#define RANGED_NODE 512	     // the node's sockets (a node address in range)
+#define RANGED_PODS 1024     // pods' sockets (every pod network in range)
+#define RANGED_NO_PODS 2048  // no pod's (no pod network in range); neither
+			     // flag: pods' sockets left alone
 
 // Lookups of one program: the Service address the socket asked for.
 struct frontend {
@@ -241,12 +248,18 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } kpng_traffic SEC(".maps");
 
-// Settings the backend writes: [0] flags (SETTING_*).
+// Settings the backend writes, in kpng_settings[0].
+struct settings {
+	__u32 flags; // SETTING_*
+	__u32 pad;
+	__u64 node_netns; // the node's network namespace (its cookie)
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, __u32);
+	__type(value, struct settings);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } kpng_settings SEC(".maps");
 
@@ -258,11 +271,11 @@ static __always_inline void count_traffic(struct frontend *fe,
 {
 	struct traffic_key key = {};
 	__u32 zero = 0;
-	__u32 *settings;
+	struct settings *settings;
 	__u64 one = 1, *n;
 
 	settings = bpf_map_lookup_elem(&kpng_settings, &zero);
-	if (!settings || !(*settings & SETTING_COUNT))
+	if (!settings || !(settings->flags & SETTING_COUNT))
 		return;
 	key.frontend = *fe;
 	key.endpoint = *ep;

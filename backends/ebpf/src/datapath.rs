@@ -348,17 +348,22 @@ fn relink(ebpf: &aya::Ebpf, links: &[(PathBuf, &'static str)]) -> Result<(), Err
     Ok(())
 }
 
-/// `kpng_settings[0]`: whether the programs count each new connection
-/// per frontend and endpoint in `kpng_traffic` (`EbpfConfig::counters`).
-fn set_counting(ebpf: &mut aya::Ebpf, on: bool) -> Result<(), Error> {
+/// `kpng_settings[0]` (`struct settings`): whether the programs count
+/// each new connection per frontend and endpoint in `kpng_traffic`
+/// (`EbpfConfig::counters`), and the cookie of the node's network
+/// namespace (its sockets are the node's own).
+fn set_settings(ebpf: &mut aya::Ebpf, count: bool, node_netns: u64) -> Result<(), Error> {
     const SETTING_COUNT: u32 = 1;
     let name = "kpng_settings";
     let map = ebpf.map_mut(name).ok_or(Error::Missing { name })?;
-    let mut settings: aya::maps::Array<&mut MapData, u32> =
+    let mut settings: aya::maps::Array<&mut MapData, [u8; 16]> =
         aya::maps::Array::try_from(map).map_err(|source| Error::Map { map: name, source })?;
-    let flags = if on { SETTING_COUNT } else { 0 };
+    let flags = if count { SETTING_COUNT } else { 0 };
+    let mut value = [0u8; 16];
+    value[..4].copy_from_slice(&flags.to_ne_bytes());
+    value[8..].copy_from_slice(&node_netns.to_ne_bytes());
     settings
-        .set(0, flags, 0)
+        .set(0, value, 0)
         .map_err(|source| Error::Map { map: name, source })
 }
 
@@ -515,7 +520,12 @@ impl Datapath {
         for n in older.into_iter().filter(|&n| n != generation) {
             stale.push(generation_dir(&version, n));
         }
-        set_counting(&mut ebpf, count_traffic)?;
+        let node_netns =
+            crate::sys::netns_cookie(tc.netns.as_deref()).map_err(|source| Error::NodeNetns {
+                netns: tc.netns.clone(),
+                source,
+            })?;
+        set_settings(&mut ebpf, count_traffic, node_netns)?;
         let (kernel, counters) = take_maps(&mut ebpf)?;
         tracing::info!(
             pins = %version.display(),

@@ -167,9 +167,7 @@ impl fmt::Display for Record {
         if self.affinity > 0 {
             write!(f, " affinity {}s", self.affinity)?;
         }
-        match self.flags
-            & !(EXT_RANGES | EXT_SNAT | BAL_MAGLEV | BAL_RR | EXT_SNAT_ALL | EXT_POD_SOURCES)
-        {
+        match self.flags & (EMPTY_REJECT | EMPTY_DROP) {
             EMPTY_REJECT => write!(f, " empty: reject")?,
             EMPTY_DROP => write!(f, " empty: drop")?,
             _ => {}
@@ -191,6 +189,21 @@ impl fmt::Display for Record {
         }
         if self.flags & BAL_RR != 0 {
             write!(f, " round-robin")?;
+        }
+        if self.flags & SOCK_RANGED != 0 {
+            let node = if self.flags & RANGED_NODE != 0 {
+                "translated"
+            } else {
+                "dropped"
+            };
+            let pods = if self.flags & RANGED_PODS != 0 {
+                "translated"
+            } else if self.flags & RANGED_NO_PODS != 0 {
+                "dropped"
+            } else {
+                "left alone"
+            };
+            write!(f, " source ranges: node {node}, pods {pods}")?;
         }
         Ok(())
     }
@@ -289,6 +302,17 @@ pub(crate) const EXT_SNAT_ALL: u32 = 64;
 /// (`--cluster-cidr`): a source in them is not masqueraded.
 pub(crate) const EXT_POD_SOURCES: u32 = 128;
 
+/// `SOCK_RANGED`: a socket record of an LB IP with
+/// `loadBalancerSourceRanges` (made when no netfilter rules check them):
+/// the node's sockets translate with `RANGED_NODE`, else fail; pods' with
+/// `RANGED_PODS`, fail with `RANGED_NO_PODS`, else are left alone.
+pub(crate) const SOCK_RANGED: u32 = 256;
+/// `RANGED_NODE`: a node address is in the ranges.
+pub(crate) const RANGED_NODE: u32 = 512;
+/// `RANGED_PODS`: every pod network is in the ranges.
+pub(crate) const RANGED_PODS: u32 = 1024;
+/// `RANGED_NO_PODS`: no pod network overlaps the ranges.
+pub(crate) const RANGED_NO_PODS: u32 = 2048;
 /// `BAL_MAGLEV`: a record whose new flows from outside take the endpoint
 /// their Maglev slot names (`kpng_maglev`); sockets pick at random.
 pub(crate) const BAL_MAGLEV: u32 = 16;

@@ -145,6 +145,16 @@ pub enum Error {
     /// The routes of the tc interfaces' namespace could not be read.
     #[error("checking the routes to endpoints: {0}")]
     Routes(#[source] kpng_netfilter::Error),
+    /// The node's network namespace could not be opened or asked its
+    /// cookie (`SO_NETNS_COOKIE`, Linux 5.14).
+    #[error("the node's network namespace {}: {source}", netns.as_ref().map_or_else(|| "(this process's)".to_owned(), |p| p.display().to_string()))]
+    NodeNetns {
+        /// Its path (`None`: this process's own).
+        netns: Option<PathBuf>,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// The object could not be loaded (a map created or opened).
     #[error("loading the BPF object: {0}")]
     Load(#[source] Box<aya::EbpfError>),
@@ -331,8 +341,10 @@ pub struct EbpfConfig {
     /// packets from outside to Services with `externalTrafficPolicy:
     /// Local` (default: none; the nftables backend serves them).
     pub tc_interfaces: Vec<String>,
-    /// The network namespace of `tc_interfaces` (`/run/netns/NAME`);
-    /// `None`: the process's own.
+    /// The node's network namespace (`/run/netns/NAME`), where
+    /// `tc_interfaces` are and whose sockets are the node's own (see
+    /// [`netfilter_beside`](Self::netfilter_beside)); `None`: the
+    /// process's own (kpng runs in the node's).
     pub tc_netns: Option<PathBuf>,
     /// The maps' sizes: how those holding the cluster are sized (from
     /// it, with headroom; grown by a planned swap), and the sizes the
@@ -349,6 +361,17 @@ pub struct EbpfConfig {
     /// warning and nothing ended). The first round after a restart ends
     /// those sent to an endpoint that left while no kpng ran.
     pub end_udp_sockets: bool,
+    /// Whether netfilter rules run beside the programs (`--north-south
+    /// nft`, the default) and check the sources of a LoadBalancer IP with
+    /// `loadBalancerSourceRanges`: the socket programs then leave such an
+    /// LB IP to them. Without (`--north-south none`), the socket programs
+    /// decide, as kube-proxy's rules do by the source: the node's own
+    /// sockets (those of its network namespace, [`tc_netns`](Self::tc_netns))
+    /// reach an endpoint when a node address is in the ranges and fail
+    /// with `EPERM` otherwise; a pod's, when every pod network
+    /// (`--cluster-cidr`) is in them, fail when none is, and are left
+    /// alone otherwise (a pod's source is not known at connect).
+    pub netfilter_beside: bool,
 }
 
 impl Default for EbpfConfig {
@@ -369,7 +392,16 @@ impl EbpfConfig {
             map_sizes: MapSizes::default(),
             counters: false,
             end_udp_sockets: true,
+            netfilter_beside: true,
         }
+    }
+
+    /// Whether netfilter rules run beside the programs (see
+    /// [`EbpfConfig::netfilter_beside`]).
+    #[must_use]
+    pub fn netfilter_beside(mut self, on: bool) -> Self {
+        self.netfilter_beside = on;
+        self
     }
 
     /// Whether rounds end the connected UDP sockets sent to endpoints
@@ -420,8 +452,9 @@ impl EbpfConfig {
         self
     }
 
-    /// Finds the tc interfaces in network namespace `name`
-    /// (`/run/netns/NAME`).
+    /// The node is network namespace `name` (`/run/netns/NAME`): the tc
+    /// interfaces are there, and its sockets are the node's own (see
+    /// [`EbpfConfig::tc_netns`]). Without it, the process's own.
     #[must_use]
     pub fn tc_in_netns(mut self, name: &str) -> Self {
         self.tc_netns = Some(PathBuf::from("/run/netns").join(name));
@@ -776,7 +809,12 @@ impl EbpfBackend {
                 .by_name()
                 .map(|(name, n)| (name, config.map_sizes.load_size(name, n)))
                 .collect();
-            let tc = datapath::Tc::default();
+            // (No tc interface, or the datapath would have been opened
+            // at attach: the node's namespace only.)
+            let tc = datapath::Tc {
+                interfaces: Vec::new(),
+                netns: config.tc_netns.clone(),
+            };
             let datapath = Datapath::open(
                 &config.pin_path,
                 &config.cgroup,
@@ -871,9 +909,25 @@ fn render(config: &EbpfConfig, round: &Round<'_>, full: bool) -> Rendered {
             .collect()
     });
     let cidrs = view.service_cidrs_with(&config.proxy.service_cidrs);
+    // Without netfilter rules beside, the socket programs decide LB IPs
+    // with source ranges by the node's addresses and the pod networks.
+    let sources = (!config.netfilter_beside).then(|| state::Sources {
+        node: kpng_model::IpFamily::BOTH
+            .into_iter()
+            .flat_map(|f| view.node_addresses(f))
+            .collect(),
+        pods: config.proxy.cluster_cidrs.clone(),
+    });
     let contribute = |name: &ServiceName, service: &kpng_model::view::ServiceView| {
         let balancing = config.proxy.balancing_of(&service.service);
-        contribution(name, service, &node_ips, external, balancing)
+        contribution(
+            name,
+            service,
+            &node_ips,
+            external,
+            sources.as_ref(),
+            balancing,
+        )
     };
     if full {
         let services: Vec<_> = view.services.iter().collect();
@@ -1072,7 +1126,7 @@ mod tests {
             .iter()
             .map(|(name, service)| {
                 let balancing = config.proxy.balancing_of(&service.service);
-                let c = contribution(name, service, &node_ips, None, balancing);
+                let c = contribution(name, service, &node_ips, None, None, balancing);
                 (name.clone(), c)
             })
             .collect();

@@ -34,7 +34,7 @@ use crate::sizes::Usage;
 use crate::tables::{Table, Tables};
 
 use adopt::Found;
-pub(crate) use render::{contribution, nodeport_ips};
+pub(crate) use render::{Sources, contribution, nodeport_ips};
 
 /// An endpoint set, named by its owner: a Service port, in one family,
 /// for one policy.

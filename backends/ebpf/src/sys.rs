@@ -140,3 +140,60 @@ pub(crate) fn enter_netns(ns: BorrowedFd<'_>) -> std::io::Result<()> {
         Ok(())
     }
 }
+
+/// `SO_NETNS_COOKIE` (Linux 5.14): a socket's network namespace's cookie,
+/// as `bpf_get_netns_cookie` gives it to the programs.
+const SO_NETNS_COOKIE: libc::c_int = 71;
+
+/// The cookie of the network namespace at `netns` (`/run/netns/NAME`), or
+/// of the calling thread's when `None`: read from a socket made there (on
+/// a thread of its own when the namespace is another).
+pub(crate) fn netns_cookie(netns: Option<&Path>) -> std::io::Result<u64> {
+    fn here() -> std::io::Result<u64> {
+        // SAFETY: socket(2) makes a descriptor, owned at once.
+        #[allow(unsafe_code)]
+        let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a new descriptor no one else owns.
+        #[allow(unsafe_code)]
+        let socket = unsafe { OwnedFd::from_raw_fd(fd) };
+        let mut cookie: u64 = 0;
+        let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
+        // SAFETY: getsockopt(2) writes at most `len` bytes to `cookie`,
+        // which outlives the call.
+        #[allow(unsafe_code)]
+        let ret = unsafe {
+            libc::getsockopt(
+                socket.as_raw_fd(),
+                libc::SOL_SOCKET,
+                SO_NETNS_COOKIE,
+                std::ptr::from_mut(&mut cookie).cast(),
+                &mut len,
+            )
+        };
+        if ret < 0 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(cookie)
+        }
+    }
+    let Some(path) = netns else {
+        return here();
+    };
+    let ns = std::fs::File::open(path)?;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            use std::os::fd::AsFd;
+            enter_netns(ns.as_fd())?;
+            here()
+        })
+        .join()
+        .unwrap_or_else(|_| {
+            Err(std::io::Error::other(
+                "the thread asking the cookie panicked",
+            ))
+        })
+    })
+}
