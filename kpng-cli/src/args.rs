@@ -524,6 +524,14 @@ pub(crate) struct BackendArgs {
     /// ctnetlink, as kube-proxy does).
     #[arg(long)]
     pub(crate) no_conntrack_cleanup: bool,
+    /// End the established TCP connections whose endpoint left its
+    /// Service (gone from its slices, or no longer serving), within the
+    /// sync that removes it: the client's connection fails at once
+    /// instead of waiting on a dead peer. An endpoint that drains
+    /// (terminating but serving) keeps its connections. Off by default,
+    /// as kube-proxy leaves such connections to time out.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub(crate) end_tcp_connections: bool,
     /// kube-proxy's: `nf_conntrack_max` is this times the cores (at least
     /// `--conntrack-min`); 0 leaves it. Read-only outside the host's
     /// network namespace: then left, with a warning.
