@@ -261,6 +261,7 @@ fn ebpf_backend(
     config = config
         .counters(ebpf.counters)
         .end_udp_sockets(ebpf.end_udp_sockets)
+        .end_tcp_connections(args.end_tcp_connections)
         .netfilter_beside(ebpf.north_south == "nft");
     let nft_config = NftConfig::new(proxy.clone()).counters(ebpf.counters);
     if ebpf.counters && !args.dry_run {

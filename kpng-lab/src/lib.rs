@@ -19,7 +19,9 @@ mod lab;
 pub mod scenarios;
 mod witness;
 
-pub use lab::{LOCAL_HOSTS, Lab, endpoints, maglev_picks, reached, run, settle, unavailable};
+pub use lab::{
+    HELD_PORT, LOCAL_HOSTS, Lab, endpoints, maglev_picks, reached, run, settle, unavailable,
+};
 
 use kpng_backend_ebpf::{EbpfBackend, EbpfConfig};
 use kpng_backend_iptables::IptablesBackend;
