@@ -987,11 +987,12 @@ type Step<'a> = (Vec<SliceEntry<'a>>, bool);
 /// ends the connection to `a` makes the client's blocked receive fail
 /// with ECONNABORTED (the time from the start of the sync to the failure
 /// is printed); one that does not leaves it answering. The connection to
-/// `b` answers after all of them.
+/// `b` answers after all of them. `restart`: kpng stops before the
+/// first step, and the step is the first sync of the next process.
 fn tcp_connections_to_endpoints_that_leave(
     lab: &kpng_lab::Lab,
     (svc, a, b): (&str, &str, &str),
-    on: bool,
+    (on, restart): (bool, bool),
     service: &str,
     slice: &dyn Fn(&[SliceEntry<'_>]) -> String,
     steps: &[Step<'_>],
@@ -1032,12 +1033,23 @@ fn tcp_connections_to_endpoints_that_leave(
     let next = || lines.recv_timeout(Duration::from_secs(20)).expect("a line");
     let (_, line) = next();
     assert_eq!(line.trim(), format!("before {a} {b}"));
-    for (eps, ends) in steps {
+    for (i, (eps, ends)) in steps.iter().enumerate() {
+        let restarted = restart && i == 0;
         let start = Instant::now();
+        if restarted {
+            let config = proxy.backend.config().clone();
+            drop(proxy);
+            proxy = Proxy::with(EbpfBackend::attach(config).expect("attach again")).explained_in(
+                lab,
+                &Settings::lab(),
+                kpng_lab::ebpf_alone(false),
+            );
+        }
         proxy.load(&manifest(&items(eps))).expect("sync");
         let stats = proxy.backend.last_sync().clone();
         let (at, line) = next();
-        assert!(!stats.replaced, "{stats:?}");
+        assert_eq!(stats.replaced, restarted, "{stats:?}");
+        assert_eq!(stats.adopted, restart, "{stats:?}");
         if *ends {
             assert_eq!(line.trim(), "a ECONNABORTED", "{stats:?}");
             assert_eq!(stats.tcp_sockets_ended, 1, "{stats:?}");
@@ -1120,7 +1132,7 @@ fn a_removed_endpoint_ends_the_tcp_connections_to_it_ipv4() {
     tcp_connections_to_endpoints_that_leave(
         &lab,
         ("10.96.0.60", E1, E2),
-        true,
+        (true, false),
         HELD_SERVICE,
         &held_slice,
         &[(vec![(E2, "ready")], true)],
@@ -1137,7 +1149,7 @@ fn a_draining_endpoint_keeps_its_tcp_connections_until_it_leaves() {
     tcp_connections_to_endpoints_that_leave(
         &lab,
         ("10.96.0.60", E1, E2),
-        true,
+        (true, false),
         HELD_SERVICE,
         &held_slice,
         &[
@@ -1156,7 +1168,7 @@ fn without_the_flag_tcp_connections_to_a_removed_endpoint_live_on() {
     tcp_connections_to_endpoints_that_leave(
         &lab,
         ("10.96.0.60", E1, E2),
-        false,
+        (false, false),
         HELD_SERVICE,
         &held_slice,
         &[(vec![(E2, "ready")], false)],
@@ -1204,9 +1216,48 @@ fn a_removed_endpoint_ends_the_tcp_connections_to_it_ipv6() {
     tcp_connections_to_endpoints_that_leave(
         &lab,
         ("fd00:96::60", e1, e2),
-        true,
+        (true, false),
         service,
         &slice,
         &[(vec![(e2, "ready")], true)],
+    );
+}
+
+/// kpng down while an endpoint leaves: the first sync of the next
+/// process (it adopts the pinned programs and maps) ends the TCP
+/// connections made through the Service to that endpoint (the pinned
+/// connection map remembers where each socket was sent) and leaves the
+/// others.
+#[test]
+fn the_first_sync_after_a_restart_ends_tcp_connections_to_endpoints_that_left_meanwhile() {
+    require_lab!(EbpfWithNft);
+    let lab = lab();
+    tcp_connections_to_endpoints_that_leave(
+        &lab,
+        ("10.96.0.60", E1, E2),
+        (true, true),
+        HELD_SERVICE,
+        &held_slice,
+        &[(vec![(E2, "ready")], true)],
+    );
+}
+
+/// After a restart, an endpoint that drains is still one the
+/// connections may stay with: the first sync leaves its connection; the
+/// sync in which it leaves ends it.
+#[test]
+fn the_first_sync_after_a_restart_keeps_tcp_connections_to_a_draining_endpoint() {
+    require_lab!(EbpfWithNft);
+    let lab = lab();
+    tcp_connections_to_endpoints_that_leave(
+        &lab,
+        ("10.96.0.60", E1, E2),
+        (true, true),
+        HELD_SERVICE,
+        &held_slice,
+        &[
+            (vec![(E1, "draining"), (E2, "ready")], false),
+            (vec![(E2, "ready")], true),
+        ],
     );
 }
