@@ -1053,6 +1053,11 @@ fn tcp_connections_to_endpoints_that_leave(
         if *ends {
             assert_eq!(line.trim(), "a ECONNABORTED", "{stats:?}");
             assert_eq!(stats.tcp_sockets_ended, 1, "{stats:?}");
+            assert_eq!(
+                held_at(lab, "e1"),
+                0,
+                "the endpoint was reset: it holds no connection"
+            );
             println!(
                 "sync to the failure of the connection to the gone endpoint: {:.1} ms (the sync itself: {:.1} ms)",
                 at.duration_since(start).as_secs_f64() * 1e3,
@@ -1061,6 +1066,7 @@ fn tcp_connections_to_endpoints_that_leave(
         } else {
             assert_eq!(line.trim(), format!("a TIMEOUT {a}"), "{stats:?}");
             assert_eq!(stats.tcp_sockets_ended, 0, "{stats:?}");
+            assert_eq!(held_at(lab, "e1"), 1, "the endpoint holds it");
         }
     }
     {
@@ -1080,6 +1086,31 @@ fn tcp_connections_to_endpoints_that_leave(
     let _ = held.wait();
     let _ = reader.join();
     EbpfWithNft::clear(lab);
+}
+
+/// The established connections to the held port in host `host` (its
+/// server holds each until the peer ends it), once none is closing: a
+/// connection the client's side aborted is gone once its reset came.
+fn held_at(lab: &kpng_lab::Lab, host: &str) -> usize {
+    let count = || {
+        let filter = format!("( sport = :{} )", kpng_lab::HELD_PORT);
+        let out = std::process::Command::new("ip")
+            .args(["netns", "exec", &lab.ns(host), "ss", "-Htn", "state"])
+            .args(["established", &filter])
+            .output()
+            .expect("ss");
+        String::from_utf8_lossy(&out.stdout).lines().count()
+    };
+    // (The client's other connections to it, closed as it looked for one
+    // to each endpoint, may still be closing.)
+    for _ in 0..20 {
+        let n = count();
+        if n <= 1 {
+            return n;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    count()
 }
 
 /// Service `h` on 10.96.0.60: TCP 70 to the servers' held port.
