@@ -617,6 +617,11 @@ impl BackendArgs {
     /// Checks the flags' values: see [`Cli::check`].
     fn check(&self) -> Result<(), Error> {
         self.proxy()?;
+        if self.end_tcp_connections && self.no_conntrack_cleanup {
+            return Err(Error::Usage(
+                "--end-tcp-connections ends TCP flows through the conntrack cleanup, which --no-conntrack-cleanup turns off: give one of them".into(),
+            ));
+        }
         for (flag, value, port) in [
             ("--healthz-bind-address", &self.healthz_bind_address, 10256),
             ("--metrics-bind-address", &self.metrics_bind_address, 10249),
@@ -640,7 +645,10 @@ impl BackendArgs {
     /// # Errors
     /// [`Error::Usage`] naming the flag whose value is not a CIDR list.
     pub(crate) fn proxy(&self) -> Result<kpng_sink::ProxyConfig, Error> {
-        self.proxy.proxy()
+        Ok(self
+            .proxy
+            .proxy()?
+            .end_tcp_connections(self.end_tcp_connections))
     }
 }
 

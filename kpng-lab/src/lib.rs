@@ -15,6 +15,7 @@
 
 pub mod bench;
 pub mod cluster;
+pub mod held;
 mod lab;
 pub mod scenarios;
 mod witness;
