@@ -170,7 +170,9 @@ fn removed_endpoints_end_tcp_connections<S: kpng_sink::Sink>(
                 (at - start) * 1e3,
                 (at - synced) * 1e3
             );
-            assert_eq!(ended, 1);
+            // (At least the held one: connections the client opened to e2
+            // and closed may still have entries, in TIME_WAIT.)
+            assert!(ended >= 1, "{ended}");
         } else {
             assert_eq!(fates.get(E2), Some(&Fate::Alive), "{fates:?}");
             assert_eq!(ended, 0);
@@ -189,5 +191,20 @@ fn nft_ends_tcp_connections_to_removed_endpoints() {
             )
         },
         kpng_explain::DataPath::Nftables,
+    );
+}
+
+#[test]
+fn iptables_ends_tcp_connections_to_removed_endpoints() {
+    use kpng_backend_iptables::{IptablesBackend, IptablesConfig};
+    require_lab!(IptablesBackend);
+    removed_endpoints_end_tcp_connections(
+        |lab, proxy| {
+            let mut config = IptablesConfig::new(proxy.clone());
+            config.mode = kpng_lab::iptables_mode();
+            config.layout = kpng_lab::iptables_layout();
+            IptablesBackend::new(config.in_netns(&lab.ns("node")))
+        },
+        kpng_explain::DataPath::Iptables,
     );
 }
