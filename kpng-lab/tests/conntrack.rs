@@ -120,8 +120,9 @@ fn held(eps: &str) -> String {
 /// connection would stay up) while e3 turns terminating but serving
 /// beside a new ready e1. The connection to e2 is reset within the sync
 /// (its conntrack entry deleted, the client nudged, its answer reset by
-/// e1); the one to e3, which drains, still echoes. Without the option,
-/// both stay.
+/// e1); the one to e3, which drains, still echoes; then, every endpoint
+/// gone, a connection to e1 is reset by the Service's own rule. Without
+/// the option, the connections stay.
 fn removed_endpoints_end_tcp_connections<S: kpng_sink::Sink>(
     make: impl Fn(&kpng_lab::Lab, &kpng_sink::ProxyConfig) -> S,
     backend: kpng_explain::DataPath,
@@ -178,6 +179,17 @@ fn removed_endpoints_end_tcp_connections<S: kpng_sink::Sink>(
             assert_eq!(ended, 0);
         }
         assert_eq!(fates.get(E3), Some(&Fate::Alive), "e3 drains: {fates:?}");
+        if end {
+            // Every endpoint gone: the client's answer to its nudge meets
+            // the Service's reset for a TCP packet that is not a SYN.
+            let client = HeldTcp::start(&lab, "podc", "10.96.0.130", 80, &[E1]);
+            proxy.load(&manifest(&[held("[]")])).expect("sync");
+            let fates = client.fates();
+            assert!(
+                matches!(fates.get(E1), Some(Fate::Ended(error, _)) if error == "ECONNRESET"),
+                "{fates:?}"
+            );
+        }
     }
 }
 
