@@ -808,6 +808,25 @@ mod tests {
         }
     }
 
+    /// `--end-tcp-connections` reaches every backend's settings; with
+    /// `--no-conntrack-cleanup`, which it needs, it is refused, naming
+    /// both.
+    #[test]
+    fn end_tcp_connections_needs_the_conntrack_cleanup() {
+        assert!(!backend(&[]).proxy().expect("proxy").end_tcp_connections);
+        let args = backend(&["--end-tcp-connections"]);
+        assert!(args.proxy().expect("proxy").end_tcp_connections);
+        args.check().expect("alone, fine");
+        let error = backend(&["--end-tcp-connections", "--no-conntrack-cleanup"])
+            .check()
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            error.contains("--end-tcp-connections") && error.contains("--no-conntrack-cleanup"),
+            "{error}"
+        );
+    }
+
     /// `--metrics-bind-address 0.0.0.0` was not host:port: fatal in real
     /// runs. kube-proxy's flag names were refused.
     #[test]
