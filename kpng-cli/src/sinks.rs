@@ -261,7 +261,6 @@ fn ebpf_backend(
     config = config
         .counters(ebpf.counters)
         .end_udp_sockets(ebpf.end_udp_sockets)
-        .end_tcp_connections(args.end_tcp_connections)
         .netfilter_beside(ebpf.north_south == "nft");
     let nft_config = NftConfig::new(proxy.clone()).counters(ebpf.counters);
     if ebpf.counters && !args.dry_run {
@@ -348,7 +347,7 @@ fn companions<S: kpng_sink::Sink + Send + 'static>(
     let mut companions = kpng_health::Companions::new().conditions(parts.conditions.clone());
     if !args.no_conntrack_cleanup {
         let cleaner = kpng_conntrack::ConntrackCleaner::new();
-        companions = companions.follower(cleaner.with_service_cidrs(proxy.service_cidrs.clone()));
+        companions = companions.follower(cleaner.with_proxy(proxy));
     }
     if !args.healthz_bind_address.is_empty() {
         let listener =

@@ -11,15 +11,9 @@ use kpng_testkit::bpf::{BpfFs, TestCgroup, in_cgroup_and_netns};
 
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 
-/// The TCP port where [`Lab::serve`]'s servers hold each connection
-/// (`me` once connected, then once for each read), until the peer
-/// closes it.
-pub const HELD_PORT: u16 = 7000;
-
 pub(crate) const SERVER: &str = r#"
 import socket, sys, threading
 me = sys.argv[1]
-HELD_PORT = 7000
 def who(addr):
     a = addr[0]
     return a[7:] if a.startswith("::ffff:") else a
@@ -32,23 +26,6 @@ def tcp(port):
         c, a = s.accept()
         try: c.sendall(("%s %s\n" % (me, who(a))).encode())
         finally: c.close()
-def held(c):
-    try:
-        c.sendall(("%s\n" % me).encode())
-        while c.recv(200):
-            c.sendall(("%s\n" % me).encode())
-    except OSError:
-        pass
-    finally:
-        c.close()
-def hold(port):
-    s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
-    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("::", port)); s.listen(1024)
-    while True:
-        c, a = s.accept()
-        threading.Thread(target=held, args=(c,), daemon=True).start()
 def udp(port):
     s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
     s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
@@ -56,9 +33,26 @@ def udp(port):
     while True:
         d, a = s.recvfrom(2048)
         s.sendto(("%s %s\n" % (me, who(a))).encode(), a)
+def held(c, a):
+    try:
+        c.sendall(("%s %s\n" % (me, who(a))).encode())
+        while True:
+            d = c.recv(2048)
+            if not d: break
+            c.sendall(d)
+    except OSError: pass
+    finally: c.close()
+def hold(port):
+    s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("::", port)); s.listen(256)
+    while True:
+        c, a = s.accept()
+        threading.Thread(target=held, args=(c, a), daemon=True).start()
 for p in (8080, 8081, 9000):
     threading.Thread(target=tcp, args=(p,), daemon=True).start()
-threading.Thread(target=hold, args=(HELD_PORT,), daemon=True).start()
+threading.Thread(target=hold, args=(9100,), daemon=True).start()
 for p in (5353, 8125):
     threading.Thread(target=udp, args=(p,), daemon=True).start()
 print("ready", flush=True)
@@ -386,9 +380,7 @@ impl Lab {
     }
 
     /// Starts the echo servers (TCP 8080, 8081, 9000; UDP 5353, 8125) in
-    /// host `name`, answering with `me` and the peer address they saw;
-    /// and on TCP [`HELD_PORT`] one that holds each connection, answering
-    /// `me` once connected and to each read.
+    /// host `name`, answering with `me` and the peer address they saw.
     pub fn serve(&mut self, name: &str, me: &str) {
         let (child, line) = echo_server(&self.ns(name), me);
         self.servers.push(child);
@@ -671,13 +663,4 @@ pub fn endpoints(lines: &[String]) -> std::collections::BTreeSet<String> {
         .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
         .filter(|e| !["REFUSED", "TIMEOUT", "ERROR"].contains(&e.as_str()))
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    /// The servers hold connections on the port the crate names.
-    #[test]
-    fn the_servers_hold_connections_on_held_port() {
-        assert!(super::SERVER.contains(&format!("HELD_PORT = {}\n", super::HELD_PORT)));
-    }
 }

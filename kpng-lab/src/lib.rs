@@ -15,13 +15,12 @@
 
 pub mod bench;
 pub mod cluster;
+pub mod held;
 mod lab;
 pub mod scenarios;
 mod witness;
 
-pub use lab::{
-    HELD_PORT, LOCAL_HOSTS, Lab, endpoints, maglev_picks, reached, run, settle, unavailable,
-};
+pub use lab::{LOCAL_HOSTS, Lab, endpoints, maglev_picks, reached, run, settle, unavailable};
 
 use kpng_backend_ebpf::{EbpfBackend, EbpfConfig};
 use kpng_backend_iptables::IptablesBackend;
@@ -580,7 +579,7 @@ fn iptables_clear(lab: &Lab, mode: &str) {
 /// The iptables mode the lab uses: `KPNG_LAB_IPTABLES_MODE=legacy` picks
 /// iptables-legacy; otherwise the backend detects it (nft on a fresh
 /// node).
-fn iptables_mode() -> Option<kpng_backend_iptables::Mode> {
+pub fn iptables_mode() -> Option<kpng_backend_iptables::Mode> {
     match std::env::var("KPNG_LAB_IPTABLES_MODE").as_deref() {
         Ok("legacy") => Some(kpng_backend_iptables::Mode::Legacy),
         Ok("nft") => Some(kpng_backend_iptables::Mode::Nft),

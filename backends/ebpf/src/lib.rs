@@ -369,17 +369,6 @@ pub struct EbpfConfig {
     /// warning and nothing ended). The first round after a restart ends
     /// those sent to an endpoint that left while no kpng ran.
     pub end_udp_sockets: bool,
-    /// Whether a round in which endpoints leave a Service (gone from the
-    /// node's view: not one that drains, terminating but serving) ends
-    /// the TCP connections a Service sent to them (in every network
-    /// namespace of the cgroup's processes): the peer gets a reset and
-    /// the owner's blocked or next call fails with `ECONNABORTED`
-    /// (`--end-tcp-connections`; default off, which keeps kube-proxy's
-    /// behaviour: such connections live on until one side ends them;
-    /// Linux 6.5 or later, otherwise a warning and nothing ended). The
-    /// first round after a restart ends those connected to an endpoint
-    /// that left while no kpng ran.
-    pub end_tcp_connections: bool,
     /// Whether netfilter rules run beside the programs (`--north-south
     /// nft`, the default) and check the sources of a LoadBalancer IP with
     /// `loadBalancerSourceRanges`: the socket programs then leave such an
@@ -411,7 +400,6 @@ impl EbpfConfig {
             map_sizes: MapSizes::default(),
             counters: false,
             end_udp_sockets: true,
-            end_tcp_connections: false,
             netfilter_beside: true,
         }
     }
@@ -432,11 +420,20 @@ impl EbpfConfig {
         self
     }
 
-    /// Whether rounds end the TCP connections sent to endpoints that
-    /// leave (see [`EbpfConfig::end_tcp_connections`]).
+    /// Whether a round in which endpoints leave a Service (gone from the
+    /// node's view: not one that drains, terminating but serving) ends
+    /// the TCP connections a Service sent to them, in every network
+    /// namespace of the cgroup's processes: the peer gets a reset and the
+    /// owner's blocked or next call fails with `ECONNABORTED`. Sets
+    /// [`ProxyConfig::end_tcp_connections`] in [`EbpfConfig::proxy`],
+    /// which the backend reads (`--end-tcp-connections`; default off,
+    /// which keeps kube-proxy's behaviour: such connections live on until
+    /// one side ends them). Linux 6.5 or later, otherwise a warning and
+    /// nothing ended. The first round after a restart ends those
+    /// connected to an endpoint that left while no kpng ran.
     #[must_use]
     pub fn end_tcp_connections(mut self, on: bool) -> Self {
-        self.end_tcp_connections = on;
+        self.proxy.end_tcp_connections = on;
         self
     }
 
@@ -664,10 +661,10 @@ impl EbpfBackend {
             udp.clear();
         }
         let udp_live = udp_live.filter(|_| self.config.end_udp_sockets);
-        if !self.config.end_tcp_connections {
+        if !self.config.proxy.end_tcp_connections {
             tcp.clear();
         }
-        let tcp_live = tcp_live.filter(|_| self.config.end_tcp_connections);
+        let tcp_live = tcp_live.filter(|_| self.config.proxy.end_tcp_connections);
         // Maps a previous process left that remember connected sockets:
         // else there is nothing from before to look at (and no iterator to
         // load for it).
@@ -858,7 +855,7 @@ impl EbpfBackend {
             // The first round of this process (full): what sockets may be
             // connected to now, to end those connected elsewhere before.
             *udp_live = Some(state::udp_live(&rendered.changes));
-            if config.end_tcp_connections {
+            if config.proxy.end_tcp_connections {
                 *tcp_live = Some(state::tcp_live(&rendered.changes, round.view()));
             }
         }
@@ -895,7 +892,7 @@ impl EbpfBackend {
             // (A full round after the first compares with what the last
             // wrote; the first has nothing to compare with.)
             *udp_gone = state.udp_gone(&rendered.changes, full);
-            if config.end_tcp_connections {
+            if config.proxy.end_tcp_connections {
                 *tcp_gone = state.tcp_departed(round);
             }
             let need = if full {

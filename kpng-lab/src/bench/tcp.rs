@@ -90,7 +90,7 @@ fn manifest(eps: &[&str]) -> String {
   ports: [{{name: held, port: {port}, protocol: TCP}}]
 "#,
         entries.join(", "),
-        port = crate::HELD_PORT,
+        port = crate::held::HELD_PORT,
     )
 }
 
