@@ -430,7 +430,8 @@ impl EbpfConfig {
     /// which keeps kube-proxy's behaviour: such connections live on until
     /// one side ends them). Linux 6.5 or later, otherwise a warning and
     /// nothing ended. The first round after a restart ends those
-    /// connected to an endpoint that left while no kpng ran.
+    /// connected to an endpoint that left while no kpng ran. The
+    /// iterators that end them are loaded at the first sync.
     #[must_use]
     pub fn end_tcp_connections(mut self, on: bool) -> Self {
         self.proxy.end_tcp_connections = on;
@@ -676,7 +677,13 @@ impl EbpfBackend {
         } else {
             (None, None)
         };
-        if udp.is_empty() && tcp.is_empty() && udp_live.is_none() && tcp_live.is_none() {
+        // With TCP endings asked for, the iterators are loaded at the first
+        // sync (~0.1 s), not at the first removal: the first connection
+        // ended waits for no load, and a kernel that cannot is named at
+        // start.
+        let preload = self.config.proxy.end_tcp_connections && matches!(self.ender, Ender::NotYet);
+        if udp.is_empty() && tcp.is_empty() && udp_live.is_none() && tcp_live.is_none() && !preload
+        {
             return (0, 0);
         }
         if matches!(self.ender, Ender::NotYet) {

@@ -76,7 +76,7 @@ fn manifest(eps: &[&str]) -> String {
         .iter()
         .map(|ip| format!("{{addresses: [{ip}], nodeName: node-b}}"))
         .collect();
-    format!(
+    let items = format!(
         r#"
 - apiVersion: v1
   kind: Service
@@ -91,7 +91,8 @@ fn manifest(eps: &[&str]) -> String {
 "#,
         entries.join(", "),
         port = crate::held::HELD_PORT,
-    )
+    );
+    crate::scenarios::manifest(&[items])
 }
 
 /// One removal's figures, in milliseconds from the start of the sync:
@@ -108,8 +109,9 @@ struct Removal {
 /// each of `connections` TCP connections a pod client holds to A
 /// through the Service's ClusterIP (it also holds those that reached B).
 /// `rounds` rounds, each with a backend attached anew: a first removal
-/// (the first ending of the process: the eBPF backend loads its
-/// iterators then), A back, as many new connections, a second removal.
+/// (the first ending of the process: a backend that loads what ends
+/// connections only when first needed pays for it here), A back, as many
+/// new connections, a second removal.
 /// Prints the median of each: the sync's own time, the first and the
 /// last connection's failure, and that every connection ended.
 pub fn tcp_ending<B: TcpEnding>(rounds: usize, connections: usize) {
@@ -204,10 +206,7 @@ pub fn tcp_ending<B: TcpEnding>(rounds: usize, connections: usize) {
         "kpng {} backend, ending TCP connections to a removed endpoint (--end-tcp-connections): a pod holds {connections} connections to endpoint A through a ClusterIP (endpoints A and B), A leaves; from the start of the sync, median of {rounds} rounds:",
         B::NAME
     );
-    for (phase, what) in [
-        (0, "first ending of the process"),
-        (1, "later (iterators loaded)"),
-    ] {
+    for (phase, what) in [(0, "first ending of the process"), (1, "a later one")] {
         let v = &figures[phase];
         println!(
             "  {what}: sync done {:.1} ms, first connection failed {:.1} ms, last {:.1} ms",
