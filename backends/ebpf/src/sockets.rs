@@ -77,8 +77,8 @@ const PROGRAMS: [(&str, &str); 2] = [("kpng_udp_end", "udp"), ("kpng_tcp_end", "
 const GONE_MAPS: [&str; 2] = ["kpng_gone", "kpng_gone_tcp"];
 
 /// A protocol whose sockets the object ends: an index into [`PROGRAMS`]
-/// and [`GONE_MAPS`], and the first of its two counters in `kpng_ended`
-/// (sockets ended, sockets the kfunc failed to end).
+/// and [`GONE_MAPS`]; its two counters in `kpng_ended` (sockets ended,
+/// sockets the kfunc failed to end) are at twice the index and the next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Proto {
     Udp = 0,
