@@ -26,6 +26,9 @@ static __always_inline int pick(struct frontend *fe, __u64 netns, __u64 flow,
 	svc = bpf_map_lookup_elem(&kpng_services, fe);
 	if (!svc)
 		return no_service(fe);
+	// A localhost NodePort is the node's: a pod's loopback is its own.
+	if ((svc->flags & NODE_NETNS) && !node_netns(netns))
+		return PASS;
 	key.set = svc->set;
 	first = bpf_map_lookup_elem(&kpng_slots, &key);
 	n = first ? first->count : 0;

@@ -28,6 +28,10 @@
 // (balancing flags of a record; none: at random)
 #define BAL_MAGLEV 16 // by the flow's Maglev slot (tc; sockets: at random)
 #define BAL_RR 32     // in turn, by the set's counter
+// (socket records only) a NodePort on a loopback address: served to the
+// node's own network namespace only (`kpng_settings[SETTING_NODE_NETNS]`);
+// another namespace's loopback (a pod's) is its own
+#define NODE_NETNS 256
 
 // Lookups of one program: the Service address the socket asked for.
 struct frontend {
@@ -226,8 +230,8 @@ static __always_inline void count(__u32 what)
 
 // Per-Service counters (issue #28): new connections per frontend (a
 // Service port's address, or a node's address and node port) and
-// endpoint. Counted when `kpng_settings[0]` has SETTING_COUNT set (the
-// backend writes it at attach; `--counters`).
+// endpoint. Counted when `kpng_settings[SETTING_FLAGS]` has SETTING_COUNT
+// set (the backend writes it at attach; `--counters`).
 struct traffic_key {
 	struct frontend frontend;
 	struct endpoint endpoint; // flags 0
@@ -241,14 +245,19 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } kpng_traffic SEC(".maps");
 
-// Settings the backend writes: [0] flags (SETTING_*).
+// Settings the backend writes at attach: [SETTING_FLAGS] flags
+// (SETTING_*), [SETTING_NODE_NETNS] the cookie of the node's network
+// namespace (0: none known, so no NODE_NETNS record serves).
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);
 	__type(key, __u32);
-	__type(value, __u32);
+	__type(value, __u64);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } kpng_settings SEC(".maps");
+
+#define SETTING_FLAGS 0
+#define SETTING_NODE_NETNS 1
 
 #define SETTING_COUNT 1
 
@@ -257,11 +266,11 @@ static __always_inline void count_traffic(struct frontend *fe,
 					  struct endpoint *ep)
 {
 	struct traffic_key key = {};
-	__u32 zero = 0;
-	__u32 *settings;
+	__u32 index = SETTING_FLAGS;
+	__u64 *settings;
 	__u64 one = 1, *n;
 
-	settings = bpf_map_lookup_elem(&kpng_settings, &zero);
+	settings = bpf_map_lookup_elem(&kpng_settings, &index);
 	if (!settings || !(*settings & SETTING_COUNT))
 		return;
 	key.frontend = *fe;
@@ -272,6 +281,16 @@ static __always_inline void count_traffic(struct frontend *fe,
 		*n += 1;
 	else
 		bpf_map_update_elem(&kpng_traffic, &key, &one, BPF_NOEXIST);
+}
+
+// Whether `netns` (a socket's network namespace cookie) is the node's
+// own: where a NODE_NETNS record serves.
+static __always_inline int node_netns(__u64 netns)
+{
+	__u32 index = SETTING_NODE_NETNS;
+	__u64 *node = bpf_map_lookup_elem(&kpng_settings, &index);
+
+	return node && *node && *node == netns;
 }
 
 // The verdicts of `pick`.

@@ -348,17 +348,29 @@ fn relink(ebpf: &aya::Ebpf, links: &[(PathBuf, &'static str)]) -> Result<(), Err
     Ok(())
 }
 
-/// `kpng_settings[0]`: whether the programs count each new connection
-/// per frontend and endpoint in `kpng_traffic` (`EbpfConfig::counters`).
-fn set_counting(ebpf: &mut aya::Ebpf, on: bool) -> Result<(), Error> {
-    const SETTING_COUNT: u32 = 1;
+/// What the backend writes to `kpng_settings` at attach.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Settings {
+    /// Whether the programs count each new connection per frontend and
+    /// endpoint in `kpng_traffic` (`EbpfConfig::counters`).
+    pub(crate) count: bool,
+    /// The cookie of the node's own network namespace, where localhost
+    /// NodePorts serve (`NODE_NETNS` records); 0: nowhere.
+    pub(crate) node_netns: u64,
+}
+
+/// Writes `settings` to `kpng_settings`: `[0]` the flags, `[1]` the
+/// node's network namespace.
+fn write_settings(ebpf: &mut aya::Ebpf, settings: Settings) -> Result<(), Error> {
+    const SETTING_COUNT: u64 = 1;
     let name = "kpng_settings";
     let map = ebpf.map_mut(name).ok_or(Error::Missing { name })?;
-    let mut settings: aya::maps::Array<&mut MapData, u32> =
+    let mut array: aya::maps::Array<&mut MapData, u64> =
         aya::maps::Array::try_from(map).map_err(|source| Error::Map { map: name, source })?;
-    let flags = if on { SETTING_COUNT } else { 0 };
-    settings
+    let flags = if settings.count { SETTING_COUNT } else { 0 };
+    array
         .set(0, flags, 0)
+        .and_then(|()| array.set(1, settings.node_netns, 0))
         .map_err(|source| Error::Map { map: name, source })
 }
 
@@ -408,9 +420,10 @@ impl Datapath {
         tc: &Tc,
         sizes: &MapSizes,
         cluster: &BTreeMap<&'static str, u32>,
-        count_traffic: bool,
+        settings: Settings,
         loader: Option<EbpfLoader<'static>>,
     ) -> Result<Self, Error> {
+        let count_traffic = settings.count;
         check_bpffs(pin_path)?;
         let version = version_dir(pin_path, tc, sizes, count_traffic);
         std::fs::create_dir_all(&version).map_err(pin_err(&version))?;
@@ -515,7 +528,7 @@ impl Datapath {
         for n in older.into_iter().filter(|&n| n != generation) {
             stale.push(generation_dir(&version, n));
         }
-        set_counting(&mut ebpf, count_traffic)?;
+        write_settings(&mut ebpf, settings)?;
         let (kernel, counters) = take_maps(&mut ebpf)?;
         tracing::info!(
             pins = %version.display(),

@@ -168,7 +168,13 @@ impl fmt::Display for Record {
             write!(f, " affinity {}s", self.affinity)?;
         }
         match self.flags
-            & !(EXT_RANGES | EXT_SNAT | BAL_MAGLEV | BAL_RR | EXT_SNAT_ALL | EXT_POD_SOURCES)
+            & !(EXT_RANGES
+                | EXT_SNAT
+                | BAL_MAGLEV
+                | BAL_RR
+                | EXT_SNAT_ALL
+                | EXT_POD_SOURCES
+                | NODE_NETNS)
         {
             EMPTY_REJECT => write!(f, " empty: reject")?,
             EMPTY_DROP => write!(f, " empty: drop")?,
@@ -191,6 +197,9 @@ impl fmt::Display for Record {
         }
         if self.flags & BAL_RR != 0 {
             write!(f, " round-robin")?;
+        }
+        if self.flags & NODE_NETNS != 0 {
+            write!(f, " node only")?;
         }
         Ok(())
     }
@@ -295,6 +304,11 @@ pub(crate) const BAL_MAGLEV: u32 = 16;
 /// `BAL_RR`: a record whose new connections take the set's endpoints in
 /// turn.
 pub(crate) const BAL_RR: u32 = 32;
+/// `NODE_NETNS`: a socket record of a NodePort on a loopback address
+/// (a localhost NodePort), served to sockets of the node's own network
+/// namespace only (`kpng_settings[1]`); another namespace's loopback (a
+/// pod's) is its own.
+pub(crate) const NODE_NETNS: u32 = 256;
 
 /// `struct maglev`: a set's Maglev table, each slot the index of an
 /// endpoint in the set's slots (`u16`, the last one padding).

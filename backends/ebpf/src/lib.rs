@@ -212,7 +212,8 @@ pub enum Error {
         #[source]
         source: aya::maps::MapError,
     },
-    /// The network namespace of the tc interfaces could not be entered.
+    /// The network namespace of the tc interfaces, or the node's own
+    /// (`EbpfConfig::node_netns`), could not be entered.
     #[error("network namespace {}: {source}", path.display())]
     Netns {
         /// Its path.
@@ -345,6 +346,22 @@ pub struct EbpfConfig {
     /// conntrack entries (default on; Linux 6.5 or later, otherwise a
     /// warning and nothing ended).
     pub end_udp_sockets: bool,
+    /// Localhost NodePorts (default on, as kube-proxy's iptables mode,
+    /// `--iptables-localhost-nodeports`): a socket of the node's own
+    /// network namespace ([`EbpfConfig::node_netns`]) connecting (or
+    /// sending) to `127.0.0.1:NODEPORT` or `[::1]:NODEPORT` goes to the
+    /// NodePort's endpoints, as one to a node address does (the
+    /// cluster-policy set, whatever the external policy), and its
+    /// `getpeername` shows the loopback address. Each loopback address is
+    /// served when `--nodeport-addresses` is unset or holds it, as
+    /// kube-proxy's. No packet is translated, so no `route_localnet` is
+    /// needed. Other network namespaces (pods) keep their own loopback.
+    pub localhost_nodeports: bool,
+    /// The node's own network namespace (`/run/netns/NAME`, or any
+    /// `/proc/PID/ns/net`), whose sockets get localhost NodePorts; `None`:
+    /// [`EbpfConfig::tc_netns`] when set, else the process's own (kpng
+    /// runs on the host network).
+    pub node_netns: Option<PathBuf>,
 }
 
 impl Default for EbpfConfig {
@@ -365,7 +382,26 @@ impl EbpfConfig {
             map_sizes: MapSizes::default(),
             counters: false,
             end_udp_sockets: true,
+            localhost_nodeports: true,
+            node_netns: None,
         }
+    }
+
+    /// Whether the node's own sockets reach NodePorts on loopback (see
+    /// [`EbpfConfig::localhost_nodeports`]).
+    #[must_use]
+    pub fn localhost_nodeports(mut self, on: bool) -> Self {
+        self.localhost_nodeports = on;
+        self
+    }
+
+    /// The node's own network namespace is `name` (`/run/netns/NAME`):
+    /// its sockets get localhost NodePorts (see
+    /// [`EbpfConfig::node_netns`]).
+    #[must_use]
+    pub fn node_in_netns(mut self, name: &str) -> Self {
+        self.node_netns = Some(PathBuf::from("/run/netns").join(name));
+        self
     }
 
     /// Whether rounds end the connected UDP sockets sent to endpoints
@@ -533,7 +569,7 @@ impl EbpfBackend {
             &tc,
             &config.map_sizes,
             &std::collections::BTreeMap::new(),
-            config.counters,
+            settings(&config)?,
             None,
         )?;
         Ok(Self::with_target(
@@ -739,7 +775,7 @@ impl EbpfBackend {
                 &tc,
                 &config.map_sizes,
                 &cluster,
-                config.counters,
+                settings(config)?,
                 loader,
             )?;
             *target = Target::Kernel(Box::new(datapath));
@@ -799,6 +835,35 @@ impl EbpfBackend {
     }
 }
 
+/// What the programs are told at attach: whether to count connections,
+/// and the node's own network namespace (for localhost NodePorts; 0 when
+/// they are off, or when the kernel cannot name it: then none is served,
+/// with a warning).
+fn settings(config: &EbpfConfig) -> Result<datapath::Settings, Error> {
+    let mut settings = datapath::Settings {
+        count: config.counters,
+        node_netns: 0,
+    };
+    if !config.localhost_nodeports {
+        return Ok(settings);
+    }
+    let netns = config.node_netns.as_deref().or(config.tc_netns.as_deref());
+    match sys::netns_cookie(netns) {
+        Ok(cookie) => settings.node_netns = cookie,
+        Err(sys::CookieError::Open(source)) => {
+            return Err(Error::Netns {
+                path: netns.map(PathBuf::from).unwrap_or_default(),
+                source,
+            });
+        }
+        Err(sys::CookieError::Kernel(error)) => tracing::warn!(
+            %error,
+            "the kernel does not name network namespaces (SO_NETNS_COOKIE, Linux 5.14): NodePorts on loopback are not served"
+        ),
+    }
+    Ok(settings)
+}
+
 /// A round's Services, rendered: what each changed one (every one in a
 /// full round) now contributes, and what else the round sets.
 struct Rendered {
@@ -818,7 +883,11 @@ const PARALLEL_RENDER: usize = 2000;
 /// Renders one round; `full`: every Service of the view.
 fn render(config: &EbpfConfig, round: &Round<'_>, full: bool) -> Rendered {
     let view = round.view();
-    let node_ips = nodeport_ips(view, config.proxy.nodeport_addresses.as_deref());
+    let node_ips = nodeport_ips(
+        view,
+        config.proxy.nodeport_addresses.as_deref(),
+        config.localhost_nodeports,
+    );
     let external = (!config.tc_interfaces.is_empty()).then_some(&config.proxy);
     let node = (external.is_some() && (full || round.node_changed())).then(|| {
         kpng_model::IpFamily::BOTH
@@ -1022,7 +1091,7 @@ mod tests {
         let v = kpng_view::node_view(&store.snapshot(), "node-0");
         let config = EbpfConfig::default();
         let rendered = render(&config, &Round::full(&v), true);
-        let node_ips = nodeport_ips(&v, None);
+        let node_ips = nodeport_ips(&v, None, config.localhost_nodeports);
         let one_by_one: Vec<(ServiceName, Contribution)> = v
             .services
             .iter()
