@@ -187,11 +187,28 @@ pub struct Setup {
     pub proxy: ProxyConfig,
     /// The mechanisms programmed.
     pub data_path: DataPath,
+    /// With [`DataPath::Ebpf`]: the node's own sockets reach NodePorts on
+    /// `127.0.0.1` and `::1` (inside `--nodeport-addresses`, or that
+    /// unset), as `to-ebpf --localhost-nodeports` (the default) serves
+    /// them. The netfilter backends never serve NodePorts on loopback.
+    pub localhost_nodeports: bool,
 }
 
 impl Setup {
-    /// The settings.
+    /// The settings (localhost NodePorts on, as `to-ebpf`'s default).
     pub fn new(proxy: ProxyConfig, data_path: DataPath) -> Self {
-        Self { proxy, data_path }
+        Self {
+            proxy,
+            data_path,
+            localhost_nodeports: true,
+        }
+    }
+
+    /// Whether the eBPF backend serves localhost NodePorts (see
+    /// [`Setup::localhost_nodeports`]).
+    #[must_use]
+    pub fn localhost_nodeports(mut self, on: bool) -> Self {
+        self.localhost_nodeports = on;
+        self
     }
 }
