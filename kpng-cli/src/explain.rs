@@ -33,7 +33,9 @@ fn setup(args: &ExplainArgs) -> Result<(Setup, Packet), Error> {
     if let Some(port) = args.source_port {
         packet = packet.from_port(port);
     }
-    Ok((Setup::new(args.proxy.proxy()?, data_path), packet))
+    let setup = Setup::new(args.proxy.proxy()?, data_path)
+        .localhost_nodeports(args.proxy.localhost_nodeports());
+    Ok((setup, packet))
 }
 
 /// Explains the packet at the state `reader` holds once every kind is
