@@ -266,6 +266,15 @@ pub(crate) struct ExplainArgs {
     /// packet comes in by (`to-ebpf --tc-interfaces`).
     #[arg(long)]
     pub(crate) tc: bool,
+    /// With `--backend ebpf`, run on the node: the interfaces with the tc
+    /// programs, as given to `to-ebpf --tc-interfaces` (comma-separated;
+    /// implies `--tc`). The node's routes are then asked, as the backend
+    /// does each round, whether each endpoint on another node is reached
+    /// through them: one reached around them is named with its interface
+    /// (its traffic is not masqueraded and fails). Without it, the
+    /// explanation says it cannot know.
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) tc_interfaces: Vec<String>,
     /// With `--backend ebpf`: `nft` (the default) or `none`, as
     /// `to-ebpf --north-south`.
     #[arg(long, default_value = "nft", value_parser = ["nft", "none"])]
@@ -524,6 +533,14 @@ pub(crate) struct BackendArgs {
     /// ctnetlink, as kube-proxy does).
     #[arg(long)]
     pub(crate) no_conntrack_cleanup: bool,
+    /// End the established TCP connections whose endpoint left its
+    /// Service (gone from its slices, or no longer serving), within the
+    /// sync that removes it: the client's connection fails at once
+    /// instead of waiting on a dead peer. An endpoint that drains
+    /// (terminating but serving) keeps its connections. Off by default,
+    /// as kube-proxy leaves such connections to time out.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub(crate) end_tcp_connections: bool,
     /// kube-proxy's: `nf_conntrack_max` is this times the cores (at least
     /// `--conntrack-min`); 0 leaves it. Read-only outside the host's
     /// network namespace: then left, with a warning.

@@ -16,15 +16,17 @@ fn setup(args: &ExplainArgs) -> Result<(Setup, Packet), Error> {
         .protocol
         .parse()
         .map_err(|e: kpng_explain::Error| Error::Usage(format!("invalid --protocol: {e}")))?;
+    let tc = args.tc || !args.tc_interfaces.is_empty();
     let data_path = match args.backend.as_str() {
         "ebpf" => DataPath::Ebpf {
-            tc: args.tc,
+            tc,
             netfilter: args.north_south == "nft",
         },
-        _ if args.tc => {
-            return Err(Error::Usage(
-                "--tc goes with --backend ebpf (its tc programs)".into(),
-            ));
+        _ if tc => {
+            return Err(Error::Usage(format!(
+                "{} goes with --backend ebpf (its tc programs)",
+                if args.tc { "--tc" } else { "--tc-interfaces" }
+            )));
         }
         "iptables" => DataPath::Iptables,
         _ => DataPath::Nftables,
@@ -33,9 +35,46 @@ fn setup(args: &ExplainArgs) -> Result<(Setup, Packet), Error> {
     if let Some(port) = args.source_port {
         packet = packet.from_port(port);
     }
-    let setup = Setup::new(args.proxy.proxy()?, data_path)
+    let mut setup = Setup::new(args.proxy.proxy()?, data_path)
         .localhost_nodeports(args.proxy.localhost_nodeports());
+    if !args.tc_interfaces.is_empty() {
+        setup = setup.with_tc_routes(tc_routes(&args.tc_interfaces)?);
+    }
     Ok((setup, packet))
+}
+
+/// The node's routes, asked as the eBPF backend asks them: the interface
+/// without tc programs an endpoint's route leaves by. A tc interface this
+/// node does not have is an error naming it (a mistyped name would make
+/// every endpoint look reached around the programs).
+fn tc_routes(
+    interfaces: &[String],
+) -> Result<impl Fn(std::net::IpAddr) -> Option<String> + Send + Sync + 'static, Error> {
+    let indexes = kpng_netfilter::routes::interface_indexes(None, interfaces)
+        .map_err(|e| Error::Usage(format!("--tc-interfaces: {e}")))?;
+    let missing: Vec<&str> = interfaces
+        .iter()
+        .zip(&indexes)
+        .filter(|(_, index)| index.is_none())
+        .map(|(name, _)| name.as_str())
+        .collect();
+    if !missing.is_empty() {
+        return Err(Error::Usage(format!(
+            "--tc-interfaces names {} that this node does not have: {}",
+            if missing.len() == 1 {
+                "an interface"
+            } else {
+                "interfaces"
+            },
+            missing.join(", ")
+        )));
+    }
+    let routes = kpng_backend_ebpf::TcRoutes::new(None, interfaces)
+        .map_err(|e| Error::Usage(format!("--tc-interfaces: {e}")))?;
+    Ok(move |endpoint| match routes.around(&[endpoint]) {
+        Ok(found) => found.into_iter().next().flatten(),
+        Err(e) => Some(format!("unknown (the route could not be asked: {e})")),
+    })
 }
 
 /// Explains the packet at the state `reader` holds once every kind is

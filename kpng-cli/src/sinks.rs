@@ -267,6 +267,7 @@ fn ebpf_backend(
     config = config
         .counters(ebpf.counters)
         .end_udp_sockets(ebpf.end_udp_sockets)
+        .netfilter_beside(ebpf.north_south == "nft")
         .localhost_nodeports(args.proxy.localhost_nodeports());
     if config.localhost_nodeports {
         tracing::info!(

@@ -1501,6 +1501,59 @@ fn explain_answers_offline_and_names_a_mistyped_node() {
     assert!(stderr.contains("icmp"), "{stderr}");
 }
 
+/// `explain --backend ebpf --tc-interfaces`: the node's routes are asked
+/// (read, never changed) whether each endpoint on another node is reached
+/// through the tc programs. Here only `lo` has them, so node-b's and
+/// node-c's endpoints of the NodePort are named with the interface their
+/// route takes (or `no route`); node-a's own is not. An interface the node
+/// does not have is an error naming it.
+#[test]
+fn explain_names_endpoints_reached_around_the_tc_programs() {
+    let args = |interfaces: &'static str| {
+        vec![
+            "file",
+            "--node",
+            "node-a",
+            "explain",
+            "--from",
+            "outside",
+            "--source",
+            "203.0.113.9",
+            "--destination",
+            "192.168.1.11",
+            "--port",
+            "30080",
+            "--backend",
+            "ebpf",
+            "--tc-interfaces",
+            interfaces,
+            "--output",
+            "json",
+        ]
+    };
+    let (code, stdout, stderr) = kpng(&args("lo"));
+    assert_eq!(code, 0, "{stderr}");
+    let explained: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    let outcome = &explained["outcome"];
+    assert_eq!(outcome["mechanism"], "tc", "{stdout}");
+    let around: Vec<(String, bool)> = outcome["endpoints"]
+        .as_array()
+        .expect("endpoints")
+        .iter()
+        .map(|e| {
+            (
+                e["node"].as_str().unwrap_or_default().to_owned(),
+                e["reached_around"].is_string(),
+            )
+        })
+        .collect();
+    assert!(around.contains(&("node-a".to_owned(), false)), "{stdout}");
+    assert!(around.contains(&("node-b".to_owned(), true)), "{stdout}");
+    let (code, _, stderr) = kpng(&args("lo,nosuch0"));
+    assert_ne!(code, 0);
+    assert!(stderr.contains("nosuch0"), "{stderr}");
+}
+
 /// `kpng api … explain`: the same answer from a server's state as from
 /// the file it serves.
 #[test]

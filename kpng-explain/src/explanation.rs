@@ -86,6 +86,15 @@ pub struct Target {
     pub node: String,
     /// On this node.
     pub local: bool,
+    /// For the eBPF tc programs under `externalTrafficPolicy: Cluster`,
+    /// an endpoint on another node whose route leaves by an interface
+    /// without the programs: that interface's name (`no route` when there
+    /// is none). The packet goes there with the client's address and the
+    /// reply does not come back through this node: the connection fails.
+    /// `None` when it is reached through the programs or was not asked
+    /// (see [`Setup::with_tc_routes`](crate::Setup::with_tc_routes)).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reached_around: Option<String>,
 }
 
 /// What happens to the packet.

@@ -80,7 +80,7 @@ mod run;
 pub use explanation::{
     Balancing, EndpointReason, Explanation, Masquerade, Mechanism, Outcome, Role, Target,
 };
-pub use packet::{DataPath, Origin, Packet, Protocol, Setup};
+pub use packet::{DataPath, Origin, Packet, Protocol, Setup, TcRoutes};
 
 use std::net::IpAddr;
 

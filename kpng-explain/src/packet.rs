@@ -187,6 +187,9 @@ pub struct Setup {
     pub proxy: ProxyConfig,
     /// The mechanisms programmed.
     pub data_path: DataPath,
+    /// The routes the eBPF tc programs depend on, when they can be asked
+    /// (see [`with_tc_routes`](Self::with_tc_routes)).
+    pub tc_routes: Option<TcRoutes>,
     /// With [`DataPath::Ebpf`]: the node's own sockets reach NodePorts on
     /// `127.0.0.1` and `::1` (inside `--nodeport-addresses`, or that
     /// unset), as `to-ebpf --localhost-nodeports` (the default) serves
@@ -200,6 +203,7 @@ impl Setup {
         Self {
             proxy,
             data_path,
+            tc_routes: None,
             localhost_nodeports: true,
         }
     }
@@ -210,5 +214,45 @@ impl Setup {
     pub fn localhost_nodeports(mut self, on: bool) -> Self {
         self.localhost_nodeports = on;
         self
+    }
+
+    /// Asks `around` of each endpoint on another node that the eBPF tc
+    /// programs send `externalTrafficPolicy: Cluster` traffic to: the
+    /// interface its route leaves by when that interface has no tc
+    /// programs (`no route` when there is none), `None` when the route
+    /// goes through them. The tc programs masquerade at the interface a
+    /// packet leaves by, so an endpoint reached around them sees the
+    /// client's address and answers it directly: the explanation names
+    /// it ([`Target::reached_around`](crate::Target::reached_around)).
+    /// Without it, the explanation says it cannot know. On a node,
+    /// `kpng_backend_ebpf::TcRoutes` answers as the backend's own check
+    /// does.
+    #[must_use]
+    pub fn with_tc_routes(
+        mut self,
+        around: impl Fn(IpAddr) -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.tc_routes = Some(TcRoutes(std::sync::Arc::new(around)));
+        self
+    }
+}
+
+/// How the routes of endpoints on other nodes go past the eBPF tc
+/// programs (see [`Setup::with_tc_routes`]).
+#[derive(Clone)]
+pub struct TcRoutes(std::sync::Arc<dyn Fn(IpAddr) -> Option<String> + Send + Sync>);
+
+impl TcRoutes {
+    /// The interface without tc programs that `endpoint`'s route leaves
+    /// by (`no route` when there is none); `None` when it goes through
+    /// them.
+    pub fn around(&self, endpoint: IpAddr) -> Option<String> {
+        (self.0)(endpoint)
+    }
+}
+
+impl fmt::Debug for TcRoutes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TcRoutes").finish_non_exhaustive()
     }
 }

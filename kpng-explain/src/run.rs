@@ -390,6 +390,7 @@ impl<'a> Run<'a> {
                     port: *port,
                     node: endpoint.map_or(String::new(), |e| e.endpoint().node_name().to_owned()),
                     local: endpoint.is_some_and(|e| e.is_local()),
+                    reached_around: None,
                 }
             })
             .collect()

@@ -485,3 +485,143 @@ fn the_balancing_is_the_service_s_on_nftables_and_random_elsewhere() {
     ));
     assert!(explained.to_string().contains("in turn"), "{explained}");
 }
+
+/// The tc programs masquerade at the interface a packet leaves by: with
+/// the node's routes asked (`Setup::with_tc_routes`), an endpoint on
+/// another node reached around them is named with its interface; without,
+/// the explanation says it cannot know.
+#[test]
+fn the_tc_programs_name_endpoints_reached_around_them() {
+    let ebpf = DataPath::Ebpf {
+        tc: true,
+        netfilter: true,
+    };
+    let packet = Packet::new(
+        Origin::Outside,
+        Protocol::Tcp,
+        "203.0.113.10".parse().expect("ip"),
+        "192.168.50.1".parse().expect("ip"),
+        30080,
+    );
+    // node-b's endpoint is routed by eth9, which has no programs.
+    let routes = setup(ebpf)
+        .with_tc_routes(|ip| (ip.to_string() == "10.244.2.10").then(|| "eth9".to_owned()));
+    let explained = explain(&snapshot(), "node-a", &routes, &packet).expect("explained");
+    let Outcome::Translated { endpoints, .. } = &explained.outcome else {
+        panic!("not translated: {explained}");
+    };
+    let around: Vec<(String, Option<&str>)> = endpoints
+        .iter()
+        .map(|t| (t.ip.to_string(), t.reached_around.as_deref()))
+        .collect();
+    assert_eq!(
+        around,
+        [
+            ("10.244.1.10".to_owned(), None),
+            ("10.244.2.10".to_owned(), Some("eth9"))
+        ]
+    );
+    let text = explained.to_string();
+    assert!(
+        text.contains(
+            "10.244.2.10:8080 (node-b): its route leaves by eth9, which has no tc programs"
+        ),
+        "{text}"
+    );
+    assert!(
+        serde_json::to_string(&explained)
+            .expect("json")
+            .contains(r#""reached_around":"eth9""#)
+    );
+    // Every route through the programs: said so.
+    let through = setup(ebpf).with_tc_routes(|_| None);
+    let text = explain(&snapshot(), "node-a", &through, &packet)
+        .expect("explained")
+        .to_string();
+    assert!(
+        text.contains("every endpoint on another node is reached through"),
+        "{text}"
+    );
+    // Routes not asked: the explanation says it cannot know.
+    let text = explain(&snapshot(), "node-a", &setup(ebpf), &packet)
+        .expect("explained")
+        .to_string();
+    assert!(text.contains("the routes were not asked here"), "{text}");
+}
+
+/// With no netfilter rules (`--north-south none`), the socket programs
+/// decide an LB IP with loadBalancerSourceRanges by whose socket it is:
+/// the node's when a node address is in the ranges, a pod's when every pod
+/// network is (dropped when none is, left alone when some are).
+#[test]
+fn lb_source_ranges_at_connect_without_netfilter() {
+    let cluster = r#"
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Node
+  metadata: {name: node-a}
+  status: {addresses: [{type: InternalIP, address: 192.168.50.1}]}
+- apiVersion: v1
+  kind: Service
+  metadata: {namespace: t, name: lb}
+  spec: {type: LoadBalancer, clusterIP: 10.96.0.21, loadBalancerSourceRanges: [192.168.50.0/24, 10.244.1.0/24], ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30081}]}
+  status: {loadBalancer: {ingress: [{ip: 198.51.100.10}]}}
+- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata: {namespace: t, name: lb-1, labels: {kubernetes.io/service-name: lb}}
+  addressType: IPv4
+  endpoints: [{addresses: [10.244.2.20], nodeName: node-b}]
+  ports: [{name: http, port: 8080, protocol: TCP}]
+"#;
+    let mut ingest = Ingest::new(Store::new(), IngestConfig::default());
+    ingest.load(&file::parse_str("cluster.yaml", cluster).expect("manifest"));
+    let snapshot = ingest.reader().snapshot();
+    let alone = DataPath::Ebpf {
+        tc: true,
+        netfilter: false,
+    };
+    let verdict = |origin: Origin, src: &str, pods: &str| {
+        let proxy = kpng_sink::ProxyConfig::default().cluster_cidrs([pods.parse().expect("cidr")]);
+        let packet = Packet::new(
+            origin,
+            Protocol::Tcp,
+            src.parse().expect("ip"),
+            "198.51.100.10".parse().expect("ip"),
+            80,
+        );
+        let explained =
+            explain(&snapshot, "node-a", &Setup::new(proxy, alone), &packet).expect("explained");
+        let text = explained.to_string();
+        (explained.outcome, text)
+    };
+    // The node's address is in the ranges: its sockets are served.
+    let (outcome, text) = verdict(Origin::Host, "192.168.50.1", "10.244.0.0/16");
+    assert!(
+        matches!(
+            outcome,
+            Outcome::Translated {
+                mechanism: Mechanism::Sockets,
+                ..
+            }
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("the node's address 192.168.50.1 is in them"),
+        "{text}"
+    );
+    // Every pod network in the ranges: pods are served; none: dropped;
+    // some: left alone.
+    let (outcome, text) = verdict(Origin::Pod, "10.244.1.99", "10.244.1.0/24");
+    assert!(matches!(outcome, Outcome::Translated { .. }), "{text}");
+    let (outcome, text) = verdict(Origin::Pod, "10.245.1.99", "10.245.0.0/16");
+    assert!(
+        matches!(&outcome, Outcome::Dropped { reason } if reason.contains("EPERM")),
+        "{text}"
+    );
+    let (outcome, text) = verdict(Origin::Pod, "10.244.1.99", "10.244.0.0/16");
+    assert!(matches!(outcome, Outcome::Untouched { .. }), "{text}");
+    assert!(text.contains("partly in them"), "{text}");
+}

@@ -231,7 +231,7 @@ fn wanted(view: &NodeView) -> BTreeMap<u16, PortState> {
         let local: BTreeSet<std::net::IpAddr> = svc
             .endpoints
             .iter()
-            .filter(|e| e.is_local() && e.endpoint().ready())
+            .filter(|e| e.is_local() && e.local() && e.endpoint().ready())
             .map(|e| e.endpoint().address())
             .collect();
         ports.insert(

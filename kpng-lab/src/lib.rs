@@ -275,18 +275,18 @@ impl LabBackend for EbpfWithNft {
 
 /// The eBPF backend's settings in `lab`: the lab's cgroup (its
 /// [`LOCAL_HOSTS`]' clients) and bpffs, the lab's node namespace as the
-/// node's own (whose sockets get localhost NodePorts), and with `tc` the
-/// tc programs on every node link.
+/// node's own (whose sockets get localhost NodePorts, and the source
+/// ranges' verdict of the node), and with `tc` the tc programs on every
+/// node link.
 pub fn ebpf_config(lab: &Lab, settings: &Settings, tc: bool) -> EbpfConfig {
     let (cgroup, pins) = lab.bpf_env();
+    // The node's namespace: its sockets are the node's own.
     let config = EbpfConfig::new(settings.proxy())
         .cgroup(cgroup)
         .pin_path(pins)
-        .node_in_netns(&lab.ns("node"));
+        .tc_in_netns(&lab.ns("node"));
     if tc {
-        config
-            .tc_interfaces(lab.node_links())
-            .tc_in_netns(&lab.ns("node"))
+        config.tc_interfaces(lab.node_links())
     } else {
         config
     }
@@ -301,6 +301,7 @@ pub fn ebpf_config(lab: &Lab, settings: &Settings, tc: bool) -> EbpfConfig {
 /// When the programs do not attach.
 pub fn ebpf_alone_proxy(lab: &Lab, settings: &Settings, config: EbpfConfig) -> Proxy<EbpfBackend> {
     let tc = !config.tc_interfaces.is_empty();
+    let config = config.netfilter_beside(false);
     let localhost = config.localhost_nodeports;
     Proxy::with(EbpfBackend::attach(config).expect("the eBPF programs attach"))
         .explained_in(lab, settings, ebpf_alone(tc))
@@ -430,7 +431,7 @@ impl LabBackend for EbpfTc {
     };
 
     fn in_lab(lab: &Lab, settings: &Settings) -> Self {
-        let config = ebpf_config(lab, settings, true);
+        let config = ebpf_config(lab, settings, true).netfilter_beside(false);
         EbpfTc {
             ebpf: EbpfBackend::attach(config).expect("the eBPF programs attach"),
             node: lab.ns("node"),

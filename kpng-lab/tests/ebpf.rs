@@ -468,6 +468,16 @@ fn endpoints_reached_around_the_tc_programs_are_named() {
         [(E2.to_owned(), dev(E2)), (E3.to_owned(), dev(E3))],
         "outside is {outside}"
     );
+    // What `explain --tc-interfaces` asks on the node says the same.
+    let netns = std::path::PathBuf::from("/run/netns").join(lab.ns("node"));
+    let routes = kpng_backend_ebpf::TcRoutes::new(Some(&netns), std::slice::from_ref(&outside))
+        .expect("routes");
+    let ips: Vec<std::net::IpAddr> = [E2, E3].iter().map(|ip| ip.parse().expect("ip")).collect();
+    assert_eq!(
+        routes.around(&ips).expect("asked"),
+        [Some(dev(E2)), Some(dev(E3))],
+        "outside is {outside}"
+    );
     proxy.load(&manifest(&[np("Local")])).expect("sync");
     let unmasqueraded = proxy.backend.unmasqueraded();
     assert!(unmasqueraded.is_empty(), "{unmasqueraded:?}");
@@ -812,6 +822,95 @@ fn a_deleted_service_ends_the_udp_sockets_connected_through_it() {
     let stats = proxy.backend.last_sync().clone();
     let line = go_on(&mut held, &mut out);
     assert_eq!(line.trim(), "after ECONNABORTED");
+    assert_eq!(stats.udp_sockets_ended, 1, "{stats:?}");
+    EbpfWithNft::clear(&lab);
+}
+
+/// A UDP socket connected through a Service, then a line on stdin: a
+/// datagram sent and its answer (the endpoint), or the error's name.
+const HELD_UDP_AGAIN: &str = r#"
+import errno, socket, sys
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.settimeout(2); u.connect((sys.argv[1], 53))
+u.send(b"x"); print("before", u.recv(200).decode().split()[0], flush=True)
+sys.stdin.readline()
+try:
+    u.send(b"x"); out = u.recv(200).decode().split()[0]
+except socket.timeout:
+    out = "TIMEOUT"
+except OSError as e:
+    out = errno.errorcode.get(e.errno, str(e.errno))
+print("after", out, flush=True)
+"#;
+
+/// kpng down while an endpoint leaves: the first sync of the next
+/// process, which adopts the pinned programs and maps, ends the UDP
+/// sockets connected through a Service to that endpoint (the pinned
+/// connection map remembers where each was sent), and leaves those whose
+/// endpoint is still there.
+#[test]
+fn the_first_sync_after_a_restart_ends_udp_sockets_to_endpoints_that_left_meanwhile() {
+    use std::io::BufRead;
+    use std::process::Stdio;
+    require_lab!(EbpfWithNft);
+    let lab = lab();
+    let config = ebpf_config(&lab, &Settings::lab(), false);
+    let mut proxy = kpng_lab::ebpf_alone_proxy(&lab, &Settings::lab(), config);
+    let spec = |ip: &str| {
+        format!(
+            "{{clusterIP: {ip}, ports: [{{name: dns, port: 53, protocol: UDP, targetPort: 5353}}]}}"
+        )
+    };
+    let (gone, kept) = (spec("10.96.0.40"), spec("10.96.0.41"));
+    let one = |ip: &str, node: &str| format!("[{{addresses: [{ip}], nodeName: {node}}}]");
+    let (e1, e2, e3) = (one(E1, "node-a"), one(E2, "node-b"), one(E3, "node-c"));
+    proxy
+        .load(&manifest(&[
+            service("gone", &gone, &e2),
+            service("kept", &kept, &e1),
+        ]))
+        .expect("sync");
+    settle();
+    let hold = |script: &str, ip: &str| {
+        let mut held = lab
+            .client("podc", &["python3", "-u", "-c", script, ip])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("client");
+        let mut out = std::io::BufReader::new(held.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        out.read_line(&mut line).expect("a line");
+        (held, out, line)
+    };
+    let (mut to_gone, mut gone_out, line) = hold(HELD_UDP_RECV, "10.96.0.40");
+    assert_eq!(line.trim(), format!("before {E2}"));
+    let (mut to_kept, mut kept_out, line) = hold(HELD_UDP_AGAIN, "10.96.0.41");
+    assert_eq!(line.trim(), format!("before {E1}"));
+
+    // kpng stops; meanwhile E2 leaves "gone" for E3.
+    let config = proxy.backend.config().clone();
+    drop(proxy);
+    let mut proxy = Proxy::with(EbpfBackend::attach(config).expect("attach again")).explained_in(
+        &lab,
+        &Settings::lab(),
+        kpng_lab::ebpf_alone(false),
+    );
+    proxy
+        .load(&manifest(&[
+            service("gone", &gone, &e3),
+            service("kept", &kept, &e1),
+        ]))
+        .expect("sync");
+    let stats = proxy.backend.last_sync().clone();
+    assert!(stats.adopted, "{stats:?}");
+    assert_eq!(
+        go_on(&mut to_gone, &mut gone_out).trim(),
+        "after ECONNABORTED"
+    );
+    assert_eq!(
+        go_on(&mut to_kept, &mut kept_out).trim(),
+        format!("after {E1}")
+    );
     assert_eq!(stats.udp_sockets_ended, 1, "{stats:?}");
     EbpfWithNft::clear(&lab);
 }

@@ -29,9 +29,14 @@ pub use plan::{PortPlan, ServicePlan, port_targets};
 
 /// One endpoint address as this node uses it.
 ///
-/// Only endpoints in at least one of the two sets appear in a view:
+/// An endpoint a node uses is in at least one of two sets:
 /// [`cluster`](Self::cluster) (the cluster-policy endpoints) or
-/// [`local`](Self::local) (the local-policy endpoints). An endpoint with
+/// [`local`](Self::local) (the local-policy endpoints). One that serves
+/// but that this node does not use (a terminating endpoint while ready
+/// ones remain; one topology hints send to other nodes) is in the view in
+/// neither set ([`used`](Self::used) is false): programmed nowhere, it
+/// tells a sink that the endpoint still serves, so that its connections
+/// drain, where one absent from the view has left. An endpoint with
 /// both an IPv4 and an IPv6 address appears once per family, since each
 /// family is selected on its own.
 ///
@@ -146,6 +151,12 @@ impl EndpointView {
         self.marks & LOCAL != 0
     }
 
+    /// It is in one of the two sets: traffic may be sent to it. `false`:
+    /// it serves, but this node sends it nothing.
+    pub fn used(&self) -> bool {
+        self.marks & (CLUSTER | LOCAL) != 0
+    }
+
     /// The address family.
     pub fn family(&self) -> IpFamily {
         IpFamily::of(&self.ip())
@@ -180,7 +191,8 @@ impl serde::Serialize for EndpointView {
 pub struct ServiceView {
     /// The Service, its addresses typed.
     pub service: Arc<ServiceInfo>,
-    /// The endpoints this node may use, sorted by address.
+    /// The endpoints this node may use, and those that serve but that it
+    /// does not use (in neither set), sorted by address.
     pub endpoints: Vec<EndpointView>,
 }
 

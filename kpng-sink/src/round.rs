@@ -20,6 +20,28 @@ pub struct ServiceChange<'a> {
     pub after: Option<&'a Arc<ServiceView>>,
 }
 
+impl<'a> ServiceChange<'a> {
+    /// The endpoints of `before` that left the Service: absent from
+    /// `after` (all of them when the Service was removed), by address in
+    /// their family. An endpoint still in the view, used or not, has not
+    /// left: one that serves while terminating, or that hints send to other
+    /// nodes, stays (in neither set) and its connections may drain. None
+    /// in a full round (nothing to compare with).
+    pub fn departed(&self) -> impl Iterator<Item = &'a kpng_model::view::EndpointView> + 'a {
+        let after = self.after;
+        self.before
+            .into_iter()
+            .flat_map(|b| b.endpoints.iter())
+            .filter(move |e| {
+                after.is_none_or(|a| {
+                    a.endpoints
+                        .binary_search_by(|x| x.ip().cmp(&e.ip()))
+                        .is_err()
+                })
+            })
+    }
+}
+
 /// One sync: the node view the data plane must match, and what changed
 /// since the previous round that succeeded.
 ///
@@ -229,6 +251,60 @@ mod tests {
             ("gone", "10.0.0.3"),
         ]);
         assert!(Round::between(&a, &copy).is_empty());
+    }
+
+    /// `departed`: the endpoints gone from the view; one still there in
+    /// neither set (it serves, unused) has not left; a removed Service's
+    /// endpoints all left.
+    #[test]
+    fn departed_endpoints_are_those_gone_from_the_view() {
+        use kpng_model::EndpointInfo;
+        use kpng_model::view::EndpointView;
+        let a = view(&[("web", "10.0.0.1")]);
+        let name = ServiceName::new("ns", "web");
+        let endpoint = |ip: &str, used: bool| {
+            EndpointView::new(
+                EndpointInfo::new(ip.parse().expect("ip")),
+                kpng_model::IpFamily::V4,
+            )
+            .expect("v4")
+            .with_cluster(used)
+        };
+        let with = |eps: Vec<EndpointView>| {
+            let mut v = a.clone();
+            let mut service = (*v.services[&name]).clone();
+            service.endpoints = eps;
+            v.services.insert(name.clone(), Arc::new(service));
+            v
+        };
+        let before = with(vec![
+            endpoint("10.244.1.1", true),
+            endpoint("10.244.1.2", true),
+            endpoint("10.244.1.3", true),
+        ]);
+        // .2 drains (serves, unused); .3 left.
+        let after = with(vec![
+            endpoint("10.244.1.1", true),
+            endpoint("10.244.1.2", false),
+        ]);
+        let round = Round::between(&before, &after);
+        let change = round.services().next().expect("a change");
+        let gone: Vec<String> = change.departed().map(|e| e.ip().to_string()).collect();
+        assert_eq!(gone, ["10.244.1.3"]);
+        let mut removed = before.clone();
+        removed.services.remove(&name);
+        let round = Round::between(&before, &removed);
+        let change = round.services().next().expect("a change");
+        assert_eq!(change.departed().count(), 3);
+        assert_eq!(
+            Round::full(&before)
+                .services()
+                .next()
+                .expect("listed")
+                .departed()
+                .count(),
+            0
+        );
     }
 
     #[test]

@@ -141,11 +141,15 @@ fn choose(candidates: &[Candidate<'_>], node: NodeContext<'_>) -> Choice {
     }
 }
 
-/// Selects the endpoints of one family and appends the used ones to `out`.
+/// Selects the endpoints of one family and appends to `out` the used
+/// ones, and those serving but unused here (a terminating endpoint while
+/// ready ones remain, one topology hints send elsewhere) in neither set:
+/// a sink can then tell an endpoint that still serves, whose connections
+/// drain, from one that left.
 fn select_family(candidates: &[Candidate<'_>], node: NodeContext<'_>, out: &mut Vec<EndpointView>) {
     let choice = choose(candidates, node);
     for ((c, cluster), local) in candidates.iter().zip(choice.cluster).zip(choice.local) {
-        if cluster || local {
+        if cluster || local || c.endpoint.serving() {
             // A candidate's address is one of its endpoint's.
             if let Some(view) = EndpointView::at(c.endpoint.as_ref().clone(), c.ip) {
                 out.push(

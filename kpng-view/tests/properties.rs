@@ -350,22 +350,32 @@ fn another_nodes_change_that_does_not_alter_this_view_yields_nothing() {
         name.clone(),
         EndpointInfo::from_proto(&endpoint("10.0.0.2", "node-b", "zone-2", true)).expect("valid"),
     );
+    txn.set_endpoint(
+        name.clone(),
+        EndpointInfo::from_proto(&endpoint("10.0.0.3", "node-b", "zone-2", false)).expect("valid"),
+    );
     txn.commit();
     let mut projector = NodeProjector::new(NODE);
     projector.update(&store.snapshot());
     let before = projector.view().clone();
-    assert_eq!(
-        before.services[&name].endpoints.len(),
-        1,
-        "zone hints keep only zone-1"
-    );
+    let used = |view: &kpng_model::view::NodeView| {
+        view.services[&name]
+            .endpoints
+            .iter()
+            .filter(|e| e.used())
+            .count()
+    };
+    assert_eq!(used(&before), 1, "zone hints keep only zone-1");
+    // The zone-2 endpoint serves: in the view, in neither set. The one not
+    // serving is not.
+    assert_eq!(before.services[&name].endpoints.len(), 2);
 
-    // The zone-2 endpoint on another node goes not-ready: the store changes
-    // (a new revision), this node's view does not.
+    // The endpoint that does not serve moves to another node: the store
+    // changes (a new revision), this node's view does not.
     let mut txn = store.begin();
     txn.set_endpoint(
         name.clone(),
-        EndpointInfo::from_proto(&endpoint("10.0.0.2", "node-b", "zone-2", false)).expect("valid"),
+        EndpointInfo::from_proto(&endpoint("10.0.0.3", "node-c", "zone-2", false)).expect("valid"),
     );
     assert!(txn.commit().revision.is_some());
     assert!(projector.update(&store.snapshot()).is_empty());
@@ -386,5 +396,5 @@ fn another_nodes_change_that_does_not_alter_this_view_yields_nothing() {
     txn.commit();
     let ops = projector.update(&store.snapshot());
     assert!(matches!(ops[0], kpng_model::view::ViewOp::SetNode(_)));
-    assert_eq!(projector.view().services[&name].endpoints.len(), 2);
+    assert_eq!(used(projector.view()), 2);
 }

@@ -6,6 +6,27 @@
 
 #include "kpng_common.h"
 
+// An LB IP with loadBalancerSourceRanges, for a socket of `netns`, as
+// kube-proxy's rules decide by the packet's source: the node's sockets
+// (its network namespace: a node address) translate when a node address
+// is in the ranges, else are dropped; a pod's, when every pod network is
+// in them, dropped when none is, and left alone otherwise (its source is
+// not known at connect).
+static __always_inline int ranged(struct service *svc, __u64 netns)
+{
+	struct settings *settings;
+	__u32 zero = 0;
+
+	settings = bpf_map_lookup_elem(&kpng_settings, &zero);
+	if (settings && settings->node_netns == netns)
+		return (svc->flags & RANGED_NODE) ? TRANSLATE : DROP;
+	if (svc->flags & RANGED_PODS)
+		return TRANSLATE;
+	if (svc->flags & RANGED_NO_PODS)
+		return DROP;
+	return PASS;
+}
+
 // The endpoint for a socket of `netns` asking for `fe`; `flow`: the
 // socket's cookie when its datagrams are to stay with one endpoint
 // (sendmsg), 0 otherwise.
@@ -29,6 +50,12 @@ static __always_inline int pick(struct frontend *fe, __u64 netns, __u64 flow,
 	// A localhost NodePort is the node's: a pod's loopback is its own.
 	if ((svc->flags & NODE_NETNS) && !node_netns(netns))
 		return PASS;
+	if (svc->flags & SOCK_RANGED) {
+		int what = ranged(svc, netns);
+
+		if (what != TRANSLATE)
+			return what;
+	}
 	key.set = svc->set;
 	first = bpf_map_lookup_elem(&kpng_slots, &key);
 	n = first ? first->count : 0;

@@ -28,10 +28,18 @@
 // (balancing flags of a record; none: at random)
 #define BAL_MAGLEV 16 // by the flow's Maglev slot (tc; sockets: at random)
 #define BAL_RR 32     // in turn, by the set's counter
-// (socket records only) a NodePort on a loopback address: served to the
-// node's own network namespace only (`kpng_settings[SETTING_NODE_NETNS]`);
-// another namespace's loopback (a pod's) is its own
-#define NODE_NETNS 256
+// (a socket record of an LB IP with loadBalancerSourceRanges, made when no
+// netfilter rules check its sources: which sockets it translates)
+#define SOCK_RANGED 256	     // the node's and pods' sources are decided here:
+#define RANGED_NODE 512	     // the node's sockets (a node address in range)
+#define RANGED_PODS 1024     // pods' sockets (every pod network in range)
+#define RANGED_NO_PODS 2048  // no pod's (no pod network in range); neither
+			     // flag: pods' sockets left alone
+// (a socket record of a NodePort on a loopback address: a localhost
+// NodePort) served to the node's own network namespace only
+// (kpng_settings[0].node_netns); another namespace's loopback (a pod's)
+// is its own
+#define NODE_NETNS 4096
 
 // Lookups of one program: the Service address the socket asked for.
 struct frontend {
@@ -230,8 +238,8 @@ static __always_inline void count(__u32 what)
 
 // Per-Service counters (issue #28): new connections per frontend (a
 // Service port's address, or a node's address and node port) and
-// endpoint. Counted when `kpng_settings[SETTING_FLAGS]` has SETTING_COUNT
-// set (the backend writes it at attach; `--counters`).
+// endpoint. Counted when `kpng_settings[0]` has SETTING_COUNT set (the
+// backend writes it at attach; `--counters`).
 struct traffic_key {
 	struct frontend frontend;
 	struct endpoint endpoint; // flags 0
@@ -245,33 +253,44 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } kpng_traffic SEC(".maps");
 
-// Settings the backend writes at attach: [SETTING_FLAGS] flags
-// (SETTING_*), [SETTING_NODE_NETNS] the cookie of the node's network
-// namespace (0: none known, so no NODE_NETNS record serves).
+// Settings the backend writes, in kpng_settings[0].
+struct settings {
+	__u32 flags; // SETTING_*
+	__u32 pad;
+	__u64 node_netns; // the node's network namespace (its cookie)
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 2);
+	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, __u64);
+	__type(value, struct settings);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } kpng_settings SEC(".maps");
 
-#define SETTING_FLAGS 0
-#define SETTING_NODE_NETNS 1
-
 #define SETTING_COUNT 1
+
+// Whether `netns` (a socket's network namespace cookie) is the node's own.
+static __always_inline int node_netns(__u64 netns)
+{
+	struct settings *settings;
+	__u32 zero = 0;
+
+	settings = bpf_map_lookup_elem(&kpng_settings, &zero);
+	return settings && settings->node_netns && settings->node_netns == netns;
+}
 
 // One more new connection from `fe` to `ep`, when counting is on.
 static __always_inline void count_traffic(struct frontend *fe,
 					  struct endpoint *ep)
 {
 	struct traffic_key key = {};
-	__u32 index = SETTING_FLAGS;
-	__u64 *settings;
+	__u32 zero = 0;
+	struct settings *settings;
 	__u64 one = 1, *n;
 
-	settings = bpf_map_lookup_elem(&kpng_settings, &index);
-	if (!settings || !(*settings & SETTING_COUNT))
+	settings = bpf_map_lookup_elem(&kpng_settings, &zero);
+	if (!settings || !(settings->flags & SETTING_COUNT))
 		return;
 	key.frontend = *fe;
 	key.endpoint = *ep;
@@ -281,16 +300,6 @@ static __always_inline void count_traffic(struct frontend *fe,
 		*n += 1;
 	else
 		bpf_map_update_elem(&kpng_traffic, &key, &one, BPF_NOEXIST);
-}
-
-// Whether `netns` (a socket's network namespace cookie) is the node's
-// own: where a NODE_NETNS record serves.
-static __always_inline int node_netns(__u64 netns)
-{
-	__u32 index = SETTING_NODE_NETNS;
-	__u64 *node = bpf_map_lookup_elem(&kpng_settings, &index);
-
-	return node && *node && *node == netns;
 }
 
 // The verdicts of `pick`.

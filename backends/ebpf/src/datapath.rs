@@ -348,29 +348,22 @@ fn relink(ebpf: &aya::Ebpf, links: &[(PathBuf, &'static str)]) -> Result<(), Err
     Ok(())
 }
 
-/// What the backend writes to `kpng_settings` at attach.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Settings {
-    /// Whether the programs count each new connection per frontend and
-    /// endpoint in `kpng_traffic` (`EbpfConfig::counters`).
-    pub(crate) count: bool,
-    /// The cookie of the node's own network namespace, where localhost
-    /// NodePorts serve (`NODE_NETNS` records); 0: nowhere.
-    pub(crate) node_netns: u64,
-}
-
-/// Writes `settings` to `kpng_settings`: `[0]` the flags, `[1]` the
-/// node's network namespace.
-fn write_settings(ebpf: &mut aya::Ebpf, settings: Settings) -> Result<(), Error> {
-    const SETTING_COUNT: u64 = 1;
+/// `kpng_settings[0]` (`struct settings`): whether the programs count
+/// each new connection per frontend and endpoint in `kpng_traffic`
+/// (`EbpfConfig::counters`), and the cookie of the node's network
+/// namespace (its sockets are the node's own).
+fn set_settings(ebpf: &mut aya::Ebpf, count: bool, node_netns: u64) -> Result<(), Error> {
+    const SETTING_COUNT: u32 = 1;
     let name = "kpng_settings";
     let map = ebpf.map_mut(name).ok_or(Error::Missing { name })?;
-    let mut array: aya::maps::Array<&mut MapData, u64> =
+    let mut settings: aya::maps::Array<&mut MapData, [u8; 16]> =
         aya::maps::Array::try_from(map).map_err(|source| Error::Map { map: name, source })?;
-    let flags = if settings.count { SETTING_COUNT } else { 0 };
-    array
-        .set(0, flags, 0)
-        .and_then(|()| array.set(1, settings.node_netns, 0))
+    let flags = if count { SETTING_COUNT } else { 0 };
+    let mut value = [0u8; 16];
+    value[..4].copy_from_slice(&flags.to_ne_bytes());
+    value[8..].copy_from_slice(&node_netns.to_ne_bytes());
+    settings
+        .set(0, value, 0)
         .map_err(|source| Error::Map { map: name, source })
 }
 
@@ -420,10 +413,9 @@ impl Datapath {
         tc: &Tc,
         sizes: &MapSizes,
         cluster: &BTreeMap<&'static str, u32>,
-        settings: Settings,
+        count_traffic: bool,
         loader: Option<EbpfLoader<'static>>,
     ) -> Result<Self, Error> {
-        let count_traffic = settings.count;
         check_bpffs(pin_path)?;
         let version = version_dir(pin_path, tc, sizes, count_traffic);
         std::fs::create_dir_all(&version).map_err(pin_err(&version))?;
@@ -528,7 +520,12 @@ impl Datapath {
         for n in older.into_iter().filter(|&n| n != generation) {
             stale.push(generation_dir(&version, n));
         }
-        write_settings(&mut ebpf, settings)?;
+        let node_netns =
+            crate::sys::netns_cookie(tc.netns.as_deref()).map_err(|source| Error::NodeNetns {
+                netns: tc.netns.clone(),
+                source,
+            })?;
+        set_settings(&mut ebpf, count_traffic, node_netns)?;
         let (kernel, counters) = take_maps(&mut ebpf)?;
         tracing::info!(
             pins = %version.display(),

@@ -167,15 +167,7 @@ impl fmt::Display for Record {
         if self.affinity > 0 {
             write!(f, " affinity {}s", self.affinity)?;
         }
-        match self.flags
-            & !(EXT_RANGES
-                | EXT_SNAT
-                | BAL_MAGLEV
-                | BAL_RR
-                | EXT_SNAT_ALL
-                | EXT_POD_SOURCES
-                | NODE_NETNS)
-        {
+        match self.flags & (EMPTY_REJECT | EMPTY_DROP) {
             EMPTY_REJECT => write!(f, " empty: reject")?,
             EMPTY_DROP => write!(f, " empty: drop")?,
             _ => {}
@@ -197,6 +189,21 @@ impl fmt::Display for Record {
         }
         if self.flags & BAL_RR != 0 {
             write!(f, " round-robin")?;
+        }
+        if self.flags & SOCK_RANGED != 0 {
+            let node = if self.flags & RANGED_NODE != 0 {
+                "translated"
+            } else {
+                "dropped"
+            };
+            let pods = if self.flags & RANGED_PODS != 0 {
+                "translated"
+            } else if self.flags & RANGED_NO_PODS != 0 {
+                "dropped"
+            } else {
+                "left alone"
+            };
+            write!(f, " source ranges: node {node}, pods {pods}")?;
         }
         if self.flags & NODE_NETNS != 0 {
             write!(f, " node only")?;
@@ -298,17 +305,28 @@ pub(crate) const EXT_SNAT_ALL: u32 = 64;
 /// (`--cluster-cidr`): a source in them is not masqueraded.
 pub(crate) const EXT_POD_SOURCES: u32 = 128;
 
+/// `SOCK_RANGED`: a socket record of an LB IP with
+/// `loadBalancerSourceRanges` (made when no netfilter rules check them):
+/// the node's sockets translate with `RANGED_NODE`, else fail; pods' with
+/// `RANGED_PODS`, fail with `RANGED_NO_PODS`, else are left alone.
+pub(crate) const SOCK_RANGED: u32 = 256;
+/// `RANGED_NODE`: a node address is in the ranges.
+pub(crate) const RANGED_NODE: u32 = 512;
+/// `RANGED_PODS`: every pod network is in the ranges.
+pub(crate) const RANGED_PODS: u32 = 1024;
+/// `RANGED_NO_PODS`: no pod network overlaps the ranges.
+pub(crate) const RANGED_NO_PODS: u32 = 2048;
+/// `NODE_NETNS`: a socket record of a NodePort on a loopback address
+/// (a localhost NodePort), served to sockets of the node's own network
+/// namespace only (`kpng_settings[0].node_netns`); another namespace's
+/// loopback (a pod's) is its own.
+pub(crate) const NODE_NETNS: u32 = 4096;
 /// `BAL_MAGLEV`: a record whose new flows from outside take the endpoint
 /// their Maglev slot names (`kpng_maglev`); sockets pick at random.
 pub(crate) const BAL_MAGLEV: u32 = 16;
 /// `BAL_RR`: a record whose new connections take the set's endpoints in
 /// turn.
 pub(crate) const BAL_RR: u32 = 32;
-/// `NODE_NETNS`: a socket record of a NodePort on a loopback address
-/// (a localhost NodePort), served to sockets of the node's own network
-/// namespace only (`kpng_settings[1]`); another namespace's loopback (a
-/// pod's) is its own.
-pub(crate) const NODE_NETNS: u32 = 256;
 
 /// `struct maglev`: a set's Maglev table, each slot the index of an
 /// endpoint in the set's slots (`u16`, the last one padding).

@@ -57,7 +57,9 @@
 //!   `ECONNABORTED`, and its next connect is balanced anew, as kube-proxy
 //!   clears such flows' conntrack entries. Sockets connected to the
 //!   endpoint's own address, and TCP sockets, are left alone.
-//!   [`EbpfSyncStats::udp_sockets_ended`] counts them;
+//!   The first sync after a restart ends those whose endpoint left
+//!   while no kpng ran (the pinned connection map remembers where each
+//!   socket was sent). [`EbpfSyncStats::udp_sockets_ended`] counts them;
 //!   [`EbpfConfig::end_udp_sockets`] turns it off. Where the kernel
 //!   cannot, one warning says so and rounds go on.
 //! - **Updates** change only what changed: an incremental [`Round`]
@@ -129,6 +131,7 @@ pub use datapath::{
     Counters, DEFAULT_PIN_PATH, ProgramRuns, RunTimeStats, cgroup2_root, cleanup, cleanup_plan,
     map_memory,
 };
+pub use routes::TcRoutes;
 pub use sizes::{CLUSTER_MAPS, CONNECTION_MAPS, DEFAULT_MIN_ENTRIES, MapFill, MapSizes};
 use sizes::{Plan, Usage};
 use state::{Contribution, State, contribution, nodeport_ips};
@@ -142,6 +145,16 @@ pub enum Error {
     /// The routes of the tc interfaces' namespace could not be read.
     #[error("checking the routes to endpoints: {0}")]
     Routes(#[source] kpng_netfilter::Error),
+    /// The node's network namespace could not be opened or asked its
+    /// cookie (`SO_NETNS_COOKIE`, Linux 5.14).
+    #[error("the node's network namespace {}: {source}", netns.as_ref().map_or_else(|| "(this process's)".to_owned(), |p| p.display().to_string()))]
+    NodeNetns {
+        /// Its path (`None`: this process's own).
+        netns: Option<PathBuf>,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// The object could not be loaded (a map created or opened).
     #[error("loading the BPF object: {0}")]
     Load(#[source] Box<aya::EbpfError>),
@@ -212,8 +225,7 @@ pub enum Error {
         #[source]
         source: aya::maps::MapError,
     },
-    /// The network namespace of the tc interfaces, or the node's own
-    /// (`EbpfConfig::node_netns`), could not be entered.
+    /// The network namespace of the tc interfaces could not be entered.
     #[error("network namespace {}: {source}", path.display())]
     Netns {
         /// Its path.
@@ -329,8 +341,10 @@ pub struct EbpfConfig {
     /// packets from outside to Services with `externalTrafficPolicy:
     /// Local` (default: none; the nftables backend serves them).
     pub tc_interfaces: Vec<String>,
-    /// The network namespace of `tc_interfaces` (`/run/netns/NAME`);
-    /// `None`: the process's own.
+    /// The node's network namespace (`/run/netns/NAME`), where
+    /// `tc_interfaces` are and whose sockets are the node's own (see
+    /// [`netfilter_beside`](Self::netfilter_beside)); `None`: the
+    /// process's own (kpng runs in the node's).
     pub tc_netns: Option<PathBuf>,
     /// The maps' sizes: how those holding the cluster are sized (from
     /// it, with headroom; grown by a planned swap), and the sizes the
@@ -344,11 +358,23 @@ pub struct EbpfConfig {
     /// the connected UDP sockets a Service sent to them (in every network
     /// namespace of the cgroup's processes), as kube-proxy clears their
     /// conntrack entries (default on; Linux 6.5 or later, otherwise a
-    /// warning and nothing ended).
+    /// warning and nothing ended). The first round after a restart ends
+    /// those sent to an endpoint that left while no kpng ran.
     pub end_udp_sockets: bool,
+    /// Whether netfilter rules run beside the programs (`--north-south
+    /// nft`, the default) and check the sources of a LoadBalancer IP with
+    /// `loadBalancerSourceRanges`: the socket programs then leave such an
+    /// LB IP to them. Without (`--north-south none`), the socket programs
+    /// decide, as kube-proxy's rules do by the source: the node's own
+    /// sockets (those of its network namespace, [`tc_netns`](Self::tc_netns))
+    /// reach an endpoint when a node address is in the ranges and fail
+    /// with `EPERM` otherwise; a pod's, when every pod network
+    /// (`--cluster-cidr`) is in them, fail when none is, and are left
+    /// alone otherwise (a pod's source is not known at connect).
+    pub netfilter_beside: bool,
     /// Localhost NodePorts (default on, as kube-proxy's iptables mode,
     /// `--iptables-localhost-nodeports`): a socket of the node's own
-    /// network namespace ([`EbpfConfig::node_netns`]) connecting (or
+    /// network namespace ([`tc_netns`](Self::tc_netns)) connecting (or
     /// sending) to `127.0.0.1:NODEPORT` or `[::1]:NODEPORT` goes to the
     /// NodePort's endpoints, as one to a node address does (the
     /// cluster-policy set, whatever the external policy), and its
@@ -357,11 +383,6 @@ pub struct EbpfConfig {
     /// kube-proxy's. No packet is translated, so no `route_localnet` is
     /// needed. Other network namespaces (pods) keep their own loopback.
     pub localhost_nodeports: bool,
-    /// The node's own network namespace (`/run/netns/NAME`, or any
-    /// `/proc/PID/ns/net`), whose sockets get localhost NodePorts; `None`:
-    /// [`EbpfConfig::tc_netns`] when set, else the process's own (kpng
-    /// runs on the host network).
-    pub node_netns: Option<PathBuf>,
 }
 
 impl Default for EbpfConfig {
@@ -382,8 +403,8 @@ impl EbpfConfig {
             map_sizes: MapSizes::default(),
             counters: false,
             end_udp_sockets: true,
+            netfilter_beside: true,
             localhost_nodeports: true,
-            node_netns: None,
         }
     }
 
@@ -395,12 +416,11 @@ impl EbpfConfig {
         self
     }
 
-    /// The node's own network namespace is `name` (`/run/netns/NAME`):
-    /// its sockets get localhost NodePorts (see
-    /// [`EbpfConfig::node_netns`]).
+    /// Whether netfilter rules run beside the programs (see
+    /// [`EbpfConfig::netfilter_beside`]).
     #[must_use]
-    pub fn node_in_netns(mut self, name: &str) -> Self {
-        self.node_netns = Some(PathBuf::from("/run/netns").join(name));
+    pub fn netfilter_beside(mut self, on: bool) -> Self {
+        self.netfilter_beside = on;
         self
     }
 
@@ -452,8 +472,9 @@ impl EbpfConfig {
         self
     }
 
-    /// Finds the tc interfaces in network namespace `name`
-    /// (`/run/netns/NAME`).
+    /// The node is network namespace `name` (`/run/netns/NAME`): the tc
+    /// interfaces are there, and its sockets are the node's own (see
+    /// [`EbpfConfig::tc_netns`]). Without it, the process's own.
     #[must_use]
     pub fn tc_in_netns(mut self, name: &str) -> Self {
         self.tc_netns = Some(PathBuf::from("/run/netns").join(name));
@@ -522,6 +543,14 @@ pub struct EbpfBackend {
     /// The (Service address, endpoint) pairs of UDP Service ports the
     /// round being written takes away.
     udp_gone: std::collections::BTreeSet<sockets::GonePair>,
+    /// After the round that loaded or adopted the programs: the endpoints
+    /// of each UDP Service address that sockets connect to. The sockets
+    /// the programs sent elsewhere before this process (the pinned
+    /// connection map remembers them) are to endpoints that left while no
+    /// kpng ran: they are ended too.
+    udp_live: Option<sockets::Live>,
+    /// No round of this process has been written yet.
+    first_round: bool,
 }
 
 impl std::fmt::Debug for EbpfBackend {
@@ -569,7 +598,7 @@ impl EbpfBackend {
             &tc,
             &config.map_sizes,
             &std::collections::BTreeMap::new(),
-            settings(&config)?,
+            config.counters,
             None,
         )?;
         Ok(Self::with_target(
@@ -595,17 +624,26 @@ impl EbpfBackend {
             routes: routes::RouteCheck::default(),
             udp_ender: UdpEnder::NotYet,
             udp_gone: std::collections::BTreeSet::new(),
+            udp_live: None,
+            first_round: true,
         }
     }
 
     /// Ends the connected UDP sockets a Service sent to an endpoint the
     /// last round took from it; the number ended.
     fn end_udp_sockets(&mut self) -> u64 {
-        let gone = std::mem::take(&mut self.udp_gone);
+        let mut gone = std::mem::take(&mut self.udp_gone);
+        let live = self.udp_live.take();
         let Target::Kernel(datapath) = &self.target else {
             return 0;
         };
-        if gone.is_empty() || !self.config.end_udp_sockets {
+        // Maps a previous process left that remember connected sockets:
+        // else there is nothing from before to look at (and no iterator to
+        // load for it).
+        let live = live.filter(|_| {
+            datapath.adopted && sockets::remembers_any(&datapath.maps_dir().join("kpng_reverse"))
+        });
+        if (gone.is_empty() && live.is_none()) || !self.config.end_udp_sockets {
             return 0;
         }
         if matches!(self.udp_ender, UdpEnder::NotYet) {
@@ -625,6 +663,19 @@ impl EbpfBackend {
         let UdpEnder::Ready(ender) = &mut self.udp_ender else {
             return 0;
         };
+        if let Some(live) = &live {
+            let before = ender.stale(live);
+            if !before.is_empty() {
+                tracing::debug!(
+                    pairs = before.len(),
+                    "sockets connected before this process to endpoints no longer there"
+                );
+            }
+            gone.extend(before);
+        }
+        if gone.is_empty() {
+            return 0;
+        }
         let ended = ender.end(&gone, &self.config.cgroup);
         tracing::debug!(
             pairs = gone.len(),
@@ -738,8 +789,11 @@ impl EbpfBackend {
     fn write_round(&mut self, round: &Round<'_>) -> Result<(bool, usize, bool), SinkError> {
         // A failed round leaves the maps partly written (or, when a map
         // was full, unwritten): the driver's next round is full.
-        self.write_round_inner(round, round.is_full())
-            .map_err(|e| SinkError::backend("ebpf", e))
+        let done = self
+            .write_round_inner(round, round.is_full())
+            .map_err(|e| SinkError::backend("ebpf", e))?;
+        self.first_round = false;
+        Ok(done)
     }
 
     fn write_round_inner(
@@ -752,10 +806,17 @@ impl EbpfBackend {
             target,
             config,
             udp_gone,
+            udp_live,
+            first_round,
             ..
         } = self;
         udp_gone.clear();
         let rendered = render(config, round, full);
+        if *first_round {
+            // The first round of this process (full): what sockets may be
+            // connected to now, to end those connected elsewhere before.
+            *udp_live = Some(state::udp_live(&rendered.changes));
+        }
         if let Target::Fresh(loader) = target {
             let loader = loader.take().and_then(|t| t.join().ok());
             // The first load, sized from what this (full) round needs.
@@ -768,14 +829,19 @@ impl EbpfBackend {
                 .by_name()
                 .map(|(name, n)| (name, config.map_sizes.load_size(name, n)))
                 .collect();
-            let tc = datapath::Tc::default();
+            // (No tc interface, or the datapath would have been opened
+            // at attach: the node's namespace only.)
+            let tc = datapath::Tc {
+                interfaces: Vec::new(),
+                netns: config.tc_netns.clone(),
+            };
             let datapath = Datapath::open(
                 &config.pin_path,
                 &config.cgroup,
                 &tc,
                 &config.map_sizes,
                 &cluster,
-                settings(config)?,
+                config.counters,
                 loader,
             )?;
             *target = Target::Kernel(Box::new(datapath));
@@ -835,35 +901,6 @@ impl EbpfBackend {
     }
 }
 
-/// What the programs are told at attach: whether to count connections,
-/// and the node's own network namespace (for localhost NodePorts; 0 when
-/// they are off, or when the kernel cannot name it: then none is served,
-/// with a warning).
-fn settings(config: &EbpfConfig) -> Result<datapath::Settings, Error> {
-    let mut settings = datapath::Settings {
-        count: config.counters,
-        node_netns: 0,
-    };
-    if !config.localhost_nodeports {
-        return Ok(settings);
-    }
-    let netns = config.node_netns.as_deref().or(config.tc_netns.as_deref());
-    match sys::netns_cookie(netns) {
-        Ok(cookie) => settings.node_netns = cookie,
-        Err(sys::CookieError::Open(source)) => {
-            return Err(Error::Netns {
-                path: netns.map(PathBuf::from).unwrap_or_default(),
-                source,
-            });
-        }
-        Err(sys::CookieError::Kernel(error)) => tracing::warn!(
-            %error,
-            "the kernel does not name network namespaces (SO_NETNS_COOKIE, Linux 5.14): NodePorts on loopback are not served"
-        ),
-    }
-    Ok(settings)
-}
-
 /// A round's Services, rendered: what each changed one (every one in a
 /// full round) now contributes, and what else the round sets.
 struct Rendered {
@@ -896,9 +933,25 @@ fn render(config: &EbpfConfig, round: &Round<'_>, full: bool) -> Rendered {
             .collect()
     });
     let cidrs = view.service_cidrs_with(&config.proxy.service_cidrs);
+    // Without netfilter rules beside, the socket programs decide LB IPs
+    // with source ranges by the node's addresses and the pod networks.
+    let sources = (!config.netfilter_beside).then(|| state::Sources {
+        node: kpng_model::IpFamily::BOTH
+            .into_iter()
+            .flat_map(|f| view.node_addresses(f))
+            .collect(),
+        pods: config.proxy.cluster_cidrs.clone(),
+    });
     let contribute = |name: &ServiceName, service: &kpng_model::view::ServiceView| {
         let balancing = config.proxy.balancing_of(&service.service);
-        contribution(name, service, &node_ips, external, balancing)
+        contribution(
+            name,
+            service,
+            &node_ips,
+            external,
+            sources.as_ref(),
+            balancing,
+        )
     };
     if full {
         let services: Vec<_> = view.services.iter().collect();
@@ -1097,7 +1150,7 @@ mod tests {
             .iter()
             .map(|(name, service)| {
                 let balancing = config.proxy.balancing_of(&service.service);
-                let c = contribution(name, service, &node_ips, None, balancing);
+                let c = contribution(name, service, &node_ips, None, None, balancing);
                 (name.clone(), c)
             })
             .collect();

@@ -11,6 +11,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
+use std::path::{Path, PathBuf};
 
 use kpng_model::view::ServiceView;
 use kpng_model::{IpFamily, ServiceName};
@@ -25,11 +26,10 @@ pub(crate) struct RouteCheck {
     /// Per Service, the endpoints on other nodes its external traffic
     /// (Cluster policy) is sent to.
     remote: HashMap<ServiceName, Vec<IpAddr>>,
-    /// Each such endpoint: how many Services send to it, and the
-    /// interface of its route when asked (`None`: no route).
-    endpoints: HashMap<IpAddr, (usize, Option<u32>)>,
-    /// The tc interfaces' indexes.
-    tc: Vec<u32>,
+    /// Each such endpoint: how many Services send to it.
+    endpoints: HashMap<IpAddr, usize>,
+    /// The tc interfaces, looked up at the last full round.
+    tc: Option<TcRoutes>,
     /// The endpoints reached by an interface without the programs, with
     /// that interface's name (`no route`).
     bypass: BTreeMap<IpAddr, String>,
@@ -74,16 +74,15 @@ impl RouteCheck {
         let netns = config.tc_netns.as_deref();
         // What was reported: a full round does not warn of it again.
         let mut reported = BTreeMap::new();
-        if round.is_full() || self.tc.is_empty() {
+        if round.is_full() || self.tc.is_none() {
             self.remote.clear();
             self.endpoints.clear();
             reported = std::mem::take(&mut self.bypass);
-            self.tc = kpng_netfilter::routes::interface_indexes(netns, &config.tc_interfaces)
-                .map_err(crate::Error::Routes)?
-                .into_iter()
-                .flatten()
-                .collect();
+            self.tc = Some(TcRoutes::new(netns, &config.tc_interfaces)?);
         }
+        let Some(tc) = &self.tc else {
+            return Ok(());
+        };
         let mut added = Vec::new();
         for change in round.services() {
             let new = change
@@ -95,7 +94,7 @@ impl RouteCheck {
                 None => self.remote.remove(change.name),
             };
             for ip in old.unwrap_or_default() {
-                if let Some((users, _)) = self.endpoints.get_mut(&ip) {
+                if let Some(users) = self.endpoints.get_mut(&ip) {
                     *users -= 1;
                     if *users == 0 {
                         self.endpoints.remove(&ip);
@@ -104,7 +103,7 @@ impl RouteCheck {
                 }
             }
             for ip in new {
-                let (users, _) = self.endpoints.entry(ip).or_insert((0, None));
+                let users = self.endpoints.entry(ip).or_insert(0);
                 *users += 1;
                 if *users == 1 {
                     added.push(ip);
@@ -114,25 +113,10 @@ impl RouteCheck {
         if added.is_empty() {
             return Ok(());
         }
-        let found = kpng_netfilter::routes::output_interfaces(netns, &added)
-            .map_err(crate::Error::Routes)?;
-        let mut names = None;
-        for (ip, oif) in added.into_iter().zip(found) {
-            let Some(entry) = self.endpoints.get_mut(&ip) else {
+        let found = tc.around(&added)?;
+        for (ip, around) in added.into_iter().zip(found) {
+            let Some(name) = around else {
                 continue;
-            };
-            entry.1 = oif;
-            if oif.is_some_and(|i| self.tc.contains(&i)) {
-                continue;
-            }
-            // Names are looked up only when one is needed, once a round.
-            let names = names.get_or_insert_with(|| kpng_netfilter::routes::interface_names(netns));
-            let name = match oif {
-                Some(i) => names
-                    .get(&i)
-                    .cloned()
-                    .unwrap_or_else(|| format!("interface {i}")),
-                None => "no route".to_owned(),
             };
             if reported.get(&ip) != Some(&name) {
                 tracing::warn!(
@@ -154,5 +138,75 @@ impl RouteCheck {
             .iter()
             .map(|(ip, name)| (*ip, name.clone()))
             .collect()
+    }
+}
+
+/// Whether the routes of a node's network namespace send endpoints
+/// through the interfaces with the tc programs (`--tc-interfaces`): the
+/// check the backend makes each round, for anyone else to make too
+/// (`kpng … explain --tc-interfaces` gives it to
+/// `kpng_explain::Setup::with_tc_routes`).
+///
+/// The tc programs masquerade `externalTrafficPolicy: Cluster` traffic to
+/// endpoints on other nodes at the interface it leaves by: an endpoint
+/// whose route leaves by another interface gets the client's address,
+/// answers it directly, and the connection fails.
+#[derive(Clone, Debug)]
+pub struct TcRoutes {
+    netns: Option<PathBuf>,
+    /// The tc interfaces' indexes (those that exist).
+    tc: Vec<u32>,
+}
+
+impl TcRoutes {
+    /// The routes of the namespace at `netns` (the process's own when
+    /// `None`), the tc programs on `tc_interfaces` (one that does not
+    /// exist there has none).
+    ///
+    /// # Errors
+    /// [`Error::Routes`](crate::Error::Routes) when the namespace cannot
+    /// be entered.
+    pub fn new(netns: Option<&Path>, tc_interfaces: &[String]) -> Result<Self, crate::Error> {
+        let tc = kpng_netfilter::routes::interface_indexes(netns, tc_interfaces)
+            .map_err(crate::Error::Routes)?
+            .into_iter()
+            .flatten()
+            .collect();
+        Ok(Self {
+            netns: netns.map(Path::to_path_buf),
+            tc,
+        })
+    }
+
+    /// For each of `endpoints`, the name of the interface without the tc
+    /// programs its route leaves by (`no route` when there is none);
+    /// `None` when it leaves by one with them. One route request each.
+    ///
+    /// # Errors
+    /// [`Error::Routes`](crate::Error::Routes) when the routes cannot be
+    /// asked.
+    pub fn around(&self, endpoints: &[IpAddr]) -> Result<Vec<Option<String>>, crate::Error> {
+        let netns = self.netns.as_deref();
+        let found = kpng_netfilter::routes::output_interfaces(netns, endpoints)
+            .map_err(crate::Error::Routes)?;
+        // Names are looked up only when one is needed, once a call.
+        let mut names = None;
+        Ok(found
+            .into_iter()
+            .map(|oif| {
+                if oif.is_some_and(|i| self.tc.contains(&i)) {
+                    return None;
+                }
+                let names =
+                    names.get_or_insert_with(|| kpng_netfilter::routes::interface_names(netns));
+                Some(match oif {
+                    Some(i) => names
+                        .get(&i)
+                        .cloned()
+                        .unwrap_or_else(|| format!("interface {i}")),
+                    None => "no route".to_owned(),
+                })
+            })
+            .collect())
     }
 }

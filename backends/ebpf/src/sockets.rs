@@ -39,6 +39,14 @@ use crate::object::UDP_OBJECT;
 /// gone_key`, each half a `struct endpoint` (flags 0).
 pub(crate) type GonePair = [u8; 40];
 
+/// Per UDP Service address and port (a `struct endpoint`), the endpoints
+/// a socket connected to it may be sent to now.
+pub(crate) type Live = std::collections::HashMap<[u8; 20], std::collections::HashSet<[u8; 20]>>;
+
+/// `struct reverse_key`: the socket's cookie, its peer (the endpoint),
+/// padding.
+type ReverseKey = [u8; 32];
+
 /// The placeholder the C source gives the kfunc call's BTF id.
 const KFUNC_PLACEHOLDER: [u8; 8] = [0x85, 0x20, 0x00, 0x00, 0x68, 0x70, 0x53, 0x44];
 
@@ -59,6 +67,9 @@ pub(crate) struct SocketEnder {
     link: OwnedFd,
     gone: HashMap<MapData, GonePair, u8>,
     ended: Array<MapData, u64>,
+    /// The socket programs' connection map: (socket, endpoint) -> the
+    /// Service address it asked for.
+    reverse: HashMap<MapData, ReverseKey, [u8; 20]>,
     capacity: usize,
 }
 
@@ -146,14 +157,41 @@ impl SocketEnder {
         let gone = HashMap::try_from(gone_map).map_err(|e| format!("kpng_gone: {e}"))?;
         let ended_map = ebpf.take_map("kpng_ended").ok_or("no map kpng_ended")?;
         let ended = Array::try_from(ended_map).map_err(|e| format!("kpng_ended: {e}"))?;
+        let reverse_map = ebpf.take_map("kpng_reverse").ok_or("no map kpng_reverse")?;
+        let reverse = HashMap::try_from(reverse_map).map_err(|e| format!("kpng_reverse: {e}"))?;
         let capacity = GONE_ENTRIES;
         Ok(Self {
             _ebpf: ebpf,
             link,
             gone,
             ended,
+            reverse,
             capacity,
         })
+    }
+
+    /// The pairs of the connection map that `live` no longer allows: a
+    /// socket sent from a Service address to an endpoint that is not
+    /// (or no longer) one of that address's (what left while no kpng
+    /// ran, read after a restart). TCP sockets' entries give pairs too;
+    /// they end no UDP socket unless one was sent the same way.
+    pub(crate) fn stale(&self, live: &Live) -> BTreeSet<GonePair> {
+        let mut out = BTreeSet::new();
+        for entry in self.reverse.iter() {
+            let Ok((key, service)) = entry else {
+                continue; // removed meanwhile
+            };
+            let mut endpoint = [0u8; 20];
+            endpoint.copy_from_slice(&key[8..28]);
+            if live
+                .get(&service)
+                .is_some_and(|eps| eps.contains(&endpoint))
+            {
+                continue;
+            }
+            out.insert(pair(service, endpoint));
+        }
+        out
     }
 
     fn counted(&self) -> (u64, u64) {
@@ -205,6 +243,19 @@ impl SocketEnder {
         }
         ended
     }
+}
+
+/// Whether the connection map pinned at `pin` holds any socket (false
+/// when it cannot be opened).
+pub(crate) fn remembers_any(pin: &Path) -> bool {
+    let Ok(map) = MapData::from_pin(pin) else {
+        return false;
+    };
+    let Ok(reverse) = HashMap::<_, ReverseKey, [u8; 20]>::try_from(aya::maps::Map::LruHashMap(map))
+    else {
+        return false;
+    };
+    reverse.keys().next().is_some()
 }
 
 /// Runs the iterator of `link` in each of `namespaces`, from the calling

@@ -34,7 +34,7 @@ use crate::sizes::Usage;
 use crate::tables::{Table, Tables};
 
 use adopt::Found;
-pub(crate) use render::{contribution, nodeport_ips};
+pub(crate) use render::{Sources, contribution, nodeport_ips};
 
 /// An endpoint set, named by its owner: a Service port, in one family,
 /// for one policy.
@@ -279,6 +279,28 @@ impl State {
         self.writes += 1;
         t.delete(table, key)
     }
+}
+
+/// The endpoints of each UDP Service address and port that sockets
+/// connect to (records of the socket side) in `changes`, every Service
+/// of a full round: what a connected UDP socket may be sent to now.
+pub(crate) fn udp_live(changes: &[(ServiceName, Contribution)]) -> crate::sockets::Live {
+    use crate::sockets::endpoint_bytes;
+    let mut out = crate::sockets::Live::new();
+    for (_, contribution) in changes {
+        for ((side, frontend), claim) in &contribution.records {
+            if *side != Side::Socket || frontend.proto != crate::layout::UDP {
+                continue;
+            }
+            let endpoints = out
+                .entry(endpoint_bytes(frontend.ip, frontend.port))
+                .or_default();
+            for ep in contribution.sets.get(&claim.set).into_iter().flatten() {
+                endpoints.insert(endpoint_bytes(ep.ip, ep.port));
+            }
+        }
+    }
+    out
 }
 
 /// A slot or page number: sets hold far fewer than 2^32 endpoints.

@@ -1,9 +1,7 @@
 //! The bpf(2) commands aya does not offer: a link's program switched
 //! in one step (`BPF_LINK_UPDATE`), and many elements of a map written in
 //! one call (`BPF_MAP_UPDATE_BATCH`), an iterator's link and runs
-//! (`BPF_LINK_CREATE`, `BPF_ITER_CREATE`), and setns(2) for them; a
-//! network namespace's cookie (`SO_NETNS_COOKIE`), as the programs'
-//! `bpf_get_netns_cookie` names it.
+//! (`BPF_LINK_CREATE`, `BPF_ITER_CREATE`), and setns(2) for them.
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -143,83 +141,59 @@ pub(crate) fn enter_netns(ns: BorrowedFd<'_>) -> std::io::Result<()> {
     }
 }
 
-/// Why a network namespace's cookie could not be read.
-#[derive(Debug)]
-pub(crate) enum CookieError {
-    /// The namespace could not be opened or entered.
-    Open(std::io::Error),
-    /// The kernel does not tell (`SO_NETNS_COOKIE`: Linux 5.14).
-    Kernel(std::io::Error),
-}
+/// `SO_NETNS_COOKIE` (Linux 5.14): a socket's network namespace's cookie,
+/// as `bpf_get_netns_cookie` gives it to the programs.
+const SO_NETNS_COOKIE: libc::c_int = 71;
 
-/// The cookie of network namespace `netns` (a `/run/netns/NAME` or
-/// `/proc/PID/ns/net` file; `None`: the calling thread's), as
-/// `bpf_get_netns_cookie` gives it to a program: read from a socket made
-/// there (on a thread of its own, which enters the namespace).
-pub(crate) fn netns_cookie(netns: Option<&Path>) -> Result<u64, CookieError> {
-    fn here() -> Result<u64, CookieError> {
-        let socket = std::net::UdpSocket::bind((std::net::Ipv4Addr::UNSPECIFIED, 0))
-            .map_err(CookieError::Open)?;
-        socket_netns_cookie(std::os::fd::AsFd::as_fd(&socket)).map_err(CookieError::Kernel)
+/// The cookie of the network namespace at `netns` (`/run/netns/NAME`), or
+/// of the calling thread's when `None`: read from a socket made there (on
+/// a thread of its own when the namespace is another).
+pub(crate) fn netns_cookie(netns: Option<&Path>) -> std::io::Result<u64> {
+    fn here() -> std::io::Result<u64> {
+        // SAFETY: socket(2) makes a descriptor, owned at once.
+        #[allow(unsafe_code)]
+        let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a new descriptor no one else owns.
+        #[allow(unsafe_code)]
+        let socket = unsafe { OwnedFd::from_raw_fd(fd) };
+        let mut cookie: u64 = 0;
+        let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
+        // SAFETY: getsockopt(2) writes at most `len` bytes to `cookie`,
+        // which outlives the call.
+        #[allow(unsafe_code)]
+        let ret = unsafe {
+            libc::getsockopt(
+                socket.as_raw_fd(),
+                libc::SOL_SOCKET,
+                SO_NETNS_COOKIE,
+                std::ptr::from_mut(&mut cookie).cast(),
+                &mut len,
+            )
+        };
+        if ret < 0 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(cookie)
+        }
     }
     let Some(path) = netns else {
         return here();
     };
-    let file = std::fs::File::open(path).map_err(CookieError::Open)?;
-    std::thread::scope(|scope| {
-        scope
-            .spawn(|| {
-                enter_netns(std::os::fd::AsFd::as_fd(&file)).map_err(CookieError::Open)?;
-                here()
-            })
-            .join()
-            .unwrap_or_else(|_| {
-                Err(CookieError::Open(std::io::Error::other(
-                    "the thread reading the cookie panicked",
-                )))
-            })
+    let ns = std::fs::File::open(path)?;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            use std::os::fd::AsFd;
+            enter_netns(ns.as_fd())?;
+            here()
+        })
+        .join()
+        .unwrap_or_else(|_| {
+            Err(std::io::Error::other(
+                "the thread asking the cookie panicked",
+            ))
+        })
     })
-}
-
-/// `getsockopt(SO_NETNS_COOKIE)` of socket `socket`: its network
-/// namespace's cookie.
-fn socket_netns_cookie(socket: BorrowedFd<'_>) -> std::io::Result<u64> {
-    let mut cookie: u64 = 0;
-    let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
-    // SAFETY: getsockopt(2) writes at most `len` (8) bytes into `cookie`,
-    // which lives across the call, and writes the length it wrote back
-    // into `len`.
-    #[allow(unsafe_code)]
-    let ret = unsafe {
-        libc::getsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_NETNS_COOKIE,
-            std::ptr::from_mut(&mut cookie).cast(),
-            &mut len,
-        )
-    };
-    if ret < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(cookie)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    /// A namespace's cookie is one number, read alike twice; no other
-    /// namespace's (the test needs no root: it reads its own).
-    #[test]
-    fn the_own_network_namespace_has_one_cookie() {
-        match (super::netns_cookie(None), super::netns_cookie(None)) {
-            (Ok(a), Ok(b)) => {
-                assert_eq!(a, b);
-                assert_ne!(a, 0);
-            }
-            (Err(super::CookieError::Kernel(e)), _) => eprintln!("SKIPPED: {e}"),
-            (Err(super::CookieError::Open(e)), _) => panic!("{e}"),
-            (_, Err(e)) => panic!("{e:?}"),
-        }
-    }
 }

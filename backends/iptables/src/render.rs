@@ -222,7 +222,7 @@ pub(crate) fn service(
     let mut here: Vec<IpAddr> = if compact {
         view.endpoints
             .iter()
-            .filter(|e| e.family() == family)
+            .filter(|e| e.used() && e.family() == family)
             .filter(|e| e.is_local() || e.endpoint().node_name().is_empty())
             .map(EndpointView::ip)
             .collect()

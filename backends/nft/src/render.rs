@@ -862,7 +862,7 @@ pub(crate) fn service(view: &ServiceView, family: IpFamily, config: &NftConfig) 
     for ip in view
         .endpoints
         .iter()
-        .filter(|e| e.is_local() && e.family() == family)
+        .filter(|e| e.used() && e.is_local() && e.family() == family)
         .filter_map(|e| fam.bytes(e.ip()))
     {
         render.element(HAIRPIN, Key::of(&[&ip, &ip]), Value::None);

@@ -36,9 +36,12 @@ impl<'a> Run<'a> {
             self.step("externalTrafficPolicy: Cluster: the cluster's endpoints; masquerade: only towards endpoints on other nodes (a local endpoint's reply leaves through this node anyway)");
             (false, Masquerade::RemoteEndpoints)
         };
-        let targets = self.targets(service, pp, local);
+        let mut targets = self.targets(service, pp, local);
         if targets.is_empty() {
             return self.no_local_endpoint(&name, role);
+        }
+        if masquerade == Masquerade::RemoteEndpoints {
+            self.routes_around(&mut targets);
         }
         self.affinity(&plan);
         self.translated(
@@ -50,5 +53,34 @@ impl<'a> Run<'a> {
             plan.affinity,
             Mechanism::Tc,
         )
+    }
+
+    /// The endpoints on other nodes among `targets` whose route leaves by
+    /// an interface without the tc programs: named, each with its
+    /// interface, or, when the routes cannot be asked here, a step saying
+    /// so.
+    fn routes_around(&mut self, targets: &mut [Target]) {
+        if targets.iter().all(|t| t.local) {
+            return;
+        }
+        let Some(routes) = self.setup.tc_routes.clone() else {
+            self.step("the tc programs masquerade at the interface a packet leaves by: an endpoint on another node whose route leaves by an interface without them is not masqueraded and its connections fail; the routes were not asked here (on the node, explain with --tc-interfaces; `to-ebpf` warns of each such endpoint)");
+            return;
+        };
+        let mut around = 0;
+        for target in targets.iter_mut().filter(|t| !t.local) {
+            let Some(interface) = routes.around(target.ip) else {
+                continue;
+            };
+            around += 1;
+            self.step(format!(
+                "{}: its route leaves by {interface}, which has no tc programs: not masqueraded, it answers the client directly and the connection fails (add the interface to --tc-interfaces)",
+                render::target_text(target)
+            ));
+            target.reached_around = Some(interface);
+        }
+        if around == 0 {
+            self.step("every endpoint on another node is reached through an interface with the tc programs (the routes asked here)");
+        }
     }
 }

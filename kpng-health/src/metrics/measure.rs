@@ -119,13 +119,13 @@ impl Measure {
         }
         for change in round.services() {
             if let Some(before) = change.before {
-                self.endpoints = self.endpoints.saturating_sub(before.endpoints.len());
+                self.endpoints = self.endpoints.saturating_sub(used(before));
             }
             if let Some(counts) = self.no_local.remove(change.name) {
                 add(&mut self.no_local_total, &counts, -1);
             }
             if let Some(after) = change.after {
-                self.endpoints += after.endpoints.len();
+                self.endpoints += used(after);
                 let counts = no_local_endpoints(after);
                 if counts != NoLocal::default() {
                     add(&mut self.no_local_total, &counts, 1);
@@ -271,4 +271,10 @@ fn no_local_endpoints(svc: &ServiceView) -> NoLocal {
         }
     }
     counts
+}
+
+/// The endpoints of `view` traffic may be sent to (those serving but
+/// unused here are not programmed).
+fn used(view: &kpng_model::view::ServiceView) -> usize {
+    view.endpoints.iter().filter(|e| e.used()).count()
 }

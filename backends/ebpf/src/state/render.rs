@@ -12,10 +12,57 @@ use kpng_model::{IpFamily, IpNet, ServiceName};
 use super::{Claim, Contribution, SetName, Side};
 use crate::layout::{
     BAL_MAGLEV, BAL_RR, EMPTY_DROP, EMPTY_REJECT, EXT_POD_SOURCES, EXT_RANGES, EXT_SNAT,
-    EXT_SNAT_ALL, Endpoint, Frontend, NODE_NETNS, proto_number,
+    EXT_SNAT_ALL, Endpoint, Frontend, NODE_NETNS, RANGED_NO_PODS, RANGED_NODE, RANGED_PODS,
+    SOCK_RANGED, proto_number,
 };
 use kpng_model::v1::Balancing;
 use kpng_sink::ProxyConfig;
+
+/// What the socket programs decide an LB IP with
+/// `loadBalancerSourceRanges` by when no netfilter rules run beside them
+/// to check a packet's source: the node's addresses (its own sockets'
+/// sources) and the pod networks (`--cluster-cidr`, its pods').
+#[derive(Debug, Default)]
+pub(crate) struct Sources {
+    /// The node's addresses, from its Node object.
+    pub(crate) node: Vec<IpAddr>,
+    /// The pod networks.
+    pub(crate) pods: Vec<IpNet>,
+}
+
+impl Sources {
+    /// The flags of the socket record of an LB IP of `family` with
+    /// `ranges`: the node's sockets translate when one of its addresses
+    /// is in them (else fail); pods' when every pod network is (fail
+    /// when none overlaps them; otherwise, or with no pod network known,
+    /// they are left alone).
+    fn flags(&self, family: IpFamily, ranges: &[IpNet]) -> u32 {
+        let mut flags = SOCK_RANGED;
+        let node_in = self
+            .node
+            .iter()
+            .filter(|ip| IpFamily::of(ip) == family)
+            .any(|ip| ranges.iter().any(|r| r.contains(ip)));
+        if node_in {
+            flags |= RANGED_NODE;
+        }
+        let pods: Vec<&IpNet> = self
+            .pods
+            .iter()
+            .filter(|n| IpFamily::of(&n.network()) == family)
+            .collect();
+        if !pods.is_empty() {
+            let inside = |p: &IpNet| ranges.iter().any(|r| r.contains(p));
+            let overlaps = |p: &IpNet| ranges.iter().any(|r| r.contains(p) || p.contains(r));
+            if pods.iter().all(|p| inside(p)) {
+                flags |= RANGED_PODS;
+            } else if !pods.iter().any(|p| overlaps(p)) {
+                flags |= RANGED_NO_PODS;
+            }
+        }
+        flags
+    }
+}
 
 /// The addresses a local socket reaches NodePorts on.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -83,7 +130,9 @@ pub(crate) fn nodeport_ips(
 ///   own. Sockets only: no packet from outside is for loopback.
 /// - LB IPs with `loadBalancerSourceRanges` get no record: the socket
 ///   goes on unchanged and the node's netfilter rules check its source
-///   (see docs/reference/semantics.md).
+///   (see docs/reference/semantics.md). With `sources` (no netfilter
+///   rules beside), they get one that says whose sockets it translates
+///   ([`Sources::flags`]).
 /// - A port with no endpoint at all is refused; a Local policy with no
 ///   local endpoint drops.
 /// - With `external` (tc programs attached), packets from outside to a
@@ -108,6 +157,7 @@ pub(crate) fn contribution(
     view: &ServiceView,
     node_ips: &NodePortIps,
     external: Option<&ProxyConfig>,
+    sources: Option<&Sources>,
     balancing: Balancing,
 ) -> Contribution {
     let mut out = Contribution::default();
@@ -191,7 +241,7 @@ pub(crate) fn contribution(
             } else {
                 cluster.clone()
             };
-            let mut claim = |ip: IpAddr, number: u16, set: &SetName, only: u32| {
+            let mut claim = |ip: IpAddr, number: u16, set: &SetName, more: u32| {
                 let frontend = Frontend {
                     ip,
                     port: number,
@@ -200,7 +250,7 @@ pub(crate) fn contribution(
                 let claim = Claim {
                     set: set.clone(),
                     affinity,
-                    flags: flags | how | only,
+                    flags: flags | how | more,
                 };
                 out.records.insert((Side::Socket, frontend), claim);
             };
@@ -209,6 +259,12 @@ pub(crate) fn contribution(
             }
             for ip in &externals {
                 claim(*ip, port.number, &cluster, 0);
+            }
+            if let Some(sources) = sources.filter(|_| !ranges.is_empty()) {
+                let ranged = sources.flags(family, plan.source_ranges);
+                for ip in plan.lb_ips {
+                    claim(*ip, port.number, &cluster, ranged);
+                }
             }
             if let Some(node_port) = port.node_port {
                 for ip in &node_ips {
