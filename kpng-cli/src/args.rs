@@ -626,6 +626,11 @@ impl BackendArgs {
     /// Checks the flags' values: see [`Cli::check`].
     fn check(&self) -> Result<(), Error> {
         self.proxy()?;
+        if self.end_tcp_connections && self.no_conntrack_cleanup {
+            return Err(Error::Usage(
+                "--end-tcp-connections ends TCP flows through the conntrack cleanup, which --no-conntrack-cleanup turns off: give one of them".into(),
+            ));
+        }
         for (flag, value, port) in [
             ("--healthz-bind-address", &self.healthz_bind_address, 10256),
             ("--metrics-bind-address", &self.metrics_bind_address, 10249),
@@ -649,7 +654,10 @@ impl BackendArgs {
     /// # Errors
     /// [`Error::Usage`] naming the flag whose value is not a CIDR list.
     pub(crate) fn proxy(&self) -> Result<kpng_sink::ProxyConfig, Error> {
-        self.proxy.proxy()
+        Ok(self
+            .proxy
+            .proxy()?
+            .end_tcp_connections(self.end_tcp_connections))
     }
 }
 
@@ -946,6 +954,25 @@ mod tests {
         assert!(
             both[1].starts_with("--nodeport-addresses (nodePortAddresses) 0.0.0.0/0: "),
             "{both:?}"
+        );
+    }
+
+    /// `--end-tcp-connections` reaches every backend's settings; with
+    /// `--no-conntrack-cleanup`, which it needs, it is refused, naming
+    /// both.
+    #[test]
+    fn end_tcp_connections_needs_the_conntrack_cleanup() {
+        assert!(!backend(&[]).proxy().expect("proxy").end_tcp_connections);
+        let args = backend(&["--end-tcp-connections"]);
+        assert!(args.proxy().expect("proxy").end_tcp_connections);
+        args.check().expect("alone, fine");
+        let error = backend(&["--end-tcp-connections", "--no-conntrack-cleanup"])
+            .check()
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            error.contains("--end-tcp-connections") && error.contains("--no-conntrack-cleanup"),
+            "{error}"
         );
     }
 

@@ -359,7 +359,7 @@ fn companions<S: kpng_sink::Sink + Send + 'static>(
     let mut companions = kpng_health::Companions::new().conditions(parts.conditions.clone());
     if !args.no_conntrack_cleanup {
         let cleaner = kpng_conntrack::ConntrackCleaner::new();
-        companions = companions.follower(cleaner.with_service_cidrs(proxy.service_cidrs.clone()));
+        companions = companions.follower(cleaner.with_proxy(proxy));
     }
     if !args.healthz_bind_address.is_empty() {
         let listener =

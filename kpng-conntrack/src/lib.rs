@@ -40,6 +40,7 @@
 //! view.services.insert(svc.service_name(), Arc::new(ServiceView { service: svc.clone(), endpoints: vec![endpoint] }));
 //! // A client's flow to the DNS Service, answered by `from`.
 //! let flow = |from: &str| Flow {
+//!     protocol: kpng_netfilter::conntrack::UDP,
 //!     original: Tuple { src: "10.244.3.3".parse().unwrap(), dst: "10.96.0.10".parse().unwrap(), src_port: 40000, dst_port: 53 },
 //!     reply: Tuple { src: from.parse().unwrap(), dst: "10.244.3.3".parse().unwrap(), src_port: 5353, dst_port: 40000 },
 //!     zone: 0,
@@ -52,6 +53,7 @@
 //! ```
 
 mod sysctls;
+mod tcp;
 pub use sysctls::Sysctls;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -78,6 +80,13 @@ pub struct ConntrackCleaner {
     last: Vec<Flow>,
     /// Rounds that needed no dump.
     skipped: u64,
+    /// `--end-tcp-connections`: TCP flows to endpoints that left are
+    /// ended too (see `tcp.rs`).
+    end_tcp: bool,
+    /// The TCP Service addresses and ports seen since the process began.
+    tcp_known: BTreeSet<(IpAddr, u16)>,
+    /// The TCP flows the last sync ended.
+    last_tcp: Vec<Flow>,
 }
 
 /// One UDP Service port in one family: its addresses, its NodePort, and
@@ -231,9 +240,32 @@ impl ConntrackCleaner {
         self
     }
 
-    /// The flows the last sync deleted.
+    /// Takes kube-proxy's settings that concern it: the Service CIDRs
+    /// (see [`with_service_cidrs`](Self::with_service_cidrs)) and
+    /// `--end-tcp-connections`: then each round that takes an endpoint
+    /// from a Service (and the first) also ends the TCP flows translated
+    /// to an endpoint no longer in the view. Each such flow's conntrack
+    /// entry is deleted and its client nudged
+    /// ([`kpng_netfilter::nudge`]): its next packet meets a live endpoint
+    /// (or the Service's reset), which resets the connection. An endpoint
+    /// that drains (in the view, in neither set) keeps its flows. The
+    /// netfilter backends ready their rules for it when the same setting
+    /// is given to them.
+    #[must_use]
+    pub fn with_proxy(mut self, proxy: &kpng_sink::ProxyConfig) -> Self {
+        self.service_cidrs = proxy.service_cidrs.clone();
+        self.end_tcp = proxy.end_tcp_connections;
+        self
+    }
+
+    /// The UDP flows the last sync deleted.
     pub fn last_deletions(&self) -> &[Flow] {
         &self.last
+    }
+
+    /// The TCP flows the last sync ended (with `--end-tcp-connections`).
+    pub fn last_tcp_ended(&self) -> &[Flow] {
+        &self.last_tcp
     }
 
     /// The rounds that dumped no flow: no change in them could leave a
@@ -283,7 +315,7 @@ impl ConntrackCleaner {
     fn reconcile(&mut self, allowed: &Allowed) -> Result<Vec<Flow>, kpng_netfilter::Error> {
         let mut flows = Vec::new();
         for ipv6 in [false, true] {
-            flows.extend(self.socket()?.udp_flows(ipv6)?);
+            flows.extend(self.socket()?.flows(ipv6, kpng_netfilter::conntrack::UDP)?);
         }
         let stale = self.stale_for(allowed, &flows);
         let mut deleted = Vec::new();
@@ -293,6 +325,26 @@ impl ConntrackCleaner {
             }
         }
         Ok(deleted)
+    }
+
+    /// Dumps the TCP flows, deletes those to end and nudges their
+    /// clients.
+    fn end_tcp_flows(
+        &mut self,
+        present: &tcp::Present,
+    ) -> Result<Vec<Flow>, kpng_netfilter::Error> {
+        let mut flows = Vec::new();
+        for ipv6 in [false, true] {
+            flows.extend(self.socket()?.flows(ipv6, kpng_netfilter::conntrack::TCP)?);
+        }
+        let mut ended = Vec::new();
+        for flow in tcp::to_end(present, &self.tcp_known, &flows) {
+            if self.socket()?.delete_flow(&flow)? {
+                ended.push(flow);
+            }
+        }
+        kpng_netfilter::nudge::nudge(self.netns.as_deref(), &ended)?;
+        Ok(ended)
     }
 }
 
@@ -304,6 +356,24 @@ impl Sink for ConntrackCleaner {
     /// with the whole view. Failures are logged, never fatal: a stale
     /// entry times out on its own.
     fn sync(&mut self, round: &Round<'_>) -> Result<(), SinkError> {
+        self.last_tcp.clear();
+        if self.end_tcp && tcp::round_may_end(round) {
+            let present = tcp::Present::of(round.view());
+            match self.end_tcp_flows(&present) {
+                Ok(ended) => self.last_tcp = ended,
+                Err(error) => {
+                    tracing::warn!(%error, "ending TCP flows to departed endpoints failed");
+                    self.socket = None;
+                }
+            }
+            if !self.last_tcp.is_empty() {
+                tracing::debug!(
+                    flows = self.last_tcp.len(),
+                    "TCP flows to departed endpoints ended"
+                );
+            }
+            self.tcp_known.extend(present.addresses.into_keys());
+        }
         if !round_may_leave_stale(round) {
             self.last.clear();
             self.skipped += 1;
@@ -385,6 +455,7 @@ mod tests {
     fn flow(to: &str, port: u16, from: &str) -> Flow {
         let ip = |t: &str| t.parse().expect("ip");
         Flow {
+            protocol: kpng_netfilter::conntrack::UDP,
             original: Tuple {
                 src: ip("10.244.9.9"),
                 dst: ip(to),

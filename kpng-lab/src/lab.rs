@@ -33,8 +33,26 @@ def udp(port):
     while True:
         d, a = s.recvfrom(2048)
         s.sendto(("%s %s\n" % (me, who(a))).encode(), a)
+def held(c, a):
+    try:
+        c.sendall(("%s %s\n" % (me, who(a))).encode())
+        while True:
+            d = c.recv(2048)
+            if not d: break
+            c.sendall(d)
+    except OSError: pass
+    finally: c.close()
+def hold(port):
+    s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("::", port)); s.listen(256)
+    while True:
+        c, a = s.accept()
+        threading.Thread(target=held, args=(c, a), daemon=True).start()
 for p in (8080, 8081, 9000):
     threading.Thread(target=tcp, args=(p,), daemon=True).start()
+threading.Thread(target=hold, args=(9100,), daemon=True).start()
 for p in (5353, 8125):
     threading.Thread(target=udp, args=(p,), daemon=True).start()
 print("ready", flush=True)

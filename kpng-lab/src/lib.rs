@@ -15,6 +15,7 @@
 
 pub mod bench;
 pub mod cluster;
+pub mod held;
 mod lab;
 pub mod scenarios;
 mod witness;
@@ -579,7 +580,7 @@ fn iptables_clear(lab: &Lab, mode: &str) {
 /// The iptables mode the lab uses: `KPNG_LAB_IPTABLES_MODE=legacy` picks
 /// iptables-legacy; otherwise the backend detects it (nft on a fresh
 /// node).
-fn iptables_mode() -> Option<kpng_backend_iptables::Mode> {
+pub fn iptables_mode() -> Option<kpng_backend_iptables::Mode> {
     match std::env::var("KPNG_LAB_IPTABLES_MODE").as_deref() {
         Ok("legacy") => Some(kpng_backend_iptables::Mode::Legacy),
         Ok("nft") => Some(kpng_backend_iptables::Mode::Nft),

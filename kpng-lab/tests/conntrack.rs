@@ -93,3 +93,130 @@ fn a_udp_flow_moves_to_the_new_endpoint_across_a_restart() {
     settle();
     assert!(ask(&lab).starts_with(E3), "moved to e3 after the restart");
 }
+
+/// A Service `held` on 10.96.0.130:80, its endpoints `eps` on 9100
+/// (where the lab's servers hold connections).
+fn held(eps: &str) -> String {
+    format!(
+        r#"
+- apiVersion: v1
+  kind: Service
+  metadata: {{namespace: t, name: held}}
+  spec: {{clusterIP: 10.96.0.130, ports: [{{name: hold, port: 80, targetPort: 9100}}]}}
+- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata: {{namespace: t, name: held-1, labels: {{kubernetes.io/service-name: held}}}}
+  addressType: IPv4
+  endpoints: {eps}
+  ports: [{{name: hold, port: {port}, protocol: TCP}}]
+"#,
+        port = kpng_lab::held::HELD_PORT
+    )
+}
+
+/// `--end-tcp-connections` on a netfilter backend, with real packets: a
+/// pod holds a connection to e2 and one to e3 through a ClusterIP; a sync
+/// takes e2 from the Service (its pod still runs: without the option its
+/// connection would stay up) while e3 turns terminating but serving
+/// beside a new ready e1. The connection to e2 is reset within the sync
+/// (its conntrack entry deleted, the client nudged, its answer reset by
+/// e1); the one to e3, which drains, still echoes; then, every endpoint
+/// gone, a connection to e1 is reset by the Service's own rule. Without
+/// the option, the connections stay.
+fn removed_endpoints_end_tcp_connections<S: kpng_sink::Sink>(
+    make: impl Fn(&kpng_lab::Lab, &kpng_sink::ProxyConfig) -> S,
+    backend: kpng_explain::DataPath,
+) {
+    use kpng_lab::held::{Fate, HeldTcp, monotonic};
+    use kpng_lab::scenarios::E1;
+    let lab = lab();
+    let ready = |ip: &str, node: &str| format!("{{addresses: [{ip}], nodeName: {node}}}");
+    let before = format!("[{}, {}]", ready(E2, "node-b"), ready(E3, "node-c"));
+    let after = format!(
+        "[{}, {{addresses: [{E3}], nodeName: node-c, conditions: {{ready: false, serving: true, terminating: true}}}}]",
+        ready(E1, "node-a")
+    );
+    for end in [true, false] {
+        let proxy_config = Settings::lab().proxy().end_tcp_connections(end);
+        let cleaner =
+            ConntrackCleaner::in_netns(std::path::Path::new("/run/netns").join(lab.ns("node")))
+                .with_proxy(&proxy_config);
+        let mut proxy = Proxy::with(make(&lab, &proxy_config).followed_by(cleaner)).explained_in(
+            &lab,
+            &Settings::lab(),
+            backend,
+        );
+        proxy.load(&manifest(&[held(&before)])).expect("sync");
+        settle();
+        let client = HeldTcp::start(&lab, "podc", "10.96.0.130", 80, &[E2, E3]);
+        let start = monotonic();
+        proxy.load(&manifest(&[held(&after)])).expect("sync");
+        let synced = monotonic();
+        let ended = proxy.backend.next().last_tcp_ended().len();
+        let fates = client.fates();
+        if end {
+            let Some(Fate::Ended(error, at)) = fates.get(E2) else {
+                panic!("the connection to e2 did not end: {fates:?}");
+            };
+            assert_eq!(error, "ECONNRESET", "{fates:?}");
+            // (The client was nudged in the sync: it failed before the sync
+            // returned, or just after.)
+            assert!(
+                *at - start < 1.0,
+                "ended {:.3} s after the sync began",
+                at - start
+            );
+            println!(
+                "{backend:?}: the connection to the removed endpoint failed {:.1} ms after the sync began ({:+.1} ms from its end)",
+                (at - start) * 1e3,
+                (at - synced) * 1e3
+            );
+            // (At least the held one: connections the client opened to e2
+            // and closed may still have entries, in TIME_WAIT.)
+            assert!(ended >= 1, "{ended}");
+        } else {
+            assert_eq!(fates.get(E2), Some(&Fate::Alive), "{fates:?}");
+            assert_eq!(ended, 0);
+        }
+        assert_eq!(fates.get(E3), Some(&Fate::Alive), "e3 drains: {fates:?}");
+        if end {
+            // Every endpoint gone: the client's answer to its nudge meets
+            // the Service's reset for a TCP packet that is not a SYN.
+            let client = HeldTcp::start(&lab, "podc", "10.96.0.130", 80, &[E1]);
+            proxy.load(&manifest(&[held("[]")])).expect("sync");
+            let fates = client.fates();
+            assert!(
+                matches!(fates.get(E1), Some(Fate::Ended(error, _)) if error == "ECONNRESET"),
+                "{fates:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn nft_ends_tcp_connections_to_removed_endpoints() {
+    require_lab!(NftBackend);
+    removed_endpoints_end_tcp_connections(
+        |lab, proxy| {
+            NftBackend::new(
+                kpng_backend_nft::NftConfig::new(proxy.clone()).in_netns(&lab.ns("node")),
+            )
+        },
+        kpng_explain::DataPath::Nftables,
+    );
+}
+
+#[test]
+fn iptables_ends_tcp_connections_to_removed_endpoints() {
+    use kpng_backend_iptables::{IptablesBackend, IptablesConfig};
+    require_lab!(IptablesBackend);
+    removed_endpoints_end_tcp_connections(
+        |lab, proxy| {
+            let mut config = IptablesConfig::new(proxy.clone());
+            config.mode = kpng_lab::iptables_mode();
+            config.layout = kpng_lab::iptables_layout();
+            IptablesBackend::new(config.in_netns(&lab.ns("node")))
+        },
+        kpng_explain::DataPath::Iptables,
+    );
+}

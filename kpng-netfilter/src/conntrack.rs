@@ -1,6 +1,8 @@
 //! Connection tracking over ctnetlink, the netlink interface the
-//! `conntrack` tool itself uses: one dump of a family's UDP flows, and
-//! deletes of single flows by their original tuple. kpng never runs the
+//! `conntrack` tool itself uses: one dump of a family's flows of one
+//! protocol (UDP, TCP), and deletes of single flows by their original
+//! tuple; and the nudge that makes the client of a deleted TCP flow find
+//! out ([`nudge`]). kpng never runs the
 //! tool. Messages are built and read by hand from
 //! `linux/netfilter/nfnetlink_conntrack.h`, like the element lists of
 //! [`crate::nft`].
@@ -39,7 +41,15 @@ const CTA_PROTO_NUM: u16 = 1;
 const CTA_PROTO_SRC_PORT: u16 = 2;
 const CTA_PROTO_DST_PORT: u16 = 3;
 
-const IPPROTO_UDP: u8 = 17;
+/// `IPPROTO_UDP`.
+pub const UDP: u8 = 17;
+/// `IPPROTO_TCP`.
+pub const TCP: u8 = 6;
+
+/// The packet mark of the nudges sent to the clients of TCP flows whose
+/// endpoint left (`b"kpng"`): the netfilter backends leave packets with
+/// exactly this mark untracked (`--end-tcp-connections`).
+pub const NUDGE_MARK: u32 = 0x6b70_6e67;
 
 /// One direction of a flow: addresses and ports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -54,10 +64,12 @@ pub struct Tuple {
     pub dst_port: u16,
 }
 
-/// One UDP flow the kernel tracks: what the client sent to, and where the
+/// One flow the kernel tracks: what the client sent to, and where the
 /// replies come from (an endpoint, when the flow was DNATed).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Flow {
+    /// Its protocol ([`UDP`] or [`TCP`]).
+    pub protocol: u8,
     /// The original direction (client to Service address).
     pub original: Tuple,
     /// The reply direction (endpoint to client).
@@ -74,7 +86,7 @@ impl Flow {
     }
 }
 
-fn tuple_bytes(tuple: &Tuple) -> Vec<u8> {
+fn tuple_bytes(protocol: u8, tuple: &Tuple) -> Vec<u8> {
     let mut ip = Vec::new();
     match (tuple.src, tuple.dst) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
@@ -91,7 +103,7 @@ fn tuple_bytes(tuple: &Tuple) -> Vec<u8> {
         }
     }
     let mut proto = Vec::new();
-    proto.extend(nla(CTA_PROTO_NUM, &[IPPROTO_UDP]));
+    proto.extend(nla(CTA_PROTO_NUM, &[protocol]));
     proto.extend(nla(CTA_PROTO_SRC_PORT, &tuple.src_port.to_be_bytes()));
     proto.extend(nla(CTA_PROTO_DST_PORT, &tuple.dst_port.to_be_bytes()));
     let mut out = Vec::new();
@@ -123,8 +135,8 @@ fn parse_ip(payload: &[u8]) -> Option<IpAddr> {
     }
 }
 
-/// A tuple's addresses and ports, when it is UDP.
-fn parse_tuple(buf: &[u8]) -> Option<Tuple> {
+/// A tuple's protocol, addresses and ports.
+fn parse_tuple(buf: &[u8]) -> Option<(u8, Tuple)> {
     let (mut src, mut dst, mut proto, mut sport, mut dport) = (None, None, None, None, None);
     for (kind, payload) in attributes(buf) {
         match kind {
@@ -151,16 +163,18 @@ fn parse_tuple(buf: &[u8]) -> Option<Tuple> {
             _ => {}
         }
     }
-    (proto? == IPPROTO_UDP).then_some(())?;
-    Some(Tuple {
-        src: src?,
-        dst: dst?,
-        src_port: sport?,
-        dst_port: dport?,
-    })
+    Some((
+        proto?,
+        Tuple {
+            src: src?,
+            dst: dst?,
+            src_port: sport?,
+            dst_port: dport?,
+        },
+    ))
 }
 
-/// A dumped flow, when it is UDP.
+/// A dumped flow (with ports: UDP, TCP, SCTP).
 fn parse_flow(body: &[u8]) -> Option<Flow> {
     let (mut original, mut reply, mut zone) = (None, None, 0);
     for (kind, payload) in attributes(body.get(4..)?) {
@@ -171,9 +185,12 @@ fn parse_flow(body: &[u8]) -> Option<Flow> {
             _ => {}
         }
     }
+    let (protocol, original) = original?;
+    let (_, reply) = reply?;
     Some(Flow {
-        original: original?,
-        reply: reply?,
+        protocol,
+        original,
+        reply,
         zone,
     })
 }
@@ -186,12 +203,12 @@ fn family_byte(ip: IpAddr) -> u8 {
 }
 
 impl Socket {
-    /// The UDP flows the kernel tracks in one family (`ipv6`: IPv6, else
-    /// IPv4), in one dump.
+    /// The flows of `protocol` ([`UDP`], [`TCP`]) the kernel tracks in one
+    /// family (`ipv6`: IPv6, else IPv4), in one dump.
     ///
     /// # Errors
     /// [`Error::Io`] or [`Error::Decode`].
-    pub fn udp_flows(&mut self, ipv6: bool) -> Result<Vec<Flow>, Error> {
+    pub fn flows(&mut self, ipv6: bool, protocol: u8) -> Result<Vec<Flow>, Error> {
         let family = if ipv6 { libc::AF_INET6 } else { libc::AF_INET } as u8;
         let seq = self.take_seqs(1);
         self.send_all(&request(
@@ -217,7 +234,7 @@ impl Socket {
                     }),
                 },
                 _ => {
-                    flows.extend(parse_flow(message.body));
+                    flows.extend(parse_flow(message.body).filter(|f| f.protocol == protocol));
                     Ok(false)
                 }
             },
@@ -234,7 +251,7 @@ impl Socket {
         let mut body = Vec::new();
         body.extend(nla(
             CTA_TUPLE_ORIG | NLA_F_NESTED,
-            &tuple_bytes(&flow.original),
+            &tuple_bytes(flow.protocol, &flow.original),
         ));
         if flow.zone != 0 {
             body.extend(nla(CTA_ZONE, &flow.zone.to_be_bytes()));
@@ -284,6 +301,7 @@ mod tests {
     fn flows_parse_back() {
         let ip = |t: &str| t.parse().expect("ip");
         let flow = Flow {
+            protocol: super::UDP,
             original: Tuple {
                 src: ip("10.244.1.99"),
                 dst: ip("10.96.0.10"),
@@ -301,11 +319,11 @@ mod tests {
         let mut attrs = Vec::new();
         attrs.extend(nla(
             super::CTA_TUPLE_ORIG | NLA_F_NESTED,
-            &tuple_bytes(&flow.original),
+            &tuple_bytes(flow.protocol, &flow.original),
         ));
         attrs.extend(nla(
             super::CTA_TUPLE_REPLY | NLA_F_NESTED,
-            &tuple_bytes(&flow.reply),
+            &tuple_bytes(flow.protocol, &flow.reply),
         ));
         let message = request(0, 0, 1, libc::AF_INET as u8, &attrs);
         assert_eq!(parse_flow(&message[16..]), Some(flow));

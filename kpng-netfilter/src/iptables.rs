@@ -89,17 +89,21 @@ pub enum Table {
     Filter,
     /// `nat`.
     Nat,
+    /// `raw` (before conntrack).
+    Raw,
 }
 
 impl Table {
-    /// Both, in the order batches write them.
-    pub const ALL: [Table; 2] = [Table::Filter, Table::Nat];
+    /// Every table, in the order batches write them (a batch writes only
+    /// those it changes).
+    pub const ALL: [Table; 3] = [Table::Filter, Table::Nat, Table::Raw];
 
     /// Its name.
     pub fn name(self) -> &'static str {
         match self {
             Table::Filter => "filter",
             Table::Nat => "nat",
+            Table::Raw => "raw",
         }
     }
 
@@ -108,6 +112,7 @@ impl Table {
         match self {
             Table::Filter => &["INPUT", "FORWARD", "OUTPUT"],
             Table::Nat => &["PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"],
+            Table::Raw => &["PREROUTING", "OUTPUT"],
         }
     }
 }

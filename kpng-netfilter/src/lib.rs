@@ -4,7 +4,7 @@
 //! [`nft`] builds tables, chains, sets and maps, their elements and rules
 //! (with the expressions a service proxy needs: payload, meta, ct, cmp,
 //! bitwise, lookup and verdict maps, immediate verdicts, nat, masquerade,
-//! numgen, fib, reject, counter and dynset), and applies them as one
+//! numgen, fib, reject, counter, notrack and dynset), and applies them as one
 //! atomic batch per [`nft::Transaction`]. A refused batch changes nothing,
 //! and its error names the change the kernel refused. Tables are read
 //! back from the kernel, to adopt what a previous run left and to verify.
@@ -19,6 +19,9 @@
 //! [`addresses`] follows a network namespace's interface addresses over
 //! rtnetlink (the `rtnetlink` crate): what is there now, and each address
 //! added or removed.
+//!
+//! [`conntrack`] dumps and deletes flows over ctnetlink; [`nudge`] makes
+//! the client of a deleted TCP flow find out its connection is over.
 //!
 //! [`process`] is the one way kpng runs a child process
 //! (`iptables-restore`, `iptables-save`, and for kube-proxy's leftovers
@@ -72,6 +75,7 @@ pub mod conntrack;
 pub mod iptables;
 pub mod leftovers;
 pub mod nft;
+pub mod nudge;
 pub mod process;
 pub mod routes;
 

@@ -42,6 +42,14 @@ pub struct ProxyConfig {
     /// `--balancing`: how a Service without a `kpng.io/balancing`
     /// annotation picks an endpoint (default: random, as kube-proxy).
     pub balancing: Balancing,
+    /// `--end-tcp-connections`: end the established TCP connections
+    /// whose endpoint left its Service (gone from the node view; one that
+    /// serves while terminating drains), in the sync that removes it.
+    /// Off by default, as kube-proxy leaves them to time out. The
+    /// netfilter backends ready their rules for it (untracked nudges, a
+    /// reset for a Service left with no endpoint), and
+    /// `kpng_conntrack::ConntrackCleaner` ends the flows.
+    pub end_tcp_connections: bool,
 }
 
 impl Default for ProxyConfig {
@@ -53,6 +61,7 @@ impl Default for ProxyConfig {
             masquerade_all: false,
             masquerade_bit: 14,
             balancing: Balancing::Random,
+            end_tcp_connections: false,
         }
     }
 }
@@ -98,6 +107,13 @@ impl ProxyConfig {
     #[must_use]
     pub fn nodeport_addresses(mut self, cidrs: impl IntoIterator<Item = IpNet>) -> Self {
         self.nodeport_addresses = Some(networks(cidrs));
+        self
+    }
+
+    /// Sets `--end-tcp-connections`.
+    #[must_use]
+    pub fn end_tcp_connections(mut self, on: bool) -> Self {
+        self.end_tcp_connections = on;
         self
     }
 

@@ -617,8 +617,14 @@ impl IptablesBackend {
         };
         let state = &self.families[i];
         let hooks: Vec<Jump> = if full {
+            let nudges = self
+                .config
+                .proxy
+                .end_tcp_connections
+                .then_some(&render::NUDGES_HOOK);
             HOOKS
                 .iter()
+                .chain(nudges)
                 .map(|(t, builtin, rule)| (*t, (*builtin).to_owned(), (*rule).to_owned()))
                 .collect()
         } else {

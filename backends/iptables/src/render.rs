@@ -40,6 +40,11 @@ pub(crate) const PROXY_FIREWALL: &str = "KUBE-PROXY-FIREWALL";
 /// CIDR that the nat table did not rewrite, so the per-address rules cost
 /// nothing to other traffic.
 pub(crate) const CLUSTER_IPS: &str = "KUBE-CLUSTER-IPS";
+/// The raw table's chain that leaves the nudges untracked
+/// (`--end-tcp-connections`; see `kpng_netfilter::nudge`).
+pub(crate) const NUDGES: &str = "KPNG-NUDGES";
+/// The jump to it.
+pub(crate) const NUDGES_HOOK: (Table, &str, &str) = (Table::Raw, "OUTPUT", "-j KPNG-NUDGES");
 
 /// The dispatch chains, shared by every Service: each Service adds rules.
 pub(crate) const DISPATCH: [(Table, &str); 6] = [
@@ -72,6 +77,7 @@ pub(crate) fn owned(name: &str) -> bool {
             FORWARD,
             PROXY_FIREWALL,
             CLUSTER_IPS,
+            NUDGES,
         ]
         .contains(&name)
 }
@@ -323,21 +329,33 @@ impl<'a> PortRender<'a> {
     }
 
     /// No usable endpoint anywhere: every address of the port rejects.
+    /// With `--end-tcp-connections`, a TCP packet that is not a SYN is
+    /// reset first: an ICMP error leaves an established connection up,
+    /// and the client of a flow ended with its endpoint is to learn at
+    /// its next packet.
     fn reject_everywhere(&self, render: &mut Render) {
+        let rejects = |to: String| {
+            let mut rules = Vec::new();
+            if self.config.proxy.end_tcp_connections && self.port.protocol == "tcp" {
+                rules.push(format!("{to} ! --syn -j REJECT --reject-with tcp-reset"));
+            }
+            rules.push(format!("{to} -j REJECT"));
+            rules
+        };
         for ip in self.plan.cluster_ips {
-            render.push(
-                Table::Filter,
-                SERVICES,
-                format!("{} -j REJECT", self.dst(ip)),
-            );
+            for rule in rejects(self.dst(ip)) {
+                render.push(Table::Filter, SERVICES, rule);
+            }
         }
         for ip in self.plan.externals() {
-            let rule = format!("{} -j REJECT", self.dst(ip));
-            render.push(Table::Filter, EXTERNAL_SERVICES, rule);
+            for rule in rejects(self.dst(ip)) {
+                render.push(Table::Filter, EXTERNAL_SERVICES, rule);
+            }
         }
         if let Some(np) = self.port.node_port {
-            let rule = format!("{} -j REJECT", self.node_port_dst(np));
-            render.push(Table::Filter, EXTERNAL_SERVICES, rule);
+            for rule in rejects(self.node_port_dst(np)) {
+                render.push(Table::Filter, EXTERNAL_SERVICES, rule);
+            }
         }
     }
 
@@ -550,6 +568,15 @@ pub(crate) fn globals(
             "-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT".into(),
         ],
     );
+    if config.proxy.end_tcp_connections {
+        render.chains.insert(
+            (Table::Raw, NUDGES.into()),
+            vec![format!(
+                "-m mark --mark {:#x} -j CT --notrack",
+                kpng_netfilter::conntrack::NUDGE_MARK
+            )],
+        );
+    }
     for ip in node_ips {
         render.push(Table::Nat, SERVICES, format!("-d {ip} -j {NODEPORTS}"));
     }

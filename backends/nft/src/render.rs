@@ -1061,6 +1061,49 @@ pub(crate) fn globals(
         ]
         .concat()
     };
+    // With --end-tcp-connections: a TCP packet that is not a SYN, to a
+    // Service (or node port) left with no endpoint, is answered with a
+    // reset rather than an ICMP error, which an established connection
+    // shrugs off: the client of a flow whose conntrack entry was deleted
+    // with its endpoint learns at its next packet (see kpng-conntrack).
+    let tcp_reset_if = |keys: &[Load], set: &str| {
+        if !config.proxy.end_tcp_connections {
+            return Vec::new();
+        }
+        [
+            vec![
+                Expr::Meta {
+                    key: kpng_netfilter::nft::MetaKey::L4Proto,
+                    dreg: Reg::r32(0),
+                },
+                Expr::Cmp {
+                    sreg: Reg::r32(0),
+                    op: kpng_netfilter::nft::CmpOp::Eq,
+                    data: vec![6],
+                },
+                Expr::Payload {
+                    base: kpng_netfilter::nft::PayloadBase::Transport,
+                    offset: 13,
+                    len: 1,
+                    dreg: Reg::r32(0),
+                },
+                Expr::Bitwise {
+                    sreg: Reg::r32(0),
+                    dreg: Reg::r32(0),
+                    mask: vec![0x02],
+                    xor: vec![0],
+                },
+                Expr::Cmp {
+                    sreg: Reg::r32(0),
+                    op: kpng_netfilter::nft::CmpOp::Eq,
+                    data: vec![0],
+                },
+            ],
+            build::lookup(keys, set, None, false),
+            vec![Expr::Reject(RejectKind::TcpReset)],
+        ]
+        .concat()
+    };
     let jump = |chain: &str| build::verdict(NfVerdict::Jump(chain.into()));
     let new_conn = || build::ct_test(CtKey::State, 8);
     let base = |kind, hook, priority| {
@@ -1149,7 +1192,13 @@ pub(crate) fn globals(
             "service-filter",
             (
                 None,
-                vec![
+                [
+                    tcp_reset_if(&vip_key, NO_ENDPOINT_SERVICES),
+                    if config.proxy.end_tcp_connections {
+                        node_port(tcp_reset_if(&np_key, NO_ENDPOINT_NODEPORTS))
+                    } else {
+                        Vec::new()
+                    },
                     reject_if(&vip_key, NO_ENDPOINT_SERVICES),
                     node_port(reject_if(&np_key, NO_ENDPOINT_NODEPORTS)),
                     reject_if(&daddr, CLUSTER_IPS),
@@ -1158,7 +1207,10 @@ pub(crate) fn globals(
                         build::verdict(NfVerdict::Drop),
                     ]
                     .concat(),
-                ],
+                ]
+                .into_iter()
+                .filter(|rule| !rule.is_empty())
+                .collect(),
             ),
         ),
         // Filled by the classes in use (see `Objects`).
@@ -1177,6 +1229,26 @@ pub(crate) fn globals(
             comment: None,
         };
         render.chains.insert(name.to_owned(), chain);
+    }
+    if config.proxy.end_tcp_connections {
+        // The nudges that make a client whose flow to a departed endpoint
+        // was deleted answer (see kpng-conntrack) go untracked: tracked,
+        // they would make a flow whose replies the client's answer would
+        // match, and it would not be translated to a live endpoint.
+        let chain = ChainDef {
+            base: base(ChainType::Filter, ChainHook::Output, -300),
+            rules: vec![
+                [
+                    build::mark_is(kpng_netfilter::conntrack::NUDGE_MARK),
+                    vec![Expr::Notrack],
+                ]
+                .concat(),
+            ],
+            class: None,
+            retain: false,
+            comment: None,
+        };
+        render.chains.insert("raw-output".to_owned(), chain);
     }
     render
 }

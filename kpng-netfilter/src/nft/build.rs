@@ -183,6 +183,21 @@ fn mark_set(mask: u32, xor: u32) -> Vec<Expr> {
     out
 }
 
+/// `meta mark == VALUE`.
+pub fn mark_is(value: u32) -> Vec<Expr> {
+    vec![
+        Expr::Meta {
+            key: MetaKey::Mark,
+            dreg: Reg::r32(0),
+        },
+        Expr::Cmp {
+            sreg: Reg::r32(0),
+            op: CmpOp::Eq,
+            data: value.to_ne_bytes().to_vec(),
+        },
+    ]
+}
+
 /// `meta mark & BITS == 0` (`!= 0` when `set`).
 pub fn mark_test(bits: u32, set: bool) -> Vec<Expr> {
     let mut out = mark(bits, 0);

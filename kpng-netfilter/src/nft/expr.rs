@@ -360,6 +360,9 @@ pub enum Expr {
     Reject(RejectKind),
     /// Counts packets and bytes.
     Counter,
+    /// Leaves the packet untracked by conntrack (in a chain of priority
+    /// `raw`, before conntrack sees it).
+    Notrack,
     /// Adds the key in `key` to a set from the packet path, or refreshes
     /// its timeout.
     Dynset {
@@ -444,6 +447,7 @@ impl Expr {
             Expr::Fib { .. } => "fib",
             Expr::Reject(_) => "reject",
             Expr::Counter => "counter",
+            Expr::Notrack => "notrack",
             Expr::Dynset { .. } => "dynset",
         }
     }
@@ -602,7 +606,7 @@ impl Expr {
                 };
                 vec![a(1, be32(kind)), a(2, vec![code])]
             }
-            Expr::Counter => Vec::new(),
+            Expr::Counter | Expr::Notrack => Vec::new(),
             Expr::Dynset {
                 op,
                 set,
@@ -857,6 +861,7 @@ impl RawExpr {
                 })
             }
             "counter" => Expr::Counter,
+            "notrack" => Expr::Notrack,
             "dynset" => Expr::Dynset {
                 op: match self.u32(3)? {
                     0 => DynsetOp::Add,
@@ -979,6 +984,7 @@ mod tests {
             },
             Expr::Reject(RejectKind::Icmpx(1)),
             Expr::Counter,
+            Expr::Notrack,
             Expr::Dynset {
                 op: DynsetOp::Update,
                 set: "aff".into(),

@@ -100,6 +100,7 @@ fn payload_words(base: PayloadBase, offset: u32, len: u32) -> Option<(&'static s
         (PayloadBase::Network, 24, 16) => ("ip6 daddr", Kind::Addr),
         (PayloadBase::Transport, 0, 2) => ("th sport", Kind::Port),
         (PayloadBase::Transport, 2, 2) => ("th dport", Kind::Port),
+        (PayloadBase::Transport, 13, 1) => ("tcp flags", Kind::Other),
         _ => return None,
     })
 }
@@ -197,8 +198,18 @@ impl fmt::Display for Rule {
                 } => {
                     let value = match payload_words(*base, *offset, *len) {
                         Some((words, kind)) => Value::new(words, kind),
+                        // nft's raw payload: `@th,OFFSET,LENGTH` in bits.
                         None => Value::new(
-                            format!("@{base:?} {offset} {len}").to_lowercase(),
+                            format!(
+                                "@{},{},{}",
+                                match base {
+                                    PayloadBase::Link => "ll",
+                                    PayloadBase::Network => "nh",
+                                    PayloadBase::Transport => "th",
+                                },
+                                offset * 8,
+                                len * 8
+                            ),
                             Kind::Other,
                         ),
                     };
@@ -437,6 +448,7 @@ impl fmt::Display for Rule {
                     _ => "reject".into(),
                 }),
                 Expr::Counter => out.push("counter".into()),
+                Expr::Notrack => out.push("notrack".into()),
                 Expr::Dynset {
                     op,
                     set: name,
@@ -586,9 +598,10 @@ mod tests {
                 },
             ],
         );
-        // Not a shape nft names here: printed as what it is, not dropped.
+        // Not a shape nft names here: printed as nft reads a raw payload
+        // (`@ll,OFFSET,LENGTH` in bits), not dropped.
         assert!(
-            unknown.to_string().contains("@link 0 6 0x000000000000"),
+            unknown.to_string().contains("@ll,0,48 0x000000000000"),
             "{unknown}"
         );
     }
