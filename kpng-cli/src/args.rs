@@ -477,6 +477,15 @@ pub(crate) struct ProxyFlags {
     /// Masquerade all Service traffic.
     #[arg(long)]
     pub(crate) masquerade_all: bool,
+    /// Localhost NodePorts: the node's own processes reach NodePorts on
+    /// 127.0.0.1 and [::1] (each when --nodeport-addresses is unset or
+    /// holds it; never with `primary`). `to-ebpf` serves them in its
+    /// socket programs, on by default as kube-proxy's iptables mode
+    /// (`--iptables-localhost-nodeports`); pods keep their own loopback.
+    /// `to-nft` and `to-iptables` serve none, as kube-proxy's nftables
+    /// mode: `=true` there is a warning.
+    #[arg(long, visible_alias = "iptables-localhost-nodeports", value_name = "BOOL", action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub(crate) localhost_nodeports: Option<bool>,
     /// The mark bit that asks for masquerade.
     #[arg(long, visible_alias = "iptables-masquerade-bit", default_value_t = 14, value_parser = clap::value_parser!(u8).range(0..=31))]
     pub(crate) masquerade_bit: u8,
@@ -680,6 +689,57 @@ impl ProxyFlags {
     }
 }
 
+impl ProxyFlags {
+    /// Whether localhost NodePorts are asked for, as `to-ebpf` (and
+    /// `explain --backend ebpf`) serve them: `--localhost-nodeports`
+    /// unless false (kube-proxy's default is on), and never with
+    /// `--nodeport-addresses primary` (the node's own addresses alone, as
+    /// kube-proxy turns them off then).
+    pub(crate) fn localhost_nodeports(&self) -> bool {
+        self.localhost_nodeports.unwrap_or(true)
+            && self.nodeport_addresses.as_deref().map(str::trim) != Some("primary")
+    }
+
+    /// What a netfilter sink (`backend`: `nftables` or `iptables`) says
+    /// of the settings that ask it for NodePorts on loopback, which it
+    /// does not serve: one line each, naming the setting and what serves
+    /// them instead.
+    ///
+    /// # Errors
+    /// [`Error::Usage`] naming `--nodeport-addresses` when it is not a
+    /// CIDR list.
+    pub(crate) fn loopback_warnings(&self, backend: &str) -> Result<Vec<String>, Error> {
+        let (kube_proxy, why) = match backend {
+            "iptables" => (
+                "kube-proxy's iptables mode does, by setting route_localnet=1 (which lets the node route packets from loopback and needs a rule against them from outside, CVE-2020-8558); kpng sets no such sysctl",
+                "",
+            ),
+            _ => ("", ", as kube-proxy's nftables mode serves none"),
+        };
+        let instead = "the eBPF backend's socket programs serve 127.0.0.1 and [::1] to the node's own processes, with no sysctl (`kpng … to-ebpf`, --localhost-nodeports on by default)";
+        let mut out = Vec::new();
+        if self.localhost_nodeports == Some(true) {
+            let also = if kube_proxy.is_empty() {
+                String::new()
+            } else {
+                format!(" ({kube_proxy})")
+            };
+            out.push(format!(
+                "--localhost-nodeports (kube-proxy's --iptables-localhost-nodeports, iptables.localhostNodePorts): the {backend} backend serves no NodePort on loopback{why}{also}; {instead}"
+            ));
+        }
+        let loopback = self.proxy()?.nodeport_loopback();
+        if !loopback.is_empty() {
+            let list: Vec<String> = loopback.iter().map(ToString::to_string).collect();
+            out.push(format!(
+                "--nodeport-addresses (nodePortAddresses) {}: the {backend} backend serves no NodePort on loopback{why}: loopback is left out; {instead}",
+                list.join(",")
+            ));
+        }
+        Ok(out)
+    }
+}
+
 /// A comma-separated list of CIDRs (a bare address is a host prefix), as
 /// a kpng config file's value is checked.
 pub(crate) fn cidr_list(text: &str) -> Result<String, String> {
@@ -806,6 +866,95 @@ mod tests {
             },
             other => panic!("{other:?}"),
         }
+    }
+
+    /// The sink and its flags of `kpng file SINK ARGS…`.
+    fn sink(args: &[&str]) -> super::Action {
+        let mut argv = vec!["kpng", "file"];
+        argv.extend(args);
+        match Cli::try_parse_from(argv).expect("parses").source {
+            super::Source::File(file) => file.sink,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// `--localhost-nodeports[=BOOL]` (kube-proxy's
+    /// `--iptables-localhost-nodeports` too): on by default for `to-ebpf`
+    /// and `explain`, off with `=false` or `--nodeport-addresses primary`.
+    #[test]
+    fn localhost_nodeports_are_on_unless_turned_off() {
+        let ebpf = |args: &[&str]| {
+            let mut argv = vec!["to-ebpf"];
+            argv.extend(args);
+            sink(&argv)
+                .args()
+                .expect("a backend")
+                .proxy
+                .localhost_nodeports()
+        };
+        assert!(ebpf(&[]), "kube-proxy's default");
+        assert!(ebpf(&["--localhost-nodeports"]));
+        assert!(ebpf(&["--localhost-nodeports=true"]));
+        assert!(!ebpf(&["--localhost-nodeports=false"]));
+        assert!(!ebpf(&["--iptables-localhost-nodeports=false"]));
+        assert!(ebpf(&["--iptables-localhost-nodeports"]));
+        assert!(!ebpf(&["--nodeport-addresses", "primary"]));
+        assert!(ebpf(&["--nodeport-addresses", "127.0.0.0/8"]));
+        let super::Action::Explain(explain) = sink(&[
+            "explain",
+            "--source=1.2.3.4",
+            "--destination=127.0.0.1",
+            "--port=30080",
+            "--localhost-nodeports=false",
+        ]) else {
+            panic!("explain")
+        };
+        assert!(!explain.proxy.localhost_nodeports());
+        assert!(
+            Cli::try_parse_from(["kpng", "file", "to-ebpf", "--localhost-nodeports=maybe"])
+                .is_err()
+        );
+    }
+
+    /// `to-nft` and `to-iptables` serve no NodePort on loopback: asking
+    /// for them (the flag, or `--nodeport-addresses` holding loopback) is
+    /// one warning a setting, naming it and what serves them instead;
+    /// nothing asked, nothing said.
+    #[test]
+    fn netfilter_sinks_say_they_serve_no_localhost_nodeports() {
+        let warnings = |backend: &str, args: &[&str]| {
+            super::tests::backend(args)
+                .proxy
+                .loopback_warnings(backend)
+                .expect("valid")
+        };
+        assert!(warnings("nftables", &[]).is_empty());
+        assert!(warnings("nftables", &["--localhost-nodeports=false"]).is_empty());
+        assert!(warnings("iptables", &["--nodeport-addresses=10.0.0.0/8"]).is_empty());
+        let asked = warnings("nftables", &["--nodeport-addresses=127.0.0.0/8,10.0.0.0/8"]);
+        assert_eq!(asked.len(), 1, "{asked:?}");
+        assert!(
+            asked[0].starts_with("--nodeport-addresses (nodePortAddresses) 127.0.0.0/8: the nftables backend serves no NodePort on loopback, as kube-proxy's nftables mode serves none")
+                && asked[0].contains("to-ebpf"),
+            "{asked:?}"
+        );
+        let both = warnings(
+            "iptables",
+            &[
+                "--iptables-localhost-nodeports",
+                "--nodeport-addresses=0.0.0.0/0",
+            ],
+        );
+        assert_eq!(both.len(), 2, "{both:?}");
+        assert!(both[0].starts_with("--localhost-nodeports (kube-proxy's --iptables-localhost-nodeports, iptables.localhostNodePorts): the iptables backend serves no NodePort on loopback"), "{both:?}");
+        assert!(
+            both[0].contains("route_localnet") && both[0].contains("to-ebpf"),
+            "{both:?}"
+        );
+        assert!(
+            both[1].starts_with("--nodeport-addresses (nodePortAddresses) 0.0.0.0/0: "),
+            "{both:?}"
+        );
     }
 
     /// `--end-tcp-connections` reaches every backend's settings; with

@@ -10,7 +10,9 @@ use crate::args::Cli;
 /// names. A string value may name environment variables (`${VAR}`),
 /// expanded after the file is parsed, so a value cannot change the
 /// document; an unset variable is an error that names it. A `true` flag is
-/// given bare, a `false` one left out, and a list is the flag's
+/// given bare; a `false` one is left out, unless the flag takes a value
+/// (`localhost-nodeports`, `nft-comments`, `end-udp-sockets`, on by
+/// default): then it is `--flag=false`. A list is the flag's
 /// comma-separated list. Each value is checked here, the error naming the
 /// file's field (`flags.cluster-cidr`). Flags given on the command line
 /// (`extra`) override the file's.
@@ -44,6 +46,14 @@ pub(crate) fn config_args(
             let text = match value {
                 serde_json::Value::Bool(true) => {
                     out.push(format!("--{key}"));
+                    continue;
+                }
+                // A boolean flag that takes a value may be on by default:
+                // false must be said.
+                serde_json::Value::Bool(false)
+                    if crate::kube_proxy::clap_flag(key) == Some(true) =>
+                {
+                    out.push(format!("--{key}=false"));
                     continue;
                 }
                 serde_json::Value::Bool(false) | serde_json::Value::Null => continue,
@@ -191,4 +201,31 @@ pub(crate) fn expand_env(text: &str) -> Result<String, String> {
     }
     out.push_str(rest);
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    /// A `false` flag that is on by default is said (it was left out, so
+    /// `localhost-nodeports: false` or `nft-comments: false` stayed on);
+    /// a switch (`masquerade-all`) false is left out, as before.
+    #[test]
+    fn false_is_said_for_flags_on_by_default() {
+        let doc: serde_json::Value = serde_saphyr::from_str(
+            "source: kube\nsink: to-ebpf\nflags: {localhost-nodeports: false, end-udp-sockets: false, masquerade-all: false, counters: true}\n",
+        )
+        .expect("yaml");
+        // (The file's flags in name order.)
+        let argv = super::config_args("kpng.yaml", &doc, &[]).expect("args");
+        assert_eq!(
+            argv,
+            [
+                "kpng",
+                "kube",
+                "to-ebpf",
+                "--counters",
+                "--end-udp-sockets=false",
+                "--localhost-nodeports=false",
+            ]
+        );
+    }
 }

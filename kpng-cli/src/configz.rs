@@ -84,7 +84,9 @@ pub(crate) fn configz(sink: &Action, node: &str) -> Option<Value> {
         "minSyncPeriod": go_duration(args.min_sync_period),
     });
     let mut iptables = sync.clone();
-    iptables["localhostNodePorts"] = json!(false);
+    // Served by the eBPF backend's socket programs alone.
+    iptables["localhostNodePorts"] =
+        json!(matches!(sink, Action::ToEbpf(_)) && args.proxy.localhost_nodeports());
     let mut config = json!({
         "hostnameOverride": node,
         "bindAddress": "0.0.0.0",

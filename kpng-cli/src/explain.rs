@@ -35,7 +35,8 @@ fn setup(args: &ExplainArgs) -> Result<(Setup, Packet), Error> {
     if let Some(port) = args.source_port {
         packet = packet.from_port(port);
     }
-    let mut setup = Setup::new(args.proxy.proxy()?, data_path);
+    let mut setup = Setup::new(args.proxy.proxy()?, data_path)
+        .localhost_nodeports(args.proxy.localhost_nodeports());
     if !args.tc_interfaces.is_empty() {
         setup = setup.with_tc_routes(tc_routes(&args.tc_interfaces)?);
     }

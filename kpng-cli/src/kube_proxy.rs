@@ -105,7 +105,7 @@ fn take_verbosity(args: &[String]) -> Result<(Option<u8>, Vec<String>), String> 
 /// alias), and whether it takes a value. The top-level kube-proxy words
 /// (`--config`, `--hostname-override`, `--proxy-mode`) are read here, not
 /// by clap, so they do not count.
-fn clap_flag(name: &str) -> Option<bool> {
+pub(crate) fn clap_flag(name: &str) -> Option<bool> {
     use clap::CommandFactory as _;
     fn walk(cmd: &clap::Command, name: &str) -> Option<bool> {
         cmd.get_arguments()

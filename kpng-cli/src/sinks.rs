@@ -96,6 +96,9 @@ fn unguarded(
         Action::ToNft(nft) => {
             let args = &nft.common;
             let proxy = args.proxy()?;
+            for warning in args.proxy.loopback_warnings("nftables")? {
+                tracing::warn!("{warning}");
+            }
             let config = NftConfig::new(proxy.clone())
                 .comments(nft.nft_comments)
                 .counters(nft.counters);
@@ -130,6 +133,9 @@ fn unguarded(
         Action::ToIptables(ipt) => {
             let args = &ipt.common;
             let proxy = args.proxy()?;
+            for warning in args.proxy.loopback_warnings("iptables")? {
+                tracing::warn!("{warning}");
+            }
             let mut config = IptablesConfig::new(proxy.clone());
             config.mode = match ipt.iptables_mode.as_str() {
                 "nft" => Some(IptablesMode::Nft),
@@ -261,7 +267,13 @@ fn ebpf_backend(
     config = config
         .counters(ebpf.counters)
         .end_udp_sockets(ebpf.end_udp_sockets)
-        .netfilter_beside(ebpf.north_south == "nft");
+        .netfilter_beside(ebpf.north_south == "nft")
+        .localhost_nodeports(args.proxy.localhost_nodeports());
+    if config.localhost_nodeports {
+        tracing::info!(
+            "localhost NodePorts: the node's own processes reach NodePorts on 127.0.0.1 and [::1] inside --nodeport-addresses (--localhost-nodeports=false turns it off)"
+        );
+    }
     let nft_config = NftConfig::new(proxy.clone()).counters(ebpf.counters);
     if ebpf.counters && !args.dry_run {
         parts

@@ -190,16 +190,30 @@ pub struct Setup {
     /// The routes the eBPF tc programs depend on, when they can be asked
     /// (see [`with_tc_routes`](Self::with_tc_routes)).
     pub tc_routes: Option<TcRoutes>,
+    /// With [`DataPath::Ebpf`]: the node's own sockets reach NodePorts on
+    /// `127.0.0.1` and `::1` (inside `--nodeport-addresses`, or that
+    /// unset), as `to-ebpf --localhost-nodeports` (the default) serves
+    /// them. The netfilter backends never serve NodePorts on loopback.
+    pub localhost_nodeports: bool,
 }
 
 impl Setup {
-    /// The settings.
+    /// The settings (localhost NodePorts on, as `to-ebpf`'s default).
     pub fn new(proxy: ProxyConfig, data_path: DataPath) -> Self {
         Self {
             proxy,
             data_path,
             tc_routes: None,
+            localhost_nodeports: true,
         }
+    }
+
+    /// Whether the eBPF backend serves localhost NodePorts (see
+    /// [`Setup::localhost_nodeports`]).
+    #[must_use]
+    pub fn localhost_nodeports(mut self, on: bool) -> Self {
+        self.localhost_nodeports = on;
+        self
     }
 
     /// Asks `around` of each endpoint on another node that the eBPF tc

@@ -172,11 +172,11 @@ impl<'a> Run<'a> {
     }
 
     /// The node's NodePort addresses hold `ip`: one of the node's own
-    /// (its Node object's), within `--nodeport-addresses` when set; never
-    /// loopback.
+    /// (its Node object's), within `--nodeport-addresses` when set; on
+    /// loopback, only a localhost NodePort ([`Run::localhost_nodeport`]).
     fn is_nodeport_address(&self, ip: IpAddr) -> bool {
         if ip.is_loopback() {
-            return false;
+            return self.localhost_nodeport(ip);
         }
         match &self.setup.proxy.nodeport_addresses {
             // The rules check that the address is the node's (fib) and in
@@ -184,6 +184,26 @@ impl<'a> Run<'a> {
             Some(prefixes) => prefixes.iter().any(|n| n.contains(&ip)),
             None => self.view.node_addresses(self.family).any(|a| a == ip),
         }
+    }
+
+    /// `ip` is a localhost NodePort address for this packet: the eBPF
+    /// backend serves them (`Setup::localhost_nodeports`) to the node's
+    /// own sockets, on `127.0.0.1` and `::1` inside
+    /// `--nodeport-addresses` (or that unset). A pod's loopback is its
+    /// own; the netfilter backends serve none.
+    fn localhost_nodeport(&self, ip: IpAddr) -> bool {
+        let served = matches!(self.setup.data_path, DataPath::Ebpf { .. })
+            && self.setup.localhost_nodeports
+            && self.packet.origin == Origin::Host
+            && (ip == IpAddr::from(std::net::Ipv4Addr::LOCALHOST)
+                || ip == IpAddr::from(std::net::Ipv6Addr::LOCALHOST));
+        served
+            && self
+                .setup
+                .proxy
+                .nodeport_addresses
+                .as_ref()
+                .is_none_or(|prefixes| prefixes.iter().any(|n| n.contains(&ip)))
     }
 
     fn in_cluster_cidr(&self, ip: IpAddr) -> Option<IpNet> {
@@ -340,6 +360,10 @@ impl<'a> Run<'a> {
         }
         let dst = self.packet.destination;
         let what = match role {
+            Role::NodePort if dst.is_loopback() => format!(
+                "{dst} is loopback, where the node's own sockets reach NodePorts (localhost NodePorts, --localhost-nodeports), and {} port {} is a NodePort",
+                pp.protocol, self.packet.port
+            ),
             Role::NodePort => format!(
                 "{dst} is a NodePort address of this node, and {} port {} is a NodePort",
                 pp.protocol, self.packet.port

@@ -275,6 +275,58 @@ fn node_ports_listen_on_the_node_s_addresses_only() {
     ));
 }
 
+/// Localhost NodePorts: the eBPF socket programs serve the node's own
+/// sockets on 127.0.0.1 and ::1 (to every endpoint, the Local policy's
+/// NodePort too), not a pod's (its loopback is its own), not when off and
+/// not outside `--nodeport-addresses`; the netfilter rules serve none.
+#[test]
+fn localhost_node_ports_are_the_ebpf_programs_for_the_node_alone() {
+    let ebpf = DataPath::Ebpf {
+        tc: false,
+        netfilter: true,
+    };
+    let at = |setup: &Setup, origin: Origin, dst: &str, port: u16| {
+        let packet = Packet::new(
+            origin,
+            Protocol::Tcp,
+            dst.parse().expect("ip"),
+            dst.parse().expect("ip"),
+            port,
+        );
+        explain(&snapshot(), "node-a", setup, &packet).expect("explained")
+    };
+    let on = setup(ebpf);
+    let host = at(&on, Origin::Host, "127.0.0.1", 30080);
+    assert_eq!(ips(&host.outcome), ["10.244.1.10", "10.244.2.10"], "{host}");
+    assert!(host.to_string().contains("localhost NodePorts"), "{host}");
+    // externalTrafficPolicy Local: the node's own traffic goes to every
+    // endpoint, as kube-proxy sends it.
+    let local = at(&on, Origin::Host, "127.0.0.1", 30081);
+    assert_eq!(ips(&local.outcome), ["10.244.2.20"], "{local}");
+    let pod = at(&on, Origin::Pod, "127.0.0.1", 30080);
+    assert!(matches!(pod.outcome, Outcome::Untouched { .. }), "{pod}");
+    assert!(pod.to_string().contains("the pod's own loopback"), "{pod}");
+    let off = at(
+        &setup(ebpf).localhost_nodeports(false),
+        Origin::Host,
+        "127.0.0.1",
+        30080,
+    );
+    assert!(matches!(off.outcome, Outcome::Untouched { .. }), "{off}");
+    let mut elsewhere = setup(ebpf);
+    elsewhere.proxy = elsewhere
+        .proxy
+        .nodeport_addresses(["192.168.50.0/24".parse().expect("cidr")]);
+    let outside = at(&elsewhere, Origin::Host, "127.0.0.1", 30080);
+    assert!(
+        matches!(outside.outcome, Outcome::Untouched { .. }),
+        "{outside}"
+    );
+    let nft = at(&setup(DataPath::Nftables), Origin::Host, "127.0.0.1", 30080);
+    assert!(matches!(nft.outcome, Outcome::Untouched { .. }), "{nft}");
+    assert!(nft.to_string().contains("no NodePort on loopback"), "{nft}");
+}
+
 #[test]
 fn the_ebpf_programs_translate_at_connect_and_at_the_interface() {
     let ebpf = DataPath::Ebpf {

@@ -275,8 +275,10 @@ impl LabBackend for EbpfWithNft {
 }
 
 /// The eBPF backend's settings in `lab`: the lab's cgroup (its
-/// [`LOCAL_HOSTS`]' clients) and bpffs, and with `tc` the tc programs on
-/// every node link.
+/// [`LOCAL_HOSTS`]' clients) and bpffs, the lab's node namespace as the
+/// node's own (whose sockets get localhost NodePorts, and the source
+/// ranges' verdict of the node), and with `tc` the tc programs on every
+/// node link.
 pub fn ebpf_config(lab: &Lab, settings: &Settings, tc: bool) -> EbpfConfig {
     let (cgroup, pins) = lab.bpf_env();
     // The node's namespace: its sockets are the node's own.
@@ -301,11 +303,10 @@ pub fn ebpf_config(lab: &Lab, settings: &Settings, tc: bool) -> EbpfConfig {
 pub fn ebpf_alone_proxy(lab: &Lab, settings: &Settings, config: EbpfConfig) -> Proxy<EbpfBackend> {
     let tc = !config.tc_interfaces.is_empty();
     let config = config.netfilter_beside(false);
-    Proxy::with(EbpfBackend::attach(config).expect("the eBPF programs attach")).explained_in(
-        lab,
-        settings,
-        ebpf_alone(tc),
-    )
+    let localhost = config.localhost_nodeports;
+    Proxy::with(EbpfBackend::attach(config).expect("the eBPF programs attach"))
+        .explained_in(lab, settings, ebpf_alone(tc))
+        .localhost_nodeports(localhost)
 }
 
 /// What `kpng explain` follows for the eBPF backend alone (no netfilter
@@ -642,6 +643,10 @@ macro_rules! scenario_tests {
             >();
         }
         #[test]
+        fn localhost_nodeports_where_a_backend_serves_them() {
+            $crate::scenarios::localhost_nodeports_where_a_backend_serves_them::<$b>();
+        }
+        #[test]
         fn updates_move_services_and_claims_take_over() {
             $crate::scenarios::updates_move_services_and_claims_take_over::<$b>();
         }
@@ -700,6 +705,17 @@ impl<B: Sink> Proxy<B> {
     ) -> Self {
         let setup = kpng_explain::Setup::new(settings.proxy(), data_path);
         self.explained = Some((lab.witness.clone(), setup));
+        self
+    }
+
+    /// Whether the probes are explained with localhost NodePorts served
+    /// (`kpng_explain::Setup::localhost_nodeports`, on unless said here),
+    /// as the eBPF backend's config says.
+    #[must_use]
+    pub fn localhost_nodeports(mut self, on: bool) -> Self {
+        if let Some((_, setup)) = &mut self.explained {
+            setup.localhost_nodeports = on;
+        }
         self
     }
 

@@ -394,7 +394,8 @@ pub fn service_cidrs_added_and_removed_change_what_is_dropped<B: LabBackend>() {
     assert!(dropped(near) && dropped("10.96.0.99"));
 }
 
-/// NodePorts only on `--nodeport-addresses`, never on loopback.
+/// NodePorts only on `--nodeport-addresses`: not on the node's other
+/// address, nor on loopback (outside them), even from the node itself.
 pub fn nodeports_listen_only_on_the_nodeport_addresses_never_on_loopback<B: LabBackend>() {
     crate::require_lab!(B);
     let mut lab = Lab::new();
@@ -425,7 +426,8 @@ pub fn nodeports_listen_only_on_the_nodeport_addresses_never_on_loopback<B: LabB
             .starts_with("REFUSED"),
         "not on the other one"
     );
-    // Never on loopback, even from the node itself.
+    // Not on loopback (outside --nodeport-addresses), even from the node
+    // itself.
     assert!(
         lab.once("node", "tcp", "127.0.0.1", 30090)
             .starts_with("REFUSED")
@@ -433,6 +435,69 @@ pub fn nodeports_listen_only_on_the_nodeport_addresses_never_on_loopback<B: LabB
     assert!(
         lab.once("node", "tcp", NODE_IP, 30090).starts_with(E1),
         "the node reaches its own NodePort"
+    );
+}
+
+/// Localhost NodePorts, asked for by `--nodeport-addresses` holding
+/// `127.0.0.0/8`: the eBPF socket programs serve the node's own
+/// connections to `127.0.0.1:NODEPORT` (as kube-proxy's iptables mode with
+/// `--iptables-localhost-nodeports`), to every endpoint whatever the
+/// external policy (as kube-proxy sends the node's own traffic). The
+/// netfilter backends serve none (as kube-proxy's nftables mode) and
+/// translate no packet to loopback (the kernel would lose it, its source
+/// being loopback: the connection would time out): it is refused at once,
+/// nothing listening there. A pod's loopback is its own with every
+/// backend; the node's address still serves.
+pub fn localhost_nodeports_where_a_backend_serves_them<B: LabBackend>() {
+    crate::require_lab!(B);
+    let lab = lab();
+    let settings = Settings {
+        nodeport_addresses: Some("127.0.0.0/8,192.168.50.1/32".into()),
+        ..Settings::lab()
+    };
+    let mut proxy = Proxy::<B>::new(&lab, &settings);
+    proxy
+        .load(&manifest(&[
+            service(
+                "np",
+                "{type: NodePort, clusterIP: 10.96.0.60, ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30090}]}",
+                ALL3,
+            ),
+            service(
+                "local",
+                "{type: NodePort, externalTrafficPolicy: Local, clusterIP: 10.96.0.61, ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30091}]}",
+                "[{addresses: [10.244.2.10], nodeName: node-b}]",
+            ),
+        ]))
+        .expect("sync");
+    settle();
+    let lines = lab.connect("node", "tcp", "127.0.0.1", 30090, 30);
+    let local = lab.connect("node", "tcp", "127.0.0.1", 30091, 5);
+    if B::SOCKETS {
+        assert_eq!(
+            endpoints(&lines),
+            [E1, E2, E3].map(String::from).into(),
+            "{lines:?}"
+        );
+        assert!(local.iter().all(|l| l.starts_with(E2)), "{local:?}");
+    } else {
+        for line in &lines {
+            assert!(line.starts_with("REFUSED"), "{line}");
+        }
+        // No local endpoint under the Local policy: the filter rule that
+        // drops such a NodePort matches every local address, loopback
+        // too, as kube-proxy's (`--dst-type LOCAL`).
+        assert!(!local.iter().any(|l| l.starts_with("10.244.")), "{local:?}");
+    }
+    assert!(
+        lab.once("node", "tcp", NODE_IP, 30090)
+            .starts_with("10.244."),
+        "the node's address serves"
+    );
+    assert!(
+        lab.once("podc", "tcp", "127.0.0.1", 30090)
+            .starts_with("REFUSED"),
+        "a pod's loopback is its own"
     );
 }
 

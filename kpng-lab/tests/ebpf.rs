@@ -517,7 +517,8 @@ fn counters_off_count_nothing() {
         .load(&manifest(&[service("web", spec, ALL3)]))
         .expect("sync");
     settle();
-    let lines = lab.connect("podc", "tcp", "10.96.0.71", 80, 10);
+    // (30 connections: each of 3 endpoints is missed with p < 1e-4.)
+    let lines = lab.connect("podc", "tcp", "10.96.0.71", 80, 30);
     assert_eq!(endpoints(&lines).len(), 3, "{lines:?}");
     let rows = kpng_backend_ebpf::TrafficReader::new(&config)
         .counts()
@@ -1288,4 +1289,112 @@ fn the_first_sync_after_a_restart_keeps_tcp_connections_to_a_draining_endpoint()
             (vec![(E2, "ready")], true),
         ],
     );
+}
+
+/// Prints the peer `getpeername` shows for a TCP connection to
+/// `HOST PORT`, then the server's line.
+const PEER_CLIENT: &str = r#"
+import socket, sys
+host, port = sys.argv[1], int(sys.argv[2])
+fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+s = socket.socket(fam, socket.SOCK_STREAM); s.settimeout(2)
+try:
+    s.connect((host, port))
+    peer = s.getpeername()
+    print(peer[0], peer[1], s.recv(200).decode().strip(), flush=True)
+except OSError as e:
+    print("ERROR", e, flush=True)
+"#;
+
+/// Localhost NodePorts with the eBPF programs alone (on by default,
+/// `--nodeport-addresses` unset): the node's own TCP connections and UDP
+/// datagrams to `127.0.0.1:NODEPORT` and `[::1]:NODEPORT` reach the
+/// endpoints in the other namespaces, and `getpeername` shows the
+/// loopback address and the node port. A pod's connection to its own
+/// loopback is left alone (refused: nothing listens there). With
+/// `localhost_nodeports(false)`, the node's connection is refused too.
+#[test]
+fn localhost_nodeports_serve_the_node_s_own_sockets_on_both_families() {
+    use kpng_lab::scenarios::NODE_IP;
+    require_lab!(EbpfWithNft);
+    let mut lab = kpng_lab::Lab::new();
+    lab.upstream();
+    lab.host("ext", &[], &[NODE_IP]);
+    lab.host("podc", &[POD_CLIENT], &[]);
+    let six = ["fd00:244:1::10", "fd00:244:2::10", "fd00:244:3::10"];
+    for (k, (name, ip)) in [("e1", E1), ("e2", E2), ("e3", E3)].into_iter().enumerate() {
+        lab.host(name, &[ip, six[k]], &[]);
+        lab.serve(name, ip);
+    }
+    let items = [r#"
+- apiVersion: v1
+  kind: Service
+  metadata: {namespace: t, name: np}
+  spec: {type: NodePort, clusterIP: 10.96.0.70, clusterIPs: [10.96.0.70, "fd00:96::70"], ipFamilies: [IPv4, IPv6], ipFamilyPolicy: RequireDualStack, ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30070}, {name: dns, port: 53, protocol: UDP, targetPort: 5353, nodePort: 30053}]}
+- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata: {namespace: t, name: np-4, labels: {kubernetes.io/service-name: np}}
+  addressType: IPv4
+  endpoints: [{addresses: [10.244.1.10], nodeName: node-a}, {addresses: [10.244.2.10], nodeName: node-b}, {addresses: [10.244.3.10], nodeName: node-c}]
+  ports: [{name: http, port: 8080, protocol: TCP}, {name: dns, port: 5353, protocol: UDP}]
+- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata: {namespace: t, name: np-6, labels: {kubernetes.io/service-name: np}}
+  addressType: IPv6
+  endpoints: [{addresses: ["fd00:244:1::10"], nodeName: node-a}, {addresses: ["fd00:244:2::10"], nodeName: node-b}, {addresses: ["fd00:244:3::10"], nodeName: node-c}]
+  ports: [{name: http, port: 8080, protocol: TCP}, {name: dns, port: 5353, protocol: UDP}]
+"#
+    .to_string()];
+    let all3: std::collections::BTreeSet<String> = [E1, E2, E3].map(String::from).into();
+    {
+        let config = ebpf_config(&lab, &Settings::lab(), false);
+        assert!(config.localhost_nodeports, "on by default");
+        let mut proxy = kpng_lab::ebpf_alone_proxy(&lab, &Settings::lab(), config);
+        proxy.load(&manifest(&items)).expect("sync");
+        settle();
+        for host in ["127.0.0.1", "::1"] {
+            let lines = lab.connect("node", "tcp", host, 30070, 30);
+            assert_eq!(endpoints(&lines), all3, "{host}: {lines:?}");
+            let lines = lab.connect("node", "udp", host, 30053, 10);
+            assert!(
+                lines.len() == 10
+                    && lines
+                        .iter()
+                        .all(|l| all3.contains(l.split(' ').next().unwrap_or(""))),
+                "{host} UDP: {lines:?}"
+            );
+            // What the client sees: the loopback address and node port.
+            let out = lab
+                .client("node", &["python3", "-c", PEER_CLIENT, host, "30070"])
+                .output()
+                .expect("client");
+            let line = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+            assert!(
+                line.starts_with(&format!("{host} 30070 10.244.")),
+                "getpeername: {line}"
+            );
+            // A pod's loopback is its own.
+            let pod = lab.once("podc", "tcp", host, 30070);
+            assert!(pod.starts_with("REFUSED"), "pod to {host}: {pod}");
+        }
+        let counters = proxy.backend.counters().expect("counters");
+        assert_eq!(counters.missing, 0);
+    }
+    EbpfWithNft::clear(&lab);
+
+    // Off: the node's loopback is its own too.
+    let config = ebpf_config(&lab, &Settings::lab(), false).localhost_nodeports(false);
+    let mut proxy = kpng_lab::ebpf_alone_proxy(&lab, &Settings::lab(), config);
+    proxy.load(&manifest(&items)).expect("sync");
+    settle();
+    for host in ["127.0.0.1", "::1"] {
+        let line = lab.once("node", "tcp", host, 30070);
+        assert!(line.starts_with("REFUSED"), "{host}: {line}");
+    }
+    assert!(
+        lab.once("node", "tcp", NODE_IP, 30070)
+            .starts_with("10.244."),
+        "the node's address still serves"
+    );
+    EbpfWithNft::clear(&lab);
 }

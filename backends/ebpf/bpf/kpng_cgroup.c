@@ -47,6 +47,9 @@ static __always_inline int pick(struct frontend *fe, __u64 netns, __u64 flow,
 	svc = bpf_map_lookup_elem(&kpng_services, fe);
 	if (!svc)
 		return no_service(fe);
+	// A localhost NodePort is the node's: a pod's loopback is its own.
+	if ((svc->flags & NODE_NETNS) && !node_netns(netns))
+		return PASS;
 	if (svc->flags & SOCK_RANGED) {
 		int what = ranged(svc, netns);
 

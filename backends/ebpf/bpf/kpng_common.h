@@ -35,6 +35,11 @@
 #define RANGED_PODS 1024     // pods' sockets (every pod network in range)
 #define RANGED_NO_PODS 2048  // no pod's (no pod network in range); neither
 			     // flag: pods' sockets left alone
+// (a socket record of a NodePort on a loopback address: a localhost
+// NodePort) served to the node's own network namespace only
+// (kpng_settings[0].node_netns); another namespace's loopback (a pod's)
+// is its own
+#define NODE_NETNS 4096
 
 // Lookups of one program: the Service address the socket asked for.
 struct frontend {
@@ -264,6 +269,16 @@ struct {
 } kpng_settings SEC(".maps");
 
 #define SETTING_COUNT 1
+
+// Whether `netns` (a socket's network namespace cookie) is the node's own.
+static __always_inline int node_netns(__u64 netns)
+{
+	struct settings *settings;
+	__u32 zero = 0;
+
+	settings = bpf_map_lookup_elem(&kpng_settings, &zero);
+	return settings && settings->node_netns && settings->node_netns == netns;
+}
 
 // One more new connection from `fe` to `ep`, when counting is on.
 static __always_inline void count_traffic(struct frontend *fe,

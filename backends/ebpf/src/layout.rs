@@ -205,6 +205,9 @@ impl fmt::Display for Record {
             };
             write!(f, " source ranges: node {node}, pods {pods}")?;
         }
+        if self.flags & NODE_NETNS != 0 {
+            write!(f, " node only")?;
+        }
         Ok(())
     }
 }
@@ -313,6 +316,11 @@ pub(crate) const RANGED_NODE: u32 = 512;
 pub(crate) const RANGED_PODS: u32 = 1024;
 /// `RANGED_NO_PODS`: no pod network overlaps the ranges.
 pub(crate) const RANGED_NO_PODS: u32 = 2048;
+/// `NODE_NETNS`: a socket record of a NodePort on a loopback address
+/// (a localhost NodePort), served to sockets of the node's own network
+/// namespace only (`kpng_settings[0].node_netns`); another namespace's
+/// loopback (a pod's) is its own.
+pub(crate) const NODE_NETNS: u32 = 4096;
 /// `BAL_MAGLEV`: a record whose new flows from outside take the endpoint
 /// their Maglev slot names (`kpng_maglev`); sockets pick at random.
 pub(crate) const BAL_MAGLEV: u32 = 16;

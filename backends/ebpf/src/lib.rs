@@ -380,6 +380,17 @@ pub struct EbpfConfig {
     /// (`--cluster-cidr`) is in them, fail when none is, and are left
     /// alone otherwise (a pod's source is not known at connect).
     pub netfilter_beside: bool,
+    /// Localhost NodePorts (default on, as kube-proxy's iptables mode,
+    /// `--iptables-localhost-nodeports`): a socket of the node's own
+    /// network namespace ([`tc_netns`](Self::tc_netns)) connecting (or
+    /// sending) to `127.0.0.1:NODEPORT` or `[::1]:NODEPORT` goes to the
+    /// NodePort's endpoints, as one to a node address does (the
+    /// cluster-policy set, whatever the external policy), and its
+    /// `getpeername` shows the loopback address. Each loopback address is
+    /// served when `--nodeport-addresses` is unset or holds it, as
+    /// kube-proxy's. No packet is translated, so no `route_localnet` is
+    /// needed. Other network namespaces (pods) keep their own loopback.
+    pub localhost_nodeports: bool,
 }
 
 impl Default for EbpfConfig {
@@ -401,7 +412,16 @@ impl EbpfConfig {
             counters: false,
             end_udp_sockets: true,
             netfilter_beside: true,
+            localhost_nodeports: true,
         }
+    }
+
+    /// Whether the node's own sockets reach NodePorts on loopback (see
+    /// [`EbpfConfig::localhost_nodeports`]).
+    #[must_use]
+    pub fn localhost_nodeports(mut self, on: bool) -> Self {
+        self.localhost_nodeports = on;
+        self
     }
 
     /// Whether netfilter rules run beside the programs (see
@@ -972,7 +992,11 @@ const PARALLEL_RENDER: usize = 2000;
 /// Renders one round; `full`: every Service of the view.
 fn render(config: &EbpfConfig, round: &Round<'_>, full: bool) -> Rendered {
     let view = round.view();
-    let node_ips = nodeport_ips(view, config.proxy.nodeport_addresses.as_deref());
+    let node_ips = nodeport_ips(
+        view,
+        config.proxy.nodeport_addresses.as_deref(),
+        config.localhost_nodeports,
+    );
     let external = (!config.tc_interfaces.is_empty()).then_some(&config.proxy);
     let node = (external.is_some() && (full || round.node_changed())).then(|| {
         kpng_model::IpFamily::BOTH
@@ -1194,7 +1218,7 @@ mod tests {
         let v = kpng_view::node_view(&store.snapshot(), "node-0");
         let config = EbpfConfig::default();
         let rendered = render(&config, &Round::full(&v), true);
-        let node_ips = nodeport_ips(&v, None);
+        let node_ips = nodeport_ips(&v, None, config.localhost_nodeports);
         let one_by_one: Vec<(ServiceName, Contribution)> = v
             .services
             .iter()

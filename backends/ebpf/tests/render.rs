@@ -17,13 +17,17 @@ use kpng_view::NodeProjector;
 
 /// The dry run's writes for `manifest`, the first (full) sync.
 fn render(manifest: &str) -> Vec<String> {
-    let objects = file::parse_str("case.yaml", manifest).expect("valid manifest");
-    let mut ingest = Ingest::new(Store::new(), IngestConfig::default());
-    ingest.load(&objects);
     let proxy = ProxyConfig::default()
         .cluster_cidrs(["10.244.0.0/16", "fd00:10:244::/48"].map(|c| c.parse().expect("cidr")));
     // With a tc interface: the records of external traffic too.
-    let config = EbpfConfig::new(proxy).tc_interfaces(["eth0"]);
+    render_with(manifest, EbpfConfig::new(proxy).tc_interfaces(["eth0"]))
+}
+
+/// The dry run's writes for `manifest` with `config`, the first sync.
+fn render_with(manifest: &str, config: EbpfConfig) -> Vec<String> {
+    let objects = file::parse_str("case.yaml", manifest).expect("valid manifest");
+    let mut ingest = Ingest::new(Store::new(), IngestConfig::default());
+    ingest.load(&objects);
     let mut backend = EbpfBackend::dry_run(config);
     let mut projector = NodeProjector::new(semantics::NODE);
     projector
@@ -42,4 +46,113 @@ fn each_service_behaviour_renders_as_its_snapshot() {
             .collect();
         insta::assert_snapshot!(name, added.join("\n"));
     }
+}
+
+/// A dual-stack NodePort Service (30080) with `externalTrafficPolicy:
+/// Local`, one endpoint of each family here and one on node-b.
+fn dual_stack_node_port() -> String {
+    let slice = |name: &str, family: &str, here: &str, there: &str| {
+        format!(
+            r#"
+- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata: {{namespace: ns, name: {name}, labels: {{kubernetes.io/service-name: web}}}}
+  addressType: {family}
+  endpoints: [{{addresses: ["{here}"], nodeName: node-a}}, {{addresses: ["{there}"], nodeName: node-b}}]
+  ports: [{{name: http, port: 8080, protocol: TCP}}]
+"#
+        )
+    };
+    format!(
+        r#"{}
+- apiVersion: v1
+  kind: Service
+  metadata: {{namespace: ns, name: web}}
+  spec: {{type: NodePort, externalTrafficPolicy: Local, clusterIP: 10.96.0.10, clusterIPs: [10.96.0.10, "fd00:96::10"], ipFamilies: [IPv4, IPv6], ipFamilyPolicy: RequireDualStack, ports: [{{name: http, port: 80, targetPort: 8080, nodePort: 30080}}]}}
+{}{}"#,
+        semantics::BASELINE,
+        slice("web-4", "IPv4", "10.244.1.10", "10.244.2.10"),
+        slice("web-6", "IPv6", "fd00:10:244:1::10", "fd00:10:244:2::10"),
+    )
+}
+
+/// The records of `writes` (`set services …`, `set external …`) on
+/// loopback.
+fn loopback(writes: &[String]) -> Vec<String> {
+    writes
+        .iter()
+        .filter(|w| w.contains(" 127.") || w.contains(" ::1 "))
+        .cloned()
+        .collect()
+}
+
+/// Localhost NodePorts (on by default, as kube-proxy's iptables mode): a
+/// NodePort gets a socket record on 127.0.0.1 and on ::1, for the node's
+/// own network namespace only ("node only"), leading to the set a node
+/// address's socket record leads to (every endpoint, under
+/// `externalTrafficPolicy: Local` too, as kube-proxy treats the node's
+/// own traffic), and no record for packets from outside. Off, none; with
+/// `--nodeport-addresses`, each loopback address only when inside it.
+#[test]
+fn localhost_nodeports_are_socket_records_of_the_node_alone() {
+    let manifest = dual_stack_node_port();
+    let tc = |proxy: ProxyConfig| EbpfConfig::new(proxy).tc_interfaces(["eth0"]);
+    let writes = render_with(&manifest, tc(ProxyConfig::default()));
+    let node_record = |ip: &str| {
+        writes
+            .iter()
+            .find(|w| w.starts_with(&format!("set services {ip} tcp 30080 : ")))
+            .cloned()
+            .unwrap_or_else(|| panic!("no socket record on {ip}: {writes:#?}"))
+    };
+    // The same set and flags as the node address's record, marked for the
+    // node alone.
+    for (node, lo) in [("192.168.1.11", "127.0.0.1"), ("fd00:192:168:1::11", "::1")] {
+        let record = node_record(node);
+        let expected = format!(
+            "{} node only",
+            record.replacen(&format!(" {node} "), &format!(" {lo} "), 1)
+        );
+        assert_eq!(node_record(lo), expected);
+    }
+    assert_eq!(loopback(&writes).len(), 2, "{:#?}", loopback(&writes));
+    assert!(
+        !writes
+            .iter()
+            .any(|w| w.starts_with("set external 127.") || w.starts_with("set external ::1 ")),
+        "no record for packets from outside: {writes:#?}"
+    );
+
+    let off = render_with(
+        &manifest,
+        tc(ProxyConfig::default()).localhost_nodeports(false),
+    );
+    assert_eq!(loopback(&off), Vec::<String>::new());
+    let nets = |list: &[&str]| {
+        list.iter()
+            .map(|c| c.parse().expect("cidr"))
+            .collect::<Vec<_>>()
+    };
+    let only_v4 = render_with(
+        &manifest,
+        tc(ProxyConfig::default().nodeport_addresses(nets(&["127.0.0.0/8"]))),
+    );
+    let lo = loopback(&only_v4);
+    assert!(
+        lo.len() == 1 && lo[0].starts_with("set services 127.0.0.1 tcp 30080"),
+        "{lo:#?}"
+    );
+    assert!(
+        !only_v4.iter().any(|w| w.contains("192.168.1.11 tcp 30080")),
+        "the node's address is outside --nodeport-addresses"
+    );
+    let elsewhere = render_with(
+        &manifest,
+        tc(ProxyConfig::default().nodeport_addresses(nets(&["192.168.0.0/16", "::1/128"]))),
+    );
+    let lo = loopback(&elsewhere);
+    assert!(
+        lo.len() == 1 && lo[0].starts_with("set services ::1 tcp 30080"),
+        "{lo:#?}"
+    );
 }

@@ -505,12 +505,14 @@ impl IptablesBackend {
         &self.config
     }
 
-    /// The addresses NodePorts listen on, in one family, on `view`'s node.
+    /// The addresses NodePorts listen on, in one family, on `view`'s node
+    /// (loopback left out: kpng sets no `route_localnet`, without which a
+    /// packet translated from loopback is lost).
     fn node_ips(&self, view: &NodeView, family: IpFamily) -> Vec<String> {
-        match &self.config.proxy.nodeport_addresses {
+        match self.config.proxy.nodeport_prefixes() {
             Some(cidrs) => cidrs
                 .iter()
-                .filter(|c| IpFamily::of(&c.network()) == family && !c.network().is_loopback())
+                .filter(|c| IpFamily::of(&c.network()) == family)
                 .map(ToString::to_string)
                 .collect(),
             None => view

@@ -462,10 +462,11 @@ impl NftBackend {
     }
 
     /// The table's fixed part for one family, with the NodePort addresses
-    /// (of `view`'s node, unless configured) and CIDRs.
+    /// (of `view`'s node, unless configured: then loopback left out, as
+    /// kube-proxy's nftables mode serves no NodePort there) and CIDRs.
     fn globals(&self, family: IpFamily, view: &NodeView) -> Render {
-        let node_ips: Vec<IpNet> = match &self.config.proxy.nodeport_addresses {
-            Some(cidrs) => cidrs.clone(),
+        let node_ips: Vec<IpNet> = match self.config.proxy.nodeport_prefixes() {
+            Some(cidrs) => cidrs,
             None => view.node_addresses(family).map(IpNet::from).collect(),
         };
         render::globals(family, &self.config, &node_ips, &self.service_cidrs)

@@ -75,10 +75,21 @@ impl Settings {
                 "kpng syncs on changes and retries failures; it has no periodic full resync",
             );
         }
+        // Localhost NodePorts: kpng's eBPF backend serves them; the
+        // netfilter backends these modes run serve none.
+        let localhost = || self.at("iptables.localhostNodePorts").name;
         if mode == "iptables" && self.localhost_node_ports != Some(false) {
             warn(
-                &file("iptables.localhostNodePorts"),
-                "kpng never serves NodePorts on loopback",
+                &localhost(),
+                "kpng's iptables backend serves no NodePort on loopback: kube-proxy's iptables mode does, by setting route_localnet=1, which kpng does not set; kpng's eBPF backend serves 127.0.0.1 and [::1] to the node's own processes with no sysctl (`kpng kube … to-ebpf`, --localhost-nodeports on by default)",
+            );
+        }
+        if mode != "iptables" && self.localhost_node_ports == Some(true) {
+            warn(
+                &localhost(),
+                &format!(
+                    "mode {mode}: kube-proxy ignores it there, and kpng's nftables backend, as kube-proxy's nftables mode, serves no NodePort on loopback; kpng's eBPF backend does (`kpng kube … to-ebpf`, --localhost-nodeports on by default)"
+                ),
             );
         }
         if let Some(list) = &self.node_port_addresses {

@@ -118,7 +118,7 @@ pub(crate) static FLAGS: &[Flag] = &[
     flag(
         "iptables-localhost-nodeports",
         false,
-        Does::Ignored("kpng never serves NodePorts on loopback"),
+        Does::Alias("localhost-nodeports"),
     ),
     flag(
         "iptables-sync-period",

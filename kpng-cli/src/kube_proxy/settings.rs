@@ -140,6 +140,11 @@ impl Settings {
             s.set_origin(key, field(place), false);
         }
         s.localhost_node_ports = read(path, doc, "iptables.localhostNodePorts")?;
+        s.set_origin(
+            "iptables.localhostNodePorts",
+            field("iptables.localhostNodePorts"),
+            false,
+        );
 
         let (place, text) = version.cluster_cidrs;
         s.cluster_cidrs = if text {
@@ -322,7 +327,10 @@ impl Settings {
                 self.masquerade_all = boolean()?;
                 self.set_origin("linux.masqueradeAll", here, false);
             }
-            "iptables-localhost-nodeports" => self.localhost_node_ports = Some(boolean()?),
+            "iptables-localhost-nodeports" => {
+                self.localhost_node_ports = Some(boolean()?);
+                self.set_origin("iptables.localhostNodePorts", here, false);
+            }
             "iptables-min-sync-period" | "ipvs-min-sync-period" => {
                 if (name == "ipvs-min-sync-period") == (self.mode == "ipvs") {
                     self.min_sync_period = value.to_owned();

@@ -611,3 +611,74 @@ minSyncPeriod: 2s
         assert!(one.contains("masquerade_all: true"), "{one}");
     }
 }
+
+/// `--iptables-localhost-nodeports` (and `iptables.localhostNodePorts`):
+/// taken by `to-ebpf` as `--localhost-nodeports` beside kpng's grammar;
+/// in iptables mode (on by default, as kube-proxy's) and, when asked, in
+/// nftables mode, a warning naming the setting and the eBPF backend, as
+/// the netfilter backends serve no NodePort on loopback.
+#[test]
+fn localhost_nodeports_reach_the_ebpf_backend_and_are_named_elsewhere() {
+    let (argv, warnings) =
+        run(&["kube", "to-ebpf", "--iptables-localhost-nodeports=false"]).expect("kpng grammar");
+    assert_eq!(
+        argv,
+        strings(&[
+            "kpng",
+            "kube",
+            "to-ebpf",
+            "--iptables-localhost-nodeports=false"
+        ])
+    );
+    assert!(warnings.is_empty(), "{warnings:?}");
+
+    let (_, warnings) = run(&["--proxy-mode=iptables"]).expect("flags");
+    let said: Vec<&String> = warnings
+        .iter()
+        .filter(|w| w.starts_with("iptables.localhostNodePorts: "))
+        .collect();
+    assert!(
+        said.len() == 1 && said[0].contains("route_localnet") && said[0].contains("to-ebpf"),
+        "{warnings:?}"
+    );
+    let (_, warnings) = run(&[
+        "--proxy-mode=iptables",
+        "--iptables-localhost-nodeports=false",
+    ])
+    .expect("flags");
+    assert!(
+        !warnings.iter().any(|w| w.contains("localhost")),
+        "{warnings:?}"
+    );
+    let (argv, warnings) = run(&[
+        "--proxy-mode=nftables",
+        "--iptables-localhost-nodeports=true",
+    ])
+    .expect("flags");
+    assert!(argv.contains(&"to-nft".to_owned()), "{argv:?}");
+    assert!(
+        warnings.iter().any(
+            |w| w.starts_with("--iptables-localhost-nodeports: mode nftables: ")
+                && w.contains("serves no NodePort on loopback")
+                && w.contains("to-ebpf")
+        ),
+        "{warnings:?}"
+    );
+    let (_, warnings) = run(&["--proxy-mode=nftables"]).expect("flags");
+    assert!(
+        !warnings.iter().any(|w| w.contains("localhost")),
+        "{warnings:?}"
+    );
+    let (_, warnings) = with_file(
+        "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: nftables\nnftables:\n  localhostNodePorts: true\n",
+        &[],
+    )
+    .expect("lenient");
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains(": nftables.localhostNodePorts: ")
+                && w.contains("serves no NodePort on loopback")),
+        "{warnings:?}"
+    );
+}

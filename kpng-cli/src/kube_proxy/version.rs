@@ -100,7 +100,7 @@ pub(super) const V1ALPHA1: Version = Version {
     misplaced: &[
         (
             "nftables.localhostNodePorts",
-            "not a field of v1alpha1 (iptables' only); ignored",
+            "not a field of v1alpha1 (iptables' only); ignored: kpng's nftables backend, as kube-proxy's nftables mode, serves no NodePort on loopback; kpng's eBPF backend does (`kpng kube … to-ebpf`, --localhost-nodeports)",
         ),
         (
             "ipvs.masqueradeBit",
@@ -136,7 +136,7 @@ pub(super) const V1ALPHA2: Version = Version {
     misplaced: &[
         (
             "nftables.localhostNodePorts",
-            "unknown field (iptables' only)",
+            "unknown field (iptables' only): kpng's nftables backend, as kube-proxy's nftables mode, serves no NodePort on loopback; kpng's eBPF backend does (`kpng kube … to-ebpf`, --localhost-nodeports)",
         ),
         (
             "ipvs.syncPeriod",

@@ -31,10 +31,26 @@ impl<'a> Run<'a> {
                 reason: format!("unallocated address {dst} in the Service CIDR {net}"),
             };
         }
-        self.step(format!(
-            "{dst}:{} ({}) is no Service address, externalIP, load-balancer IP or NodePort of this node",
-            self.packet.port, self.packet.protocol
-        ));
+        if dst.is_loopback() {
+            self.step(match self.setup.data_path {
+                DataPath::Ebpf { .. } if self.packet.origin == Origin::Pod => format!(
+                    "{dst} is the pod's own loopback: its sockets reach no NodePort there (localhost NodePorts are the node's own sockets')"
+                ),
+                DataPath::Ebpf { .. } if self.setup.localhost_nodeports => format!(
+                    "{dst}:{} ({}) is no NodePort, or {dst} is outside --nodeport-addresses",
+                    self.packet.port, self.packet.protocol
+                ),
+                DataPath::Ebpf { .. } => {
+                    "no NodePort on loopback: --localhost-nodeports=false".to_owned()
+                }
+                _ => "no NodePort on loopback: the netfilter rules serve none (as kube-proxy's nftables mode; the eBPF backend's socket programs do, to-ebpf --localhost-nodeports)".to_owned(),
+            });
+        } else {
+            self.step(format!(
+                "{dst}:{} ({}) is no Service address, externalIP, load-balancer IP or NodePort of this node",
+                self.packet.port, self.packet.protocol
+            ));
+        }
         Outcome::Untouched {
             reason: "not a Service's: the packet goes on as routed".into(),
         }

@@ -12,8 +12,8 @@ use kpng_model::{IpFamily, IpNet, ServiceName};
 use super::{Claim, Contribution, SetName, Side};
 use crate::layout::{
     BAL_MAGLEV, BAL_RR, EMPTY_DROP, EMPTY_REJECT, EXT_POD_SOURCES, EXT_RANGES, EXT_SNAT,
-    EXT_SNAT_ALL, Endpoint, Frontend, RANGED_NO_PODS, RANGED_NODE, RANGED_PODS, SOCK_RANGED,
-    proto_number,
+    EXT_SNAT_ALL, Endpoint, Frontend, NODE_NETNS, RANGED_NO_PODS, RANGED_NODE, RANGED_PODS,
+    SOCK_RANGED, proto_number,
 };
 use kpng_model::v1::Balancing;
 use kpng_sink::ProxyConfig;
@@ -64,33 +64,70 @@ impl Sources {
     }
 }
 
+/// The addresses a local socket reaches NodePorts on.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct NodePortIps {
+    /// This node's addresses (from its Node object) inside
+    /// `--nodeport-addresses`, or all of them.
+    pub(crate) node: Vec<IpAddr>,
+    /// The loopback addresses (`127.0.0.1`, `::1`) served to the node's
+    /// own sockets (localhost NodePorts), each when asked for
+    /// (`EbpfConfig::localhost_nodeports`) and inside
+    /// `--nodeport-addresses` (or that unset).
+    pub(crate) loopback: Vec<IpAddr>,
+}
+
 /// The addresses a local socket reaches NodePorts on: this node's
 /// addresses (from its Node object) inside `--nodeport-addresses`, or all
-/// of them; loopback never.
-pub(crate) fn nodeport_ips(view: &NodeView, prefixes: Option<&[IpNet]>) -> Vec<IpAddr> {
-    let mut ips: Vec<IpAddr> = IpFamily::BOTH
+/// of them; with `localhost`, the loopback address of each family inside
+/// `--nodeport-addresses` too (or that unset), as kube-proxy's iptables
+/// mode serves `127.0.0.1` (which serves no `::1`: it would need
+/// `route_localnet`, which IPv6 has not; sockets need no route).
+pub(crate) fn nodeport_ips(
+    view: &NodeView,
+    prefixes: Option<&[IpNet]>,
+    localhost: bool,
+) -> NodePortIps {
+    let inside = |ip: &IpAddr| match prefixes {
+        None => true,
+        Some(prefixes) => prefixes
+            .iter()
+            .any(|net| kpng_model::addr::cidr_contains(*net, *ip)),
+    };
+    let mut node: Vec<IpAddr> = IpFamily::BOTH
         .into_iter()
         .flat_map(|f| view.node_addresses(f))
-        .filter(|ip| match prefixes {
-            None => true,
-            Some(prefixes) => prefixes
-                .iter()
-                .any(|net| kpng_model::addr::cidr_contains(*net, *ip)),
-        })
+        .filter(|ip| !ip.is_loopback() && inside(ip))
         .collect();
-    ips.sort();
-    ips.dedup();
-    ips
+    node.sort();
+    node.dedup();
+    let loopback = if localhost {
+        [
+            IpAddr::from(std::net::Ipv4Addr::LOCALHOST),
+            IpAddr::from(std::net::Ipv6Addr::LOCALHOST),
+        ]
+        .into_iter()
+        .filter(inside)
+        .collect()
+    } else {
+        Vec::new()
+    };
+    NodePortIps { node, loopback }
 }
 
 /// What `view` asks of the maps.
 ///
 /// - ClusterIPs lead to the internal-policy endpoints (the local ones for
 ///   `internalTrafficPolicy: Local`).
-/// - External IPs, LB IPs and NodePorts (on `node_ips`) lead to the
+/// - External IPs, LB IPs and NodePorts (on `node_ips.node`) lead to the
 ///   cluster-policy endpoints: a local socket is the node or one of its
 ///   pods, which kube-proxy sends to every endpoint whatever the
 ///   external policy.
+/// - NodePorts on `node_ips.loopback` (localhost NodePorts) lead to the
+///   same set, for the node's own network namespace only (`NODE_NETNS`):
+///   kube-proxy's rules send the node's traffic to every endpoint,
+///   masqueraded, under either external policy; a pod's loopback is its
+///   own. Sockets only: no packet from outside is for loopback.
 /// - LB IPs with `loadBalancerSourceRanges` get no record: the socket
 ///   goes on unchanged and the node's netfilter rules check its source
 ///   (see docs/reference/semantics.md). With `sources` (no netfilter
@@ -118,7 +155,7 @@ pub(crate) fn nodeport_ips(view: &NodeView, prefixes: Option<&[IpNet]>) -> Vec<I
 pub(crate) fn contribution(
     service: &ServiceName,
     view: &ServiceView,
-    node_ips: &[IpAddr],
+    node_ips: &NodePortIps,
     external: Option<&ProxyConfig>,
     sources: Option<&Sources>,
     balancing: Balancing,
@@ -145,11 +182,13 @@ pub(crate) fn contribution(
             &[]
         };
         let externals: Vec<IpAddr> = plan.external_ips.iter().chain(lb_ips).copied().collect();
-        let node_ips: Vec<IpAddr> = node_ips
-            .iter()
-            .copied()
-            .filter(|ip| IpFamily::of(ip) == family)
-            .collect();
+        let of_family = |ips: &[IpAddr]| -> Vec<IpAddr> {
+            ips.iter()
+                .copied()
+                .filter(|ip| IpFamily::of(ip) == family)
+                .collect()
+        };
+        let (node_ips, loopback) = (of_family(&node_ips.node), of_family(&node_ips.loopback));
         out.live.extend(cluster_ips.iter().copied());
         let local_ips: BTreeSet<IpAddr> = view
             .endpoints
@@ -230,6 +269,9 @@ pub(crate) fn contribution(
             if let Some(node_port) = port.node_port {
                 for ip in &node_ips {
                     claim(*ip, node_port, &cluster, 0);
+                }
+                for ip in &loopback {
+                    claim(*ip, node_port, &cluster, NODE_NETNS);
                 }
             }
             if let Some(proxy) = external {
