@@ -5,6 +5,7 @@
 //! cargo bench -p kpng-lab --bench backends -- nft-comments
 //! cargo bench -p kpng-lab --bench backends -- balancing
 //! cargo bench -p kpng-lab --bench backends -- udp-sockets
+//! cargo bench -p kpng-lab --bench backends -- tcp-end
 //! ```
 //!
 //! `balancing`: nftables' balancing choices with real packets, 10
@@ -41,6 +42,13 @@
 //! at 10k × 10, with 1,100 such sockets held in a pod (and 10 in each of
 //! `KPNG_BENCH_NETNS - 1` more network namespaces), on and off
 //! alternating.
+//!
+//! `tcp-end` (not part of the default run; `KPNG_BENCH_ROUNDS`, default
+//! 3; `KPNG_BENCH_CONNECTIONS`, default 100): the time from the start of
+//! the sync that removes an endpoint to the failure of each of the TCP
+//! connections a pod holds to it through a ClusterIP, per backend that
+//! ends them (`--end-tcp-connections`; the eBPF backend's), for the first
+//! ending of a process and a later one.
 //!
 //! `counters` (not part of the default run; `KPNG_BENCH_ROUNDS`, default
 //! 3): what the per-Service counters cost each of the nft and eBPF
@@ -402,6 +410,20 @@ fn main() {
             .and_then(|v| v.parse().ok())
             .unwrap_or(1);
         kpng_lab::bench::udp_socket_ending(rounds, namespaces);
+        return;
+    }
+    if only.iter().any(|o| o == "tcp-end") {
+        let env = |name: &str, default: usize| {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(default)
+        };
+        let (rounds, connections) = (
+            env("KPNG_BENCH_ROUNDS", 3),
+            env("KPNG_BENCH_CONNECTIONS", 100),
+        );
+        kpng_lab::bench::tcp_ending::<EbpfOnly>(rounds, connections);
         return;
     }
     let wanted = |name: &str| only.is_empty() || only.iter().any(|o| o == name);

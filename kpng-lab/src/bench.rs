@@ -11,7 +11,8 @@
 //! - `comments.rs`: [`comments_cost`];
 //! - `balancing.rs`: [`balancing`];
 //! - `counters.rs`: [`counters_cost`], [`counters_scrape_cost`];
-//! - `udp.rs`: [`udp_socket_ending`].
+//! - `udp.rs`: [`udp_socket_ending`];
+//! - `tcp.rs`: [`tcp_ending`], per backend ([`TcpEnding`]).
 
 mod balancing;
 mod comments;
@@ -19,6 +20,7 @@ mod counters;
 mod figures;
 mod layout;
 mod scale;
+mod tcp;
 mod udp;
 
 use std::net::IpAddr;
@@ -39,6 +41,7 @@ pub use counters::{counters_cost, counters_scrape_cost};
 pub use figures::run;
 pub use layout::{LayoutSwitch, iptables_layout_switch};
 pub use scale::{AtScale, EbpfAtScale, at_scale, cold_full_sync, ebpf_at_scale};
+pub use tcp::{TcpEnding, tcp_ending};
 pub use udp::udp_socket_ending;
 
 /// A lab with a pod client (`podc`, 10.244.1.99) and one endpoint pod

@@ -931,6 +931,366 @@ fn go_on(held: &mut std::process::Child, out: &mut impl std::io::BufRead) -> Str
     line
 }
 
+/// A client holding two TCP connections through Service `svc`
+/// (`argv[1]`, port `argv[2]`), one to endpoint `a` (`argv[3]`), one to
+/// `b` (`argv[4]`), made by connecting until it has one to each (each
+/// endpoint names itself once connected and echoes each line): prints
+/// `before ok ok` (each connection echoed a line). Then, up to `argv[6]`
+/// times, a receive on the connection to `a`, waiting `argv[5]` seconds:
+/// `a <error>` when it fails (and no more), `a TIMEOUT ok` when it still
+/// echoes a line. Then, after a line on its stdin, `b ok` (or the
+/// error's name).
+const HELD_TCP: &str = r#"
+import errno, socket, sys
+svc, port, a, b = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+wait, steps = float(sys.argv[5]), int(sys.argv[6])
+def err(f):
+    try:
+        return f()
+    except socket.timeout:
+        return "TIMEOUT"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+def answer(s):
+    s.sendall(b"x\n"); return "ok" if s.recv(200).startswith(b"x") else "wrong"
+held = {}
+for _ in range(200):
+    s = socket.create_connection((svc, port), timeout=2)
+    who = s.recv(200).decode().split()[0]
+    if who in (a, b) and who not in held:
+        held[who] = s
+        if len(held) == 2:
+            break
+    else:
+        s.close()
+print("before", answer(held[a]), answer(held[b]), flush=True)
+held[a].settimeout(wait)
+for _ in range(steps):
+    got = err(lambda: held[a].recv(200) and "DATA" or "EOF")
+    if got != "TIMEOUT":
+        print("a", got, flush=True)
+        break
+    print("a TIMEOUT", err(lambda: answer(held[a])), flush=True)
+sys.stdin.readline()
+print("b", err(lambda: answer(held[b])), flush=True)
+"#;
+
+/// An endpoint's entry in an EndpointSlice: its address, node and
+/// conditions (`ready` or `draining`: terminating, serving, not ready).
+type SliceEntry<'a> = (&'a str, &'a str);
+
+/// Each step: the endpoints after it, and whether the client's
+/// connection to `a` ends with it.
+type Step<'a> = (Vec<SliceEntry<'a>>, bool);
+
+/// TCP connections through Service `svc` to endpoints `a` and `b` (both
+/// ready), then `steps`, with `--end-tcp-connections` `on`: a step that
+/// ends the connection to `a` makes the client's blocked receive fail
+/// with ECONNABORTED (the time from the start of the sync to the failure
+/// is printed); one that does not leaves it answering. The connection to
+/// `b` answers after all of them. `restart`: kpng stops before the
+/// first step, and the step is the first sync of the next process.
+fn tcp_connections_to_endpoints_that_leave(
+    lab: &kpng_lab::Lab,
+    (svc, a, b): (&str, &str, &str),
+    (on, restart): (bool, bool),
+    service: &str,
+    slice: &dyn Fn(&[SliceEntry<'_>]) -> String,
+    steps: &[Step<'_>],
+) {
+    use std::io::BufRead;
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+    let config = ebpf_config(lab, &Settings::lab(), false).end_tcp_connections(on);
+    let mut proxy = kpng_lab::ebpf_alone_proxy(lab, &Settings::lab(), config);
+    let items = |eps: &[SliceEntry<'_>]| [format!("{service}{}", slice(eps))];
+    proxy
+        .load(&manifest(&items(&[(a, "ready"), (b, "ready")])))
+        .expect("sync");
+    settle();
+    let (port, wait, count) = ("70", "3", steps.len().to_string());
+    let mut held = lab
+        .client(
+            "podc",
+            &[
+                "python3", "-u", "-c", HELD_TCP, svc, port, a, b, wait, &count,
+            ],
+        )
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("client");
+    let out = std::io::BufReader::new(held.stdout.take().expect("stdout"));
+    // Each line as it comes, with the time it came.
+    let (tx, lines) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in out.lines() {
+            let Ok(line) = line else { break };
+            if tx.send((Instant::now(), line)).is_err() {
+                break;
+            }
+        }
+    });
+    let next = || lines.recv_timeout(Duration::from_secs(20)).expect("a line");
+    let (_, line) = next();
+    assert_eq!(line.trim(), "before ok ok");
+    for (i, (eps, ends)) in steps.iter().enumerate() {
+        let restarted = restart && i == 0;
+        let start = Instant::now();
+        if restarted {
+            let config = proxy.backend.config().clone();
+            drop(proxy);
+            proxy = Proxy::with(EbpfBackend::attach(config).expect("attach again")).explained_in(
+                lab,
+                &Settings::lab(),
+                kpng_lab::ebpf_alone(false),
+            );
+        }
+        proxy.load(&manifest(&items(eps))).expect("sync");
+        let stats = proxy.backend.last_sync().clone();
+        let (at, line) = next();
+        assert_eq!(stats.replaced, restarted, "{stats:?}");
+        assert_eq!(stats.adopted, restart, "{stats:?}");
+        if *ends {
+            assert_eq!(line.trim(), "a ECONNABORTED", "{stats:?}");
+            assert_eq!(stats.tcp_sockets_ended, 1, "{stats:?}");
+            assert_eq!(
+                held_at(lab, "e1"),
+                0,
+                "the endpoint was reset: it holds no connection"
+            );
+            println!(
+                "sync to the failure of the connection to the gone endpoint: {:.1} ms (the sync itself: {:.1} ms)",
+                at.duration_since(start).as_secs_f64() * 1e3,
+                stats.micros as f64 / 1e3
+            );
+        } else {
+            assert_eq!(line.trim(), "a TIMEOUT ok", "{stats:?}");
+            assert_eq!(stats.tcp_sockets_ended, 0, "{stats:?}");
+            assert_eq!(held_at(lab, "e1"), 1, "the endpoint holds it");
+        }
+    }
+    {
+        use std::io::Write;
+        held.stdin
+            .take()
+            .expect("stdin")
+            .write_all(b"\n")
+            .expect("write");
+    }
+    let (_, line) = next();
+    assert_eq!(line.trim(), "b ok", "the other connection answers");
+    let _ = held.wait();
+    let _ = reader.join();
+    EbpfWithNft::clear(lab);
+}
+
+/// The established connections to the held port in host `host` (its
+/// server holds each until the peer ends it), once none is closing: a
+/// connection the client's side aborted is gone once its reset came.
+fn held_at(lab: &kpng_lab::Lab, host: &str) -> usize {
+    let count = || {
+        let filter = format!("( sport = :{} )", kpng_lab::held::HELD_PORT);
+        let out = std::process::Command::new("ip")
+            .args(["netns", "exec", &lab.ns(host), "ss", "-Htn", "state"])
+            .args(["established", &filter])
+            .output()
+            .expect("ss");
+        String::from_utf8_lossy(&out.stdout).lines().count()
+    };
+    // (The client's other connections to it, closed as it looked for one
+    // to each endpoint, may still be closing.)
+    for _ in 0..20 {
+        let n = count();
+        if n <= 1 {
+            return n;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    count()
+}
+
+/// Service `h` on 10.96.0.60: TCP 70 to the servers' held port
+/// ([`kpng_lab::held::HELD_PORT`]).
+const HELD_SERVICE: &str = r#"
+- apiVersion: v1
+  kind: Service
+  metadata: {namespace: t, name: h}
+  spec: {clusterIP: 10.96.0.60, ports: [{name: held, port: 70, targetPort: 9100}]}
+"#;
+
+/// Conditions as an EndpointSlice says them.
+fn conditions(what: &str) -> &'static str {
+    match what {
+        "draining" => "{ready: false, serving: true, terminating: true}",
+        _ => "{ready: true, serving: true, terminating: false}",
+    }
+}
+
+/// Service `h`'s slice of `eps` (IPv4: E1 on node-a, others on node-b).
+fn held_slice(eps: &[SliceEntry<'_>]) -> String {
+    let entries: Vec<String> = eps
+        .iter()
+        .map(|(ip, what)| {
+            let node = if *ip == E1 { "node-a" } else { "node-b" };
+            format!(
+                "{{addresses: [{ip}], nodeName: {node}, conditions: {}}}",
+                conditions(what)
+            )
+        })
+        .collect();
+    format!(
+        r#"- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata: {{namespace: t, name: h-1, labels: {{kubernetes.io/service-name: h}}}}
+  addressType: IPv4
+  endpoints: [{}]
+  ports: [{{name: held, port: 9100, protocol: TCP}}]
+"#,
+        entries.join(", ")
+    )
+}
+
+/// `--end-tcp-connections`: the sync that takes endpoint A from the
+/// Service aborts the client's connection to it (its blocked receive
+/// fails with ECONNABORTED); the connection to B is untouched.
+#[test]
+fn a_removed_endpoint_ends_the_tcp_connections_to_it_ipv4() {
+    require_lab!(EbpfWithNft);
+    let lab = lab();
+    tcp_connections_to_endpoints_that_leave(
+        &lab,
+        ("10.96.0.60", E1, E2),
+        (true, false),
+        HELD_SERVICE,
+        &held_slice,
+        &[(vec![(E2, "ready")], true)],
+    );
+}
+
+/// An endpoint that drains (terminating, still serving, while another
+/// is ready: in the view, sent no new connection) keeps its connection;
+/// the sync in which it leaves the slice ends it.
+#[test]
+fn a_draining_endpoint_keeps_its_tcp_connections_until_it_leaves() {
+    require_lab!(EbpfWithNft);
+    let lab = lab();
+    tcp_connections_to_endpoints_that_leave(
+        &lab,
+        ("10.96.0.60", E1, E2),
+        (true, false),
+        HELD_SERVICE,
+        &held_slice,
+        &[
+            (vec![(E1, "draining"), (E2, "ready")], false),
+            (vec![(E2, "ready")], true),
+        ],
+    );
+}
+
+/// Without `--end-tcp-connections` (kube-proxy's behaviour), the
+/// connection to a removed endpoint lives on.
+#[test]
+fn without_the_flag_tcp_connections_to_a_removed_endpoint_live_on() {
+    require_lab!(EbpfWithNft);
+    let lab = lab();
+    tcp_connections_to_endpoints_that_leave(
+        &lab,
+        ("10.96.0.60", E1, E2),
+        (false, false),
+        HELD_SERVICE,
+        &held_slice,
+        &[(vec![(E2, "ready")], false)],
+    );
+}
+
+#[test]
+fn a_removed_endpoint_ends_the_tcp_connections_to_it_ipv6() {
+    require_lab!(EbpfWithNft);
+    let mut lab = kpng_lab::Lab::new();
+    let (e1, e2) = ("fd00:244:1::10", "fd00:244:2::10");
+    lab.host("podc", &["fd00:244:1::99"], &[]);
+    lab.host("e1", &[e1], &[]);
+    lab.serve("e1", e1);
+    lab.host("e2", &[e2], &[]);
+    lab.serve("e2", e2);
+    let service = r#"
+- apiVersion: v1
+  kind: Service
+  metadata: {namespace: t, name: h}
+  spec: {clusterIP: "fd00:96::60", clusterIPs: ["fd00:96::60"], ipFamilies: [IPv6], ports: [{name: held, port: 70, targetPort: 9100}]}
+"#;
+    let slice = |eps: &[SliceEntry<'_>]| {
+        let entries: Vec<String> = eps
+            .iter()
+            .map(|(ip, what)| {
+                let node = if *ip == e1 { "node-a" } else { "node-b" };
+                format!(
+                    "{{addresses: [\"{ip}\"], nodeName: {node}, conditions: {}}}",
+                    conditions(what)
+                )
+            })
+            .collect();
+        format!(
+            r#"- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata: {{namespace: t, name: h-1, labels: {{kubernetes.io/service-name: h}}}}
+  addressType: IPv6
+  endpoints: [{}]
+  ports: [{{name: held, port: 9100, protocol: TCP}}]
+"#,
+            entries.join(", ")
+        )
+    };
+    tcp_connections_to_endpoints_that_leave(
+        &lab,
+        ("fd00:96::60", e1, e2),
+        (true, false),
+        service,
+        &slice,
+        &[(vec![(e2, "ready")], true)],
+    );
+}
+
+/// kpng down while an endpoint leaves: the first sync of the next
+/// process (it adopts the pinned programs and maps) ends the TCP
+/// connections made through the Service to that endpoint (the pinned
+/// connection map remembers where each socket was sent) and leaves the
+/// others.
+#[test]
+fn the_first_sync_after_a_restart_ends_tcp_connections_to_endpoints_that_left_meanwhile() {
+    require_lab!(EbpfWithNft);
+    let lab = lab();
+    tcp_connections_to_endpoints_that_leave(
+        &lab,
+        ("10.96.0.60", E1, E2),
+        (true, true),
+        HELD_SERVICE,
+        &held_slice,
+        &[(vec![(E2, "ready")], true)],
+    );
+}
+
+/// After a restart, an endpoint that drains is still one the
+/// connections may stay with: the first sync leaves its connection; the
+/// sync in which it leaves ends it.
+#[test]
+fn the_first_sync_after_a_restart_keeps_tcp_connections_to_a_draining_endpoint() {
+    require_lab!(EbpfWithNft);
+    let lab = lab();
+    tcp_connections_to_endpoints_that_leave(
+        &lab,
+        ("10.96.0.60", E1, E2),
+        (true, true),
+        HELD_SERVICE,
+        &held_slice,
+        &[
+            (vec![(E1, "draining"), (E2, "ready")], false),
+            (vec![(E2, "ready")], true),
+        ],
+    );
+}
+
 /// Prints the peer `getpeername` shows for a TCP connection to
 /// `HOST PORT`, then the server's line.
 const PEER_CLIENT: &str = r#"

@@ -53,14 +53,22 @@
 //!   Service port ends the connected UDP sockets a Service sent to them
 //!   (a socket iterator calling the kfunc `bpf_sock_destroy`, Linux 6.5,
 //!   run in each network namespace of the cgroup's processes; object
-//!   `bpf/kpng_udp.c`): the owner's next receive fails with
+//!   `bpf/kpng_end.c`): the owner's next receive fails with
 //!   `ECONNABORTED`, and its next connect is balanced anew, as kube-proxy
 //!   clears such flows' conntrack entries. Sockets connected to the
-//!   endpoint's own address, and TCP sockets, are left alone.
+//!   endpoint's own address are left alone.
+//!   With [`EbpfConfig::end_tcp_connections`] (`--end-tcp-connections`,
+//!   off by default as in kube-proxy), a round in which endpoints leave a
+//!   Service (gone from the view: one that drains, terminating but
+//!   serving, stays in it and keeps its connections) also ends the TCP
+//!   connections a Service sent to them (the `iter/tcp` program of the
+//!   same object): the endpoint gets a reset, the client's blocked or
+//!   next call fails with `ECONNABORTED`.
 //!   The first sync after a restart ends those whose endpoint left
 //!   while no kpng ran (the pinned connection map remembers where each
-//!   socket was sent). [`EbpfSyncStats::udp_sockets_ended`] counts them;
-//!   [`EbpfConfig::end_udp_sockets`] turns it off. Where the kernel
+//!   socket was sent). [`EbpfSyncStats::udp_sockets_ended`] and
+//!   [`EbpfSyncStats::tcp_sockets_ended`] count them;
+//!   [`EbpfConfig::end_udp_sockets`] turns UDP's off. Where the kernel
 //!   cannot, one warning says so and rounds go on.
 //! - **Updates** change only what changed: an incremental [`Round`]
 //!   rewrites the Services it lists (every Service when the node's
@@ -432,6 +440,24 @@ impl EbpfConfig {
         self
     }
 
+    /// Whether a round in which endpoints leave a Service (gone from the
+    /// node's view: not one that drains, terminating but serving) ends
+    /// the TCP connections a Service sent to them, in every network
+    /// namespace of the cgroup's processes: the peer gets a reset and the
+    /// owner's blocked or next call fails with `ECONNABORTED`. Sets
+    /// [`ProxyConfig::end_tcp_connections`] in [`EbpfConfig::proxy`],
+    /// which the backend reads (`--end-tcp-connections`; default off,
+    /// which keeps kube-proxy's behaviour: such connections live on until
+    /// one side ends them). Linux 6.5 or later, otherwise a warning and
+    /// nothing ended. The first round after a restart ends those
+    /// connected to an endpoint that left while no kpng ran. The
+    /// iterators that end them are loaded at the first sync.
+    #[must_use]
+    pub fn end_tcp_connections(mut self, on: bool) -> Self {
+        self.proxy.end_tcp_connections = on;
+        self
+    }
+
     /// Whether the programs count connections (see
     /// [`EbpfConfig::counters`]).
     #[must_use]
@@ -506,11 +532,14 @@ pub struct EbpfSyncStats {
     /// Connected UDP sockets it ended: sent by a Service to an endpoint
     /// the round took from it (see the crate docs).
     pub udp_sockets_ended: u64,
+    /// TCP sockets it ended (with [`EbpfConfig::end_tcp_connections`]):
+    /// connected through a Service to an endpoint that left it.
+    pub tcp_sockets_ended: u64,
 }
 
-/// The socket iterator that ends connected UDP sockets to removed
-/// endpoints: loaded at the first round that needs it.
-enum UdpEnder {
+/// The socket iterators that end sockets to removed endpoints: loaded at
+/// the first round that needs them.
+enum Ender {
     NotYet,
     Ready(Box<sockets::SocketEnder>),
     /// The kernel or the object cannot: warned once.
@@ -539,16 +568,22 @@ pub struct EbpfBackend {
     /// The endpoints external traffic reaches by an interface without
     /// the tc programs.
     routes: routes::RouteCheck,
-    udp_ender: UdpEnder,
+    ender: Ender,
     /// The (Service address, endpoint) pairs of UDP Service ports the
     /// round being written takes away.
     udp_gone: std::collections::BTreeSet<sockets::GonePair>,
+    /// The pairs of TCP Service ports whose endpoint left the view in the
+    /// round being written (with `end_tcp_connections`).
+    tcp_gone: std::collections::BTreeSet<sockets::GonePair>,
     /// After the round that loaded or adopted the programs: the endpoints
     /// of each UDP Service address that sockets connect to. The sockets
     /// the programs sent elsewhere before this process (the pinned
     /// connection map remembers them) are to endpoints that left while no
     /// kpng ran: they are ended too.
     udp_live: Option<sockets::Live>,
+    /// As `udp_live`, for TCP: the endpoints in the view, used or not
+    /// (with `end_tcp_connections`).
+    tcp_live: Option<sockets::Live>,
     /// No round of this process has been written yet.
     first_round: bool,
 }
@@ -622,68 +657,96 @@ impl EbpfBackend {
             round: kpng_sink::SyncStats::default(),
             last_writes: Vec::new(),
             routes: routes::RouteCheck::default(),
-            udp_ender: UdpEnder::NotYet,
+            ender: Ender::NotYet,
             udp_gone: std::collections::BTreeSet::new(),
+            tcp_gone: std::collections::BTreeSet::new(),
             udp_live: None,
+            tcp_live: None,
             first_round: true,
         }
     }
 
     /// Ends the connected UDP sockets a Service sent to an endpoint the
-    /// last round took from it; the number ended.
-    fn end_udp_sockets(&mut self) -> u64 {
-        let mut gone = std::mem::take(&mut self.udp_gone);
-        let live = self.udp_live.take();
+    /// last round took from it, and (with `end_tcp_connections`) the TCP
+    /// sockets it sent to an endpoint that left; the numbers ended (UDP,
+    /// TCP).
+    fn end_sockets(&mut self) -> (u64, u64) {
+        let mut udp = std::mem::take(&mut self.udp_gone);
+        let mut tcp = std::mem::take(&mut self.tcp_gone);
+        let udp_live = self.udp_live.take();
+        let tcp_live = self.tcp_live.take();
         let Target::Kernel(datapath) = &self.target else {
-            return 0;
+            return (0, 0);
         };
+        if !self.config.end_udp_sockets {
+            udp.clear();
+        }
+        let udp_live = udp_live.filter(|_| self.config.end_udp_sockets);
+        if !self.config.proxy.end_tcp_connections {
+            tcp.clear();
+        }
+        let tcp_live = tcp_live.filter(|_| self.config.proxy.end_tcp_connections);
         // Maps a previous process left that remember connected sockets:
         // else there is nothing from before to look at (and no iterator to
         // load for it).
-        let live = live.filter(|_| {
-            datapath.adopted && sockets::remembers_any(&datapath.maps_dir().join("kpng_reverse"))
-        });
-        if (gone.is_empty() && live.is_none()) || !self.config.end_udp_sockets {
-            return 0;
+        let from_before = (udp_live.is_some() || tcp_live.is_some())
+            && datapath.adopted
+            && sockets::remembers_any(&datapath.maps_dir().join("kpng_reverse"));
+        let (udp_live, tcp_live) = if from_before {
+            (udp_live, tcp_live)
+        } else {
+            (None, None)
+        };
+        // With TCP endings asked for, the iterators are loaded at the first
+        // sync (~0.1 s), not at the first removal: the first connection
+        // ended waits for no load, and a kernel that cannot is named at
+        // start.
+        let preload = self.config.proxy.end_tcp_connections && matches!(self.ender, Ender::NotYet);
+        if udp.is_empty() && tcp.is_empty() && udp_live.is_none() && tcp_live.is_none() && !preload
+        {
+            return (0, 0);
         }
-        if matches!(self.udp_ender, UdpEnder::NotYet) {
-            self.udp_ender = match sockets::SocketEnder::load(
-                &datapath.maps_dir().join("kpng_reverse"),
-            ) {
-                Ok(ender) => UdpEnder::Ready(Box::new(ender)),
+        if matches!(self.ender, Ender::NotYet) {
+            self.ender = match sockets::SocketEnder::load(&datapath.maps_dir().join("kpng_reverse"))
+            {
+                Ok(ender) => Ender::Ready(Box::new(ender)),
                 Err(reason) => {
                     tracing::warn!(
                         %reason,
-                        "connected UDP sockets to removed endpoints cannot be ended here (needs the kfunc bpf_sock_destroy, Linux 6.5): they keep their endpoint"
+                        "sockets connected to removed endpoints cannot be ended here (needs the kfunc bpf_sock_destroy, Linux 6.5): they keep their endpoint"
                     );
-                    UdpEnder::Unavailable
+                    Ender::Unavailable
                 }
             };
         }
-        let UdpEnder::Ready(ender) = &mut self.udp_ender else {
-            return 0;
+        let Ender::Ready(ender) = &mut self.ender else {
+            return (0, 0);
         };
-        if let Some(live) = &live {
-            let before = ender.stale(live);
-            if !before.is_empty() {
-                tracing::debug!(
-                    pairs = before.len(),
-                    "sockets connected before this process to endpoints no longer there"
-                );
+        for (live, gone) in [(&udp_live, &mut udp), (&tcp_live, &mut tcp)] {
+            if let Some(live) = live {
+                let before = ender.stale(live);
+                if !before.is_empty() {
+                    tracing::debug!(
+                        pairs = before.len(),
+                        "sockets connected before this process to endpoints no longer there"
+                    );
+                }
+                gone.extend(before);
             }
-            gone.extend(before);
         }
-        if gone.is_empty() {
-            return 0;
+        if udp.is_empty() && tcp.is_empty() {
+            return (0, 0);
         }
-        let ended = ender.end(&gone, &self.config.cgroup);
+        let ended = ender.end([&udp, &tcp], &self.config.cgroup);
         tracing::debug!(
-            pairs = gone.len(),
-            ended = ended.sockets,
+            udp_pairs = udp.len(),
+            tcp_pairs = tcp.len(),
+            udp_ended = ended.udp,
+            tcp_ended = ended.tcp,
             namespaces = ended.namespaces,
-            "connected UDP sockets to removed endpoints ended"
+            "sockets connected to removed endpoints ended"
         );
-        ended.sockets
+        (ended.udp, ended.tcp)
     }
 
     /// What the last sync did.
@@ -806,16 +869,22 @@ impl EbpfBackend {
             target,
             config,
             udp_gone,
+            tcp_gone,
             udp_live,
+            tcp_live,
             first_round,
             ..
         } = self;
         udp_gone.clear();
+        tcp_gone.clear();
         let rendered = render(config, round, full);
         if *first_round {
             // The first round of this process (full): what sockets may be
             // connected to now, to end those connected elsewhere before.
             *udp_live = Some(state::udp_live(&rendered.changes));
+            if config.proxy.end_tcp_connections {
+                *tcp_live = Some(state::tcp_live(&rendered.changes, round.view()));
+            }
         }
         if let Target::Fresh(loader) = target {
             let loader = loader.take().and_then(|t| t.join().ok());
@@ -850,6 +919,9 @@ impl EbpfBackend {
             // (A full round after the first compares with what the last
             // wrote; the first has nothing to compare with.)
             *udp_gone = state.udp_gone(&rendered.changes, full);
+            if config.proxy.end_tcp_connections {
+                *tcp_gone = state.tcp_departed(round);
+            }
             let need = if full {
                 let mut need = Usage::default();
                 for (_, c) in &rendered.changes {
@@ -1070,11 +1142,12 @@ impl Sink for EbpfBackend {
             // cgroup or interface, left attached can go.
             datapath.retire_stale();
         }
-        let udp_sockets_ended = if result.is_ok() {
-            self.end_udp_sockets()
+        let (udp_sockets_ended, tcp_sockets_ended) = if result.is_ok() {
+            self.end_sockets()
         } else {
             self.udp_gone.clear();
-            0
+            self.tcp_gone.clear();
+            (0, 0)
         };
         // With tc programs: are the endpoints of external traffic reached
         // through them? (A failure to ask is logged; the round stands.)
@@ -1105,6 +1178,7 @@ impl Sink for EbpfBackend {
             adopted,
             grown,
             udp_sockets_ended,
+            tcp_sockets_ended,
         };
         match &result {
             Ok(_) => tracing::debug!(revision, full, writes, "ebpf sync applied"),
@@ -1156,6 +1230,110 @@ mod tests {
             .collect();
         assert_eq!(rendered.changes.len(), PARALLEL_RENDER + 7);
         assert!(rendered.changes == one_by_one);
+    }
+
+    /// The TCP pairs of an incremental round: the endpoints that left
+    /// the view, at each socket frontend of the Service's TCP port, each
+    /// in its family; not one that drains (terminating but serving while
+    /// another is ready: in the view, in neither set). A removed Service:
+    /// every endpoint it had. What a first round after a restart leaves
+    /// connected: every endpoint in the view, the draining one too.
+    #[test]
+    fn tcp_pairs_are_the_endpoints_that_left_the_view_not_those_that_drain() {
+        use kpng_model::v1::Protocol;
+        use kpng_testkit::history::{Change, NODE, apply};
+        let mut store = kpng_store::Store::new();
+        let mut interner = kpng_model::endpoint::Interner::new();
+        let ready = |id: u8| (id, 0, true, true, false);
+        // Dual stack: endpoints 1-3 IPv4, 4 IPv6.
+        let all = vec![ready(1), ready(2), ready(3), ready(4)];
+        apply(
+            &mut store,
+            &[
+                Change::Node(1),
+                Change::Service(1, 8),
+                Change::Endpoints(1, all),
+            ],
+            &mut interner,
+        );
+        let v1 = kpng_view::node_view(&store.snapshot(), NODE);
+        let mut backend = EbpfBackend::dry_run(EbpfConfig::default().end_tcp_connections(true));
+        backend.sync(&Round::full(&v1)).expect("sync");
+
+        apply(
+            &mut store,
+            &[Change::Endpoints(
+                1,
+                vec![(2, 0, false, true, true), ready(3)],
+            )],
+            &mut interner,
+        );
+        let v2 = kpng_view::node_view(&store.snapshot(), NODE);
+        let service = v1.services.values().next().expect("a Service");
+        let tcp: Vec<_> = service
+            .service
+            .ports
+            .iter()
+            .filter(|p| p.protocol_name() == Some("tcp"))
+            .collect();
+        assert!(!tcp.is_empty());
+        // Each endpoint's bytes at each TCP port's target, by id.
+        let at = |id: &str| -> std::collections::BTreeSet<[u8; 20]> {
+            service
+                .endpoints
+                .iter()
+                .filter(|e| e.ip().to_string().ends_with(id))
+                .flat_map(|e| {
+                    tcp.iter().filter_map(|p| {
+                        let port = e.port(&p.name, Protocol::Tcp)?;
+                        Some(sockets::endpoint_bytes(e.ip(), port))
+                    })
+                })
+                .collect()
+        };
+        let endpoints = |pairs: &std::collections::BTreeSet<sockets::GonePair>| {
+            for p in pairs {
+                assert_eq!(p[18], p[38], "one family: {p:?}");
+            }
+            pairs
+                .iter()
+                .map(|p| <[u8; 20]>::try_from(&p[20..]).expect("20 bytes"))
+                .collect::<std::collections::BTreeSet<_>>()
+        };
+        let pairs = backend.state.tcp_departed(&Round::between(&v1, &v2));
+        let mut left = at(".1.1");
+        left.extend(at(":1:4"));
+        assert_eq!(left.len(), 2 * tcp.len());
+        assert_eq!(endpoints(&pairs), left, "1 and 4 left; 2 drains");
+        // Every ClusterIP is a frontend of them.
+        let services: std::collections::BTreeSet<std::net::IpAddr> = pairs
+            .iter()
+            .map(|p| crate::layout::Endpoint::from_bytes(&p[..20]).ip)
+            .collect();
+        for ip in service.service.cluster_ips(kpng_model::IpFamily::V4) {
+            assert!(services.contains(ip), "{ip}");
+        }
+        for ip in service.service.cluster_ips(kpng_model::IpFamily::V6) {
+            assert!(services.contains(ip), "{ip}");
+        }
+        backend.sync(&Round::between(&v1, &v2)).expect("sync");
+
+        // After a restart: the draining endpoint is still one to be
+        // connected to; the gone one is not.
+        let rendered = render(&backend.config, &Round::full(&v2), true);
+        let live = state::tcp_live(&rendered.changes, &v2);
+        let connected: std::collections::BTreeSet<[u8; 20]> =
+            live.values().flatten().copied().collect();
+        let mut kept = at(".1.2");
+        kept.extend(at(".1.3"));
+        assert_eq!(connected, kept);
+
+        apply(&mut store, &[Change::RemoveService(1)], &mut interner);
+        let v3 = kpng_view::node_view(&store.snapshot(), NODE);
+        let pairs = backend.state.tcp_departed(&Round::between(&v2, &v3));
+        assert_eq!(endpoints(&pairs), kept, "the Service's every endpoint");
+        // None in a full round.
+        assert!(backend.state.tcp_departed(&Round::full(&v3)).is_empty());
     }
 
     fn fail(backend: &mut EbpfBackend, on: bool) {

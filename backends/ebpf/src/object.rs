@@ -51,23 +51,24 @@ pub const CLANG_ARGS: &[&str] = &[
     "-o",
 ];
 
-/// The second object, `bpf/kpng_udp.c`: the socket iterator that ends
-/// connected UDP sockets whose endpoint left their Service (see
-/// `src/sockets.rs`; an object of its own for its license, which the
-/// kernel checks before a program may call a kfunc). Built and checked
-/// as [`OBJECT`] is, with [`UDP_CLANG_ARGS`].
-pub static UDP_OBJECT: &[u8] = aya::include_bytes_aligned!("../bpf/kpng_udp.o");
+/// The second object, `bpf/kpng_end.c`: the socket iterators that end
+/// sockets whose endpoint left their Service, connected UDP sockets
+/// (`iter/udp`) and TCP connections (`iter/tcp`; see `src/sockets.rs`;
+/// an object of its own for its license, which the kernel checks before
+/// a program may call a kfunc). Built and checked as [`OBJECT`] is, with
+/// [`END_CLANG_ARGS`].
+pub static END_OBJECT: &[u8] = aya::include_bytes_aligned!("../bpf/kpng_end.o");
 
-/// The C source [`UDP_OBJECT`] is built from.
-pub const UDP_SOURCE: &str = include_str!("../bpf/kpng_udp.c");
+/// The C source [`END_OBJECT`] is built from.
+pub const END_SOURCE: &str = include_str!("../bpf/kpng_end.c");
 
 /// See [`SOURCE_FILE`].
-pub const UDP_SOURCE_FILE: &str = "kpng_udp.c";
+pub const END_SOURCE_FILE: &str = "kpng_end.c";
 /// See [`SOURCE_FILE`].
-pub const UDP_OBJECT_FILE: &str = "kpng_udp.o";
+pub const END_OBJECT_FILE: &str = "kpng_end.o";
 
-/// [`CLANG_ARGS`] for [`UDP_SOURCE_FILE`].
-pub const UDP_CLANG_ARGS: &[&str] = &[
+/// [`CLANG_ARGS`] for [`END_SOURCE_FILE`].
+pub const END_CLANG_ARGS: &[&str] = &[
     "-O2",
     "-g",
     "-target",
@@ -77,7 +78,7 @@ pub const UDP_CLANG_ARGS: &[&str] = &[
     "-Werror",
     "-fdebug-compilation-dir=.",
     "-c",
-    UDP_SOURCE_FILE,
+    END_SOURCE_FILE,
     "-o",
 ];
 

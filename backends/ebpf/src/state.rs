@@ -260,6 +260,47 @@ impl State {
         out
     }
 
+    /// The (Service address, endpoint) pairs of the TCP Service ports
+    /// that sockets connect to (records of the socket side, as the
+    /// Service's last contribution wrote them) for the endpoints that left
+    /// each Service of `round` ([`kpng_sink::ServiceChange::departed`]:
+    /// gone from the view, not merely unused), each at its port for that
+    /// Service port. Call it before the round's contributions are
+    /// written. None in a full round (nothing to compare with).
+    pub(crate) fn tcp_departed(
+        &self,
+        round: &kpng_sink::Round<'_>,
+    ) -> BTreeSet<crate::sockets::GonePair> {
+        use crate::sockets::{endpoint_bytes, pair};
+        let mut out = BTreeSet::new();
+        for change in round.services() {
+            let mut departed = change.departed().peekable();
+            if departed.peek().is_none() {
+                continue;
+            }
+            let (Some(before), Some(old)) = (change.before, self.contributions.get(change.name))
+            else {
+                continue;
+            };
+            let departed: Vec<&kpng_model::view::EndpointView> = departed.collect();
+            for ((side, frontend), claim) in &old.records {
+                if *side != Side::Socket || frontend.proto != crate::layout::TCP {
+                    continue;
+                }
+                let Some(port) = tcp_port(&before.service, claim.set.port) else {
+                    continue;
+                };
+                let service = endpoint_bytes(frontend.ip, frontend.port);
+                let family = |ip: &IpAddr| ip.is_ipv6() == claim.set.v6;
+                let targets = kpng_model::view::port_targets(departed.iter().copied(), port);
+                for (ip, target) in targets.into_iter().filter(|(ip, _)| family(ip)) {
+                    out.insert(pair(service, endpoint_bytes(ip, target)));
+                }
+            }
+        }
+        out
+    }
+
     pub(crate) fn sizes(&self) -> (usize, usize) {
         (self.sets.len(), self.records.len())
     }
@@ -301,6 +342,53 @@ pub(crate) fn udp_live(changes: &[(ServiceName, Contribution)]) -> crate::socket
         }
     }
     out
+}
+
+/// The endpoints in the view (used or not: one that drains keeps its
+/// connections) of each TCP Service address and port that sockets
+/// connect to (records of the socket side) in `changes`, every Service
+/// of a full round of `view`, each at its port: what a TCP socket may be
+/// connected to now.
+pub(crate) fn tcp_live(
+    changes: &[(ServiceName, Contribution)],
+    view: &kpng_model::view::NodeView,
+) -> crate::sockets::Live {
+    use crate::sockets::endpoint_bytes;
+    let mut out = crate::sockets::Live::new();
+    for (name, contribution) in changes {
+        let Some(service) = view.services.get(name) else {
+            continue;
+        };
+        for ((side, frontend), claim) in &contribution.records {
+            if *side != Side::Socket || frontend.proto != crate::layout::TCP {
+                continue;
+            }
+            let endpoints = out
+                .entry(endpoint_bytes(frontend.ip, frontend.port))
+                .or_default();
+            let Some(port) = tcp_port(&service.service, claim.set.port) else {
+                continue;
+            };
+            let targets = kpng_model::view::port_targets(service.endpoints.iter(), port);
+            for (ip, target) in targets {
+                if ip.is_ipv6() == claim.set.v6 {
+                    endpoints.insert(endpoint_bytes(ip, target));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The TCP port numbered `number` of `service`.
+fn tcp_port(
+    service: &kpng_model::ServiceInfo,
+    number: u16,
+) -> Option<&kpng_model::v1::ServicePort> {
+    service
+        .ports
+        .iter()
+        .find(|p| p.protocol_name() == Some("tcp") && u16::try_from(p.port).ok() == Some(number))
 }
 
 /// A slot or page number: sets hold far fewer than 2^32 endpoints.

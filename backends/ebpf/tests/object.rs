@@ -11,8 +11,8 @@ use std::path::Path;
 use std::process::Command;
 
 use kpng_backend_ebpf::object::{
-    CLANG_ARGS, OBJECT, OBJECT_FILE, SOURCE, SOURCE_FILE, SOURCE_PARTS, UDP_CLANG_ARGS, UDP_OBJECT,
-    UDP_OBJECT_FILE, UDP_SOURCE, UDP_SOURCE_FILE,
+    CLANG_ARGS, END_CLANG_ARGS, END_OBJECT, END_OBJECT_FILE, END_SOURCE, END_SOURCE_FILE, OBJECT,
+    OBJECT_FILE, SOURCE, SOURCE_FILE, SOURCE_PARTS,
 };
 
 #[test]
@@ -27,13 +27,13 @@ fn the_checked_in_object_is_what_the_source_builds_to() {
 }
 
 #[test]
-fn the_checked_in_udp_object_is_what_its_source_builds_to() {
+fn the_checked_in_ending_object_is_what_its_source_builds_to() {
     check(
-        UDP_SOURCE_FILE,
-        UDP_SOURCE,
-        UDP_CLANG_ARGS,
-        UDP_OBJECT_FILE,
-        UDP_OBJECT,
+        END_SOURCE_FILE,
+        END_SOURCE,
+        END_CLANG_ARGS,
+        END_OBJECT_FILE,
+        END_OBJECT,
     );
 }
 
