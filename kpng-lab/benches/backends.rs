@@ -47,7 +47,8 @@
 //! 3; `KPNG_BENCH_CONNECTIONS`, default 100): the time from the start of
 //! the sync that removes an endpoint to the failure of each of the TCP
 //! connections a pod holds to it through a ClusterIP, per backend that
-//! ends them (`--end-tcp-connections`; the eBPF backend's), for the first
+//! ends them (`--end-tcp-connections`: nftables and iptables, each with
+//! the conntrack cleaner, and eBPF), for the first
 //! ending of a process and a later one.
 //!
 //! `counters` (not part of the default run; `KPNG_BENCH_ROUNDS`, default
@@ -422,6 +423,14 @@ fn main() {
         let (rounds, connections) = (
             env("KPNG_BENCH_ROUNDS", 3),
             env("KPNG_BENCH_CONNECTIONS", 100),
+        );
+        kpng_lab::bench::tcp_ending::<kpng_lab::bench::WithCleaner<NftBackend>>(
+            rounds,
+            connections,
+        );
+        kpng_lab::bench::tcp_ending::<kpng_lab::bench::WithCleaner<IptablesBackend>>(
+            rounds,
+            connections,
         );
         kpng_lab::bench::tcp_ending::<EbpfOnly>(rounds, connections);
         return;

@@ -41,7 +41,7 @@ pub use counters::{counters_cost, counters_scrape_cost};
 pub use figures::run;
 pub use layout::{LayoutSwitch, iptables_layout_switch};
 pub use scale::{AtScale, EbpfAtScale, at_scale, cold_full_sync, ebpf_at_scale};
-pub use tcp::{TcpEnding, tcp_ending};
+pub use tcp::{TcpEnding, WithCleaner, tcp_ending};
 pub use udp::udp_socket_ending;
 
 /// A lab with a pod client (`podc`, 10.244.1.99) and one endpoint pod

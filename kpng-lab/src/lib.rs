@@ -44,6 +44,8 @@ pub struct Settings {
     pub nodeport_addresses: Option<String>,
     /// `--masquerade-all`.
     pub masquerade_all: bool,
+    /// `--end-tcp-connections`.
+    pub end_tcp_connections: bool,
 }
 
 impl Settings {
@@ -62,7 +64,8 @@ impl Settings {
         let mut proxy = kpng_sink::ProxyConfig::default()
             .cluster_cidrs(nets(&self.cluster_cidr))
             .service_cidrs(nets(&self.service_cidr))
-            .masquerade_all(self.masquerade_all);
+            .masquerade_all(self.masquerade_all)
+            .end_tcp_connections(self.end_tcp_connections);
         if let Some(list) = &self.nodeport_addresses {
             proxy = proxy.nodeport_addresses(nets(list));
         }

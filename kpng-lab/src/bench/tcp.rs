@@ -10,13 +10,72 @@ use crate::{Lab, LabBackend, Proxy};
 /// A backend whose syncs end the TCP connections to endpoints that left
 /// (`--end-tcp-connections`), as [`tcp_ending`] drives it.
 pub trait TcpEnding: LabBackend {
+    /// The error a client's connection fails with.
+    const ERROR: &'static str;
     /// The backend for `lab`'s node, with the ending on.
     fn ending(lab: &Lab) -> Self;
     /// The TCP connections its last sync ended, as it counts them.
     fn ended(&self) -> u64;
 }
 
+/// A netfilter backend followed by the conntrack cleaner, as the command
+/// runs them: with `--end-tcp-connections` the cleaner ends the flows
+/// (and nudges their clients), the backend readies its rules.
+#[derive(Debug)]
+pub struct WithCleaner<B>(pub kpng_sink::FollowedBy<B, kpng_conntrack::ConntrackCleaner>);
+
+impl<B: kpng_sink::Sink> kpng_sink::Sink for WithCleaner<B> {
+    fn sync(&mut self, round: &kpng_sink::Round<'_>) -> Result<(), kpng_sink::SinkError> {
+        self.0.sync(round)
+    }
+}
+
+impl<B: LabBackend> LabBackend for WithCleaner<B> {
+    const NAME: &'static str = B::NAME;
+    const TOOLS: &'static [&'static str] = B::TOOLS;
+    const DATA_PATH: kpng_explain::DataPath = B::DATA_PATH;
+
+    fn in_lab(lab: &Lab, settings: &crate::Settings) -> Self {
+        use kpng_sink::SinkExt;
+        let cleaner = kpng_conntrack::ConntrackCleaner::in_netns(
+            std::path::Path::new("/run/netns").join(lab.ns("node")),
+        )
+        .with_proxy(&settings.proxy());
+        WithCleaner(B::in_lab(lab, settings).followed_by(cleaner))
+    }
+    fn last_full(&self) -> bool {
+        self.0.first().last_full()
+    }
+    fn last_commands(&self) -> usize {
+        self.0.first().last_commands()
+    }
+    fn dump(lab: &Lab) -> String {
+        B::dump(lab)
+    }
+    fn clear(lab: &Lab) {
+        B::clear(lab);
+    }
+    fn unavailable() -> Option<String> {
+        B::unavailable()
+    }
+}
+
+impl<B: LabBackend> TcpEnding for WithCleaner<B> {
+    const ERROR: &'static str = "ECONNRESET";
+    fn ending(lab: &Lab) -> Self {
+        let settings = crate::Settings {
+            end_tcp_connections: true,
+            ..super::settings()
+        };
+        Self::in_lab(lab, &settings)
+    }
+    fn ended(&self) -> u64 {
+        self.0.next().last_tcp_ended().len() as u64
+    }
+}
+
 impl TcpEnding for crate::EbpfOnly {
+    const ERROR: &'static str = "ECONNABORTED";
     fn ending(lab: &Lab) -> Self {
         let config = crate::ebpf_config(lab, &super::settings(), false).end_tcp_connections(true);
         crate::EbpfOnly(
@@ -181,7 +240,11 @@ pub fn tcp_ending<B: TcpEnding>(rounds: usize, connections: usize) {
                 if line == "done" {
                     break;
                 }
-                assert_eq!(line, "gone ECONNABORTED", "each connection to A ends");
+                assert_eq!(
+                    line,
+                    format!("gone {}", B::ERROR),
+                    "each connection to A ends"
+                );
                 gone.push(at.duration_since(start).as_secs_f64() * 1e3);
             }
             assert_eq!(gone.len(), connections);
