@@ -2,7 +2,7 @@
 //! `conntrack` tool itself uses: one dump of a family's flows of one
 //! protocol (UDP, TCP), and deletes of single flows by their original
 //! tuple; and the nudge that makes the client of a deleted TCP flow find
-//! out ([`nudge`]). kpng never runs the
+//! out ([`crate::nudge`]). kpng never runs the
 //! tool. Messages are built and read by hand from
 //! `linux/netfilter/nfnetlink_conntrack.h`, like the element lists of
 //! [`crate::nft`].
