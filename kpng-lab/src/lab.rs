@@ -380,7 +380,9 @@ impl Lab {
     }
 
     /// Starts the echo servers (TCP 8080, 8081, 9000; UDP 5353, 8125) in
-    /// host `name`, answering with `me` and the peer address they saw.
+    /// host `name`, answering with `me` and the peer address they saw;
+    /// on TCP 9100 ([`held::HELD_PORT`](crate::held::HELD_PORT)) the
+    /// same line, then the connection is held open and echoes.
     pub fn serve(&mut self, name: &str, me: &str) {
         let (child, line) = echo_server(&self.ns(name), me);
         self.servers.push(child);
