@@ -111,9 +111,12 @@ fn raw_socket(v6: bool) -> std::io::Result<OwnedFd> {
 }
 
 fn send_to(socket: &OwnedFd, packet: &[u8], to: IpAddr) -> std::io::Result<()> {
-    let ret = match to {
+    // SAFETY: an all-zero `sockaddr_storage` is a valid value of it.
+    #[allow(unsafe_code)]
+    let mut addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match to {
         IpAddr::V4(ip) => {
-            let addr = libc::sockaddr_in {
+            let v4 = libc::sockaddr_in {
                 sin_family: libc::AF_INET as libc::sa_family_t,
                 sin_port: 0,
                 sin_addr: libc::in_addr {
@@ -121,22 +124,18 @@ fn send_to(socket: &OwnedFd, packet: &[u8], to: IpAddr) -> std::io::Result<()> {
                 },
                 sin_zero: [0; 8],
             };
-            // SAFETY: sendto(2) reads `packet` and `addr` within their
-            // lengths; both outlive the call.
+            // SAFETY: `sockaddr_storage` is larger than and aligned for
+            // any socket address, `sockaddr_in` among them.
             #[allow(unsafe_code)]
             unsafe {
-                libc::sendto(
-                    socket.as_raw_fd(),
-                    packet.as_ptr().cast(),
-                    packet.len(),
-                    0,
-                    std::ptr::from_ref(&addr).cast(),
-                    std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-                )
+                std::ptr::from_mut(&mut addr)
+                    .cast::<libc::sockaddr_in>()
+                    .write(v4);
             }
+            std::mem::size_of::<libc::sockaddr_in>()
         }
         IpAddr::V6(ip) => {
-            let addr = libc::sockaddr_in6 {
+            let v6 = libc::sockaddr_in6 {
                 sin6_family: libc::AF_INET6 as libc::sa_family_t,
                 sin6_port: 0,
                 sin6_flowinfo: 0,
@@ -145,19 +144,28 @@ fn send_to(socket: &OwnedFd, packet: &[u8], to: IpAddr) -> std::io::Result<()> {
                 },
                 sin6_scope_id: 0,
             };
-            // SAFETY: as above.
+            // SAFETY: as above, for `sockaddr_in6`.
             #[allow(unsafe_code)]
             unsafe {
-                libc::sendto(
-                    socket.as_raw_fd(),
-                    packet.as_ptr().cast(),
-                    packet.len(),
-                    0,
-                    std::ptr::from_ref(&addr).cast(),
-                    std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t,
-                )
+                std::ptr::from_mut(&mut addr)
+                    .cast::<libc::sockaddr_in6>()
+                    .write(v6);
             }
+            std::mem::size_of::<libc::sockaddr_in6>()
         }
+    };
+    // SAFETY: sendto(2) reads `packet` and the first `len` bytes of
+    // `addr` (the address written above); both outlive the call.
+    #[allow(unsafe_code)]
+    let ret = unsafe {
+        libc::sendto(
+            socket.as_raw_fd(),
+            packet.as_ptr().cast(),
+            packet.len(),
+            0,
+            std::ptr::from_ref(&addr).cast(),
+            len as libc::socklen_t,
+        )
     };
     if ret < 0 {
         Err(std::io::Error::last_os_error())
