@@ -153,3 +153,24 @@ pub fn monotonic() -> f64 {
     nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
         .map_or(0.0, |t| t.tv_sec() as f64 + t.tv_nsec() as f64 / 1e9)
 }
+
+/// Each line of `out` (a client's standard output) as it comes, with the
+/// time it came, read on a thread of its own (joined once `out` ends):
+/// what a test or bench that times a client's events reads.
+pub fn timed_lines(
+    out: impl std::io::Read + Send + 'static,
+) -> (
+    std::sync::mpsc::Receiver<(std::time::Instant, String)>,
+    std::thread::JoinHandle<()>,
+) {
+    let (tx, lines) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            if tx.send((std::time::Instant::now(), line)).is_err() {
+                break;
+            }
+        }
+    });
+    (lines, reader)
+}

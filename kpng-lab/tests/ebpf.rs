@@ -998,7 +998,6 @@ fn tcp_connections_to_endpoints_that_leave(
     slice: &dyn Fn(&[SliceEntry<'_>]) -> String,
     steps: &[Step<'_>],
 ) {
-    use std::io::BufRead;
     use std::process::Stdio;
     use std::time::{Duration, Instant};
     let config = ebpf_config(lab, &Settings::lab(), false).end_tcp_connections(on);
@@ -1020,17 +1019,8 @@ fn tcp_connections_to_endpoints_that_leave(
         .stdout(Stdio::piped())
         .spawn()
         .expect("client");
-    let out = std::io::BufReader::new(held.stdout.take().expect("stdout"));
     // Each line as it comes, with the time it came.
-    let (tx, lines) = std::sync::mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        for line in out.lines() {
-            let Ok(line) = line else { break };
-            if tx.send((Instant::now(), line)).is_err() {
-                break;
-            }
-        }
-    });
+    let (lines, reader) = kpng_lab::held::timed_lines(held.stdout.take().expect("stdout"));
     let next = || lines.recv_timeout(Duration::from_secs(20)).expect("a line");
     let (_, line) = next();
     assert_eq!(line.trim(), "before ok ok");

@@ -2,7 +2,7 @@
 //! that removes an endpoint to the failure of the clients' connections
 //! to it, per backend ([`TcpEnding`]).
 
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 use crate::{Lab, LabBackend, Proxy};
@@ -205,16 +205,7 @@ pub fn tcp_ending<B: TcpEnding>(rounds: usize, connections: usize) {
             .stdout(std::process::Stdio::piped())
             .spawn()
             .expect("the connection holder");
-        let out = std::io::BufReader::new(holder.stdout.take().expect("stdout"));
-        let (tx, lines) = std::sync::mpsc::channel();
-        let reader = std::thread::spawn(move || {
-            for line in out.lines() {
-                let Ok(line) = line else { break };
-                if tx.send((Instant::now(), line)).is_err() {
-                    break;
-                }
-            }
-        });
+        let (lines, reader) = crate::held::timed_lines(holder.stdout.take().expect("stdout"));
         let next = || {
             lines
                 .recv_timeout(Duration::from_secs(30))
