@@ -72,8 +72,13 @@ items:
 "#;
 
 fn snapshot() -> Snapshot {
+    snapshot_of(CLUSTER)
+}
+
+/// The state of the manifest `yaml`.
+fn snapshot_of(yaml: &str) -> Snapshot {
     let mut ingest = Ingest::new(Store::new(), IngestConfig::default());
-    ingest.load(&file::parse_str("cluster.yaml", CLUSTER).expect("manifest"));
+    ingest.load(&file::parse_str("cluster.yaml", yaml).expect("manifest"));
     ingest.reader().snapshot()
 }
 
@@ -575,9 +580,7 @@ items:
   endpoints: [{addresses: [10.244.2.20], nodeName: node-b}]
   ports: [{name: http, port: 8080, protocol: TCP}]
 "#;
-    let mut ingest = Ingest::new(Store::new(), IngestConfig::default());
-    ingest.load(&file::parse_str("cluster.yaml", cluster).expect("manifest"));
-    let snapshot = ingest.reader().snapshot();
+    let snapshot = snapshot_of(cluster);
     let alone = DataPath::Ebpf {
         tc: true,
         netfilter: false,
