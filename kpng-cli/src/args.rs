@@ -498,6 +498,19 @@ pub(crate) struct ProxyFlags {
     /// the iptables backend picks at random.
     #[arg(long, default_value = "random", value_parser = ["random", "maglev", "round-robin"])]
     pub(crate) balancing: String,
+    /// How NodePorts, LB IPs and external IPs reached from outside under
+    /// `externalTrafficPolicy: Cluster` forward a flow to an endpoint on
+    /// another node, for Services without a `kpng.io/load-balancer-mode`
+    /// annotation: `snat` (kube-proxy's: masqueraded, the reply returns
+    /// through the node the client reached), `dsr` (direct server return:
+    /// the endpoint sees the client, and its node replies to the client
+    /// straight, from the Service's address) or `hybrid` (DSR for TCP and
+    /// SCTP, SNAT for UDP). DSR is done by `to-ebpf`'s tc programs
+    /// (`--tc-interfaces`, on every node: the endpoint's node restores
+    /// the Service's address); `to-nft` and `to-iptables` masquerade, and
+    /// refuse `dsr` and `hybrid`.
+    #[arg(long, default_value = "snat", value_parser = ["snat", "dsr", "hybrid"])]
+    pub(crate) load_balancer_mode: String,
 }
 
 /// The flags every backend takes, with kube-proxy's names.
@@ -680,6 +693,11 @@ impl ProxyFlags {
                 "maglev" => kpng_sink::Balancing::Maglev,
                 "round-robin" => kpng_sink::Balancing::RoundRobin,
                 _ => kpng_sink::Balancing::Random,
+            })
+            .load_balancer_mode(match self.load_balancer_mode.as_str() {
+                "dsr" => kpng_sink::LoadBalancerMode::Dsr,
+                "hybrid" => kpng_sink::LoadBalancerMode::Hybrid,
+                _ => kpng_sink::LoadBalancerMode::Snat,
             });
         // `primary` (kube-proxy's word) is kpng's default.
         if let Some(list) = self.nodeport_addresses.as_ref().filter(|l| *l != "primary") {
@@ -698,6 +716,21 @@ impl ProxyFlags {
     pub(crate) fn localhost_nodeports(&self) -> bool {
         self.localhost_nodeports.unwrap_or(true)
             && self.nodeport_addresses.as_deref().map(str::trim) != Some("primary")
+    }
+
+    /// Refuses `--load-balancer-mode dsr` or `hybrid` for a sink that
+    /// can only masquerade (`backend`: the sink's name, or what it lacks).
+    ///
+    /// # Errors
+    /// [`Error::Usage`] naming the flag, its value and what does it.
+    pub(crate) fn masquerade_only(&self, backend: &str) -> Result<(), Error> {
+        if self.load_balancer_mode == "snat" {
+            return Ok(());
+        }
+        Err(Error::Usage(format!(
+            "--load-balancer-mode {}: {backend} masquerades flows from outside to other nodes' endpoints, as kube-proxy does; direct server return is done by `to-ebpf --tc-interfaces IFACES` on every node (the endpoint's node restores the Service's address)",
+            self.load_balancer_mode
+        )))
     }
 
     /// What a netfilter sink (`backend`: `nftables` or `iptables`) says

@@ -96,6 +96,7 @@ fn unguarded(
         Action::ToNft(nft) => {
             let args = &nft.common;
             let proxy = args.proxy()?;
+            args.proxy.masquerade_only("to-nft")?;
             for warning in args.proxy.loopback_warnings("nftables")? {
                 tracing::warn!("{warning}");
             }
@@ -133,6 +134,7 @@ fn unguarded(
         Action::ToIptables(ipt) => {
             let args = &ipt.common;
             let proxy = args.proxy()?;
+            args.proxy.masquerade_only("to-iptables")?;
             for warning in args.proxy.loopback_warnings("iptables")? {
                 tracing::warn!("{warning}");
             }
@@ -264,6 +266,10 @@ fn ebpf_backend(
             .map(str::trim)
             .filter(|i| !i.is_empty()),
     );
+    if config.tc_interfaces.is_empty() {
+        args.proxy
+            .masquerade_only("to-ebpf without --tc-interfaces (`--north-south nft`)")?;
+    }
     config = config
         .counters(ebpf.counters)
         .end_udp_sockets(ebpf.end_udp_sockets)

@@ -1644,3 +1644,72 @@ fn connection_counters_are_served_per_service_port_and_endpoint() {
         }
     }
 }
+
+/// `--load-balancer-mode dsr` or `hybrid` where nothing returns directly
+/// (the netfilter backends, or `to-ebpf` without its tc programs) is
+/// refused at once, naming the flag, its value and what does it: the
+/// operator asked for something the node would not do. `snat` is
+/// kube-proxy's way everywhere; `to-ebpf --tc-interfaces` takes all
+/// three (a dry run here).
+#[test]
+fn load_balancer_modes_a_backend_cannot_do_are_refused_naming_the_flag() {
+    for (sink, mode) in [
+        (&["to-nft"][..], "dsr"),
+        (&["to-iptables"][..], "hybrid"),
+        (&["to-ebpf"][..], "dsr"),
+    ] {
+        let args = [
+            &["file", "--node", "node-a"][..],
+            sink,
+            &["--dry-run", "--once", "--load-balancer-mode", mode],
+        ]
+        .concat();
+        let (code, _, stderr) = kpng(&args);
+        assert_ne!(code, 0, "{sink:?} {mode}: accepted");
+        assert!(
+            stderr.contains(&format!("--load-balancer-mode {mode}"))
+                && stderr.contains("to-ebpf --tc-interfaces"),
+            "{sink:?}: {stderr}"
+        );
+    }
+    let (code, _, stderr) = kpng(&[
+        "file",
+        "--node",
+        "node-a",
+        "to-nft",
+        "--dry-run",
+        "--once",
+        "--load-balancer-mode",
+        "snat",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    for mode in ["snat", "dsr", "hybrid"] {
+        let (code, stdout, stderr) = kpng(&[
+            "file",
+            "--node",
+            "node-a",
+            "to-ebpf",
+            "--tc-interfaces",
+            "eth0",
+            "--dry-run",
+            "--once",
+            "--load-balancer-mode",
+            mode,
+        ]);
+        assert_eq!(code, 0, "{mode}: {stderr}");
+        assert_eq!(
+            stdout.contains(" direct return"),
+            mode != "snat",
+            "{mode}: {stdout}"
+        );
+    }
+    let (code, _, stderr) = kpng(&[
+        "file",
+        "to-ebpf",
+        "--load-balancer-mode",
+        "dssr",
+        "--dry-run",
+    ]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("dssr"), "{stderr}");
+}

@@ -46,6 +46,12 @@ pub enum Masquerade {
     /// Only towards endpoints on other nodes (the eBPF tc programs): a
     /// local endpoint sees the client.
     RemoteEndpoints,
+    /// Never, and an endpoint on another node is returned directly (the
+    /// eBPF tc programs' DSR, `--load-balancer-mode` or the
+    /// `kpng.io/load-balancer-mode` annotation): the flow goes to it with
+    /// the client's address, the Service's carried in an IP option, and
+    /// its node replies to the client straight.
+    DirectReturn,
 }
 
 /// How a new connection picks its endpoint.

@@ -31,6 +31,15 @@ impl Protocol {
             Self::Sctp => "sctp",
         }
     }
+
+    /// The model's protocol.
+    pub fn model(self) -> kpng_model::v1::Protocol {
+        match self {
+            Self::Tcp => kpng_model::v1::Protocol::Tcp,
+            Self::Udp => kpng_model::v1::Protocol::Udp,
+            Self::Sctp => kpng_model::v1::Protocol::Sctp,
+        }
+    }
 }
 
 impl FromStr for Protocol {

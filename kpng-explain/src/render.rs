@@ -124,6 +124,9 @@ pub(crate) fn text(ex: &Explanation, f: &mut fmt::Formatter<'_>) -> fmt::Result 
                 Masquerade::No => "not masqueraded",
                 Masquerade::Hairpin => "masqueraded only if it goes back to the client (hairpin)",
                 Masquerade::RemoteEndpoints => "masqueraded towards endpoints on other nodes",
+                Masquerade::DirectReturn => {
+                    "not masqueraded; endpoints on other nodes reply to the client directly (DSR)"
+                }
             };
             let by = match mechanism {
                 Mechanism::Netfilter => "netfilter",

@@ -628,3 +628,126 @@ items:
     assert!(matches!(outcome, Outcome::Untouched { .. }), "{text}");
     assert!(text.contains("partly in them"), "{text}");
 }
+
+/// Direct server return (`--load-balancer-mode`, or the Service's
+/// `kpng.io/load-balancer-mode`): the tc programs keep the client's
+/// address and say how the Service's address rides; hybrid returns TCP
+/// directly and masquerades UDP; a ClusterIP from outside, a Local
+/// policy and the netfilter backends are as ever.
+#[test]
+fn direct_server_return_follows_the_mode_and_the_annotation() {
+    use kpng_sink::LoadBalancerMode;
+    let yaml = r#"
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Node
+  metadata: {name: node-a}
+  status: {addresses: [{type: InternalIP, address: 192.168.50.1}]}
+- apiVersion: v1
+  kind: Service
+  metadata: {namespace: t, name: web}
+  spec: {type: NodePort, clusterIP: 10.96.0.10, ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30080}, {name: dns, port: 53, protocol: UDP, targetPort: 5353, nodePort: 30053}]}
+- apiVersion: v1
+  kind: Service
+  metadata: {namespace: t, name: kept, annotations: {kpng.io/load-balancer-mode: snat}}
+  spec: {type: NodePort, clusterIP: 10.96.0.11, ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30081}]}
+- apiVersion: v1
+  kind: Service
+  metadata: {namespace: t, name: hy, annotations: {kpng.io/load-balancer-mode: hybrid}}
+  spec: {type: NodePort, clusterIP: 10.96.0.12, ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30082}, {name: dns, port: 53, protocol: UDP, targetPort: 5353, nodePort: 30083}]}
+"#
+    .to_owned();
+    let mut yaml = yaml;
+    for name in ["web", "kept", "hy"] {
+        yaml.push_str(&format!(
+            r#"- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata: {{namespace: t, name: {name}-1, labels: {{kubernetes.io/service-name: {name}}}}}
+  addressType: IPv4
+  endpoints: [{{addresses: [10.244.2.10], nodeName: node-b}}]
+  ports: [{{name: http, port: 8080, protocol: TCP}}, {{name: dns, port: 5353, protocol: UDP}}]
+"#
+        ));
+    }
+    let snapshot = snapshot_of(&yaml);
+    let ebpf = DataPath::Ebpf {
+        tc: true,
+        netfilter: true,
+    };
+    let explained = |data_path, mode, protocol, dst: &str, port| {
+        let proxy = kpng_sink::ProxyConfig::default()
+            .cluster_cidrs(["10.244.0.0/16".parse().expect("cidr")])
+            .load_balancer_mode(mode);
+        let packet = Packet::new(
+            Origin::Outside,
+            protocol,
+            "203.0.113.10".parse().expect("ip"),
+            dst.parse().expect("ip"),
+            port,
+        );
+        explain(&snapshot, "node-a", &Setup::new(proxy, data_path), &packet).expect("explained")
+    };
+    let mode = |data_path, mode, protocol, dst, port| {
+        masquerade(&explained(data_path, mode, protocol, dst, port).outcome)
+    };
+    let node = "192.168.50.1";
+    let (dsr, snat, hybrid) = (
+        LoadBalancerMode::Dsr,
+        LoadBalancerMode::Snat,
+        LoadBalancerMode::Hybrid,
+    );
+    // The flag, for TCP and UDP.
+    assert_eq!(
+        mode(ebpf, dsr, Protocol::Tcp, node, 30080),
+        Masquerade::DirectReturn
+    );
+    assert_eq!(
+        mode(ebpf, dsr, Protocol::Udp, node, 30053),
+        Masquerade::DirectReturn
+    );
+    assert_eq!(
+        mode(ebpf, snat, Protocol::Tcp, node, 30080),
+        Masquerade::RemoteEndpoints
+    );
+    assert_eq!(
+        mode(ebpf, hybrid, Protocol::Tcp, node, 30080),
+        Masquerade::DirectReturn
+    );
+    assert_eq!(
+        mode(ebpf, hybrid, Protocol::Udp, node, 30053),
+        Masquerade::RemoteEndpoints
+    );
+    // The annotation over the flag.
+    assert_eq!(
+        mode(ebpf, dsr, Protocol::Tcp, node, 30081),
+        Masquerade::RemoteEndpoints
+    );
+    assert_eq!(
+        mode(ebpf, snat, Protocol::Tcp, node, 30082),
+        Masquerade::DirectReturn
+    );
+    assert_eq!(
+        mode(ebpf, snat, Protocol::Udp, node, 30083),
+        Masquerade::RemoteEndpoints
+    );
+    // A ClusterIP from outside is masqueraded whatever the mode, and the
+    // netfilter backends masquerade.
+    assert_eq!(
+        mode(ebpf, dsr, Protocol::Tcp, "10.96.0.10", 80),
+        Masquerade::Yes
+    );
+    assert_eq!(
+        mode(DataPath::Nftables, dsr, Protocol::Tcp, node, 30080),
+        Masquerade::Yes
+    );
+    // The text says what rides where.
+    let text = explained(ebpf, dsr, Protocol::Tcp, node, 30080).to_string();
+    assert!(
+        text.contains("load balancer mode dsr: direct server return")
+            && text.contains("an IPv4 option (8 bytes) on the first packet")
+            && text.contains("reply to the client directly (DSR)"),
+        "{text}"
+    );
+}

@@ -51,10 +51,15 @@ pub const LAST_CHANGE_TRIGGER_TIME: &str = "endpoints.kubernetes.io/last-change-
 /// `round-robin`).
 pub const BALANCING: &str = "kpng.io/balancing";
 
-/// The annotations kept: the trigger time and the balancing.
+/// The annotation that chooses how a Service's flows from outside reach
+/// an endpoint on another node (`snat`, `dsr`, `hybrid`).
+pub const LOAD_BALANCER_MODE: &str = "kpng.io/load-balancer-mode";
+
+/// The annotations kept: the trigger time, the balancing and the load
+/// balancer mode.
 fn kept_annotations(all: Option<&BTreeMap<String, String>>) -> Option<BTreeMap<String, String>> {
     let all = all?;
-    let kept: BTreeMap<String, String> = [LAST_CHANGE_TRIGGER_TIME, BALANCING]
+    let kept: BTreeMap<String, String> = [LAST_CHANGE_TRIGGER_TIME, BALANCING, LOAD_BALANCER_MODE]
         .into_iter()
         .filter_map(|key| Some((key.to_owned(), all.get(key)?.clone())))
         .collect();

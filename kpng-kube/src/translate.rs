@@ -306,6 +306,7 @@ pub fn service(
         },
         traffic_distribution: spec.traffic_distribution.clone().unwrap_or_default(),
         balancing: balancing(svc) as i32,
+        load_balancer_mode: load_balancer_mode(svc) as i32,
         ..Service::default()
     };
     // Typed here, where they were parsed: the text fields are made from
@@ -321,36 +322,64 @@ pub fn service(
 }
 
 /// The balancing a Service's `kpng.io/balancing` annotation asks for:
-/// `random`, `maglev` or `round-robin`. Anything else is the proxy's
-/// default, with a warning naming the Service and the value (the Service
-/// itself is served).
+/// `random`, `maglev` or `round-robin`.
 fn balancing(svc: &objects::Service) -> kpng_model::v1::Balancing {
     use kpng_model::v1::Balancing;
-    let Some(value) = svc
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(objects::BALANCING))
-    else {
-        return Balancing::Unspecified;
+    choice(
+        svc,
+        objects::BALANCING,
+        &[
+            ("random", Balancing::Random),
+            ("maglev", Balancing::Maglev),
+            ("round-robin", Balancing::RoundRobin),
+            ("roundrobin", Balancing::RoundRobin),
+            ("rr", Balancing::RoundRobin),
+        ],
+        Balancing::Unspecified,
+    )
+}
+
+/// The load balancer mode a Service's `kpng.io/load-balancer-mode`
+/// annotation asks for: `snat`, `dsr` or `hybrid`.
+fn load_balancer_mode(svc: &objects::Service) -> kpng_model::v1::LoadBalancerMode {
+    use kpng_model::v1::LoadBalancerMode;
+    choice(
+        svc,
+        objects::LOAD_BALANCER_MODE,
+        &[
+            ("snat", LoadBalancerMode::Snat),
+            ("dsr", LoadBalancerMode::Dsr),
+            ("hybrid", LoadBalancerMode::Hybrid),
+        ],
+        LoadBalancerMode::Unspecified,
+    )
+}
+
+/// The choice annotation `key` of a Service names among `choices`;
+/// without it, `default` (the proxy's). Any other value is `default` too,
+/// with a warning naming the Service, the annotation and the value (the
+/// Service itself is served).
+fn choice<T: Copy>(svc: &objects::Service, key: &str, choices: &[(&str, T)], default: T) -> T {
+    let Some(value) = svc.metadata.annotations.as_ref().and_then(|a| a.get(key)) else {
+        return default;
     };
-    match value.trim() {
-        "random" => Balancing::Random,
-        "maglev" => Balancing::Maglev,
-        "round-robin" | "roundrobin" | "rr" => Balancing::RoundRobin,
-        other => {
-            tracing::warn!(
-                service = %format!(
-                    "{}/{}",
-                    svc.metadata.namespace.as_deref().unwrap_or_default(),
-                    svc.metadata.name.as_deref().unwrap_or_default()
-                ),
-                value = other,
-                "unknown kpng.io/balancing (random, maglev or round-robin): the proxy's default is used"
-            );
-            Balancing::Unspecified
-        }
+    let value = value.trim();
+    if let Some((_, choice)) = choices.iter().find(|(name, _)| *name == value) {
+        return *choice;
     }
+    let names: Vec<&str> = choices.iter().map(|(name, _)| *name).collect();
+    tracing::warn!(
+        service = %format!(
+            "{}/{}",
+            svc.metadata.namespace.as_deref().unwrap_or_default(),
+            svc.metadata.name.as_deref().unwrap_or_default()
+        ),
+        annotation = key,
+        value,
+        "unknown value (known: {}): the proxy's default is used",
+        names.join(", ")
+    );
+    default
 }
 
 /// What one EndpointSlice contributes to its Service.

@@ -84,9 +84,30 @@ pub const SERVICE_CIDR: &str = "10.96.0.0/16";
 /// pod CIDRs 10.244.K.0/24).
 pub const MAX_NODES: usize = 250;
 
+/// A dual-stack cluster's ([`Cluster::dual_stack`]) IPv6 fabric: the
+/// client's address.
+pub const CLIENT_IP6: &str = "fd00:f::10";
+/// The IPv6 fabric's own address (every node's IPv6 default gateway).
+pub const GATEWAY_IP6: &str = "fd00:f::1";
+/// The IPv6 pod CIDR of a dual-stack cluster (node K's pods in
+/// `fd00:244:0:K::/64`, K in hex).
+pub const CLUSTER_CIDR6: &str = "fd00:244::/48";
+/// The IPv6 Service CIDR of a dual-stack cluster.
+pub const SERVICE_CIDR6: &str = "fd00:96::/112";
+
 /// Node `k`'s address (nodes count from 1).
 pub fn node_ip(k: usize) -> String {
     format!("192.168.1.{k}")
+}
+
+/// Node `k`'s IPv6 address, in a dual-stack cluster.
+pub fn node_ip6(k: usize) -> String {
+    format!("fd00:f::1:{k:x}")
+}
+
+/// The IPv6 address of pod `j` on node `k`, in a dual-stack cluster.
+pub fn pod_ip6(k: usize, j: usize) -> String {
+    format!("fd00:244:0:{k:x}::{:x}", 10 + j)
 }
 
 /// Node `k`'s name in manifests.
@@ -220,6 +241,9 @@ pub struct Cluster {
     /// More flags for every agent started from now on (after the
     /// backend's), e.g. `--no-conntrack-cleanup`.
     pub agent_flags: Vec<String>,
+    /// Dual stack ([`Cluster::dual_stack`]): IPv6 beside IPv4 on the
+    /// fabric, the nodes and the pods.
+    pub ipv6: bool,
     binary: PathBuf,
     dir: PathBuf,
     namespaces: Vec<String>,
@@ -274,8 +298,13 @@ impl Cluster {
     pub fn manifest(&self, items: &[String]) -> String {
         let mut out = String::from("apiVersion: v1\nkind: List\nitems:\n");
         for k in 1..=self.nodes {
+            let v6 = if self.ipv6 {
+                format!(", {{type: InternalIP, address: \"{}\"}}", node_ip6(k))
+            } else {
+                String::new()
+            };
             out.push_str(&format!(
-                "- apiVersion: v1\n  kind: Node\n  metadata: {{name: {}, labels: {{topology.kubernetes.io/zone: zone-{k}}}}}\n  status: {{addresses: [{{type: InternalIP, address: {}}}]}}\n",
+                "- apiVersion: v1\n  kind: Node\n  metadata: {{name: {}, labels: {{topology.kubernetes.io/zone: zone-{k}}}}}\n  status: {{addresses: [{{type: InternalIP, address: {}}}{v6}]}}\n",
                 node_name(k),
                 node_ip(k)
             ));
@@ -400,14 +429,17 @@ impl Cluster {
                 .arg("--bpf-pin-path")
                 .arg(fs.path.join("kpng"));
         }
-        command.args([
-            "--cluster-cidr",
-            CLUSTER_CIDR,
-            "--service-cidr",
-            SERVICE_CIDR,
-            "--metrics-bind-address",
-            "",
-        ]);
+        let (clusters, services) = if self.ipv6 {
+            (
+                format!("{CLUSTER_CIDR},{CLUSTER_CIDR6}"),
+                format!("{SERVICE_CIDR},{SERVICE_CIDR6}"),
+            )
+        } else {
+            (CLUSTER_CIDR.to_owned(), SERVICE_CIDR.to_owned())
+        };
+        command
+            .args(["--cluster-cidr", &clusters, "--service-cidr", &services])
+            .args(["--metrics-bind-address", ""]);
         command.args(&self.agent_flags);
         self.agents[k - 1] = Some(Process::spawn(command));
     }
@@ -652,21 +684,30 @@ impl Cluster {
     /// comes to it, and its source address.
     fn handler(&self, ns: &str, host: &str) -> Option<(usize, kpng_explain::Origin, String)> {
         use kpng_explain::Origin;
+        // The source of the destination's family.
+        let v6 = host.contains(':');
         let pod = (1..=self.nodes).find_map(|k| {
             (0..self.pods_per_node)
                 .find(|&j| self.pod_ns(k, j) == ns)
-                .map(|j| (k, Origin::Pod, pod_ip(k, j)))
+                .map(|j| {
+                    (
+                        k,
+                        Origin::Pod,
+                        if v6 { pod_ip6(k, j) } else { pod_ip(k, j) },
+                    )
+                })
         });
         pod.or_else(|| {
             (1..=self.nodes)
                 .find(|&k| self.node_ns(k) == ns)
-                .map(|k| (k, Origin::Host, node_ip(k)))
+                .map(|k| (k, Origin::Host, if v6 { node_ip6(k) } else { node_ip(k) }))
         })
         .or_else(|| {
+            let client = if v6 { CLIENT_IP6 } else { CLIENT_IP };
             (ns == self.client_ns())
-                .then(|| (1..=self.nodes).find(|&k| node_ip(k) == host))
+                .then(|| (1..=self.nodes).find(|&k| node_ip(k) == host || node_ip6(k) == host))
                 .flatten()
-                .map(|k| (k, Origin::Outside, CLIENT_IP.to_owned()))
+                .map(|k| (k, Origin::Outside, client.to_owned()))
         })
     }
 
@@ -699,9 +740,19 @@ impl Cluster {
             kpng_kube::Ingest::new(kpng_store::Store::new(), kpng_kube::IngestConfig::default());
         ingest.load(&objects);
         let snapshot = ingest.reader().snapshot();
+        let mode = self
+            .agent_flags
+            .iter()
+            .position(|f| f == "--load-balancer-mode")
+            .and_then(|i| self.agent_flags.get(i + 1));
         let settings = crate::Settings {
-            cluster_cidr: CLUSTER_CIDR.into(),
-            service_cidr: SERVICE_CIDR.into(),
+            cluster_cidr: format!("{CLUSTER_CIDR},{CLUSTER_CIDR6}"),
+            service_cidr: format!("{SERVICE_CIDR},{SERVICE_CIDR6}"),
+            load_balancer_mode: match mode.map(String::as_str) {
+                Some("dsr") => kpng_sink::LoadBalancerMode::Dsr,
+                Some("hybrid") => kpng_sink::LoadBalancerMode::Hybrid,
+                _ => kpng_sink::LoadBalancerMode::Snat,
+            },
             ..crate::Settings::default()
         };
         let data_path = match self.backend {

@@ -14,9 +14,12 @@ static NEXT: AtomicUsize = AtomicUsize::new(0);
 pub(crate) const SERVER: &str = r#"
 import socket, sys, threading
 me = sys.argv[1]
+me6 = sys.argv[2] if len(sys.argv) > 2 else me
 def who(addr):
     a = addr[0]
     return a[7:] if a.startswith("::ffff:") else a
+def name(addr):
+    return me6 if ":" in who(addr) else me
 def tcp(port):
     s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
     s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
@@ -24,7 +27,7 @@ def tcp(port):
     s.bind(("::", port)); s.listen(256)
     while True:
         c, a = s.accept()
-        try: c.sendall(("%s %s\n" % (me, who(a))).encode())
+        try: c.sendall(("%s %s\n" % (name(a), who(a))).encode())
         finally: c.close()
 def udp(port):
     s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
@@ -32,10 +35,10 @@ def udp(port):
     s.bind(("::", port))
     while True:
         d, a = s.recvfrom(2048)
-        s.sendto(("%s %s\n" % (me, who(a))).encode(), a)
+        s.sendto(("%s %s\n" % (name(a), who(a))).encode(), a)
 def held(c, a):
     try:
-        c.sendall(("%s %s\n" % (me, who(a))).encode())
+        c.sendall(("%s %s\n" % (name(a), who(a))).encode())
         while True:
             d = c.recv(2048)
             if not d: break
@@ -59,7 +62,9 @@ print("ready", flush=True)
 threading.Event().wait()
 "#;
 
-/// `count` connections (or datagrams); with source ports after the
+/// `count` connections (or datagrams: `udp` unconnected, `udpc` from a
+/// connected socket, which takes replies from the address it sent to
+/// only); with source ports after the
 /// count, one TCP connection each, bound to its port (so that the same
 /// flows can be made again) and closed by a reset (no TIME_WAIT keeps
 /// the port from the next round). One line each.
@@ -78,6 +83,9 @@ for sport in sports:
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 s.bind(("", sport))
             s.connect((host, port)); out = s.recv(200).decode().strip()
+        elif proto == "udpc":
+            s = socket.socket(fam, socket.SOCK_DGRAM); s.settimeout(2)
+            s.connect((host, port)); s.send(b"hi"); out = s.recv(200).decode().strip()
         else:
             s = socket.socket(fam, socket.SOCK_DGRAM); s.settimeout(2)
             s.sendto(b"hi", (host, port)); out = s.recv(200).decode().strip()
@@ -384,7 +392,7 @@ impl Lab {
     /// on TCP 9100 ([`held::HELD_PORT`](crate::held::HELD_PORT)) the
     /// same line, then the connection is held open and echoes.
     pub fn serve(&mut self, name: &str, me: &str) {
-        let (child, line) = echo_server(&self.ns(name), me);
+        let (child, line) = echo_server(&self.ns(name), me, None);
         self.servers.push(child);
         assert_eq!(line.trim(), "ready", "server in {name} did not start");
     }
@@ -609,13 +617,14 @@ impl Lab {
 }
 
 /// Starts the lab's echo servers ([`SERVER`]) in network namespace `ns`,
-/// answering with `me`; returns the process and the first line it
+/// answering with `me` (`me6`, when given, to IPv6 peers); returns the process and the first line it
 /// printed (`ready` once it listens), for the caller to keep the process
 /// (so that it is killed with the lab) before checking the line.
-pub(crate) fn echo_server(ns: &str, me: &str) -> (std::process::Child, String) {
+pub(crate) fn echo_server(ns: &str, me: &str, me6: Option<&str>) -> (std::process::Child, String) {
     use std::io::BufRead;
     let mut child = Command::new("ip")
         .args(["netns", "exec", ns, "python3", "-u", "-c", SERVER, me])
+        .args(me6)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

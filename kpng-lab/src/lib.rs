@@ -46,6 +46,8 @@ pub struct Settings {
     pub masquerade_all: bool,
     /// `--end-tcp-connections`.
     pub end_tcp_connections: bool,
+    /// `--load-balancer-mode` (unspecified: SNAT).
+    pub load_balancer_mode: kpng_sink::LoadBalancerMode,
 }
 
 impl Settings {
@@ -65,7 +67,8 @@ impl Settings {
             .cluster_cidrs(nets(&self.cluster_cidr))
             .service_cidrs(nets(&self.service_cidr))
             .masquerade_all(self.masquerade_all)
-            .end_tcp_connections(self.end_tcp_connections);
+            .end_tcp_connections(self.end_tcp_connections)
+            .load_balancer_mode(self.load_balancer_mode);
         if let Some(list) = &self.nodeport_addresses {
             proxy = proxy.nodeport_addresses(nets(list));
         }

@@ -116,7 +116,10 @@ fn indent(text: &str) -> String {
 
 /// The protocol word of [`Lab::connect`](crate::Lab::connect).
 pub(crate) fn protocol(word: &str) -> Option<Protocol> {
-    word.parse().ok()
+    match word {
+        "udpc" => Some(Protocol::Udp),
+        _ => word.parse().ok(),
+    }
 }
 
 /// The origin of a lab host: the node itself, a pod on it, or another
@@ -176,6 +179,7 @@ fn agrees(
                     Masquerade::No => true,
                     Masquerade::Hairpin => endpoint != src,
                     Masquerade::RemoteEndpoints => target.local,
+                    Masquerade::DirectReturn => true,
                 };
                 if kept != want_kept {
                     return Err(format!(

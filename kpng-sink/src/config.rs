@@ -2,7 +2,7 @@
 
 use ipnet::IpNet;
 use kpng_model::IpFamily;
-use kpng_model::v1::Balancing;
+use kpng_model::v1::{Balancing, LoadBalancerMode, Protocol};
 
 /// The settings every kpng-rs backend takes, named after kube-proxy's
 /// flags: the cluster's networks and masquerading. A backend's own config
@@ -50,6 +50,12 @@ pub struct ProxyConfig {
     /// reset for a Service left with no endpoint), and
     /// `kpng_conntrack::ConntrackCleaner` ends the flows.
     pub end_tcp_connections: bool,
+    /// `--load-balancer-mode`: how a Service without a
+    /// `kpng.io/load-balancer-mode` annotation forwards flows from outside
+    /// to an endpoint on another node (default: SNAT, as kube-proxy). Only
+    /// a backend that can return directly (the eBPF tc programs) reads it:
+    /// see [`ProxyConfig::direct_return`].
+    pub load_balancer_mode: LoadBalancerMode,
 }
 
 impl Default for ProxyConfig {
@@ -62,6 +68,7 @@ impl Default for ProxyConfig {
             masquerade_bit: 14,
             balancing: Balancing::Random,
             end_tcp_connections: false,
+            load_balancer_mode: LoadBalancerMode::Snat,
         }
     }
 }
@@ -86,6 +93,56 @@ impl ProxyConfig {
                 other => other,
             },
             own => own,
+        }
+    }
+
+    /// Sets `--load-balancer-mode` (unspecified is SNAT).
+    #[must_use]
+    pub fn load_balancer_mode(mut self, mode: LoadBalancerMode) -> Self {
+        self.load_balancer_mode = match mode {
+            LoadBalancerMode::Unspecified => LoadBalancerMode::Snat,
+            other => other,
+        };
+        self
+    }
+
+    /// How `service` forwards flows from outside to other nodes'
+    /// endpoints: its own choice, or this default (never
+    /// [`LoadBalancerMode::Unspecified`]).
+    pub fn load_balancer_mode_of(&self, service: &kpng_model::v1::Service) -> LoadBalancerMode {
+        match service.load_balancer_mode() {
+            LoadBalancerMode::Unspecified => match self.load_balancer_mode {
+                LoadBalancerMode::Unspecified => LoadBalancerMode::Snat,
+                other => other,
+            },
+            own => own,
+        }
+    }
+
+    /// Whether a flow of `protocol` from outside to `service` (a NodePort,
+    /// LB IP or external IP, under `externalTrafficPolicy: Cluster`) is
+    /// returned directly when its endpoint is on another node: the client's
+    /// address kept, the endpoint's node replying to the client straight.
+    /// DSR: every protocol; hybrid: TCP and SCTP, whose flows carry the
+    /// Service's address on their first packet only (a UDP flow carries it
+    /// on each datagram, which costs its MTU); SNAT: none. A ClusterIP
+    /// reached from outside is masqueraded whatever the mode, as
+    /// kube-proxy's rules do.
+    ///
+    /// ```
+    /// use kpng_model::v1::{LoadBalancerMode, Protocol, Service};
+    /// use kpng_sink::ProxyConfig;
+    ///
+    /// let proxy = ProxyConfig::default().load_balancer_mode(LoadBalancerMode::Hybrid);
+    /// let svc = Service::new("default", "web");
+    /// assert!(proxy.direct_return(&svc, Protocol::Tcp));
+    /// assert!(!proxy.direct_return(&svc, Protocol::Udp));
+    /// ```
+    pub fn direct_return(&self, service: &kpng_model::v1::Service, protocol: Protocol) -> bool {
+        match self.load_balancer_mode_of(service) {
+            LoadBalancerMode::Dsr => true,
+            LoadBalancerMode::Hybrid => protocol != Protocol::Udp,
+            LoadBalancerMode::Snat | LoadBalancerMode::Unspecified => false,
         }
     }
 

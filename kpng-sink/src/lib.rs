@@ -181,7 +181,7 @@ pub use config::ProxyConfig;
 pub mod traffic;
 /// Typed CIDRs, as [`ProxyConfig`] takes them.
 pub use ipnet::IpNet;
-pub use kpng_model::v1::Balancing;
+pub use kpng_model::v1::{Balancing, LoadBalancerMode};
 
 #[cfg(test)]
 mod tests {

@@ -14,7 +14,10 @@
 // client address is kept; under `Cluster`, a flow to another node's
 // endpoint is also masqueraded: egress writes the node's address and a
 // port of its own as its source, and ingress gives a reply its client
-// back. A ClusterIP reached from outside is served alike (masqueraded as
+// back; or, with EXT_DSR, the flow keeps its client's address and
+// carries the Service's address and port to the endpoint's node in an IP
+// option (direct server return, below), whose programs restore them. A
+// ClusterIP reached from outside is served alike (masqueraded as
 // kube-proxy's rules do); what has no endpoint is refused with an ICMP
 // port unreachable built here, an unallocated Service address dropped.
 // Everything else goes on to the node's stack. (These maps are loaded
@@ -28,6 +31,8 @@
 			    // endpoint, local ones too
 #define EXT_POD_SOURCES 128 // ... but not a source in kpng_ranges (the pod
 			    // networks, --cluster-cidr)
+#define EXT_DSR 8192	    // externalTrafficPolicy: Cluster, returned
+			    // directly from a remote endpoint
 
 // Frontend -> record (set: the endpoints, local ones for Local; flags:
 // EMPTY_*, EXT_RANGES, EXT_SNAT; affinity).
@@ -67,14 +72,14 @@ struct conn_key {
 	struct frontend frontend;
 };
 
-// Its endpoint, the source port it was masqueraded to (0: not), where
-// the endpoint was found (set and slot; a slot past the set's: not from
-// a slot), a TCP flow's first SYN's sequence number, and when it last
-// sent.
+// Its endpoint, the source port it was masqueraded to (0: not), whether
+// it is returned directly, where the endpoint was found (set and slot; a
+// slot past the set's: not from a slot), a TCP flow's first SYN's
+// sequence number, and when it last sent.
 struct conn_value {
 	struct endpoint endpoint;
 	__u16 snat_port;
-	__u16 pad;
+	__u16 dsr;
 	__u32 set;
 	__u32 index;
 	__u32 isn;
@@ -534,7 +539,9 @@ static __always_inline int snat_wanted(struct packet *p, struct frontend *fe,
 		__builtin_memcpy(range.addr, p->saddr, 16);
 		return !bpf_map_lookup_elem(&kpng_ranges, &range);
 	}
-	return (svc->flags & EXT_SNAT) && !(ep->flags & ENDPOINT_LOCAL);
+	// (a record returned directly masquerades a flow that cannot carry
+	// the option: see dsr_wanted)
+	return (svc->flags & (EXT_SNAT | EXT_DSR)) && !(ep->flags & ENDPOINT_LOCAL);
 }
 
 // Maglev: each set of a Service with `kpng.io/balancing: maglev` served
@@ -816,6 +823,199 @@ static __always_inline int reject(struct __sk_buff *skb, struct packet *p)
 	return p->family == FAMILY_V4 ? reject4(skb, p) : reject6(skb, p);
 }
 
+// ---------------------------------------------------------------------
+// Direct server return (EXT_DSR). The first node translates the
+// destination to the endpoint and keeps the client's address; the
+// packets that open a flow (a TCP SYN, an SCTP INIT) and every UDP
+// datagram carry the Service's address and port to the endpoint's node,
+// in an IPv4 option (8 bytes) or an IPv6 destination options header (24
+// bytes) inserted after the IP header. That node's ingress program takes
+// it out before its stack sees the packet and remembers the frontend for
+// the (client, endpoint) pair in kpng_ext_replies, so that its egress
+// program writes it back as the source of the endpoint's replies, which
+// leave that node straight to the client. The option's type is 30 (0x1E),
+// RFC 4727's experimental number, in both families: IPv4 copy bit and
+// class 0; in IPv6, the high bits 00 (a node that does not know it skips
+// it) and 0 (it does not change en route).
+
+#define DSR_OPT 0x1E
+#define DSR_LEN4 8
+#define DSR_LEN6 24
+#define NEXTHDR_DEST_ 60
+
+struct dsr_opt4 {
+	__u8 type;
+	__u8 len; // 8
+	__u16 port;
+	__u32 addr;
+};
+
+struct dsr_opt6 {
+	__u8 next;   // the header after this one
+	__u8 hdrlen; // 2: 24 bytes
+	__u8 type;
+	__u8 len; // 18
+	__u32 addr[4];
+	__u16 port;
+	__u8 pad_type; // PadN, of no data
+	__u8 pad_len;
+};
+
+// The IPv4 header's first 20 bytes: words for its checksum, halves for
+// its fields (the checksum is half[5]).
+union ip4_words {
+	__u32 word[5];
+	__u16 half[10];
+};
+
+// Whether a new flow of `p` to `svc`'s remote endpoint `ep` is returned
+// directly: the record says so, and the packet can carry the option (an
+// IPv4 header without options of its own; IPv6 packets with extension
+// headers never reach here). Otherwise it is masqueraded.
+static __always_inline int dsr_wanted(struct packet *p, struct service *svc,
+				      struct endpoint *ep)
+{
+	if (!(svc->flags & EXT_DSR) || (ep->flags & ENDPOINT_LOCAL))
+		return 0;
+	return p->family == FAMILY_V6 || p->l4_off == ETH_HLEN + 20;
+}
+
+// Recomputes the checksum of the IPv4 header at ETH_HLEN (`hdr`, its
+// first 20 bytes, then `opt`, an option of DSR_LEN4 bytes, or none) and
+// stores the 20 bytes.
+static __always_inline int store_ip4(struct __sk_buff *skb, union ip4_words *hdr,
+				     struct dsr_opt4 *opt)
+{
+	__s64 sum;
+
+	hdr->half[5] = 0;
+	sum = bpf_csum_diff(0, 0, hdr->word, 20, 0);
+	if (opt)
+		sum = bpf_csum_diff(0, 0, (__u32 *)opt, DSR_LEN4, (__u32)sum);
+	hdr->half[5] = csum_fold_(sum);
+	return !bpf_skb_store_bytes(skb, ETH_HLEN, hdr->word, 20, 0);
+}
+
+// Inserts the option carrying `fe` after the IP header of `p` (already
+// translated to its endpoint).
+static __noinline int dsr_carry(struct __sk_buff *skb, struct packet *p,
+				struct frontend *fe)
+{
+	if (p->family == FAMILY_V4) {
+		struct dsr_opt4 opt = {};
+		union ip4_words hdr;
+
+		opt.type = DSR_OPT;
+		opt.len = DSR_LEN4;
+		opt.port = fe->port;
+		opt.addr = fe->addr[0];
+		if (bpf_skb_adjust_room(skb, DSR_LEN4, BPF_ADJ_ROOM_NET, 0) ||
+		    bpf_skb_store_bytes(skb, ETH_HLEN + 20, &opt, DSR_LEN4, 0) ||
+		    bpf_skb_load_bytes(skb, ETH_HLEN, &hdr, 20))
+			return 0;
+		// Header length 7 words, total length 8 more.
+		hdr.half[0] = (hdr.half[0] & bpf_htons(0x00ff)) | bpf_htons(0x4700);
+		hdr.half[1] = bpf_htons(bpf_ntohs(hdr.half[1]) + DSR_LEN4);
+		return store_ip4(skb, &hdr, &opt);
+	} else {
+		struct dsr_opt6 opt = {};
+		__u8 next = NEXTHDR_DEST_;
+		__u16 len;
+
+		opt.next = p->proto;
+		opt.hdrlen = 2;
+		opt.type = DSR_OPT;
+		opt.len = 18;
+		__builtin_memcpy(opt.addr, fe->addr, 16);
+		opt.port = fe->port;
+		opt.pad_type = 1;
+		if (bpf_skb_load_bytes(skb, ETH_HLEN + 4, &len, 2) ||
+		    bpf_skb_adjust_room(skb, DSR_LEN6, BPF_ADJ_ROOM_NET, 0) ||
+		    bpf_skb_store_bytes(skb, ETH_HLEN + 40, &opt, DSR_LEN6, 0))
+			return 0;
+		len = bpf_htons(bpf_ntohs(len) + DSR_LEN6);
+		return !bpf_skb_store_bytes(skb, ETH_HLEN + 4, &len, 2, 0) &&
+		       !bpf_skb_store_bytes(skb, ETH_HLEN + 6, &next, 1, 0);
+	}
+}
+
+// The verdicts of dsr_restore.
+#define DSR_NONE 0     // no option
+#define DSR_RESTORED 1 // taken out, the frontend recorded
+#define DSR_BROKEN 2   // an option, but the packet could not be restored
+		       // (counted dropped)
+
+// On the endpoint's node: a packet carrying the option has it taken out,
+// and its frontend is remembered for the replies of (client, endpoint).
+static __noinline int dsr_restore(struct __sk_buff *skb)
+{
+	struct frontend fe = {};
+	struct packet p = {};
+	struct reply_key rkey = {};
+	__u16 eth_proto;
+
+	if (bpf_skb_load_bytes(skb, 12, &eth_proto, 2))
+		return DSR_NONE;
+	if (eth_proto == bpf_htons(ETH_P_IPV4)) {
+		struct dsr_opt4 opt;
+		union ip4_words hdr;
+		__u8 vihl;
+
+		if (bpf_skb_load_bytes(skb, ETH_HLEN, &vihl, 1) || vihl != 0x47)
+			return DSR_NONE;
+		if (bpf_skb_load_bytes(skb, ETH_HLEN + 20, &opt, DSR_LEN4) ||
+		    opt.type != DSR_OPT || opt.len != DSR_LEN4)
+			return DSR_NONE;
+		fe.addr[0] = opt.addr;
+		fe.port = opt.port;
+		fe.family = FAMILY_V4;
+		if (bpf_skb_adjust_room(skb, -DSR_LEN4, BPF_ADJ_ROOM_NET, 0) ||
+		    bpf_skb_load_bytes(skb, ETH_HLEN, &hdr, 20))
+			goto broken;
+		hdr.half[0] = (hdr.half[0] & bpf_htons(0x00ff)) | bpf_htons(0x4500);
+		hdr.half[1] = bpf_htons(bpf_ntohs(hdr.half[1]) - DSR_LEN4);
+		if (!store_ip4(skb, &hdr, 0))
+			goto broken;
+	} else if (eth_proto == bpf_htons(ETH_P_IPV6_)) {
+		struct dsr_opt6 opt;
+		__u8 next;
+		__u16 len;
+
+		if (bpf_skb_load_bytes(skb, ETH_HLEN + 6, &next, 1) || next != NEXTHDR_DEST_)
+			return DSR_NONE;
+		if (bpf_skb_load_bytes(skb, ETH_HLEN + 40, &opt, DSR_LEN6) ||
+		    opt.hdrlen != 2 || opt.type != DSR_OPT || opt.len != 18)
+			return DSR_NONE;
+		__builtin_memcpy(fe.addr, opt.addr, 16);
+		fe.port = opt.port;
+		fe.family = FAMILY_V6;
+		if (bpf_skb_load_bytes(skb, ETH_HLEN + 4, &len, 2) ||
+		    bpf_skb_adjust_room(skb, -DSR_LEN6, BPF_ADJ_ROOM_NET, 0))
+			goto broken;
+		len = bpf_htons(bpf_ntohs(len) - DSR_LEN6);
+		if (bpf_skb_store_bytes(skb, ETH_HLEN + 4, &len, 2, 0) ||
+		    bpf_skb_store_bytes(skb, ETH_HLEN + 6, &opt.next, 1, 0))
+			goto broken;
+	} else {
+		return DSR_NONE;
+	}
+	if (!parse(skb, &p))
+		goto broken;
+	fe.proto = p.proto;
+	__builtin_memcpy(rkey.client, p.saddr, 16);
+	rkey.client_port = p.sport;
+	rkey.proto = p.proto;
+	rkey.family = p.family;
+	__builtin_memcpy(rkey.endpoint.addr, p.daddr, 16);
+	rkey.endpoint.port = p.dport;
+	rkey.endpoint.family = p.family;
+	bpf_map_update_elem(&kpng_ext_replies, &rkey, &fe, BPF_ANY);
+	return DSR_RESTORED;
+broken:
+	count(COUNT_DROPPED);
+	return DSR_BROKEN;
+}
+
 // A packet from outside to no record: an unknown port on a live
 // ClusterIP is refused, an unallocated address of the Service CIDRs
 // dropped (as the socket programs do), anything else goes on.
@@ -851,8 +1051,9 @@ static __always_inline int still_there(struct conn_value *flow)
 	return ep && same(ep, &flow->endpoint);
 }
 
-SEC("classifier")
-int kpng_tc_ingress(struct __sk_buff *skb)
+// A packet from outside (its own function, so that its stack and
+// dsr_restore's are not counted together).
+static __noinline int ingress(struct __sk_buff *skb)
 {
 	struct packet p = {};
 	struct frontend fe = {};
@@ -861,11 +1062,10 @@ int kpng_tc_ingress(struct __sk_buff *skb)
 	struct conn_value *flow, value = {};
 	struct reply_key rkey = {};
 	struct endpoint ep;
-	__u16 snat_port = 0;
+	__u16 snat_port = 0, dsr = 0;
 	__u32 slot = NO_SLOT;
 	int verdict;
 	__u64 now;
-
 
 	if (!parse(skb, &p))
 		return TC_ACT_OK;
@@ -910,6 +1110,7 @@ int kpng_tc_ingress(struct __sk_buff *skb)
 				       still_there(flow))) {
 		ep = flow->endpoint;
 		snat_port = flow->snat_port;
+		dsr = flow->dsr;
 		flow->last_ns = now;
 		// (its masquerade entries refreshed: the LRU keeps them)
 		if (snat_port && !masquerade(&p, &fe, &ep, &snat_port))
@@ -921,15 +1122,18 @@ int kpng_tc_ingress(struct __sk_buff *skb)
 			count(COUNT_DROPPED);
 			return TC_ACT_SHOT;
 		}
-		// Cluster: masquerade towards another node's endpoint, so
-		// that its replies come back through this node.
-		if (snat_wanted(&p, &fe, svc, &ep) &&
+		// Cluster: returned directly by another node's endpoint, or
+		// masqueraded towards it, so that its replies come back
+		// through this node.
+		dsr = dsr_wanted(&p, svc, &ep);
+		if (!dsr && snat_wanted(&p, &fe, svc, &ep) &&
 		    !masquerade(&p, &fe, &ep, &snat_port)) {
 			count(COUNT_DROPPED);
 			return TC_ACT_SHOT;
 		}
 		value.endpoint = ep;
 		value.snat_port = snat_port;
+		value.dsr = dsr;
 		value.set = svc->set;
 		value.index = slot;
 		value.isn = p.seq;
@@ -952,8 +1156,29 @@ int kpng_tc_ingress(struct __sk_buff *skb)
 	if (ep.port != p.dport &&
 	    !rewrite_port(skb, &p, p.l4_off + 2, p.dport, ep.port))
 		return TC_ACT_SHOT;
+	// (a UDP datagram within the option's length of the interface's
+	// MTU cannot carry it, and is dropped)
+	if (dsr && (p.syn || p.proto == IPPROTO_UDP) && !dsr_carry(skb, &p, &fe)) {
+		count(COUNT_DROPPED);
+		return TC_ACT_SHOT;
+	}
 	count(COUNT_TRANSLATED);
 	return TC_ACT_OK;
+}
+
+SEC("classifier")
+int kpng_tc_ingress(struct __sk_buff *skb)
+{
+	// (no stack of its own: this function's frame counts with
+	// ingress's, which is near the limit with reject4's)
+	switch (dsr_restore(skb)) {
+	case DSR_NONE:
+		return ingress(skb);
+	case DSR_RESTORED:
+		return TC_ACT_OK;
+	default:
+		return TC_ACT_SHOT;
+	}
 }
 
 SEC("classifier")

@@ -24,6 +24,15 @@ pub(crate) fn proto_number(name: &str) -> u8 {
     }
 }
 
+/// The model's protocol of an IP protocol number.
+pub(crate) fn model_protocol(number: u8) -> kpng_model::v1::Protocol {
+    match number {
+        UDP => kpng_model::v1::Protocol::Udp,
+        SCTP => kpng_model::v1::Protocol::Sctp,
+        _ => kpng_model::v1::Protocol::Tcp,
+    }
+}
+
 fn proto_name(number: u8) -> &'static str {
     match number {
         UDP => "udp",
@@ -178,6 +187,9 @@ impl fmt::Display for Record {
         if self.flags & EXT_SNAT != 0 {
             write!(f, " masquerade")?;
         }
+        if self.flags & EXT_DSR != 0 {
+            write!(f, " direct return")?;
+        }
         if self.flags & EXT_SNAT_ALL != 0 {
             write!(f, " masquerade to every endpoint")?;
         }
@@ -298,6 +310,13 @@ pub(crate) const EXT_RANGES: u32 = 4;
 /// `EXT_SNAT`: an external record of `externalTrafficPolicy: Cluster`,
 /// masqueraded towards endpoints on other nodes.
 pub(crate) const EXT_SNAT: u32 = 8;
+/// `EXT_DSR`: an external record of `externalTrafficPolicy: Cluster`
+/// returned directly (DSR) from endpoints on other nodes: the flow keeps
+/// its client's address, and the Service's address and port ride in an
+/// IPv4 option or IPv6 destination option (on a TCP SYN, an SCTP INIT,
+/// every UDP datagram), which the endpoint's node's ingress program
+/// takes out and its egress program writes back as the reply's source.
+pub(crate) const EXT_DSR: u32 = 8192;
 /// `EXT_SNAT_ALL`: masqueraded towards every endpoint, local ones too (a
 /// ClusterIP reached from outside, as kube-proxy's rules masquerade it).
 pub(crate) const EXT_SNAT_ALL: u32 = 64;

@@ -156,3 +156,86 @@ fn localhost_nodeports_are_socket_records_of_the_node_alone() {
         "{lo:#?}"
     );
 }
+
+/// Direct server return: under `externalTrafficPolicy: Cluster` a
+/// record from outside is marked "direct return" instead of
+/// "masquerade", as `--load-balancer-mode` and the Service's
+/// `kpng.io/load-balancer-mode` say (hybrid: TCP only); a ClusterIP from
+/// outside is masqueraded whatever the mode; socket records never change.
+#[test]
+fn direct_server_return_marks_the_records_from_outside() {
+    use kpng_sink::LoadBalancerMode;
+    let manifest = |annotation: &str| {
+        format!(
+            r#"{}
+- apiVersion: v1
+  kind: Service
+  metadata: {{namespace: ns, name: web{annotation}}}
+  spec: {{type: NodePort, clusterIP: 10.96.0.10, ports: [{{name: http, port: 80, targetPort: 8080, nodePort: 30080}}, {{name: dns, port: 53, protocol: UDP, targetPort: 5353, nodePort: 30053}}]}}
+- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata: {{namespace: ns, name: web-1, labels: {{kubernetes.io/service-name: web}}}}
+  addressType: IPv4
+  endpoints: [{{addresses: ["10.244.2.10"], nodeName: node-b}}]
+  ports: [{{name: http, port: 8080, protocol: TCP}}, {{name: dns, port: 5353, protocol: UDP}}]
+"#,
+            semantics::BASELINE
+        )
+    };
+    let external = |annotation: &str, mode: LoadBalancerMode| -> Vec<String> {
+        let proxy = ProxyConfig::default()
+            .cluster_cidrs(["10.244.0.0/16".parse().expect("cidr")])
+            .load_balancer_mode(mode);
+        let config = EbpfConfig::new(proxy).tc_interfaces(["eth0"]);
+        let mut lines: Vec<String> = render_with(&manifest(annotation), config)
+            .into_iter()
+            .filter(|w| w.starts_with("set external "))
+            .map(|w| {
+                let (frontend, record) = w.split_once(" : ").expect("a record");
+                let kind = if record.contains("direct return") {
+                    "direct return"
+                } else if record.contains("masquerade to every endpoint") {
+                    "masquerade to every endpoint"
+                } else {
+                    "masquerade"
+                };
+                format!("{} {kind}", frontend.trim_start_matches("set external "))
+            })
+            .collect();
+        lines.sort();
+        lines
+    };
+    let node = "192.168.1.11";
+    let want = |tcp: &str, udp: &str| {
+        let mut lines = vec![
+            format!("10.96.0.10 tcp 80 masquerade to every endpoint"),
+            format!("10.96.0.10 udp 53 masquerade to every endpoint"),
+            format!("{node} tcp 30080 {tcp}"),
+            format!("{node} udp 30053 {udp}"),
+        ];
+        lines.sort();
+        lines
+    };
+    let (d, m) = ("direct return", "masquerade");
+    assert_eq!(external("", LoadBalancerMode::Snat), want(m, m));
+    assert_eq!(external("", LoadBalancerMode::Dsr), want(d, d));
+    assert_eq!(external("", LoadBalancerMode::Hybrid), want(d, m));
+    let annotated = |mode: &str| format!(", annotations: {{kpng.io/load-balancer-mode: {mode}}}");
+    assert_eq!(
+        external(&annotated("dsr"), LoadBalancerMode::Snat),
+        want(d, d)
+    );
+    assert_eq!(
+        external(&annotated("snat"), LoadBalancerMode::Dsr),
+        want(m, m)
+    );
+    assert_eq!(
+        external(&annotated("hybrid"), LoadBalancerMode::Snat),
+        want(d, m)
+    );
+    // An unknown value is the flag's mode.
+    assert_eq!(
+        external(&annotated("direct"), LoadBalancerMode::Dsr),
+        want(d, d)
+    );
+}

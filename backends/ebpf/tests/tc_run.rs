@@ -130,3 +130,161 @@ fn reject_is_a_port_unreachable_with_valid_checksums() {
     assert_eq!(inet_sum(&pseudo), 0, "ICMPv6 checksum");
     assert_eq!(&out[62..110], &packet[14..62], "the quote");
 }
+
+/// A TCP segment from `sport` to `dport` with `flags` (0x02: SYN) and
+/// `sequence`, its checksum set for `src` and `dst` (4 or 16 bytes).
+fn tcp(src: &[u8], dst: &[u8], sport: u16, dport: u16, flags: u8, sequence: u32) -> Vec<u8> {
+    let mut out = [
+        &sport.to_be_bytes()[..],
+        &dport.to_be_bytes(),
+        &sequence.to_be_bytes(),
+        &[0, 0, 0, 0, 0x50, flags, 0xff, 0xff, 0, 0, 0, 0],
+    ]
+    .concat();
+    let sum = inet_sum(&pseudo(src, dst, 6, &out));
+    out[16..18].copy_from_slice(&sum.to_be_bytes());
+    out
+}
+
+/// The pseudo-header of `src` and `dst`, then `l4` (of protocol `proto`):
+/// its Internet sum is 0 when `l4`'s checksum is right.
+fn pseudo(src: &[u8], dst: &[u8], proto: u8, l4: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(src);
+    out.extend_from_slice(dst);
+    if src.len() == 4 {
+        out.extend_from_slice(&[0, proto]);
+        out.extend_from_slice(&(l4.len() as u16).to_be_bytes());
+    } else {
+        out.extend_from_slice(&(l4.len() as u32).to_be_bytes());
+        out.extend_from_slice(&[0, 0, 0, proto]);
+    }
+    out.extend_from_slice(l4);
+    out
+}
+
+/// Direct server return, byte by byte. The first node: a SYN to a
+/// frontend whose endpoint is on another node (`EXT_DSR`) is translated
+/// and carries the frontend in an IPv4 option (type 0x1E, 8 bytes: the
+/// port, the address), header length and checksum updated, the TCP
+/// checksum valid; the flow's next segment carries nothing. The
+/// endpoint's node: the option is taken out (the packet is then the
+/// translated one, checksums valid) and the endpoint's reply leaves with
+/// the frontend's address and port. Then the same in IPv6, with a
+/// destination options header of 24 bytes.
+#[test]
+fn direct_server_return_carries_and_restores_the_frontend() {
+    const EXT_DSR: u32 = 8192;
+    let Some(mut loaded) = Loaded::new() else {
+        return;
+    };
+    let (client, vip, pod) = ([203, 0, 113, 10], [192, 168, 1, 1], [10, 244, 2, 10]);
+    let mut remote = endpoint(pod.into(), 8080);
+    remote[19] = 0; // not on this node
+    loaded.serve(
+        frontend(vip.into(), 30080, 6),
+        EMPTY_DROP | EXT_DSR,
+        Some(remote),
+    );
+    let syn = ipv4(client, vip, 6, &tcp(&client, &vip, 40000, 30080, 0x02, 7));
+    let (verdict, carried) = loaded.run("kpng_tc_ingress", &syn);
+    assert_eq!(verdict, TC_ACT_OK);
+    assert_eq!(carried.len(), syn.len() + 8, "{carried:?}");
+    assert_eq!(carried[14], 0x47, "header length 7 words");
+    assert_eq!(
+        &carried[16..18],
+        &((syn.len() - 14 + 8) as u16).to_be_bytes()
+    );
+    assert_eq!(
+        inet_sum(&carried[14..42]),
+        0,
+        "IPv4 header checksum over the option"
+    );
+    assert_eq!(&carried[26..30], &client, "the client's address kept");
+    assert_eq!(&carried[30..34], &pod);
+    assert_eq!(
+        &carried[34..42],
+        &[0x1e, 8, 0x75, 0x80, 192, 168, 1, 1],
+        "the option"
+    );
+    assert_eq!(&carried[44..46], &8080u16.to_be_bytes());
+    assert_eq!(
+        inet_sum(&pseudo(&client, &pod, 6, &carried[42..])),
+        0,
+        "TCP checksum"
+    );
+    let ack = ipv4(client, vip, 6, &tcp(&client, &vip, 40000, 30080, 0x10, 8));
+    let (_, next) = loaded.run("kpng_tc_ingress", &ack);
+    assert_eq!(
+        (next.len(), next[14]),
+        (ack.len(), 0x45),
+        "no option after the SYN"
+    );
+    assert_eq!(&next[30..34], &pod);
+
+    // The endpoint's node.
+    let (verdict, restored) = loaded.run("kpng_tc_ingress", &carried);
+    assert_eq!(verdict, TC_ACT_OK);
+    assert_eq!(restored.len(), syn.len());
+    assert_eq!(restored[14], 0x45);
+    assert_eq!(inet_sum(&restored[14..34]), 0, "IPv4 header checksum");
+    assert_eq!(&restored[34..], &carried[42..], "the segment as it came");
+    let reply = ipv4(pod, client, 6, &tcp(&pod, &client, 8080, 40000, 0x12, 99));
+    let (verdict, out) = loaded.run("kpng_tc_egress", &reply);
+    assert_eq!(verdict, TC_ACT_OK);
+    assert_eq!(&out[26..30], &vip, "the reply from the frontend");
+    assert_eq!(&out[34..36], &30080u16.to_be_bytes());
+    assert_eq!(inet_sum(&out[14..34]), 0);
+    assert_eq!(
+        inet_sum(&pseudo(&vip, &client, 6, &out[34..])),
+        0,
+        "TCP checksum"
+    );
+
+    let v6 = |s: &str| s.parse::<std::net::Ipv6Addr>().expect("v6").octets();
+    let (client, vip, pod) = (
+        v6("2001:db8:1::10"),
+        v6("fd00:f::1:1"),
+        v6("fd00:244:0:2::a"),
+    );
+    let mut remote = endpoint(pod.into(), 8080);
+    remote[19] = 0;
+    loaded.serve(
+        frontend(vip.into(), 30080, 6),
+        EMPTY_DROP | EXT_DSR,
+        Some(remote),
+    );
+    let syn = ipv6(client, vip, 6, &tcp(&client, &vip, 40000, 30080, 0x02, 7));
+    let (verdict, carried) = loaded.run("kpng_tc_ingress", &syn);
+    assert_eq!(verdict, TC_ACT_OK);
+    assert_eq!(carried.len(), syn.len() + 24, "{carried:?}");
+    assert_eq!(carried[20], 60, "a destination options header next");
+    assert_eq!(
+        &carried[18..20],
+        &((syn.len() - 54 + 24) as u16).to_be_bytes()
+    );
+    assert_eq!(&carried[38..54], &pod);
+    let mut option = vec![6, 2, 0x1e, 18];
+    option.extend_from_slice(&vip);
+    option.extend_from_slice(&30080u16.to_be_bytes());
+    option.extend_from_slice(&[1, 0]);
+    assert_eq!(&carried[54..78], &option[..], "the option");
+    assert_eq!(
+        inet_sum(&pseudo(&client, &pod, 6, &carried[78..])),
+        0,
+        "TCP checksum"
+    );
+    let (verdict, restored) = loaded.run("kpng_tc_ingress", &carried);
+    assert_eq!(verdict, TC_ACT_OK);
+    assert_eq!(restored.len(), syn.len());
+    assert_eq!((restored[20], &restored[18..20]), (6, &syn[18..20]));
+    assert_eq!(&restored[54..], &carried[78..]);
+    let reply = ipv6(pod, client, 6, &tcp(&pod, &client, 8080, 40000, 0x12, 99));
+    let (_, out) = loaded.run("kpng_tc_egress", &reply);
+    assert_eq!(&out[22..38], &vip);
+    assert_eq!(
+        inet_sum(&pseudo(&vip, &client, 6, &out[54..])),
+        0,
+        "TCP checksum"
+    );
+}

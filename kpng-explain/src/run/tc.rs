@@ -2,6 +2,7 @@
 //! interface.
 
 use super::*;
+use kpng_model::v1::LoadBalancerMode;
 
 impl<'a> Run<'a> {
     /// The tc programs on a packet from outside to a Service port.
@@ -32,6 +33,26 @@ impl<'a> Run<'a> {
         } else if plan.etp_local {
             self.step("externalTrafficPolicy: Local: this node's endpoints only, the client address kept; masquerade: no");
             (true, Masquerade::No)
+        } else if self
+            .setup
+            .proxy
+            .direct_return(service.service.service(), self.packet.protocol.model())
+        {
+            self.step(format!(
+                "externalTrafficPolicy: Cluster: the cluster's endpoints; load balancer mode {}: direct server return: the client address kept; to an endpoint on another node the Service's address and port ride in {} on the {}, and that node's tc programs restore them and reply to the client straight, from the Service's address",
+                mode_name(self.setup.proxy.load_balancer_mode_of(service.service.service())),
+                if self.family == IpFamily::V4 {
+                    "an IPv4 option (8 bytes)"
+                } else {
+                    "an IPv6 destination option (24 bytes)"
+                },
+                if self.packet.protocol == crate::Protocol::Udp {
+                    "each datagram"
+                } else {
+                    "first packet"
+                },
+            ));
+            (false, Masquerade::DirectReturn)
         } else {
             self.step("externalTrafficPolicy: Cluster: the cluster's endpoints; masquerade: only towards endpoints on other nodes (a local endpoint's reply leaves through this node anyway)");
             (false, Masquerade::RemoteEndpoints)
@@ -82,5 +103,14 @@ impl<'a> Run<'a> {
         if around == 0 {
             self.step("every endpoint on another node is reached through an interface with the tc programs (the routes asked here)");
         }
+    }
+}
+
+/// The annotation's (and flag's) word for `mode`.
+fn mode_name(mode: LoadBalancerMode) -> &'static str {
+    match mode {
+        LoadBalancerMode::Dsr => "dsr",
+        LoadBalancerMode::Hybrid => "hybrid",
+        LoadBalancerMode::Snat | LoadBalancerMode::Unspecified => "snat",
     }
 }

@@ -84,16 +84,33 @@ impl Cluster {
     /// When a namespace, link, address or route cannot be made, or with
     /// more than [`MAX_NODES`] nodes.
     pub fn new(nodes: usize, pods_per_node: usize, backend: AgentBackend) -> Self {
-        Self::build(nodes, pods_per_node, backend, true)
+        Self::build(nodes, pods_per_node, backend, true, false)
+    }
+
+    /// [`Cluster::new`], dual stack: IPv6 beside IPv4 on the fabric
+    /// ([`CLIENT_IP6`], [`node_ip6`]), the nodes (in their Node objects
+    /// too) and the pods ([`pod_ip6`], routed as the IPv4 ones), and the
+    /// agents given both families' CIDRs.
+    ///
+    /// # Panics
+    /// As [`Cluster::new`].
+    pub fn dual_stack(nodes: usize, pods_per_node: usize, backend: AgentBackend) -> Self {
+        Self::build(nodes, pods_per_node, backend, true, true)
     }
 
     /// [`Cluster::new`] with pods that run nothing (their addresses
     /// exist, nothing answers): for benchmarks of the control plane.
     pub fn without_servers(nodes: usize, pods_per_node: usize, backend: AgentBackend) -> Self {
-        Self::build(nodes, pods_per_node, backend, false)
+        Self::build(nodes, pods_per_node, backend, false, false)
     }
 
-    fn build(nodes: usize, pods_per_node: usize, backend: AgentBackend, serve: bool) -> Self {
+    fn build(
+        nodes: usize,
+        pods_per_node: usize,
+        backend: AgentBackend,
+        serve: bool,
+        ipv6: bool,
+    ) -> Self {
         assert!(
             (1..=MAX_NODES).contains(&nodes),
             "1 to {MAX_NODES} nodes, not {nodes}"
@@ -119,6 +136,7 @@ impl Cluster {
             agents: (0..nodes).map(|_| None).collect(),
             bpf: Vec::new(),
             agent_flags: Vec::new(),
+            ipv6,
             witness: crate::witness::Shared::default(),
             file_times: std::sync::Mutex::new(None),
         };
@@ -169,15 +187,19 @@ impl Cluster {
             lines.push(format!("link set f{k} master br0"));
             lines.push(format!("link set f{k} up"));
         }
+        if ipv6 {
+            lines.push(format!("addr add {GATEWAY_IP6}/64 dev br0 nodad"));
+        }
         batch(Some(&fab), &lines);
-        batch(
-            Some(&client),
-            &[
-                "link set lo up".into(),
-                format!("addr add {CLIENT_IP}/16 dev eth0"),
-                "link set eth0 up".into(),
-            ],
-        );
+        let mut lines = vec![
+            "link set lo up".to_owned(),
+            format!("addr add {CLIENT_IP}/16 dev eth0"),
+            "link set eth0 up".to_owned(),
+        ];
+        if ipv6 {
+            lines.push(format!("addr add {CLIENT_IP6}/64 dev eth0 nodad"));
+        }
+        batch(Some(&client), &lines);
 
         // Each node: its address, its pods' bridge, routes to the others'.
         for k in 1..=nodes {
@@ -201,6 +223,17 @@ impl Cluster {
                     node_ip(other)
                 ));
             }
+            if ipv6 {
+                lines.push(format!("addr add {}/64 dev eth0 nodad", node_ip6(k)));
+                lines.push(format!("addr add fd00:244:0:{k:x}::1/64 dev cbr0 nodad"));
+                lines.push(format!("route add default via {GATEWAY_IP6}"));
+                for other in (1..=nodes).filter(|&o| o != k) {
+                    lines.push(format!(
+                        "route add fd00:244:0:{other:x}::/64 via {}",
+                        node_ip6(other)
+                    ));
+                }
+            }
             batch(Some(&node), &lines);
             crate::run(&[
                 "ip",
@@ -213,30 +246,65 @@ impl Cluster {
                 "net.ipv4.conf.all.send_redirects=0",
                 "net.ipv4.conf.default.send_redirects=0",
                 "net.ipv4.conf.cbr0.send_redirects=0",
+                "net.ipv6.conf.all.forwarding=1",
             ]);
             for j in 0..pods_per_node {
                 let ip = pod_ip(k, j);
-                batch(
-                    Some(&cluster.pod_ns(k, j)),
-                    &[
-                        "link set lo up".into(),
-                        format!("addr add {ip}/32 dev eth0"),
-                        "link set eth0 up".into(),
-                        format!("route add 10.244.{k}.1 dev eth0"),
-                        format!("route add default via 10.244.{k}.1 dev eth0"),
-                    ],
-                );
+                let mut lines = vec![
+                    "link set lo up".to_owned(),
+                    format!("addr add {ip}/32 dev eth0"),
+                    "link set eth0 up".to_owned(),
+                    format!("route add 10.244.{k}.1 dev eth0"),
+                    format!("route add default via 10.244.{k}.1 dev eth0"),
+                ];
+                if ipv6 {
+                    lines.push(format!("addr add {}/128 dev eth0 nodad", pod_ip6(k, j)));
+                    lines.push(format!("route add fd00:244:0:{k:x}::1 dev eth0"));
+                    lines.push(format!(
+                        "route add default via fd00:244:0:{k:x}::1 dev eth0"
+                    ));
+                }
+                batch(Some(&cluster.pod_ns(k, j)), &lines);
                 if serve {
                     cluster.serve(k, j);
                 }
             }
         }
+        if ipv6 {
+            cluster.wait_dad();
+        }
         cluster
+    }
+
+    /// Waits until no IPv6 address is tentative in any of the cluster's
+    /// namespaces: until an interface's link-local address has passed
+    /// duplicate address detection (about a second), the node cannot
+    /// solicit a neighbour for a packet it forwards, and drops it.
+    fn wait_dad(&self) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        for ns in &self.namespaces {
+            loop {
+                let out = Command::new("ip")
+                    .args(["-n", ns, "-6", "-o", "addr", "show", "tentative"])
+                    .output()
+                    .expect("ip addr");
+                if out.stdout.is_empty() {
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "IPv6 addresses of {ns} still tentative: {}",
+                    String::from_utf8_lossy(&out.stdout)
+                );
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        }
     }
 
     fn serve(&mut self, k: usize, j: usize) {
         let ip = pod_ip(k, j);
-        let (child, line) = echo_server(&self.pod_ns(k, j), &ip);
+        let ip6 = self.ipv6.then(|| pod_ip6(k, j));
+        let (child, line) = echo_server(&self.pod_ns(k, j), &ip, ip6.as_deref());
         self.echo.push(child);
         assert_eq!(line.trim(), "ready", "the echo server of pod {ip}");
     }

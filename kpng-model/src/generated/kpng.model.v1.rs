@@ -110,6 +110,11 @@ pub struct Service {
     /// annotation); unspecified: the proxy's default (`--balancing`).
     #[prost(enumeration = "Balancing", tag = "15")]
     pub balancing: i32,
+    /// How flows from outside to an endpoint on another node are forwarded
+    /// (the `kpng.io/load-balancer-mode` annotation); unspecified: the
+    /// proxy's default (`--load-balancer-mode`).
+    #[prost(enumeration = "LoadBalancerMode", tag = "16")]
+    pub load_balancer_mode: i32,
 }
 /// The port an endpoint serves for one Service port name.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
@@ -302,6 +307,49 @@ impl TrafficPolicy {
         match value {
             "TRAFFIC_POLICY_CLUSTER" => Some(Self::Cluster),
             "TRAFFIC_POLICY_LOCAL" => Some(Self::Local),
+            _ => None,
+        }
+    }
+}
+/// How a NodePort, LB IP or external IP reached from outside, with
+/// `externalTrafficPolicy: Cluster`, forwards a flow to an endpoint on
+/// another node. Only backends that can return directly (the eBPF tc
+/// programs) tell the modes apart; the others masquerade.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+#[repr(i32)]
+pub enum LoadBalancerMode {
+    /// The proxy's default (`--load-balancer-mode`, itself SNAT by default).
+    Unspecified = 0,
+    /// Masqueraded to the node the client reached, whose replies return
+    /// through it, as kube-proxy does.
+    Snat = 1,
+    /// Direct server return: the client's address is kept, and the
+    /// endpoint's node replies to the client straight, from the Service's
+    /// address.
+    Dsr = 2,
+    /// DSR for TCP and SCTP, SNAT for UDP.
+    Hybrid = 3,
+}
+impl LoadBalancerMode {
+    /// String value of the enum field names used in the ProtoBuf definition.
+    ///
+    /// The values are not transformed in any way and thus are considered stable
+    /// (if the ProtoBuf definition does not change) and safe for programmatic use.
+    pub fn as_str_name(&self) -> &'static str {
+        match self {
+            Self::Unspecified => "LOAD_BALANCER_MODE_UNSPECIFIED",
+            Self::Snat => "LOAD_BALANCER_MODE_SNAT",
+            Self::Dsr => "LOAD_BALANCER_MODE_DSR",
+            Self::Hybrid => "LOAD_BALANCER_MODE_HYBRID",
+        }
+    }
+    /// Creates an enum from field names used in the ProtoBuf definition.
+    pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
+        match value {
+            "LOAD_BALANCER_MODE_UNSPECIFIED" => Some(Self::Unspecified),
+            "LOAD_BALANCER_MODE_SNAT" => Some(Self::Snat),
+            "LOAD_BALANCER_MODE_DSR" => Some(Self::Dsr),
+            "LOAD_BALANCER_MODE_HYBRID" => Some(Self::Hybrid),
             _ => None,
         }
     }

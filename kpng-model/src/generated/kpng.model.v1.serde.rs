@@ -2780,6 +2780,83 @@ impl<'de> serde::Deserialize<'de> for IpSet {
         deserializer.deserialize_struct("kpng.model.v1.IpSet", FIELDS, GeneratedVisitor)
     }
 }
+impl serde::Serialize for LoadBalancerMode {
+    #[allow(deprecated)]
+    fn serialize<S>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error>
+    where
+        S: serde::Serializer,
+    {
+        let variant = match self {
+            Self::Unspecified => "LOAD_BALANCER_MODE_UNSPECIFIED",
+            Self::Snat => "LOAD_BALANCER_MODE_SNAT",
+            Self::Dsr => "LOAD_BALANCER_MODE_DSR",
+            Self::Hybrid => "LOAD_BALANCER_MODE_HYBRID",
+        };
+        serializer.serialize_str(variant)
+    }
+}
+impl<'de> serde::Deserialize<'de> for LoadBalancerMode {
+    #[allow(deprecated)]
+    fn deserialize<D>(deserializer: D) -> std::result::Result<Self, D::Error>
+    where
+        D: serde::Deserializer<'de>,
+    {
+        const FIELDS: &[&str] = &[
+            "LOAD_BALANCER_MODE_UNSPECIFIED",
+            "LOAD_BALANCER_MODE_SNAT",
+            "LOAD_BALANCER_MODE_DSR",
+            "LOAD_BALANCER_MODE_HYBRID",
+        ];
+
+        struct GeneratedVisitor;
+
+        impl serde::de::Visitor<'_> for GeneratedVisitor {
+            type Value = LoadBalancerMode;
+
+            fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(formatter, "expected one of: {:?}", &FIELDS)
+            }
+
+            fn visit_i64<E>(self, v: i64) -> std::result::Result<Self::Value, E>
+            where
+                E: serde::de::Error,
+            {
+                i32::try_from(v)
+                    .ok()
+                    .and_then(|x| x.try_into().ok())
+                    .ok_or_else(|| {
+                        serde::de::Error::invalid_value(serde::de::Unexpected::Signed(v), &self)
+                    })
+            }
+
+            fn visit_u64<E>(self, v: u64) -> std::result::Result<Self::Value, E>
+            where
+                E: serde::de::Error,
+            {
+                i32::try_from(v)
+                    .ok()
+                    .and_then(|x| x.try_into().ok())
+                    .ok_or_else(|| {
+                        serde::de::Error::invalid_value(serde::de::Unexpected::Unsigned(v), &self)
+                    })
+            }
+
+            fn visit_str<E>(self, value: &str) -> std::result::Result<Self::Value, E>
+            where
+                E: serde::de::Error,
+            {
+                match value {
+                    "LOAD_BALANCER_MODE_UNSPECIFIED" => Ok(LoadBalancerMode::Unspecified),
+                    "LOAD_BALANCER_MODE_SNAT" => Ok(LoadBalancerMode::Snat),
+                    "LOAD_BALANCER_MODE_DSR" => Ok(LoadBalancerMode::Dsr),
+                    "LOAD_BALANCER_MODE_HYBRID" => Ok(LoadBalancerMode::Hybrid),
+                    _ => Err(serde::de::Error::unknown_variant(value, FIELDS)),
+                }
+            }
+        }
+        deserializer.deserialize_any(GeneratedVisitor)
+    }
+}
 impl serde::Serialize for Node {
     #[allow(deprecated)]
     fn serialize<S>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error>
@@ -3401,6 +3478,9 @@ impl serde::Serialize for Service {
         if self.balancing != 0 {
             len += 1;
         }
+        if self.load_balancer_mode != 0 {
+            len += 1;
+        }
         let mut struct_ser = serializer.serialize_struct("kpng.model.v1.Service", len)?;
         if !self.namespace.is_empty() {
             struct_ser.serialize_field("namespace", &self.namespace)?;
@@ -3455,6 +3535,11 @@ impl serde::Serialize for Service {
                 .map_err(|_| serde::ser::Error::custom(format!("Invalid variant {}", self.balancing)))?;
             struct_ser.serialize_field("balancing", &v)?;
         }
+        if self.load_balancer_mode != 0 {
+            let v = LoadBalancerMode::try_from(self.load_balancer_mode)
+                .map_err(|_| serde::ser::Error::custom(format!("Invalid variant {}", self.load_balancer_mode)))?;
+            struct_ser.serialize_field("loadBalancerMode", &v)?;
+        }
         struct_ser.end()
     }
 }
@@ -3490,6 +3575,8 @@ impl<'de> serde::Deserialize<'de> for Service {
             "traffic_distribution",
             "trafficDistribution",
             "balancing",
+            "load_balancer_mode",
+            "loadBalancerMode",
         ];
 
         #[allow(clippy::enum_variant_names)]
@@ -3509,6 +3596,7 @@ impl<'de> serde::Deserialize<'de> for Service {
             LoadBalancerSourceRanges,
             TrafficDistribution,
             Balancing,
+            LoadBalancerMode,
         }
         impl<'de> serde::Deserialize<'de> for GeneratedField {
             fn deserialize<D>(deserializer: D) -> std::result::Result<GeneratedField, D::Error>
@@ -3545,6 +3633,7 @@ impl<'de> serde::Deserialize<'de> for Service {
                             "loadBalancerSourceRanges" | "load_balancer_source_ranges" => Ok(GeneratedField::LoadBalancerSourceRanges),
                             "trafficDistribution" | "traffic_distribution" => Ok(GeneratedField::TrafficDistribution),
                             "balancing" => Ok(GeneratedField::Balancing),
+                            "loadBalancerMode" | "load_balancer_mode" => Ok(GeneratedField::LoadBalancerMode),
                             _ => Err(serde::de::Error::unknown_field(value, FIELDS)),
                         }
                     }
@@ -3579,6 +3668,7 @@ impl<'de> serde::Deserialize<'de> for Service {
                 let mut load_balancer_source_ranges__ = None;
                 let mut traffic_distribution__ = None;
                 let mut balancing__ = None;
+                let mut load_balancer_mode__ = None;
                 while let Some(k) = map_.next_key()? {
                     match k {
                         GeneratedField::Namespace => {
@@ -3673,6 +3763,12 @@ impl<'de> serde::Deserialize<'de> for Service {
                             }
                             balancing__ = Some(map_.next_value::<Balancing>()? as i32);
                         }
+                        GeneratedField::LoadBalancerMode => {
+                            if load_balancer_mode__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("loadBalancerMode"));
+                            }
+                            load_balancer_mode__ = Some(map_.next_value::<LoadBalancerMode>()? as i32);
+                        }
                     }
                 }
                 Ok(Service {
@@ -3691,6 +3787,7 @@ impl<'de> serde::Deserialize<'de> for Service {
                     load_balancer_source_ranges: load_balancer_source_ranges__,
                     traffic_distribution: traffic_distribution__.unwrap_or_default(),
                     balancing: balancing__.unwrap_or_default(),
+                    load_balancer_mode: load_balancer_mode__.unwrap_or_default(),
                 })
             }
         }

@@ -11,9 +11,9 @@ use kpng_model::{IpFamily, IpNet, ServiceName};
 
 use super::{Claim, Contribution, SetName, Side};
 use crate::layout::{
-    BAL_MAGLEV, BAL_RR, EMPTY_DROP, EMPTY_REJECT, EXT_POD_SOURCES, EXT_RANGES, EXT_SNAT,
+    BAL_MAGLEV, BAL_RR, EMPTY_DROP, EMPTY_REJECT, EXT_DSR, EXT_POD_SOURCES, EXT_RANGES, EXT_SNAT,
     EXT_SNAT_ALL, Endpoint, Frontend, NODE_NETNS, RANGED_NO_PODS, RANGED_NODE, RANGED_PODS,
-    SOCK_RANGED, proto_number,
+    SOCK_RANGED, model_protocol, proto_number,
 };
 use kpng_model::v1::Balancing;
 use kpng_sink::ProxyConfig;
@@ -313,6 +313,10 @@ pub(crate) fn contribution(
                     let local = set(true);
                     out.sets.insert(local.clone(), targets(&port.local));
                     (local, 0)
+                } else if proxy.direct_return(view.service.service(), model_protocol(proto)) {
+                    // Returned directly: the endpoint's node restores
+                    // the Service's address, carried in an IP option.
+                    (cluster.clone(), EXT_DSR)
                 } else {
                     (cluster.clone(), EXT_SNAT)
                 };
