@@ -6,6 +6,7 @@
 //! cargo bench -p kpng-lab --bench backends -- balancing
 //! cargo bench -p kpng-lab --bench backends -- udp-sockets
 //! cargo bench -p kpng-lab --bench backends -- tcp-end
+//! cargo bench -p kpng-lab --bench backends -- dsr
 //! ```
 //!
 //! `balancing`: nftables' balancing choices with real packets, 10
@@ -50,6 +51,16 @@
 //! ends them (`--end-tcp-connections`: nftables and iptables, each with
 //! the conntrack cleaner, and eBPF), for the first
 //! ending of a process and a later one.
+//!
+//! `dsr` (not part of the default run; `KPNG_BENCH_ROUNDS`, default 5;
+//! `KPNG_BENCH_CONNECTIONS`, default 200; needs the release `kpng`
+//! binary, `cargo build --release -p kpng-cli`): direct server return
+//! against SNAT in a two-node cluster of namespaces whose agents run the
+//! eBPF tc programs: a client outside to a NodePort of node-1 whose
+//! endpoint is on node-2, for SNAT, DSR and hybrid (each a Service
+//! annotated with it), the modes in turn each round: the TCP connection
+//! rate, the median connect and first-byte times, the median UDP round
+//! trip, and the packets per request that came back through node-1.
 //!
 //! `counters` (not part of the default run; `KPNG_BENCH_ROUNDS`, default
 //! 3): what the per-Service counters cost each of the nft and eBPF
@@ -393,6 +404,12 @@ fn main() {
         .skip(1)
         .filter(|a| !a.starts_with('-'))
         .collect();
+    let env = |name: &str, default: usize| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
     if only.iter().any(|o| o == "nft-comments") {
         kpng_lab::bench::comments_cost(3);
         return;
@@ -413,13 +430,14 @@ fn main() {
         kpng_lab::bench::udp_socket_ending(rounds, namespaces);
         return;
     }
+    if only.iter().any(|o| o == "dsr") {
+        kpng_lab::bench::direct_return(
+            env("KPNG_BENCH_ROUNDS", 5),
+            env("KPNG_BENCH_CONNECTIONS", 200),
+        );
+        return;
+    }
     if only.iter().any(|o| o == "tcp-end") {
-        let env = |name: &str, default: usize| {
-            std::env::var(name)
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(default)
-        };
         let (rounds, connections) = (
             env("KPNG_BENCH_ROUNDS", 3),
             env("KPNG_BENCH_CONNECTIONS", 100),

@@ -12,11 +12,13 @@
 //! - `balancing.rs`: [`balancing`];
 //! - `counters.rs`: [`counters_cost`], [`counters_scrape_cost`];
 //! - `udp.rs`: [`udp_socket_ending`];
-//! - `tcp.rs`: [`tcp_ending`], per backend ([`TcpEnding`]).
+//! - `tcp.rs`: [`tcp_ending`], per backend ([`TcpEnding`]);
+//! - `dsr.rs`: [`direct_return`], in a cluster of namespaces.
 
 mod balancing;
 mod comments;
 mod counters;
+mod dsr;
 mod figures;
 mod layout;
 mod scale;
@@ -38,6 +40,7 @@ use crate::{Lab, LabBackend, Settings};
 pub use balancing::balancing;
 pub use comments::comments_cost;
 pub use counters::{counters_cost, counters_scrape_cost};
+pub use dsr::direct_return;
 pub use figures::run;
 pub use layout::{LayoutSwitch, iptables_layout_switch};
 pub use scale::{AtScale, EbpfAtScale, at_scale, cold_full_sync, ebpf_at_scale};

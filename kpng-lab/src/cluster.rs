@@ -56,6 +56,7 @@
 //! ```
 
 mod api_source;
+mod counter;
 mod fabric;
 mod process;
 
@@ -68,6 +69,7 @@ use kpng_testkit::bpf::{BpfFs, TestCgroup, in_cgroup_and_netns};
 use crate::lab::CLIENT;
 
 pub use api_source::ApiSource;
+pub use counter::PacketCount;
 pub use process::{LogLine, Process};
 
 /// The client's address on the fabric (outside every pod CIDR).

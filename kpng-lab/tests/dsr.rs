@@ -9,7 +9,6 @@
 //! replies count). Every probe is also checked against `kpng explain`.
 #![allow(missing_docs)]
 
-use std::process::Command;
 use std::time::Duration;
 
 use kpng_lab::cluster::{
@@ -47,64 +46,6 @@ fn dual(name: &str, n: u8, np: u16, mode: Option<&str>) -> String {
         slice("IPv4", &pod_ip(2, 0)),
         slice("IPv6", &pod_ip6(2, 0)),
     )
-}
-
-fn run(ns: &str, args: &[&str], input: Option<&str>) -> String {
-    use std::io::Write;
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", ns])
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin
-            .write_all(input.unwrap_or_default().as_bytes())
-            .expect("stdin");
-    }
-    let out = child.wait_with_output().expect("wait");
-    assert!(
-        out.status.success(),
-        "{args:?} in {ns}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Counts, in node-1's prerouting hook, the packets from node-2's pods
-/// (each family): the replies of flows node-1 forwarded there that come
-/// back through it.
-struct Crossing(String);
-
-impl Crossing {
-    fn new(cluster: &Cluster) -> Self {
-        let ns = cluster.node_ns(1);
-        run(
-            &ns,
-            &["nft", "-f", "-"],
-            Some(
-                "table inet kpng_lab_crossing {\n chain pre {\n  type filter hook prerouting priority -400;\n  ip saddr 10.244.2.0/24 counter\n  ip6 saddr fd00:244:0:2::/64 counter\n }\n}\n",
-            ),
-        );
-        Self(ns)
-    }
-
-    /// The packets counted so far, both families.
-    fn packets(&self) -> u64 {
-        run(
-            &self.0,
-            &["nft", "list", "table", "inet", "kpng_lab_crossing"],
-            None,
-        )
-        .lines()
-        .filter_map(|l| {
-            let rest = l.split("counter packets ").nth(1)?;
-            rest.split_whitespace().next()?.parse::<u64>().ok()
-        })
-        .sum()
-    }
 }
 
 /// Waits until `host:port` answers the client over TCP.
@@ -148,28 +89,32 @@ fn replies_leave_the_endpoints_node_straight_to_the_client() {
     cluster.write_manifest(&cluster.manifest(&items));
     // The external IPs are routed to node-1.
     let client = cluster.client_ns();
-    run(
+    kpng_lab::run(&[
+        "ip",
+        "-n",
         &client,
-        &["ip", "route", "add", "203.0.113.0/24", "via", &node_ip(1)],
-        None,
-    );
-    run(
+        "route",
+        "add",
+        "203.0.113.0/24",
+        "via",
+        &node_ip(1),
+    ]);
+    kpng_lab::run(&[
+        "ip",
+        "-n",
         &client,
-        &[
-            "ip",
-            "-6",
-            "route",
-            "add",
-            "2001:db8::/64",
-            "via",
-            &node_ip6(1),
-        ],
-        None,
-    );
+        "-6",
+        "route",
+        "add",
+        "2001:db8::/64",
+        "via",
+        &node_ip6(1),
+    ]);
     cluster.start_server();
     cluster.start_agents();
     cluster.wait_all_synced(CONVERGE);
-    let crossing = Crossing::new(&cluster);
+    // Replies that come back through node-1.
+    let crossing = cluster.count_from(1, &["10.244.2.0/24", "fd00:244:0:2::/64"]);
     wait_served(&cluster, &node_ip(1), 30080);
     wait_served(&cluster, &node_ip6(1), 30080);
     let before = crossing.packets();

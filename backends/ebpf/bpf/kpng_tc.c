@@ -130,8 +130,10 @@ struct snat_key {
 struct snat_value {
 	__u32 client[4];
 	__u16 client_port;
-	__u16 pad;
+	__u16 closing; // a TCP FIN or RST was seen, either way
 	struct frontend frontend;
+	__u32 pad;
+	__u64 last_ns; // its last packet, either way
 };
 
 struct {
@@ -180,7 +182,15 @@ struct {
 // so they do not meet the node's own connections.
 #define SNAT_PORT_MIN 61000
 #define SNAT_PORTS 4536
-#define SNAT_TRIES 8
+#define SNAT_TRIES 32
+
+// When a masquerade port of (endpoint, node address) is free again: its
+// flow idle this long (as conntrack forgets a flow, with kube-proxy's
+// settings): UDP 30 s; TCP after a FIN or RST 60 s (the endpoint's
+// TIME_WAIT), else, as SCTP, 24 h (kube-proxy's established timeout).
+#define SNAT_IDLE_UDP_NS (30ULL * 1000000000ULL)
+#define SNAT_IDLE_CLOSED_NS (60ULL * 1000000000ULL)
+#define SNAT_IDLE_OPEN_NS (86400ULL * 1000000000ULL)
 
 // ClientIP affinity of external clients: (client address, set).
 struct ext_affinity_key {
@@ -201,7 +211,9 @@ struct {
 #define ETH_P_IPV6_ 0x86DD
 #define IP_MF 0x2000
 #define IP_OFFSET 0x1FFF
+#define TCP_FLAG_FIN 0x01
 #define TCP_FLAG_SYN 0x02
+#define TCP_FLAG_RST 0x04
 #define TCP_FLAG_ACK 0x10
 #define SCTP_CHUNK_INIT 1
 
@@ -214,7 +226,7 @@ struct packet {
 	__u8 proto;
 	__u8 family;
 	__u8 syn; // a TCP SYN without ACK: a new connection
-	__u8 pad;
+	__u8 fin; // a TCP FIN or RST
 	__u32 seq; // a SYN's sequence number (as it came)
 	__u32 saddr_off;
 	__u32 daddr_off;
@@ -274,6 +286,7 @@ static __always_inline int parse(struct __sk_buff *skb, struct packet *p)
 		if (bpf_skb_load_bytes(skb, p->l4_off + 13, &byte, 1))
 			return 0;
 		p->syn = (byte & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN;
+		p->fin = (byte & (TCP_FLAG_FIN | TCP_FLAG_RST)) != 0;
 		if (p->syn && bpf_skb_load_bytes(skb, p->l4_off + 4, &p->seq, 4))
 			return 0;
 	} else if (p->proto == IPPROTO_UDP) {
@@ -440,6 +453,9 @@ static __always_inline int unmasquerade(struct __sk_buff *skb, struct packet *p)
 	v = bpf_map_lookup_elem(&kpng_snat, &key);
 	if (!v)
 		return -1;
+	v->last_ns = bpf_ktime_get_ns();
+	if (p->fin)
+		v->closing = 1;
 	__builtin_memcpy(dst, v->client, 16);
 	if (!rewrite_addr(skb, p, p->daddr_off, p->daddr, dst))
 		return TC_ACT_SHOT;
@@ -449,52 +465,119 @@ static __always_inline int unmasquerade(struct __sk_buff *skb, struct packet *p)
 	return TC_ACT_OK;
 }
 
-// Plans the masquerade of a flow of `p` to remote endpoint `ep`: the
-// node's address and a port of its own (`*port`, 0: choose one), which
-// the egress program writes as the source when the flow leaves.
-static __always_inline int masquerade(struct packet *p, struct frontend *fe,
-				      struct endpoint *ep, __u16 *port)
+// Whether masquerade entry `v` (of protocol `proto`) is free for a new
+// flow at `now`: its own flow idle past its timeout.
+static __always_inline int snat_free(struct snat_value *v, __u8 proto, __u64 now)
 {
-	struct snat_key key = {};
-	struct snat_value value = {};
-	struct snat_out_key okey = {};
-	struct snat_out_value ovalue = {};
+	__u64 idle = now - v->last_ns;
+
+	if (proto == IPPROTO_UDP)
+		return idle > SNAT_IDLE_UDP_NS;
+	return idle > (v->closing ? SNAT_IDLE_CLOSED_NS : SNAT_IDLE_OPEN_NS);
+}
+
+// Plans the masquerade of a flow of `p` to remote endpoint `ep`: the
+// node's address and a port of its own (`*port`, 0: choose one: one
+// unused, or whose flow is over), which the egress program writes as the
+// source when the flow leaves; or, for a packet of a flow masqueraded
+// already, refreshes its entries (a FIN or RST marks it closing; 0 when
+// its port went to another flow). Its own function: its records stay off
+// ingress's stack.
+static __noinline int masquerade(struct packet *p, struct frontend *fe,
+				 struct endpoint *ep, __u16 *port, __u64 now)
+{
+	// The two maps' records in turn, in one place (the stack is short).
+	union {
+		struct {
+			struct snat_key key;
+			struct snat_value value;
+		} in;
+		struct {
+			struct snat_out_key key;
+			struct snat_out_value value;
+		} out;
+	} r;
+	struct snat_value *old;
 	struct endpoint *node;
 	__u32 index = p->family == FAMILY_V4 ? 0 : 1;
+	__u16 chosen;
 	int i;
 
 	node = bpf_map_lookup_elem(&kpng_node, &index);
 	if (!node || !(node->addr[0] | node->addr[1] | node->addr[2] | node->addr[3]))
 		return 0;
-	key.endpoint = *ep;
-	key.endpoint.flags = 0;
-	__builtin_memcpy(key.node, node->addr, 16);
-	key.proto = p->proto;
+	__builtin_memset(&r, 0, sizeof(r));
+	r.in.key.endpoint = *ep;
+	r.in.key.endpoint.flags = 0;
+	__builtin_memcpy(r.in.key.node, node->addr, 16);
+	r.in.key.proto = p->proto;
 	if (*port) {
-		key.port = *port;
+		r.in.key.port = *port;
+		old = bpf_map_lookup_elem(&kpng_snat, &r.in.key);
+		if (old) {
+			// Another client's now: this flow was over (idle past
+			// its timeout) and its port given to another.
+			if (old->client_port != p->sport ||
+			    old->client[0] != p->saddr[0] || old->client[1] != p->saddr[1] ||
+			    old->client[2] != p->saddr[2] || old->client[3] != p->saddr[3])
+				return 0;
+			// (its kpng_snat_out entry stays: the LRU keeps it)
+			old->last_ns = now;
+			if (p->fin)
+				old->closing = 1;
+			return 1;
+		}
+		// (evicted: written again)
 	} else {
-		// A free port: tried at random a few times.
+		// A free port: the first of SNAT_TRIES from one at random.
+		__u32 start = bpf_get_prandom_u32();
+
 		for (i = 0; i < SNAT_TRIES; i++) {
-			key.port = bpf_htons(SNAT_PORT_MIN + bpf_get_prandom_u32() % SNAT_PORTS);
-			if (!bpf_map_lookup_elem(&kpng_snat, &key))
+			r.in.key.port = bpf_htons(SNAT_PORT_MIN + (start + i) % SNAT_PORTS);
+			old = bpf_map_lookup_elem(&kpng_snat, &r.in.key);
+			if (!old || snat_free(old, p->proto, now))
 				break;
 		}
 		if (i == SNAT_TRIES)
 			return 0;
-		*port = key.port;
+		*port = r.in.key.port;
 	}
-	__builtin_memcpy(value.client, p->saddr, 16);
-	value.client_port = p->sport;
-	value.frontend = *fe;
-	bpf_map_update_elem(&kpng_snat, &key, &value, BPF_ANY);
-	__builtin_memcpy(okey.client, p->saddr, 16);
-	okey.client_port = p->sport;
-	okey.proto = p->proto;
-	okey.endpoint = key.endpoint;
-	__builtin_memcpy(ovalue.node, node->addr, 16);
-	ovalue.port = key.port;
-	bpf_map_update_elem(&kpng_snat_out, &okey, &ovalue, BPF_ANY);
+	chosen = r.in.key.port;
+	__builtin_memcpy(r.in.value.client, p->saddr, 16);
+	r.in.value.client_port = p->sport;
+	r.in.value.closing = p->fin;
+	r.in.value.frontend = *fe;
+	r.in.value.last_ns = now;
+	bpf_map_update_elem(&kpng_snat, &r.in.key, &r.in.value, BPF_ANY);
+	__builtin_memset(&r, 0, sizeof(r));
+	__builtin_memcpy(r.out.key.client, p->saddr, 16);
+	r.out.key.client_port = p->sport;
+	r.out.key.proto = p->proto;
+	r.out.key.endpoint = *ep;
+	r.out.key.endpoint.flags = 0;
+	__builtin_memcpy(r.out.value.node, node->addr, 16);
+	r.out.value.port = chosen;
+	bpf_map_update_elem(&kpng_snat_out, &r.out.key, &r.out.value, BPF_ANY);
 	return 1;
+}
+
+// A new flow of `p` to endpoint `ep` that is not masqueraded (returned
+// directly, or to a local endpoint): an older masqueraded flow of the
+// same client address and port to the same endpoint (through another
+// frontend) leaves a kpng_snat_out entry that the egress program, which
+// sees only (client, endpoint), would apply to this flow's packets. It
+// is dropped. (Two such flows at once cannot be told apart after the
+// translation: the later one's choice holds.)
+static __noinline void forget_masquerade(struct packet *p, struct endpoint *ep)
+{
+	struct snat_out_key key = {};
+
+	__builtin_memcpy(key.client, p->saddr, 16);
+	key.client_port = p->sport;
+	key.proto = p->proto;
+	key.endpoint = *ep;
+	key.endpoint.flags = 0;
+	bpf_map_delete_elem(&kpng_snat_out, &key);
 }
 
 // A masqueraded flow leaving towards its endpoint: the node's address and
@@ -1113,7 +1196,7 @@ static __noinline int ingress(struct __sk_buff *skb)
 		dsr = flow->dsr;
 		flow->last_ns = now;
 		// (its masquerade entries refreshed: the LRU keeps them)
-		if (snat_port && !masquerade(&p, &fe, &ep, &snat_port))
+		if (snat_port && !masquerade(&p, &fe, &ep, &snat_port, now))
 			return TC_ACT_SHOT;
 	} else {
 		if (!pick_external(&p, svc, &ep, &slot, now)) {
@@ -1127,10 +1210,12 @@ static __noinline int ingress(struct __sk_buff *skb)
 		// through this node.
 		dsr = dsr_wanted(&p, svc, &ep);
 		if (!dsr && snat_wanted(&p, &fe, svc, &ep) &&
-		    !masquerade(&p, &fe, &ep, &snat_port)) {
+		    !masquerade(&p, &fe, &ep, &snat_port, now)) {
 			count(COUNT_DROPPED);
 			return TC_ACT_SHOT;
 		}
+		if (!snat_port)
+			forget_masquerade(&p, &ep);
 		value.endpoint = ep;
 		value.snat_port = snat_port;
 		value.dsr = dsr;

@@ -16,7 +16,10 @@
 //!   NodePorts, external IPs and LB IPs: the destination is rewritten to
 //!   an endpoint at ingress and the reply's source restored at egress;
 //!   `externalTrafficPolicy: Cluster` flows to other nodes' endpoints are
-//!   masqueraded to the node's address; source ranges are checked.
+//!   masqueraded to the node's address, or returned directly
+//!   (`ProxyConfig::direct_return`: the client's address kept, the
+//!   Service's carried in an IP option to the endpoint's node, whose tc
+//!   programs reply to the client straight); source ranges are checked.
 //!
 //!   They also serve ClusterIPs reached from outside (masqueraded as
 //!   kube-proxy's rules), REJECT with an ICMP (ICMPv6) port unreachable

@@ -47,6 +47,11 @@ impl Loaded {
         Some(Self { ebpf, _fs: fs })
     }
 
+    /// The loaded object, to write its maps.
+    pub(crate) fn ebpf(&mut self) -> &mut aya::Ebpf {
+        &mut self.ebpf
+    }
+
     /// A record for `frontend` leading to set 1 with `flags`, and set 1
     /// holding `endpoint` (on this node) when given.
     pub(crate) fn serve(&mut self, frontend: [u8; 20], flags: u32, endpoint: Option<[u8; 20]>) {
