@@ -521,11 +521,10 @@ static __noinline int masquerade(struct packet *p, struct frontend *fe,
 			    old->client[0] != p->saddr[0] || old->client[1] != p->saddr[1] ||
 			    old->client[2] != p->saddr[2] || old->client[3] != p->saddr[3])
 				return 0;
-			// (its kpng_snat_out entry stays: the LRU keeps it)
 			old->last_ns = now;
 			if (p->fin)
 				old->closing = 1;
-			return 1;
+			goto out; // its egress entry written again (below)
 		}
 		// (evicted: written again)
 	} else {
@@ -542,13 +541,17 @@ static __noinline int masquerade(struct packet *p, struct frontend *fe,
 			return 0;
 		*port = r.in.key.port;
 	}
-	chosen = r.in.key.port;
 	__builtin_memcpy(r.in.value.client, p->saddr, 16);
 	r.in.value.client_port = p->sport;
 	r.in.value.closing = p->fin;
 	r.in.value.frontend = *fe;
 	r.in.value.last_ns = now;
 	bpf_map_update_elem(&kpng_snat, &r.in.key, &r.in.value, BPF_ANY);
+out:
+	// The egress entry, at every packet: a flow of the same client
+	// address and port to the same endpoint that is not masqueraded (see
+	// forget_masquerade) may have dropped it since.
+	chosen = *port;
 	__builtin_memset(&r, 0, sizeof(r));
 	__builtin_memcpy(r.out.key.client, p->saddr, 16);
 	r.out.key.client_port = p->sport;
@@ -561,13 +564,16 @@ static __noinline int masquerade(struct packet *p, struct frontend *fe,
 	return 1;
 }
 
-// A new flow of `p` to endpoint `ep` that is not masqueraded (returned
-// directly, or to a local endpoint): an older masqueraded flow of the
+// A packet of a flow of `p` to endpoint `ep` that is not masqueraded
+// (returned directly, or to a local endpoint): a masqueraded flow of the
 // same client address and port to the same endpoint (through another
-// frontend) leaves a kpng_snat_out entry that the egress program, which
-// sees only (client, endpoint), would apply to this flow's packets. It
-// is dropped. (Two such flows at once cannot be told apart after the
-// translation: the later one's choice holds.)
+// frontend: a client may use one port towards two destinations) leaves a
+// kpng_snat_out entry that the egress program, which sees only (client,
+// endpoint), would apply to this packet. It is dropped; the masqueraded
+// flow's next packet writes it again. A forwarded packet goes from
+// ingress to egress within one softirq on one CPU, so each gets its own
+// flow's (two such flows' packets at the same moment on two CPUs can
+// still meet).
 static __noinline void forget_masquerade(struct packet *p, struct endpoint *ep)
 {
 	struct snat_out_key key = {};
@@ -577,7 +583,8 @@ static __noinline void forget_masquerade(struct packet *p, struct endpoint *ep)
 	key.proto = p->proto;
 	key.endpoint = *ep;
 	key.endpoint.flags = 0;
-	bpf_map_delete_elem(&kpng_snat_out, &key);
+	if (bpf_map_lookup_elem(&kpng_snat_out, &key))
+		bpf_map_delete_elem(&kpng_snat_out, &key);
 }
 
 // A masqueraded flow leaving towards its endpoint: the node's address and
@@ -1214,8 +1221,7 @@ static __noinline int ingress(struct __sk_buff *skb)
 			count(COUNT_DROPPED);
 			return TC_ACT_SHOT;
 		}
-		if (!snat_port)
-			forget_masquerade(&p, &ep);
+
 		value.endpoint = ep;
 		value.snat_port = snat_port;
 		value.dsr = dsr;
@@ -1226,6 +1232,8 @@ static __noinline int ingress(struct __sk_buff *skb)
 		bpf_map_update_elem(&kpng_ext_flows, &ckey, &value, BPF_ANY);
 		count_traffic(&fe, &ep);
 	}
+	if (!snat_port)
+		forget_masquerade(&p, &ep);
 	__builtin_memcpy(rkey.client, p.saddr, 16);
 	rkey.client_port = p.sport;
 	rkey.proto = p.proto;
