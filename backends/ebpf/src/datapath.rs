@@ -305,9 +305,7 @@ fn load_programs(ebpf: &mut aya::Ebpf, tc: bool) -> Result<(), Error> {
             .ok_or(Error::Missing { name })?
             .try_into()
             .map_err(|source| Error::Program { name, source })?;
-        program
-            .load()
-            .map_err(|source| Error::Program { name, source })?;
+        verified(|| program.load()).map_err(|source| Error::Program { name, source })?;
     }
     if tc {
         for name in TC_PROGRAMS {
@@ -316,12 +314,32 @@ fn load_programs(ebpf: &mut aya::Ebpf, tc: bool) -> Result<(), Error> {
                 .ok_or(Error::Missing { name })?
                 .try_into()
                 .map_err(|source| Error::Program { name, source })?;
-            program
-                .load()
-                .map_err(|source| Error::Program { name, source })?;
+            verified(|| program.load()).map_err(|source| Error::Program { name, source })?;
         }
     }
     Ok(())
+}
+
+/// `load` (one program's `BPF_PROG_LOAD`), again while it fails with
+/// `EAGAIN`: the verifier gives up so when a signal comes to the thread
+/// during its walk (a child process's exit, with a `SIGCHLD` handler
+/// installed, as the async runtime's process driver does), which takes
+/// longer the bigger the program. As libbpf, up to five times.
+pub(crate) fn verified<T>(
+    mut load: impl FnMut() -> Result<T, aya::programs::ProgramError>,
+) -> Result<T, aya::programs::ProgramError> {
+    let mut tries = 1;
+    loop {
+        match load() {
+            Err(aya::programs::ProgramError::LoadError { io_error, .. })
+                if io_error.raw_os_error() == Some(libc::EAGAIN) && tries < 5 =>
+            {
+                tries += 1;
+                tracing::debug!(tries, "BPF_PROG_LOAD interrupted (EAGAIN): again");
+            }
+            other => return other,
+        }
+    }
 }
 
 /// The tc programs.
@@ -929,4 +947,49 @@ pub fn cleanup(pin_path: &Path) -> Result<bool, Error> {
         tracing::info!(path = %pin_path.display(), "eBPF programs detached and maps removed");
     }
     Ok(any)
+}
+
+#[cfg(test)]
+mod tests {
+    use aya::programs::ProgramError;
+
+    fn failed(errno: i32) -> ProgramError {
+        ProgramError::LoadError {
+            io_error: std::io::Error::from_raw_os_error(errno),
+            verifier_log: aya_obj::VerifierLog::new(String::new()),
+        }
+    }
+
+    /// A load the verifier gave up on with EAGAIN (a signal during its
+    /// walk) is made again, up to five times in all; any other failure
+    /// is returned at once.
+    #[test]
+    fn a_load_interrupted_by_a_signal_is_made_again() {
+        let mut calls = 0;
+        let result = super::verified(|| {
+            calls += 1;
+            if calls < 3 {
+                Err(failed(libc::EAGAIN))
+            } else {
+                Ok(calls)
+            }
+        });
+        assert_eq!(result.ok(), Some(3));
+
+        let mut calls = 0;
+        let result: Result<(), _> = super::verified(|| {
+            calls += 1;
+            Err(failed(libc::EAGAIN))
+        });
+        assert!(result.is_err());
+        assert_eq!(calls, 5);
+
+        let mut calls = 0;
+        let result: Result<(), _> = super::verified(|| {
+            calls += 1;
+            Err(failed(libc::EACCES))
+        });
+        assert!(result.is_err());
+        assert_eq!(calls, 1);
+    }
 }

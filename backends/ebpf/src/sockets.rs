@@ -178,8 +178,7 @@ impl SocketEnder {
                 .ok_or_else(|| format!("no program {name}"))?
                 .try_into()
                 .map_err(|e| format!("{name}: {e}"))?;
-            program
-                .load(kind, &btf)
+            crate::datapath::verified(|| program.load(kind, &btf))
                 .map_err(|e| format!("{name} (iter/{kind} calling {KFUNC}): {e}"))?;
             let fd = program.fd().map_err(|e| format!("{name}: {e}"))?;
             links.push(
