@@ -435,6 +435,16 @@ pub(crate) struct EbpfArgs {
     /// them sending to the endpoint gone.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub(crate) end_udp_sockets: bool,
+    /// XDP on the --tc-interfaces: the packets of flows the tc programs
+    /// opened are translated there and sent back out before the stack
+    /// (a flow's first packet, and whatever XDP does not take, go on to
+    /// the tc programs, which decide as without it). `auto` (the value
+    /// of a bare `--xdp`): in the driver where it has XDP, else generic;
+    /// `native` or `generic` only. An interface where it attaches in no
+    /// mode asked is an error naming it. On a veth, native XDP sends
+    /// nothing on unless the peer has an XDP program of its own.
+    #[arg(long, value_name = "MODE", num_args = 0..=1, default_missing_value = "auto", value_parser = ["auto", "native", "generic"])]
+    pub(crate) xdp: Option<String>,
     /// Fixed sizes of BPF maps, `NAME=ENTRIES,...`. The maps that hold
     /// the cluster (kpng_services, kpng_slots, kpng_members, kpng_live,
     /// kpng_cidrs, kpng_external, kpng_ranges, kpng_maglev) are otherwise sized from it

@@ -270,6 +270,18 @@ fn ebpf_backend(
         args.proxy
             .masquerade_only("to-ebpf without --tc-interfaces (`--north-south nft`)")?;
     }
+    if let Some(mode) = &ebpf.xdp {
+        if config.tc_interfaces.is_empty() {
+            return Err(Error::Usage(format!(
+                "--xdp {mode}: the XDP program goes on the --tc-interfaces, and sends on the flows their tc programs open; give them"
+            )));
+        }
+        config = config.xdp(Some(match mode.as_str() {
+            "native" => kpng_backend_ebpf::XdpMode::Native,
+            "generic" => kpng_backend_ebpf::XdpMode::Generic,
+            _ => kpng_backend_ebpf::XdpMode::Auto,
+        }));
+    }
     config = config
         .counters(ebpf.counters)
         .end_udp_sockets(ebpf.end_udp_sockets)

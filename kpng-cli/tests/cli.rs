@@ -1719,3 +1719,41 @@ fn load_balancer_modes_a_backend_cannot_do_are_refused_naming_the_flag() {
     assert_ne!(code, 0);
     assert!(stderr.contains("dssr"), "{stderr}");
 }
+
+/// `--xdp` goes on the tc interfaces: without them it is refused, naming
+/// the flag; with them a dry run takes every mode, and a mode it does not
+/// know is refused naming the value.
+#[test]
+fn xdp_needs_the_tc_interfaces() {
+    let (code, _, stderr) = kpng(&[
+        "file",
+        "--node",
+        "node-a",
+        "to-ebpf",
+        "--dry-run",
+        "--once",
+        "--xdp",
+    ]);
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("--xdp auto") && stderr.contains("--tc-interfaces"),
+        "{stderr}"
+    );
+    for mode in ["auto", "native", "generic"] {
+        let (code, _, stderr) = kpng(&[
+            "file",
+            "--node",
+            "node-a",
+            "to-ebpf",
+            "--tc-interfaces",
+            "eth0",
+            "--dry-run",
+            "--once",
+            &format!("--xdp={mode}"),
+        ]);
+        assert_eq!(code, 0, "{mode}: {stderr}");
+    }
+    let (code, _, stderr) = kpng(&["file", "to-ebpf", "--tc-interfaces", "eth0", "--xdp=driver"]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("driver"), "{stderr}");
+}

@@ -7,6 +7,7 @@
 //! cargo bench -p kpng-lab --bench backends -- udp-sockets
 //! cargo bench -p kpng-lab --bench backends -- tcp-end
 //! cargo bench -p kpng-lab --bench backends -- dsr
+//! cargo bench -p kpng-lab --bench backends -- xdp
 //! ```
 //!
 //! `balancing`: nftables' balancing choices with real packets, 10
@@ -61,6 +62,13 @@
 //! annotated with it), the modes in turn each round: the TCP connection
 //! rate, the median connect and first-byte times, the median UDP round
 //! trip, and the packets per request that came back through node-1.
+//!
+//! `xdp` (not part of the default run; `KPNG_BENCH_ROUNDS`, default 5;
+//! `KPNG_BENCH_CONNECTIONS`, default 500; the release `kpng` binary): two
+//! two-node clusters of namespaces side by side, one whose agents run
+//! `--xdp generic`: short TCP connections and round trips over a held
+//! connection from a client outside (checksum offload off) to a NodePort
+//! of node-1 whose endpoint is on node-2, alternating: medians and ratios.
 //!
 //! `counters` (not part of the default run; `KPNG_BENCH_ROUNDS`, default
 //! 3): what the per-Service counters cost each of the nft and eBPF
@@ -434,6 +442,13 @@ fn main() {
         kpng_lab::bench::direct_return(
             env("KPNG_BENCH_ROUNDS", 5),
             env("KPNG_BENCH_CONNECTIONS", 200),
+        );
+        return;
+    }
+    if only.iter().any(|o| o == "xdp") {
+        kpng_lab::bench::xdp_against_tc(
+            env("KPNG_BENCH_ROUNDS", 5),
+            env("KPNG_BENCH_CONNECTIONS", 500),
         );
         return;
     }

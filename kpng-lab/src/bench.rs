@@ -13,7 +13,8 @@
 //! - `counters.rs`: [`counters_cost`], [`counters_scrape_cost`];
 //! - `udp.rs`: [`udp_socket_ending`];
 //! - `tcp.rs`: [`tcp_ending`], per backend ([`TcpEnding`]);
-//! - `dsr.rs`: [`direct_return`], in a cluster of namespaces.
+//! - `dsr.rs`: [`direct_return`], in a cluster of namespaces;
+//! - `xdp.rs`: [`xdp_against_tc`], in two clusters of namespaces.
 
 mod balancing;
 mod comments;
@@ -24,6 +25,7 @@ mod layout;
 mod scale;
 mod tcp;
 mod udp;
+mod xdp;
 
 use std::net::IpAddr;
 use std::time::Instant;
@@ -46,6 +48,7 @@ pub use layout::{LayoutSwitch, iptables_layout_switch};
 pub use scale::{AtScale, EbpfAtScale, at_scale, cold_full_sync, ebpf_at_scale};
 pub use tcp::{TcpEnding, WithCleaner, tcp_ending};
 pub use udp::udp_socket_ending;
+pub use xdp::xdp_against_tc;
 
 /// A lab with a pod client (`podc`, 10.244.1.99) and one endpoint pod
 /// serving (`e1`, 10.244.1.10): what the rate measures connect through.

@@ -218,7 +218,7 @@ struct {
 // Counters, read by the backend: translated, refused, dropped.
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 4);
+	__uint(max_entries, 5);
 	__type(key, __u32);
 	__type(value, __u64);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
@@ -228,6 +228,7 @@ struct {
 #define COUNT_REFUSED 1
 #define COUNT_DROPPED 2
 #define COUNT_MISSING 3 // a page below a set's count was absent (a bug)
+#define COUNT_XDP 4	// packets the XDP program translated
 
 static __always_inline void count(__u32 what)
 {

@@ -235,79 +235,95 @@ struct packet {
 	__u32 ip_csum_off; // IPv4 only, else 0
 };
 
-static __always_inline int parse(struct __sk_buff *skb, struct packet *p)
+// Loads `len` bytes at `off` of the packet `ctx`: an skb (tc) or, with
+// `xdp`, an xdp_md. (`xdp` is a constant at each call: the other helper
+// is compiled out.)
+static __always_inline long load_at(void *ctx, int xdp, __u32 off, void *to, __u32 len)
+{
+	if (xdp)
+		return bpf_xdp_load_bytes(ctx, off, to, len);
+	return bpf_skb_load_bytes(ctx, off, to, len);
+}
+
+// Parses packet `ctx` (an skb, or with `xdp` an xdp_md) into `p`.
+static __always_inline int parse_any(void *ctx, int xdp, struct packet *p)
 {
 	__u16 eth_proto;
 	__u8 byte;
 
 	// An Ethernet header (the EtherType where the stack read it):
 	// interfaces without one are not parsed.
-	if (bpf_skb_load_bytes(skb, 12, &eth_proto, 2))
+	if (load_at(ctx, xdp, 12, &eth_proto, 2))
 		return 0;
-	if ((__u32)eth_proto != skb->protocol)
+	if (!xdp && (__u32)eth_proto != ((struct __sk_buff *)ctx)->protocol)
 		return 0;
 	if (eth_proto == bpf_htons(ETH_P_IPV4)) {
 		__u16 frag;
 
-		if (bpf_skb_load_bytes(skb, ETH_HLEN, &byte, 1))
+		if (load_at(ctx, xdp, ETH_HLEN, &byte, 1))
 			return 0;
 		if ((byte >> 4) != 4)
 			return 0;
 		p->l4_off = ETH_HLEN + (byte & 0xf) * 4;
-		if (bpf_skb_load_bytes(skb, ETH_HLEN + 6, &frag, 2))
+		if (load_at(ctx, xdp, ETH_HLEN + 6, &frag, 2))
 			return 0;
 		if (frag & bpf_htons(IP_MF | IP_OFFSET))
 			return 0; // fragments go on to the stack
-		if (bpf_skb_load_bytes(skb, ETH_HLEN + 9, &p->proto, 1))
+		if (load_at(ctx, xdp, ETH_HLEN + 9, &p->proto, 1))
 			return 0;
 		p->family = FAMILY_V4;
 		p->saddr_off = ETH_HLEN + 12;
 		p->daddr_off = ETH_HLEN + 16;
 		p->ip_csum_off = ETH_HLEN + 10;
-		if (bpf_skb_load_bytes(skb, p->saddr_off, &p->saddr[0], 4) ||
-		    bpf_skb_load_bytes(skb, p->daddr_off, &p->daddr[0], 4))
+		if (load_at(ctx, xdp, p->saddr_off, &p->saddr[0], 4) ||
+		    load_at(ctx, xdp, p->daddr_off, &p->daddr[0], 4))
 			return 0;
 	} else if (eth_proto == bpf_htons(ETH_P_IPV6_)) {
-		if (bpf_skb_load_bytes(skb, ETH_HLEN + 6, &p->proto, 1))
+		if (load_at(ctx, xdp, ETH_HLEN + 6, &p->proto, 1))
 			return 0;
 		p->family = FAMILY_V6;
 		p->l4_off = ETH_HLEN + 40; // extension headers go on to the stack
 		p->saddr_off = ETH_HLEN + 8;
 		p->daddr_off = ETH_HLEN + 24;
 		p->ip_csum_off = 0;
-		if (bpf_skb_load_bytes(skb, p->saddr_off, p->saddr, 16) ||
-		    bpf_skb_load_bytes(skb, p->daddr_off, p->daddr, 16))
+		if (load_at(ctx, xdp, p->saddr_off, p->saddr, 16) ||
+		    load_at(ctx, xdp, p->daddr_off, p->daddr, 16))
 			return 0;
 	} else {
 		return 0;
 	}
 	if (p->proto == IPPROTO_TCP) {
 		p->csum_off = p->l4_off + 16;
-		if (bpf_skb_load_bytes(skb, p->l4_off + 13, &byte, 1))
+		if (load_at(ctx, xdp, p->l4_off + 13, &byte, 1))
 			return 0;
 		p->syn = (byte & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN;
 		p->fin = (byte & (TCP_FLAG_FIN | TCP_FLAG_RST)) != 0;
-		if (p->syn && bpf_skb_load_bytes(skb, p->l4_off + 4, &p->seq, 4))
+		if (p->syn && load_at(ctx, xdp, p->l4_off + 4, &p->seq, 4))
 			return 0;
 	} else if (p->proto == IPPROTO_UDP) {
 		p->csum_off = p->l4_off + 6;
 	} else if (p->proto == IPPROTO_SCTP) {
 		// The CRC32c; an INIT chunk first: a new association.
 		p->csum_off = p->l4_off + 8;
-		if (bpf_skb_load_bytes(skb, p->l4_off + 12, &byte, 1))
+		if (load_at(ctx, xdp, p->l4_off + 12, &byte, 1))
 			return 0;
 		p->syn = byte == SCTP_CHUNK_INIT;
 		// The initiate tag: new for each association, as a SYN's
 		// sequence number.
-		if (p->syn && bpf_skb_load_bytes(skb, p->l4_off + 16, &p->seq, 4))
+		if (p->syn && load_at(ctx, xdp, p->l4_off + 16, &p->seq, 4))
 			return 0;
 	} else {
 		return 0;
 	}
-	if (bpf_skb_load_bytes(skb, p->l4_off, &p->sport, 2) ||
-	    bpf_skb_load_bytes(skb, p->l4_off + 2, &p->dport, 2))
+	if (load_at(ctx, xdp, p->l4_off, &p->sport, 2) ||
+	    load_at(ctx, xdp, p->l4_off + 2, &p->dport, 2))
 		return 0;
 	return 1;
+}
+
+static __always_inline int parse(struct __sk_buff *skb, struct packet *p)
+{
+	return parse_any(skb, 0, p);
 }
 
 // Rewrites the address at `off` (and the checksums over it).
@@ -1141,6 +1157,35 @@ static __always_inline int still_there(struct conn_value *flow)
 	return ep && same(ep, &flow->endpoint);
 }
 
+// Whether packet `p` to `fe` (record `svc`) may pass its
+// loadBalancerSourceRanges (always, without them).
+static __always_inline int in_ranges(struct packet *p, struct frontend *fe,
+				     struct service *svc)
+{
+	struct range_key range = {};
+
+	if (!(svc->flags & EXT_RANGES))
+		return 1;
+	range.prefixlen = 160 + (p->family == FAMILY_V4 ? 32 : 128);
+	range.frontend = *fe;
+	__builtin_memcpy(range.addr, p->saddr, 16);
+	return bpf_map_lookup_elem(&kpng_ranges, &range) != 0;
+}
+
+// Whether packet `p` goes on in `flow` (to `svc`) at `now`: a TCP
+// connection (an SCTP association) keeps its endpoint until a new one (a
+// SYN with another sequence number, an INIT with another initiate tag:
+// not a retransmission) reuses its ports, as conntrack keeps it; a UDP
+// flow while it is not idle 30 s and its endpoint stays.
+static __always_inline int flow_holds(struct conn_value *flow, struct service *svc,
+				      struct packet *p, __u64 now)
+{
+	if (p->proto != IPPROTO_UDP)
+		return !p->syn || (p->seq == flow->isn && now - flow->last_ns <= FLOW_IDLE_NS);
+	return flow->set == svc->set && now - flow->last_ns <= FLOW_IDLE_NS &&
+	       still_there(flow);
+}
+
 // A packet from outside (its own function, so that its stack and
 // dsr_restore's are not counted together).
 static __noinline int ingress(struct __sk_buff *skb)
@@ -1169,16 +1214,9 @@ static __noinline int ingress(struct __sk_buff *skb)
 	svc = bpf_map_lookup_elem(&kpng_external, &fe);
 	if (!svc)
 		return no_record(skb, &p, &fe);
-	if (svc->flags & EXT_RANGES) {
-		struct range_key range = {};
-
-		range.prefixlen = 160 + (p.family == FAMILY_V4 ? 32 : 128);
-		range.frontend = fe;
-		__builtin_memcpy(range.addr, p.saddr, 16);
-		if (!bpf_map_lookup_elem(&kpng_ranges, &range)) {
-			count(COUNT_DROPPED);
-			return TC_ACT_SHOT;
-		}
+	if (!in_ranges(&p, &fe, svc)) {
+		count(COUNT_DROPPED);
+		return TC_ACT_SHOT;
 	}
 	now = bpf_ktime_get_ns();
 	__builtin_memcpy(ckey.client, p.saddr, 16);
@@ -1187,17 +1225,7 @@ static __noinline int ingress(struct __sk_buff *skb)
 	ckey.family = p.family;
 	ckey.frontend = fe;
 	flow = bpf_map_lookup_elem(&kpng_ext_flows, &ckey);
-	// A TCP connection (an SCTP association) keeps its endpoint until a
-	// new one (a SYN with another sequence number, an INIT with another
-	// initiate tag: not a retransmission) reuses its ports, as conntrack
-	// keeps it; a UDP flow while it is not idle 30 s and its endpoint
-	// stays.
-	if (flow && (p.proto != IPPROTO_UDP
-			     ? !p.syn || (p.seq == flow->isn &&
-					  now - flow->last_ns <= FLOW_IDLE_NS)
-			     : flow->set == svc->set &&
-				       now - flow->last_ns <= FLOW_IDLE_NS &&
-				       still_there(flow))) {
+	if (flow && flow_holds(flow, svc, &p, now)) {
 		ep = flow->endpoint;
 		snat_port = flow->snat_port;
 		dsr = flow->dsr;
@@ -1259,6 +1287,47 @@ static __noinline int ingress(struct __sk_buff *skb)
 	return TC_ACT_OK;
 }
 
+// Next hops learned at egress, for the XDP program (kpng_xdp.c) to send
+// the packets of flows the tc programs opened straight back out the
+// interface they came in by: (address, interface) -> the Ethernet
+// addresses a packet to it last left with, and when.
+struct nexthop_key {
+	__u32 addr[4];
+	__u32 ifindex;
+	__u32 family;
+};
+
+struct nexthop {
+	__u8 dst[6];
+	__u8 src[6];
+	__u32 pad;
+	__u64 last_ns;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1 << 14);
+	__type(key, struct nexthop_key);
+	__type(value, struct nexthop);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kpng_nexthop SEC(".maps");
+
+// Remembers the Ethernet addresses packet `p`, translated here, leaves
+// interface `skb->ifindex` with towards its destination.
+static __always_inline void learn(struct __sk_buff *skb, struct packet *p)
+{
+	struct nexthop_key key = {};
+	struct nexthop hop = {};
+
+	if (bpf_skb_load_bytes(skb, 0, hop.dst, 6) || bpf_skb_load_bytes(skb, 6, hop.src, 6))
+		return;
+	__builtin_memcpy(key.addr, p->daddr, 16);
+	key.ifindex = skb->ifindex;
+	key.family = p->family;
+	hop.last_ns = bpf_ktime_get_ns();
+	bpf_map_update_elem(&kpng_nexthop, &key, &hop, BPF_ANY);
+}
+
 SEC("classifier")
 int kpng_tc_ingress(struct __sk_buff *skb)
 {
@@ -1286,8 +1355,20 @@ int kpng_tc_egress(struct __sk_buff *skb)
 	if (!parse(skb, &p))
 		return TC_ACT_OK;
 	verdict = snat_out(skb, &p);
+	if (verdict == TC_ACT_OK)
+		learn(skb, &p);
 	if (verdict >= 0)
 		return verdict;
+	// A flow returned directly leaving for its endpoint (its SYN or a
+	// datagram carrying the option).
+	if (p.family == FAMILY_V4 && p.l4_off == ETH_HLEN + 20 + DSR_LEN4) {
+		__u8 type;
+
+		if (!bpf_skb_load_bytes(skb, ETH_HLEN + 20, &type, 1) && type == DSR_OPT) {
+			learn(skb, &p);
+			return TC_ACT_OK;
+		}
+	}
 	__builtin_memcpy(rkey.client, p.daddr, 16);
 	rkey.client_port = p.dport;
 	rkey.proto = p.proto;
@@ -1304,5 +1385,6 @@ int kpng_tc_egress(struct __sk_buff *skb)
 	if (fe->port != p.sport &&
 	    !rewrite_port(skb, &p, p.l4_off, p.sport, fe->port))
 		return TC_ACT_SHOT;
+	learn(skb, &p);
 	return TC_ACT_OK;
 }

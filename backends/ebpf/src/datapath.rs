@@ -154,6 +154,8 @@ pub(crate) struct Datapath {
     relink: Vec<(PathBuf, &'static str)>,
     /// Whether the tc programs are in use.
     tc: bool,
+    /// Whether the XDP program is in use.
+    xdp: bool,
     /// Whether the programs count connections (`kpng_traffic` sized for
     /// it).
     counted: bool,
@@ -182,6 +184,8 @@ pub struct Counters {
     /// Pages of slots found missing below a set's count: always 0 unless
     /// the backend has a bug.
     pub missing: u64,
+    /// Packets the XDP program translated (`--xdp`).
+    pub xdp: u64,
 }
 
 /// The directory of generation `n` of the maps.
@@ -297,7 +301,7 @@ fn load_object(
 
 /// Loads the programs into the kernel (the verifier checks them): the
 /// socket programs, and with `tc` the tc ones.
-fn load_programs(ebpf: &mut aya::Ebpf, tc: bool) -> Result<(), Error> {
+fn load_programs(ebpf: &mut aya::Ebpf, tc: bool, xdp: bool) -> Result<(), Error> {
     use aya::programs::SchedClassifier;
     for (name, _) in PROGRAMS {
         let program: &mut CgroupSockAddr = ebpf
@@ -317,8 +321,20 @@ fn load_programs(ebpf: &mut aya::Ebpf, tc: bool) -> Result<(), Error> {
             verified(|| program.load()).map_err(|source| Error::Program { name, source })?;
         }
     }
+    if tc && xdp {
+        let name = XDP_PROGRAM;
+        let program: &mut aya::programs::Xdp = ebpf
+            .program_mut(name)
+            .ok_or(Error::Missing { name })?
+            .try_into()
+            .map_err(|source| Error::Program { name, source })?;
+        verified(|| program.load()).map_err(|source| Error::Program { name, source })?;
+    }
     Ok(())
 }
+
+/// The XDP program.
+const XDP_PROGRAM: &str = "kpng_xdp";
 
 /// `load` (one program's `BPF_PROG_LOAD`), again while it fails with
 /// `EAGAIN`: the verifier gives up so when a signal comes to the thread
@@ -472,7 +488,7 @@ impl Datapath {
 
         let with_tc = !tc.interfaces.is_empty();
         let mut ebpf = load_object(loader, &maps_dir, sizes, cluster, with_tc, count_traffic)?;
-        load_programs(&mut ebpf, with_tc)?;
+        load_programs(&mut ebpf, with_tc, tc.xdp.is_some())?;
         let mut adopted = true;
         let mut links = Vec::new();
         let mut relink = Vec::new();
@@ -563,6 +579,7 @@ impl Datapath {
             links,
             relink,
             tc: with_tc,
+            xdp: with_tc && tc.xdp.is_some(),
             counted: count_traffic,
         })
     }
@@ -606,6 +623,8 @@ impl Datapath {
             "kpng_node",
             "kpng_traffic",
             "kpng_settings",
+            "kpng_nexthop",
+            "kpng_xdp_modes",
         ]);
         for name in kept {
             let from = current.join(name);
@@ -619,7 +638,7 @@ impl Datapath {
         let mut cluster = self.kernel.capacity.0.clone();
         cluster.extend(grow.iter().map(|(k, v)| (*k, *v)));
         let mut ebpf = load_object(None, next, sizes, &cluster, self.tc, self.counted)?;
-        load_programs(&mut ebpf, self.tc)?;
+        load_programs(&mut ebpf, self.tc, self.xdp)?;
         let (mut kernel, counters) = take_maps(&mut ebpf)?;
         let filled = fill(&mut kernel)?;
         if let Err(e) = relink(&ebpf, &self.links) {
@@ -685,6 +704,7 @@ impl Datapath {
             refused: read(1)?,
             dropped: read(2)?,
             missing: read(3)?,
+            xdp: read(4)?,
         })
     }
 }
@@ -696,6 +716,8 @@ impl Datapath {
 pub(crate) struct Tc {
     pub(crate) interfaces: Vec<String>,
     pub(crate) netns: Option<PathBuf>,
+    /// The XDP program on the same interfaces, and how.
+    pub(crate) xdp: Option<crate::XdpMode>,
 }
 
 /// Attaches the tc programs (ingress and egress) to every interface of
@@ -806,8 +828,124 @@ fn attach_tc(
                 })?;
             keep(link, &pin)?;
         }
+        attach_xdp(
+            ebpf,
+            tc,
+            interface,
+            ifindex,
+            &dir,
+            adopted,
+            relink,
+            netns_file.as_ref(),
+        )?;
     }
     Ok(dirs)
+}
+
+/// The XDP program on `interface` (index `ifindex`), as `tc.xdp` says:
+/// its link pinned in `dir` beside the tc ones (adopted when pinned),
+/// attached in the driver and else generic (`XdpMode::Auto`), and the
+/// mode written to `kpng_xdp_modes` for the program's checksum
+/// arithmetic. Without XDP, a link an earlier run pinned there is removed
+/// (which detaches it).
+#[allow(clippy::too_many_arguments)]
+fn attach_xdp(
+    ebpf: &mut aya::Ebpf,
+    tc: &Tc,
+    interface: &str,
+    ifindex: u32,
+    dir: &Path,
+    adopted: &mut bool,
+    relink: &mut Vec<(PathBuf, &'static str)>,
+    netns_file: Option<&File>,
+) -> Result<(), Error> {
+    use crate::XdpMode;
+    use aya::programs::Xdp;
+    use aya::programs::xdp::XdpMode as Attach;
+
+    let name = XDP_PROGRAM;
+    let pin = dir.join(name);
+    let Some(mode) = tc.xdp else {
+        if pinned(&pin) {
+            std::fs::remove_file(&pin).map_err(pin_err(&pin))?;
+            tracing::info!(interface, "XDP program detached (--xdp is off)");
+        }
+        return Ok(());
+    };
+    if pinned(&pin) {
+        relink.push((pin, name));
+        return Ok(());
+    }
+    *adopted = false;
+    let program: &mut Xdp = ebpf
+        .program_mut(name)
+        .ok_or(Error::Missing { name })?
+        .try_into()
+        .map_err(|source| Error::Program { name, source })?;
+    let (link, generic) = std::thread::scope(|scope| {
+        scope
+            .spawn(|| -> Result<(FdLink, bool), Error> {
+                if let Some(file) = netns_file {
+                    nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET).map_err(|e| {
+                        Error::Netns {
+                            path: tc.netns.clone().unwrap_or_default(),
+                            source: e.into(),
+                        }
+                    })?;
+                }
+                let mut linked = |flags| -> Result<FdLink, String> {
+                    let id = program
+                        .attach(interface, flags)
+                        .map_err(|e| e.to_string())?;
+                    let link = program.take_link(id).map_err(|e| e.to_string())?;
+                    FdLink::try_from(link).map_err(|e| e.to_string())
+                };
+                let mut native = "not tried".to_owned();
+                if mode != XdpMode::Generic {
+                    match linked(Attach::Driver) {
+                        Ok(link) => return Ok((link, false)),
+                        Err(e) => native = e,
+                    }
+                }
+                let generic = if mode == XdpMode::Native {
+                    "not tried".to_owned()
+                } else {
+                    match linked(Attach::Skb) {
+                        Ok(link) => return Ok((link, true)),
+                        Err(e) => e,
+                    }
+                };
+                Err(Error::Xdp {
+                    interface: interface.to_owned(),
+                    native,
+                    generic,
+                })
+            })
+            .join()
+            .unwrap_or(Err(Error::Thread))
+    })?;
+    keep(link, &pin)?;
+    let mut modes: aya::maps::HashMap<_, u32, u32> =
+        aya::maps::HashMap::try_from(ebpf.map_mut("kpng_xdp_modes").ok_or(Error::Missing {
+            name: "kpng_xdp_modes",
+        })?)
+        .map_err(|source| Error::Map {
+            map: "kpng_xdp_modes",
+            source,
+        })?;
+    // (the program's XDP_GENERIC, XDP_NATIVE)
+    modes
+        .insert(ifindex, if generic { 1 } else { 2 }, 0)
+        .map_err(|source| Error::Map {
+            map: "kpng_xdp_modes",
+            source,
+        })?;
+    tracing::info!(
+        interface,
+        mode = if generic { "generic" } else { "native" },
+        "XDP program attached"
+    );
+    Ok(())
 }
 
 /// The kernel memory of the maps kpng pinned under `pin_path`, as the

@@ -21,6 +21,9 @@
 //!   Service's carried in an IP option to the endpoint's node, whose tc
 //!   programs reply to the client straight); source ranges are checked.
 //!
+//!   With [`EbpfConfig::xdp`], an XDP program on the same interfaces
+//!   sends on the packets of flows they opened before the stack.
+//!
 //!   They also serve ClusterIPs reached from outside (masqueraded as
 //!   kube-proxy's rules), REJECT with an ICMP (ICMPv6) port unreachable
 //!   they build and send back out the interface, and drop unallocated
@@ -264,6 +267,18 @@ pub enum Error {
         "tc programs need Linux 6.6 or later (TCX links); leave --tc-interfaces empty to serve traffic from outside with the nftables backend"
     )]
     TcNeedsTcx,
+    /// The XDP program attached to no interface of the ones given.
+    #[error(
+        "interface {interface}: the XDP program attaches neither in the driver ({native}) nor generic ({generic}); leave --xdp off to serve it with the tc programs alone"
+    )]
+    Xdp {
+        /// The interface.
+        interface: String,
+        /// Why native failed (or "not tried").
+        native: String,
+        /// Why generic failed (or "not tried").
+        generic: String,
+    },
     /// A tc interface does not exist (in its network namespace).
     #[error("interface {interface}: {source}")]
     NoInterface {
@@ -394,6 +409,23 @@ pub struct EbpfConfig {
     /// kube-proxy's. No packet is translated, so no `route_localnet` is
     /// needed. Other network namespaces (pods) keep their own loopback.
     pub localhost_nodeports: bool,
+    /// XDP on the [`tc_interfaces`](Self::tc_interfaces) (`--xdp`;
+    /// default none): the packets of flows the tc programs opened are
+    /// translated and sent back out before the stack. See [`XdpMode`].
+    pub xdp: Option<XdpMode>,
+}
+
+/// How the XDP program is attached to an interface.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum XdpMode {
+    /// In the driver (native), else generic: an interface where neither
+    /// loads is an error naming it.
+    Auto,
+    /// In the driver only.
+    Native,
+    /// Generic (after the kernel has made the packet's skb): every
+    /// driver.
+    Generic,
 }
 
 impl Default for EbpfConfig {
@@ -416,7 +448,16 @@ impl EbpfConfig {
             end_udp_sockets: true,
             netfilter_beside: true,
             localhost_nodeports: true,
+            xdp: None,
         }
+    }
+
+    /// Attaches the XDP program to the tc interfaces (see
+    /// [`EbpfConfig::xdp`]).
+    #[must_use]
+    pub fn xdp(mut self, mode: Option<XdpMode>) -> Self {
+        self.xdp = mode;
+        self
     }
 
     /// Whether the node's own sockets reach NodePorts on loopback (see
@@ -610,6 +651,7 @@ impl EbpfBackend {
         let tc = datapath::Tc {
             interfaces: config.tc_interfaces.clone(),
             netns: config.tc_netns.clone(),
+            xdp: config.xdp,
         };
         // Without tc programs, a node where nothing is pinned yet waits
         // for its first sync to load, with maps sized from the cluster.
@@ -906,6 +948,7 @@ impl EbpfBackend {
             let tc = datapath::Tc {
                 interfaces: Vec::new(),
                 netns: config.tc_netns.clone(),
+                xdp: None,
             };
             let datapath = Datapath::open(
                 &config.pin_path,

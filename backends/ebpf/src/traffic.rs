@@ -55,6 +55,7 @@ impl TrafficReader {
         let tc = Tc {
             interfaces: config.tc_interfaces.clone(),
             netns: config.tc_netns.clone(),
+            xdp: config.xdp,
         };
         Self {
             version: version_dir(&config.pin_path, &tc, &config.map_sizes, config.counters),

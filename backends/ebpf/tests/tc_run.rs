@@ -388,3 +388,123 @@ fn masquerade_ports_are_given_again_once_their_flow_is_over() {
     assert_eq!(verdict, TC_ACT_OK, "closed and idle 61 s: given again");
     assert_eq!(&out[30..34], &pod);
 }
+
+/// The XDP program sends on the packets of a flow the tc programs opened
+/// (here masqueraded to an endpoint on another node), as tc would
+/// translate them, straight back out with the Ethernet addresses the tc
+/// egress program learned: the SYN goes to tc (a new flow), the next
+/// segment is translated by XDP and sent (`XDP_TX`), its checksums valid;
+/// the endpoint's reply likewise goes back to the client from the
+/// frontend. Without a learned next hop, or with an unknown interface
+/// mode for a partial checksum, XDP passes the packet on untouched.
+#[test]
+fn xdp_sends_on_the_packets_of_flows_tc_opened() {
+    use aya::maps::{Array, HashMap};
+    const EXT_SNAT: u32 = 8;
+    const XDP_PASS: u32 = 2;
+    const XDP_TX: u32 = 3;
+    let Some(mut loaded) = Loaded::new() else {
+        return;
+    };
+    let (client, node, pod) = ([203, 0, 113, 10], [192, 168, 1, 1], [10, 244, 2, 10]);
+    {
+        let mut nodes: Array<_, [u8; 20]> =
+            Array::try_from(loaded.ebpf().map_mut("kpng_node").expect("map")).expect("array");
+        let mut me = [0u8; 20];
+        me[..4].copy_from_slice(&node);
+        me[18] = 4;
+        nodes.set(0, me, 0).expect("node");
+    }
+    let mut remote = endpoint(pod.into(), 8080);
+    remote[19] = 0;
+    loaded.serve(
+        frontend(node.into(), 30080, 6),
+        EMPTY_DROP | EXT_SNAT,
+        Some(remote),
+    );
+
+    // The SYN: XDP leaves it to tc, which opens the flow; the stack
+    // forwards it and tc egress masquerades it and learns the next hop.
+    let syn = ipv4(client, node, 6, &tcp(&client, &node, 40000, 30080, 0x02, 7));
+    let (verdict, passed) = loaded.run_xdp(&syn);
+    assert_eq!((verdict, &passed), (XDP_PASS, &syn));
+    let (_, translated) = loaded.run("kpng_tc_ingress", &syn);
+    let mut forwarded = translated.clone();
+    forwarded[..12].copy_from_slice(&[2, 0, 0, 0, 0, 0xb, 2, 0, 0, 0, 0, 0xa]);
+    let (_, out) = loaded.run("kpng_tc_egress", &forwarded);
+    assert_eq!(&out[26..30], &node, "masqueraded by tc egress");
+    let snat_port = [out[34], out[35]];
+
+    // The next segment: XDP translates it as tc would, and sends it.
+    let ack = ipv4(client, node, 6, &tcp(&client, &node, 40000, 30080, 0x10, 8));
+    let (verdict, sent) = loaded.run_xdp(&ack);
+    assert_eq!(verdict, XDP_TX, "{sent:?}");
+    assert_eq!(&sent[..12], &forwarded[..12], "the learned next hop");
+    assert_eq!(&sent[26..30], &node);
+    assert_eq!(&sent[30..34], &pod);
+    assert_eq!(&sent[34..36], &snat_port);
+    assert_eq!(&sent[36..38], &8080u16.to_be_bytes());
+    assert_eq!(inet_sum(&sent[14..34]), 0, "IPv4 header checksum");
+    assert_eq!(
+        inet_sum(&pseudo(&node, &pod, 6, &sent[34..])),
+        0,
+        "TCP checksum"
+    );
+
+    // The reply, once tc has sent one back (and learned the way to the
+    // client), goes back to the client from the frontend by XDP.
+    let reply = |flags| {
+        let port = u16::from_be_bytes(snat_port);
+        let mut r = ipv4(pod, node, 6, &tcp(&pod, &node, 8080, port, flags, 99));
+        r[..12].copy_from_slice(&[2, 0, 0, 0, 0, 0xa, 2, 0, 0, 0, 0, 0xc]);
+        r
+    };
+    let (verdict, _) = loaded.run_xdp(&reply(0x12));
+    assert_eq!(verdict, XDP_PASS, "no way to the client learned yet");
+    let (_, back) = loaded.run("kpng_tc_ingress", &reply(0x12));
+    let mut towards = back.clone();
+    towards[..12].copy_from_slice(&[2, 0, 0, 0, 0, 0xc, 2, 0, 0, 0, 0, 0xa]);
+    let (_, out) = loaded.run("kpng_tc_egress", &towards);
+    assert_eq!(&out[26..30], &node, "from the frontend");
+    let (verdict, sent) = loaded.run_xdp(&reply(0x10));
+    assert_eq!(verdict, XDP_TX, "{sent:?}");
+    assert_eq!(&sent[..12], &towards[..12]);
+    assert_eq!(&sent[26..30], &node);
+    assert_eq!(&sent[34..36], &30080u16.to_be_bytes());
+    assert_eq!(&sent[30..34], &client);
+    assert_eq!(&sent[36..38], &40000u16.to_be_bytes());
+    assert_eq!(inet_sum(&sent[14..34]), 0);
+    assert_eq!(
+        inet_sum(&pseudo(&node, &client, 6, &sent[34..])),
+        0,
+        "TCP checksum"
+    );
+
+    // A partial checksum (only the pseudo-header's sum, as a local stack
+    // sends over a veth) with no mode known for the interface: passed.
+    let mut partial = ipv4(client, node, 6, &tcp(&client, &node, 40000, 30080, 0x10, 9));
+    let mut ph = Vec::new();
+    ph.extend_from_slice(&client);
+    ph.extend_from_slice(&node);
+    ph.extend_from_slice(&[0, 6]);
+    ph.extend_from_slice(&((partial.len() - 34) as u16).to_be_bytes());
+    let field = !inet_sum(&ph);
+    partial[50..52].copy_from_slice(&field.to_be_bytes());
+    let (verdict, out) = loaded.run_xdp(&partial);
+    assert_eq!((verdict, &out), (XDP_PASS, &partial), "left to tc");
+    // In generic mode it is translated, its field updated as a partial
+    // one: the pseudo-header sum of the new addresses.
+    {
+        let mut modes: HashMap<_, u32, u32> =
+            HashMap::try_from(loaded.ebpf().map_mut("kpng_xdp_modes").expect("map")).expect("hash");
+        modes.insert(1, 1, 0).expect("mode");
+    }
+    let (verdict, out) = loaded.run_xdp(&partial);
+    assert_eq!(verdict, XDP_TX);
+    let mut ph = Vec::new();
+    ph.extend_from_slice(&node);
+    ph.extend_from_slice(&pod);
+    ph.extend_from_slice(&[0, 6]);
+    ph.extend_from_slice(&((out.len() - 34) as u16).to_be_bytes());
+    assert_eq!(&out[50..52], &(!inet_sum(&ph)).to_be_bytes());
+}

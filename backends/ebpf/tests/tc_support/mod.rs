@@ -44,6 +44,12 @@ impl Loaded {
                 .expect("classifier");
             program.load().expect("verified");
         }
+        let xdp: &mut aya::programs::Xdp = ebpf
+            .program_mut("kpng_xdp")
+            .expect("program")
+            .try_into()
+            .expect("xdp");
+        xdp.load().expect("verified");
         Some(Self { ebpf, _fs: fs })
     }
 
@@ -93,6 +99,25 @@ impl Loaded {
         let result = self.classifier(name).test_run(opts).expect("test run");
         out.truncate(result.data_size_out as usize);
         (result, out)
+    }
+
+    /// Runs the XDP program on `packet`: its verdict and the packet after.
+    pub(crate) fn run_xdp(&self, packet: &[u8]) -> (u32, Vec<u8>) {
+        let mut out = vec![0u8; 4096];
+        let opts = TestRunOptions {
+            data_in: Some(packet),
+            data_out: Some(&mut out),
+            ..TestRunOptions::new()
+        };
+        let program: &aya::programs::Xdp = self
+            .ebpf
+            .program("kpng_xdp")
+            .expect("program")
+            .try_into()
+            .expect("xdp");
+        let result = program.test_run(opts).expect("test run");
+        out.truncate(result.data_size_out as usize);
+        (result.return_value, out)
     }
 
     /// Runs program `name` on `packet`: its verdict and the packet after.
