@@ -1,8 +1,9 @@
 //! XDP with real packets, in a cluster of namespaces (as root; skipped
 //! otherwise): agents run the eBPF tc programs with `--xdp generic` on
 //! their fabric interface; a client outside holds TCP connections through
-//! a NodePort of node-1 to an endpoint on node-2 (masqueraded) and to one
-//! on node-1 itself, and sends lines the endpoint echoes. Every line comes
+//! a NodePort of node-1 to an endpoint on node-2 (masqueraded, and
+//! returned directly) and to one on node-1 itself, and sends lines the
+//! endpoint echoes. Every line comes
 //! back whole; node-1's XDP program counts the packets it sent on; and
 //! with the client's checksum offload on (partial checksums, as a local
 //! stack sends them over a veth) and off (full checksums, checked by the
@@ -43,10 +44,15 @@ print("echoed", n, flush=True)
 "#;
 
 fn service(name: &str, n: u8, np: u16, node: usize) -> String {
+    let mode = if name == "direct" {
+        ", annotations: {kpng.io/load-balancer-mode: dsr}"
+    } else {
+        ""
+    };
     format!(
         r#"- apiVersion: v1
   kind: Service
-  metadata: {{namespace: t, name: {name}}}
+  metadata: {{namespace: t, name: {name}{mode}}}
   spec: {{type: NodePort, clusterIP: 10.96.0.{n}, ports: [{{name: held, port: 9100, targetPort: 9100, nodePort: {np}}}]}}
 - apiVersion: discovery.k8s.io/v1
   kind: EndpointSlice
@@ -90,6 +96,13 @@ fn echo(cluster: &Cluster, port: u16, count: usize) -> Vec<String> {
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(str::to_owned)
+        .chain(
+            // (an exception's last line: what failed)
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .filter(|l| l.contains("Error"))
+                .map(str::to_owned),
+        )
         .collect()
 }
 
@@ -105,6 +118,7 @@ fn xdp_sends_on_the_packets_of_flows_the_tc_programs_opened() {
     let items = [
         service("remote", 20, 30100, 2),
         service("local", 21, 30101, 1),
+        service("direct", 22, 30102, 2),
     ];
     cluster.write_manifest(&cluster.manifest(&items));
     cluster.start_server();
@@ -123,7 +137,11 @@ fn xdp_sends_on_the_packets_of_flows_the_tc_programs_opened() {
             "eth0",
             &offload.to_string(),
         ]);
-        for (port, k, seen) in [(30100, 2, node_ip(1)), (30101, 1, CLIENT_IP.to_owned())] {
+        for (port, k, seen) in [
+            (30100, 2, node_ip(1)),
+            (30101, 1, CLIENT_IP.to_owned()),
+            (30102, 2, CLIENT_IP.to_owned()),
+        ] {
             let before = xdp_count(&cluster, 1);
             let lines = echo(&cluster, port, 200);
             let first = format!("{} {seen}", pod_ip(k, 0));
