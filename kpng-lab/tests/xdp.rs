@@ -7,7 +7,8 @@
 //! back whole; node-1's XDP program counts the packets it sent on; and
 //! with the client's checksum offload on (partial checksums, as a local
 //! stack sends them over a veth) and off (full checksums, checked by the
-//! endpoint's stack) alike.
+//! endpoint's stack) alike. LB IPs with source ranges and
+//! `externalTrafficPolicy: Local` are served as by tc.
 #![allow(missing_docs)]
 
 use std::process::Command;
@@ -68,6 +69,12 @@ fn service(name: &str, n: u8, np: u16, node: usize) -> String {
 /// The packets node `k`'s XDP program sent on so far (`kpng_counters`
 /// slot 4, every CPU).
 fn xdp_count(cluster: &Cluster, k: usize) -> u64 {
+    counter(cluster, k, 4)
+}
+
+/// Slot `slot` of node `k`'s `kpng_counters`, every CPU summed (2: the
+/// packets dropped).
+fn counter(cluster: &Cluster, k: usize, slot: u8) -> u64 {
     let pattern = format!(
         "/tmp/{}-n{k}-bpf-*/kpng/v-*/maps/kpng_counters",
         cluster.prefix
@@ -75,7 +82,7 @@ fn xdp_count(cluster: &Cluster, k: usize) -> u64 {
     let out = Command::new("sh")
         .args([
             "-c",
-            &format!("bpftool -j map lookup pinned $(ls {pattern} | head -1) key 4 0 0 0"),
+            &format!("bpftool -j map lookup pinned $(ls {pattern} | head -1) key {slot} 0 0 0"),
         ])
         .output()
         .expect("bpftool");
@@ -115,16 +122,53 @@ fn xdp_sends_on_the_packets_of_flows_the_tc_programs_opened() {
     }
     let mut cluster = Cluster::new(2, 1, AgentBackend::Ebpf);
     cluster.agent_flags = vec!["--xdp".into(), "generic".into()];
+    let ranged = |name: &str, n: u8, ranges: &str| {
+        kpng_lab::scenarios::service_with_status(
+            name,
+            &format!(
+                "{{type: LoadBalancer, clusterIP: 10.96.0.{n}, externalTrafficPolicy: Local, loadBalancerSourceRanges: [{ranges}], ports: [{{name: http, port: 80, targetPort: 8080}}]}}"
+            ),
+            &format!("{{loadBalancer: {{ingress: [{{ip: 203.0.113.{n}}}]}}}}"),
+            &format!("[{{addresses: [{}], nodeName: node-1}}]", pod_ip(1, 0)),
+        )
+    };
     let items = [
         service("remote", 20, 30100, 2),
         service("local", 21, 30101, 1),
         service("direct", 22, 30102, 2),
+        ranged("open", 30, "192.168.0.0/16"),
+        ranged("closed", 31, "198.51.100.0/24"),
     ];
     cluster.write_manifest(&cluster.manifest(&items));
     cluster.start_server();
     cluster.start_agents();
     cluster.wait_all_synced(Duration::from_secs(30));
     let client = cluster.client_ns();
+    kpng_lab::run(&[
+        "ip",
+        "-n",
+        &client,
+        "route",
+        "add",
+        "203.0.113.0/24",
+        "via",
+        &node_ip(1),
+    ]);
+    // Source ranges and externalTrafficPolicy: Local, as tc has them: the
+    // LB IP whose ranges hold the client serves it from the local
+    // endpoint, its later packets through XDP; the one whose ranges do
+    // not is dropped (by XDP itself, which checks every packet's source
+    // as tc does).
+    let (before, dropped) = (xdp_count(&cluster, 1), counter(&cluster, 1, 2));
+    let lines = cluster.connect(&client, "tcp", "203.0.113.30", 80, 5);
+    assert_eq!(lines, vec![format!("{} {CLIENT_IP}", pod_ip(1, 0)); 5]);
+    assert!(
+        xdp_count(&cluster, 1) > before,
+        "the open LB IP through XDP"
+    );
+    let lines = cluster.connect(&client, "tcp", "203.0.113.31", 80, 1);
+    assert_eq!(lines, ["TIMEOUT"]);
+    assert!(counter(&cluster, 1, 2) > dropped, "dropped, and counted");
     for offload in [1, 0] {
         kpng_lab::run(&[
             "ip",
