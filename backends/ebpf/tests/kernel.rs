@@ -6,7 +6,7 @@
 
 use std::process::{Child, Command, Stdio};
 
-use kpng_backend_ebpf::{EbpfBackend, EbpfConfig, cleanup};
+use kpng_backend_ebpf::{EbpfBackend, EbpfConfig, XdpMode, cleanup};
 use kpng_kube::{Ingest, IngestConfig, file};
 use kpng_sink::ProxyConfig;
 use kpng_store::Store;
@@ -669,4 +669,45 @@ fn turning_tc_on_replaces_the_pins_and_keeps_serving() {
     assert!(node.once("tcp", "10.96.0.80", 80).starts_with(E1));
     let with_tc = node.proxy.backend.kernel_memory();
     assert!(with_tc > without_tc, "{with_tc} > {without_tc}");
+}
+
+/// `--xdp native` on an interface whose driver has no XDP (a bridge) is an
+/// error naming the interface, with why each mode asked failed; `auto`
+/// falls back to generic there and attaches; turned off on the next
+/// attach, the program is detached.
+#[test]
+fn xdp_that_attaches_in_no_mode_asked_names_the_interface() {
+    if let Some(why) = unavailable() {
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
+    let fs = BpfFs::new("kpng-bpf-xdp").expect("bpffs");
+    let cgroup = TestCgroup::new("kpng-cg-xdp").expect("cgroup");
+    let ns = TestNetns::new("kpx").expect("netns");
+    // (a bridge: its driver has no XDP of its own)
+    ns.sh("ip link add xdp0 type bridge && ip link set xdp0 up")
+        .expect("dummy");
+    let with = |mode| {
+        config(&fs, &cgroup)
+            .tc_interfaces(["xdp0"])
+            .tc_in_netns(&ns.name)
+            .xdp(mode)
+    };
+    let error = EbpfBackend::attach(with(Some(XdpMode::Native))).expect_err("no native XDP");
+    let text = error.to_string();
+    assert!(
+        text.starts_with("interface xdp0: the XDP program attaches neither in the driver (")
+            && text.contains("nor generic (not tried)"),
+        "{text}"
+    );
+    let xdp_on = || {
+        ns.sh("ip -d link show xdp0")
+            .expect("ip")
+            .contains("prog/xdp")
+    };
+    let backend = EbpfBackend::attach(with(Some(XdpMode::Auto))).expect("generic");
+    assert!(xdp_on(), "attached generic");
+    drop(backend);
+    let _backend = EbpfBackend::attach(with(None)).expect("attach");
+    assert!(!xdp_on(), "detached once --xdp is off");
 }
