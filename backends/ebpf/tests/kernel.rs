@@ -686,7 +686,7 @@ fn xdp_that_attaches_in_no_mode_asked_names_the_interface() {
     let ns = TestNetns::new("kpx").expect("netns");
     // (a bridge: its driver has no XDP of its own)
     ns.sh("ip link add xdp0 type bridge && ip link set xdp0 up")
-        .expect("dummy");
+        .expect("bridge");
     let with = |mode| {
         config(&fs, &cgroup)
             .tc_interfaces(["xdp0"])
