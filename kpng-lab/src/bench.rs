@@ -50,6 +50,13 @@ pub use tcp::{TcpEnding, WithCleaner, tcp_ending};
 pub use udp::udp_socket_ending;
 pub use xdp::xdp_against_tc;
 
+/// The median of `xs` (sorted in place; the upper one of an even count;
+/// 0 when empty).
+fn median(xs: &mut [f64]) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs.get(xs.len() / 2).copied().unwrap_or(0.0)
+}
+
 /// A lab with a pod client (`podc`, 10.244.1.99) and one endpoint pod
 /// serving (`e1`, 10.244.1.10): what the rate measures connect through.
 fn client_and_endpoint() -> Lab {

@@ -88,28 +88,8 @@ fn replies_leave_the_endpoints_node_straight_to_the_client() {
     ];
     cluster.write_manifest(&cluster.manifest(&items));
     // The external IPs are routed to node-1.
-    let client = cluster.client_ns();
-    kpng_lab::run(&[
-        "ip",
-        "-n",
-        &client,
-        "route",
-        "add",
-        "203.0.113.0/24",
-        "via",
-        &node_ip(1),
-    ]);
-    kpng_lab::run(&[
-        "ip",
-        "-n",
-        &client,
-        "-6",
-        "route",
-        "add",
-        "2001:db8::/64",
-        "via",
-        &node_ip6(1),
-    ]);
+    cluster.route_client_to("203.0.113.0/24", 1);
+    cluster.route_client_to("2001:db8::/64", 1);
     cluster.start_server();
     cluster.start_agents();
     cluster.wait_all_synced(CONVERGE);

@@ -16,16 +16,6 @@ use std::time::Duration;
 
 use kpng_lab::cluster::{AgentBackend, CLIENT_IP, Cluster, node_ip, pod_ip};
 
-/// Turns TX checksum offload of `dev` in the current namespace on or off
-/// (`SIOCETHTOOL`, `ETHTOOL_STXCSUM`: no `ip link` switch exists).
-const TXCSUM: &str = r#"
-import ctypes, fcntl, socket, struct, sys
-b = ctypes.create_string_buffer(struct.pack("II", 0x17, int(sys.argv[2])), 8)
-ifr = struct.pack("16sP", sys.argv[1].encode(), ctypes.addressof(b)) + b"\0" * 16
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-fcntl.ioctl(s.fileno(), 0x8946, ifr)
-"#;
-
 /// Opens a TCP connection to `host:port`, reads the endpoint's first line,
 /// then sends `count` lines one at a time, each read back before the
 /// next. Prints the first line, then `echoed N`.
@@ -144,16 +134,7 @@ fn xdp_sends_on_the_packets_of_flows_the_tc_programs_opened() {
     cluster.start_agents();
     cluster.wait_all_synced(Duration::from_secs(30));
     let client = cluster.client_ns();
-    kpng_lab::run(&[
-        "ip",
-        "-n",
-        &client,
-        "route",
-        "add",
-        "203.0.113.0/24",
-        "via",
-        &node_ip(1),
-    ]);
+    cluster.route_client_to("203.0.113.0/24", 1);
     // Source ranges and externalTrafficPolicy: Local, as tc has them: the
     // LB IP whose ranges hold the client serves it from the local
     // endpoint, its later packets through XDP; the one whose ranges do
@@ -169,18 +150,8 @@ fn xdp_sends_on_the_packets_of_flows_the_tc_programs_opened() {
     let lines = cluster.connect(&client, "tcp", "203.0.113.31", 80, 1);
     assert_eq!(lines, ["TIMEOUT"]);
     assert!(counter(&cluster, 1, 2) > dropped, "dropped, and counted");
-    for offload in [1, 0] {
-        kpng_lab::run(&[
-            "ip",
-            "netns",
-            "exec",
-            &client,
-            "python3",
-            "-c",
-            TXCSUM,
-            "eth0",
-            &offload.to_string(),
-        ]);
+    for offload in [true, false] {
+        cluster.client_checksum_offload(offload);
         for (port, k, seen) in [
             (30100, 2, node_ip(1)),
             (30101, 1, CLIENT_IP.to_owned()),

@@ -449,16 +449,11 @@ static __always_inline int rewrite_port(struct __sk_buff *skb, struct packet *p,
 	return !bpf_skb_store_bytes(skb, off, &new, 2, 0);
 }
 
-// A reply of a masqueraded flow, arriving for the node's address and
-// port: to the client's address and port (the egress program then gives
-// it the frontend's source, as any reply of a translated flow). The
-// node's stack forwards it, and its conntrack sees the reply of the flow
-// it saw going out (client to endpoint).
-static __always_inline int unmasquerade(struct __sk_buff *skb, struct packet *p)
+// The masquerade entry of the flow whose reply `p` is (from its endpoint
+// to the node's address and the flow's masquerade port), or 0.
+static __always_inline struct snat_value *masqueraded_reply(struct packet *p)
 {
 	struct snat_key key = {};
-	struct snat_value *v;
-	__u32 dst[4];
 
 	__builtin_memcpy(key.endpoint.addr, p->saddr, 16);
 	key.endpoint.port = p->sport;
@@ -466,12 +461,31 @@ static __always_inline int unmasquerade(struct __sk_buff *skb, struct packet *p)
 	__builtin_memcpy(key.node, p->daddr, 16);
 	key.port = p->dport;
 	key.proto = p->proto;
-	v = bpf_map_lookup_elem(&kpng_snat, &key);
-	if (!v)
-		return -1;
-	v->last_ns = bpf_ktime_get_ns();
+	return bpf_map_lookup_elem(&kpng_snat, &key);
+}
+
+// Packet `p` of masqueraded flow `v`, either way, at `now`: the flow is
+// alive, and closing once a FIN or RST is seen.
+static __always_inline void snat_seen(struct snat_value *v, struct packet *p, __u64 now)
+{
+	v->last_ns = now;
 	if (p->fin)
 		v->closing = 1;
+}
+
+// A reply of a masqueraded flow, arriving for the node's address and
+// port: to the client's address and port (the egress program then gives
+// it the frontend's source, as any reply of a translated flow). The
+// node's stack forwards it, and its conntrack sees the reply of the flow
+// it saw going out (client to endpoint).
+static __always_inline int unmasquerade(struct __sk_buff *skb, struct packet *p)
+{
+	struct snat_value *v = masqueraded_reply(p);
+	__u32 dst[4];
+
+	if (!v)
+		return -1;
+	snat_seen(v, p, bpf_ktime_get_ns());
 	__builtin_memcpy(dst, v->client, 16);
 	if (!rewrite_addr(skb, p, p->daddr_off, p->daddr, dst))
 		return TC_ACT_SHOT;
@@ -537,9 +551,7 @@ static __noinline int masquerade(struct packet *p, struct frontend *fe,
 			    old->client[0] != p->saddr[0] || old->client[1] != p->saddr[1] ||
 			    old->client[2] != p->saddr[2] || old->client[3] != p->saddr[3])
 				return 0;
-			old->last_ns = now;
-			if (p->fin)
-				old->closing = 1;
+			snat_seen(old, p, now);
 			goto out; // its egress entry written again (below)
 		}
 		// (evicted: written again)

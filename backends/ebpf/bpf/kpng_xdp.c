@@ -165,19 +165,11 @@ static __always_inline int send_to(struct xdp_md *ctx, struct nexthop *hop)
 // known.
 static __noinline int xdp_reply(struct xdp_md *ctx, struct packet *p, __u64 now)
 {
-	struct snat_key key = {};
-	struct snat_value *v;
+	struct snat_value *v = masqueraded_reply(p);
 	struct nexthop *hop;
 	struct xlat x = {};
 	int partial;
 
-	__builtin_memcpy(key.endpoint.addr, p->saddr, 16);
-	key.endpoint.port = p->sport;
-	key.endpoint.family = p->family;
-	__builtin_memcpy(key.node, p->daddr, 16);
-	key.port = p->dport;
-	key.proto = p->proto;
-	v = bpf_map_lookup_elem(&kpng_snat, &key);
 	if (!v)
 		return -1;
 	hop = hop_to(ctx, v->client, p->family, now);
@@ -190,9 +182,7 @@ static __noinline int xdp_reply(struct xdp_md *ctx, struct packet *p, __u64 now)
 	x.sport = v->frontend.port;
 	__builtin_memcpy(x.daddr, v->client, 16);
 	x.dport = v->client_port;
-	v->last_ns = now;
-	if (p->fin)
-		v->closing = 1;
+	snat_seen(v, p, now);
 	if (!xdp_write(ctx, p, &x, partial))
 		return XDP_PASS;
 	return send_to(ctx, hop);

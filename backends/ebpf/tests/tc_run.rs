@@ -179,8 +179,7 @@ fn direct_server_return_carries_and_restores_the_frontend() {
         return;
     };
     let (client, vip, pod) = ([203, 0, 113, 10], [192, 168, 1, 1], [10, 244, 2, 10]);
-    let mut remote = endpoint(pod.into(), 8080);
-    remote[19] = 0; // not on this node
+    let remote = remote_endpoint(pod.into(), 8080);
     loaded.serve(
         frontend(vip.into(), 30080, 6),
         EMPTY_DROP | EXT_DSR,
@@ -247,8 +246,7 @@ fn direct_server_return_carries_and_restores_the_frontend() {
         v6("fd00:f::1:1"),
         v6("fd00:244:0:2::a"),
     );
-    let mut remote = endpoint(pod.into(), 8080);
-    remote[19] = 0;
+    let remote = remote_endpoint(pod.into(), 8080);
     loaded.serve(
         frontend(vip.into(), 30080, 6),
         EMPTY_DROP | EXT_DSR,
@@ -304,20 +302,13 @@ fn monotonic_ns() -> u64 {
 /// life, then dropped every new one.)
 #[test]
 fn masquerade_ports_are_given_again_once_their_flow_is_over() {
-    use aya::maps::{Array, HashMap};
+    use aya::maps::HashMap;
     const EXT_SNAT: u32 = 8;
     let Some(mut loaded) = Loaded::new() else {
         return;
     };
     let (client, node, pod) = ([203, 0, 113, 10], [192, 168, 1, 1], [10, 244, 2, 10]);
-    {
-        let mut nodes: Array<_, [u8; 20]> =
-            Array::try_from(loaded.ebpf().map_mut("kpng_node").expect("map")).expect("array");
-        let mut me = [0u8; 20];
-        me[..4].copy_from_slice(&node);
-        me[18] = 4;
-        nodes.set(0, me, 0).expect("node");
-    }
+    loaded.set_node(node);
     // (the sizes of `struct snat_key` and `struct snat_value`)
     let fill = |loaded: &mut Loaded, proto: u8, dport: u16, closing: bool, age_s: u64| {
         let mut snat: HashMap<_, [u8; 40], [u8; 56]> =
@@ -339,8 +330,7 @@ fn masquerade_ports_are_given_again_once_their_flow_is_over() {
             snat.insert(key, value, 0).expect("snat");
         }
     };
-    let mut remote = endpoint(pod.into(), 5353);
-    remote[19] = 0;
+    let remote = remote_endpoint(pod.into(), 5353);
     loaded.serve(
         frontend(node.into(), 30053, 17),
         EMPTY_DROP | EXT_SNAT,
@@ -366,8 +356,7 @@ fn masquerade_ports_are_given_again_once_their_flow_is_over() {
     );
     assert_eq!(&out[30..34], &pod);
 
-    let mut remote = endpoint(pod.into(), 8080);
-    remote[19] = 0;
+    let remote = remote_endpoint(pod.into(), 8080);
     loaded.serve(
         frontend(node.into(), 30080, 6),
         EMPTY_DROP | EXT_SNAT,
@@ -399,7 +388,7 @@ fn masquerade_ports_are_given_again_once_their_flow_is_over() {
 /// mode for a partial checksum, XDP passes the packet on untouched.
 #[test]
 fn xdp_sends_on_the_packets_of_flows_tc_opened() {
-    use aya::maps::{Array, HashMap};
+    use aya::maps::HashMap;
     const EXT_SNAT: u32 = 8;
     const XDP_PASS: u32 = 2;
     const XDP_TX: u32 = 3;
@@ -407,16 +396,8 @@ fn xdp_sends_on_the_packets_of_flows_tc_opened() {
         return;
     };
     let (client, node, pod) = ([203, 0, 113, 10], [192, 168, 1, 1], [10, 244, 2, 10]);
-    {
-        let mut nodes: Array<_, [u8; 20]> =
-            Array::try_from(loaded.ebpf().map_mut("kpng_node").expect("map")).expect("array");
-        let mut me = [0u8; 20];
-        me[..4].copy_from_slice(&node);
-        me[18] = 4;
-        nodes.set(0, me, 0).expect("node");
-    }
-    let mut remote = endpoint(pod.into(), 8080);
-    remote[19] = 0;
+    loaded.set_node(node);
+    let remote = remote_endpoint(pod.into(), 8080);
     loaded.serve(
         frontend(node.into(), 30080, 6),
         EMPTY_DROP | EXT_SNAT,

@@ -5,6 +5,7 @@
 use std::process::Command;
 use std::time::Duration;
 
+use super::median;
 use crate::cluster::{AgentBackend, CLIENT_IP, Cluster, node_ip, pod_ip};
 
 /// The client: `count` TCP connections one after the other (connect,
@@ -105,11 +106,6 @@ fn client(cluster: &Cluster, tcp: u16, udp: u16, count: usize) -> Option<Vec<f64
         .split_whitespace()
         .map(|w| w.parse().ok())
         .collect()
-}
-
-fn median(xs: &mut [f64]) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    xs.get(xs.len() / 2).copied().unwrap_or(0.0)
 }
 
 /// `cargo bench -p kpng-lab --bench backends -- dsr`: `rounds` rounds,

@@ -6,6 +6,7 @@
 use std::process::Command;
 use std::time::Duration;
 
+use super::median;
 use crate::cluster::{AgentBackend, Cluster, node_ip, pod_ip};
 
 /// The client: `count` short TCP connections one after the other
@@ -26,16 +27,6 @@ for i in range(count):
     f.write(b"ping\n"); f.flush(); f.readline()
 trips = count / (time.monotonic() - t)
 print(conns, trips)
-"#;
-
-/// Turns TX checksum offload of the client's `eth0` off: its packets then
-/// carry full checksums, as a client across a wire sends them.
-const TXCSUM_OFF: &str = r#"
-import ctypes, fcntl, socket, struct
-b = ctypes.create_string_buffer(struct.pack("II", 0x17, 0), 8)
-ifr = struct.pack("16sP", b"eth0", ctypes.addressof(b)) + b"\0" * 16
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-fcntl.ioctl(s.fileno(), 0x8946, ifr)
 "#;
 
 /// A two-node cluster with a NodePort (30100, the held port 9100) whose
@@ -61,15 +52,8 @@ fn cluster(flags: &[&str]) -> Cluster {
     cluster.start_server();
     cluster.start_agents();
     cluster.wait_all_synced(Duration::from_secs(60));
-    crate::run(&[
-        "ip",
-        "netns",
-        "exec",
-        &cluster.client_ns(),
-        "python3",
-        "-c",
-        TXCSUM_OFF,
-    ]);
+    // Full checksums, as a client across a wire sends them.
+    cluster.client_checksum_offload(false);
     cluster
 }
 
@@ -89,11 +73,6 @@ fn client(cluster: &Cluster, count: usize) -> Option<(f64, f64)> {
     let text = String::from_utf8_lossy(&out.stdout);
     let mut words = text.split_whitespace().map(|w| w.parse::<f64>().ok());
     Some((words.next()??, words.next()??))
-}
-
-fn median(xs: &mut [f64]) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    xs.get(xs.len() / 2).copied().unwrap_or(0.0)
 }
 
 /// `cargo bench -p kpng-lab --bench backends -- xdp`: `rounds` rounds,

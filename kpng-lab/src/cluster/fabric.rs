@@ -10,6 +10,15 @@ use crate::lab::echo_server;
 
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 
+/// Sets TX checksum offload of interface `argv[1]` to `argv[2]` (0, 1).
+const TXCSUM: &str = r#"
+import ctypes, fcntl, socket, struct, sys
+b = ctypes.create_string_buffer(struct.pack("II", 0x17, int(sys.argv[2])), 8)
+ifr = struct.pack("16sP", sys.argv[1].encode(), ctypes.addressof(b)) + b"\0" * 16
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+fcntl.ioctl(s.fileno(), 0x8946, ifr)
+"#;
+
 /// Runs `ip [-n ns] -batch -` with `lines` on its standard input.
 fn batch(ns: Option<&str>, lines: &[String]) {
     if lines.is_empty() {
@@ -299,6 +308,51 @@ impl Cluster {
                 std::thread::sleep(std::time::Duration::from_millis(50));
             }
         }
+    }
+
+    /// Routes `prefix` (of either family) from the client to node `k`:
+    /// external or LB IPs outside the fabric reached through that node.
+    ///
+    /// # Panics
+    /// When `ip route add` fails.
+    pub fn route_client_to(&self, prefix: &str, k: usize) {
+        let via = if prefix.contains(':') {
+            node_ip6(k)
+        } else {
+            node_ip(k)
+        };
+        crate::run(&[
+            "ip",
+            "-n",
+            &self.client_ns(),
+            "route",
+            "add",
+            prefix,
+            "via",
+            &via,
+        ]);
+    }
+
+    /// Turns the client's TX checksum offload on or off (`SIOCETHTOOL`,
+    /// `ETHTOOL_STXCSUM`; no `ip link` switch exists). On, a packet it
+    /// sends over its veth carries only the pseudo-header's sum in its
+    /// checksum (the receiver takes it as good); off, a full checksum,
+    /// which the endpoint's stack checks, as from across a wire.
+    ///
+    /// # Panics
+    /// When the ioctl fails.
+    pub fn client_checksum_offload(&self, on: bool) {
+        crate::run(&[
+            "ip",
+            "netns",
+            "exec",
+            &self.client_ns(),
+            "python3",
+            "-c",
+            TXCSUM,
+            "eth0",
+            if on { "1" } else { "0" },
+        ]);
     }
 
     fn serve(&mut self, k: usize, j: usize) {

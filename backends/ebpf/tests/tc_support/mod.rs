@@ -53,6 +53,18 @@ impl Loaded {
         Some(Self { ebpf, _fs: fs })
     }
 
+    /// `kpng_node`: the node's IPv4 address, which masqueraded flows
+    /// leave from.
+    pub(crate) fn set_node(&mut self, ip: [u8; 4]) {
+        let mut nodes: aya::maps::Array<_, [u8; 20]> =
+            aya::maps::Array::try_from(self.ebpf.map_mut("kpng_node").expect("map"))
+                .expect("array");
+        let mut me = [0u8; 20];
+        me[..4].copy_from_slice(&ip);
+        me[18] = 4;
+        nodes.set(0, me, 0).expect("node");
+    }
+
     /// The loaded object, to write its maps.
     pub(crate) fn ebpf(&mut self) -> &mut aya::Ebpf {
         &mut self.ebpf
@@ -165,6 +177,13 @@ pub(crate) fn endpoint(ip: std::net::IpAddr, port: u16) -> [u8; 20] {
     let mut out = frontend(ip, port, 0);
     out[18] = out[19]; // family
     out[19] = 1; // ENDPOINT_LOCAL
+    out
+}
+
+/// `struct endpoint` on another node.
+pub(crate) fn remote_endpoint(ip: std::net::IpAddr, port: u16) -> [u8; 20] {
+    let mut out = endpoint(ip, port);
+    out[19] = 0;
     out
 }
 
