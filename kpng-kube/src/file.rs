@@ -5,19 +5,29 @@
 //! `List`). Objects of other kinds are skipped. Every object goes through
 //! the same translation as the API source.
 //!
-//! A file is checked whole before anything is applied: an error names the
-//! file, the document (and `List` item), the object and the field, and
-//! leaves the store as it was. A file with no Service, EndpointSlice or
-//! Node in it (empty, only comments, only other kinds) is refused too
-//! ([`Error::Empty`]), unless [`IngestConfig::allow_empty_input`]: loading
-//! it would delete every Service.
+//! A file is parsed whole before anything is applied: a file that does
+//! not parse (cut short, not YAML or JSON) is an error naming the file,
+//! the document and, for YAML, the line and column, and leaves the store
+//! as it was. An object that does not decode, or that the API server
+//! would refuse (the checks of [`translate`](crate::translate)), is
+//! skipped and named ([`Skipped`]: where it is, every wrong field and
+//! why), in one pass with the others and a count, and the rest of the
+//! file is applied; [`IngestConfig::on_input_report`] is told what each
+//! applied read skipped ([`InputReport`]). A file with no Service,
+//! EndpointSlice or Node in it (empty, only comments, only other kinds)
+//! is refused ([`Error::Empty`]), unless
+//! [`IngestConfig::allow_empty_input`]: loading it would delete every
+//! Service; one whose every object is skipped always is
+//! ([`Error::AllSkipped`]).
 //!
 //! [`IngestConfig::allow_empty_input`]: crate::IngestConfig::allow_empty_input
+//! [`IngestConfig::on_input_report`]: crate::IngestConfig::on_input_report
 //!
-//! [`watch_changes`] reads a changed file only once it is whole: its size,
-//! modification time and inode stable over [`SETTLE`] (a file renamed into
-//! place is whole at once), so a file rewritten with `>` is not read
-//! between its truncation and its new contents.
+//! [`watch_changes`] reads a changed file only once it is whole: renamed
+//! into place (inotify's `IN_MOVED_TO`), at once; rewritten in place, once
+//! its size, modification time and inode are stable over [`SETTLE`], so a
+//! file rewritten with `>` is not read between its truncation and its new
+//! contents.
 //!
 //! For YAML, errors also name the line where the document (or item)
 //! starts, and for a syntax error the line and column in the whole file.

@@ -694,7 +694,7 @@ pub fn service(
         "NodePort" => ServiceType::NodePort,
         "LoadBalancer" => ServiceType::LoadBalancer,
         "ExternalName" => return Ok(None),
-        other => return Err(ctx.err("spec.type", format!("unknown type {other:?}"))),
+        other => return Err(ctx.refuse("spec.type", unsupported(other, &SERVICE_TYPES))),
     };
     let cluster_ips: Vec<&String> = match (&spec.cluster_ips, &spec.cluster_ip) {
         (Some(ips), _) if !ips.is_empty() => ips.iter().collect(),
@@ -771,10 +771,7 @@ pub fn service(
             })
         }
         Some(other) => {
-            return Err(ctx.refuse(
-                "spec.sessionAffinity",
-                format!("{other:?}: the API server refuses it (must be \"None\" or \"ClientIP\")"),
-            ));
+            return Err(ctx.refuse("spec.sessionAffinity", unsupported(other, &AFFINITIES)));
         }
     };
 
