@@ -97,8 +97,9 @@ pub enum Reply {
 #[derive(Debug, Default)]
 pub struct Script {
     /// Per (resource, is_watch): replies in order. When a queue is empty, a
-    /// list answers what [`ApiServer::set_list`] set (empty unless set)
-    /// and a watch holds open with no event.
+    /// list answers what [`ApiServer::set_list`] set, else the live
+    /// objects, and a watch streams the live changes (none until
+    /// [`ApiServer::apply`] or [`ApiServer::delete`]).
     replies: HashMap<(&'static str, bool), VecDeque<Reply>>,
     /// Every request's path and query, in order.
     requests: Vec<String>,
