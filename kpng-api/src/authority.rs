@@ -364,16 +364,6 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for FixAuthority<S> {
     }
 }
 
-impl<S: tonic::transport::server::Connected> tonic::transport::server::Connected
-    for FixAuthority<S>
-{
-    type ConnectInfo = S::ConnectInfo;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.io.connect_info()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
