@@ -192,6 +192,8 @@ fn main() {
     assert_eq!(applied.next().unwrap().unwrap(), "synced");
     std::thread::sleep(Duration::from_secs(2));
     let with_agents = talk.stats(&format!("{agents} agents synced"));
+    // Warm-up: the first changes after the full views are slower.
+    talk.measure(&mut applied, agents, 10);
     let before = talk.measure(&mut applied, agents, flips);
 
     // The hostile clients, one kind at a time.
@@ -224,13 +226,37 @@ fn main() {
     std::thread::sleep(Duration::from_secs(3));
     let with_idle = talk.stats(&format!("+ {idle} idle connections"));
     let mut never_readers = python(0, never, 0).unwrap();
-    std::thread::sleep(Duration::from_secs(5));
-    let with_never = talk.stats(&format!("+ {never} watches that never read"));
+    // Full views go 16 at a time, a stalled one giving its turn up after
+    // 10 s: wait until every never-reading watch has filled its buffers
+    // (the bytes unsent stop growing).
+    let waited = std::time::Instant::now();
+    let mut unsent = 0;
+    loop {
+        // Longer than a turn: a new turn has begun within it, if any.
+        std::thread::sleep(Duration::from_secs(12));
+        let now = talk.unsent_kib();
+        if now == unsent || waited.elapsed() > Duration::from_secs(150) {
+            break;
+        }
+        unsent = now;
+    }
+    let with_never = talk.stats(&format!(
+        "+ {never} watches that never read ({:.0} s until their buffers were full)",
+        waited.elapsed().as_secs_f64()
+    ));
+    let faults0 = talk.faults();
+    let started = std::time::Instant::now();
     let mut garbage = python(0, 0, rate).unwrap();
     std::thread::sleep(Duration::from_secs(3));
     talk.stats(&format!("+ {rate} broken clients a second"));
     let during = talk.measure(&mut applied, agents, flips);
     let with_all = talk.stats("after the changes under the hostile clients");
+    let faults = talk.faults() - faults0;
+    println!(
+        "  broken clients: {faults} closed or refused in {:.1} s ({:.0} a second; a silent one counts 10 s after it came, one that closes at once not at all)",
+        started.elapsed().as_secs_f64(),
+        faults as f64 / started.elapsed().as_secs_f64()
+    );
     for child in [&mut idlers, &mut never_readers, &mut garbage] {
         let _ = child.kill();
         let _ = child.wait();
@@ -305,6 +331,26 @@ impl Talk {
             fds(self.pid)
         );
         rss
+    }
+
+    /// The server's bytes unsent, in KiB.
+    fn unsent_kib(&mut self) -> u64 {
+        writeln!(self.to, "stats").unwrap();
+        let line = self.from.next().unwrap().unwrap();
+        line.split(", ")
+            .find_map(|part| part.strip_suffix(" KiB unsent"))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// The server's client faults so far.
+    fn faults(&mut self) -> u64 {
+        writeln!(self.to, "stats").unwrap();
+        let line = self.from.next().unwrap().unwrap();
+        line.split(", ")
+            .find_map(|part| part.strip_suffix(" client faults"))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
     }
 
     /// `flips` changes 200 ms apart, each timed until every agent applied

@@ -159,6 +159,8 @@ impl fmt::Display for Peer {
 pub(crate) enum Fault {
     /// Came over the connection limit.
     OverLimit,
+    /// (The listener's own.) An accept failed.
+    Accept,
     /// Sent no preface (or no TLS handshake) in time.
     Silent,
     /// Sent something other than the HTTP/2 preface.
@@ -178,6 +180,7 @@ impl Fault {
     fn as_str(self) -> &'static str {
         match self {
             Fault::OverLimit => "over the connection limit",
+            Fault::Accept => "accept failed",
             Fault::Silent => "silent",
             Fault::NotHttp2 => "not HTTP/2",
             Fault::Tls => "TLS handshake",
@@ -294,7 +297,7 @@ impl Accepting {
     async fn accept_failed(&self, error: &io::Error) {
         self.server.peer_log().note(
             &Peer::Named("listener".into()),
-            Fault::OverLimit,
+            Fault::Accept,
             &format!("accepting a connection failed: {error}"),
         );
         tokio::time::sleep(ACCEPT_PAUSE).await;
