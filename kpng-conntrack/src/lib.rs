@@ -421,11 +421,35 @@ impl ConntrackCleaner {
         }
     }
 
+    /// Why the record cannot be trusted, from the marks of distrust in
+    /// each family's table; `None` when it can.
+    fn distrust(
+        &mut self,
+        record: &FlowRecord,
+    ) -> Result<Option<WalkReason>, kpng_netfilter::Error> {
+        for family in [TableFamily::Ip, TableFamily::Ip6] {
+            let table = Table::new(family, record.table.as_str());
+            let Some(untrusted) = self.socket()?.set_elements(&table, &record.untrusted)? else {
+                return Ok(Some(WalkReason::Missing));
+            };
+            let young = FlowRecord::YOUNG.to_ne_bytes();
+            if untrusted.iter().any(|e| e.key == young) {
+                return Ok(Some(WalkReason::Young));
+            }
+            if !untrusted.is_empty() {
+                return Ok(Some(WalkReason::Missed));
+            }
+        }
+        Ok(None)
+    }
+
     /// The stale flows the record holds, each read back by its original
     /// tuple (the element may be of an earlier flow with that tuple, or
     /// outlive its flow) and deleted if it is still stale; or why the
-    /// record cannot be trusted. The flows are read before the marks of
-    /// distrust: a flow missed before the read has left its mark by then.
+    /// record cannot be trusted. The marks of distrust are read before
+    /// the flows (a record known untrusted is not dumped) and after them
+    /// (a flow missed before the flows were read has left its mark by
+    /// then).
     fn read_record(
         &mut self,
         record: &FlowRecord,
@@ -438,6 +462,9 @@ impl ConntrackCleaner {
         if timeouts.longest()? > record.timeout {
             return Ok(Err(WalkReason::Timeout));
         }
+        if let Some(reason) = self.distrust(record)? {
+            return Ok(Err(reason));
+        }
         let mut candidates = Vec::new();
         for family in [TableFamily::Ip, TableFamily::Ip6] {
             let table = Table::new(family, record.table.as_str());
@@ -445,16 +472,9 @@ impl ConntrackCleaner {
                 return Ok(Err(WalkReason::Missing));
             };
             candidates.extend(elements.iter().filter_map(|e| FlowRecord::flow_of(&e.key)));
-            let Some(untrusted) = self.socket()?.set_elements(&table, &record.untrusted)? else {
-                return Ok(Err(WalkReason::Missing));
-            };
-            let young = FlowRecord::YOUNG.to_ne_bytes();
-            if untrusted.iter().any(|e| e.key == young) {
-                return Ok(Err(WalkReason::Young));
-            }
-            if !untrusted.is_empty() {
-                return Ok(Err(WalkReason::Missed));
-            }
+        }
+        if let Some(reason) = self.distrust(record)? {
+            return Ok(Err(reason));
         }
         let mut stale = self.stale_for(allowed, &candidates);
         stale.sort_unstable_by_key(|f| f.original);

@@ -175,7 +175,9 @@ fn main() {
     let mut backend = NftBackend::new(
         NftConfig::new(kpng_sink::ProxyConfig::default())
             .in_netns(&node)
-            .udp_flows(Some(record_timeout)),
+            .udp_flows(Some(record_timeout))
+            // Room for the largest size asked (the default holds 32,768).
+            .udp_flows_size(1 << 18),
     );
     let (both, one) = (
         view(&["10.244.2.10", "10.244.3.10"]),

@@ -151,9 +151,13 @@ pub struct NftConfig {
     /// endpoint in that record rather than by walking the conntrack table
     /// ([`NftBackend::flow_record`]). Default 120 s; `None`: no record.
     pub udp_flows: Option<std::time::Duration>,
-    /// The most flows the record holds (default 262,144); a flow past it
+    /// The most flows the record holds (default 32,768); a flow past it
     /// is not recorded, and the record is not trusted for
-    /// [`udp_flows`](Self::udp_flows) after.
+    /// [`udp_flows`](Self::udp_flows) after. The kernel dumps a set in
+    /// runs, each walking the set from its start: reading 32,768 elements
+    /// cost 44–51 ms of CPU here, below a walk of a conntrack table that
+    /// holds as many flows (~86 ms), and 100,000 cost more than that walk
+    /// (`cargo bench -p kpng-lab --bench conntrack`).
     pub udp_flows_size: u32,
 }
 
@@ -177,7 +181,7 @@ impl NftConfig {
             comments: true,
             counters: false,
             udp_flows: Some(UDP_FLOWS_TIMEOUT),
-            udp_flows_size: 1 << 18,
+            udp_flows_size: 1 << 15,
         }
     }
 
