@@ -666,6 +666,59 @@ pub(crate) async fn mirror_session(
 mod tests {
     use super::*;
 
+    /// An attempt that opened no stream (a connect timeout on a cut
+    /// link, say) counts its own time in the wait, so the next attempt
+    /// starts at most `max_retry` after the previous one started; a
+    /// stream lost waits the whole delay. Over a fleet cut together, the
+    /// waits at the cap spread over half of it.
+    #[test]
+    fn a_failed_attempt_counts_its_own_time_and_waits_spread() {
+        let config = AgentConfig::default();
+        let address = Address::Unix("/nowhere/kpng.sock".into());
+        let mut retries = Retries::new(&address, &config);
+        let refused = Error::Address("refused".into());
+        let started = std::time::Instant::now() - Duration::from_secs(5);
+        retries.start();
+        let delay = retries.failed(&refused, 0).unwrap_or_default();
+        assert!(delay <= config.retry);
+        let wait = retries.wait(Duration::from_secs(8), started);
+        assert!(
+            wait <= Duration::from_secs(3) && wait > Duration::from_secs(2),
+            "{wait:?}"
+        );
+        assert_eq!(
+            retries.wait(Duration::from_secs(2), started),
+            Duration::ZERO
+        );
+        retries.start();
+        retries.opened();
+        assert_eq!(
+            retries.wait(Duration::from_secs(2), started),
+            Duration::from_secs(2)
+        );
+
+        // 100 agents that failed alike 10 times: their next waits lie in
+        // [5, 10] s (the cap's half to the cap), spread over it.
+        let waits: Vec<Duration> = (0..100)
+            .map(|_| {
+                let mut backoff = kpng_retry::Backoff::new(config.retry, config.max_retry);
+                for _ in 0..10 {
+                    backoff.next_delay();
+                }
+                backoff.next_delay()
+            })
+            .collect();
+        let (min, max) = (
+            waits.iter().min().copied().unwrap_or_default(),
+            waits.iter().max().copied().unwrap_or_default(),
+        );
+        assert!(
+            min >= config.max_retry / 2 && max <= config.max_retry,
+            "{min:?}..{max:?}"
+        );
+        assert!(max - min >= Duration::from_secs(3), "{min:?}..{max:?}");
+    }
+
     /// Failures in a row count until a revision is synced (a stream
     /// opened and lost at once is no progress): the backoff grows through
     /// them, and `once` gives up after its attempts, naming the address.

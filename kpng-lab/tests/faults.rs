@@ -282,6 +282,10 @@ fn a_cut_third_keeps_serving_is_shown_behind_and_converges_after_the_heal() {
         "{fleet:#?}"
     );
     println!(
+        "cut: `kpng api … fleet` during it:\n{}",
+        cluster.fleet_command(&[])
+    );
+    println!(
         "cut: the server saw node-3 away {away_after:.1} s after the cut; during it: node-3 \
          {} rev / {:.1} s behind, {} of 3 up to date",
         n3.revisions_behind, n3.seconds_behind, fleet.up_to_date
