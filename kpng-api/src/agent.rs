@@ -14,7 +14,14 @@ use kpng_sink::Sink;
 use crate::Error;
 use crate::codec::compact;
 use crate::rounds::Rounds;
-use crate::transport::{Address, connect};
+use crate::transport::{Address, connect_with};
+
+/// [`AgentConfig::keepalive_interval`]'s default: 10 s.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+/// [`AgentConfig::keepalive_timeout`]'s default: 5 s.
+pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
+/// [`AgentConfig::connect_timeout`]'s default: 5 s.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Settings of [`run_agent`] and [`run_mirror`].
 #[derive(Clone, Debug)]
@@ -41,6 +48,23 @@ pub struct AgentConfig {
     /// delivery; the report says how long it waited, and the server dates
     /// the round by it.
     pub report_spread: Duration,
+    /// With no frame from the server for this long, the agent sends an
+    /// HTTP/2 PING (10 s by default; zero: never). A connection that
+    /// stays silent (a peer gone without a reset, a middlebox that
+    /// holds the connection and forwards nothing) is then found within
+    /// `keepalive_interval + keepalive_timeout` of its last frame, and
+    /// the agent reconnects.
+    pub keepalive_interval: Duration,
+    /// How long a PING waits for its answer before the connection is
+    /// given up (5 s by default).
+    pub keepalive_timeout: Duration,
+    /// How long one attempt may take to connect (TCP, TLS and HTTP/2
+    /// handshakes; 5 s by default; zero: no limit). The wait before the
+    /// next attempt counts from the start of this one, so an attempt
+    /// whose packets are dropped (a cut link) does not add its timeout to
+    /// the backoff: after the link heals, the agent is back within
+    /// `max_retry` (and the handshakes).
+    pub connect_timeout: Duration,
 }
 
 impl Default for AgentConfig {
@@ -52,6 +76,9 @@ impl Default for AgentConfig {
             once_attempts: 5,
             compress: false,
             report_spread: Duration::from_secs(1),
+            keepalive_interval: KEEPALIVE_INTERVAL,
+            keepalive_timeout: KEEPALIVE_TIMEOUT,
+            connect_timeout: CONNECT_TIMEOUT,
         }
     }
 }
@@ -113,6 +140,7 @@ pub async fn run_agent<S: Sink + ?Sized>(
     let mut retries = Retries::new(address, config);
     let reporter = Reporter::new(config.report_spread);
     loop {
+        let started = std::time::Instant::now();
         let result = session(
             address,
             node,
@@ -136,7 +164,7 @@ pub async fn run_agent<S: Sink + ?Sized>(
             }
             Err(e) => retries.failed(&e, held.revision)?,
         };
-        tokio::time::sleep(delay).await;
+        tokio::time::sleep(retries.wait(delay, started)).await;
     }
 }
 
@@ -365,6 +393,19 @@ impl Retries {
         }
     }
 
+    /// What is left to wait of `delay` after an attempt that began at
+    /// `started`: an attempt that opened no stream (refused, timed out)
+    /// counts its own time in the wait, as gRPC's connection backoff
+    /// does, so that a connect timeout does not lengthen the backoff; a
+    /// stream lost waits the whole delay from its loss.
+    fn wait(&self, delay: Duration, started: std::time::Instant) -> Duration {
+        if self.reached == Reached::Nothing {
+            delay.saturating_sub(started.elapsed())
+        } else {
+            delay
+        }
+    }
+
     /// The server ended a stream: the wait before reconnecting.
     fn ended(&mut self) -> Duration {
         tracing::info!("the ENLS watch from {} ended; reconnecting", self.address);
@@ -426,7 +467,7 @@ pub(crate) async fn client(
     address: &Address,
     config: &AgentConfig,
 ) -> Result<EnlsClient<tonic::transport::Channel>, Error> {
-    let client = connect(address).await?;
+    let client = connect_with(address, config).await?;
     Ok(if config.compress {
         client.accept_compressed(tonic::codec::CompressionEncoding::Zstd)
     } else {
@@ -546,13 +587,14 @@ pub async fn run_mirror(
     let mut held = Held::default();
     let mut retries = Retries::new(address, config);
     loop {
+        let started = std::time::Instant::now();
         let result = mirror_session(address, store, &mut held, config, &mut retries).await;
         let delay = match result {
             Ok(()) if config.once => return Ok(()),
             Ok(()) => retries.ended(),
             Err(e) => retries.failed(&e, held.revision)?,
         };
-        tokio::time::sleep(delay).await;
+        tokio::time::sleep(retries.wait(delay, started)).await;
     }
 }
 
@@ -623,6 +665,59 @@ pub(crate) async fn mirror_session(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An attempt that opened no stream (a connect timeout on a cut
+    /// link, say) counts its own time in the wait, so the next attempt
+    /// starts at most `max_retry` after the previous one started; a
+    /// stream lost waits the whole delay. Over a fleet cut together, the
+    /// waits at the cap spread over half of it.
+    #[test]
+    fn a_failed_attempt_counts_its_own_time_and_waits_spread() {
+        let config = AgentConfig::default();
+        let address = Address::Unix("/nowhere/kpng.sock".into());
+        let mut retries = Retries::new(&address, &config);
+        let refused = Error::Address("refused".into());
+        let started = std::time::Instant::now() - Duration::from_secs(5);
+        retries.start();
+        let delay = retries.failed(&refused, 0).unwrap_or_default();
+        assert!(delay <= config.retry);
+        let wait = retries.wait(Duration::from_secs(8), started);
+        assert!(
+            wait <= Duration::from_secs(3) && wait > Duration::from_secs(2),
+            "{wait:?}"
+        );
+        assert_eq!(
+            retries.wait(Duration::from_secs(2), started),
+            Duration::ZERO
+        );
+        retries.start();
+        retries.opened();
+        assert_eq!(
+            retries.wait(Duration::from_secs(2), started),
+            Duration::from_secs(2)
+        );
+
+        // 100 agents that failed alike 10 times: their next waits lie in
+        // [5, 10] s (the cap's half to the cap), spread over it.
+        let waits: Vec<Duration> = (0..100)
+            .map(|_| {
+                let mut backoff = kpng_retry::Backoff::new(config.retry, config.max_retry);
+                for _ in 0..10 {
+                    backoff.next_delay();
+                }
+                backoff.next_delay()
+            })
+            .collect();
+        let (min, max) = (
+            waits.iter().min().copied().unwrap_or_default(),
+            waits.iter().max().copied().unwrap_or_default(),
+        );
+        assert!(
+            min >= config.max_retry / 2 && max <= config.max_retry,
+            "{min:?}..{max:?}"
+        );
+        assert!(max - min >= Duration::from_secs(3), "{min:?}..{max:?}");
+    }
 
     /// Failures in a row count until a revision is synced (a stream
     /// opened and lost at once is no progress): the backoff grows through

@@ -75,7 +75,9 @@ pub struct Limits {
     /// it…
     pub keepalive_interval: Duration,
     /// …and closes the connection when the answer has not come this long
-    /// after.
+    /// after. By default 15 s and 5 s: the streams of an agent cut off
+    /// without a reset end within 20 s of its last frame, and the fleet
+    /// view lists it away.
     pub keepalive_timeout: Duration,
     /// Streams a client opened and reset before the server took them in,
     /// at once (HTTP/2 rapid reset, CVE-2023-44487); more closes the
@@ -95,8 +97,8 @@ impl Default for Limits {
             max_frame_size: 16 * 1024,
             max_header_list_size: 16 * 1024,
             max_request_size: 64 * 1024,
-            keepalive_interval: Duration::from_secs(60),
-            keepalive_timeout: Duration::from_secs(20),
+            keepalive_interval: Duration::from_secs(15),
+            keepalive_timeout: Duration::from_secs(5),
             max_pending_reset_streams: 20,
         }
     }

@@ -8,9 +8,12 @@
 //! committed, the fleet computes per node:
 //!
 //! - **behind**: a round sent (or being sent) that its agent has not
-//!   reported applied; the **revisions behind** are the store's revision
-//!   minus the applied one, the **seconds behind** the time since the
-//!   oldest change it has not applied was committed (0 when up to date);
+//!   reported applied, or, for a node away (no stream open: its agent cut
+//!   off, or stopped), a store revision newer than what it applied and
+//!   took in; the **revisions behind** are the store's revision minus the
+//!   applied one, the **seconds behind** the time since the oldest change
+//!   it has not applied was committed (0 when up to date); an away node
+//!   is never counted up to date;
 //! - the **programming latency** of each applied round: applied time minus
 //!   the commit time of the oldest change it carried (a histogram), and of
 //!   the last change across the nodes that applied it (p50, p99).
@@ -373,7 +376,9 @@ impl Fleet {
             let behind = node.seconds_behind > 0.0 || node.revisions_behind > 0;
             reply.reporting += u64::from(record.reporting);
             reply.behind += u64::from(behind);
-            reply.up_to_date += u64::from(record.reporting && !behind);
+            // An away node is never up to date: what it holds is not
+            // known, only what it last reported.
+            reply.up_to_date += u64::from(record.reporting && !behind && record.streams > 0);
             reply.failing += u64::from(record.error.is_some());
             reply.away += u64::from(record.streams == 0);
             let listed = request.all
@@ -533,9 +538,11 @@ impl Inner {
 
     fn node(&self, name: &str, record: &Record, now: Instant) -> FleetNode {
         // What it lacks: what was sent it and not applied, or revisions
-        // its stream has not taken in yet (the server is behind on it).
-        let unsent = (record.examined > 0 && record.examined < self.head && record.streams > 0)
-            .then(|| self.commit_time(record.examined + 1, now));
+        // its stream has not taken in yet (the server is behind on it, or
+        // it is away: the store moved on without it, and what it holds is
+        // no newer than what it applied).
+        let seen = record.examined.max(record.applied);
+        let unsent = (seen > 0 && seen < self.head).then(|| self.commit_time(seen + 1, now));
         let oldest = match (record.pending.map(|p| p.committed), unsent) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -726,6 +733,65 @@ mod tests {
         fleet.sending("a", 3, false, t0 + secs(3.0));
         fleet.sent("a", 3, true, false, t0 + secs(3.0));
         assert!(fleet.report_at(&report("a", 3, ""), t0 + secs(3.1)));
+    }
+
+    /// A node cut off (its stream closed, as the server's keepalive
+    /// closes it) while the store moves on is behind by what the store
+    /// has and it has not applied, in revisions and from the first such
+    /// revision's commit; never up to date, even before the store moves;
+    /// caught up once it is back and has applied the rest.
+    #[test]
+    fn an_away_node_is_behind_by_what_the_store_has_then_caught_up() {
+        let t0 = Instant::now();
+        let fleet = three(t0);
+        fleet.closed("c", t0 + secs(1.0));
+        let reply = fleet.view_at(&FleetRequest::default(), t0 + secs(2.0));
+        assert_eq!(
+            (reply.up_to_date, reply.behind, reply.away),
+            (2, 0, 1),
+            "{reply:?}"
+        );
+        // Two revisions while it is away: a and b take them in.
+        change(&fleet, 2, &["a", "b"], t0 + secs(3.0));
+        change(&fleet, 3, &["a", "b"], t0 + secs(4.0));
+        for n in ["a", "b"] {
+            fleet.report_at(&report(n, 3, ""), t0 + secs(4.1));
+        }
+        let reply = fleet.view_at(&FleetRequest::default(), t0 + secs(6.0));
+        assert_eq!(
+            (reply.up_to_date, reply.behind, reply.away),
+            (2, 1, 1),
+            "{reply:?}"
+        );
+        let c = node(&reply, "c");
+        assert_eq!(
+            (c.applied_revision, c.revisions_behind, c.streams),
+            (1, 2, 0)
+        );
+        assert!((c.seconds_behind - 3.0).abs() < 1e-6, "{c:?}");
+        let text = fleet.openmetrics();
+        assert!(text.contains("kpng_fleet_nodes_behind 1\n"), "{text}");
+
+        // Back: it resumes from 1 and applies 2..=3.
+        let t1 = t0 + secs(10.0);
+        fleet.opened("c", t1);
+        fleet.examined("c", 3, t1);
+        fleet.sending("c", 2, false, t1);
+        fleet.sent("c", 3, true, false, t1);
+        let reply = fleet.view_at(&FleetRequest::default(), t1 + secs(0.1));
+        assert_eq!((reply.behind, reply.away), (1, 0));
+        fleet.report_at(&report("c", 3, ""), t1 + secs(0.2));
+        let reply = fleet.view_at(&FleetRequest::default(), t1 + secs(0.5));
+        assert_eq!(
+            (
+                reply.up_to_date,
+                reply.behind,
+                reply.away,
+                reply.listed.len()
+            ),
+            (3, 0, 0, 0),
+            "{reply:?}"
+        );
     }
 
     #[test]

@@ -94,13 +94,15 @@ mod rounds;
 mod server;
 mod transport;
 
-pub use agent::{AgentConfig, run_agent, run_mirror};
+pub use agent::{
+    AgentConfig, CONNECT_TIMEOUT, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT, run_agent, run_mirror,
+};
 pub use conn::{Limits, serve_connection};
 pub use fleet::{Fleet, fleet_view};
 pub use server::{INITIAL_VIEWS, Server, ServerStats};
 pub use transport::{
-    Address, Tls, bind_unix, connect, connect_unix, connect_unix_channel, serve, serve_at,
-    serve_tcp, serve_unix,
+    Address, Tls, bind_unix, connect,
+    connect_unix, connect_unix_channel, connect_with, serve, serve_at, serve_tcp, serve_unix,
 };
 
 use tonic::Status;
@@ -136,6 +138,11 @@ pub enum Error {
     /// The sink failed.
     #[error(transparent)]
     Sink(#[from] kpng_sink::SinkError),
+    /// No connection was made within the connect timeout
+    /// ([`AgentConfig::connect_timeout`]): a cut link, or a peer that
+    /// accepts and never answers.
+    #[error("no connection within {0:?}")]
+    ConnectTimeout(std::time::Duration),
     /// The server does not offer what was asked (an older server).
     #[error("{0}")]
     Unsupported(String),

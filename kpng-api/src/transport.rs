@@ -2,12 +2,28 @@
 //! mutual TLS.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use kpng_model::v1::enls_client::EnlsClient;
 
-use crate::Error;
 use crate::conn;
 use crate::server::Server;
+use crate::{AgentConfig, Error};
+
+/// `endpoint` with `config`'s HTTP/2 keepalive (none when its interval
+/// is zero).
+fn keepalive(
+    endpoint: tonic::transport::Endpoint,
+    config: &AgentConfig,
+) -> tonic::transport::Endpoint {
+    if config.keepalive_interval.is_zero() {
+        return endpoint;
+    }
+    endpoint
+        .http2_keep_alive_interval(config.keepalive_interval)
+        .keep_alive_timeout(config.keepalive_timeout)
+        .keep_alive_while_idle(true)
+}
 
 /// Binds a unix socket at `path` (replacing a stale one), mode 0600.
 /// Call it from within a tokio runtime.
@@ -175,27 +191,51 @@ pub async fn serve_at(address: &Address, server: Server) -> Result<(), Error> {
     }
 }
 
-/// Connects to a server.
+/// Connects to a server, with [`AgentConfig::default`]'s keepalive and
+/// connect timeout.
 ///
 /// # Errors
 /// When it cannot be reached, or (TCP) the TLS handshake fails.
 pub async fn connect(address: &Address) -> Result<EnlsClient<tonic::transport::Channel>, Error> {
+    connect_with(address, &AgentConfig::default()).await
+}
+
+/// Connects to a server with `config`'s HTTP/2 keepalive
+/// ([`AgentConfig::keepalive_interval`], [`AgentConfig::keepalive_timeout`])
+/// and connect timeout ([`AgentConfig::connect_timeout`], over the TCP,
+/// TLS and HTTP/2 handshakes).
+///
+/// # Errors
+/// When it cannot be reached, or (TCP) the TLS handshake fails;
+/// [`Error::ConnectTimeout`] when it takes longer than the connect
+/// timeout.
+pub async fn connect_with(
+    address: &Address,
+    config: &AgentConfig,
+) -> Result<EnlsClient<tonic::transport::Channel>, Error> {
     use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
-    match address {
-        Address::Unix(path) => connect_unix(path).await,
-        Address::Tcp { addr, domain, tls } => {
-            let config = ClientTlsConfig::new()
-                .ca_certificate(Certificate::from_pem(&tls.ca))
-                .identity(Identity::from_pem(&tls.cert, &tls.key))
-                .domain_name(domain.clone());
-            let channel = Endpoint::from_shared(format!("https://{addr}"))
-                .map_err(|e| Error::Address(format!("{addr}: {e}")))?
-                .tls_config(config)?
-                .connect()
-                .await?;
-            Ok(EnlsClient::new(channel))
+    let attempt = async {
+        match address {
+            Address::Unix(path) => Ok(EnlsClient::new(unix_channel(path, config).await?)),
+            Address::Tcp { addr, domain, tls } => {
+                let tls_config = ClientTlsConfig::new()
+                    .ca_certificate(Certificate::from_pem(&tls.ca))
+                    .identity(Identity::from_pem(&tls.cert, &tls.key))
+                    .domain_name(domain.clone());
+                let endpoint = Endpoint::from_shared(format!("https://{addr}"))
+                    .map_err(|e| Error::Address(format!("{addr}: {e}")))?
+                    .tls_config(tls_config)?;
+                let channel = keepalive(endpoint, config).connect().await?;
+                Ok(EnlsClient::new(channel))
+            }
         }
+    };
+    if config.connect_timeout.is_zero() {
+        return attempt.await;
     }
+    tokio::time::timeout(config.connect_timeout, attempt)
+        .await
+        .map_err(|_| Error::ConnectTimeout(config.connect_timeout))?
 }
 
 /// Serves `server` on a bound unix socket until the task is dropped.
@@ -230,9 +270,18 @@ pub async fn connect_unix(path: &Path) -> Result<EnlsClient<tonic::transport::Ch
 /// # Errors
 /// When it cannot be reached.
 pub async fn connect_unix_channel(path: &Path) -> Result<tonic::transport::Channel, Error> {
+    unix_channel(path, &AgentConfig::default()).await
+}
+
+/// A channel to a unix socket with `config`'s keepalive.
+async fn unix_channel(
+    path: &Path,
+    config: &AgentConfig,
+) -> Result<tonic::transport::Channel, Error> {
     let path = path.to_owned();
     // The URI is required by the API but unused: the connector dials.
-    let channel = tonic::transport::Endpoint::from_static("http://kpng.invalid")
+    let endpoint = tonic::transport::Endpoint::from_static("http://kpng.invalid");
+    let channel = keepalive(endpoint, config)
         .connect_with_connector(tower::service_fn(move |_| {
             let path = path.clone();
             async move {

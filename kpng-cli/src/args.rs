@@ -109,9 +109,39 @@ pub(crate) struct ApiArgs {
     #[command(flatten)]
     pub(crate) tls: TlsArgs,
     #[command(flatten)]
+    pub(crate) link: LinkArgs,
+    #[command(flatten)]
     pub(crate) node: NodeArg,
     #[command(subcommand)]
     pub(crate) sink: Action,
+}
+
+/// How the agent watches over its connection to the server.
+#[derive(Args, Debug)]
+pub(crate) struct LinkArgs {
+    /// With nothing from the server for this long, send an HTTP/2 PING;
+    /// a connection that stays silent (a peer gone without a reset) is
+    /// given up after this and --keepalive-timeout, and the agent
+    /// reconnects. 0: no PING.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub(crate) keepalive_interval: Duration,
+    /// How long a PING waits for its answer.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub(crate) keepalive_timeout: Duration,
+    /// How long one attempt may take to connect (TCP, TLS, HTTP/2); the
+    /// backoff before the next counts from the attempt's start. 0: no
+    /// limit.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub(crate) connect_timeout: Duration,
+}
+
+impl LinkArgs {
+    /// `config` with these settings.
+    pub(crate) fn apply(&self, config: &mut kpng_api::AgentConfig) {
+        config.keepalive_interval = self.keepalive_interval;
+        config.keepalive_timeout = self.keepalive_timeout;
+        config.connect_timeout = self.connect_timeout;
+    }
 }
 
 /// `--node`, the same for every source.

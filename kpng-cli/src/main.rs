@@ -228,7 +228,8 @@ async fn run(cli: Cli) -> Result<(), Error> {
                 // A chained server: mirror the upstream ENLS, serve it.
                 let mut store = Store::new();
                 let reader = store.reader();
-                let config = kpng_api::AgentConfig::default();
+                let mut config = kpng_api::AgentConfig::default();
+                args.link.apply(&mut config);
                 tokio::spawn(async move {
                     let _ = kpng_api::run_mirror(&address, &mut store, &config).await;
                 });
@@ -257,6 +258,7 @@ async fn run(cli: Cli) -> Result<(), Error> {
             let (sink, _hold) = sinks::build(&args.sink, &parts)?;
             let mut config = kpng_api::AgentConfig::default();
             config.once_attempts = ONCE_ATTEMPTS;
+            args.link.apply(&mut config);
             let proxy = kpng::Proxy::new(node)
                 .server(address)
                 .sink(sink)

@@ -58,6 +58,7 @@
 mod api_source;
 mod counter;
 mod fabric;
+mod faults;
 mod process;
 
 use std::path::{Path, PathBuf};
@@ -70,6 +71,7 @@ use crate::lab::CLIENT;
 
 pub use api_source::ApiSource;
 pub use counter::PacketCount;
+pub use faults::{API_PORT, RELAY_PORT, SERVER_IP};
 pub use process::{LogLine, Process};
 
 /// The client's address on the fabric (outside every pod CIDR).
@@ -262,6 +264,9 @@ pub struct Cluster {
     /// When the manifest was last written, and when the file server was
     /// started; `None` for a server that reads the API (not checked).
     file_times: std::sync::Mutex<Option<(SystemTime, SystemTime)>>,
+    /// The server's path across the fabric
+    /// ([`Cluster::serve_over_fabric`]), if it is served there.
+    fabric_api: Option<faults::FabricApi>,
 }
 
 /// What node handles a probe, how it comes to it and from where, and the
@@ -348,12 +353,12 @@ impl Cluster {
                 .unwrap_or(SystemTime::UNIX_EPOCH);
             *times = Some((written, SystemTime::now()));
         }
-        let mut command = Command::new(&self.binary);
+        let mut command = self.in_server_ns(&self.binary);
         command
             .args(["file", "--input"])
             .arg(self.manifest_path())
-            .args(["--watch", "to-api", "--listen"])
-            .arg(format!("unix://{}", self.socket_path().display()));
+            .args(["--watch", "to-api"])
+            .args(self.listen_args());
         self.server = Some(Process::spawn(command));
     }
 
@@ -365,6 +370,10 @@ impl Cluster {
     /// When one runs already.
     pub fn start_kube_server(&mut self, source: &ApiSource) {
         assert!(self.server.is_none(), "the server runs already");
+        assert!(
+            self.fabric_api.is_none(),
+            "a server from the API is not served over the fabric"
+        );
         if let Ok(mut times) = self.file_times.lock() {
             *times = None;
         }
@@ -419,8 +428,8 @@ impl Cluster {
         };
         command
             .arg(&self.binary)
-            .args(["api", "--api"])
-            .arg(format!("unix://{}", self.socket_path().display()))
+            .arg("api")
+            .args(self.api_args(true))
             .args(["--node", &node_name(k)])
             .args(self.backend.sink());
         if self.backend == AgentBackend::Ebpf {
@@ -490,7 +499,8 @@ impl Cluster {
     }
 
     /// The server's fleet view, as `kpng api --api unix://S fleet --all
-    /// --output json` prints it.
+    /// --output json` prints it (over the fabric: `--api
+    /// tcp://192.168.0.2:7443`, from the server's namespace).
     ///
     /// # Panics
     /// When the command fails or prints something else.
@@ -515,9 +525,10 @@ impl Cluster {
     /// # Panics
     /// When the command cannot be run.
     pub fn fleet_status(&self, args: &[&str]) -> (bool, String, String) {
-        let out = Command::new(&self.binary)
-            .args(["api", "--api"])
-            .arg(format!("unix://{}", self.socket_path().display()))
+        let out = self
+            .in_server_ns(&self.binary)
+            .arg("api")
+            .args(self.api_args(false))
             .arg("fleet")
             .args(args)
             .output()

@@ -20,7 +20,7 @@ fcntl.ioctl(s.fileno(), 0x8946, ifr)
 "#;
 
 /// Runs `ip [-n ns] -batch -` with `lines` on its standard input.
-fn batch(ns: Option<&str>, lines: &[String]) {
+pub(super) fn batch(ns: Option<&str>, lines: &[String]) {
     if lines.is_empty() {
         return;
     }
@@ -53,6 +53,12 @@ impl Cluster {
     pub(super) fn clean_up(&mut self) {
         self.server = None;
         self.agents.clear();
+        if let Some(api) = self.fabric_api.as_mut()
+            && let Some(mut relay) = api.relay.take()
+        {
+            let _ = relay.kill();
+            let _ = relay.wait();
+        }
         for child in &mut self.echo {
             let _ = child.kill();
             let _ = child.wait();
@@ -148,6 +154,7 @@ impl Cluster {
             ipv6,
             witness: crate::witness::Shared::default(),
             file_times: std::sync::Mutex::new(None),
+            fabric_api: None,
         };
         let (fab, client) = (cluster.fabric_ns(), cluster.client_ns());
         let mut all = vec![fab.clone(), client.clone()];

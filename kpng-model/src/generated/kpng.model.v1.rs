@@ -815,10 +815,12 @@ pub struct FleetReply {
     /// Of them, those whose agent reports.
     #[prost(uint64, tag = "4")]
     pub reporting: u64,
-    /// Reporting nodes that applied everything they were sent.
+    /// Reporting nodes with a stream open that applied everything they were
+    /// sent (a node away is never counted here).
     #[prost(uint64, tag = "5")]
     pub up_to_date: u64,
-    /// Reporting nodes that have not.
+    /// Reporting nodes that have not, or that are away while the store has a
+    /// revision they have not applied.
     #[prost(uint64, tag = "6")]
     pub behind: u64,
     /// Nodes whose last round failed.
