@@ -2,7 +2,6 @@
 //! mutual TLS.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use kpng_model::v1::enls_client::EnlsClient;
 
