@@ -52,6 +52,7 @@ fn batch(ns: Option<&str>, lines: &[String]) {
 impl Cluster {
     pub(super) fn clean_up(&mut self) {
         self.server = None;
+        self.replica = None;
         self.agents.clear();
         for child in &mut self.echo {
             let _ = child.kill();
@@ -142,6 +143,8 @@ impl Cluster {
             namespaces: Vec::new(),
             echo: Vec::new(),
             server: None,
+            replica: None,
+            replicated: false,
             agents: (0..nodes).map(|_| None).collect(),
             bpf: Vec::new(),
             agent_flags: Vec::new(),
