@@ -8,6 +8,8 @@
 //! - [`CountingAllocator`] counts live heap bytes, for memory benchmarks.
 //! - [`bpf`]: a bpf file system, a cgroup and a network namespace of a
 //!   test's own, removed on drop, for eBPF data-path tests.
+//! - [`memory`]: a memory cgroup of a test's own (cgroup v2 or v1): a
+//!   limit, the usage, the peak and the OOM kills of what runs in it.
 //! - `apiserver` (feature `apiserver`): a test apiserver that speaks the
 //!   Kubernetes list/watch protocol on a loopback port, from a script.
 //! - `history` (feature `history`): random histories of a small cluster,
@@ -32,6 +34,7 @@ pub mod bpf;
 mod counting;
 #[cfg(feature = "history")]
 pub mod history;
+pub mod memory;
 pub mod semantics;
 #[cfg(feature = "world")]
 pub mod world;
