@@ -458,7 +458,7 @@ impl Retries {
         let from = self.address.clone();
         let delay = self.next_address();
         tracing::info!(
-            "the ENLS watch from {from} ended; connecting to {} in {:.1}s",
+            "the ENLS watch from {from} ended; reconnecting to {} in {:.1}s",
             self.address,
             delay.as_secs_f64()
         );
