@@ -56,7 +56,6 @@ pub(crate) struct FixAuthority<S> {
     output: BytesMut,
     state: State,
     decoder: Decoder<'static>,
-    scratch: Vec<u8>,
     eof: bool,
 }
 
@@ -94,7 +93,6 @@ impl<S> FixAuthority<S> {
             output: BytesMut::new(),
             state: State::Preface,
             decoder: Decoder::with_dynamic_size(TABLE_SIZE),
-            scratch: vec![0; READ_CHUNK],
             eof: false,
         }
     }
@@ -323,7 +321,10 @@ impl<S: AsyncRead + Unpin> AsyncRead for FixAuthority<S> {
                 this.state = State::Verbatim;
                 continue;
             }
-            let mut read = ReadBuf::new(&mut this.scratch);
+            // On the stack: a buffer per connection would be resident for
+            // every idle one (16 KiB of the ~24 KiB each cost).
+            let mut chunk = [0; READ_CHUNK];
+            let mut read = ReadBuf::new(&mut chunk);
             match Pin::new(&mut this.io).poll_read(cx, &mut read) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
@@ -361,16 +362,6 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for FixAuthority<S> {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
-    }
-}
-
-impl<S: tonic::transport::server::Connected> tonic::transport::server::Connected
-    for FixAuthority<S>
-{
-    type ConnectInfo = S::ConnectInfo;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.io.connect_info()
     }
 }
 

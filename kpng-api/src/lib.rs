@@ -98,6 +98,7 @@ mod authority;
 
 mod agent;
 pub mod codec;
+mod conn;
 pub mod fleet;
 mod full;
 mod rounds;
@@ -105,6 +106,7 @@ mod server;
 mod transport;
 
 pub use agent::{AgentConfig, run_agent, run_mirror};
+pub use conn::{Limits, serve_connection};
 pub use fleet::{Fleet, fleet_view};
 pub use server::{INITIAL_VIEWS, Server, ServerStats};
 pub use transport::{
@@ -136,6 +138,9 @@ pub enum Error {
     /// An address or its TLS settings are wrong.
     #[error("{0}")]
     Address(String),
+    /// The TLS material (certificate, key, CA) is unusable.
+    #[error("TLS: {0}")]
+    Tls(String),
     /// The server sent something that is not a valid change.
     #[error("bad change from the server: {0}")]
     Protocol(#[from] kpng_model::Error),

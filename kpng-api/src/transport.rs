@@ -4,11 +4,10 @@
 use std::path::{Path, PathBuf};
 
 use kpng_model::v1::enls_client::EnlsClient;
-use tokio_stream::wrappers::UnixListenerStream;
 
 use crate::Error;
-use crate::authority;
-use crate::server::{Server, service};
+use crate::conn;
+use crate::server::Server;
 
 /// Binds a unix socket at `path` (replacing a stale one), mode 0600.
 /// Call it from within a tokio runtime.
@@ -137,25 +136,22 @@ impl Address {
     }
 }
 
-/// Serves `server` on TCP with mutual TLS: a client without a certificate
-/// signed by `tls.ca` is refused during the handshake.
+/// Serves `server` on TCP with mutual TLS until the task is dropped: a
+/// client without a certificate signed by `tls.ca` is refused during the
+/// handshake. Each connection is held to the server's
+/// [`Limits`](crate::Limits): its handshake and HTTP/2 preface must come
+/// within `preface_timeout`; a client that breaks the protocol is closed
+/// and logged once, naming its address.
 ///
 /// # Errors
-/// When the TLS material is unusable, or the transport fails.
+/// [`Error::Tls`] when the TLS material is unusable.
 pub async fn serve_tcp(
     listener: tokio::net::TcpListener,
     server: Server,
     tls: &Tls,
 ) -> Result<(), Error> {
-    use tonic::transport::{Certificate, Identity, ServerTlsConfig};
-    let config = ServerTlsConfig::new()
-        .identity(Identity::from_pem(&tls.cert, &tls.key))
-        .client_ca_root(Certificate::from_pem(&tls.ca));
-    tonic::transport::Server::builder()
-        .tls_config(config)?
-        .add_service(service(server))
-        .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
-        .await?;
+    let acceptor = conn::tls_acceptor(tls)?;
+    conn::serve_tls(listener, server, acceptor).await;
     Ok(())
 }
 
@@ -206,17 +202,15 @@ pub async fn connect(address: &Address) -> Result<EnlsClient<tonic::transport::C
 ///
 /// Clients of any gRPC implementation are served: grpc-core's (Python,
 /// C++, Ruby…) name the socket path as the request's `:authority`, which
-/// the HTTP/2 server cannot parse, and is shown `localhost` instead.
+/// the HTTP/2 server cannot parse, and is shown `localhost` instead. Each
+/// connection is held to the server's [`Limits`](crate::Limits); a
+/// client that breaks the protocol is closed and logged once, naming its
+/// pid and uid (`SO_PEERCRED`).
 ///
 /// # Errors
-/// When the transport fails.
+/// None today: the result is kept for the transports that can fail.
 pub async fn serve(listener: tokio::net::UnixListener, server: Server) -> Result<(), Error> {
-    use futures::TryStreamExt;
-    let incoming = UnixListenerStream::new(listener).map_ok(authority::FixAuthority::new);
-    tonic::transport::Server::builder()
-        .add_service(service(server))
-        .serve_with_incoming(incoming)
-        .await?;
+    conn::serve_unix(listener, server).await;
     Ok(())
 }
 

@@ -115,6 +115,7 @@ async fn finish(
     // figures.
     let reader = (!once).then(|| source.reader());
     let metrics = serve::serve_metrics(sink, reader.clone(), &node)?;
+    let source = report_input(source, &conditions, &metrics);
     let parts = sinks::Parts {
         metrics: &metrics,
         store: reader.as_ref(),
@@ -142,6 +143,30 @@ async fn finish(
     } else {
         Ok(proxy.run().await?)
     }
+}
+
+/// The name of the `/healthz` degradation that names the objects of the
+/// input file skipped.
+const INPUT_DEGRADATION: &str = "input";
+
+/// Shows what each read of the input file skipped: the count in
+/// `kpng_input_objects_skipped`, the objects at `/healthz` under
+/// `"degraded"` (which stays 200: every other Service is served).
+fn report_input(
+    source: kpng::Source,
+    conditions: &Conditions,
+    metrics: &kpng_health::metrics::Metrics,
+) -> kpng::Source {
+    let (conditions, metrics) = (conditions.clone(), metrics.clone());
+    source.on_input_report(move |report| {
+        metrics.input_objects_skipped(report.skipped.len());
+        match report.summary() {
+            Some(summary) => {
+                conditions.set_degraded(INPUT_DEGRADATION, format!("{}: {summary}", report.path))
+            }
+            None => conditions.clear_degraded(INPUT_DEGRADATION),
+        }
+    })
 }
 
 async fn run(cli: Cli) -> Result<(), Error> {

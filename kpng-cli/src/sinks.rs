@@ -100,9 +100,14 @@ fn unguarded(
             for warning in args.proxy.loopback_warnings("nftables")? {
                 tracing::warn!("{warning}");
             }
+            // The UDP flow record serves the conntrack cleanup of this
+            // process: none without it, or through an aggregator (which
+            // replaces the tables without marking the record young).
+            let record = !args.no_conntrack_cleanup && nft.aggregator_socket.is_none();
             let config = NftConfig::new(proxy.clone())
                 .comments(nft.nft_comments)
-                .counters(nft.counters);
+                .counters(nft.counters)
+                .udp_flows(record.then(|| udp_flow_timeout(args)));
             // Read at each scrape; not through an aggregator (which
             // applies the tables) nor in a dry run (nothing counts).
             if nft.counters && !args.dry_run && nft.aggregator_socket.is_none() {
@@ -116,11 +121,13 @@ fn unguarded(
             } else {
                 backend
             };
+            let flow_record = backend.flow_record();
             let sink = kernel(
                 backend,
                 NftBackend::dry_run,
                 || Nft::new(None),
                 nft.aggregator_socket.as_deref(),
+                flow_record,
                 args,
                 &proxy,
                 parts,
@@ -170,6 +177,7 @@ fn unguarded(
                 IptablesBackend::dry_run,
                 || Iptables::new(runner),
                 ipt.aggregator_socket.as_deref(),
+                None,
                 args,
                 &proxy,
                 parts,
@@ -189,6 +197,7 @@ fn kernel<B>(
     dry_run: fn(B) -> B,
     subsystem: impl FnOnce() -> B::Subsystem,
     socket: Option<&std::path::Path>,
+    flow_record: Option<kpng_netfilter::conntrack::FlowRecord>,
     args: &BackendArgs,
     proxy: &kpng_sink::ProxyConfig,
     parts: &Parts<'_>,
@@ -210,6 +219,7 @@ where
             .boxed(),
         (None, false) => companions(
             backend.logged().with(parts.measure()),
+            flow_record,
             args,
             proxy,
             parts,
@@ -292,7 +302,11 @@ fn ebpf_backend(
             "localhost NodePorts: the node's own processes reach NodePorts on 127.0.0.1 and [::1] inside --nodeport-addresses (--localhost-nodeports=false turns it off)"
         );
     }
-    let nft_config = NftConfig::new(proxy.clone()).counters(ebpf.counters);
+    // No UDP flow record: the cleanup here walks (the eBPF backend's own
+    // flows are not in conntrack's NAT).
+    let nft_config = NftConfig::new(proxy.clone())
+        .counters(ebpf.counters)
+        .udp_flows(None);
     if ebpf.counters && !args.dry_run {
         parts
             .metrics
@@ -323,7 +337,25 @@ fn ebpf_backend(
     if let Some(nft) = nft {
         sinks.push(nft.logged().boxed());
     }
-    companions(sinks.with(parts.measure()), args, &proxy, parts, health)
+    companions(
+        sinks.with(parts.measure()),
+        None,
+        args,
+        &proxy,
+        parts,
+        health,
+    )
+}
+
+/// How long the nft backend's UDP flow record keeps a flow after its last
+/// packet: the longest UDP conntrack timeout, as set now or as the flags
+/// set it (the cleanup walks whenever a timeout exceeds it).
+fn udp_flow_timeout(args: &BackendArgs) -> Duration {
+    let now = kpng_netfilter::conntrack::UdpTimeouts::open(None)
+        .and_then(|mut t| t.longest())
+        .unwrap_or(kpng_backend_nft::UDP_FLOWS_TIMEOUT);
+    now.max(args.conntrack_udp_timeout)
+        .max(args.conntrack_udp_timeout_stream)
 }
 
 /// After each sync of the eBPF backend: how full its maps are, as
@@ -353,6 +385,7 @@ impl kpng_sink::Hook<EbpfBackend> for MapFill {
 /// Never in a dry run: those write sysctls, conntrack and ports.
 fn companions<S: kpng_sink::Sink + Send + 'static>(
     backend: S,
+    flow_record: Option<kpng_netfilter::conntrack::FlowRecord>,
     args: &BackendArgs,
     proxy: &kpng_sink::ProxyConfig,
     parts: &Parts<'_>,
@@ -376,7 +409,7 @@ fn companions<S: kpng_sink::Sink + Send + 'static>(
     }
     let mut companions = kpng_health::Companions::new().conditions(parts.conditions.clone());
     if !args.no_conntrack_cleanup {
-        let cleaner = kpng_conntrack::ConntrackCleaner::new();
+        let cleaner = kpng_conntrack::ConntrackCleaner::new().with_flow_record(flow_record);
         companions = companions.follower(cleaner.with_proxy(proxy));
     }
     if !args.healthz_bind_address.is_empty() {

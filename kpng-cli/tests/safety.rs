@@ -161,7 +161,9 @@ impl Programmed {
             "0",
         ]);
         assert_eq!(code, 0, "{stderr}");
-        let ruleset = ns.sh("nft list ruleset");
+        // `-s`: without what runs down between two listings (the time an
+        // element with a timeout has left).
+        let ruleset = ns.sh("nft -s list ruleset");
         assert!(ruleset.contains("table ip kpng"), "{ruleset}");
         assert!(ruleset.contains("table ip6 kpng"), "{ruleset}");
         for (name, value) in SYSCTLS {
@@ -211,7 +213,7 @@ fn cleanup_in_a_dry_run_says_what_it_would_remove_and_removes_nothing() {
     let (code, stdout, stderr) = state.cleanup(&["--dry-run"]);
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(
-        state.ns.sh("nft list ruleset"),
+        state.ns.sh("nft -s list ruleset"),
         state.ruleset,
         "--cleanup --dry-run"
     );
@@ -299,7 +301,7 @@ fn a_dry_run_binds_no_port_and_sets_nothing_whatever_its_flags() {
             run.stderr()
         );
         drop(run);
-        assert_eq!(ns.sh("nft list ruleset"), state.ruleset, "{sink:?}");
+        assert_eq!(ns.sh("nft -s list ruleset"), state.ruleset, "{sink:?}");
         assert_eq!(sysctls(ns), sysctls_before, "{sink:?}");
         assert_eq!(
             ns.sh("iptables-save 2>/dev/null | grep -v '^#' || true"),

@@ -62,8 +62,8 @@ use std::path::PathBuf;
 
 use kpng_model::view::{NodeView, ServiceView};
 use kpng_model::{IpFamily, IpNet};
-use kpng_netfilter::conntrack::Flow;
-use kpng_netfilter::nft::Socket;
+use kpng_netfilter::conntrack::{Flow, FlowRecord, UdpTimeouts};
+use kpng_netfilter::nft::{Socket, Table, TableFamily};
 use kpng_sink::{Round, Sink, SinkError};
 
 /// Reconciles UDP conntrack flows with each node view. See the crate docs.
@@ -87,6 +87,59 @@ pub struct ConntrackCleaner {
     tcp_known: BTreeSet<(IpAddr, u16)>,
     /// The TCP flows the last sync ended.
     last_tcp: Vec<Flow>,
+    /// Where the backend records the UDP flows it translated.
+    record: Option<FlowRecord>,
+    /// The namespace's UDP conntrack timeouts, opened at first use.
+    timeouts: Option<UdpTimeouts>,
+    /// How the last sync found its flows.
+    cleanup: Cleanup,
+}
+
+/// How a sync found the UDP flows it reconciled
+/// ([`ConntrackCleaner::last_cleanup`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Cleanup {
+    /// None were looked for: no change in the round could leave a UDP
+    /// flow stale.
+    #[default]
+    Skipped,
+    /// The conntrack table was dumped whole (every bucket of the kernel's
+    /// table walked), for this reason.
+    Walk(WalkReason),
+    /// The flows came from the backend's record of the UDP flows it
+    /// translated: one dump of that set, then each candidate read and
+    /// deleted by its tuple (hash lookups, no walk).
+    Record,
+}
+
+/// Why a sync walked the conntrack table rather than read the backend's
+/// record of UDP flows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WalkReason {
+    /// No record was given ([`ConntrackCleaner::with_flow_record`]).
+    NoRecord,
+    /// The round can have left flows stale that were never translated,
+    /// which the record does not hold: a full round (the first after a
+    /// start, or after a failure), a change of the node or of the Service
+    /// CIDRs, or a UDP Service port given its first endpoint, a new
+    /// address or node port, or made with endpoints.
+    Untranslated,
+    /// The record's table or sets are missing (the backend has not made
+    /// them, or they were deleted).
+    Missing,
+    /// The record is younger than its timeout: flows from before it may
+    /// be missing.
+    Young,
+    /// A flow could not be recorded within the record's timeout (the set
+    /// was full, or the flow was in a conntrack zone other than 0).
+    Missed,
+    /// A UDP conntrack timeout of the namespace is longer than the
+    /// record's: an idle flow may outlive its element.
+    Timeout,
+    /// Reading the record failed.
+    Failed,
 }
 
 /// One UDP Service port in one family: its addresses, its NodePort, and
@@ -161,6 +214,46 @@ fn may_leave_stale(before: Option<&ServiceView>, after: Option<&ServiceView>) ->
         || after
             .iter()
             .any(|(key, now)| find(&before, *key).is_none() && !now.endpoints.is_empty())
+}
+
+/// Whether a Service's change from `before` to `after` can leave stale a
+/// UDP flow that was never translated (which the backend's record does not
+/// hold): a UDP port (in a family) with endpoints after it that had none,
+/// was not there, or changed its addresses or node port. A flow to a
+/// Service port that has no endpoint is rejected before conntrack keeps
+/// it, and one to a port that has some is translated: only such changes
+/// turn an untranslated flow kept before into one to a served port.
+fn may_leave_untranslated(before: Option<&ServiceView>, after: Option<&ServiceView>) -> bool {
+    let before = before.map(udp_ports).unwrap_or_default();
+    let after = after.map(udp_ports).unwrap_or_default();
+    after.iter().any(|(key, now)| {
+        !now.endpoints.is_empty()
+            && before
+                .iter()
+                .find(|(k, _)| k == key)
+                .is_none_or(|(_, was)| {
+                    was.endpoints.is_empty()
+                        || was.addresses != now.addresses
+                        || was.node_port != now.node_port
+                })
+    })
+}
+
+/// Whether the flows `round` can leave stale must be found by walking the
+/// conntrack table: some may never have been translated (see
+/// [`may_leave_untranslated`]), or what is in the kernel is not known (a
+/// full round), or what a flow is stale by changed for all of them (the
+/// node, the Service CIDRs).
+fn round_needs_walk(round: &Round<'_>) -> bool {
+    round.is_full()
+        || round.node_changed()
+        || round.service_cidrs_changed()
+        || round.services().any(|change| {
+            may_leave_untranslated(
+                change.before.map(|v| v.as_ref()),
+                change.after.map(|v| v.as_ref()),
+            )
+        })
 }
 
 /// Whether `round` can leave a UDP flow stale (see [`may_leave_stale`]):
@@ -258,6 +351,23 @@ impl ConntrackCleaner {
         self
     }
 
+    /// Finds the UDP flows to a removed endpoint in the backend's `record`
+    /// of the UDP flows it translated (the nftables backend's
+    /// `NftBackend::flow_record`) rather than by walking the conntrack
+    /// table, whenever the record can be trusted (see [`WalkReason`] for
+    /// when it cannot, and the table is walked as without a record). The
+    /// same flows are deleted either way.
+    #[must_use]
+    pub fn with_flow_record(mut self, record: Option<FlowRecord>) -> Self {
+        self.record = record;
+        self
+    }
+
+    /// How the last sync found the UDP flows it reconciled.
+    pub fn last_cleanup(&self) -> Cleanup {
+        self.cleanup
+    }
+
     /// The UDP flows the last sync deleted.
     pub fn last_deletions(&self) -> &[Flow] {
         &self.last
@@ -309,6 +419,106 @@ impl ConntrackCleaner {
             Some(socket) => Ok(socket),
             slot => Ok(slot.insert(Socket::open(self.netns.as_deref())?)),
         }
+    }
+
+    /// Why the record cannot be trusted, from the marks of distrust in
+    /// each family's table; `None` when it can.
+    fn distrust(
+        &mut self,
+        record: &FlowRecord,
+    ) -> Result<Option<WalkReason>, kpng_netfilter::Error> {
+        for family in [TableFamily::Ip, TableFamily::Ip6] {
+            let table = Table::new(family, record.table.as_str());
+            let Some(untrusted) = self.socket()?.set_elements(&table, &record.untrusted)? else {
+                return Ok(Some(WalkReason::Missing));
+            };
+            let young = FlowRecord::YOUNG.to_ne_bytes();
+            if untrusted.iter().any(|e| e.key == young) {
+                return Ok(Some(WalkReason::Young));
+            }
+            if !untrusted.is_empty() {
+                return Ok(Some(WalkReason::Missed));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The stale flows the record holds, each read back by its original
+    /// tuple (the element may be of an earlier flow with that tuple, or
+    /// outlive its flow) and deleted if it is still stale; or why the
+    /// record cannot be trusted. The marks of distrust are read before
+    /// the flows (a record known untrusted is not dumped) and after them
+    /// (a flow missed before the flows were read has left its mark by
+    /// then).
+    fn read_record(
+        &mut self,
+        record: &FlowRecord,
+        allowed: &Allowed,
+    ) -> Result<Result<Vec<Flow>, WalkReason>, kpng_netfilter::Error> {
+        let timeouts = match &mut self.timeouts {
+            Some(t) => t,
+            slot => slot.insert(UdpTimeouts::open(self.netns.as_deref())?),
+        };
+        if timeouts.longest()? > record.timeout {
+            return Ok(Err(WalkReason::Timeout));
+        }
+        if let Some(reason) = self.distrust(record)? {
+            return Ok(Err(reason));
+        }
+        let mut candidates = Vec::new();
+        for family in [TableFamily::Ip, TableFamily::Ip6] {
+            let table = Table::new(family, record.table.as_str());
+            let Some(elements) = self.socket()?.set_elements(&table, &record.flows)? else {
+                return Ok(Err(WalkReason::Missing));
+            };
+            candidates.extend(elements.iter().filter_map(|e| FlowRecord::flow_of(&e.key)));
+        }
+        if let Some(reason) = self.distrust(record)? {
+            return Ok(Err(reason));
+        }
+        let mut stale = self.stale_for(allowed, &candidates);
+        stale.sort_unstable_by_key(|f| f.original);
+        stale.dedup_by_key(|f| f.original);
+        let mut deleted = Vec::new();
+        for candidate in stale {
+            let socket = self.socket()?;
+            let Some(flow) = socket.flow(candidate.protocol, &candidate.original, 0)? else {
+                continue;
+            };
+            if self.stale_for(allowed, &[flow]).is_empty() {
+                continue;
+            }
+            if self.socket()?.delete_flow(&flow)? {
+                deleted.push(flow);
+            }
+        }
+        Ok(Ok(deleted))
+    }
+
+    /// The stale flows deleted, from the record when the round allows it
+    /// and the record can be trusted, else by a walk; and how.
+    fn clean(
+        &mut self,
+        round: &Round<'_>,
+        allowed: &Allowed,
+    ) -> Result<(Vec<Flow>, Cleanup), kpng_netfilter::Error> {
+        let reason = match self.record.clone() {
+            None => WalkReason::NoRecord,
+            Some(_) if round_needs_walk(round) => WalkReason::Untranslated,
+            Some(record) => match self.read_record(&record, allowed) {
+                Ok(Ok(deleted)) => return Ok((deleted, Cleanup::Record)),
+                Ok(Err(reason)) => reason,
+                Err(error) => {
+                    tracing::warn!(%error, "reading the UDP flow record failed; walking the conntrack table");
+                    self.socket = None;
+                    WalkReason::Failed
+                }
+            },
+        };
+        if reason != WalkReason::NoRecord {
+            tracing::debug!(?reason, "walking the conntrack table");
+        }
+        Ok((self.reconcile(allowed)?, Cleanup::Walk(reason)))
     }
 
     /// Dumps the flows and deletes the stale ones.
@@ -377,11 +587,15 @@ impl Sink for ConntrackCleaner {
         if !round_may_leave_stale(round) {
             self.last.clear();
             self.skipped += 1;
+            self.cleanup = Cleanup::Skipped;
             return Ok(());
         }
         let allowed = Allowed::of(round.view());
-        self.last = match self.reconcile(&allowed) {
-            Ok(deleted) => deleted,
+        self.last = match self.clean(round, &allowed) {
+            Ok((deleted, how)) => {
+                self.cleanup = how;
+                deleted
+            }
             Err(error) => {
                 tracing::warn!(%error, "conntrack cleanup failed");
                 // A fresh socket next time.
@@ -499,6 +713,34 @@ mod tests {
             super::round_may_leave_stale(&Round::full(&two)),
             "a full round"
         );
+    }
+
+    /// Only rounds that can leave an untranslated flow stale need the
+    /// walk: an endpoint gone (with or without another added) or a Service
+    /// gone is found in the record; a first endpoint, a Service made with
+    /// endpoints, a new node port or a full round is not.
+    #[test]
+    fn only_rounds_that_concern_untranslated_flows_walk() {
+        use kpng_sink::Round;
+        let (none, one, two) = (
+            view(&[], 0),
+            view(&["10.244.1.1"], 0),
+            view(&["10.244.1.1", "10.244.2.2"], 0),
+        );
+        let other = view(&["10.244.3.3"], 0);
+        let empty = NodeView::default();
+        let walks = |before: &NodeView, after: &NodeView| {
+            super::round_needs_walk(&Round::between(before, after))
+        };
+        assert!(!walks(&two, &one), "an endpoint gone");
+        assert!(!walks(&one, &other), "an endpoint replaced");
+        assert!(!walks(&one, &empty), "a Service gone");
+        assert!(!walks(&one, &none), "the last endpoint gone");
+        assert!(walks(&none, &one), "the first endpoint");
+        assert!(walks(&empty, &one), "a Service with endpoints");
+        assert!(!walks(&empty, &none), "a Service with none");
+        assert!(walks(&one, &view(&["10.244.1.1"], 30053)), "a node port");
+        assert!(super::round_needs_walk(&Round::full(&one)), "a full round");
     }
 
     #[test]

@@ -30,6 +30,13 @@ struct SyncState {
 /// lists them under `"conditions"`. `/livez` ignores them. Cloning shares
 /// them; set and clear them from anywhere.
 ///
+/// Beside them, named degradations ([`Conditions::set_degraded`]): the
+/// proxy serves, from an input that is not whole (objects of a manifest
+/// skipped), so `/healthz` stays `200` and its body lists them under
+/// `"degraded"`. A load balancer that took this node out would drop
+/// every Service for one bad object; kube-proxy's `/healthz` answers for
+/// its rules being in sync, not for its input's objects.
+///
 /// ```
 /// use std::time::Duration;
 /// use kpng_health::{Conditions, ProxyHealth};
@@ -43,9 +50,32 @@ struct SyncState {
 /// assert!(health.healthy());
 /// ```
 #[derive(Clone, Debug, Default)]
-pub struct Conditions(Arc<Mutex<BTreeMap<String, String>>>);
+pub struct Conditions(
+    Arc<Mutex<BTreeMap<String, String>>>,
+    Arc<Mutex<BTreeMap<String, String>>>,
+);
 
 impl Conditions {
+    /// Sets (or replaces) degradation `name`, with `detail`: shown at
+    /// `/healthz`, which stays healthy.
+    pub fn set_degraded(&self, name: &str, detail: impl Into<String>) {
+        if let Ok(mut d) = self.1.lock() {
+            d.insert(name.to_owned(), detail.into());
+        }
+    }
+
+    /// Clears degradation `name`, if set.
+    pub fn clear_degraded(&self, name: &str) {
+        if let Ok(mut d) = self.1.lock() {
+            d.remove(name);
+        }
+    }
+
+    /// The degradations set now, by name, with their details.
+    pub fn degraded(&self) -> BTreeMap<String, String> {
+        self.1.lock().map(|d| d.clone()).unwrap_or_default()
+    }
+
     /// Sets (or replaces) condition `name`, failing with `reason`.
     pub fn set(&self, name: &str, reason: impl Into<String>) {
         if let Ok(mut c) = self.0.lock() {
@@ -181,6 +211,10 @@ impl ProxyHealth {
         });
         if let (Some(reason), Some(map)) = (held_back, body.as_object_mut()) {
             map.insert("heldBack".into(), reason.into());
+        }
+        let degraded = self.conditions().degraded();
+        if let (false, Some(map)) = (degraded.is_empty(), body.as_object_mut()) {
+            map.insert("degraded".into(), serde_json::json!(degraded));
         }
         body
     }

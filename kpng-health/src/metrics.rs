@@ -13,6 +13,7 @@
 //! | `kpng_aggregator_transactions_total` | kernel transactions of an aggregator |
 //! | `kpng_sync_held_back` | 1 while a mass deletion is held back (the previous state kept), else 0 |
 //! | `kpng_mass_deletions_held_total` | mass deletions held back (each hold once) |
+//! | `kpng_input_objects_skipped` | objects of the watched manifest skipped at its last read that was applied (each one the API server would refuse, or that does not decode), else 0 ([`Metrics::input_objects_skipped`]) |
 //! | `kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds` | when a change last queued a sync (the first change after a sync) |
 //! | `kubeproxy_sync_proxy_rules_service_changes_pending`, `kubeproxy_sync_proxy_rules_endpoint_changes_pending` | Service and endpoint changes reaching the backend and not yet synced |
 //! | `kubeproxy_sync_proxy_rules_service_changes_total`, `kubeproxy_sync_proxy_rules_endpoint_changes_total` | every such change |
@@ -65,6 +66,7 @@ struct Inner {
     transactions: Counter,
     held_back: Gauge,
     holds: Counter,
+    skipped: Gauge,
     /// The eBPF backend's maps: entries asked of each, and its size.
     map_entries: Family<[(&'static str, String); 1], Gauge>,
     map_max_entries: Family<[(&'static str, String); 1], Gauge>,
@@ -124,6 +126,7 @@ impl Metrics {
         let (failures, writes, noop_writes, revisions, transactions) = Default::default();
         let (services, endpoints) = (Gauge::default(), Gauge::default());
         let (held_back, holds) = (Gauge::default(), Counter::default());
+        let skipped = Gauge::default();
         registry.register(
             "kubeproxy_sync_proxy_rules_duration_seconds",
             "Sync latency of the proxy rules",
@@ -194,6 +197,11 @@ impl Metrics {
             "Mass deletions held back",
             Counter::clone(&holds),
         );
+        registry.register(
+            "kpng_input_objects_skipped",
+            "Objects of the input file skipped at its last read applied (refused by the API server's validation, or not decoded)",
+            Gauge::clone(&skipped),
+        );
         let (map_entries, map_max_entries) = (Family::default(), Family::default());
         registry.register(
             "kpng_bpf_map_entries",
@@ -224,6 +232,7 @@ impl Metrics {
             transactions,
             held_back,
             holds,
+            skipped,
             map_entries,
             map_max_entries,
             seen: Mutex::new((kpng_store::Stats::default(), 0)),
@@ -258,6 +267,13 @@ impl Metrics {
                 .inc_by(transactions.saturating_sub(seen.1));
             seen.1 = transactions;
         }
+    }
+
+    /// How many objects of the watched input (a manifest file) its last
+    /// read that was applied skipped (`kpng_input_objects_skipped`): each
+    /// one the API server would refuse, or that does not decode.
+    pub fn input_objects_skipped(&self, count: usize) {
+        self.0.skipped.set(i64::try_from(count).unwrap_or(i64::MAX));
     }
 
     /// Whether a mass deletion is held back now; each hold that starts

@@ -429,3 +429,40 @@ async fn companions_follow_the_rounds_the_backend_applied() {
     );
     assert_eq!(get(port, "/healthz").await.expect("served").0, 200);
 }
+
+/// A degraded input (objects of the manifest skipped) is shown at
+/// `/healthz` under `"degraded"`, which stays 200: the proxy serves every
+/// Service it was given; cleared, the detail goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_degraded_input_is_shown_at_healthz_which_stays_healthy() {
+    use kpng_health::{Companions, Conditions};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let conditions = Conditions::default();
+    let mut sink = Companions::new()
+        .healthz(listener, Duration::from_secs(60))
+        .conditions(conditions.clone())
+        .around(Noop);
+    let view = NodeView {
+        revision: 1,
+        ..Default::default()
+    };
+    sink.sync(&Round::full(&view)).expect("sync");
+    conditions.set_degraded(
+        "input",
+        "1 object skipped: Service t/lb, document 0: spec.type: …",
+    );
+    let (status, body) = get(port, "/healthz").await.expect("served");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["healthy"], true);
+    assert_eq!(
+        body["degraded"]["input"],
+        "1 object skipped: Service t/lb, document 0: spec.type: …"
+    );
+    conditions.clear_degraded("input");
+    let (status, body) = get(port, "/healthz").await.expect("served");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.get("degraded").is_none(), "{body}");
+}

@@ -217,6 +217,18 @@ fn a_held_back_deletion_shows() {
     assert_eq!(samples["kpng_mass_deletions_held_total"], 1.0);
 }
 
+/// The objects the input's last read skipped: a gauge, 0 until told,
+/// back to 0 once a read skips none.
+#[test]
+fn skipped_input_objects_show() {
+    let metrics = Metrics::new();
+    assert_eq!(parse(&metrics.encode())["kpng_input_objects_skipped"], 0.0);
+    metrics.input_objects_skipped(3);
+    assert_eq!(parse(&metrics.encode())["kpng_input_objects_skipped"], 3.0);
+    metrics.input_objects_skipped(0);
+    assert_eq!(parse(&metrics.encode())["kpng_input_objects_skipped"], 0.0);
+}
+
 /// GET `path` from a server on `port`: the status line and the body.
 async fn get(port: u16, path: &str) -> (String, String) {
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))

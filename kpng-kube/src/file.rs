@@ -5,19 +5,29 @@
 //! `List`). Objects of other kinds are skipped. Every object goes through
 //! the same translation as the API source.
 //!
-//! A file is checked whole before anything is applied: an error names the
-//! file, the document (and `List` item), the object and the field, and
-//! leaves the store as it was. A file with no Service, EndpointSlice or
-//! Node in it (empty, only comments, only other kinds) is refused too
-//! ([`Error::Empty`]), unless [`IngestConfig::allow_empty_input`]: loading
-//! it would delete every Service.
+//! A file is parsed whole before anything is applied: a file that does
+//! not parse (cut short, not YAML or JSON) is an error naming the file,
+//! the document and, for YAML, the line and column, and leaves the store
+//! as it was. An object that does not decode, or that the API server
+//! would refuse (the checks of [`translate`](crate::translate)), is
+//! skipped and named ([`Skipped`]: where it is, every wrong field and
+//! why), in one pass with the others and a count, and the rest of the
+//! file is applied; [`IngestConfig::on_input_report`] is told what each
+//! applied read skipped ([`InputReport`]). A file with no Service,
+//! EndpointSlice or Node in it (empty, only comments, only other kinds)
+//! is refused ([`Error::Empty`]), unless
+//! [`IngestConfig::allow_empty_input`]: loading it would delete every
+//! Service; one whose every object is skipped always is
+//! ([`Error::AllSkipped`]).
 //!
 //! [`IngestConfig::allow_empty_input`]: crate::IngestConfig::allow_empty_input
+//! [`IngestConfig::on_input_report`]: crate::IngestConfig::on_input_report
 //!
-//! [`watch_changes`] reads a changed file only once it is whole: its size,
-//! modification time and inode stable over [`SETTLE`] (a file renamed into
-//! place is whole at once), so a file rewritten with `>` is not read
-//! between its truncation and its new contents.
+//! [`watch_changes`] reads a changed file only once it is whole: renamed
+//! into place (inotify's `IN_MOVED_TO`), at once; rewritten in place, once
+//! its size, modification time and inode are stable over [`SETTLE`], so a
+//! file rewritten with `>` is not read between its truncation and its new
+//! contents.
 //!
 //! For YAML, errors also name the line where the document (or item)
 //! starts, and for a syntax error the line and column in the whole file.
@@ -176,31 +186,33 @@ impl Doc for JsonBytes<'_> {
     }
 }
 
-/// What is wrong with one object.
-enum Problem {
-    /// It does not decode or translate: the file is refused.
-    Bad(String),
-    /// The API server would refuse it: it is skipped, with a warning.
-    Refused(String),
+/// What is wrong with one object: it is skipped, the rest of the file
+/// applied.
+struct Problem {
+    /// The object, as `Kind namespace/name`.
+    object: String,
+    /// Its wrong fields and why, `field: message`.
+    reason: String,
 }
 
 fn translated<T>(
     result: std::result::Result<T, translate::TranslateError>,
 ) -> std::result::Result<T, Problem> {
-    result.map_err(|e| {
-        if e.refused {
-            Problem::Refused(e.to_string())
-        } else {
-            Problem::Bad(e.to_string())
-        }
+    result.map_err(|e| Problem {
+        reason: e.fields(),
+        object: e.object,
     })
 }
 
-/// Checks one object: decodes it and runs the translation, so that a file
-/// with a bad object is rejected whole.
+/// Checks one object: decodes it and runs the translation (with the API
+/// server's validation), so that an object the API server would refuse,
+/// or that does not decode, is named and skipped.
 fn object(doc: impl Doc, config: &TranslateConfig) -> std::result::Result<Option<Object>, Problem> {
     let (kind, label) = doc.head();
-    let fail = |e: String| Problem::Bad(format!("{label}: {e}"));
+    let fail = |reason: String| Problem {
+        object: label.clone(),
+        reason,
+    };
     let object = match kind.as_str() {
         "Service" => {
             let svc: objects::Service = doc.decode().map_err(fail)?;
@@ -223,7 +235,7 @@ fn object(doc: impl Doc, config: &TranslateConfig) -> std::result::Result<Option
             translated(translate::service_cidr(&cidr))?;
             Object::ServiceCidr(Box::new(cidr))
         }
-        "" => return Err(Problem::Bad(format!("{label}: no kind"))),
+        "" => return Err(fail("kind: Required value".to_owned())),
         other => {
             tracing::debug!(
                 kind = other,
@@ -235,49 +247,171 @@ fn object(doc: impl Doc, config: &TranslateConfig) -> std::result::Result<Option
     Ok(Some(object))
 }
 
-/// Where an object is in its manifest: the document, and the item in a
-/// `List`.
-#[derive(Clone, Copy)]
+/// Where an object is in its manifest: the document, the item in a
+/// `List`, and (YAML) the line where it starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Position {
     document: usize,
     item: Option<usize>,
+    line: Option<u64>,
+}
+
+impl Position {
+    fn new(document: usize, item: Option<usize>) -> Self {
+        Self {
+            document,
+            item,
+            line: None,
+        }
+    }
+
+    fn at_line(self, line: u64) -> Self {
+        Self {
+            line: Some(line),
+            ..self
+        }
+    }
 }
 
 impl std::fmt::Display for Position {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.item {
-            Some(item) => write!(f, "document {} (List item {item})", self.document),
-            None => write!(f, "document {}", self.document),
+        match (self.item, self.line) {
+            (Some(item), Some(line)) => write!(
+                f,
+                "document {} (List item {item}, line {line})",
+                self.document
+            ),
+            (Some(item), None) => write!(f, "document {} (List item {item})", self.document),
+            (None, Some(line)) => write!(f, "document {} (line {line})", self.document),
+            (None, None) => write!(f, "document {}", self.document),
         }
     }
 }
 
-/// Checks a manifest's objects in order: a bad one refuses the file; one
+/// An object of a manifest that was skipped, the rest applied: one the
+/// API server would refuse, one that does not decode, or a second object
+/// of a kind and namespace/name (the API holds one).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Skipped {
+    /// The object, as `Kind namespace/name` (`Service t/web`).
+    pub object: String,
+    /// Where it is: `document 0 (List item 3, line 14)`.
+    pub at: String,
+    /// Its wrong fields and why, in the API server's words where it
+    /// refuses them (`spec.type: Unsupported value: "LoadBalancr": …`).
+    pub reason: String,
+}
+
+impl std::fmt::Display for Skipped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}: {}", self.at, self.object, self.reason)
+    }
+}
+
+/// Why a manifest was read: what [`watch_changes`] saw.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReadCause {
+    /// Asked for (the first read, [`Ingest::load_file`]).
+    Asked,
+    /// The file was renamed into place (inotify's `IN_MOVED_TO` in its
+    /// directory): whole at once, read at once.
+    Renamed,
+    /// A writer closed it (inotify's `IN_CLOSE_WRITE`), and its size,
+    /// modification time and inode then stayed the same over [`SETTLE`].
+    Written,
+    /// Polling saw it change (no inotify, or a change inotify does not
+    /// name, such as a symlink swapped), and it then settled.
+    Polled,
+}
+
+/// What one read of a manifest applied and skipped, handed to
+/// [`IngestConfig::on_input_report`](crate::IngestConfig::on_input_report)
+/// after each read that was applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct InputReport {
+    /// The file.
+    pub path: String,
+    /// Why it was read.
+    pub cause: ReadCause,
+    /// Objects applied: Services, EndpointSlices and Nodes.
+    pub applied: usize,
+    /// Objects skipped, in the file's order.
+    pub skipped: Vec<Skipped>,
+}
+
+impl InputReport {
+    /// `3 objects skipped: Service t/lb, document 0 (List item 3, line
+    /// 14): spec.type: …; …`, or `None` when nothing was skipped.
+    pub fn summary(&self) -> Option<String> {
+        if self.skipped.is_empty() {
+            return None;
+        }
+        let each: Vec<String> = self
+            .skipped
+            .iter()
+            .map(|s| format!("{}, {}: {}", s.object, s.at, s.reason))
+            .collect();
+        Some(format!(
+            "{}: {}",
+            count_skipped(self.skipped.len()),
+            each.join("; ")
+        ))
+    }
+}
+
+/// `1 object skipped`, `3 objects skipped`.
+fn count_skipped(n: usize) -> String {
+    match n {
+        1 => "1 object skipped".to_owned(),
+        n => format!("{n} objects skipped"),
+    }
+}
+
+/// Warns of each skipped object, then of their count and names, once a
+/// manifest was read whole (a file refused whole warns of none: nothing
+/// of it is applied).
+fn warn_skipped(path: &str, skipped: &[Skipped], applied: usize) {
+    if skipped.is_empty() {
+        return;
+    }
+    for s in skipped {
+        tracing::warn!("{path}: {s}; skipped");
+    }
+    let names: Vec<&str> = skipped.iter().map(|s| s.object.as_str()).collect();
+    tracing::warn!(
+        "{path}: {}, {applied} applied: {}",
+        count_skipped(skipped.len()),
+        names.join(", ")
+    );
+}
+
+/// Checks a manifest's objects in order: one that does not decode, one
 /// the API server would refuse, or a second object of the same kind and
-/// namespace/name (the API holds one), is skipped with a warning naming
-/// it and where it is.
+/// namespace/name (the API holds one), is skipped and recorded
+/// ([`Skipped`]), naming it and where it is; the others go to `each`.
 struct Checker<'a> {
-    path: &'a str,
     config: &'a TranslateConfig,
     /// The first position of each object (kind, namespace, name).
     seen: std::collections::HashMap<(&'static str, Box<str>), Position>,
     each: Each<'a>,
+    skipped: Vec<Skipped>,
 }
 
 impl<'a> Checker<'a> {
-    fn new(path: &'a str, config: &'a TranslateConfig, each: Each<'a>) -> Self {
+    fn new(config: &'a TranslateConfig, each: Each<'a>) -> Self {
         Self {
-            path,
             config,
             seen: std::collections::HashMap::new(),
             each,
+            skipped: Vec::new(),
         }
     }
 
-    fn check(&mut self, doc: impl Doc, document: usize, item: Option<usize>) -> Result<()> {
-        let at = Position { document, item };
-        self.take(object(doc, self.config), at)
-            .map_err(|message| manifest_error(self.path, document, item, message))
+    fn check(&mut self, doc: impl Doc, at: Position) {
+        self.take(object(doc, self.config), at);
     }
 
     /// Checks JSON objects in order, as [`check`](Self::check) does,
@@ -289,7 +423,7 @@ impl<'a> Checker<'a> {
         &mut self,
         docs: &[D],
         at: impl Fn(usize) -> (usize, Option<usize>),
-    ) -> Result<()> {
+    ) {
         /// Objects a thread decodes before they are taken: few enough that
         /// a run of large EndpointSlices is not held long.
         const PER_THREAD: usize = 256;
@@ -320,28 +454,24 @@ impl<'a> Checker<'a> {
             for found in decoded.into_iter().flatten() {
                 let (document, item) = at(index);
                 index += 1;
-                self.take(found, Position { document, item })
-                    .map_err(|message| manifest_error(self.path, document, item, message))?;
+                self.take(found, Position::new(document, item));
             }
         }
-        Ok(())
     }
 
-    /// Takes what decoding the object at `at` gave: a bad object is the
-    /// message refusing the file; a refused or second one is skipped with a
-    /// warning; the rest goes to `each`.
-    fn take(
-        &mut self,
-        found: std::result::Result<Option<Object>, Problem>,
-        at: Position,
-    ) -> std::result::Result<(), String> {
+    /// Takes what decoding the object at `at` gave: a bad object or a
+    /// second one is recorded as skipped; the rest goes to `each`.
+    fn take(&mut self, found: std::result::Result<Option<Object>, Problem>, at: Position) {
         let object = match found {
             Ok(Some(object)) => object,
-            Ok(None) => return Ok(()),
-            Err(Problem::Bad(message)) => return Err(message),
-            Err(Problem::Refused(message)) => {
-                tracing::warn!("{}: {at}: {message}; the object is skipped", self.path);
-                return Ok(());
+            Ok(None) => return,
+            Err(problem) => {
+                self.skipped.push(Skipped {
+                    object: problem.object,
+                    at: at.to_string(),
+                    reason: problem.reason,
+                });
+                return;
             }
         };
         let (kind, meta) = match &object {
@@ -356,19 +486,17 @@ impl<'a> Checker<'a> {
         };
         match self.seen.entry((kind, name.into_boxed_str())) {
             std::collections::hash_map::Entry::Occupied(first) => {
-                tracing::warn!(
-                    "{}: {at}: {kind} {} is also {}: the first is kept, this one is skipped",
-                    self.path,
-                    first.key().1,
-                    first.get()
-                );
+                self.skipped.push(Skipped {
+                    object: format!("{kind} {}", first.key().1),
+                    at: at.to_string(),
+                    reason: format!("also {}: the first is kept", first.get()),
+                });
             }
             std::collections::hash_map::Entry::Vacant(slot) => {
                 slot.insert(at);
                 (self.each)(object);
             }
         }
-        Ok(())
     }
 }
 
@@ -388,17 +516,16 @@ fn invalid_json(path: &str, what: impl std::fmt::Display) -> Error {
 
 /// Decodes the documents of a JSON manifest (an object, a `List`, or an
 /// array of objects) without building a tree of values.
-fn parse_json(path: &str, text: &str, config: &TranslateConfig, each: Each<'_>) -> Result<()> {
+fn parse_json(path: &str, text: &str, checker: &mut Checker<'_>) -> Result<()> {
     use serde_json::value::RawValue;
     let invalid = |e: serde_json::Error| invalid_json(path, e);
-    let mut checker = Checker::new(path, config, each);
     if text.trim_start().starts_with('[') {
         let documents: Vec<&RawValue> = serde_json::from_str(text).map_err(invalid)?;
         let documents: Vec<JsonBytes<'_>> = documents
             .iter()
             .map(|d| JsonBytes(d.get().as_bytes()))
             .collect();
-        checker.check_all(&documents, |index| (index, None))?;
+        checker.check_all(&documents, |index| (index, None));
     } else {
         let head: ListHead<'_> = serde_json::from_str(text).map_err(invalid)?;
         if head.kind.as_deref() == Some("List") {
@@ -407,10 +534,10 @@ fn parse_json(path: &str, text: &str, config: &TranslateConfig, each: Each<'_>) 
                 .iter()
                 .map(|d| JsonBytes(d.get().as_bytes()))
                 .collect();
-            checker.check_all(&items, |item| (0, Some(item)))?;
+            checker.check_all(&items, |item| (0, Some(item)));
         } else {
             let doc: &RawValue = serde_json::from_str(text).map_err(invalid)?;
-            checker.check(JsonBytes(doc.get().as_bytes()), 0, None)?;
+            checker.check(JsonBytes(doc.get().as_bytes()), Position::new(0, None));
         }
     }
     Ok(())
@@ -421,34 +548,58 @@ mod stream;
 /// Where each checked object of a manifest goes, in order.
 type Each<'a> = &'a mut dyn FnMut(Object);
 
-/// Parses manifests from text; `path` names them in errors.
+/// Parses manifests from text; `path` names them in errors. An object
+/// that does not decode, or that the API server would refuse, is skipped
+/// with a warning naming it (see [`Skipped`]).
 ///
 /// # Errors
-/// [`Error::Manifest`] for the first document that does not parse, decode
-/// or translate.
+/// [`Error::Manifest`] for text that does not parse (not YAML or JSON, or
+/// cut short), naming the document and, for YAML, the line and column.
 pub fn parse_str(path: &str, text: &str) -> Result<Vec<Object>> {
     parse_str_with(path, text, &TranslateConfig::default())
 }
 
-/// Parses manifests from text with translation settings.
+/// Parses manifests from text with translation settings, as
+/// [`parse_str`].
 ///
 /// # Errors
-/// [`Error::Manifest`] for the first document that does not parse, decode
-/// or translate.
+/// As [`parse_str`].
 pub fn parse_str_with(path: &str, text: &str, config: &TranslateConfig) -> Result<Vec<Object>> {
+    Ok(parse_reporting(path, text, config)?.0)
+}
+
+/// [`parse_str_with`], with the objects skipped.
+///
+/// # Errors
+/// As [`parse_str`].
+pub fn parse_reporting(
+    path: &str,
+    text: &str,
+    config: &TranslateConfig,
+) -> Result<(Vec<Object>, Vec<Skipped>)> {
     let mut objects = Vec::new();
-    parse_each(path, text, config, &mut |o| objects.push(o))?;
-    Ok(objects)
+    let skipped = parse_each(path, text, config, &mut |o| objects.push(o))?;
+    warn_skipped(path, &skipped, objects.len());
+    Ok((objects, skipped))
 }
 
 /// Checks each object of a manifest, in order, and hands it to `each`
 /// (which may translate it and drop it, so no list of them is held).
-fn parse_each(path: &str, text: &str, config: &TranslateConfig, each: Each<'_>) -> Result<()> {
+/// Returns what was skipped.
+fn parse_each(
+    path: &str,
+    text: &str,
+    config: &TranslateConfig,
+    each: Each<'_>,
+) -> Result<Vec<Skipped>> {
+    let mut checker = Checker::new(config, each);
     let trimmed = text.trim_start();
     if trimmed.starts_with('{') || trimmed.starts_with('[') {
-        return parse_json(path, text, config, each);
+        parse_json(path, text, &mut checker)?;
+    } else {
+        yaml::parse(path, text, &mut checker)?;
     }
-    yaml::parse(path, text, &mut Checker::new(path, config, each))
+    Ok(checker.skipped)
 }
 
 /// Reads and parses a manifest file.
@@ -503,15 +654,18 @@ impl Ingest {
     /// Loads a manifest's text as [`load`](Self::load) loads its objects,
     /// without holding them: each is checked, translated into the relist
     /// and dropped as it is parsed (at 10k Services × 10 endpoints the
-    /// decoded objects of a JSON List were ~50 MB). `path` names the
+    /// decoded objects of a JSON List were ~50 MB). An object that does
+    /// not decode, or that the API server would refuse, is skipped and
+    /// named ([`Skipped`]); the others are applied. `path` names the
     /// manifest in errors. Returns the new revision, if anything changed.
     ///
     /// # Errors
     /// [`Error::Manifest`] as [`parse_str`] reports it; [`Error::Empty`]
     /// for a manifest with no Service, EndpointSlice or Node (unless
-    /// allowed). Nothing of the manifest is applied then.
+    /// allowed); [`Error::AllSkipped`] when every object was skipped.
+    /// Nothing of the manifest is applied then.
     pub fn load_str(&mut self, path: &str, text: &str) -> Result<Option<u64>> {
-        let loaded = self.relist_all(path, |config, each| {
+        let loaded = self.relist_all(path, ReadCause::Asked, |config, each| {
             parse_each(path, text, config, each).map(Some)
         })?;
         // `parse_each` always reads the whole text.
@@ -519,15 +673,17 @@ impl Ingest {
     }
 
     /// Relists every kind from what `parse` hands `each`, applied in one
-    /// transaction if `parse` reads the manifest whole (`Some`), with
-    /// something a proxy reads in it (unless empty input is allowed);
-    /// nothing is applied on an error, or when `parse` gives up (`None`).
-    /// Returns the new revision, if anything changed, or `None` when
-    /// `parse` gave up.
+    /// transaction if `parse` reads the manifest whole (`Some`, with what
+    /// it skipped), with something a proxy reads in it (unless empty
+    /// input is allowed; never when every object was skipped); nothing is
+    /// applied on an error, or when `parse` gives up (`None`). Returns
+    /// the new revision, if anything changed, or `None` when `parse` gave
+    /// up. What was skipped is warned of, and reported, once applied.
     fn relist_all(
         &mut self,
         path: &str,
-        parse: impl FnOnce(&TranslateConfig, Each<'_>) -> Result<Option<()>>,
+        cause: ReadCause,
+        parse: impl FnOnce(&TranslateConfig, Each<'_>) -> Result<Option<Vec<Skipped>>>,
     ) -> Result<Option<Option<u64>>> {
         let config = self.translate_config().clone();
         let allow_empty = self.allows_empty_input();
@@ -540,13 +696,37 @@ impl Ingest {
             self.relisted(&object);
         });
         let parsed = match parsed {
-            Ok(Some(())) if read == 0 && !allow_empty => Err(Error::Empty {
+            // Every object skipped: applying nothing would delete every
+            // Service, allowed or not.
+            Ok(Some(skipped)) if read == 0 && !skipped.is_empty() => {
+                let report = InputReport {
+                    path: path.to_owned(),
+                    cause,
+                    applied: 0,
+                    skipped,
+                };
+                Err(Error::AllSkipped {
+                    path: path.to_owned(),
+                    summary: report.summary().unwrap_or_default(),
+                })
+            }
+            Ok(Some(_)) if read == 0 && !allow_empty => Err(Error::Empty {
                 path: path.to_owned(),
             }),
             other => other,
         };
         match parsed {
-            Ok(Some(())) => Ok(Some(self.finish_relists())),
+            Ok(Some(skipped)) => {
+                let revision = self.finish_relists();
+                warn_skipped(path, &skipped, read);
+                self.report_input(&InputReport {
+                    path: path.to_owned(),
+                    cause,
+                    applied: read,
+                    skipped,
+                });
+                Ok(Some(revision))
+            }
             Ok(None) => {
                 self.abort_relists();
                 Ok(None)
@@ -563,13 +743,19 @@ impl Ingest {
     ///
     /// # Errors
     /// [`Error::Read`] when the file cannot be read; [`Error::Manifest`]
-    /// as in [`parse_str`]. Nothing is applied then.
+    /// as in [`parse_str`]; [`Error::Empty`] and [`Error::AllSkipped`] as
+    /// in [`load_str`](Self::load_str). Nothing is applied then.
     ///
     /// JSON (a `List`, or an array of objects) is read a chunk at a time,
     /// each object checked and translated as it comes, so that the file
     /// is never held whole (at a million endpoints, 192 MiB). YAML, and
     /// JSON that turns out to be no `List`, are read whole.
     pub async fn load_file(&mut self, path: &Path) -> Result<Option<u64>> {
+        self.load_file_for(path, ReadCause::Asked).await
+    }
+
+    /// [`load_file`](Self::load_file), reported as read for `cause`.
+    async fn load_file_for(&mut self, path: &Path, cause: ReadCause) -> Result<Option<u64>> {
         let name = path.display().to_string();
         let read_error = |source| Error::Read {
             path: name.clone(),
@@ -586,13 +772,17 @@ impl Ingest {
         if json
             && let Some(loaded) = self.load_json_stream(
                 &name,
+                cause,
                 std::io::Read::chain(std::io::Cursor::new(head), file),
             )?
         {
             return Ok(loaded);
         }
         let (name, text) = read_text(path).await?;
-        self.load_str(&name, &text)
+        let loaded = self.relist_all(&name, cause, |config, each| {
+            parse_each(&name, &text, config, each).map(Some)
+        })?;
+        Ok(loaded.flatten())
     }
 
     /// Loads a JSON manifest from `reader` as [`load_file`](Self::load_file)
@@ -601,6 +791,7 @@ impl Ingest {
     fn load_json_stream(
         &mut self,
         path: &str,
+        cause: ReadCause,
         reader: impl std::io::Read,
     ) -> Result<Option<Option<u64>>> {
         let mut splitter = stream::Splitter::new(reader);
@@ -611,8 +802,8 @@ impl Ingest {
             },
             stream::Failure::Text(message) => invalid_json(path, message),
         };
-        self.relist_all(path, |config, each| {
-            let mut checker = Checker::new(path, config, &mut *each);
+        self.relist_all(path, cause, |config, each| {
+            let mut checker = Checker::new(config, &mut *each);
             let mut index = 0;
             while splitter.advance().map_err(failure)? {
                 let docs: Vec<JsonBytes<'_>> = splitter.items().map(JsonBytes).collect();
@@ -620,10 +811,9 @@ impl Ingest {
                 checker.check_all(&docs, |i| match array {
                     true => (base + i, None),
                     false => (0, Some(base + i)),
-                })?;
+                });
                 index += docs.len();
             }
-            drop(checker);
             let (shape, envelope) = splitter.finish().map_err(failure)?;
             match shape {
                 stream::Shape::Array => {}
@@ -635,17 +825,17 @@ impl Ingest {
                     }
                 }
                 // One object, whole in the envelope.
-                stream::Shape::Object => parse_json(path, &envelope, config, each)?,
+                stream::Shape::Object => parse_json(path, &envelope, &mut checker)?,
             }
-            Ok(Some(()))
+            Ok(Some(checker.skipped))
         })
     }
 }
 
-/// Loads a manifest file into `ingest`, then (with `poll` set) re-reads it
-/// whenever its modification time changes, applying only what changed. A
-/// read or parse error is logged and the previous state kept; the first
-/// load's error is returned.
+/// Loads a manifest file into `ingest`, then (with `poll` set) follows it
+/// as [`watch_changes`] does, applying only what changed. A read or parse
+/// error is logged and the previous state kept; the first load's error is
+/// returned.
 ///
 /// # Errors
 /// The first load's [`Error`].
@@ -659,42 +849,100 @@ pub async fn run(path: &Path, ingest: &mut Ingest, poll: Option<Duration>) -> Re
 }
 
 /// How long a changed file's size, modification time and inode must stay
-/// the same before [`watch_changes`] reads it: a writer that truncates
-/// the file and writes it again (`>` in a shell) is done by then.
+/// the same before [`watch_changes`] reads it, unless it was renamed into
+/// place: a writer that truncates the file and writes it again (`>` in a
+/// shell) is done by then.
 pub const SETTLE: Duration = Duration::from_millis(500);
 
-/// Polls `path` every `period` and reloads it into `ingest` when its
-/// modification time differs from `seen` (the time of the last load),
-/// once it is whole: unchanged over [`SETTLE`]. A file that does not
-/// parse, or holds nothing the proxy reads, is not applied: a warning
-/// names the file and the error, the previous state is kept, and the file
-/// is read again when it changes again. Never returns.
+/// Follows `path` and reloads it into `ingest` when it changes, once it is
+/// whole:
+///
+/// - renamed into place (`mv new file`: inotify's `IN_MOVED_TO` for its
+///   name in its directory), it is whole at once, and read at once;
+/// - written in place (`>`: `IN_CLOSE_WRITE`), or seen changed by polling
+///   every `period` (its modification time differs from `seen`, the time
+///   of the last load, or its size or inode from the last read), it is
+///   read once its size, modification time and inode stay the same over
+///   [`SETTLE`] (inotify's `IN_MODIFY` comes mid-write, and is not
+///   followed).
+///
+/// Polling goes on beside inotify (a symlink swapped, as a ConfigMap
+/// volume does, renames another name), and alone where inotify is
+/// unavailable (a warning says so). A file that does not parse, or holds
+/// nothing the proxy reads, is not applied: a warning names the file and
+/// the error, the previous state is kept, and the file is read again when
+/// it changes again. Objects the API server would refuse are skipped and
+/// named, the rest applied. Never returns.
 pub async fn watch_changes(
     path: &Path,
     ingest: &mut Ingest,
     period: Duration,
-    mut seen: Option<SystemTime>,
+    seen: Option<SystemTime>,
 ) {
+    let mut events = match Renames::new(path) {
+        Ok(events) => Some(events),
+        Err(error) => {
+            tracing::warn!(
+                path = %path.display(),
+                %error,
+                "no inotify: the manifest is polled every {period:?}, a rename read once it settles"
+            );
+            None
+        }
+    };
+    // What the last read saw: the file as it is now, if it has not changed
+    // since the load `seen` dates.
+    let mut last = stamp(path).await.filter(|s| Some(s.modified) == seen);
     loop {
-        tokio::time::sleep(period).await;
+        let woken = match events.as_mut() {
+            Some(renames) => tokio::select! {
+                woke = renames.next() => woke,
+                () = tokio::time::sleep(period) => Ok(Wake::Tick),
+            },
+            None => {
+                tokio::time::sleep(period).await;
+                Ok(Wake::Tick)
+            }
+        };
+        let wake = woken.unwrap_or_else(|error| {
+            tracing::warn!(
+                path = %path.display(),
+                %error,
+                "inotify failed: the manifest is polled every {period:?} from now on"
+            );
+            events = None;
+            Wake::Tick
+        });
         let mut now = stamp(path).await;
-        if now.map(|s| s.modified) == seen {
+        if now == last {
             continue;
         }
-        // Whole once it stops changing.
-        loop {
-            tokio::time::sleep(SETTLE).await;
-            let again = stamp(path).await;
-            if again == now {
-                break;
+        let cause = match wake {
+            Wake::Renamed => {
+                tracing::debug!(path = %path.display(), "read after rename");
+                ReadCause::Renamed
             }
-            tracing::debug!(path = %path.display(), "manifest still being written");
-            now = again;
-        }
-        seen = now.map(|s| s.modified);
-        match ingest.load_file(path).await {
+            Wake::Written | Wake::Tick => {
+                // Whole once it stops changing.
+                loop {
+                    tokio::time::sleep(SETTLE).await;
+                    let again = stamp(path).await;
+                    if again == now {
+                        break;
+                    }
+                    tracing::debug!(path = %path.display(), "manifest still being written");
+                    now = again;
+                }
+                match wake {
+                    Wake::Written => ReadCause::Written,
+                    _ => ReadCause::Polled,
+                }
+            }
+        };
+        last = now;
+        match ingest.load_file_for(path, cause).await {
             Ok(revision) => {
-                tracing::info!(path = %path.display(), ?revision, "manifest reloaded");
+                tracing::info!(path = %path.display(), ?revision, ?cause, "manifest reloaded");
             }
             Err(error) => tracing::warn!(
                 path = %path.display(),
@@ -703,6 +951,103 @@ pub async fn watch_changes(
             ),
         }
     }
+}
+
+/// What woke [`watch_changes`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Wake {
+    /// The file was renamed into place.
+    Renamed,
+    /// A writer of the file closed it (or inotify's queue overflowed).
+    Written,
+    /// The polling period passed.
+    Tick,
+}
+
+/// An inotify instance as tokio polls it.
+struct InotifyFd(nix::sys::inotify::Inotify);
+
+impl std::os::fd::AsRawFd for InotifyFd {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsFd as _;
+        self.0.as_fd().as_raw_fd()
+    }
+}
+
+/// inotify on a manifest's directory: renames into place and writers
+/// closing, for the manifest's name.
+struct Renames {
+    fd: tokio::io::unix::AsyncFd<InotifyFd>,
+    name: std::ffi::OsString,
+}
+
+impl Renames {
+    fn new(path: &Path) -> std::io::Result<Self> {
+        use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+        let name = path
+            .file_name()
+            .ok_or_else(|| std::io::Error::other("the path names no file"))?
+            .to_owned();
+        let dir = match path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir,
+            _ => Path::new("."),
+        };
+        let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)?;
+        inotify.add_watch(
+            dir,
+            AddWatchFlags::IN_MOVED_TO | AddWatchFlags::IN_CLOSE_WRITE,
+        )?;
+        Ok(Self {
+            fd: register(InotifyFd(inotify))?,
+            name,
+        })
+    }
+
+    /// The next event for the manifest's name: a rename into place before
+    /// a writer's close when both are queued. Cancel-safe: events are read
+    /// only once readable, and all at once.
+    async fn next(&mut self) -> std::io::Result<Wake> {
+        use nix::sys::inotify::AddWatchFlags;
+        loop {
+            let mut ready = self.fd.readable().await?;
+            let read =
+                ready.try_io(|fd| fd.get_ref().0.read_events().map_err(std::io::Error::from));
+            let Ok(events) = read else {
+                continue; // would block: wait again
+            };
+            let mut wake = None;
+            for event in events? {
+                if event.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
+                    wake = wake.or(Some(Wake::Written));
+                }
+                if event.name.as_deref() != Some(self.name.as_os_str()) {
+                    continue;
+                }
+                if event.mask.contains(AddWatchFlags::IN_MOVED_TO) {
+                    wake = Some(Wake::Renamed);
+                } else if event.mask.contains(AddWatchFlags::IN_CLOSE_WRITE) {
+                    wake = wake.or(Some(Wake::Written));
+                }
+            }
+            if let Some(wake) = wake {
+                return Ok(wake);
+            }
+        }
+    }
+}
+
+/// `inotify` registered with tokio's reactor, for [`Renames::next`] to
+/// wait until it is readable.
+#[allow(unsafe_code)]
+fn register(inotify: InotifyFd) -> std::io::Result<tokio::io::unix::AsyncFd<InotifyFd>> {
+    // SAFETY: `InotifyFd` owns its file descriptor (nix's `Inotify` holds
+    // an `OwnedFd`), which stays open and is neither replaced nor closed
+    // while the `AsyncFd` holds it: it is closed only when the `AsyncFd`,
+    // deregistered first, drops it.
+    unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(inotify, tokio::io::Interest::READABLE)
+    }
+    .map_err(|e| e.into_parts().1)
 }
 
 /// What tells a file's contents changed: its modification time, size and
@@ -817,28 +1162,119 @@ spec: {clusterIP: 10.96.0.9, ports: [{port: 80}]}
 
         items[1700] = serde_json::json!({"kind": "Service", "metadata": {"namespace": "a", "name": "bad"},
              "spec": {"ports": [{"port": "eighty"}]}});
-        items[1900] = serde_json::json!({"kind": "Service"});
+        items[1900] = serde_json::json!({"kind": "Service", "metadata": {"namespace": "a", "name": "lb"},
+             "spec": {"type": "LoadBalancr", "clusterIP": "10.96.99.1", "ports": [{"port": 80}]}});
         let json = serde_json::json!({"kind": "List", "items": items});
-        let err = parse_str("long.json", &json.to_string()).expect_err("a bad item");
+        let (objects, skipped) =
+            parse_reporting("long.json", &json.to_string(), &TranslateConfig::default())
+                .expect("read: the bad items are skipped");
+        assert_eq!(services(&objects).len(), 1998);
+        let named: Vec<String> = skipped.iter().map(ToString::to_string).collect();
+        assert_eq!(named.len(), 3, "{named:?}");
         assert!(
-            err.to_string().starts_with(
-                "long.json: document 0 (List item 1700): Service a/bad: spec.ports[0].port: "
-            ),
-            "{err}"
+            named[0]
+                .starts_with("document 0 (List item 1700): Service a/bad: spec.ports[0].port: "),
+            "{named:?}"
+        );
+        assert_eq!(
+            named[1],
+            "document 0 (List item 1900): Service a/lb: spec.type: Unsupported value: \"LoadBalancr\": \
+             supported values: \"ClusterIP\", \"ExternalName\", \"LoadBalancer\", \"NodePort\""
+        );
+        assert_eq!(
+            named[2],
+            "document 0 (List item 2000): Service a/s5: also document 0 (List item 5): the first is kept"
         );
     }
 
     #[test]
-    fn positions_name_the_document_and_the_list_item() {
-        let at = Position {
-            document: 3,
-            item: None,
+    fn positions_name_the_document_the_list_item_and_the_line() {
+        assert_eq!(Position::new(3, None).to_string(), "document 3");
+        assert_eq!(
+            Position::new(0, Some(7)).to_string(),
+            "document 0 (List item 7)"
+        );
+        let at = Position::new(0, Some(7)).at_line(40);
+        assert_eq!(at.to_string(), "document 0 (List item 7, line 40)");
+        assert_eq!(
+            Position::new(2, None).at_line(9).to_string(),
+            "document 2 (line 9)"
+        );
+    }
+
+    /// The mistakes of one file, all named in one pass: a bad address, an
+    /// unknown type, two ports of one name; the good objects are kept, and
+    /// the report counts them.
+    #[test]
+    fn every_bad_object_is_named_in_one_pass_and_the_rest_kept() {
+        let text = "\
+apiVersion: v1
+kind: List
+items:
+- kind: Service
+  metadata: {namespace: t, name: good}
+  spec: {clusterIP: 10.96.0.1, ports: [{name: http, port: 80}]}
+- kind: EndpointSlice
+  metadata: {namespace: t, name: good-1, labels: {kubernetes.io/service-name: good}}
+  addressType: IPv4
+  endpoints: [{addresses: [10.1.2.3]}, {addresses: [10.1.2.300]}]
+- kind: Service
+  metadata: {namespace: t, name: lb}
+  spec: {type: LoadBalancr, clusterIP: 10.96.0.2, ports: [{port: 80}]}
+- kind: Service
+  metadata: {namespace: t, name: dup}
+  spec: {clusterIP: 10.96.0.3, ports: [{name: http, port: 80}, {name: http, port: 81}]}
+";
+        let (objects, skipped) =
+            parse_reporting("m.yaml", text, &TranslateConfig::default()).expect("read");
+        assert_eq!(
+            services(&objects),
+            [("good".to_owned(), "10.96.0.1".to_owned())]
+        );
+        let named: Vec<String> = skipped.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            named,
+            [
+                "document 0 (List item 1, line 7): EndpointSlice t/good-1: endpoints[1].addresses[0]: \
+                 Invalid value: \"10.1.2.300\": must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
+                "document 0 (List item 2, line 11): Service t/lb: spec.type: Unsupported value: \
+                 \"LoadBalancr\": supported values: \"ClusterIP\", \"ExternalName\", \"LoadBalancer\", \"NodePort\"",
+                "document 0 (List item 3, line 14): Service t/dup: spec.ports[1].name: Duplicate value: \"http\"",
+            ]
+        );
+        let report = InputReport {
+            path: "m.yaml".into(),
+            cause: ReadCause::Asked,
+            applied: 1,
+            skipped,
         };
-        assert_eq!(at.to_string(), "document 3");
-        let at = Position {
-            document: 0,
-            item: Some(7),
-        };
-        assert_eq!(at.to_string(), "document 0 (List item 7)");
+        let summary = report.summary().expect("skipped");
+        assert!(summary.starts_with("3 objects skipped: EndpointSlice t/good-1, document 0 (List item 1, line 7): endpoints[1]"), "{summary}");
+    }
+
+    /// A file that does not parse is refused whole, naming the line and
+    /// column; an object that does not decode is skipped.
+    #[test]
+    fn a_file_cut_short_is_refused_whole_with_its_line_and_column() {
+        let cut = "kind: Service\nmetadata: {namespace: t, name: a}\nspec: {clusterIP: 10.96.0.1, ports: [{port: 80}\n";
+        let err = parse_str("cut.yaml", cut).expect_err("cut short");
+        let text = err.to_string();
+        assert!(
+            text.starts_with("cut.yaml: document 0 (line 1): invalid YAML: "),
+            "{text}"
+        );
+        assert!(text.contains("line 4") || text.contains("line 3"), "{text}");
+        let err = parse_str(
+            "cut.json",
+            "{\"kind\": \"List\", \"items\": [{\"kind\": \"Service\"",
+        )
+        .expect_err("cut");
+        assert!(
+            err.to_string()
+                .starts_with("cut.json: document 0: invalid JSON: "),
+            "{err}"
+        );
+        let err = parse_str("prose.txt", "this is not a manifest\n").expect_err("not YAML");
+        assert!(err.to_string().contains("not an object"), "{err}");
     }
 }

@@ -14,6 +14,7 @@ use kpng_store::{Reader, Store, Txn};
 
 use kube::runtime::watcher::Event;
 
+use crate::file::InputReport;
 use crate::objects;
 use crate::translate::{self, SliceContribution, TranslateConfig, TranslateError};
 
@@ -28,6 +29,23 @@ pub struct IngestConfig {
     /// ([`Error::Empty`](crate::Error::Empty)), as an empty or truncated
     /// file would otherwise delete every Service.
     pub allow_empty_input: bool,
+    /// Told what each manifest read applied and skipped
+    /// ([`IngestConfig::on_input_report`]).
+    pub input_report: InputReporter,
+}
+
+/// What is told each manifest read's [`InputReport`] (see
+/// [`IngestConfig::on_input_report`]); nothing by default.
+#[derive(Clone, Default)]
+pub struct InputReporter(Option<Arc<ReportFn>>);
+
+/// A function told each [`InputReport`].
+type ReportFn = dyn Fn(&InputReport) + Send + Sync;
+
+impl std::fmt::Debug for InputReporter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "Some(..)" } else { "None" })
+    }
 }
 
 impl IngestConfig {
@@ -35,6 +53,18 @@ impl IngestConfig {
     /// `allow` holds.
     pub fn allow_empty_input(mut self, allow: bool) -> Self {
         self.allow_empty_input = allow;
+        self
+    }
+
+    /// Calls `report` after each manifest read that was applied, with what
+    /// it applied and skipped ([`InputReport`]): for a readiness detail or
+    /// a metric of the objects skipped. Not called for a read refused
+    /// whole (the previous state, and its report, stand).
+    pub fn on_input_report(
+        mut self,
+        report: impl Fn(&InputReport) + Send + Sync + 'static,
+    ) -> Self {
+        self.input_report = InputReporter(Some(Arc::new(report)));
         self
     }
 
@@ -258,6 +288,13 @@ impl Ingest {
     /// The translation settings.
     pub(crate) fn translate_config(&self) -> &TranslateConfig {
         &self.config.translate
+    }
+
+    /// Hands `report` to [`IngestConfig::on_input_report`]'s function.
+    pub(crate) fn report_input(&self, report: &InputReport) {
+        if let Some(report_to) = &self.config.input_report.0 {
+            report_to(report);
+        }
     }
 
     /// Whether a manifest with nothing the proxy reads may be loaded.

@@ -37,7 +37,7 @@ pub mod objects;
 pub mod translate;
 pub mod watch;
 
-pub use ingest::{Ingest, IngestConfig, IngestStats, Watched};
+pub use ingest::{Ingest, IngestConfig, IngestStats, InputReporter, Watched};
 /// A watch event, as kube-runtime's `watcher` yields them and
 /// [`Ingest::apply_watcher_event`] takes them.
 pub use kube::runtime::watcher::Event as WatchEvent;
@@ -75,6 +75,18 @@ pub enum Error {
     Empty {
         /// The file.
         path: String,
+    },
+    /// Every object of a manifest was skipped (each one the API server
+    /// would refuse, or that does not decode): applying the rest, nothing,
+    /// would delete every Service, so nothing is applied, even where an
+    /// empty input is allowed.
+    #[error("{path}: nothing applied, every object is skipped ({summary})")]
+    AllSkipped {
+        /// The file.
+        path: String,
+        /// How many objects, each named with where it is and why
+        /// ([`file::InputReport::summary`]).
+        summary: String,
     },
     /// The API server could not be watched, `attempts` times in a row
     /// (only when [`watch::WatchConfig::give_up_after`] is set).

@@ -1,7 +1,7 @@
 //! The API source: kube-runtime watchers for Services, EndpointSlices,
 //! Nodes and ServiceCIDRs, feeding an [`Ingest`].
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::stream::{BoxStream, StreamExt};
 use kpng_retry::{Backoff, one_line};
@@ -61,20 +61,31 @@ struct Failed {
 }
 
 /// The retry state of one kind's watch: kube-runtime's default backoff
-/// (800 ms doubling to 30 s, jittered), reset by progress only. (kube's
-/// own `default_backoff` resets on every item, and the watcher yields an
-/// `Init` before each list attempt, so against an unreachable server it
-/// retried about once a second for ever.)
+/// (800 ms doubling to 30 s, jittered), reset by progress, or when the
+/// last failure is [`QUIET_RESET`] old. (kube's own `default_backoff`
+/// resets on every item, and the watcher yields an `Init` before each
+/// list attempt, so against an unreachable server it retried about once a
+/// second for ever.)
 struct Retry {
     backoff: Backoff,
     failed: u32,
+    /// When the last failure was.
+    last_failure: Option<Instant>,
 }
+
+/// A watch that has not failed for this long starts its backoff over, as
+/// kube-runtime's default backoff and client-go's reflector do (2
+/// minutes): a kind whose watch resumed but brought no event since (the
+/// Nodes of a quiet cluster) would otherwise keep the delay its last
+/// outage grew for the next one.
+const QUIET_RESET: Duration = Duration::from_secs(120);
 
 impl Retry {
     fn new() -> Self {
         Self {
             backoff: Backoff::kube(),
             failed: 0,
+            last_failure: None,
         }
     }
 
@@ -87,11 +98,57 @@ impl Retry {
         }
     }
 
+    /// The server answered (a `410 Gone`): the backoff starts over, so
+    /// the list that follows waits the first step only.
+    fn answered(&mut self) {
+        self.backoff.reset();
+        self.failed = 0;
+    }
+
     /// A failure: the attempt's number in a row and the wait before the
     /// next.
     fn failure(&mut self) -> (u32, Duration) {
+        self.failure_at(Instant::now())
+    }
+
+    /// [`failure`](Self::failure) at `now`.
+    fn failure_at(&mut self, now: Instant) -> (u32, Duration) {
+        if self
+            .last_failure
+            .is_some_and(|at| now.saturating_duration_since(at) >= QUIET_RESET)
+        {
+            self.backoff.reset();
+            self.failed = 0;
+        }
+        self.last_failure = Some(now);
         self.failed = self.failed.saturating_add(1);
         (self.failed, self.backoff.next_delay())
+    }
+}
+
+/// Whether `error` says that the resourceVersion a watch resumed from is
+/// gone (`410 Gone`) in a form after which kube-runtime's watcher would
+/// resume from it again: answered to the watch request itself (an HTTP
+/// `410`), or as a bare Status line in its stream. kube-runtime 5.0 keeps
+/// the version after any failure to start a watch, so it would retry that
+/// version for ever and never list again: the store would keep what
+/// changed while it was away (stale endpoints, deleted Services, none of
+/// the new ones). A `410` sent as an ERROR event in the stream makes the
+/// watcher list again by itself.
+fn expired(error: &watcher::Error) -> bool {
+    match error {
+        watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status)) => status.code == 410,
+        _ => false,
+    }
+}
+
+/// Whether `error` is a `410 Gone` in any form: the server is there and
+/// answers, the client must list again.
+fn gone(error: &watcher::Error) -> bool {
+    match error {
+        watcher::Error::WatchError(status) => status.code == 410,
+        other => expired(other),
     }
 }
 
@@ -104,30 +161,50 @@ fn watch<K>(
 where
     K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
 {
-    let events = watcher(api, config).boxed();
+    // A new watcher starts with a list, as client-go's reflector lists
+    // again after a `410` on a watch's start.
+    let start = move || watcher(api.clone(), config.clone()).boxed();
+    let events = start();
     futures::stream::unfold(
         (events, Retry::new(), None::<Duration>),
-        move |(mut events, mut retry, wait)| async move {
-            if let Some(wait) = wait {
-                tokio::time::sleep(wait).await;
+        move |(mut events, mut retry, wait)| {
+            let start = start.clone();
+            async move {
+                if let Some(wait) = wait {
+                    tokio::time::sleep(wait).await;
+                }
+                let (update, wait) = match events.next().await? {
+                    Ok(event) => {
+                        retry.event(&event);
+                        (wrap(event), None)
+                    }
+                    Err(error) => {
+                        if expired(&error) {
+                            tracing::info!(
+                                kind,
+                                "the API server no longer has the version this watch resumed from \
+                             (410 Gone): listing again"
+                            );
+                            events = start();
+                        }
+                        if gone(&error) {
+                            // The server answered: it is back. List again
+                            // after the first step, not after the delay an
+                            // outage before grew.
+                            retry.answered();
+                        }
+                        let (attempt, delay) = retry.failure();
+                        let failed = Failed {
+                            kind,
+                            error,
+                            attempt,
+                            delay,
+                        };
+                        (Update::Error(failed), Some(delay))
+                    }
+                };
+                Some((update, (events, retry, wait)))
             }
-            let (update, wait) = match events.next().await? {
-                Ok(event) => {
-                    retry.event(&event);
-                    (wrap(event), None)
-                }
-                Err(error) => {
-                    let (attempt, delay) = retry.failure();
-                    let failed = Failed {
-                        kind,
-                        error,
-                        attempt,
-                        delay,
-                    };
-                    (Update::Error(failed), Some(delay))
-                }
-            };
-            Some((update, (events, retry, wait)))
         },
     )
     .boxed()
@@ -382,5 +459,23 @@ mod tests {
         let (attempt, delay) = retry.failure();
         assert_eq!(attempt, 1);
         assert!(delay <= ms(800));
+    }
+
+    /// A watch that came back but brought no event (a quiet kind) starts
+    /// over once its last failure is two minutes old, as kube-runtime's
+    /// and client-go's backoffs do; not before.
+    #[test]
+    fn a_quiet_watch_starts_its_backoff_over_after_two_minutes_without_failure() {
+        let t0 = Instant::now();
+        let mut retry = Retry::new();
+        for k in 0..5 {
+            retry.failure_at(t0 + Duration::from_secs(k));
+        }
+        let (attempt, delay) = retry.failure_at(t0 + Duration::from_secs(60));
+        assert_eq!(attempt, 6, "a minute later: still the same outage");
+        assert!(delay >= Duration::from_secs(12), "{delay:?}");
+        let (attempt, delay) = retry.failure_at(t0 + Duration::from_secs(60) + QUIET_RESET);
+        assert_eq!(attempt, 1, "two quiet minutes later: a new outage");
+        assert!(delay <= Duration::from_millis(800), "{delay:?}");
     }
 }

@@ -445,8 +445,11 @@ fn bundled_sample_translates_every_feature() {
     );
 }
 
+/// An object that does not decode or that the API server would refuse is
+/// skipped, named with its document, line, field and reason; the rest of
+/// the file is applied. A file that does not parse applies nothing.
 #[test]
-fn bad_manifests_name_file_document_object_and_field_and_apply_nothing() {
+fn bad_objects_are_named_and_skipped_and_a_file_that_does_not_parse_applies_nothing() {
     let bad_ip = r#"
 apiVersion: v1
 kind: Service
@@ -460,20 +463,29 @@ spec:
   clusterIP: 10.96.0.2
   clusterIPs: [10.96.0.2, 10.96.0.300]
 "#;
-    let err = file::parse_str("cluster.yaml", bad_ip).expect_err("bad IP");
+    let config = kpng_kube::translate::TranslateConfig::default();
+    let (objects, skipped) =
+        file::parse_reporting("cluster.yaml", bad_ip, &config).expect("the good one is read");
+    assert_eq!(objects.len(), 1);
+    let named: Vec<String> = skipped.iter().map(ToString::to_string).collect();
     assert_eq!(
-        err.to_string(),
-        "cluster.yaml: document 1 (line 7): Service ns/broken: spec.clusterIPs[1]: invalid IP address \"10.96.0.300\""
+        named,
+        [
+            "document 1 (line 7): Service ns/broken: spec.clusterIPs[1]: Invalid value: \"10.96.0.300\": must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"
+        ]
     );
 
     let bad_type = r#"{"apiVersion": "v1", "kind": "List", "items": [
         {"kind": "Node", "metadata": {"name": "n"}},
         {"kind": "Service", "metadata": {"namespace": "ns", "name": "s"}, "spec": {"ports": [{"port": "eighty"}]}}]}"#;
-    let err = file::parse_str("state.json", bad_type).expect_err("bad port type");
-    let msg = err.to_string();
+    let (objects, skipped) =
+        file::parse_reporting("state.json", bad_type, &config).expect("the Node is read");
+    assert_eq!(objects.len(), 1);
+    assert_eq!(skipped.len(), 1);
+    let named = skipped[0].to_string();
     assert!(
-        msg.starts_with("state.json: document 0 (List item 1): Service ns/s: spec.ports[0].port: "),
-        "{msg}"
+        named.starts_with("document 0 (List item 1): Service ns/s: spec.ports[0].port: "),
+        "{named}"
     );
 
     let err = file::parse_str("x.yaml", "kind: [unclosed").expect_err("bad YAML");
@@ -483,30 +495,128 @@ spec:
         "{err}"
     );
 
-    // Nothing from a failing file reaches the store.
+    // Loaded, the good objects are applied, the bad ones not.
     let mut ingest = ingest();
-    assert!(
-        file::parse_str("cluster.yaml", bad_ip)
-            .map(|o| ingest.load(&o))
-            .is_err()
+    assert_eq!(
+        ingest.load_str("cluster.yaml", bad_ip).expect("applied"),
+        Some(1)
     );
-    assert_eq!(ingest.reader().snapshot().revision(), 0);
-
-    // Loaded object by object, the same: the error names the same place,
-    // the Service translated before it is dropped with the relist, and a
-    // good file loads afterwards.
-    for (name, text) in [("cluster.yaml", bad_ip), ("state.json", bad_type)] {
-        let streamed = ingest.load_str(name, text).expect_err("bad manifest");
-        let whole = file::parse_str(name, text).expect_err("bad manifest");
-        assert_eq!(streamed.to_string(), whole.to_string());
-    }
-    assert_eq!(ingest.reader().snapshot().revision(), 0);
-    let good = "apiVersion: v1\nkind: Service\nmetadata: {namespace: ns, name: ok}\nspec: {clusterIP: 10.96.0.1}\n";
-    assert_eq!(ingest.load_str("good.yaml", good).expect("good"), Some(1));
     let snap = ingest.reader().snapshot();
     let names: Vec<String> = snap.services().map(|(n, _)| n.to_string()).collect();
     assert_eq!(names, ["ns/ok"]);
     assert!(snap.is_listed(Kind::Service) && snap.is_listed(Kind::Endpoint));
+
+    // A file that does not parse changes nothing.
+    let cut = &bad_ip[..bad_ip.len() - 6];
+    let cut = format!("{cut}\n  ports: [{{port: 80\n");
+    ingest.load_str("cut.yaml", &cut).expect_err("cut short");
+    assert_eq!(ingest.reader().snapshot().revision(), 1);
+}
+
+/// A file whose every object is skipped applies nothing, even where an
+/// empty input is allowed: it would delete every Service.
+#[test]
+fn a_file_whose_every_object_is_bad_applies_nothing_even_allowed_empty() {
+    let good = "apiVersion: v1\nkind: Service\nmetadata: {namespace: ns, name: ok}\nspec: {clusterIP: 10.96.0.1}\n";
+    let bad = "apiVersion: v1\nkind: Service\nmetadata: {namespace: ns, name: lb}\nspec: {type: LoadBalancr, clusterIP: 10.96.0.1}\n";
+    for allow in [false, true] {
+        let mut ingest = Ingest::new(
+            Store::new(),
+            IngestConfig::default().allow_empty_input(allow),
+        );
+        ingest.load_str("good.yaml", good).expect("good");
+        let err = ingest.load_str("bad.yaml", bad).expect_err("all bad");
+        assert_eq!(
+            err.to_string(),
+            "bad.yaml: nothing applied, every object is skipped (1 object skipped: Service ns/lb, \
+             document 0 (line 1): spec.type: Unsupported value: \"LoadBalancr\": supported values: \
+             \"ClusterIP\", \"ExternalName\", \"LoadBalancer\", \"NodePort\")"
+        );
+        assert_eq!(ingest.reader().snapshot().services().count(), 1, "{allow}");
+    }
+}
+
+/// Watched, an edit that adds a good Service and a bad one applies the
+/// good one, and the report names the bad one; a file cut short keeps
+/// the state as it was; a file renamed into place is read because of the
+/// rename (inotify), not after a settle.
+#[tokio::test]
+async fn watched_edits_apply_good_objects_keep_state_when_cut_and_read_renames_at_once() {
+    let dir = std::env::temp_dir().join(format!("kpng-kube-badobj-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("cluster.yaml");
+    let service = |name: &str, ip: &str, spec: &str| {
+        format!(
+            "---\napiVersion: v1\nkind: Service\nmetadata: {{namespace: ns, name: {name}}}\nspec: {{clusterIP: {ip}, ports: [{{name: http, port: 80}}]{spec}}}\n"
+        )
+    };
+    std::fs::write(&path, service("a", "10.96.0.1", "")).expect("write");
+    let (send, mut reports) = tokio::sync::mpsc::unbounded_channel();
+    let config = IngestConfig::default().on_input_report(move |report| {
+        let _ = send.send(report.clone());
+    });
+    let mut ingest = Ingest::new(Store::new(), config);
+    let reader = ingest.reader();
+    let watched = path.clone();
+    let task = tokio::spawn(async move {
+        // Polling rarely: what is read comes from inotify.
+        let poll = Some(std::time::Duration::from_secs(3600));
+        file::run(&watched, &mut ingest, poll).await
+    });
+    let next = async |reports: &mut tokio::sync::mpsc::UnboundedReceiver<file::InputReport>| {
+        tokio::time::timeout(std::time::Duration::from_secs(20), reports.recv())
+            .await
+            .expect("a read in time")
+            .expect("a report")
+    };
+    let first = next(&mut reports).await;
+    assert_eq!(
+        (first.cause, first.applied, first.skipped.len()),
+        (file::ReadCause::Asked, 1, 0)
+    );
+
+    // An edit in place with a good Service and a bad one.
+    let edit = [
+        service("a", "10.96.0.1", ""),
+        service("b", "10.96.0.2", ""),
+        service("lb", "10.96.0.3", ", type: LoadBalancr"),
+    ]
+    .concat();
+    std::fs::write(&path, &edit).expect("edit");
+    let report = next(&mut reports).await;
+    assert_eq!(report.cause, file::ReadCause::Written);
+    assert_eq!(report.applied, 2);
+    assert_eq!(
+        report.summary().expect("skipped"),
+        "1 object skipped: Service ns/lb, document 2 (line 12): spec.type: Unsupported value: \
+         \"LoadBalancr\": supported values: \"ClusterIP\", \"ExternalName\", \"LoadBalancer\", \"NodePort\""
+    );
+    let names = |reader: &kpng_store::Reader| -> Vec<String> {
+        let snap = reader.snapshot();
+        let mut names: Vec<String> = snap.services().map(|(n, _)| n.to_string()).collect();
+        names.sort();
+        names
+    };
+    assert_eq!(names(&reader), ["ns/a", "ns/b"]);
+
+    // Cut short: not applied, no report, the state kept.
+    let cut = &edit[..edit.len() - 20];
+    std::fs::write(&path, cut).expect("cut");
+    // Renamed into place: read because of the rename.
+    let staged = dir.join("cluster.yaml.new");
+    std::fs::write(&staged, service("c", "10.96.0.4", "")).expect("staged");
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    assert_eq!(
+        names(&reader),
+        ["ns/a", "ns/b"],
+        "a file cut short keeps the state"
+    );
+    std::fs::rename(&staged, &path).expect("rename");
+    let report = next(&mut reports).await;
+    assert_eq!(report.cause, file::ReadCause::Renamed);
+    assert_eq!(names(&reader), ["ns/c"]);
+    task.abort();
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test]

@@ -113,19 +113,30 @@ async fn a_json_file_read_in_chunks_loads_what_its_whole_text_loads() {
     assert_eq!(chunked.reader().snapshot().revision(), before);
     assert_eq!(state(&chunked), state(&whole));
 
-    // A bad object: named by its List item.
+    // A bad object: skipped, named by its List item; the rest applied.
     let bad = String::from_utf8(text.clone()).expect("utf-8").replacen(
         "\"port\":",
         "\"port\":\"x\",\"was\":",
         1,
     );
     std::fs::write(&path, bad).expect("written");
-    let message = chunked
-        .load_file(&path)
-        .await
-        .expect_err("refused")
-        .to_string();
-    assert!(message.contains("List item"), "{message}");
+    let reports = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = reports.clone();
+    let config = IngestConfig::default().on_input_report(move |r| {
+        if let Ok(mut all) = seen.lock() {
+            all.push(r.clone());
+        }
+    });
+    let mut skipping = Ingest::new(Store::new(), config);
+    skipping.load_file(&path).await.expect("applied");
+    let report = reports.lock().expect("reports")[0].clone();
+    assert_eq!(report.skipped.len(), 1, "{:?}", report.skipped);
+    assert!(
+        report.skipped[0].at.contains("List item"),
+        "{:?}",
+        report.skipped
+    );
+    assert!(skipping.reader().snapshot().services().count() >= 2_999);
 
     // An object with items that is no List: read whole, as its text.
     let other = r#"{"kind": "ServiceList", "items": [{"kind": "Service"}]}"#;

@@ -538,7 +538,8 @@ impl Lab {
     }
 
     /// The nftables ruleset of namespace `name` (a full name), made
-    /// comparable: nft's JSON listing with handles dropped and set
+    /// comparable: nft's JSON listing with handles and the time left of
+    /// elements with a timeout dropped, and set
     /// elements and objects sorted. Two namespaces holding the same rules
     /// give equal lists, whatever order the rules were written in.
     pub fn nft_state(ns: &str) -> Vec<String> {
@@ -551,6 +552,9 @@ impl Lab {
             match v {
                 serde_json::Value::Object(map) => {
                     map.remove("handle");
+                    // The time an element with a timeout has left runs
+                    // down between two listings.
+                    map.remove("expires");
                     for (key, value) in map.iter_mut() {
                         canonical(value);
                         if let (true, serde_json::Value::Array(items)) = (key == "elem", value) {

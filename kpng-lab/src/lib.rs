@@ -148,15 +148,30 @@ impl LabBackend for NftBackend {
         }
     }
     /// `nft list ruleset`, without the pick maps' element counters
-    /// (` counter packets N bytes M`: they change with traffic).
+    /// (` counter packets N bytes M`: they change with traffic) and the
+    /// time elements with a timeout have left (`expires 1m59s`: it runs
+    /// down; the word stays).
     fn dump(lab: &Lab) -> String {
-        without_counts(&lab.in_node(&["nft", "list", "ruleset"]))
+        without_expiry(&without_counts(&lab.in_node(&["nft", "list", "ruleset"])))
     }
     fn clear(lab: &Lab) {
         for family in ["ip", "ip6"] {
             lab.in_node(&["nft", "delete", "table", family, "kpng"]);
         }
     }
+}
+
+/// `text` without the time left of nft's elements with a timeout
+/// (`expires 1m59s780ms` becomes `expires`).
+pub fn without_expiry(text: &str) -> String {
+    const EXPIRES: &str = " expires ";
+    let mut parts = text.split(EXPIRES);
+    let mut out = parts.next().unwrap_or_default().to_owned();
+    for part in parts {
+        out.push_str(" expires");
+        out.push_str(part.trim_start_matches(|c: char| c.is_ascii_alphanumeric()));
+    }
+    out
 }
 
 /// `text` without nft's element and rule counters (` counter packets N

@@ -6,7 +6,7 @@
 
 use kpng_backend_nft::NftBackend;
 use kpng_conntrack::ConntrackCleaner;
-use kpng_lab::scenarios::{E2, E3, lab, manifest, service};
+use kpng_lab::scenarios::{E1, E2, E3, lab, manifest, service};
 use kpng_lab::{LabBackend, Proxy, Settings, require_lab, settle};
 use kpng_sink::{FollowedBy, SinkExt};
 
@@ -128,7 +128,7 @@ fn removed_endpoints_end_tcp_connections<S: kpng_sink::Sink>(
     backend: kpng_explain::DataPath,
 ) {
     use kpng_lab::held::{Fate, HeldTcp, monotonic};
-    use kpng_lab::scenarios::E1;
+
     let lab = lab();
     let ready = |ip: &str, node: &str| format!("{{addresses: [{ip}], nodeName: {node}}}");
     let before = format!("[{}, {}]", ready(E2, "node-b"), ready(E3, "node-c"));
@@ -219,4 +219,232 @@ fn iptables_ends_tcp_connections_to_removed_endpoints() {
         },
         kpng_explain::DataPath::Iptables,
     );
+}
+
+/// The node's proxy with the nft backend recording its UDP flows for
+/// `timeout` (at most `size` of them), and the cleaner reading that record.
+fn recording(
+    lab: &kpng_lab::Lab,
+    timeout: std::time::Duration,
+    size: u32,
+) -> Proxy<FollowedBy<NftBackend, ConntrackCleaner>> {
+    let config = kpng_backend_nft::NftConfig::new(Settings::lab().proxy())
+        .in_netns(&lab.ns("node"))
+        .udp_flows(Some(timeout))
+        .udp_flows_size(size);
+    let backend = NftBackend::new(config);
+    let cleaner =
+        ConntrackCleaner::in_netns(node_path(lab)).with_flow_record(backend.flow_record());
+    Proxy::with(backend.followed_by(cleaner)).explained_in(
+        lab,
+        &Settings::lab(),
+        kpng_explain::DataPath::Nftables,
+    )
+}
+
+fn node_path(lab: &kpng_lab::Lab) -> std::path::PathBuf {
+    std::path::Path::new("/run/netns").join(lab.ns("node"))
+}
+
+/// Sets the node namespace's UDP conntrack timeouts (seconds): short, so
+/// that a record with a short timeout can be trusted.
+fn udp_timeouts(lab: &kpng_lab::Lab, unreplied: u32, stream: u32) {
+    let status = std::process::Command::new("ip")
+        .args(["netns", "exec", &lab.ns("node"), "sysctl", "-qw"])
+        .arg(format!(
+            "net.netfilter.nf_conntrack_udp_timeout={unreplied}"
+        ))
+        .arg(format!(
+            "net.netfilter.nf_conntrack_udp_timeout_stream={stream}"
+        ))
+        .status()
+        .expect("sysctl");
+    assert!(status.success());
+}
+
+/// One datagram to the DNS Service from each of podc's source `ports`:
+/// the endpoint that answered each (`TIMEOUT` for none).
+fn ask_from(lab: &kpng_lab::Lab, ports: std::ops::Range<u16>) -> Vec<(u16, String)> {
+    let script = format!(
+        "import socket\nfor p in range({}, {}):\n  s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n  s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n  s.bind(('0.0.0.0', p))\n  s.settimeout(2)\n  s.sendto(b'hi', ('10.96.0.120', 53))\n  try: r = s.recv(200).decode().strip()\n  except Exception: r = 'TIMEOUT'\n  print(p, r)\n  s.close()",
+        ports.start, ports.end
+    );
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", &lab.ns("podc"), "python3", "-c", &script])
+        .output()
+        .expect("python3");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| {
+            let (port, answer) = line.split_once(' ')?;
+            let endpoint = [E1, E2, E3]
+                .into_iter()
+                .find(|e| answer.starts_with(e))
+                .unwrap_or("TIMEOUT");
+            Some((port.parse().ok()?, endpoint.to_owned()))
+        })
+        .collect()
+}
+
+/// The ports of `answers` answered by `endpoint`.
+fn on(answers: &[(u16, String)], endpoint: &str) -> Vec<u16> {
+    answers
+        .iter()
+        .filter(|(_, e)| e == endpoint)
+        .map(|(p, _)| *p)
+        .collect()
+}
+
+/// Flows from 16 source ports to the DNS Service on e2 and e3, some on
+/// each (asked again while all went to one).
+fn flows_on_e2_and_e3(lab: &kpng_lab::Lab) -> Vec<(u16, String)> {
+    for _ in 0..4 {
+        let answers = ask_from(lab, 40100..40116);
+        assert_eq!(answers.len(), 16, "{answers:?}");
+        if !on(&answers, E2).is_empty() && !on(&answers, E3).is_empty() {
+            return answers;
+        }
+        std::thread::sleep(std::time::Duration::from_secs(3));
+    }
+    panic!("16 flows never spread over e2 and e3");
+}
+
+/// After e2 left: exactly the flows that were on e2 were deleted (by
+/// their original tuple, answered by e2), those on e3 are still tracked,
+/// and the same clients now reach e1 or e3 (e2 still runs and would
+/// answer a flow left on it) while those on e3 stay there.
+fn exactly_e2s_flows_ended(
+    lab: &kpng_lab::Lab,
+    cleaner: &ConntrackCleaner,
+    before: &[(u16, String)],
+) {
+    let mut deleted: Vec<u16> = cleaner
+        .last_deletions()
+        .iter()
+        .map(|f| f.original.src_port)
+        .collect();
+    deleted.sort_unstable();
+    assert_eq!(deleted, on(before, E2), "{:?}", cleaner.last_deletions());
+    assert!(
+        cleaner
+            .last_deletions()
+            .iter()
+            .all(|f| f.reply.src.to_string() == E2 && f.original.dst_port == 53),
+        "{:?}",
+        cleaner.last_deletions()
+    );
+    let mut socket = kpng_netfilter::nft::Socket::open(Some(&node_path(lab))).expect("socket");
+    for port in on(before, E3) {
+        let original = kpng_netfilter::conntrack::Tuple {
+            src: kpng_lab::scenarios::POD_CLIENT.parse().expect("ip"),
+            dst: "10.96.0.120".parse().expect("ip"),
+            src_port: port,
+            dst_port: 53,
+        };
+        let kept = socket
+            .flow(kpng_netfilter::conntrack::UDP, &original, 0)
+            .expect("get");
+        assert_eq!(
+            kept.map(|f| f.reply.src.to_string()).as_deref(),
+            Some(E3),
+            "the flow from port {port} on e3 is untouched"
+        );
+    }
+    let after = ask_from(lab, 40100..40116);
+    for (port, was) in before {
+        let now = after
+            .iter()
+            .find(|(p, _)| p == port)
+            .map(|(_, e)| e.as_str());
+        if was == E2 {
+            assert!(matches!(now, Some(E1 | E3)), "port {port}: {now:?}");
+        } else {
+            assert_eq!(now, Some(E3), "port {port} stays on e3");
+        }
+    }
+}
+
+/// The cleanup that reads the nft backend's record of UDP flows ends the
+/// same flows as the walk of the conntrack table, without the walk: with
+/// real datagrams from 16 source ports spread over e2 and e3, e2 leaves
+/// (e1 comes): exactly e2's flows are deleted, found in the record and
+/// each read and deleted by its tuple; e3's are untouched. Once a UDP
+/// conntrack timeout of the namespace exceeds the record's, the cleanup
+/// walks again.
+#[test]
+fn the_flow_record_ends_exactly_the_flows_to_a_removed_endpoint() {
+    use kpng_conntrack::{Cleanup, WalkReason};
+    require_lab!(NftBackend);
+    let lab = lab();
+    let timeout = std::time::Duration::from_secs(3);
+    udp_timeouts(&lab, 2, 3);
+    let mut proxy = recording(&lab, timeout, 1 << 18);
+    let both = "[{addresses: [10.244.2.10], nodeName: node-b}, {addresses: [10.244.3.10], nodeName: node-c}]";
+    proxy.load(&manifest(&[dns(both)])).expect("sync");
+    assert_eq!(
+        proxy.backend.next().last_cleanup(),
+        Cleanup::Walk(WalkReason::Untranslated),
+        "a full round walks"
+    );
+    // The record is young for its timeout.
+    std::thread::sleep(timeout + std::time::Duration::from_millis(300));
+    let before = flows_on_e2_and_e3(&lab);
+    let e3_e1 = "[{addresses: [10.244.3.10], nodeName: node-c}, {addresses: [10.244.1.10], nodeName: node-a}]";
+    proxy.load(&manifest(&[dns(e3_e1)])).expect("sync");
+    assert_eq!(proxy.backend.next().last_cleanup(), Cleanup::Record);
+    exactly_e2s_flows_ended(&lab, proxy.backend.next(), &before);
+
+    // A UDP timeout longer than the record's: its elements could expire
+    // before their flows.
+    udp_timeouts(&lab, 2, 10);
+    proxy
+        .load(&manifest(&[dns(
+            "[{addresses: [10.244.1.10], nodeName: node-a}]",
+        )]))
+        .expect("sync");
+    assert_eq!(
+        proxy.backend.next().last_cleanup(),
+        Cleanup::Walk(WalkReason::Timeout)
+    );
+}
+
+/// Where the record cannot be trusted, the cleanup walks the conntrack
+/// table, and the same flows end: right after a full sync (the record is
+/// young: flows older than it are not in it), and after a flow could not
+/// be recorded (the set was full).
+#[test]
+fn the_cleanup_walks_where_the_flow_record_cannot_be_trusted() {
+    use kpng_conntrack::{Cleanup, WalkReason};
+    require_lab!(NftBackend);
+    let lab = lab();
+    let timeout = std::time::Duration::from_secs(3);
+    udp_timeouts(&lab, 2, 3);
+    let both = "[{addresses: [10.244.2.10], nodeName: node-b}, {addresses: [10.244.3.10], nodeName: node-c}]";
+    let e3_e1 = "[{addresses: [10.244.3.10], nodeName: node-c}, {addresses: [10.244.1.10], nodeName: node-a}]";
+
+    // Young: the change comes within the timeout of the full sync.
+    let mut proxy = recording(&lab, timeout, 1 << 18);
+    proxy.load(&manifest(&[dns(both)])).expect("sync");
+    let before = flows_on_e2_and_e3(&lab);
+    proxy.load(&manifest(&[dns(e3_e1)])).expect("sync");
+    assert_eq!(
+        proxy.backend.next().last_cleanup(),
+        Cleanup::Walk(WalkReason::Young)
+    );
+    exactly_e2s_flows_ended(&lab, proxy.backend.next(), &before);
+    drop(proxy);
+    // The flows of the first part expire.
+    std::thread::sleep(timeout);
+
+    // Missed: a record of one flow, sixteen flows.
+    let mut proxy = recording(&lab, timeout, 1);
+    proxy.load(&manifest(&[dns(both)])).expect("sync");
+    std::thread::sleep(timeout + std::time::Duration::from_millis(300));
+    let before = flows_on_e2_and_e3(&lab);
+    proxy.load(&manifest(&[dns(e3_e1)])).expect("sync");
+    assert_eq!(
+        proxy.backend.next().last_cleanup(),
+        Cleanup::Walk(WalkReason::Missed)
+    );
+    exactly_e2s_flows_ended(&lab, proxy.backend.next(), &before);
 }

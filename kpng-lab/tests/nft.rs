@@ -625,3 +625,160 @@ fn counters_off_count_nothing() {
     let listed = lab.in_node(&["nft", "list", "ruleset"]);
     assert!(!listed.contains("counter"), "{listed}");
 }
+
+/// The `kpng` command, killed when dropped (also when the test fails).
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `kpng file --input <path> --node node-a [--watch] to-nft` in the lab's
+/// node namespace, its log in `log`.
+fn kpng_file(
+    lab: &kpng_lab::Lab,
+    path: &std::path::Path,
+    watch: bool,
+    log: &std::path::Path,
+) -> std::process::Command {
+    let mut command = std::process::Command::new("ip");
+    command
+        .args(["netns", "exec", &lab.ns("node")])
+        .arg(kpng_lab::cluster::kpng_binary())
+        .args(["file", "--input"])
+        .arg(path)
+        .args(["--node", "node-a"]);
+    if watch {
+        command.arg("--watch");
+    }
+    command
+        .args([
+            "to-nft",
+            "--metrics-bind-address",
+            "",
+            "--healthz-bind-address",
+            "",
+        ])
+        .env("RUST_LOG", "warn")
+        .stderr(std::fs::File::create(log).expect("log"));
+    command
+}
+
+/// The bad objects of the mixed files: an EndpointSlice address
+/// `10.1.2.300`, a Service of type `LoadBalancr`, a Service with two ports
+/// named `http`.
+fn bad_ones() -> Vec<String> {
+    let port = "ports: [{name: http, port: 80, targetPort: 8080}]";
+    vec![
+        service(
+            "odd",
+            &format!("{{clusterIP: 10.96.0.62, {port}}}"),
+            "[{addresses: [10.1.2.300], nodeName: node-a}]",
+        ),
+        service(
+            "lb",
+            &format!("{{type: LoadBalancr, clusterIP: 10.96.0.63, {port}}}"),
+            "[{addresses: [10.244.1.10], nodeName: node-a}]",
+        ),
+        service(
+            "dup",
+            "{clusterIP: 10.96.0.64, ports: [{name: http, port: 80, targetPort: 8080}, {name: http, port: 81, targetPort: 8080}]}",
+            "[{addresses: [10.244.1.10], nodeName: node-a}]",
+        ),
+    ]
+}
+
+/// Bad objects among good ones, with real packets: on a fresh start
+/// (`kpng file … to-nft`, once) the good Services serve and the bad ones
+/// are skipped (exit 0, all three named with the count); on a running
+/// `--watch` node, an edit that adds a good Service and the bad objects
+/// serves the good one.
+#[test]
+fn bad_objects_among_good_ones_are_skipped_and_the_good_ones_serve() {
+    require_lab!(NftBackend);
+    let lab = lab();
+    let dir = std::env::temp_dir().join(format!("kpng-lab-badobj-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join("cluster.yaml");
+    let log = dir.join("kpng.log");
+    let port = "ports: [{name: http, port: 80, targetPort: 8080}]";
+    let web = service(
+        "web",
+        &format!("{{clusterIP: 10.96.0.60, {port}}}"),
+        "[{addresses: [10.244.1.10], nodeName: node-a}]",
+    );
+    let api = service(
+        "api",
+        &format!("{{clusterIP: 10.96.0.61, {port}}}"),
+        "[{addresses: [10.244.2.10], nodeName: node-b}]",
+    );
+    let mut items = vec![web.clone(), api.clone()];
+    items.extend(bad_ones());
+    std::fs::write(&path, manifest(&items)).expect("write");
+
+    // A fresh start, once.
+    let out = kpng_file(&lab, &path, false, &log).output().expect("kpng");
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(out.status.success(), "{logged}");
+    assert!(
+        logged.contains(
+            "3 objects skipped, 8 applied: EndpointSlice t/odd-1, Service t/lb, Service t/dup"
+        ),
+        "{logged}"
+    );
+    assert_eq!(
+        reached(&lab.connect("podc", "tcp", "10.96.0.60", 80, 2)),
+        [E1, E1]
+    );
+    assert_eq!(
+        reached(&lab.connect("podc", "tcp", "10.96.0.61", 80, 1)),
+        [E2]
+    );
+    for (bad, why) in [("10.96.0.63", "type"), ("10.96.0.64", "ports")] {
+        let answer = lab.connect("podc", "tcp", bad, 80, 1);
+        assert!(
+            !answer[0].starts_with("10.244."),
+            "{bad} ({why}) served: {answer:?}"
+        );
+    }
+
+    // A running node: the first state, then an edit adding a good Service
+    // and the bad ones.
+    std::fs::write(&path, manifest(std::slice::from_ref(&web))).expect("write");
+    let _kpng = Running(kpng_file(&lab, &path, true, &log).spawn().expect("kpng"));
+    let served = |ip: &str| {
+        lab.connect("podc", "tcp", ip, 80, 1)
+            .first()
+            .is_some_and(|l| l.starts_with("10.244."))
+    };
+    let until = |ip: &str| {
+        (0..100).any(|_| {
+            served(ip) || {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                false
+            }
+        })
+    };
+    assert!(
+        until("10.96.0.60"),
+        "{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    std::fs::write(&path, manifest(&items)).expect("edit");
+    assert!(
+        until("10.96.0.61"),
+        "the good Service of the edit: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    assert_eq!(
+        reached(&lab.connect("podc", "tcp", "10.96.0.61", 80, 1)),
+        [E2]
+    );
+    assert!(!served("10.96.0.63") && !served("10.96.0.64"));
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(logged.contains("3 objects skipped, 8 applied"), "{logged}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -112,8 +112,10 @@ impl Source {
 
     /// A manifest file of Services, EndpointSlices and Nodes (YAML or
     /// JSON, a `List` or several documents), read once. A file that does
-    /// not parse, or holds none of them, is an error naming the file and
-    /// the object.
+    /// not parse, or holds none of them (or only objects skipped), is an
+    /// error naming the file; an object the API server would refuse is
+    /// skipped with a warning naming it, the rest applied (see
+    /// [`Source::on_input_report`]).
     #[cfg(feature = "file")]
     #[cfg_attr(docsrs, doc(cfg(feature = "file")))]
     pub fn file(path: impl Into<std::path::PathBuf>) -> Self {
@@ -124,7 +126,7 @@ impl Source {
     }
 
     /// [`Source::file`], followed: read again whenever it changes (once
-    /// it is whole). A change that does not parse is logged and not
+    /// it is whole: a file renamed into place at once). A change that does not parse is logged and not
     /// applied; the previous state stays.
     #[cfg(feature = "file")]
     #[cfg_attr(docsrs, doc(cfg(feature = "file")))]
@@ -192,6 +194,21 @@ impl Source {
     #[cfg_attr(docsrs, doc(cfg(any(feature = "file", feature = "kube"))))]
     pub fn ingest_config(mut self, config: kpng_kube::IngestConfig) -> Self {
         self.ingest = config;
+        self
+    }
+
+    /// Calls `report` after each read of a manifest file (or the sample)
+    /// that was applied, with what it applied and what it skipped (objects
+    /// the API server would refuse, or that do not decode: named with
+    /// where they are and why): for a metric or a `/healthz` detail of a
+    /// watched file. No effect on other sources.
+    #[cfg(feature = "file")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "file")))]
+    pub fn on_input_report(
+        mut self,
+        report: impl Fn(&kpng_kube::file::InputReport) + Send + Sync + 'static,
+    ) -> Self {
+        self.ingest = std::mem::take(&mut self.ingest).on_input_report(report);
         self
     }
 

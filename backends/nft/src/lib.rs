@@ -144,7 +144,26 @@ pub struct NftConfig {
     /// default off: at 10k Services they make a full sync ~30 % dearer
     /// and a scrape dumps every element; see docs/operator/troubleshooting.md).
     pub counters: bool,
+    /// Whether the packet path records the UDP flows it translated, and
+    /// for how long after a flow's last packet (at least the longest UDP
+    /// conntrack timeout: `nf_conntrack_udp_timeout_stream`, 120 s by
+    /// default): the conntrack cleanup then finds the flows to a removed
+    /// endpoint in that record rather than by walking the conntrack table
+    /// ([`NftBackend::flow_record`]). Default 120 s; `None`: no record.
+    pub udp_flows: Option<std::time::Duration>,
+    /// The most flows the record holds (default 32,768); a flow past it
+    /// is not recorded, and the record is not trusted for
+    /// [`udp_flows`](Self::udp_flows) after. The kernel dumps a set in
+    /// runs, each walking the set from its start: reading 32,768 elements
+    /// cost 44–51 ms of CPU here, below a walk of a conntrack table that
+    /// holds as many flows (~86 ms), and 100,000 cost more than that walk
+    /// (`cargo bench -p kpng-lab --bench conntrack`).
+    pub udp_flows_size: u32,
 }
+
+/// How long a recorded UDP flow outlives its last packet, by default: the
+/// kernel's `nf_conntrack_udp_timeout_stream`.
+pub const UDP_FLOWS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
 
 impl Default for NftConfig {
     fn default() -> Self {
@@ -161,7 +180,24 @@ impl NftConfig {
             netns: None,
             comments: true,
             counters: false,
+            udp_flows: Some(UDP_FLOWS_TIMEOUT),
+            udp_flows_size: 1 << 15,
         }
+    }
+
+    /// Whether, and for how long, the packet path records the UDP flows it
+    /// translated (see [`NftConfig::udp_flows`]).
+    #[must_use]
+    pub fn udp_flows(mut self, timeout: Option<std::time::Duration>) -> Self {
+        self.udp_flows = timeout;
+        self
+    }
+
+    /// The most flows the UDP flow record holds.
+    #[must_use]
+    pub fn udp_flows_size(mut self, size: u32) -> Self {
+        self.udp_flows_size = size;
+        self
     }
 
     /// Whether the pick maps' elements count connections (see
@@ -457,6 +493,25 @@ impl NftBackend {
             .collect()
     }
 
+    /// Where this backend's packet path records the UDP flows it
+    /// translated, for [`kpng_conntrack`'s cleaner](https://docs.rs/kpng-conntrack)
+    /// to find the flows to a removed endpoint without walking the
+    /// conntrack table; `None` without a record ([`NftConfig::udp_flows`]).
+    /// The record is marked young ([`FlowRecord::YOUNG`]) by every full
+    /// sync that replaces the tables: only when this backend applies its
+    /// own tables, not through an aggregator.
+    ///
+    /// [`FlowRecord::YOUNG`]: kpng_netfilter::conntrack::FlowRecord::YOUNG
+    pub fn flow_record(&self) -> Option<kpng_netfilter::conntrack::FlowRecord> {
+        let timeout = self.config.udp_flows?;
+        Some(kpng_netfilter::conntrack::FlowRecord {
+            table: self.config.table.clone(),
+            flows: render::UDP_FLOWS.into(),
+            untrusted: render::UDP_UNTRUSTED.into(),
+            timeout,
+        })
+    }
+
     fn table(&self, family: IpFamily) -> nft::Table {
         nft::Table::new(family.table_family(), self.config.table.as_str())
     }
@@ -541,6 +596,19 @@ impl NftBackend {
             let table = self.table(family);
             if full {
                 state.desired.full(&table, &mut tx);
+                // The record starts empty: flows older than it are not in
+                // it, so it is not trusted until its timeout has passed.
+                if let Some(timeout) = self.config.udp_flows {
+                    let young = kpng_netfilter::conntrack::FlowRecord::YOUNG;
+                    tx.add_elements(
+                        &table,
+                        render::UDP_UNTRUSTED,
+                        vec![nft::Element {
+                            timeout_ms: Some(render::millis(timeout)),
+                            ..nft::Element::key(young.to_ne_bytes().to_vec())
+                        }],
+                    );
+                }
             } else {
                 state.desired.incremental(&table, &state.pending, &mut tx);
             }

@@ -84,6 +84,20 @@ pub(crate) const AFFINITY_COUNTS: &str = "aff-counts";
 /// The most clients (per Service port and endpoint) [`AFFINITY`] holds.
 pub(crate) const AFFINITY_SIZE: u32 = 1 << 20;
 
+/// Set: the UDP flows the packet path translated, by their original
+/// tuple and the address that answers them, each kept for the record's
+/// timeout after its last packet (see
+/// [`FlowRecord`](kpng_netfilter::conntrack::FlowRecord)).
+pub(crate) const UDP_FLOWS: &str = "udp-flows";
+/// Set: why [`UDP_FLOWS`] cannot be trusted, for its timeout: it is young,
+/// or a flow was not recorded.
+pub(crate) const UDP_UNTRUSTED: &str = "udp-flows-untrusted";
+
+/// A duration in whole milliseconds, as set timeouts take it.
+pub(crate) fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 /// A set's or map's name: most are the table's fixed ones.
 pub(crate) type SetName = Cow<'static, str>;
 
@@ -1230,6 +1244,9 @@ pub(crate) fn globals(
         };
         render.chains.insert(name.to_owned(), chain);
     }
+    if let Some(timeout) = config.udp_flows {
+        udp_flows(&mut render, f, addr, config.udp_flows_size, millis(timeout));
+    }
     if config.proxy.end_tcp_connections {
         // The nudges that make a client whose flow to a departed endpoint
         // was deleted answer (see kpng-conntrack) go untracked: tracked,
@@ -1251,6 +1268,94 @@ pub(crate) fn globals(
         render.chains.insert("raw-output".to_owned(), chain);
     }
     render
+}
+
+/// The UDP flow record (see [`UDP_FLOWS`]): each DNATed UDP packet, either
+/// way, adds or refreshes its flow's element. A flow's packets reach the
+/// rules right after conntrack (priority -199), where its DNAT is known
+/// once it is past its first packet; the first packet is recorded after the
+/// nat chains (-99). A flow that cannot be recorded (the set is full, or
+/// the flow is in another conntrack zone than 0, whose entries a delete by
+/// tuple in zone 0 would not find) marks the record untrusted instead.
+fn udp_flows(render: &mut Render, f: TableFamily, addr: DataType, size: u32, timeout_ms: u64) {
+    let port = DataType::INET_SERVICE;
+    for set in [
+        Set::new(UDP_FLOWS, DataType::concat(&[addr, port, addr, port, addr]))
+            .with_timeouts()
+            .with_size(size),
+        Set::new(UDP_UNTRUSTED, DataType::MARK).with_timeouts(),
+    ] {
+        render.sets.insert(set.name.clone(), set);
+    }
+    let translated = |new: bool| {
+        [
+            build::equals(Load::L4Proto, &[17]),
+            build::ct_test(CtKey::Status, 32),
+            if new {
+                build::ct_test(CtKey::State, 8)
+            } else {
+                Vec::new()
+            },
+        ]
+        .concat()
+    };
+    let rules = |new: bool| {
+        let record = [
+            translated(new),
+            vec![
+                Expr::Ct {
+                    key: CtKey::ZONE,
+                    dreg: Reg::r32(0),
+                },
+                Expr::Cmp {
+                    sreg: Reg::r32(0),
+                    op: kpng_netfilter::nft::CmpOp::Eq,
+                    data: vec![0, 0],
+                },
+            ],
+            kpng_netfilter::conntrack::FlowRecord::key(f),
+            vec![Expr::Dynset {
+                op: DynsetOp::Update,
+                set: UDP_FLOWS.into(),
+                key: Reg::r32(0),
+                timeout_ms: Some(timeout_ms),
+            }],
+            build::verdict(NfVerdict::Accept),
+        ]
+        .concat();
+        let missed = kpng_netfilter::conntrack::FlowRecord::MISSED.to_ne_bytes();
+        let untrusted = [
+            translated(new),
+            build::load_fixed(&[(Load::Mark, Some(&missed[..]))]),
+            vec![Expr::Dynset {
+                op: DynsetOp::Update,
+                set: UDP_UNTRUSTED.into(),
+                key: Reg::r32(0),
+                timeout_ms: Some(timeout_ms),
+            }],
+        ]
+        .concat();
+        vec![record, untrusted]
+    };
+    for (name, hook, priority, new) in [
+        ("udp-flows-prerouting", ChainHook::Prerouting, -199, false),
+        ("udp-flows-output", ChainHook::Output, -199, false),
+        ("udp-flows-new-prerouting", ChainHook::Prerouting, -99, true),
+        ("udp-flows-new-output", ChainHook::Output, -99, true),
+    ] {
+        let chain = ChainDef {
+            base: Some(BaseChain {
+                kind: ChainType::Filter,
+                hook,
+                priority,
+            }),
+            rules: rules(new),
+            class: None,
+            retain: false,
+            comment: None,
+        };
+        render.chains.insert(name.to_owned(), chain);
+    }
 }
 
 #[cfg(test)]

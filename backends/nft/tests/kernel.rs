@@ -25,7 +25,9 @@ impl Netns {
         made.is_ok_and(|s| s.success()).then_some(Self(name))
     }
 
-    /// The ruleset of the namespace's `ip kpng` table, as `nft` lists it.
+    /// The ruleset of the namespace's `ip kpng` table, as `nft` lists it,
+    /// without the time elements with a timeout have left (`expires 1m59s`),
+    /// which runs down between two listings.
     fn table(&self) -> String {
         let out = Command::new("ip")
             .args([
@@ -33,7 +35,15 @@ impl Netns {
             ])
             .output()
             .expect("nft");
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut parts = text.split(" expires ");
+        let mut listed = parts.next().unwrap_or_default().to_owned();
+        for part in parts {
+            // The time runs to the next space, comma or brace.
+            let rest = part.trim_start_matches(|c: char| c.is_ascii_alphanumeric());
+            listed.push_str(rest);
+        }
+        listed
     }
 
     fn nft(&self, args: &[&str]) {

@@ -211,21 +211,11 @@ struct Used {
     scalar_bytes: Cell<usize>,
 }
 
-/// Where in a document an error is.
+/// Where in a document an error is: the document itself (its content's
+/// first line is named). An object's mistakes skip the object, not the
+/// file, and are named with their place by the [`Checker`].
 enum Place {
-    /// The document itself (its content's first line is named).
     Document,
-    /// A `List` item decoded on its own, and the line where it starts.
-    Item(usize, u64),
-    /// A `List` item of a document read whole (its start is not known).
-    ItemOf(usize),
-}
-
-/// An error found while a document was decoded, kept out of the parser's
-/// error type.
-struct Failure {
-    place: Place,
-    message: String,
 }
 
 /// The state a document's decoding carries.
@@ -239,7 +229,6 @@ struct Ctx<'c, 'e> {
     /// Whether `items` are decoded as a `List`'s, one at a time.
     stream_items: bool,
     items_streamed: bool,
-    failure: Option<Failure>,
 }
 
 /// Parses a YAML stream's documents, checking each object and handing it
@@ -266,7 +255,6 @@ pub(super) fn parse(path: &str, text: &str, checker: &mut Checker<'_>) -> Result
             line_offset: chunk.first_line - 1,
             stream_items: chunk.list,
             items_streamed: false,
-            failure: None,
         };
         let parsed =
             serde_saphyr::with_deserializer_from_str_with_options(chunk.text, options, |de| {
@@ -277,17 +265,9 @@ pub(super) fn parse(path: &str, text: &str, checker: &mut Checker<'_>) -> Result
             path: path.to_owned(),
             document: match place {
                 Place::Document => format!("{index} (line {})", chunk.content_line),
-                Place::Item(item, line) => format!("{index} (List item {item}, line {line})"),
-                Place::ItemOf(item) => format!(
-                    "{index} (List item {item}; the document starts at line {})",
-                    chunk.content_line
-                ),
             },
             message,
         };
-        if let Some(failure) = ctx.failure.take() {
-            return Err(fail(failure.place, failure.message));
-        }
         let doc = match parsed {
             Ok(doc) => doc,
             Err(e) => {
@@ -298,7 +278,8 @@ pub(super) fn parse(path: &str, text: &str, checker: &mut Checker<'_>) -> Result
             }
         };
         let streamed = ctx.items_streamed;
-        rest_of_document(doc, streamed, index, ctx.checker).map_err(|(place, m)| fail(place, m))?;
+        rest_of_document(doc, streamed, index, chunk.content_line, ctx.checker)
+            .map_err(|(place, m)| fail(place, m))?;
     }
     Ok(())
 }
@@ -309,6 +290,7 @@ fn rest_of_document(
     doc: Json,
     streamed: bool,
     document: usize,
+    line: u64,
     checker: &mut Checker<'_>,
 ) -> std::result::Result<(), (Place, String)> {
     let config = checker.config;
@@ -337,23 +319,13 @@ fn rest_of_document(
             Some(Json::Null) | None => Vec::new(),
             Some(_) => return Err((Place::Document, "List: items: not a list".to_owned())),
         };
+        // Read whole: where each item starts is not known.
         for (item, doc) in items.into_iter().enumerate() {
-            let at = Position {
-                document,
-                item: Some(item),
-            };
-            checker
-                .take(object(doc, config), at)
-                .map_err(|m| (Place::ItemOf(item), m))?;
+            checker.take(object(doc, config), Position::new(document, Some(item)));
         }
     } else {
-        let at = Position {
-            document,
-            item: None,
-        };
-        checker
-            .take(object(doc, config), at)
-            .map_err(|m| (Place::Document, m))?;
+        let at = Position::new(document, None).at_line(line);
+        checker.take(object(doc, config), at);
     }
     Ok(())
 }
@@ -495,22 +467,9 @@ impl<'de> Visitor<'de> for Items<'_, '_, '_> {
         let mut item = 0;
         while let Some(doc) = seq.next_element::<Spanned<Json>>()? {
             let line = doc.referenced.line() + self.ctx.line_offset;
-            let at = Position {
-                document: self.ctx.index,
-                item: Some(item),
-            };
+            let at = Position::new(self.ctx.index, Some(item)).at_line(line);
             let found = object(doc.value, self.ctx.config);
-            match self.ctx.checker.take(found, at) {
-                Ok(()) => {}
-                Err(message) => {
-                    self.ctx.failure = Some(Failure {
-                        place: Place::Item(item, line),
-                        message,
-                    });
-                    // Stops the parser; the failure above is what is reported.
-                    return Err(de::Error::custom("stopped at a bad List item"));
-                }
-            }
+            self.ctx.checker.take(found, at);
             item += 1;
         }
         Ok(())
@@ -561,7 +520,7 @@ mod tests {
             let _ = parse(
                 "x.yaml",
                 &text[..end],
-                &mut Checker::new("x.yaml", &config, &mut each),
+                &mut Checker::new(&config, &mut each),
             );
         }
     }

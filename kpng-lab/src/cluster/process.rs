@@ -23,7 +23,13 @@ pub struct Process {
 }
 
 impl Process {
-    pub(super) fn spawn(mut command: Command) -> Self {
+    /// Starts `command` (a `kpng` run) with the lab's log filter
+    /// (`kpng=info,warn`, or `KPNG_LAB_LOG`'s), its standard error read
+    /// line by line.
+    ///
+    /// # Panics
+    /// When it cannot be started.
+    pub fn spawn(mut command: Command) -> Self {
         command
             .env(
                 "RUST_LOG",

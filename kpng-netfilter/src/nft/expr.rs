@@ -152,12 +152,47 @@ pub enum CtKey {
 }
 
 impl CtKey {
+    /// `ct original|reply ip saddr` (`NFT_CT_SRC_IP`), with a direction.
+    pub const SRC_IP: CtKey = CtKey::Other(19);
+    /// `ct original|reply ip daddr` (`NFT_CT_DST_IP`), with a direction.
+    pub const DST_IP: CtKey = CtKey::Other(20);
+    /// `ct original|reply ip6 saddr` (`NFT_CT_SRC_IP6`), with a direction.
+    pub const SRC_IP6: CtKey = CtKey::Other(21);
+    /// `ct original|reply ip6 daddr` (`NFT_CT_DST_IP6`), with a direction.
+    pub const DST_IP6: CtKey = CtKey::Other(22);
+    /// `ct original|reply proto-src` (`NFT_CT_PROTO_SRC`), with a direction.
+    pub const PROTO_SRC: CtKey = CtKey::Other(11);
+    /// `ct original|reply proto-dst` (`NFT_CT_PROTO_DST`), with a direction.
+    pub const PROTO_DST: CtKey = CtKey::Other(12);
+    /// `ct zone` (`NFT_CT_ZONE`): two bytes, host order.
+    pub const ZONE: CtKey = CtKey::Other(17);
+
     fn number(self) -> u32 {
         match self {
             CtKey::State => 0,
             CtKey::Status => 2,
             CtKey::Mark => 3,
             CtKey::Other(n) => n,
+        }
+    }
+}
+
+/// One direction of a tracked flow (`IP_CT_DIR_*`), for the conntrack
+/// keys that have one ([`Expr::CtDir`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CtDirection {
+    /// `ct original`: as the client sent it.
+    Original,
+    /// `ct reply`: as the replies come.
+    Reply,
+}
+
+impl CtDirection {
+    fn number(self) -> u8 {
+        match self {
+            CtDirection::Original => 0,
+            CtDirection::Reply => 1,
         }
     }
 }
@@ -259,6 +294,16 @@ pub enum Expr {
     Ct {
         /// Which.
         key: CtKey,
+        /// Where to.
+        dreg: Reg,
+    },
+    /// Loads conntrack data of one direction of the flow into `dreg`
+    /// (`ct original ip saddr`, `ct reply proto-src`).
+    CtDir {
+        /// Which (one with a direction: [`CtKey::SRC_IP`] and the like).
+        key: CtKey,
+        /// Which direction.
+        direction: CtDirection,
         /// Where to.
         dreg: Reg,
     },
@@ -435,7 +480,7 @@ impl Expr {
         match self {
             Expr::Payload { .. } => "payload",
             Expr::Meta { .. } | Expr::MetaSet { .. } => "meta",
-            Expr::Ct { .. } => "ct",
+            Expr::Ct { .. } | Expr::CtDir { .. } => "ct",
             Expr::Cmp { .. } => "cmp",
             Expr::Bitwise { .. } => "bitwise",
             Expr::Lookup { .. } => "lookup",
@@ -478,6 +523,15 @@ impl Expr {
             Expr::Meta { key, dreg } => vec![a(1, reg(dreg)), a(2, be32(key.number()))],
             Expr::MetaSet { key, sreg } => vec![a(2, be32(key.number())), a(3, reg(sreg))],
             Expr::Ct { key, dreg } => vec![a(1, reg(dreg)), a(2, be32(key.number()))],
+            Expr::CtDir {
+                key,
+                direction,
+                dreg,
+            } => vec![
+                a(1, reg(dreg)),
+                a(2, be32(key.number())),
+                a(3, vec![direction.number()]),
+            ],
             Expr::Cmp { sreg, op, data } => {
                 let op = match op {
                     CmpOp::Eq => 0,
@@ -769,15 +823,29 @@ impl RawExpr {
                     (None, None) => return None,
                 }
             }
-            "ct" => Expr::Ct {
-                key: match self.u32(2)? {
+            "ct" => {
+                let key = match self.u32(2)? {
                     0 => CtKey::State,
                     2 => CtKey::Status,
                     3 => CtKey::Mark,
                     n => CtKey::Other(n),
-                },
-                dreg: self.reg(1)?,
-            },
+                };
+                let dreg = self.reg(1)?;
+                match self.attr(3).map(|v| v.first().copied()) {
+                    None => Expr::Ct { key, dreg },
+                    Some(Some(0)) => Expr::CtDir {
+                        key,
+                        direction: CtDirection::Original,
+                        dreg,
+                    },
+                    Some(Some(1)) => Expr::CtDir {
+                        key,
+                        direction: CtDirection::Reply,
+                        dreg,
+                    },
+                    Some(_) => return None,
+                }
+            }
             "cmp" => Expr::Cmp {
                 sreg: self.reg(1)?,
                 op: match self.u32(2)? {
@@ -927,6 +995,11 @@ mod tests {
             Expr::Ct {
                 key: CtKey::Status,
                 dreg: r(0),
+            },
+            Expr::CtDir {
+                key: CtKey::SRC_IP6,
+                direction: CtDirection::Reply,
+                dreg: r(4),
             },
             Expr::Cmp {
                 sreg: r(0),

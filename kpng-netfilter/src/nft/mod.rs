@@ -20,8 +20,8 @@ mod verify;
 
 pub use elements::{DataRef, ElementList};
 pub use expr::{
-    CmpOp, CtKey, Data, DynsetOp, Expr, FibResult, MetaKey, NatKind, NfVerdict, PayloadBase,
-    RawExpr, Reg, RejectKind,
+    CmpOp, CtDirection, CtKey, Data, DynsetOp, Expr, FibResult, MetaKey, NatKind, NfVerdict,
+    PayloadBase, RawExpr, Reg, RejectKind,
 };
 pub use object::{
     BaseChain, COMMENT_MAX, Chain, ChainHook, ChainType, DataType, Element, ElementCounter, MapTo,

@@ -348,13 +348,15 @@ impl Socket {
     }
 
     /// Hands each element of `set` to `each`, with its counter when it
-    /// carries one; none when there is no such set.
+    /// carries one; none when there is no such set. Returns whether the
+    /// set is there.
     fn dump_each_element(
         &mut self,
         table: &Table,
         set: &str,
         mut each: impl FnMut(Element, Option<ElementCounter>),
-    ) -> Result<(), Error> {
+    ) -> Result<bool, Error> {
+        let mut found = true;
         let seq = self.take_seqs(1);
         let request = NfTablesMessage::GetSetElement(SetElementMessage {
             attributes: vec![
@@ -370,7 +372,10 @@ impl Socket {
                     0 => Ok(false),
                     // No such table or set: nothing to list (an error
                     // comes before any element).
-                    code if -code == Errno::ENOENT as i32 => Ok(true),
+                    code if -code == Errno::ENOENT as i32 => {
+                        found = false;
+                        Ok(true)
+                    }
                     code => Err(Error::Io {
                         what: "dump",
                         source: Errno::from_raw(-code).into(),
@@ -383,7 +388,8 @@ impl Socket {
                     Ok(false)
                 }
             }
-        })
+        })?;
+        Ok(found)
     }
 
     /// Reads the answers to request `seq` (others are skipped), handing
@@ -468,6 +474,23 @@ impl Socket {
     /// [`Error::Io`] or [`Error::Decode`].
     pub fn read_elements(&mut self, table: &Table, set: &str) -> Result<Vec<Element>, Error> {
         self.dump_elements(table, set)
+    }
+
+    /// The elements of `set` in `table`, or `None` when there is no such
+    /// table or set (where [`read_elements`](Self::read_elements) answers
+    /// an empty list): one dump of that set alone, whatever else the
+    /// kernel holds.
+    ///
+    /// # Errors
+    /// [`Error::Io`] or [`Error::Decode`].
+    pub fn set_elements(
+        &mut self,
+        table: &Table,
+        set: &str,
+    ) -> Result<Option<Vec<Element>>, Error> {
+        let mut out = Vec::new();
+        let found = self.dump_each_element(table, set, |element, _| out.push(element))?;
+        Ok(found.then_some(out))
     }
 
     /// The elements of `set` in `table` with what their counters counted

@@ -11,8 +11,8 @@ use std::fmt::{self, Write as _};
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::expr::{
-    CmpOp, CtKey, Data, DynsetOp, Expr, FibResult, MetaKey, NatKind, NfVerdict, PayloadBase, Reg,
-    RejectKind,
+    CmpOp, CtDirection, CtKey, Data, DynsetOp, Expr, FibResult, MetaKey, NatKind, NfVerdict,
+    PayloadBase, Reg, RejectKind,
 };
 use super::object::{Rule, TableFamily};
 
@@ -229,12 +229,34 @@ impl fmt::Display for Rule {
                     set(&mut regs, slot(*dreg), Value::new(words, kind));
                 }
                 Expr::Ct { key, dreg } => {
-                    let value = match key {
+                    let value = match *key {
                         CtKey::State => Value::new("ct state", Kind::CtState),
                         CtKey::Status => Value::new("ct status", Kind::CtStatus),
                         CtKey::Mark => Value::new("ct mark", Kind::Mark),
+                        CtKey::ZONE => Value::new("ct zone", Kind::Other),
                         CtKey::Other(_) => Value::new("ct", Kind::Other),
                     };
+                    set(&mut regs, slot(*dreg), value);
+                }
+                Expr::CtDir {
+                    key,
+                    direction,
+                    dreg,
+                } => {
+                    let (words, kind, len) = match *key {
+                        CtKey::SRC_IP => ("ip saddr", Kind::Addr, 4),
+                        CtKey::DST_IP => ("ip daddr", Kind::Addr, 4),
+                        CtKey::SRC_IP6 => ("ip6 saddr", Kind::Addr, 16),
+                        CtKey::DST_IP6 => ("ip6 daddr", Kind::Addr, 16),
+                        CtKey::PROTO_SRC => ("proto-src", Kind::Port, 2),
+                        CtKey::PROTO_DST => ("proto-dst", Kind::Port, 2),
+                        _ => ("", Kind::Other, 4),
+                    };
+                    let direction = match direction {
+                        CtDirection::Original => "original",
+                        CtDirection::Reply => "reply",
+                    };
+                    let value = Value::new(format!("ct {direction} {words}"), kind).of_len(len);
                     set(&mut regs, slot(*dreg), value);
                 }
                 Expr::Fib {
