@@ -9,6 +9,7 @@ use kpng_model::entries;
 use kpng_model::v1::enls_client::EnlsClient;
 use kpng_model::v1::global_event::Event as GlobalKind;
 use kpng_model::v1::{NodeReport, WatchRequest, watch_event::Event};
+use kpng_model::view::{ViewDigest, ViewSummary};
 use kpng_sink::Sink;
 
 use crate::Error;
@@ -65,6 +66,16 @@ pub struct AgentConfig {
     /// the backoff: after the link heals, the agent is back within
     /// `max_retry` (and the handshakes).
     pub connect_timeout: Duration,
+    /// Other replicas of the server (a Deployment of servers), tried in
+    /// turn after the address given to [`run_agent`]: the agent stays on
+    /// the one that serves it; when that one fails (no connection, a lost
+    /// stream, a store not synced yet) it tries the next at once, and
+    /// waits its backoff only once every address has failed in a row. On
+    /// another replica it resumes from what it holds: the changes since
+    /// its revision, nothing when the views' digests agree, otherwise only
+    /// the Services that differ (see
+    /// [`ViewSummary`](kpng_model::view::ViewSummary)). Empty by default.
+    pub replicas: Vec<Address>,
 }
 
 impl Default for AgentConfig {
@@ -79,6 +90,7 @@ impl Default for AgentConfig {
             keepalive_interval: KEEPALIVE_INTERVAL,
             keepalive_timeout: KEEPALIVE_TIMEOUT,
             connect_timeout: CONNECT_TIMEOUT,
+            replicas: Vec::new(),
         }
     }
 }
@@ -90,10 +102,22 @@ pub(crate) struct Held {
     instance: u64,
     revision: u64,
     digest: Vec<u8>,
+    /// The server asked for the summary of the view: the next request
+    /// sends it.
+    summary_wanted: bool,
 }
 
 impl Held {
-    fn request(&self, node: &str) -> WatchRequest {
+    /// The request of a watcher holding this; `view` is the view held
+    /// (summarized when the server asked), `elsewhere` that other
+    /// replicas could serve it.
+    fn request(
+        &self,
+        node: &str,
+        view: Option<&kpng_model::view::NodeView>,
+        elsewhere: bool,
+    ) -> WatchRequest {
+        let holds = self.revision > 0;
         WatchRequest {
             node: node.to_owned(),
             since_revision: self.revision,
@@ -101,20 +125,41 @@ impl Held {
             since_digest: self.digest.clone(),
             // The decoder reads endpoints in columns, the cheapest form.
             endpoint_columns: true,
+            summarizes: view.is_some(),
+            since_summary: view
+                .filter(|_| holds && self.summary_wanted)
+                .map(|view| ViewSummary::of(view).to_wire()),
+            // Better another replica, or a retry, than a view older than
+            // the one held.
+            unavailable_unless_synced: holds || elsewhere,
         }
     }
 }
 
-/// Keeps `sink` in line with `node`'s view from the server at `address`:
-/// connects (retrying with jittered backoff), streams, applies each batch
-/// of changes to the view it holds, and at each `sync` hands the sink the
-/// round from the view of the last round that succeeded (a full round at
-/// first, after the server's reset, and after a failed round); after a
-/// disconnect it resumes from the revision it holds, or, on a restarted
-/// server or another replica, from the digest of the view it holds. A
-/// sink failure, or a change that does not fit the view, makes it start
-/// over from a full view. Returns after the first sync with `once`;
-/// otherwise runs until dropped.
+/// How a session that did not fail ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// The server ended the stream.
+    Closed,
+    /// The first sync of a `once` agent.
+    Once,
+    /// The server asked for the summary of the view held: ask again at
+    /// once, with it.
+    SummaryWanted,
+}
+
+/// Keeps `sink` in line with `node`'s view from the server at `address`
+/// (or its replicas, [`AgentConfig::replicas`]): connects (retrying with
+/// jittered backoff), streams, applies each batch of changes to the view
+/// it holds, and at each `sync` hands the sink the round from the view of
+/// the last round that succeeded (a full round at first, after the
+/// server's reset, and after a failed round); after a disconnect it
+/// resumes from the revision it holds, or, on a restarted server or
+/// another replica, from the digest of the view it holds, or when asked
+/// from its summary (only the Services that differ are sent). A sink
+/// failure, or a change that does not fit the view, makes it start over
+/// from a full view. Returns after the first sync with `once`; otherwise
+/// runs until dropped.
 ///
 /// The agent holds the node view and the view of the last round that
 /// succeeded, which shares every unchanged Service with it; the sink
@@ -137,12 +182,16 @@ pub async fn run_agent<S: Sink + ?Sized>(
 ) -> Result<(), Error> {
     let mut held = Held::default();
     let mut rounds = Rounds::new();
-    let mut retries = Retries::new(address, config);
+    let addresses: Vec<Address> = std::iter::once(address.clone())
+        .chain(config.replicas.iter().cloned())
+        .collect();
+    let mut retries = Retries::new(&addresses, config);
     let reporter = Reporter::new(config.report_spread);
     loop {
         let started = std::time::Instant::now();
+        let asked = held.summary_wanted;
         let result = session(
-            address,
+            &addresses[retries.at],
             node,
             sink,
             &mut held,
@@ -153,8 +202,18 @@ pub async fn run_agent<S: Sink + ?Sized>(
         )
         .await;
         let delay = match result {
-            Ok(()) if config.once => return Ok(()),
-            Ok(()) => retries.ended(),
+            Ok(Ended::Once) => return Ok(()),
+            Ok(Ended::SummaryWanted) if !asked => {
+                held.summary_wanted = true;
+                Duration::ZERO
+            }
+            Ok(Ended::SummaryWanted) => {
+                // Asked again though it was sent: start over.
+                held = Held::default();
+                rounds.reset();
+                retries.ended()
+            }
+            Ok(Ended::Closed) => retries.ended(),
             Err(e @ Error::Sink(_)) if config.once => return Err(e),
             Err(e @ Error::Sink(_)) => {
                 // The sink's state is unknown: start over.
@@ -339,9 +398,15 @@ enum Reached {
     Synced,
 }
 
-/// The retries of an agent or a mirror: the backoff, and what is said of
-/// each attempt.
+/// The retries of an agent or a mirror: the backoff, which address to
+/// try, and what is said of each attempt.
 pub(crate) struct Retries {
+    /// The addresses, the current one at `at`.
+    addresses: Vec<String>,
+    at: usize,
+    /// Addresses failed in a row in this round of the list: the backoff
+    /// is waited once every one has.
+    round: usize,
     address: String,
     backoff: kpng_retry::Backoff,
     /// How far the current session got.
@@ -355,9 +420,13 @@ pub(crate) struct Retries {
 }
 
 impl Retries {
-    pub(crate) fn new(address: &Address, config: &AgentConfig) -> Self {
+    pub(crate) fn new(addresses: &[Address], config: &AgentConfig) -> Self {
+        let addresses: Vec<String> = addresses.iter().map(ToString::to_string).collect();
         Self {
-            address: address.to_string(),
+            address: addresses.first().cloned().unwrap_or_default(),
+            addresses,
+            at: 0,
+            round: 0,
             backoff: kpng_retry::Backoff::new(config.retry, config.max_retry),
             reached: Reached::Nothing,
             failed: 0,
@@ -389,6 +458,7 @@ impl Retries {
             self.reached = Reached::Synced;
             self.backoff.reset();
             self.failed = 0;
+            self.round = 0;
             self.warned = None;
         }
     }
@@ -407,9 +477,34 @@ impl Retries {
     }
 
     /// The server ended a stream: the wait before reconnecting.
+    /// The current address failed: the next is tried, at once unless
+    /// every address has failed in a row (then after the backoff).
+    fn next_address(&mut self) -> Duration {
+        let n = self.addresses.len().max(1);
+        self.round += 1;
+        self.at = (self.at + 1) % n;
+        if let Some(next) = self.addresses.get(self.at) {
+            self.address.clone_from(next);
+        }
+        if self.round >= n {
+            self.round = 0;
+            self.backoff.next_delay()
+        } else {
+            Duration::ZERO
+        }
+    }
+
+    /// The server ended a stream: the wait before reconnecting (to the
+    /// next address, when there are others).
     fn ended(&mut self) -> Duration {
-        tracing::info!("the ENLS watch from {} ended; reconnecting", self.address);
-        self.backoff.next_delay()
+        let from = self.address.clone();
+        let delay = self.next_address();
+        tracing::info!(
+            "the ENLS watch from {from} ended; reconnecting to {} in {:.1}s",
+            self.address,
+            delay.as_secs_f64()
+        );
+        delay
     }
 
     /// The sink failed: the wait before starting over from a full view.
@@ -430,16 +525,20 @@ impl Retries {
     fn failed(&mut self, error: &Error, revision: u64) -> Result<Duration, Error> {
         let cause = kpng_retry::one_line(error);
         self.failed += 1;
-        let address = &self.address;
         if self.give_up_after.is_some_and(|n| self.failed >= n) {
             return Err(Error::Unreachable {
-                address: address.clone(),
+                address: self.address.clone(),
                 attempts: self.failed,
                 cause,
             });
         }
-        let delay = self.backoff.next_delay();
-        let wait = format!("{:.1}s", delay.as_secs_f64());
+        let address = self.address.clone();
+        let delay = self.next_address();
+        let wait = if self.addresses.len() > 1 {
+            format!("{:.1}s at {}", delay.as_secs_f64(), self.address)
+        } else {
+            format!("{:.1}s", delay.as_secs_f64())
+        };
         if self.reached != Reached::Nothing {
             tracing::warn!(
                 "lost ENLS watch from {address} at revision {revision}: {cause}; reconnecting in {wait}"
@@ -490,20 +589,31 @@ pub(crate) async fn session<S: Sink + ?Sized>(
     config: &AgentConfig,
     retries: &mut Retries,
     reporter: &Reporter,
-) -> Result<(), Error> {
+) -> Result<Ended, Error> {
     retries.start();
     // The server sends again what a lost stream did not close with a
     // sync.
     rounds.resume();
     let mut client = client(address, config).await?;
     reporter.new_session();
-    let mut stream = client.watch(held.request(node)).await?.into_inner();
+    let request = held.request(node, Some(rounds.view()), !config.replicas.is_empty());
+    // The summary goes once: asked again, the agent starts over.
+    held.summary_wanted = false;
+    let mut stream = client.watch(request).await?.into_inner();
     retries.opened();
     let (mut instance, mut digest) = (0, Vec::new());
     let mut decoder = compact::Decoder::new();
+    // The view was brought over by its summary: checked against the
+    // server's digest at the sync, once.
+    let mut check = false;
     while let Some(message) = stream.message().await? {
         match message.event {
             Some(Event::Instance(id)) => instance = id,
+            Some(Event::SummaryWanted(_)) => return Ok(Ended::SummaryWanted),
+            Some(Event::Dropped(dropped)) => {
+                check = true;
+                rounds.drop_services(&dropped.services);
+            }
             Some(Event::Reset(_)) => {
                 // What is held is gone, whatever happens next.
                 *held = Held::default();
@@ -528,6 +638,22 @@ pub(crate) async fn session<S: Sink + ?Sized>(
             Some(Event::Digest(d)) => digest = d,
             Some(Event::Sync(revision)) => {
                 decoder.end_round();
+                // The first round of another instance that did not reset:
+                // its digest must be the view's (a summary's fingerprints
+                // are 64 bits; a mismatch costs a full view, never a
+                // wrong one).
+                let other = held.instance != 0 && instance != held.instance;
+                if (check || other && !digest.is_empty())
+                    && ViewDigest::from_bytes(&digest) != Some(ViewDigest::of(rounds.view()))
+                {
+                    *held = Held::default();
+                    rounds.reset();
+                    return Err(Error::Status(tonic::Status::data_loss(
+                        "the view resumed on another server instance is not the server's \
+                         (its digest differs): asking for the whole view",
+                    )));
+                }
+                check = false;
                 let result = rounds.sync(revision, sink);
                 let report = NodeReport {
                     node: node.to_owned(),
@@ -556,16 +682,17 @@ pub(crate) async fn session<S: Sink + ?Sized>(
                     instance,
                     revision,
                     digest: std::mem::take(&mut digest),
+                    summary_wanted: false,
                 };
                 retries.synced();
                 if config.once {
-                    return Ok(());
+                    return Ok(Ended::Once);
                 }
             }
             None => {}
         }
     }
-    Ok(())
+    Ok(Ended::Closed)
 }
 
 /// Keeps `store` a copy of the whole ENLS of the server at `address` (the
@@ -585,7 +712,7 @@ pub async fn run_mirror(
     config: &AgentConfig,
 ) -> Result<(), Error> {
     let mut held = Held::default();
-    let mut retries = Retries::new(address, config);
+    let mut retries = Retries::new(std::slice::from_ref(address), config);
     loop {
         let started = std::time::Instant::now();
         let result = mirror_session(address, store, &mut held, config, &mut retries).await;
@@ -609,7 +736,7 @@ pub(crate) async fn mirror_session(
     retries.start();
     let mut stream = client(address, config)
         .await?
-        .watch_all(held.request(""))
+        .watch_all(held.request("", None, false))
         .await?
         .into_inner();
     retries.opened();
@@ -650,6 +777,7 @@ pub(crate) async fn mirror_session(
                     instance,
                     revision,
                     digest: Vec::new(),
+                    summary_wanted: false,
                 };
                 retries.synced();
                 if config.once {
@@ -730,7 +858,7 @@ mod tests {
             ..AgentConfig::default()
         };
         let address = Address::Unix("/nowhere/kpng.sock".into());
-        let mut retries = Retries::new(&address, &config);
+        let mut retries = Retries::new(std::slice::from_ref(&address), &config);
         let refused = Error::Address("refused".into());
         retries.start();
         assert!(retries.failed(&refused, 0).is_ok());

@@ -14,7 +14,18 @@
 //! - an agent that reconnects names the revision it holds, and gets only
 //!   what changed since; on a restarted server or another replica, the
 //!   digest of its view, and gets nothing more when that view is still
-//!   current; otherwise a reset and the whole view;
+//!   current; otherwise, asked for it, the summary of its view
+//!   ([`ViewSummary`](kpng_model::view::ViewSummary): per Service, its
+//!   name's fingerprint and its term of the view's digest, 16 bytes), and
+//!   gets only the Services that differ and those to drop, as Envoy's
+//!   delta xDS resumes from the versions a client holds (an older agent,
+//!   or one of an older server, gets a reset and the whole view);
+//! - replicas of the server: an agent given several addresses
+//!   ([`AgentConfig::replicas`]) stays on the one that serves it and
+//!   moves to the next when it fails, resuming as above; a replica whose
+//!   store has not completed its initial lists answers `UNAVAILABLE` to an
+//!   agent that holds a view or knows others, so that none goes back to
+//!   an older or partial view;
 //! - what the server holds per node is what is that node's own: views are
 //!   built on one shared base per zone ([`kpng_view::SharedViews`]); full
 //!   views are streamed in batches as the agent reads them, at most

@@ -127,8 +127,17 @@ impl Rounds {
         result
     }
 
+    /// Drops the Services of the view whose name fingerprints
+    /// ([`ViewSummary::fingerprint`](kpng_model::view::ViewSummary::fingerprint))
+    /// are `fingerprints`: a resume by summary, whose changes follow.
+    pub(crate) fn drop_services(&mut self, fingerprints: &[u64]) {
+        for name in kpng_model::view::ViewSummary::names(&self.view, fingerprints) {
+            self.pending = true;
+            self.view.services.remove(&name);
+        }
+    }
+
     /// The view the ops received so far lead to.
-    #[cfg(test)]
     pub(crate) fn view(&self) -> &NodeView {
         &self.view
     }

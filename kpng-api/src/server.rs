@@ -14,7 +14,7 @@ use kpng_model::v1::{
     EnlsChanges, FleetReply, FleetRequest, GlobalEvent, NodeReport, ReportReply, WatchEvent,
     WatchRequest, watch_event::Event,
 };
-use kpng_model::view::{ViewDigest, ViewOp};
+use kpng_model::view::{ViewDigest, ViewOp, ViewSummary};
 use kpng_store::{Reader, Snapshot};
 use kpng_view::{SharedNodeView, SharedViews, view_changes};
 use tokio::sync::mpsc;
@@ -79,6 +79,9 @@ pub(crate) struct Counters {
     full: AtomicU64,
     resumed: AtomicU64,
     by_digest: AtomicU64,
+    by_summary: AtomicU64,
+    summaries_wanted: AtomicU64,
+    unsynced: AtomicU64,
     report_calls: AtomicU64,
     report_streams: AtomicU64,
     streamed_reports: AtomicU64,
@@ -106,6 +109,16 @@ pub struct ServerStats {
     /// Streams that resumed on the digest of the view the watcher holds
     /// (after a restart, or from another replica): no reset, no transfer.
     pub resumed_by_digest: u64,
+    /// Streams that resumed on the summary of the view the watcher holds
+    /// (from another instance, its view differing from this one's): only
+    /// the Services that differ were sent, and those to drop.
+    pub resumed_by_summary: u64,
+    /// Streams that asked the watcher for the summary of its view and
+    /// ended (it asks again with it).
+    pub summaries_wanted: u64,
+    /// Watches refused as unavailable because the store had not completed
+    /// its initial lists (the watcher asked not to wait).
+    pub refused_unsynced: u64,
     /// Service views encoded for full views: each view that nodes share
     /// once (per revision it changes at), and each node's own Services
     /// once per full view of that node.
@@ -161,6 +174,17 @@ pub(crate) struct Since {
     instance: u64,
     revision: u64,
     digest: Vec<u8>,
+    /// It can summarize its view when asked.
+    summarizes: bool,
+    /// The summary of its view.
+    summary: Option<ViewSummary>,
+}
+
+impl Since {
+    /// The watcher holds a view (or says so).
+    fn holds(&self) -> bool {
+        self.revision > 0 || !self.digest.is_empty() || self.summary.is_some()
+    }
 }
 
 impl From<&WatchRequest> for Since {
@@ -169,6 +193,11 @@ impl From<&WatchRequest> for Since {
             instance: request.since_instance,
             revision: request.since_revision,
             digest: request.since_digest.clone(),
+            summarizes: request.summarizes,
+            summary: request
+                .since_summary
+                .as_ref()
+                .and_then(ViewSummary::from_wire),
         }
     }
 }
@@ -263,6 +292,9 @@ impl Server {
             full_views: c.full.load(Ordering::Relaxed),
             resumed: c.resumed.load(Ordering::Relaxed),
             resumed_by_digest: c.by_digest.load(Ordering::Relaxed),
+            resumed_by_summary: c.by_summary.load(Ordering::Relaxed),
+            summaries_wanted: c.summaries_wanted.load(Ordering::Relaxed),
+            refused_unsynced: c.unsynced.load(Ordering::Relaxed),
             services_encoded: self.encodings.encoded(),
             report_calls: c.report_calls.load(Ordering::Relaxed),
             report_streams: c.report_streams.load(Ordering::Relaxed),
@@ -335,12 +367,28 @@ impl Server {
         let mut permit = None;
         // The oldest revision of the next round's changes; a whole view.
         let (mut from, mut whole) = (since.revision.saturating_add(1), false);
-        match feed.resume(&self, old.as_ref(), &since.digest, &snapshot) {
+        match feed.resume(&self, old.as_ref(), &since, &snapshot) {
             Some(Resumed::FromRevision) => {
                 self.counters.resumed.fetch_add(1, Ordering::Relaxed);
             }
             Some(Resumed::ByDigest) => {
                 self.counters.by_digest.fetch_add(1, Ordering::Relaxed);
+            }
+            Some(Resumed::BySummary) => {
+                self.counters.by_summary.fetch_add(1, Ordering::Relaxed);
+                // Revisions of another instance mean nothing here: the
+                // round's changes are counted from this revision.
+                from = snapshot.revision();
+            }
+            None if since.summarizes && since.holds() => {
+                // Cheaper than the whole view: the watcher's summary.
+                self.counters
+                    .summaries_wanted
+                    .fetch_add(1, Ordering::Relaxed);
+                if let Some(wanted) = F::summary_wanted() {
+                    let _ = tx.send(Ok(wanted)).await;
+                }
+                return;
             }
             None => {
                 if tx.send(Ok(F::reset())).await.is_err() {
@@ -433,6 +481,8 @@ pub(crate) enum Resumed {
     FromRevision,
     /// The watcher's view has the current view's digest: nothing to send.
     ByDigest,
+    /// From the summary of the watcher's view: what differs.
+    BySummary,
 }
 
 /// What differs between the node watch and the global watch.
@@ -442,14 +492,19 @@ pub(crate) trait Feed: Send + 'static {
     fn instance(id: u64) -> Self::Message;
     fn reset() -> Self::Message;
     fn sync(revision: u64) -> Self::Message;
+    /// The message asking the watcher for its summary, if this feed takes
+    /// one.
+    fn summary_wanted() -> Option<Self::Message> {
+        None
+    }
     /// Starts from what the watcher holds (`old`, a remembered snapshot,
-    /// or the digest of its view), when that can be done without a full
-    /// view.
+    /// or the digest or summary of its view, in `since`), when that can be
+    /// done without a full view.
     fn resume(
         &mut self,
         server: &Server,
         old: Option<&Snapshot>,
-        digest: &[u8],
+        since: &Since,
         snapshot: &Snapshot,
     ) -> Option<Resumed>;
     /// Starts from nothing: the whole state at `snapshot` is pending.
@@ -483,6 +538,8 @@ pub(crate) struct NodeFeed {
 pub(crate) enum Pending {
     None,
     Ops(std::vec::IntoIter<ViewOp>),
+    /// Services to drop (by fingerprint), then ops: a resume by summary.
+    Dropped(Vec<u64>, Vec<ViewOp>),
     /// The whole view, in messages of shared pieces.
     Full(Box<FullView>),
 }
@@ -498,19 +555,30 @@ impl Feed for NodeFeed {
     fn sync(revision: u64) -> Outgoing {
         Outgoing::Event(event(Event::Sync(revision)))
     }
+    fn summary_wanted() -> Option<Outgoing> {
+        Some(Outgoing::Event(event(Event::SummaryWanted(true))))
+    }
     fn resume(
         &mut self,
         server: &Server,
         old: Option<&Snapshot>,
-        digest: &[u8],
+        since: &Since,
         snapshot: &Snapshot,
     ) -> Option<Resumed> {
         let view = server.shared.project(self.view.node_name(), snapshot);
         let resumed = if let Some(ops) = old.and_then(|old| view_changes(old, &view)) {
             self.pending = Pending::Ops(ops.into_iter());
             Resumed::FromRevision
-        } else if ViewDigest::from_bytes(digest) == Some(view.digest()) {
+        } else if ViewDigest::from_bytes(&since.digest) == Some(view.digest()) {
             Resumed::ByDigest
+        } else if let Some(summary) = &since.summary {
+            let difference = summary.difference(view.view());
+            self.pending = if difference.dropped.is_empty() {
+                Pending::Ops(difference.ops.into_iter())
+            } else {
+                Pending::Dropped(difference.dropped, difference.ops)
+            };
+            Resumed::BySummary
         } else {
             return None;
         };
@@ -538,6 +606,14 @@ impl Feed for NodeFeed {
                 let batch: Vec<_> = ops.take(CHANGES_PER_MESSAGE).collect();
                 (!batch.is_empty())
                     .then(|| Outgoing::Event(event(Event::Changes(self.encoder.batch(&batch)))))
+            }
+            Pending::Dropped(dropped, ops) => {
+                let ops = std::mem::take(ops);
+                let dropped = std::mem::take(dropped);
+                self.pending = Pending::Ops(ops.into_iter());
+                return Some(Outgoing::Event(event(Event::Dropped(
+                    kpng_model::v1::DroppedServices { services: dropped },
+                ))));
             }
             Pending::Full(full) => full.next_message(),
         };
@@ -589,7 +665,7 @@ impl Feed for GlobalFeed {
         &mut self,
         _: &Server,
         old: Option<&Snapshot>,
-        _: &[u8],
+        _: &Since,
         snapshot: &Snapshot,
     ) -> Option<Resumed> {
         self.previous = old?.clone();
@@ -734,6 +810,15 @@ const WATCH_PATH: &str = "/kpng.model.v1.Enls/Watch";
 type OutgoingStream = Pin<Box<dyn Stream<Item = Result<Outgoing, Status>> + Send>>;
 
 impl Server {
+    /// The store has completed its initial lists of Services and
+    /// endpoints (before, a watch waits, or is refused when it asks).
+    fn synced(&self) -> bool {
+        let snapshot = self.reader.snapshot();
+        [kpng_model::Kind::Service, kpng_model::Kind::Endpoint]
+            .iter()
+            .all(|kind| snapshot.is_listed(*kind))
+    }
+
     /// One agent's report, into the fleet view.
     fn take_report(&self, report: &NodeReport) -> Result<(), Status> {
         if report.node.is_empty() {
@@ -754,6 +839,12 @@ impl Server {
     fn watch_encoded(&self, request: WatchRequest) -> Result<OutgoingStream, Status> {
         if request.node.is_empty() {
             return Err(Status::invalid_argument("name a node"));
+        }
+        if request.unavailable_unless_synced && !self.synced() {
+            self.counters.unsynced.fetch_add(1, Ordering::Relaxed);
+            return Err(Status::unavailable(
+                "not synced yet: this server's store has not completed its initial lists",
+            ));
         }
         let (tx, rx) = mpsc::channel(QUEUE);
         let since = Since::from(&request);

@@ -109,7 +109,7 @@ fn flip(store: &mut Store, cluster: &Cluster, i: usize) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_agent_resumes_and_a_restarted_server_resets_it() {
+async fn an_agent_resumes_and_a_restarted_server_sends_the_difference() {
     let cluster = cluster();
     let mut store = store(&cluster);
     let node = "node-1";
@@ -140,8 +140,10 @@ async fn an_agent_resumes_and_a_restarted_server_resets_it() {
         "resumed, not reset"
     );
 
-    // A restarted server (another instance) does not know the agent's
-    // revisions: it resets the agent, which converges again.
+    // A restarted server (another instance) knows neither the agent's
+    // revisions nor its digest (the view changed meanwhile): it asks for
+    // the summary of the agent's view and sends only what differs, no
+    // reset.
     // The listener goes first, then the streams: closed the other way
     // round, an agent could reconnect to the old listener in between and
     // keep a stream of the old server through the change that follows.
@@ -149,14 +151,22 @@ async fn an_agent_resumes_and_a_restarted_server_resets_it() {
     let _ = serving.await;
     server.close_streams();
     flip(&mut store, &cluster, 9);
-    let serving = tokio::spawn(serve(
-        bind_unix(&path).expect("bind"),
-        Server::new(store.reader()),
-    ));
+    let restarted = Server::new(store.reader());
+    let serving = tokio::spawn(serve(bind_unix(&path).expect("bind"), restarted.clone()));
     assert_eq!(
         converged(&seen, &store, node).await,
-        2,
-        "reset by a new instance"
+        1,
+        "resumed by summary, not reset"
+    );
+    let stats = restarted.stats();
+    assert_eq!(
+        (
+            stats.full_views,
+            stats.summaries_wanted,
+            stats.resumed_by_summary
+        ),
+        (0, 1, 1),
+        "{stats:?}"
     );
 
     // A killed agent: a new one starts from a full view and converges.

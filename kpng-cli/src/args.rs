@@ -103,9 +103,13 @@ impl TlsArgs {
 #[derive(Args, Debug)]
 pub(crate) struct ApiArgs {
     /// The server: `unix:///run/kpng.sock` (or a socket path), or
-    /// `tcp://host:port` with the `--tls-*` files.
-    #[arg(long)]
-    pub(crate) api: String,
+    /// `tcp://host:port` with the `--tls-*` files. Replicas of the server
+    /// (a Deployment of servers): several addresses, comma-separated or
+    /// the flag repeated; an agent uses the first that serves it and moves
+    /// to the next when it fails, resuming from the view it holds.
+    /// `fleet`, `explain` and a chained `to-api` ask the first.
+    #[arg(long, value_delimiter = ',', required = true, num_args = 1)]
+    pub(crate) api: Vec<String>,
     #[command(flatten)]
     pub(crate) tls: TlsArgs,
     #[command(flatten)]
@@ -1092,6 +1096,43 @@ mod tests {
             super::Source::File(file) => assert_eq!(file.node.name.as_deref(), Some("n")),
             other => panic!("{other:?}"),
         }
+    }
+
+    /// Replicas of the server: comma-separated, or the flag repeated, in
+    /// the order given.
+    #[test]
+    fn api_takes_replicas_comma_separated_or_repeated() {
+        let api = |argv: &[&str]| match Cli::try_parse_from(argv).expect("parses").source {
+            super::Source::Api(a) => a.api,
+            _ => panic!("not api"),
+        };
+        let want = ["unix:///a", "unix:///b", "unix:///c"];
+        assert_eq!(
+            api(&[
+                "kpng",
+                "api",
+                "--api",
+                "unix:///a,unix:///b,unix:///c",
+                "to-nft"
+            ]),
+            want
+        );
+        assert_eq!(
+            api(&[
+                "kpng",
+                "api",
+                "--api",
+                "unix:///a",
+                "--api",
+                "unix:///b,unix:///c",
+                "to-nft"
+            ]),
+            want
+        );
+        assert_eq!(
+            api(&["kpng", "api", "--api", "unix:///a", "to-nft"]),
+            ["unix:///a"]
+        );
     }
 
     /// One `--node` for every source: one type, one default, and

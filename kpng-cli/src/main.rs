@@ -223,7 +223,15 @@ async fn run(cli: Cli) -> Result<(), Error> {
             finish(source, &args.node, false, &args.sink, once).await
         }
         Source::Api(args) => {
-            let address = args.tls.address(&args.api)?;
+            let mut addresses = Vec::with_capacity(args.api.len());
+            for uri in &args.api {
+                addresses.push(args.tls.address(uri)?);
+            }
+            let mut addresses = addresses.into_iter();
+            let Some(address) = addresses.next() else {
+                return Err(Error::Usage("--api names the server".into()));
+            };
+            let replicas: Vec<kpng_api::Address> = addresses.collect();
             if let Action::ToApi(_) = &args.sink {
                 // A chained server: mirror the upstream ENLS, serve it.
                 let mut store = Store::new();
@@ -259,6 +267,7 @@ async fn run(cli: Cli) -> Result<(), Error> {
             let mut config = kpng_api::AgentConfig::default();
             config.once_attempts = ONCE_ATTEMPTS;
             args.link.apply(&mut config);
+            config.replicas = replicas;
             let proxy = kpng::Proxy::new(node)
                 .server(address)
                 .sink(sink)

@@ -253,6 +253,10 @@ pub struct Cluster {
     namespaces: Vec<String>,
     echo: Vec<Child>,
     server: Option<Process>,
+    /// A second server replica ([`Cluster::start_replica`]), and whether
+    /// agents are given both addresses.
+    replica: Option<Process>,
+    replicated: bool,
     agents: Vec<Option<Process>>,
     /// Per node, for [`AgentBackend::Ebpf`]: its bpffs and cgroup,
     /// removed after the namespaces (field order), which detaches what
@@ -404,6 +408,67 @@ impl Cluster {
     /// The server, while it runs.
     pub fn server(&self) -> Option<&Process> {
         self.server.as_ref()
+    }
+
+    /// Starts a second server replica on the same manifest, `kpng file
+    /// --input M --watch to-api --listen unix://S2` ([`Self::replica_socket_path`]):
+    /// agents started from now on are given both addresses, the server's
+    /// first (`--api unix://S,unix://S2`).
+    ///
+    /// # Panics
+    /// When one runs already.
+    pub fn start_replica(&mut self) {
+        assert!(self.replica.is_none(), "the replica runs already");
+        let mut command = Command::new(&self.binary);
+        command
+            .args(["file", "--input"])
+            .arg(self.manifest_path())
+            .args(["--watch", "to-api", "--listen"])
+            .arg(format!("unix://{}", self.replica_socket_path().display()));
+        self.replica = Some(Process::spawn(command));
+        self.replicated = true;
+    }
+
+    /// The second replica's unix socket.
+    pub fn replica_socket_path(&self) -> PathBuf {
+        self.dir.join("api-2.sock")
+    }
+
+    /// Kills the server (SIGKILL) and makes the replica the server: what
+    /// reads the server's log ([`Self::wait_reload`]) reads the
+    /// replica's from now on.
+    pub fn kill_server_for_replica(&mut self) {
+        self.server = self.replica.take();
+    }
+
+    /// The `--api` of an agent: the server's address, and the replica's
+    /// after [`Self::start_replica`].
+    pub(super) fn api_addresses(&self) -> String {
+        let server = format!("unix://{}", self.socket_path().display());
+        if self.replicated {
+            format!("{server},unix://{}", self.replica_socket_path().display())
+        } else {
+            server
+        }
+    }
+
+    /// Starts `count` connections (or datagrams) from namespace `ns` in
+    /// the background, as [`Self::connect`] makes them (one line each on
+    /// its stdout, piped); nothing is checked against `kpng explain`.
+    pub fn spawn_connect(
+        &self,
+        ns: &str,
+        proto: &str,
+        host: &str,
+        port: u16,
+        count: usize,
+    ) -> Child {
+        Command::new("ip")
+            .args(["netns", "exec", ns, "python3", "-c", CLIENT, proto, host])
+            .args([port.to_string(), count.to_string()])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("client")
     }
 
     /// Starts node `k`'s agent inside its namespace: `kpng api --api

@@ -24,7 +24,7 @@ use crate::{Error, Result, ServiceInfo, ServiceName};
 
 mod digest;
 mod plan;
-pub use digest::ViewDigest;
+pub use digest::{ViewDifference, ViewDigest, ViewSummary};
 pub use plan::{PortPlan, ServicePlan, port_targets};
 
 /// One endpoint address as this node uses it.

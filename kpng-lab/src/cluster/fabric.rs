@@ -52,6 +52,7 @@ pub(super) fn batch(ns: Option<&str>, lines: &[String]) {
 impl Cluster {
     pub(super) fn clean_up(&mut self) {
         self.server = None;
+        self.replica = None;
         self.agents.clear();
         if let Some(api) = self.fabric_api.as_mut()
             && let Some(mut relay) = api.relay.take()
@@ -148,6 +149,8 @@ impl Cluster {
             namespaces: Vec::new(),
             echo: Vec::new(),
             server: None,
+            replica: None,
+            replicated: false,
             agents: (0..nodes).map(|_| None).collect(),
             bpf: Vec::new(),
             agent_flags: Vec::new(),

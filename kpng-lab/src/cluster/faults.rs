@@ -277,10 +277,7 @@ impl Cluster {
     /// its TLS files.
     pub(super) fn api_args(&self, agent: bool) -> Vec<String> {
         match &self.fabric_api {
-            None => vec![
-                "--api".into(),
-                format!("unix://{}", self.socket_path().display()),
-            ],
+            None => vec!["--api".into(), self.api_addresses()],
             Some(api) => {
                 let port = if agent && api.via_relay {
                     RELAY_PORT

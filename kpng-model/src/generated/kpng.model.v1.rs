@@ -594,11 +594,56 @@ pub struct WatchRequest {
     /// in columns (cheaper to decode) instead of CompactEndpoint messages.
     #[prost(bool, tag = "5")]
     pub endpoint_columns: bool,
+    /// The watcher can summarize the view it holds (since_summary). A server
+    /// that can resume it neither from since_revision nor from since_digest
+    /// then sends its instance and `summary_wanted` and ends the stream,
+    /// instead of a reset and the whole view; the watcher asks again with
+    /// its summary. Older servers ignore it.
+    #[prost(bool, tag = "6")]
+    pub summarizes: bool,
+    /// The view the watcher holds, Service by Service (see ViewSummary): a
+    /// server of another instance sends only what differs from its own view
+    /// of the node (`dropped`, then the Services that differ), with no
+    /// reset. Sent only when asked (`summary_wanted`).
+    #[prost(message, optional, tag = "7")]
+    pub since_summary: ::core::option::Option<ViewSummary>,
+    /// Answer UNAVAILABLE while the server's store has not completed its
+    /// initial lists, instead of waiting for them: a watcher that holds a
+    /// view, or that knows other replicas, goes elsewhere rather than wait
+    /// on a server that may be behind. Older servers ignore it (and wait).
+    #[prost(bool, tag = "8")]
+    pub unavailable_unless_synced: bool,
+}
+/// A compact summary of a node view, for resuming on another server
+/// instance with only the difference (as Envoy's delta xDS resumes with the
+/// versions of the resources the client holds).
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ViewSummary {
+    /// 16 bytes per Service held, sorted by the first 8: the fingerprint of
+    /// its name (namespace and name), then the low 64 bits of its term of the
+    /// view digest (see WatchEvent.digest), both big-endian.
+    #[prost(bytes = "vec", tag = "1")]
+    pub services: ::prost::alloc::vec::Vec<u8>,
+    /// The low 64 bits of the node object's term of the view digest.
+    #[prost(fixed64, tag = "2")]
+    pub node: u64,
+    /// The low 64 bits of the Service CIDRs' term of the view digest.
+    #[prost(fixed64, tag = "3")]
+    pub service_cidrs: u64,
+}
+/// Services to drop from the view held, named by the fingerprints of their
+/// names (ViewSummary.services): those the server's view lacks, and those
+/// that differ, sent whole in the changes that follow.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct DroppedServices {
+    /// The fingerprints.
+    #[prost(fixed64, repeated, tag = "1")]
+    pub services: ::prost::alloc::vec::Vec<u64>,
 }
 /// One message of a watch stream.
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct WatchEvent {
-    #[prost(oneof = "watch_event::Event", tags = "1, 2, 3, 4, 5")]
+    #[prost(oneof = "watch_event::Event", tags = "1, 2, 3, 4, 5, 6, 7")]
     pub event: ::core::option::Option<watch_event::Event>,
 }
 /// Nested message and enum types in `WatchEvent`.
@@ -621,6 +666,15 @@ pub mod watch_event {
         /// sent just before each sync, for resuming on another instance.
         #[prost(bytes, tag = "5")]
         Digest(::prost::alloc::vec::Vec<u8>),
+        /// Resend the request with since_summary (the watcher set
+        /// `summarizes`): this instance knows neither the revision nor the
+        /// digest the watcher holds. The stream ends after it.
+        #[prost(bool, tag = "6")]
+        SummaryWanted(bool),
+        /// Drop these Services from the view held (a resume by summary; sent
+        /// after the instance, before the changes).
+        #[prost(message, tag = "7")]
+        Dropped(super::DroppedServices),
     }
 }
 /// A batch of changes.

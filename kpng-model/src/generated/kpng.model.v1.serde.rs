@@ -512,6 +512,100 @@ impl<'de> serde::Deserialize<'de> for DeleteEndpoint {
         deserializer.deserialize_struct("kpng.model.v1.DeleteEndpoint", FIELDS, GeneratedVisitor)
     }
 }
+impl serde::Serialize for DroppedServices {
+    #[allow(deprecated)]
+    fn serialize<S>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error>
+    where
+        S: serde::Serializer,
+    {
+        use serde::ser::SerializeStruct;
+        let mut len = 0;
+        if !self.services.is_empty() {
+            len += 1;
+        }
+        let mut struct_ser = serializer.serialize_struct("kpng.model.v1.DroppedServices", len)?;
+        if !self.services.is_empty() {
+            struct_ser.serialize_field("services", &self.services.iter().map(ToString::to_string).collect::<Vec<_>>())?;
+        }
+        struct_ser.end()
+    }
+}
+impl<'de> serde::Deserialize<'de> for DroppedServices {
+    #[allow(deprecated)]
+    fn deserialize<D>(deserializer: D) -> std::result::Result<Self, D::Error>
+    where
+        D: serde::Deserializer<'de>,
+    {
+        const FIELDS: &[&str] = &[
+            "services",
+        ];
+
+        #[allow(clippy::enum_variant_names)]
+        enum GeneratedField {
+            Services,
+        }
+        impl<'de> serde::Deserialize<'de> for GeneratedField {
+            fn deserialize<D>(deserializer: D) -> std::result::Result<GeneratedField, D::Error>
+            where
+                D: serde::Deserializer<'de>,
+            {
+                struct GeneratedVisitor;
+
+                impl serde::de::Visitor<'_> for GeneratedVisitor {
+                    type Value = GeneratedField;
+
+                    fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                        write!(formatter, "expected one of: {:?}", &FIELDS)
+                    }
+
+                    #[allow(unused_variables)]
+                    fn visit_str<E>(self, value: &str) -> std::result::Result<GeneratedField, E>
+                    where
+                        E: serde::de::Error,
+                    {
+                        match value {
+                            "services" => Ok(GeneratedField::Services),
+                            _ => Err(serde::de::Error::unknown_field(value, FIELDS)),
+                        }
+                    }
+                }
+                deserializer.deserialize_identifier(GeneratedVisitor)
+            }
+        }
+        struct GeneratedVisitor;
+        impl<'de> serde::de::Visitor<'de> for GeneratedVisitor {
+            type Value = DroppedServices;
+
+            fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                formatter.write_str("struct kpng.model.v1.DroppedServices")
+            }
+
+            fn visit_map<V>(self, mut map_: V) -> std::result::Result<DroppedServices, V::Error>
+                where
+                    V: serde::de::MapAccess<'de>,
+            {
+                let mut services__ = None;
+                while let Some(k) = map_.next_key()? {
+                    match k {
+                        GeneratedField::Services => {
+                            if services__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("services"));
+                            }
+                            services__ = 
+                                Some(map_.next_value::<Vec<::pbjson::private::NumberDeserialize<_>>>()?
+                                    .into_iter().map(|x| x.0).collect())
+                            ;
+                        }
+                    }
+                }
+                Ok(DroppedServices {
+                    services: services__.unwrap_or_default(),
+                })
+            }
+        }
+        deserializer.deserialize_struct("kpng.model.v1.DroppedServices", FIELDS, GeneratedVisitor)
+    }
+}
 impl serde::Serialize for Endpoint {
     #[allow(deprecated)]
     fn serialize<S>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error>
@@ -4895,6 +4989,144 @@ impl<'de> serde::Deserialize<'de> for ViewChanges {
         deserializer.deserialize_struct("kpng.model.v1.ViewChanges", FIELDS, GeneratedVisitor)
     }
 }
+impl serde::Serialize for ViewSummary {
+    #[allow(deprecated)]
+    fn serialize<S>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error>
+    where
+        S: serde::Serializer,
+    {
+        use serde::ser::SerializeStruct;
+        let mut len = 0;
+        if !self.services.is_empty() {
+            len += 1;
+        }
+        if self.node != 0 {
+            len += 1;
+        }
+        if self.service_cidrs != 0 {
+            len += 1;
+        }
+        let mut struct_ser = serializer.serialize_struct("kpng.model.v1.ViewSummary", len)?;
+        if !self.services.is_empty() {
+            #[allow(clippy::needless_borrow)]
+            #[allow(clippy::needless_borrows_for_generic_args)]
+            struct_ser.serialize_field("services", pbjson::private::base64::encode(&self.services).as_str())?;
+        }
+        if self.node != 0 {
+            #[allow(clippy::needless_borrow)]
+            #[allow(clippy::needless_borrows_for_generic_args)]
+            struct_ser.serialize_field("node", ToString::to_string(&self.node).as_str())?;
+        }
+        if self.service_cidrs != 0 {
+            #[allow(clippy::needless_borrow)]
+            #[allow(clippy::needless_borrows_for_generic_args)]
+            struct_ser.serialize_field("serviceCidrs", ToString::to_string(&self.service_cidrs).as_str())?;
+        }
+        struct_ser.end()
+    }
+}
+impl<'de> serde::Deserialize<'de> for ViewSummary {
+    #[allow(deprecated)]
+    fn deserialize<D>(deserializer: D) -> std::result::Result<Self, D::Error>
+    where
+        D: serde::Deserializer<'de>,
+    {
+        const FIELDS: &[&str] = &[
+            "services",
+            "node",
+            "service_cidrs",
+            "serviceCidrs",
+        ];
+
+        #[allow(clippy::enum_variant_names)]
+        enum GeneratedField {
+            Services,
+            Node,
+            ServiceCidrs,
+        }
+        impl<'de> serde::Deserialize<'de> for GeneratedField {
+            fn deserialize<D>(deserializer: D) -> std::result::Result<GeneratedField, D::Error>
+            where
+                D: serde::Deserializer<'de>,
+            {
+                struct GeneratedVisitor;
+
+                impl serde::de::Visitor<'_> for GeneratedVisitor {
+                    type Value = GeneratedField;
+
+                    fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                        write!(formatter, "expected one of: {:?}", &FIELDS)
+                    }
+
+                    #[allow(unused_variables)]
+                    fn visit_str<E>(self, value: &str) -> std::result::Result<GeneratedField, E>
+                    where
+                        E: serde::de::Error,
+                    {
+                        match value {
+                            "services" => Ok(GeneratedField::Services),
+                            "node" => Ok(GeneratedField::Node),
+                            "serviceCidrs" | "service_cidrs" => Ok(GeneratedField::ServiceCidrs),
+                            _ => Err(serde::de::Error::unknown_field(value, FIELDS)),
+                        }
+                    }
+                }
+                deserializer.deserialize_identifier(GeneratedVisitor)
+            }
+        }
+        struct GeneratedVisitor;
+        impl<'de> serde::de::Visitor<'de> for GeneratedVisitor {
+            type Value = ViewSummary;
+
+            fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                formatter.write_str("struct kpng.model.v1.ViewSummary")
+            }
+
+            fn visit_map<V>(self, mut map_: V) -> std::result::Result<ViewSummary, V::Error>
+                where
+                    V: serde::de::MapAccess<'de>,
+            {
+                let mut services__ = None;
+                let mut node__ = None;
+                let mut service_cidrs__ = None;
+                while let Some(k) = map_.next_key()? {
+                    match k {
+                        GeneratedField::Services => {
+                            if services__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("services"));
+                            }
+                            services__ = 
+                                Some(map_.next_value::<::pbjson::private::BytesDeserialize<_>>()?.0)
+                            ;
+                        }
+                        GeneratedField::Node => {
+                            if node__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("node"));
+                            }
+                            node__ = 
+                                Some(map_.next_value::<::pbjson::private::NumberDeserialize<_>>()?.0)
+                            ;
+                        }
+                        GeneratedField::ServiceCidrs => {
+                            if service_cidrs__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("serviceCidrs"));
+                            }
+                            service_cidrs__ = 
+                                Some(map_.next_value::<::pbjson::private::NumberDeserialize<_>>()?.0)
+                            ;
+                        }
+                    }
+                }
+                Ok(ViewSummary {
+                    services: services__.unwrap_or_default(),
+                    node: node__.unwrap_or_default(),
+                    service_cidrs: service_cidrs__.unwrap_or_default(),
+                })
+            }
+        }
+        deserializer.deserialize_struct("kpng.model.v1.ViewSummary", FIELDS, GeneratedVisitor)
+    }
+}
 impl serde::Serialize for WatchEvent {
     #[allow(deprecated)]
     fn serialize<S>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error>
@@ -4930,6 +5162,12 @@ impl serde::Serialize for WatchEvent {
                     #[allow(clippy::needless_borrows_for_generic_args)]
                     struct_ser.serialize_field("digest", pbjson::private::base64::encode(&v).as_str())?;
                 }
+                watch_event::Event::SummaryWanted(v) => {
+                    struct_ser.serialize_field("summaryWanted", v)?;
+                }
+                watch_event::Event::Dropped(v) => {
+                    struct_ser.serialize_field("dropped", v)?;
+                }
             }
         }
         struct_ser.end()
@@ -4947,6 +5185,9 @@ impl<'de> serde::Deserialize<'de> for WatchEvent {
             "sync",
             "instance",
             "digest",
+            "summary_wanted",
+            "summaryWanted",
+            "dropped",
         ];
 
         #[allow(clippy::enum_variant_names)]
@@ -4956,6 +5197,8 @@ impl<'de> serde::Deserialize<'de> for WatchEvent {
             Sync,
             Instance,
             Digest,
+            SummaryWanted,
+            Dropped,
         }
         impl<'de> serde::Deserialize<'de> for GeneratedField {
             fn deserialize<D>(deserializer: D) -> std::result::Result<GeneratedField, D::Error>
@@ -4982,6 +5225,8 @@ impl<'de> serde::Deserialize<'de> for WatchEvent {
                             "sync" => Ok(GeneratedField::Sync),
                             "instance" => Ok(GeneratedField::Instance),
                             "digest" => Ok(GeneratedField::Digest),
+                            "summaryWanted" | "summary_wanted" => Ok(GeneratedField::SummaryWanted),
+                            "dropped" => Ok(GeneratedField::Dropped),
                             _ => Err(serde::de::Error::unknown_field(value, FIELDS)),
                         }
                     }
@@ -5035,6 +5280,19 @@ impl<'de> serde::Deserialize<'de> for WatchEvent {
                             }
                             event__ = map_.next_value::<::std::option::Option<::pbjson::private::BytesDeserialize<_>>>()?.map(|x| watch_event::Event::Digest(x.0));
                         }
+                        GeneratedField::SummaryWanted => {
+                            if event__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("summaryWanted"));
+                            }
+                            event__ = map_.next_value::<::std::option::Option<_>>()?.map(watch_event::Event::SummaryWanted);
+                        }
+                        GeneratedField::Dropped => {
+                            if event__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("dropped"));
+                            }
+                            event__ = map_.next_value::<::std::option::Option<_>>()?.map(watch_event::Event::Dropped)
+;
+                        }
                     }
                 }
                 Ok(WatchEvent {
@@ -5068,6 +5326,15 @@ impl serde::Serialize for WatchRequest {
         if self.endpoint_columns {
             len += 1;
         }
+        if self.summarizes {
+            len += 1;
+        }
+        if self.since_summary.is_some() {
+            len += 1;
+        }
+        if self.unavailable_unless_synced {
+            len += 1;
+        }
         let mut struct_ser = serializer.serialize_struct("kpng.model.v1.WatchRequest", len)?;
         if !self.node.is_empty() {
             struct_ser.serialize_field("node", &self.node)?;
@@ -5090,6 +5357,15 @@ impl serde::Serialize for WatchRequest {
         if self.endpoint_columns {
             struct_ser.serialize_field("endpointColumns", &self.endpoint_columns)?;
         }
+        if self.summarizes {
+            struct_ser.serialize_field("summarizes", &self.summarizes)?;
+        }
+        if let Some(v) = self.since_summary.as_ref() {
+            struct_ser.serialize_field("sinceSummary", v)?;
+        }
+        if self.unavailable_unless_synced {
+            struct_ser.serialize_field("unavailableUnlessSynced", &self.unavailable_unless_synced)?;
+        }
         struct_ser.end()
     }
 }
@@ -5109,6 +5385,11 @@ impl<'de> serde::Deserialize<'de> for WatchRequest {
             "sinceDigest",
             "endpoint_columns",
             "endpointColumns",
+            "summarizes",
+            "since_summary",
+            "sinceSummary",
+            "unavailable_unless_synced",
+            "unavailableUnlessSynced",
         ];
 
         #[allow(clippy::enum_variant_names)]
@@ -5118,6 +5399,9 @@ impl<'de> serde::Deserialize<'de> for WatchRequest {
             SinceInstance,
             SinceDigest,
             EndpointColumns,
+            Summarizes,
+            SinceSummary,
+            UnavailableUnlessSynced,
         }
         impl<'de> serde::Deserialize<'de> for GeneratedField {
             fn deserialize<D>(deserializer: D) -> std::result::Result<GeneratedField, D::Error>
@@ -5144,6 +5428,9 @@ impl<'de> serde::Deserialize<'de> for WatchRequest {
                             "sinceInstance" | "since_instance" => Ok(GeneratedField::SinceInstance),
                             "sinceDigest" | "since_digest" => Ok(GeneratedField::SinceDigest),
                             "endpointColumns" | "endpoint_columns" => Ok(GeneratedField::EndpointColumns),
+                            "summarizes" => Ok(GeneratedField::Summarizes),
+                            "sinceSummary" | "since_summary" => Ok(GeneratedField::SinceSummary),
+                            "unavailableUnlessSynced" | "unavailable_unless_synced" => Ok(GeneratedField::UnavailableUnlessSynced),
                             _ => Err(serde::de::Error::unknown_field(value, FIELDS)),
                         }
                     }
@@ -5168,6 +5455,9 @@ impl<'de> serde::Deserialize<'de> for WatchRequest {
                 let mut since_instance__ = None;
                 let mut since_digest__ = None;
                 let mut endpoint_columns__ = None;
+                let mut summarizes__ = None;
+                let mut since_summary__ = None;
+                let mut unavailable_unless_synced__ = None;
                 while let Some(k) = map_.next_key()? {
                     match k {
                         GeneratedField::Node => {
@@ -5206,6 +5496,24 @@ impl<'de> serde::Deserialize<'de> for WatchRequest {
                             }
                             endpoint_columns__ = Some(map_.next_value()?);
                         }
+                        GeneratedField::Summarizes => {
+                            if summarizes__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("summarizes"));
+                            }
+                            summarizes__ = Some(map_.next_value()?);
+                        }
+                        GeneratedField::SinceSummary => {
+                            if since_summary__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("sinceSummary"));
+                            }
+                            since_summary__ = map_.next_value()?;
+                        }
+                        GeneratedField::UnavailableUnlessSynced => {
+                            if unavailable_unless_synced__.is_some() {
+                                return Err(serde::de::Error::duplicate_field("unavailableUnlessSynced"));
+                            }
+                            unavailable_unless_synced__ = Some(map_.next_value()?);
+                        }
                     }
                 }
                 Ok(WatchRequest {
@@ -5214,6 +5522,9 @@ impl<'de> serde::Deserialize<'de> for WatchRequest {
                     since_instance: since_instance__.unwrap_or_default(),
                     since_digest: since_digest__.unwrap_or_default(),
                     endpoint_columns: endpoint_columns__.unwrap_or_default(),
+                    summarizes: summarizes__.unwrap_or_default(),
+                    since_summary: since_summary__,
+                    unavailable_unless_synced: unavailable_unless_synced__.unwrap_or_default(),
                 })
             }
         }
