@@ -803,7 +803,7 @@ mod tests {
     fn a_failed_attempt_counts_its_own_time_and_waits_spread() {
         let config = AgentConfig::default();
         let address = Address::Unix("/nowhere/kpng.sock".into());
-        let mut retries = Retries::new(&address, &config);
+        let mut retries = Retries::new(std::slice::from_ref(&address), &config);
         let refused = Error::Address("refused".into());
         let started = std::time::Instant::now() - Duration::from_secs(5);
         retries.start();

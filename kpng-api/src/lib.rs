@@ -112,8 +112,8 @@ pub use conn::{Limits, serve_connection};
 pub use fleet::{Fleet, fleet_view};
 pub use server::{INITIAL_VIEWS, Server, ServerStats};
 pub use transport::{
-    Address, Tls, bind_unix, connect,
-    connect_unix, connect_unix_channel, connect_with, serve, serve_at, serve_tcp, serve_unix,
+    Address, Tls, bind_unix, connect, connect_unix, connect_unix_channel, connect_with, serve,
+    serve_at, serve_tcp, serve_unix,
 };
 
 use tonic::Status;
