@@ -668,7 +668,7 @@ pub(crate) async fn session<S: Sink + ?Sized>(
                     error: result
                         .as_ref()
                         .err()
-                        .map(|e| kpng_retry::one_line(e))
+                        .map(|e| crate::fleet::kept_error(kpng_retry::one_line(e)))
                         .unwrap_or_default(),
                     held_ms: 0,
                 };

@@ -69,6 +69,16 @@ pub const LATENCY_BOUNDS: [f64; 16] = [
 ];
 /// The longest error text kept per node.
 const ERROR_CHARS: usize = 512;
+
+/// `error` cut to what the fleet view keeps of it ([`ERROR_CHARS`]
+/// characters): agents send no more, so a report stays far below the
+/// server's request limit whatever the sink's error says.
+pub(crate) fn kept_error(mut error: String) -> String {
+    if let Some((at, _)) = error.char_indices().nth(ERROR_CHARS) {
+        error.truncate(at);
+    }
+    error
+}
 /// The laggards exported as labelled gauges in [`Fleet::openmetrics`].
 pub const METRIC_LAGGARDS: usize = 10;
 
@@ -296,13 +306,7 @@ impl Fleet {
                 ..Record::default()
             });
         record.reporting = true;
-        record.error = (!report.error.is_empty()).then(|| {
-            let mut error = report.error.clone();
-            if let Some((at, _)) = error.char_indices().nth(ERROR_CHARS) {
-                error.truncate(at);
-            }
-            error
-        });
+        record.error = (!report.error.is_empty()).then(|| kept_error(report.error.clone()));
         if report.revision < record.applied {
             return true;
         }
@@ -826,6 +830,15 @@ mod tests {
             "{reply:?}"
         );
         assert_eq!(reply.latency_counts.iter().sum::<u64>(), 1);
+    }
+
+    #[test]
+    fn an_error_is_kept_to_its_first_characters_whole() {
+        let long = "é".repeat(70_000);
+        let kept = kept_error(long);
+        assert_eq!(kept.chars().count(), ERROR_CHARS);
+        assert!(kept.len() < 64 * 1024);
+        assert_eq!(kept_error("short".into()), "short");
     }
 
     #[test]
