@@ -105,6 +105,9 @@ pub(crate) struct Held {
     /// The server asked for the summary of the view: the next request
     /// sends it.
     summary_wanted: bool,
+    /// The server refused the summary (larger than it takes): the agent
+    /// resumes without one (a full view) until a round succeeds.
+    summary_refused: bool,
 }
 
 impl Held {
@@ -125,7 +128,7 @@ impl Held {
             since_digest: self.digest.clone(),
             // The decoder reads endpoints in columns, the cheapest form.
             endpoint_columns: true,
-            summarizes: view.is_some(),
+            summarizes: view.is_some() && !self.summary_refused,
             since_summary: view
                 .filter(|_| holds && self.summary_wanted)
                 .map(|view| ViewSummary::of(view).to_wire()),
@@ -597,9 +600,29 @@ pub(crate) async fn session<S: Sink + ?Sized>(
     let mut client = client(address, config).await?;
     reporter.new_session();
     let request = held.request(node, Some(rounds.view()), !config.replicas.is_empty());
+    let summarized = request.since_summary.is_some();
     // The summary goes once: asked again, the agent starts over.
     held.summary_wanted = false;
-    let mut stream = client.watch(request).await?.into_inner();
+    let mut stream = match client.watch(request).await {
+        Ok(response) => response.into_inner(),
+        Err(status) => {
+            // A server that takes no summary this large: resume without
+            // one next time, from a full view.
+            if summarized
+                && matches!(
+                    status.code(),
+                    tonic::Code::OutOfRange | tonic::Code::ResourceExhausted
+                )
+            {
+                tracing::warn!(
+                    "{address} refused the summary of the view held ({}); asking for a full view",
+                    status.message()
+                );
+                held.summary_refused = true;
+            }
+            return Err(status.into());
+        }
+    };
     retries.opened();
     let (mut instance, mut digest) = (0, Vec::new());
     let mut decoder = compact::Decoder::new();
@@ -683,6 +706,7 @@ pub(crate) async fn session<S: Sink + ?Sized>(
                     revision,
                     digest: std::mem::take(&mut digest),
                     summary_wanted: false,
+                    summary_refused: false,
                 };
                 retries.synced();
                 if config.once {
@@ -778,6 +802,7 @@ pub(crate) async fn mirror_session(
                     revision,
                     digest: Vec::new(),
                     summary_wanted: false,
+                    summary_refused: false,
                 };
                 retries.synced();
                 if config.once {

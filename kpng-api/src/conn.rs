@@ -41,7 +41,8 @@ const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
 /// What one connection can make the server hold is bounded by them:
 /// what a client sends and the server has not read is at most
 /// `connection_window` (HTTP/2 flow control), plus at most
-/// `max_request_size` per open stream being decoded; what the server has
+/// `max_request_size` per open stream being decoded
+/// (`max_watch_request_size` for a watch's one request); what the server has
 /// to send and the client does not read is at most `max_send_buffer` per
 /// stream in HTTP/2's buffers (plus a few queued messages per watch, see
 /// [`Server`]); header blocks at most `max_header_list_size` per stream.
@@ -69,8 +70,13 @@ pub struct Limits {
     pub max_frame_size: u32,
     /// The largest header block (decoded) of a request.
     pub max_header_list_size: u32,
-    /// The largest gRPC request message (after decompression).
+    /// The largest gRPC request message (after decompression), but for a
+    /// watch's.
     pub max_request_size: usize,
+    /// The largest `Enls/Watch` request: an agent that moves to another
+    /// replica sends the summary of the view it holds, 16 bytes a
+    /// Service (1.6 MB at 100,000 Services). One a stream, read once.
+    pub max_watch_request_size: usize,
     /// After this long without a frame from the client, the server pings
     /// it…
     pub keepalive_interval: Duration,
@@ -97,6 +103,7 @@ impl Default for Limits {
             max_frame_size: 16 * 1024,
             max_header_list_size: 16 * 1024,
             max_request_size: 64 * 1024,
+            max_watch_request_size: 4 * 1024 * 1024,
             keepalive_interval: Duration::from_secs(15),
             keepalive_timeout: Duration::from_secs(5),
             max_pending_reset_streams: 20,

@@ -914,7 +914,7 @@ impl tower::Service<http::Request<tonic::body::Body>> for Routes {
             return Box::pin(self.generated.call(request));
         }
         let method = WatchEncoded(self.server.clone());
-        let max_request = self.server.limits.max_request_size;
+        let max_request = self.server.limits.max_watch_request_size;
         Box::pin(async move {
             let codec = tonic_prost::ProstCodec::<Outgoing, WatchRequest>::default();
             let mut grpc = tonic::server::Grpc::new(codec)

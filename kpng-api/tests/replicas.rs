@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use futures::StreamExt as _;
 use kpng_api::codec::compact::Decoder;
-use kpng_api::{Address, AgentConfig, Server, bind_unix, connect_unix, run_agent, serve};
+use kpng_api::{Address, AgentConfig, Limits, Server, bind_unix, connect_unix, run_agent, serve};
 use kpng_model::v1::{Node, Service, WatchEvent, WatchRequest, watch_event::Event};
 use kpng_model::view::{NodeView, ViewDigest, ViewOp, ViewSummary};
 use kpng_model::{EndpointInfo, Kind, ServiceInfo, ServiceName};
@@ -200,6 +200,40 @@ async fn an_agent_moves_to_the_other_replica_and_receives_only_the_difference() 
 
 /// Reads a stream to its first sync, or to its end: the events, and
 /// their bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_refuses_the_summary_gets_a_full_view_asked_instead() {
+    let cluster = cluster();
+    let node = "node-1";
+    let first = store(&cluster);
+    let second = replica(&cluster, &[3, 501]);
+    let (pa, pb) = (socket("refused-a"), socket("refused-b"));
+    let a = Server::new(first.reader());
+    // The summary of 200 Services is 3.2 KB: more than this replica takes.
+    let mut limits = Limits::default();
+    limits.max_watch_request_size = 1024;
+    let b = Server::new(second.reader()).with_limits(limits);
+    let serving_a = tokio::spawn(serve(bind_unix(&pa).expect("bind"), a.clone()));
+    let serving_b = tokio::spawn(serve(bind_unix(&pb).expect("bind"), b.clone()));
+    let (seen, _agent) = agent(&[pa.clone(), pb.clone()], node);
+    converged(&seen, &first, node).await;
+
+    // The first dies; the second refuses the summary; the agent asks for
+    // a full view instead and converges, rather than sending the summary
+    // again and again.
+    kill(serving_a, &a).await;
+    converged(&seen, &second, node).await;
+    assert_eq!(seen.full_rounds(), 2);
+    let stats = b.stats();
+    assert_eq!(
+        (stats.full_views, stats.resumed_by_summary),
+        (1, 0),
+        "{stats:?}"
+    );
+    serving_b.abort();
+    let _ = std::fs::remove_file(&pa);
+    let _ = std::fs::remove_file(&pb);
+}
+
 async fn first_round(stream: &mut tonic::Streaming<WatchEvent>) -> (Vec<WatchEvent>, usize) {
     use prost::Message as _;
     let (mut events, mut bytes) = (Vec::new(), 0);

@@ -271,9 +271,17 @@ fn a_cut_third_keeps_serving_is_shown_behind_and_converges_after_the_heal() {
     wait_serving(&cluster, &[1, 2], &[2, 3]);
     // node-3 keeps serving what it had, the removed endpoint included.
     wait_serving(&cluster, &[3], &[1, 2, 3]);
-    let fleet = fleet_until(&cluster, "node-3 behind", Duration::from_secs(5), |f| {
-        node(f, 3).is_some_and(|n| n.revisions_behind >= 1 && n.seconds_behind > 0.0)
-    });
+    // Agents report a round within `report_spread` (1 s) of it: wait
+    // for nodes 1 and 2's reports too.
+    let fleet = fleet_until(
+        &cluster,
+        "node-3 behind, the others up to date",
+        Duration::from_secs(5),
+        |f| {
+            node(f, 3).is_some_and(|n| n.revisions_behind >= 1 && n.seconds_behind > 0.0)
+                && f.up_to_date == 2
+        },
+    );
     let n3 = node(&fleet, 3).expect("listed");
     assert!(n3.applied_revision < revision, "{n3:?}");
     assert_eq!(

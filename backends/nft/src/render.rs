@@ -1283,7 +1283,9 @@ fn udp_flows(render: &mut Render, f: TableFamily, addr: DataType, size: u32, tim
         Set::new(UDP_FLOWS, DataType::concat(&[addr, port, addr, port, addr]))
             .with_timeouts()
             .with_size(size),
-        Set::new(UDP_UNTRUSTED, DataType::MARK).with_timeouts(),
+        // Declared by `typeof meta mark`, so that nft reads its host-order
+        // elements back as they were written (`1`, not `16777216`).
+        Set::keyed_by(UDP_UNTRUSTED, &[Load::Mark]).with_timeouts(),
     ] {
         render.sets.insert(set.name.clone(), set);
     }
