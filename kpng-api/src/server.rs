@@ -380,7 +380,9 @@ impl Server {
                 // round's changes are counted from this revision.
                 from = snapshot.revision();
             }
-            None if since.summarizes && since.holds() => {
+            // A summary that was sent, and differs in most Services, gets
+            // the whole view (below).
+            None if since.summarizes && since.holds() && since.summary.is_none() => {
                 // Cheaper than the whole view: the watcher's summary.
                 self.counters
                     .summaries_wanted
@@ -473,6 +475,13 @@ impl Server {
             feed.advance(&self, &snapshot);
         }
     }
+}
+
+/// The Services `ops` set.
+fn count_services(ops: &[kpng_model::view::ViewOp]) -> usize {
+    ops.iter()
+        .filter(|op| matches!(op, kpng_model::view::ViewOp::SetService(..)))
+        .count()
 }
 
 /// How a stream started without a full view.
@@ -573,6 +582,19 @@ impl Feed for NodeFeed {
             Resumed::ByDigest
         } else if let Some(summary) = &since.summary {
             let difference = summary.difference(view.view());
+            // Most Services differ: a reset and the whole view cost the
+            // watcher less, since it drops the view it holds before the
+            // new one comes (a difference is applied beside it).
+            let held = summary.len().max(view.view().services.len());
+            if difference
+                .dropped
+                .len()
+                .max(count_services(&difference.ops))
+                * 2
+                > held
+            {
+                return None;
+            }
             self.pending = if difference.dropped.is_empty() {
                 Pending::Ops(difference.ops.into_iter())
             } else {

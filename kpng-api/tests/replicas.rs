@@ -234,6 +234,35 @@ async fn a_replica_that_refuses_the_summary_gets_a_full_view_asked_instead() {
     let _ = std::fs::remove_file(&pb);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_where_most_services_differ_sends_the_whole_view() {
+    let cluster = cluster();
+    let node = "node-1";
+    let first = store(&cluster);
+    // Every endpoint flipped: every Service differs.
+    let all: Vec<usize> = (0..cluster.endpoints.len()).collect();
+    let second = replica(&cluster, &all);
+    let (pa, pb) = (socket("most-a"), socket("most-b"));
+    let a = Server::new(first.reader());
+    let b = Server::new(second.reader());
+    let serving_a = tokio::spawn(serve(bind_unix(&pa).expect("bind"), a.clone()));
+    let serving_b = tokio::spawn(serve(bind_unix(&pb).expect("bind"), b.clone()));
+    let (seen, _agent) = agent(&[pa.clone(), pb.clone()], node);
+    converged(&seen, &first, node).await;
+    kill(serving_a, &a).await;
+    converged(&seen, &second, node).await;
+    let stats = b.stats();
+    assert_eq!(
+        (stats.full_views, stats.resumed_by_summary),
+        (1, 0),
+        "{stats:?}"
+    );
+    assert_eq!(seen.full_rounds(), 2);
+    serving_b.abort();
+    let _ = std::fs::remove_file(&pa);
+    let _ = std::fs::remove_file(&pb);
+}
+
 async fn first_round(stream: &mut tonic::Streaming<WatchEvent>) -> (Vec<WatchEvent>, usize) {
     use prost::Message as _;
     let (mut events, mut bytes) = (Vec::new(), 0);
@@ -255,7 +284,8 @@ fn apply(events: Vec<WatchEvent>, view: &mut NodeView) -> Vec<u8> {
     let mut digest = Vec::new();
     for event in events {
         match event.event {
-            Some(Event::Reset(_)) => panic!("a reset"),
+            // Most Services differ: the whole view follows the reset.
+            Some(Event::Reset(_)) => *view = NodeView::default(),
             Some(Event::Dropped(dropped)) => {
                 for name in ViewSummary::names(view, &dropped.services) {
                     view.apply(&ViewOp::DeleteService(name)).expect("fits");
@@ -479,8 +509,8 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
     /// For any view A the agent holds and any state B of the replica, the
-    /// resume from A's summary gives exactly B's view, with no reset, and
-    /// sets only the Services that differ.
+    /// resume from A's summary gives exactly B's view: when at most half
+    /// of the Services differ, with no reset and setting only those.
     #[test]
     fn a_resume_from_any_view_gives_exactly_the_replicas_view(a in state(), b in state()) {
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -525,7 +555,15 @@ proptest! {
             .count();
         let differ = differing(&held, &want);
         let added_or_changed = differ.iter().filter(|n| want.services.contains_key(*n)).count();
-        prop_assert_eq!(sets, added_or_changed);
+        let reset = events.iter().any(|e| matches!(e.event, Some(Event::Reset(_))));
+        // A difference, Service by Service; or, when it would set or drop
+        // most of them, the whole view after a reset.
+        let changed_or_removed = differ.iter().filter(|n| held.services.contains_key(*n)).count();
+        let most = added_or_changed.max(changed_or_removed) * 2
+            > held.services.len().max(want.services.len());
+        prop_assert_eq!(reset, most);
+        let want_sets = if reset { want.services.len() } else { added_or_changed };
+        prop_assert_eq!(sets, want_sets);
         let mut resumed = held.clone();
         let digest = apply(events, &mut resumed);
         prop_assert!(resumed.services == want.services);
