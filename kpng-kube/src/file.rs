@@ -9,7 +9,7 @@
 //! not parse (cut short, not YAML or JSON) is an error naming the file,
 //! the document and, for YAML, the line and column, and leaves the store
 //! as it was. An object that does not decode, or that the API server
-//! would refuse (the checks of [`translate`](crate::translate)), is
+//! would refuse (the checks of [`translate`]), is
 //! skipped and named ([`Skipped`]: where it is, every wrong field and
 //! why), in one pass with the others and a count, and the rest of the
 //! file is applied; [`IngestConfig::on_input_report`] is told what each
