@@ -21,6 +21,8 @@ use kpng_view::node_view;
 use proptest::prelude::*;
 use tonic::Request;
 
+mod common;
+
 fn cluster() -> Cluster {
     Cluster::synthetic(ClusterShape {
         services: 200,
@@ -31,15 +33,11 @@ fn cluster() -> Cluster {
 }
 
 fn store(cluster: &Cluster) -> Store {
-    let mut store = Store::new();
-    cluster.load_into(&mut store);
-    store.mark_listed(Kind::Service);
-    store.mark_listed(Kind::Endpoint);
-    store
+    common::listed_store(cluster)
 }
 
 fn socket(test: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("kpng-replicas-{test}-{}.sock", std::process::id()))
+    common::socket_path("replicas", test)
 }
 
 /// Endpoint `i`'s readiness flipped.

@@ -6,7 +6,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kpng_api::{Address, AgentConfig, Server, bind_unix, connect_unix, run_agent, serve};
-use kpng_model::Kind;
 use kpng_model::v1::{WatchRequest, watch_event::Event};
 use kpng_model::view::NodeView;
 use kpng_sink::{Round, Sink, SinkError};
@@ -27,15 +26,11 @@ fn cluster() -> Cluster {
 }
 
 fn store(cluster: &Cluster) -> Store {
-    let mut store = Store::new();
-    cluster.load_into(&mut store);
-    store.mark_listed(Kind::Service);
-    store.mark_listed(Kind::Endpoint);
-    store
+    common::listed_store(cluster)
 }
 
 fn socket(test: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("kpng-api-{test}-{}.sock", std::process::id()))
+    common::socket_path("api", test)
 }
 
 /// What the agent's sink saw: the views its rounds programmed, one by

@@ -1,6 +1,21 @@
 //! Helpers the API tests share (each test uses what it needs).
 #![allow(dead_code)]
 
+/// A store holding `cluster`, its Services and endpoints marked listed
+/// (a server answers agents only then).
+pub(crate) fn listed_store(cluster: &kpng_testkit::Cluster) -> kpng_store::Store {
+    let mut store = kpng_store::Store::new();
+    cluster.load_into(&mut store);
+    store.mark_listed(kpng_model::Kind::Service);
+    store.mark_listed(kpng_model::Kind::Endpoint);
+    store
+}
+
+/// A unix socket path unique to this test process: `kpng-PREFIX-TEST-PID.sock`.
+pub(crate) fn socket_path(prefix: &str, test: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("kpng-{prefix}-{test}-{}.sock", std::process::id()))
+}
+
 /// Certificates for a test: a CA, a server certificate for `localhost`, a
 /// client certificate, and one from another CA.
 pub(crate) struct Pki {
